@@ -1,0 +1,1 @@
+"""Task types that ship with simrun: used by the demo, the tests and the docs."""

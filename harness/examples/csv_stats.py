@@ -1,0 +1,101 @@
+"""``csv-stats``: a plugin type; count, mean, min and max of every numeric CSV column.
+
+Run as ``simrun-exec python -m harness.examples.csv_stats``: it reads every CSV file of its
+input port ``table`` and writes ``out/stats.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from harness.tasktypes import TaskType
+
+
+class CsvStatsSettings(BaseModel):
+    """``port``: the input port whose CSV files are read."""
+
+    port: str = Field(default="table", pattern=r"^[a-z][a-z0-9_-]*$")
+
+
+def command(settings: CsvStatsSettings) -> list[str]:
+    return ["python", "-m", "harness.examples.csv_stats", "--port", settings.port]
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def column_stats(files: list[Path]) -> dict[str, dict[str, float]]:
+    """Count, mean, min and max of each column whose every value is a number."""
+    values: dict[str, list[float]] = {}
+    non_numeric: set[str] = set()
+    for path in files:
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                for column, text in row.items():
+                    if column is None or column in non_numeric:
+                        continue
+                    number = _number(text or "")
+                    if number is None:
+                        non_numeric.add(column)
+                        values.pop(column, None)
+                    else:
+                        values.setdefault(column, []).append(number)
+    return {
+        column: {
+            "count": len(numbers),
+            "mean": sum(numbers) / len(numbers),
+            "min": min(numbers),
+            "max": max(numbers),
+        }
+        for column, numbers in values.items()
+        if numbers
+    }
+
+
+def input_dir(port: str) -> Path:
+    """The directory of an input port from ``SIMRUN_INPUTS`` (``port=path`` pairs)."""
+    store = Path(os.environ.get("SIMRUN_STORE", "."))
+    for pair in filter(None, os.environ.get("SIMRUN_INPUTS", "").split(",")):
+        name, _, path = pair.partition("=")
+        if name == port:
+            return Path(path) if Path(path).is_absolute() else store / path
+    raise SystemExit(f"csv-stats: no input port {port!r} in SIMRUN_INPUTS")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    port = args[args.index("--port") + 1] if "--port" in args else "table"
+    files = sorted(p for p in input_dir(port).rglob("*.csv") if p.is_file())
+    out = Path(os.environ["SIMRUN_TASK_DIR"]) / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    stats = {"files": [p.name for p in files], "columns": column_stats(files)}
+    temporary = out / ".stats.json.tmp"
+    temporary.write_text(json.dumps(stats, indent=2))
+    temporary.replace(out / "stats.json")
+    print(f"csv-stats: {len(files)} files, {len(stats['columns'])} numeric columns")
+    return 0
+
+
+TASK_TYPE = TaskType(
+    name="csv-stats",
+    settings=CsvStatsSettings,
+    command=command,
+    base_gb=0.1,
+    per_worker_gb=0.2,
+    description="count, mean, min and max of each numeric column of the input CSV files",
+)
+
+if __name__ == "__main__":
+    raise SystemExit(main())

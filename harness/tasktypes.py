@@ -1,0 +1,120 @@
+"""Task types: the API a simulation author writes against.
+
+A task type is a name, a pydantic settings model and either the split functions (how many
+units, a per-process setup, the computation of one unit, the merge) or a command (a plugin
+type, run through ``simrun-exec``). Types are registered by entry points in the group
+``simrun.task_types``; the examples that ship with simrun are always known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import import_module
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from harness.errors import ConfigurationError
+
+ENTRY_POINT_GROUP = "simrun.task_types"
+
+BUILTIN_TYPES = {
+    "squares": "harness.examples.squares:TASK_TYPE",
+    "alloc": "harness.examples.alloc:TASK_TYPE",
+    "ising": "harness.examples.ising:TASK_TYPE",
+    "csv-stats": "harness.examples.csv_stats:TASK_TYPE",
+}
+
+
+@dataclass(frozen=True)
+class MergeContext:
+    """What a merge gets besides the settings: the unit results and where to write."""
+
+    results: Sequence[Any]
+    """The result of every unit, in unit order."""
+    out: Path
+    """The output directory of the task (``out/``), created before the merge."""
+    inputs: Mapping[str, Path]
+    """The directories of the input ports, by port."""
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """A kind of task: a split sweep (``units`` + ``compute`` + ``merge``) or a plugin command.
+
+    The functions take the validated settings (an instance of ``settings``) first. ``setup``
+    runs once in each pool process; what it returns is passed to every ``compute`` call of
+    that process (load a table, build a lattice). ``compute`` returns the result of one unit,
+    any picklable value. ``merge`` writes the outputs into ``MergeContext.out``.
+    """
+
+    name: str
+    settings: type[BaseModel]
+    units: Callable[[Any], int] | None = None
+    compute: Callable[[Any, Any, int], Any] | None = None
+    merge: Callable[[Any, MergeContext], None] | None = None
+    setup: Callable[[Any], Any] | None = None
+    command: Callable[[Any], list[str]] | None = None
+    base_gb: float = 0.25
+    """Memory of a pod besides its pool processes, in GiB (the planner's default)."""
+    per_worker_gb: float = 0.5
+    """Memory of one pool process, in GiB (the planner's default)."""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        split = (self.units, self.compute, self.merge)
+        if self.command is not None and any(f is not None for f in split):
+            raise TypeError(f"task type {self.name!r}: give the split functions or a command")
+        if self.command is None and any(f is None for f in split):
+            raise TypeError(f"task type {self.name!r}: a split type needs units, compute, merge")
+
+    @property
+    def splittable(self) -> bool:
+        """Whether the type splits into units (else it is a plugin with a command)."""
+        return self.command is None
+
+    def parse_settings(self, raw: Mapping[str, Any] | None) -> BaseModel:
+        """Validate raw settings; raises pydantic's ``ValidationError``."""
+        return self.settings.model_validate(dict(raw or {}))
+
+    def settings_or_error(self, raw: Mapping[str, Any] | None) -> BaseModel:
+        """Validate raw settings; a ``ConfigurationError`` naming the bad fields otherwise."""
+        try:
+            return self.parse_settings(raw)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(settings)'}: {e['msg']}"
+                for e in error.errors()
+            )
+            raise ConfigurationError(f"settings of task type {self.name!r}: {problems}") from None
+
+
+def _load(target: str) -> TaskType:
+    module, _, attribute = target.partition(":")
+    task_type = getattr(import_module(module), attribute)
+    if not isinstance(task_type, TaskType):
+        raise TypeError(f"{target} is not a TaskType")
+    return task_type
+
+
+@cache
+def task_types() -> dict[str, TaskType]:
+    """Every known task type by name: the built-ins, then the registered entry points."""
+    found = {name: _load(target) for name, target in BUILTIN_TYPES.items()}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name not in found:
+            found[point.name] = _load(point.value)
+    return found
+
+
+def get_task_type(name: str) -> TaskType:
+    """The task type of a name; a ``ConfigurationError`` naming it when unknown."""
+    types = task_types()
+    if name not in types:
+        known = ", ".join(sorted(types))
+        raise ConfigurationError(f"unknown task type {name!r} (known: {known})")
+    return types[name]

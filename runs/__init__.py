@@ -1,0 +1,1 @@
+"""The simrun service: runs, their control loop, backends, API, dashboard and CLI."""

@@ -1,0 +1,1 @@
+"""The REST API of simrun (Django REST framework)."""

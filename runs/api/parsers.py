@@ -1,0 +1,51 @@
+"""Parsers that hand a run specification to ``runs.spec`` untouched, JSON or YAML alike.
+
+The spec module reports every problem by its field path; parsing the body here would lose
+that (DRF's JSON parser answers a bare "JSON parse error").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.parsers import BaseParser
+
+
+class RawSpecParser(BaseParser):
+    """The body as bytes, for ``runs.spec.parse_spec``."""
+
+    media_type = "application/json"
+
+    def parse(
+        self, stream: Any, media_type: str | None = None, parser_context: Any = None
+    ) -> bytes:
+        return stream.read() if stream is not None else b""
+
+
+class JsonSpecParser(RawSpecParser):
+    media_type = "application/json"
+
+
+class YamlSpecParser(RawSpecParser):
+    media_type = "application/yaml"
+
+
+class XYamlSpecParser(RawSpecParser):
+    media_type = "application/x-yaml"
+
+
+class TextYamlSpecParser(RawSpecParser):
+    media_type = "text/yaml"
+
+
+class PlainSpecParser(RawSpecParser):
+    media_type = "text/plain"
+
+
+SPEC_PARSERS = [
+    JsonSpecParser,
+    YamlSpecParser,
+    XYamlSpecParser,
+    TextYamlSpecParser,
+    PlainSpecParser,
+]

@@ -1,0 +1,35 @@
+"""Backends by name; ``SIMRUN_BACKEND`` picks the one the service uses."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import import_module
+
+from django.conf import settings
+
+from runs.backends.base import Backend, ClusterConfig
+
+BACKENDS = {
+    "local": "runs.backends.local:LocalBackend",
+    "argo": "runs.backends.argo:ArgoBackend",
+    "fake": "runs.backends.fake:FakeBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of a backend by name; KeyError for an unknown one."""
+    module, _, attribute = BACKENDS[name].partition(":")
+    cls: type[Backend] = getattr(import_module(module), attribute)
+    return cls
+
+
+@cache
+def get_backend(name: str | None = None) -> Backend:
+    """The backend of the settings (or of a name), one instance per process."""
+    cls = backend_class(name or settings.SIMRUN_BACKEND)
+    return cls.from_settings()  # type: ignore[attr-defined, no-any-return]
+
+
+def cluster_config() -> ClusterConfig:
+    """The cluster configuration of the settings."""
+    return ClusterConfig(**settings.SIMRUN_CLUSTER)

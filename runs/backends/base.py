@@ -1,0 +1,220 @@
+"""The backend protocol: what the service needs of a cluster, and the data it exchanges.
+
+The service, not the backend, decides the state of a run (see ``runs.controller``): a backend
+reports the phases of the DAG nodes of a workflow and the attempts of its pods that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.tasktypes import TaskType
+from runs.planner import TaskPlan
+
+PREEMPTED_PHASE = "Preempted"
+"""A node whose pod was evicted or preempted and whose retry waits."""
+RETRYING_PHASE = "Retrying"
+"""A node whose pod failed otherwise and whose retry waits."""
+
+FINAL_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
+
+
+class FailedAttempt(BaseModel):
+    """An attempt of a pod which failed."""
+
+    attempt: int = Field(ge=0, description="SIMRUN_ATTEMPT of the pod, Argo's {{retries}}")
+    exit_code: int | None = None
+    oom_killed: bool = Field(
+        default=False, description="The reason OOMKilled; an exit 137 alone is no evidence."
+    )
+    evicted: bool = Field(default=False, description="Evicted or preempted, not failed itself.")
+    node: str | None = Field(default=None, description="The server the pod ran on.")
+    message: str = ""
+
+
+class BackendStatus(BaseModel):
+    """The state of a workflow in the backend."""
+
+    phase: str
+    tasks: dict[str, str] = Field(
+        default_factory=dict,
+        description="Phase of every DAG node by name: <task>-w0, <task>-extra(<i>:<item>), "
+        "<task>-merge, <task>; a node not yet created is missing.",
+    )
+    failed: dict[str, list[FailedAttempt]] = Field(
+        default_factory=dict,
+        description="Failed attempts per worker id, per unsplit task id, per <task>-merge.",
+    )
+    hosts: dict[str, str] = Field(
+        default_factory=dict, description="The server of the latest pod of a DAG node."
+    )
+    message: str = ""
+
+
+class PodLog(BaseModel):
+    """The log of the main container of one pod (one attempt) of a task."""
+
+    node: str
+    pod: str
+    text: str
+    done: bool
+    attempt: int | None = None
+
+
+class Placement(BaseModel):
+    """A pod of a run which has not terminated, with its node and requests."""
+
+    workflow: str
+    dag_task: str
+    pod: str
+    node: str | None
+    phase: str
+    cores: float
+    memory_gb: float
+    worker: str | None = None
+    attempt: int | None = None
+
+
+class NodeInfo(BaseModel):
+    """A node of the cluster (a machine) with what it offers and who holds it."""
+
+    name: str
+    cores: float
+    memory_gb: float
+    ready: bool = True
+    reserved_by: str | None = Field(default=None, description="The run holding it, if any.")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ClusterConfig(BaseModel):
+    """Where and how the runs' pods go on the cluster (from settings.SIMRUN_CLUSTER)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str = "simrun"
+    queue: str = "simrun"
+    service_account: str = "simrun-runner"
+    store_claim: str = "simrun-store"
+    store_mount: str = "/store"
+    registry: str = ""
+    pull_secret: str = ""
+    harness_image: str = "ghcr.io/simrun/harness:0.1.0"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    ttl_s: int = 3600
+    kubeconfig: str = ""
+
+
+class TaskRecord(BaseModel):
+    """A task of a run as a backend needs it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: str = Field(description="split, plugin or command")
+    type: str = ""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    inputs: dict[str, str] = Field(default_factory=dict, description="port -> task id")
+    command: list[str] = Field(default_factory=list)
+    image: str = ""
+
+
+class RunRecord(BaseModel):
+    """A run as a backend sees it: the database record, without the ORM."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str = ""
+    image: str = ""
+    reserved_node: str = ""
+    local_commands: str = ""
+    sources: list[str] = Field(default_factory=list, description="snapshot digests")
+    tasks: dict[str, TaskRecord]
+    store: Path = Field(description="The root of the store.")
+
+    @property
+    def run_dir(self) -> Path:
+        return self.store / "runs" / self.id
+
+    def task_dir(self, task_id: str) -> Path:
+        return self.run_dir / "tasks" / task_id
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the service needs of a cluster."""
+
+    name: str
+    runs_images: bool
+    """Whether runs are containers: the service resolves and builds the environment's image."""
+    extra_workers: bool
+    """Whether a split task may run as several pods; False: one pod that also merges."""
+    enforces_memory: bool
+    """Whether a pod's memory limit is enforced (a kill for memory is real)."""
+    max_cores: int | None
+    """The cores of the largest node, None when unknown: the planner caps a task's cores."""
+    max_memory_gb: float | None
+    """The memory of the largest node in GiB, None when unknown."""
+
+    @classmethod
+    def from_settings(cls) -> Backend:
+        """The backend configured by the Django settings."""
+        ...
+
+    def submit(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str:
+        """Submit a run and return the name of its workflow; ValueError when it cannot be."""
+        ...
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Register a callback the backend calls when the status of a run changed."""
+        ...
+
+    def status(self, name: str) -> BackendStatus:
+        """The status of a workflow; KeyError when it does not exist (any more)."""
+        ...
+
+    def cancel(self, name: str) -> None:
+        """Terminate a workflow and its pods."""
+        ...
+
+    def stop(self, name: str) -> None:
+        """Stop a workflow whose run is decided: pods still pending are removed."""
+        ...
+
+    def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
+        """The logs of the pods of a task (each attempt still there), oldest first."""
+        ...
+
+    def nodes(self) -> list[NodeInfo]:
+        """The nodes of the cluster."""
+        ...
+
+    def placements(self) -> list[Placement]:
+        """The pods of the runs which have not terminated, with nodes and requests."""
+        ...
+
+    def reserve(self, node: str, run_id: str) -> None:
+        """Taint ``simrun/reserved=<run>:NoExecute`` and label ``simrun/reserved=<run>``."""
+        ...
+
+    def unreserve(self, node: str, run_id: str) -> None:
+        """Remove the reservation of this run only; KeyError for an unknown node."""
+        ...
+
+    def build_image(self, context: Path, ref: str) -> None:
+        """Build the image of a build context and push it as ref."""
+        ...
+
+    def has_image(self, ref: str) -> bool:
+        """Whether the registry has the image ref."""
+        ...

@@ -1,0 +1,333 @@
+"""The record of simrun: runs, their tasks, the attempts of their pods, observations.
+
+The database is the record and the index of the runs; the controller keeps no state in
+memory, so everything it needs between two polls is here. A run is written
+compare-and-set on its ``version`` (``write_if_unchanged``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+RUN_ID_ALPHABET = string.ascii_lowercase + string.digits
+RUN_ID_LENGTH = 10
+
+
+def new_run_id() -> str:
+    """A short random id: a letter, then letters and digits (a valid Kubernetes name)."""
+    first = secrets.choice(string.ascii_lowercase)
+    return first + "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(RUN_ID_LENGTH - 1))
+
+
+class RunState(models.TextChoices):
+    SUBMITTING = "submitting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ENDED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+
+
+class TaskKind(models.TextChoices):
+    SPLIT = "split"
+    PLUGIN = "plugin"
+    COMMAND = "command"
+
+
+class TaskState(models.TextChoices):
+    WAITING = "waiting"
+    QUEUED = "queued"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    RETRYING = "retrying"
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+FINAL_TASK_STATES = (TaskState.DONE, TaskState.FAILED, TaskState.SKIPPED)
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def live(self) -> RunQuerySet:
+        """Runs the control loop follows: not ended, or with logs, release or cancel pending."""
+        return self.filter(
+            Q(ended_at__isnull=True)
+            | Q(pending_logs=True)
+            | Q(pending_release=True)
+            | Q(pending_cancel=True)
+        )
+
+    def ended(self) -> RunQuerySet:
+        return self.filter(state__in=ENDED_STATES)
+
+    def visible_to(self, user: Any) -> RunQuerySet:
+        """The runs a user may see: their own, every run for staff."""
+        return self if user.is_staff else self.filter(owner=user)
+
+    def write_if_unchanged(self, run: Run, **changes: Any) -> bool:
+        """``UPDATE … WHERE version = n``: write ``changes`` when ``run`` is unchanged.
+
+        On success the instance gets the changes and its new version; returns whether the
+        row was written (not when another writer changed the run or it is gone).
+        """
+        changes["updated_at"] = timezone.now()
+        written = self.filter(pk=run.pk, version=run.version).update(
+            version=F("version") + 1, **changes
+        )
+        if written:
+            for field, value in changes.items():
+                setattr(run, field, value)
+            run.version += 1
+        return bool(written)
+
+
+class Run(models.Model):
+    """One submission: a DAG of tasks, an environment, source snapshots, an owner."""
+
+    id = models.CharField(primary_key=True, max_length=16, default=new_run_id, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    spec = models.JSONField(help_text="The validated run specification as submitted.")
+    backend = models.CharField(max_length=20)
+    state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.SUBMITTING)
+    message = models.TextField(blank=True)
+    workflow = models.CharField(max_length=100, blank=True, help_text="Name in the backend.")
+    image = models.CharField(max_length=500, blank=True)
+    reserved_node = models.CharField(max_length=253, blank=True)
+    local_commands = models.CharField(
+        max_length=10, blank=True, help_text="direct or docker: how command tasks run locally."
+    )
+    pending_release = models.BooleanField(default=False)
+    pending_cancel = models.BooleanField(default=False)
+    pending_logs = models.BooleanField(default=False)
+    merge_pending = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Task id -> epoch seconds of the first poll that saw its coordinator merge.",
+    )
+    oom_kills = models.JSONField(
+        default=dict, blank=True, help_text="Worker id -> attempts killed for memory."
+    )
+    memory_enforced = models.BooleanField(
+        default=True, help_text="Whether the backend enforces the planned memory."
+    )
+    version = models.PositiveIntegerField(default=0)
+    reconcile_failures = models.PositiveIntegerField(default=0)
+    reconcile_after = models.DateTimeField(
+        null=True, blank=True, help_text="A run whose reconcile crashed is pushed aside until then."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The loop's query, RunQuerySet.live(): runs not ended or with work pending.
+            models.Index(
+                fields=["created_at"],
+                name="run_live_idx",
+                condition=Q(ended_at__isnull=True)
+                | Q(pending_logs=True)
+                | Q(pending_release=True)
+                | Q(pending_cancel=True),
+            ),
+            # The runs list of a user, newest first.
+            models.Index(fields=["owner", "-created_at"], name="run_owner_created_idx"),
+            models.Index(fields=["state", "-created_at"], name="run_state_created_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in ENDED_STATES]) | Q(ended_at__isnull=True),
+                name="run_ended_at_only_when_ended",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state__in=[s.value for s in ENDED_STATES]) | Q(ended_at__isnull=False),
+                name="run_ended_has_ended_at",
+            ),
+            models.CheckConstraint(
+                condition=Q(local_commands__in=["", "direct", "docker"]),
+                name="run_local_commands_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.name}".strip()
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    @property
+    def live(self) -> bool:
+        return not self.ended or self.pending_logs or self.pending_release or self.pending_cancel
+
+    @property
+    def duration_s(self) -> float:
+        end = self.ended_at or timezone.now()
+        return (end - self.created_at).total_seconds()
+
+
+class Task(models.Model):
+    """A node of the DAG of a run: a split task, a plugin task or a command task."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
+    task_id = models.CharField(max_length=40)
+    kind = models.CharField(max_length=10, choices=TaskKind.choices)
+    type = models.CharField(max_length=100, blank=True, help_text="Task type; empty for a command.")
+    settings = models.JSONField(default=dict, blank=True)
+    inputs = models.JSONField(default=dict, blank=True, help_text="Port -> id of the task read.")
+    command = models.JSONField(default=list, blank=True)
+    image = models.CharField(max_length=500, blank=True)
+    plan = models.JSONField(help_text="The TaskPlan decided at submission.")
+    state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.WAITING)
+    message = models.TextField(blank=True)
+    units_done = models.PositiveIntegerField(default=0)
+    units_total = models.PositiveIntegerField(default=0)
+    position = models.PositiveIntegerField(default=0, help_text="Order in the spec.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "task_id"], name="task_unique_id_per_run"),
+            models.CheckConstraint(
+                condition=Q(task_id__regex=r"^[a-z][a-z0-9-]{0,39}$"), name="task_id_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(units_done__lte=F("units_total")), name="task_units_done_le_total"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind="command") | ~Q(type=""), name="task_typed_unless_command"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.task_id}"
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_TASK_STATES
+
+
+class Attempt(models.Model):
+    """One pod (one process locally) of a worker, a merge or an unsplit task."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    worker = models.CharField(max_length=100, help_text="Worker id, <task>-merge or the task id.")
+    attempt = models.PositiveIntegerField()
+    phase = models.CharField(max_length=20, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    oom_killed = models.BooleanField(default=False)
+    oom_evidence = models.CharField(max_length=200, blank=True)
+    evicted = models.BooleanField(default=False)
+    node_name = models.CharField(max_length=253, blank=True)
+    memory_gb = models.FloatField(null=True, blank=True, help_text="The memory it ran with.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    log_path = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["task", "worker", "attempt"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "worker", "attempt"], name="attempt_unique_per_worker"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.worker}#{self.attempt}"
+
+
+class Observation(models.Model):
+    """What a worker report measured, kept per task type to plan later tasks."""
+
+    task_type = models.CharField(max_length=100)
+    run = models.ForeignKey(Run, on_delete=models.SET_NULL, null=True, related_name="observations")
+    task = models.ForeignKey(
+        Task, on_delete=models.SET_NULL, null=True, related_name="observations"
+    )
+    worker = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField(default=0)
+    processes = models.PositiveIntegerField()
+    per_worker_gb = models.FloatField(help_text="GiB per process the worker was sized with.")
+    peak_bytes = models.BigIntegerField(null=True, blank=True)
+    limit_bytes = models.BigIntegerField(null=True, blank=True)
+    units = models.PositiveIntegerField(default=0)
+    unit_seconds = models.FloatField(default=0)
+    cpu_seconds = models.FloatField(default=0)
+    oom = models.BooleanField(default=False, help_text="Killed for memory.")
+    from_report = models.BooleanField(
+        default=True, help_text="False: an OOM kill without a report, observed at its limit."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The planner's query: the latest observations of a task type.
+            models.Index(fields=["task_type", "-created_at"], name="observation_type_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "worker", "attempt"], name="observation_once_per_attempt"
+            ),
+            models.CheckConstraint(
+                condition=Q(processes__gte=1), name="observation_processes_ge_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(peak_bytes__isnull=True) | Q(peak_bytes__gte=0),
+                name="observation_peak_non_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_type} {self.worker}#{self.attempt}"
+
+    @property
+    def peak_gb_per_process(self) -> float | None:
+        """The peak anonymous memory of one process in GiB (the limit for an OOM kill)."""
+        peak = self.peak_bytes if self.peak_bytes is not None else self.limit_bytes
+        if peak is None:
+            return None
+        return peak / self.processes / 2**30
+
+
+class Snapshot(models.Model):
+    """An uploaded source tree; its files live once per content hash in ``<store>/snapshots/``."""
+
+    digest = models.CharField(max_length=64, help_text="sha256 of the archive, its id in specs.")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="snapshots"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    size_bytes = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "digest"], name="snapshot_once_per_owner"),
+            models.CheckConstraint(
+                condition=Q(digest__regex=r"^[0-9a-f]{64}$"), name="snapshot_digest_is_sha256"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest[:12]} {self.name}".strip()

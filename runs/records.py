@@ -1,0 +1,55 @@
+"""Conversions between the database rows of a run and what backends and the harness read."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from runs.backends.base import RunRecord, TaskRecord
+from runs.models import Run, Task
+from runs.planner import TaskPlan
+
+
+def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:
+    """The run as a backend sees it."""
+    rows = tasks if tasks is not None else list(run.tasks.all())
+    return RunRecord(
+        id=run.id,
+        name=run.name,
+        image=run.image,
+        reserved_node=run.reserved_node,
+        local_commands=run.local_commands,
+        sources=list(run.spec.get("sources", [])),
+        tasks={
+            t.task_id: TaskRecord(
+                id=t.task_id,
+                kind=t.kind,
+                type=t.type,
+                settings=t.settings,
+                inputs=t.inputs,
+                command=t.command,
+                image=t.image,
+            )
+            for t in rows
+        },
+        store=settings.SIMRUN_STORE,
+    )
+
+
+def task_plans(tasks: list[Task]) -> dict[str, TaskPlan]:
+    """The plans of the tasks by id; a plan written before ``coordinator_merges`` reads False."""
+    return {t.task_id: TaskPlan.model_validate(t.plan) for t in tasks}
+
+
+def task_json(task: Task) -> dict[str, object]:
+    """The ``task.json`` of a task: what the harness reads besides its environment."""
+    return {
+        "run": task.run_id,
+        "task": task.task_id,
+        "kind": task.kind,
+        "type": task.type,
+        "settings": task.settings,
+        "inputs": task.inputs,
+        "command": task.command,
+        "plan": task.plan,
+        "units": task.units_total,
+    }

@@ -1,0 +1,205 @@
+"""Settings of the simrun service, from the environment only.
+
+Without any variable set, simrun runs embedded: SQLite, the store and a broker that needs no
+server under ``SIMRUN_HOME`` (``./var``), and the local backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def _read(name: str, reader, default):  # type: ignore[no-untyped-def]
+    """Read one variable; a malformed value is an error that names the variable."""
+    try:
+        return reader(name, default=default)
+    except (ValueError, TypeError, ImproperlyConfigured) as error:
+        raise ImproperlyConfigured(f"environment variable {name} is malformed: {error}") from None
+
+
+def _positive(name: str, default: float) -> float:
+    value = _read(name, env.float, default)
+    if value <= 0:
+        raise ImproperlyConfigured(f"environment variable {name} must be positive, not {value}")
+    return value
+
+
+DEBUG = _read("DEBUG", env.bool, False)
+SECRET_KEY = _read("SECRET_KEY", env.str, "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: set SECRET_KEY (or DEBUG=true for a development server)"
+        )
+    SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production"
+ALLOWED_HOSTS = _read("ALLOWED_HOSTS", env.list, ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = _read("CSRF_TRUSTED_ORIGINS", env.list, [])
+
+SIMRUN_HOME = Path(_read("SIMRUN_HOME", env.str, str(BASE_DIR / "var"))).resolve()
+SIMRUN_STORE = Path(_read("SIMRUN_STORE", env.str, str(SIMRUN_HOME / "store"))).resolve()
+SIMRUN_BACKEND = _read("SIMRUN_BACKEND", env.str, "local")
+if SIMRUN_BACKEND not in {"local", "argo", "fake"}:
+    raise ImproperlyConfigured(
+        f"environment variable SIMRUN_BACKEND must be local or argo, not {SIMRUN_BACKEND!r}"
+    )
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "runs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "simrun_site.urls"
+WSGI_APPLICATION = "simrun_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": _read("DATABASE_URL", env.db_url, f"sqlite:///{SIMRUN_HOME / 'simrun.sqlite3'}")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Several processes (web, worker, beat) share the file: wait for locks, write-ahead log.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "runs:run-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = SIMRUN_HOME / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "simrun API",
+    "DESCRIPTION": "Submit and follow simulation runs: DAGs of sweeps, plugins and commands.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Celery: Redis in production; without CELERY_BROKER_URL a filesystem broker under SIMRUN_HOME.
+CELERY_BROKER_URL = _read("CELERY_BROKER_URL", env.str, "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker = SIMRUN_HOME / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker / "queue"),
+        "data_folder_out": str(_broker / "queue"),
+        "processed_folder": str(_broker / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = _read("CELERY_TASK_ALWAYS_EAGER", env.bool, False)
+CELERY_BEAT_SCHEDULE_FILENAME = str(SIMRUN_HOME / "celerybeat-schedule")
+
+# The control loop.
+SIMRUN_POLL_S = _positive("SIMRUN_POLL_S", 5.0)
+SIMRUN_SETTLE_S = _positive("SIMRUN_SETTLE_S", 30.0)
+SIMRUN_MERGE_MARKER_GRACE_S = _positive("SIMRUN_MERGE_MARKER_GRACE_S", 120.0)
+SIMRUN_LOCK_URL = _read("SIMRUN_LOCK_URL", env.str, "")
+
+# The local backend.
+SIMRUN_LOCAL_CORES = _read("SIMRUN_LOCAL_CORES", env.int, None)
+SIMRUN_LOCAL_MEMORY_GB = _read("SIMRUN_LOCAL_MEMORY_GB", env.float, None)
+SIMRUN_LOCAL_COMMANDS = _read("SIMRUN_LOCAL_COMMANDS", env.str, "direct")
+if SIMRUN_LOCAL_COMMANDS not in {"direct", "docker"}:
+    raise ImproperlyConfigured(
+        f"environment variable SIMRUN_LOCAL_COMMANDS must be direct or docker, "
+        f"not {SIMRUN_LOCAL_COMMANDS!r}"
+    )
+SIMRUN_SCRATCH = Path(_read("SIMRUN_SCRATCH", env.str, str(SIMRUN_HOME / "scratch"))).resolve()
+
+# The Argo backend (see runs/backends/argo*.py and docs/cluster.md).
+SIMRUN_CLUSTER = {
+    "namespace": _read("SIMRUN_K8S_NAMESPACE", env.str, "simrun"),
+    "queue": _read("SIMRUN_KUEUE_QUEUE", env.str, "simrun"),
+    "service_account": _read("SIMRUN_K8S_SERVICE_ACCOUNT", env.str, "simrun-runner"),
+    "store_claim": _read("SIMRUN_STORE_CLAIM", env.str, "simrun-store"),
+    "store_mount": _read("SIMRUN_STORE_MOUNT", env.str, "/store"),
+    "registry": _read("SIMRUN_REGISTRY", env.str, ""),
+    "pull_secret": _read("SIMRUN_PULL_SECRET", env.str, ""),
+    "harness_image": _read("SIMRUN_HARNESS_IMAGE", env.str, "ghcr.io/simrun/harness:0.1.0"),
+    "node_selector": _read("SIMRUN_NODE_SELECTOR", env.dict, {}),
+    "ttl_s": _read("SIMRUN_WORKFLOW_TTL_S", env.int, 3600),
+    "kubeconfig": _read("KUBECONFIG", env.str, ""),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": _read("LOG_LEVEL", env.str, "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

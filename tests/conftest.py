@@ -1,0 +1,59 @@
+"""Fixtures shared by the whole suite: personas, API clients, a store of its own per test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+
+@pytest.fixture(autouse=True)
+def store(settings, tmp_path: Path) -> Path:
+    """Every test gets a store of its own."""
+    settings.SIMRUN_STORE = tmp_path / "store"
+    settings.SIMRUN_STORE.mkdir()
+    return settings.SIMRUN_STORE
+
+
+@pytest.fixture
+def owner(db) -> User:
+    return User.objects.create_user("alice", password="alice-password")
+
+
+@pytest.fixture
+def stranger(db) -> User:
+    return User.objects.create_user("mallory", password="mallory-password")
+
+
+@pytest.fixture
+def staff(db) -> User:
+    return User.objects.create_user("operator", password="operator-password", is_staff=True)
+
+
+def client_for(user: User | None) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def owner_client(owner) -> APIClient:
+    return client_for(owner)
+
+
+@pytest.fixture
+def stranger_client(stranger) -> APIClient:
+    return client_for(stranger)
+
+
+@pytest.fixture
+def staff_client(staff) -> APIClient:
+    return client_for(staff)
+
+
+@pytest.fixture
+def anonymous_client() -> APIClient:
+    return APIClient()

@@ -1,0 +1,18 @@
+"""Settings of the test suite: the service's settings with test defaults in the environment.
+
+PostgreSQL and Redis are real (the services of this machine, see .ci/run); every variable
+can be overridden from the environment, e.g. DATABASE_URL for another database.
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
+os.environ.setdefault("DATABASE_URL", "postgres://simrun:simrun@127.0.0.1:5432/simrun")
+os.environ.setdefault("SIMRUN_BACKEND", "fake")
+os.environ.setdefault("SIMRUN_HOME", tempfile.mkdtemp(prefix="simrun-tests-"))
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "false")
+
+from simrun_site.settings import *  # noqa: E402, F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
