@@ -1,0 +1,41 @@
+"""The ``simrun`` command: each subcommand is a module of this package.
+
+A subcommand module has ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+Client subcommands talk to the REST API only; ``serve`` and ``render-workflow`` start Django
+themselves, so ``simrun --help`` works without the service installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import import_module
+from types import ModuleType
+
+SUBCOMMANDS = [
+    "runs.cli.version",
+]
+
+
+def _modules() -> list[ModuleType]:
+    return [import_module(name) for name in SUBCOMMANDS]
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="simrun", description="Run simulation workflows: sweeps, plugins and commands."
+    )
+    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in _modules():
+        sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130
