@@ -156,6 +156,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(_broker / "queue"),
         "processed_folder": str(_broker / "processed"),
         "store_processed": False,
+        "polling_interval": 0.1,
     }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
