@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as PackageRequirement
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -39,11 +42,38 @@ TASK_ID = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 PORT = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$")
 IMAGE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._\-/:@]{0,499}$")
-REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\], <>=!~*;:'\"@/+]{0,199}$")
 # Node names a split task adds to the DAG besides its own id.
 DERIVED_NODE = re.compile(r"^(?P<task>[a-z][a-z0-9-]*)-(w\d+|extra|merge)$")
 
 STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _match(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+ImageRef = Annotated[StrictStr, _match(IMAGE_REF, "an image reference")]
+
+
+def _requirement(value: str) -> str:
+    try:
+        PackageRequirement(value)
+    except InvalidRequirement:
+        raise ValueError(f"{value!r} is not a package requirement (PEP 508)") from None
+    if len(value) > 200:
+        raise ValueError("a package requirement has at most 200 characters")
+    return value
+
+
+Requirement = Annotated[StrictStr, AfterValidator(_requirement)]
+SnapshotId = Annotated[
+    StrictStr, _match(SNAPSHOT_ID, "a snapshot id (upload the tree first: simrun submit does)")
+]
 
 
 class SpecError(Exception):
@@ -79,7 +109,7 @@ class TaskSpec(BaseModel):
     workers: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
     cores: int | None = Field(default=None, ge=1, le=MAX_CORES)
     memory: MemorySpec | None = None
-    image: StrictStr | None = Field(default=None, max_length=500)
+    image: ImageRef | None = None
 
     @field_validator("inputs")
     @classmethod
@@ -89,36 +119,14 @@ class TaskSpec(BaseModel):
                 raise ValueError(f"port {port!r} must match [a-z][a-z0-9_-]*, at most 40 chars")
         return inputs
 
-    @field_validator("image")
-    @classmethod
-    def _image(cls, image: str | None) -> str | None:
-        if image is not None and not IMAGE_REF.match(image):
-            raise ValueError(f"{image!r} is not an image reference")
-        return image
-
 
 class EnvironmentSpec(BaseModel):
     """What the image of the run must contain."""
 
     model_config = STRICT
 
-    image: StrictStr | None = Field(default=None, max_length=500)
-    packages: list[StrictStr] = Field(default_factory=list, max_length=200)
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, image: str | None) -> str | None:
-        if image is not None and not IMAGE_REF.match(image):
-            raise ValueError(f"{image!r} is not an image reference")
-        return image
-
-    @field_validator("packages")
-    @classmethod
-    def _packages(cls, packages: list[str]) -> list[str]:
-        for package in packages:
-            if not REQUIREMENT.match(package):
-                raise ValueError(f"{package!r} is not a package requirement")
-        return packages
+    image: ImageRef | None = None
+    packages: list[Requirement] = Field(default_factory=list, max_length=200)
 
 
 class RunSpec(BaseModel):
@@ -129,19 +137,9 @@ class RunSpec(BaseModel):
     name: StrictStr = Field(default="", max_length=200)
     tasks: dict[StrictStr, TaskSpec] = Field(min_length=1, max_length=MAX_TASKS)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
-    sources: list[StrictStr] = Field(default_factory=list, max_length=50)
+    sources: list[SnapshotId] = Field(default_factory=list, max_length=50)
     reserve_node: StrictBool = False
     commands: Literal["direct", "docker"] | None = None
-
-    @field_validator("sources")
-    @classmethod
-    def _sources(cls, sources: list[str]) -> list[str]:
-        for source in sources:
-            if not SNAPSHOT_ID.match(source):
-                raise ValueError(
-                    f"{source!r} is no snapshot id (upload the tree first: simrun submit does)"
-                )
-        return sources
 
     def dump(self) -> dict[str, Any]:
         """The JSON form kept in the record and in ``run.json``."""
@@ -149,7 +147,15 @@ class RunSpec(BaseModel):
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """A safe loader that refuses aliases, so a small document cannot expand into a huge one."""
+    """A safe loader that refuses aliases, so a small document cannot expand into a huge one.
+
+    Dates stay strings (``name: 2024-01-01`` is a name, not a date), as they would in JSON.
+    """
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
         if self.check_event(yaml.AliasEvent):
@@ -176,11 +182,18 @@ def parse_document(text: str | bytes) -> Any:
     except (ValueError, RecursionError):
         pass
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as error:
         raise SpecError({"spec": [f"not valid YAML or JSON: {error}".replace("\n", " ")]}) from None
     except (RecursionError, ValueError, TypeError, OverflowError) as error:
         raise SpecError({"spec": [f"not valid YAML or JSON: {error}"]}) from None
+    try:
+        # Only what JSON can say: a spec means the same whichever of the two it came as.
+        return json.loads(json.dumps(data))
+    except (TypeError, ValueError, RecursionError):
+        raise SpecError(
+            {"spec": ["the document holds values JSON cannot (binary, sets, complex keys)"]}
+        ) from None
 
 
 def _path(prefix: str, loc: tuple[Any, ...]) -> str:
@@ -259,6 +272,15 @@ def _check_task(
     if len(json.dumps(task.settings or {})) > MAX_SETTINGS_BYTES:
         errors[f"{at}.settings"] = [f"the settings are larger than {MAX_SETTINGS_BYTES} bytes"]
         return errors
+    if task_type.settings.model_config.get("extra") != "allow":
+        known = set(task_type.settings.model_fields) | {
+            f.alias for f in task_type.settings.model_fields.values() if f.alias
+        }
+        for key in task.settings or {}:
+            if key not in known:
+                errors[f"{at}.settings.{key}"] = [
+                    f"unknown setting of {task.type} (known: {', '.join(sorted(known))})"
+                ]
     try:
         settings = task_type.parse_settings(task.settings)
     except ValidationError as error:
