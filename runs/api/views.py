@@ -35,7 +35,9 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
 
     def create(self, request: Request) -> Response:
         try:
-            spec = parse_spec(request.data, types=task_types())
+            # An empty body never reaches the parsers: DRF gives an empty mapping instead.
+            body = request.data if isinstance(request.data, bytes) else b""
+            spec = parse_spec(body, types=task_types())
             run = create_run(spec=spec, owner=request.user)
         except SpecError as error:
             raise ValidationError(error.errors) from None
@@ -44,9 +46,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        if run.ended:
-            return Response(
-                {"detail": f"run {run.id} has ended ({run.state})"}, status=status.HTTP_409_CONFLICT
-            )
-        controller.request_cancel(run)
+        try:
+            controller.request_cancel(run)
+        except controller.Conflict as error:
+            return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

@@ -1,0 +1,239 @@
+"""The runs API for every persona: anonymous, owner, another user, staff."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from runs import tasks
+from runs.models import Run, RunState, Task
+
+pytestmark = pytest.mark.django_db
+
+SWEEP_YAML = """
+name: demo
+tasks:
+  sweep: {type: squares, settings: {n: 20}, workers: 2}
+  summary: {type: csv-stats, inputs: {table: sweep}}
+"""
+SWEEP_JSON = json.dumps(
+    {"name": "demo", "tasks": {"sweep": {"type": "squares", "settings": {"n": 20}}}}
+)
+
+
+@pytest.fixture(autouse=True)
+def queued(monkeypatch) -> list[str]:
+    """The runs handed to the submission task (the Celery task itself is the controller's)."""
+    handed: list[str] = []
+    monkeypatch.setattr(tasks.submit_run, "delay", handed.append)
+    return handed
+
+
+def submit(client: APIClient, body: str = SWEEP_YAML, content_type="application/yaml"):
+    return client.post("/api/runs/", data=body, content_type=content_type)
+
+
+def run_of(user, name="demo") -> Run:
+    return Run.objects.create(owner=user, name=name, spec={"tasks": {}}, backend="fake")
+
+
+# Submission
+
+
+def test_an_owner_submits_yaml_and_gets_the_run_with_its_planned_tasks(
+    owner_client, owner, store, queued, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = submit(owner_client)
+    assert response.status_code == 201
+    body = response.json()
+    assert body["state"] == "submitting" and body["owner"] == "alice" and body["name"] == "demo"
+    assert [t["id"] for t in body["tasks"]] == ["sweep", "summary"]
+    sweep = body["tasks"][0]
+    assert sweep["kind"] == "split" and sweep["units_total"] == 20
+    assert sweep["plan"]["workers"] == 2 and sweep["plan"]["why"]
+    assert body["tasks"][1]["inputs"] == {"table": "sweep"}
+    assert queued == [body["id"]]
+
+
+def test_a_submission_writes_run_json_and_each_task_json_into_the_store(owner_client, store):
+    run_id = submit(owner_client).json()["id"]
+    run_json = json.loads((store / "runs" / run_id / "run.json").read_text())
+    assert run_json["id"] == run_id and set(run_json["tasks"]) == {"sweep", "summary"}
+    task_json = json.loads((store / "runs" / run_id / "tasks/sweep/task.json").read_text())
+    assert task_json["type"] == "squares"
+    assert task_json["settings"] == {"n": 20, "delay_s": 0.0}
+    assert {"base_gb", "per_worker_gb", "processes", "coordinator_merges"} <= set(task_json["plan"])
+    summary = json.loads((store / "runs" / run_id / "tasks/summary/task.json").read_text())
+    assert summary["inputs"] == {"table": "sweep"}
+
+
+def test_the_run_is_handed_to_submission_only_after_commit(owner_client, queued):
+    response = submit(owner_client)
+    assert response.status_code == 201
+    # The test transaction never commits, so nothing may have been handed over.
+    assert queued == []
+
+
+def test_json_submissions_work_as_well(owner_client):
+    response = submit(owner_client, SWEEP_JSON, "application/json")
+    assert response.status_code == 201
+    assert response.json()["tasks"][0]["settings"] == {"n": 20, "delay_s": 0.0}
+
+
+def test_a_bad_spec_is_a_400_with_the_field_errors_and_creates_nothing(owner_client, store):
+    response = submit(owner_client, "tasks: {sweep: {type: squares, settings: {n: 0}}}")
+    assert response.status_code == 400
+    assert "tasks.sweep.settings.n" in response.json()
+    assert not Run.objects.exists() and not (store / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("", "application/json"),
+        ("{not json", "application/json"),
+        ("\xff", "text/plain"),
+        ("[1, 2]", "application/yaml"),
+    ],
+)
+def test_garbage_bodies_are_400_never_500(owner_client, body, content_type):
+    response = submit(owner_client, body, content_type)
+    assert response.status_code == 400
+    assert "spec" in response.json()
+
+
+def test_an_unsupported_media_type_is_415(owner_client):
+    response = owner_client.post("/api/runs/", data=b"x", content_type="image/png")
+    assert response.status_code == 415
+
+
+def test_an_unknown_snapshot_is_a_400_on_its_index(owner_client):
+    body = SWEEP_YAML + "sources: [" + "b" * 64 + "]\n"
+    response = submit(owner_client, body)
+    assert response.status_code == 400
+    assert "unknown snapshot" in response.json()["sources.0"][0]
+
+
+def test_anonymous_cannot_submit(anonymous_client):
+    assert submit(anonymous_client).status_code == 401
+    assert not Run.objects.exists()
+
+
+# Reading
+
+
+def test_anonymous_gets_401_everywhere(anonymous_client, owner):
+    run = run_of(owner)
+    assert anonymous_client.get("/api/runs/").status_code == 401
+    assert anonymous_client.get(f"/api/runs/{run.id}/").status_code == 401
+    assert anonymous_client.post(f"/api/runs/{run.id}/cancel/").status_code == 401
+
+
+def test_a_user_lists_their_own_runs_newest_first(owner_client, owner, stranger):
+    older = run_of(owner, "older")
+    newer = run_of(owner, "newer")
+    run_of(stranger, "theirs")
+    Run.objects.filter(pk=older.pk).update(created_at=timezone.now() - timezone.timedelta(hours=1))
+    body = owner_client.get("/api/runs/").json()
+    assert [r["id"] for r in body["results"]] == [newer.id, older.id]
+    assert body["count"] == 2
+
+
+def test_the_runs_list_is_paginated(owner_client, owner):
+    for i in range(55):
+        run_of(owner, f"run-{i}")
+    first = owner_client.get("/api/runs/").json()
+    assert first["count"] == 55 and len(first["results"]) == 50 and first["next"]
+    second = owner_client.get(first["next"]).json()
+    assert len(second["results"]) == 5 and second["next"] is None
+
+
+def test_the_runs_list_takes_a_constant_number_of_queries(
+    owner_client, owner, django_assert_max_num_queries
+):
+    for i in range(30):
+        run_of(owner, f"run-{i}")
+    with django_assert_max_num_queries(3):
+        assert owner_client.get("/api/runs/").status_code == 200
+
+
+def test_an_owner_sees_the_detail_with_tasks_and_plans(owner_client):
+    run_id = submit(owner_client).json()["id"]
+    body = owner_client.get(f"/api/runs/{run_id}/").json()
+    assert body["id"] == run_id and body["spec"]["name"] == "demo"
+    assert body["tasks"][0]["plan"]["memory_gb"] > 0
+    assert body["tasks"][0]["plan"]["why"]
+
+
+def test_another_users_run_is_404_for_detail_and_cancel(stranger_client, owner):
+    run = run_of(owner)
+    assert stranger_client.get(f"/api/runs/{run.id}/").status_code == 404
+    assert stranger_client.post(f"/api/runs/{run.id}/cancel/").status_code == 404
+    assert Run.objects.get(pk=run.pk).state == RunState.SUBMITTING
+
+
+def test_an_unknown_run_is_404(owner_client):
+    assert owner_client.get("/api/runs/nosuchrun/").status_code == 404
+
+
+def test_staff_see_and_act_on_every_run(staff_client, owner, stranger):
+    mine, theirs = run_of(owner), run_of(stranger)
+    listed = {r["id"] for r in staff_client.get("/api/runs/").json()["results"]}
+    assert listed == {mine.id, theirs.id}
+    assert staff_client.get(f"/api/runs/{theirs.id}/").status_code == 200
+    assert staff_client.post(f"/api/runs/{theirs.id}/cancel/").status_code == 202
+
+
+# Cancel
+
+
+def test_an_owner_cancels_a_live_run_which_is_written_cancelled_at_once(owner_client, owner):
+    run = run_of(owner)
+    Run.objects.filter(pk=run.pk).update(state=RunState.RUNNING, workflow="simrun-x")
+    response = owner_client.post(f"/api/runs/{run.id}/cancel/")
+    assert response.status_code == 202
+    assert response.json()["state"] == "cancelled"
+    stored = Run.objects.get(pk=run.pk)
+    assert stored.state == RunState.CANCELLED and stored.ended_at is not None
+    assert stored.pending_cancel
+
+
+def test_cancelling_an_ended_run_is_a_conflict(owner_client, owner):
+    run = run_of(owner)
+    Run.objects.filter(pk=run.pk).update(state=RunState.SUCCEEDED, ended_at=timezone.now())
+    response = owner_client.post(f"/api/runs/{run.id}/cancel/")
+    assert response.status_code == 409
+    assert Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED
+
+
+# Authentication
+
+
+def test_a_token_from_drf_create_token_authenticates(owner, capsys):
+    call_command("drf_create_token", owner.username)
+    token = Token.objects.get(user=owner).key
+    assert token in capsys.readouterr().out
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/api/runs/").status_code == 200
+    client.credentials(HTTP_AUTHORIZATION="Token wrong")
+    assert client.get("/api/runs/").status_code == 401
+
+
+def test_a_browser_session_authenticates(client, owner):
+    assert client.login(username="alice", password="alice-password")
+    assert client.get("/api/runs/").status_code == 200
+
+
+def test_a_session_needs_the_csrf_token_to_submit(owner):
+    client = APIClient(enforce_csrf_checks=True)
+    client.login(username="alice", password="alice-password")
+    response = client.post("/api/runs/", data=SWEEP_YAML, content_type="application/yaml")
+    assert response.status_code == 403
+    assert not Task.objects.exists()
