@@ -24,6 +24,18 @@ def _read(name: str, reader, default):  # type: ignore[no-untyped-def]
         raise ImproperlyConfigured(f"environment variable {name} is malformed: {error}") from None
 
 
+def _bool(name: str, default: bool) -> bool:
+    """A strict boolean: true/false, yes/no, on/off, 1/0; anything else is an error."""
+    raw = env.str(name, default="").strip().lower()
+    if not raw:
+        return default
+    if raw in {"true", "yes", "on", "1"}:
+        return True
+    if raw in {"false", "no", "off", "0"}:
+        return False
+    raise ImproperlyConfigured(f"environment variable {name} must be true or false, not {raw!r}")
+
+
 def _positive(name: str, default: float) -> float:
     value = _read(name, env.float, default)
     if value <= 0:
@@ -31,7 +43,7 @@ def _positive(name: str, default: float) -> float:
     return value
 
 
-DEBUG = _read("DEBUG", env.bool, False)
+DEBUG = _bool("DEBUG", False)
 SECRET_KEY = _read("SECRET_KEY", env.str, "")
 if not SECRET_KEY:
     if not DEBUG:
@@ -98,6 +110,14 @@ TEMPLATES = [
 DATABASES = {
     "default": _read("DATABASE_URL", env.db_url, f"sqlite:///{SIMRUN_HOME / 'simrun.sqlite3'}")
 }
+if DATABASES["default"]["ENGINE"] not in {
+    "django.db.backends.sqlite3",
+    "django.db.backends.postgresql",
+}:
+    raise ImproperlyConfigured(
+        "environment variable DATABASE_URL must be a postgres:// or sqlite:/// URL, "
+        f"not one for {DATABASES['default']['ENGINE']!r}"
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Several processes (web, worker, beat) share the file: wait for locks, write-ahead log.
@@ -161,12 +181,16 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ALWAYS_EAGER = _read("CELERY_TASK_ALWAYS_EAGER", env.bool, False)
+CELERY_TASK_ALWAYS_EAGER = _bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(SIMRUN_HOME / "celerybeat-schedule")
 
 # The control loop.
 SIMRUN_POLL_S = _positive("SIMRUN_POLL_S", 5.0)
 SIMRUN_SETTLE_S = _positive("SIMRUN_SETTLE_S", 30.0)
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {"task": "runs.tasks.reconcile", "schedule": SIMRUN_POLL_S},
+    "settle": {"task": "runs.tasks.settle", "schedule": SIMRUN_SETTLE_S},
+}
 SIMRUN_MERGE_MARKER_GRACE_S = _positive("SIMRUN_MERGE_MARKER_GRACE_S", 120.0)
 SIMRUN_LOCK_URL = _read("SIMRUN_LOCK_URL", env.str, "")
 

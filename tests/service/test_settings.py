@@ -1,0 +1,69 @@
+"""Settings come from the environment only; a bad environment is a clear error, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``manage.py check`` with exactly this environment (plus PATH)."""
+    environment = {"PATH": os.environ["PATH"], "SIMRUN_HOME": str(tmp_path / "home"), **env}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_embedded_default_needs_nothing_but_a_secret_key(tmp_path):
+    result = check(tmp_path, SECRET_KEY="s")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "home").is_dir()
+
+
+def test_without_debug_and_secret_key_the_service_refuses_to_start(tmp_path):
+    result = check(tmp_path)
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set" in result.stderr
+
+
+def test_debug_runs_without_a_secret_key(tmp_path):
+    assert check(tmp_path, DEBUG="true").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DEBUG", "perhaps"),
+        ("DATABASE_URL", "nosuchdb://x"),
+        ("SIMRUN_POLL_S", "soon"),
+        ("SIMRUN_POLL_S", "-1"),
+        ("SIMRUN_BACKEND", "slurm"),
+        ("SIMRUN_LOCAL_CORES", "many"),
+        ("SIMRUN_LOCAL_COMMANDS", "podman"),
+    ],
+)
+def test_a_malformed_variable_is_an_error_that_names_it(tmp_path, name, value):
+    result = check(tmp_path, SECRET_KEY="s", **{name: value})
+    assert result.returncode != 0
+    assert name in result.stderr.splitlines()[-1], result.stderr[-500:]
+
+
+def test_the_beat_schedule_has_reconcile_and_settle_at_the_configured_periods(settings):
+    from simrun_site.celery import app
+
+    schedule = app.conf.beat_schedule
+    assert schedule["reconcile"]["task"] == "runs.tasks.reconcile"
+    assert schedule["reconcile"]["schedule"] == settings.SIMRUN_POLL_S
+    assert schedule["settle"]["task"] == "runs.tasks.settle"
+    assert schedule["settle"]["schedule"] == settings.SIMRUN_SETTLE_S
