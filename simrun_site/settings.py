@@ -218,6 +218,11 @@ SIMRUN_CLUSTER = {
     "node_selector": _read("SIMRUN_NODE_SELECTOR", env.dict, {}),
     "ttl_s": _read("SIMRUN_WORKFLOW_TTL_S", env.int, 3600),
     "kubeconfig": _read("KUBECONFIG", env.str, ""),
+    "registry_auth_file": _read("SIMRUN_REGISTRY_AUTH_FILE", env.str, ""),
+    "builder_image": _read(
+        "SIMRUN_BUILDER_IMAGE", env.str, "gcr.io/kaniko-project/executor:v1.23.2"
+    ),
+    "build_timeout_s": _read("SIMRUN_BUILD_TIMEOUT_S", env.int, 3600),
 }
 
 LOGGING = {

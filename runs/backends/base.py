@@ -106,6 +106,11 @@ class ClusterConfig(BaseModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     ttl_s: int = 3600
     kubeconfig: str = ""
+    registry_auth_file: str = Field(
+        default="", description="A Docker config.json with the registry's credentials."
+    )
+    builder_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
+    build_timeout_s: int = 3600
 
 
 class TaskRecord(BaseModel):
