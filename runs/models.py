@@ -123,6 +123,9 @@ class Run(models.Model):
     memory_enforced = models.BooleanField(
         default=True, help_text="Whether the backend enforces the planned memory."
     )
+    failed_seen = models.PositiveIntegerField(
+        default=0, help_text="Failed attempts of the backend's status already recorded."
+    )
     version = models.PositiveIntegerField(default=0)
     reconcile_failures = models.PositiveIntegerField(default=0)
     reconcile_after = models.DateTimeField(
@@ -200,6 +203,12 @@ class Task(models.Model):
     units_done = models.PositiveIntegerField(default=0)
     units_total = models.PositiveIntegerField(default=0)
     position = models.PositiveIntegerField(default=0, help_text="Order in the spec.")
+    progress_bytes = models.PositiveBigIntegerField(
+        default=0, help_text="Bytes of progress.jsonl counted into units_done."
+    )
+    logs_kept = models.BooleanField(
+        default=False, help_text="The logs of its pods are kept in the store, its reports recorded."
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
