@@ -14,6 +14,7 @@ from types import ModuleType
 
 SUBCOMMANDS = [
     "runs.cli.version",
+    "runs.cli.render_workflow",
 ]
 
 
