@@ -1,0 +1,479 @@
+"""The Argo backend: a run is an Argo Workflow on Kubernetes, its pods admitted by Kueue.
+
+The Workflow is built by ``argo_manifest`` and read by ``argo_status``; this module speaks to
+the Kubernetes API with the official client (``CustomObjectsApi`` for workflows, ``CoreV1Api``
+for pods, logs and nodes), builds images with an in-cluster Kaniko pod (``argo_build``) and
+asks the registry for images (``argo_registry``). See docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kubernetes import config
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
+from kubernetes.watch import Watch
+
+from harness.tasktypes import TaskType
+from runs.backends.argo_build import build_pod, build_pod_name
+from runs.backends.argo_manifest import (
+    DAG_TASK_LABEL,
+    GROUP,
+    PLURAL,
+    RESERVED_KEY,
+    RUN_LABEL,
+    TASK_LABEL,
+    VERSION,
+    workflow_manifest,
+)
+from runs.backends.argo_registry import has_image, registry_credentials
+from runs.backends.argo_status import NODE_NAME, status_from_workflow
+from runs.backends.base import (
+    BackendStatus,
+    ClusterConfig,
+    NodeInfo,
+    Placement,
+    PodLog,
+    RunRecord,
+)
+from runs.planner import TaskPlan
+
+log = logging.getLogger(__name__)
+
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
+TERMINATED = frozenset({"Succeeded", "Failed"})
+CONFLICT_RETRIES = 10
+"""Read-modify-write attempts on a node whose resourceVersion keeps changing."""
+WATCH_TIMEOUT_S = 300
+WATCH_BACKOFF_S = 5.0
+BUILD_POLL_S = 5.0
+GIB = 2**30
+
+
+def api_client(kubeconfig: str = "") -> ApiClient:
+    """A client of the cluster: the kubeconfig named, else in-cluster, else ``~/.kube/config``."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    configuration = Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        return config.new_client_from_config()
+    return ApiClient(configuration)
+
+
+class ArgoBackend:
+    """Runs as Argo Workflows in one namespace of a Kubernetes cluster."""
+
+    name = "argo"
+    runs_images = True
+    extra_workers = True
+    enforces_memory = True
+    max_cores: int | None = None
+    max_memory_gb: float | None = None
+
+    def __init__(
+        self,
+        *,
+        cluster: ClusterConfig,
+        api: ApiClient,
+        store: Path,
+        build_poll_s: float = BUILD_POLL_S,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
+    ) -> None:
+        self.cluster = cluster
+        self.store = store
+        self.core = CoreV1Api(api)
+        self.custom = CustomObjectsApi(api)
+        self.build_poll_s = build_poll_s
+        self.watch_timeout_s = watch_timeout_s
+        self._callbacks: list[Callable[[], None]] = []
+        self._watcher: threading.Thread | None = None
+        self._watch: Watch | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls) -> ArgoBackend:
+        """The backend of ``SIMRUN_CLUSTER``, with its kubeconfig or the in-cluster config."""
+        from django.conf import settings
+
+        from runs.backends import cluster_config
+
+        cluster = cluster_config()
+        return cls(cluster=cluster, api=api_client(cluster.kubeconfig), store=settings.SIMRUN_STORE)
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    # Workflows
+
+    def submit(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str:
+        """Create the run's Workflow; one that exists already is taken as submitted."""
+        manifest = workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
+        name: str = manifest["metadata"]["name"]
+        try:
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, cluster.namespace, PLURAL, manifest
+            )
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            log.info("workflow %s exists already: taken as submitted", name)
+        return name
+
+    def status(self, name: str) -> BackendStatus:
+        """The status of a Workflow; KeyError when it is gone (e.g. deleted by its TTL)."""
+        return status_from_workflow(self._workflow(name))
+
+    def cancel(self, name: str) -> None:
+        """Terminate a Workflow: no pod runs any more; KeyError when it is gone."""
+        self._shutdown(name, "Terminate")
+
+    def stop(self, name: str) -> None:
+        """Stop a Workflow whose run is decided: pending pods (Kueue's too) are deleted."""
+        self._shutdown(name, "Stop")
+
+    def _workflow(self, name: str) -> dict[str, Any]:
+        try:
+            workflow: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise KeyError(name) from None
+            raise
+        return workflow
+
+    def _shutdown(self, name: str, strategy: str) -> None:
+        # A dict body goes out as a JSON merge patch, as `argo stop` sends it.
+        try:
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, {"spec": {"shutdown": strategy}}
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise KeyError(name) from None
+            raise
+
+    # Pods
+
+    def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
+        """The logs of the ``main`` container of every pod of a task still there, oldest first."""
+        selector = f"{WORKFLOW_LABEL}={name},{TASK_LABEL}={task_id}"
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        pods.sort(key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
+        found = []
+        for pod in pods:
+            node = (pod.metadata.annotations or {}).get(NODE_NAME_ANNOTATION, "")
+            node = node.removeprefix(f"{name}.")
+            match = NODE_NAME.match(node)
+            attempt = int(match["attempt"]) if match and match["attempt"] else _attempt(pod)
+            try:
+                text = self.core.read_namespaced_pod_log(
+                    pod.metadata.name, self.namespace, container="main", tail_lines=tail_lines
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    continue  # deleted since the list
+                if error.status != 400:
+                    raise
+                text = ""  # its container has not started
+            phase = pod.status.phase if pod.status else None
+            found.append(
+                PodLog(
+                    node=node,
+                    pod=pod.metadata.name,
+                    text=text,
+                    done=phase in TERMINATED,
+                    attempt=attempt,
+                )
+            )
+        return found
+
+    def placements(self) -> list[Placement]:
+        """Every pod of a run that has not terminated, with its node, requests and worker."""
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=RUN_LABEL).items
+        found = []
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            phase = (pod.status.phase if pod.status else None) or "Pending"
+            if phase in TERMINATED or WORKFLOW_LABEL not in labels:
+                continue
+            requests = [
+                (c.resources.requests or {}) if c.resources else {} for c in pod.spec.containers
+            ]
+            env = _main_env(pod)
+            found.append(
+                Placement(
+                    workflow=labels[WORKFLOW_LABEL],
+                    dag_task=labels.get(DAG_TASK_LABEL, ""),
+                    pod=pod.metadata.name,
+                    node=pod.spec.node_name,
+                    phase=phase,
+                    cores=float(sum(parse_quantity(r.get("cpu", "0")) for r in requests)),
+                    memory_gb=float(sum(parse_quantity(r.get("memory", "0")) for r in requests))
+                    / GIB,
+                    worker=env.get("SIMRUN_WORKER") or None,
+                    attempt=_attempt(pod),
+                )
+            )
+        return found
+
+    # Nodes
+
+    def nodes(self) -> list[NodeInfo]:
+        """The nodes the runs' pods may use (those of the node selector), with their holder."""
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.cluster.node_selector.items()))
+        found = []
+        for node in self.core.list_node(label_selector=selector or None).items:
+            labels = node.metadata.labels or {}
+            allocatable = (node.status.allocatable if node.status else None) or {}
+            conditions = (node.status.conditions if node.status else None) or []
+            ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+            found.append(
+                NodeInfo(
+                    name=node.metadata.name,
+                    cores=float(parse_quantity(allocatable.get("cpu", "0"))),
+                    memory_gb=float(parse_quantity(allocatable.get("memory", "0"))) / GIB,
+                    ready=ready and not (node.spec and node.spec.unschedulable),
+                    reserved_by=_holder(node),
+                    labels=labels,
+                )
+            )
+        return found
+
+    def reserve(self, node: str, run_id: str) -> None:
+        """Taint ``simrun/reserved=<run>:NoExecute`` and label the node; other taints are kept.
+
+        KeyError for an unknown node; ValueError when another run holds it.
+        """
+
+        def reserved(current: Any) -> dict[str, Any] | None:
+            holder = _holder(current)
+            if holder not in (None, run_id):
+                raise ValueError(f"node {node} is reserved by run {holder}")
+            taints = self._taints(current)
+            mine = {"key": RESERVED_KEY, "value": run_id, "effect": "NoExecute"}
+            labelled = (current.metadata.labels or {}).get(RESERVED_KEY) == run_id
+            if labelled and any(_is_reservation(t, run_id) for t in taints):
+                return None
+            kept = [t for t in taints if t.get("key") != RESERVED_KEY]
+            return _node_patch(current, labels={RESERVED_KEY: run_id}, taints=[*kept, mine])
+
+        self._update_node(node, reserved)
+
+    def unreserve(self, node: str, run_id: str) -> None:
+        """Remove this run's taint and label; another run's reservation is left as it is.
+
+        KeyError for an unknown node.
+        """
+
+        def released(current: Any) -> dict[str, Any] | None:
+            taints = self._taints(current)
+            kept = [t for t in taints if not _is_reservation(t, run_id)]
+            labelled = (current.metadata.labels or {}).get(RESERVED_KEY) == run_id
+            if len(kept) == len(taints) and not labelled:
+                return None
+            labels = {RESERVED_KEY: None} if labelled else {}
+            return _node_patch(current, labels=labels, taints=kept)
+
+        self._update_node(node, released)
+
+    def _taints(self, node: Any) -> list[dict[str, Any]]:
+        taints = (node.spec.taints if node.spec else None) or []
+        return [self.core.api_client.sanitize_for_serialization(t) for t in taints]
+
+    def _update_node(self, node: str, change: Callable[[Any], dict[str, Any] | None]) -> None:
+        """Read, change and patch a node guarded by its resourceVersion; retry on 409."""
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                current = self.core.read_node(node)
+                body = change(current)
+                if body is None:
+                    return
+                self.core.patch_node(node, body)
+                return
+            except ApiException as error:
+                if error.status == 404:
+                    raise KeyError(node) from None
+                if error.status != 409:
+                    raise
+                log.info("node %s changed meanwhile; reading it again", node)
+        raise RuntimeError(f"node {node} kept changing: {CONFLICT_RETRIES} conflicting writes")
+
+    # Change notifications
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on every change of a run's Workflow (a watch in a daemon thread)."""
+        with self._lock:
+            self._callbacks.append(callback)
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch_workflows, name="simrun-argo-watch", daemon=True
+                )
+                self._watcher.start()
+
+    def close(self) -> None:
+        """End the watch of ``subscribe``."""
+        self._closed.set()
+        if self._watch is not None:
+            self._watch.stop()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+
+    def _watch_workflows(self) -> None:
+        resource_version: str | None = None
+        while not self._closed.is_set():
+            try:
+                for _ in self._events(resource_version):
+                    resource_version = self._watch.resource_version if self._watch else None
+                    for callback in list(self._callbacks):
+                        try:
+                            callback()
+                        except Exception:
+                            log.exception("a subscriber of the Argo backend failed")
+            except ApiException as error:
+                if error.status == 410:
+                    resource_version = None  # too old: start again from the present
+                    continue
+                log.warning("watch of workflows failed: %s", error)
+                self._closed.wait(WATCH_BACKOFF_S)
+            except Exception:
+                if not self._closed.is_set():
+                    log.exception("watch of workflows failed")
+                self._closed.wait(WATCH_BACKOFF_S)
+
+    def _events(self, resource_version: str | None) -> Iterator[dict[str, Any]]:
+        self._watch = Watch()
+        since = {"resource_version": resource_version} if resource_version else {}
+        for event in self._watch.stream(
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            label_selector=RUN_LABEL,
+            timeout_seconds=self.watch_timeout_s,
+            **since,
+        ):
+            if self._closed.is_set():
+                return
+            yield event
+
+    # Images
+
+    def build_image(self, context: Path, ref: str) -> None:
+        """Build a context under the store with a Kaniko pod and push it as ``ref``.
+
+        A build pod of the same image that exists (a resumed submission) is waited for; a
+        failed one is replaced. RuntimeError with the end of its log when the build fails.
+        """
+        try:
+            inside = PurePosixPath(self.cluster.store_mount) / context.relative_to(self.store)
+        except ValueError:
+            raise ValueError(f"the build context {context} is not in the store") from None
+        name = build_pod_name(ref)
+        pod = build_pod(context=inside, ref=ref, cluster=self.cluster)
+        deadline = time.monotonic() + self.cluster.build_timeout_s
+        while True:
+            phase = self._build_phase(name, pod)
+            if phase == "Succeeded":
+                self._delete_pod(name)
+                return
+            if phase == "Failed":
+                tail = self._log_tail(name)
+                self._delete_pod(name)
+                raise RuntimeError(f"the build of {ref} failed:\n{tail}")
+            if time.monotonic() > deadline:
+                self._delete_pod(name)
+                raise RuntimeError(
+                    f"the build of {ref} took longer than {self.cluster.build_timeout_s} s"
+                )
+            time.sleep(self.build_poll_s)
+
+    def _build_phase(self, name: str, pod: dict[str, Any]) -> str:
+        """The phase of the build pod, created when it does not exist."""
+        try:
+            current = self.core.read_namespaced_pod(name, self.namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self.core.create_namespaced_pod(self.namespace, pod)
+            return "Pending"
+        return (current.status.phase if current.status else None) or "Pending"
+
+    def _log_tail(self, name: str) -> str:
+        try:
+            text: str = self.core.read_namespaced_pod_log(
+                name, self.namespace, container="main", tail_lines=50
+            )
+        except ApiException as error:
+            return f"(no log: {error.status} {error.reason})"
+        return text
+
+    def _delete_pod(self, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def has_image(self, ref: str) -> bool:
+        """Whether the registry has ``ref`` (its HTTP API, with the configured credentials)."""
+        auth = self.cluster.registry_auth_file
+        return has_image(ref, credentials=registry_credentials(auth) if auth else None)
+
+
+def _main_env(pod: Any) -> dict[str, str]:
+    for container in pod.spec.containers:
+        if container.name == "main":
+            return {e.name: e.value or "" for e in container.env or []}
+    return {}
+
+
+def _attempt(pod: Any) -> int | None:
+    """The attempt of a pod from its ``SIMRUN_ATTEMPT``, None when it has none."""
+    value = _main_env(pod).get("SIMRUN_ATTEMPT", "")
+    return int(value) if value.isdigit() else None
+
+
+def _holder(node: Any) -> str | None:
+    """The run a node is reserved for: its label, else its taint."""
+    label = (node.metadata.labels or {}).get(RESERVED_KEY)
+    if label:
+        return str(label)
+    for taint in (node.spec.taints if node.spec else None) or []:
+        if taint.key == RESERVED_KEY and taint.value:
+            return str(taint.value)
+    return None
+
+
+def _is_reservation(taint: dict[str, Any], run_id: str) -> bool:
+    return taint.get("key") == RESERVED_KEY and taint.get("value") == run_id
+
+
+def _node_patch(
+    node: Any, *, labels: dict[str, str | None], taints: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A strategic merge patch of a node's labels and (atomic) taints, guarded by its
+    resourceVersion: a node written meanwhile makes it fail with 409 (reference §5.2)."""
+    metadata: dict[str, Any] = {"resourceVersion": node.metadata.resource_version}
+    if labels:
+        metadata["labels"] = labels
+    return {"metadata": metadata, "spec": {"taints": taints}}

@@ -1,0 +1,441 @@
+"""The Argo Workflow of a run: a pure function of the run, its plans and the cluster.
+
+A run becomes one Workflow ``simrun-<run id>`` whose DAG has, for a split task T, the
+coordinator ``T-w0``, the extra workers ``T-extra`` (fanned out: nodes ``T-extra(<i>:<n>)``
+with ``SIMRUN_WORKER=T-w<n>``) and ``T-merge`` after the coordinator; for an unsplit task the
+node ``T``. Every pod template retries evictions, preemptions and kills for memory (the one
+after a kill with the retry memory, by a ``podSpecPatch`` on ``lastRetry``, Argo ≥ 3.7) and
+never a genuine failure. Quantities and IntOrString fields are strings, so the manifest
+validates against Argo's JSON schema as well as against the CRD.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from harness.tasktypes import TaskType
+from runs.backends.base import ClusterConfig, RunRecord, TaskRecord
+from runs.planner import TaskPlan
+
+GROUP = "argoproj.io"
+VERSION = "v1alpha1"
+PLURAL = "workflows"
+
+ENTRYPOINT = "Run"
+"""The DAG template; upper case, so no task id (lower case only) can collide with it."""
+RUN_LABEL = "simrun/run"
+TASK_LABEL = "simrun/task"
+DAG_TASK_LABEL = "simrun/dag-task"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RESERVED_KEY = "simrun/reserved"
+"""Key of the taint and of the label of a node reserved for a run (value: the run id)."""
+
+SCRATCH = "/scratch"
+STALE_S = 120
+"""Seconds after which the coordinator releases the claims of a silent worker."""
+RUN_AS_USER = 1000
+"""The user of every pod (the harness image's), so the store has one owner."""
+RETRY_LIMIT = "10"
+"""Retries of a pod: evictions and preemptions may repeat; a second kill for memory fails the
+run in the controller, which then stops the workflow."""
+RETRY_BACKOFF = "15s"
+POD_GC_DELAY = "10m"
+"""Succeeded pods stay this long, so the controller keeps their logs; failed pods stay until
+the workflow's time to live ends."""
+
+MEMORY_KILL_EXIT = "137"
+"""The exit code of a container (or of the harness) killed for memory; also of a pod killed
+after its grace period, which then gets the retry memory too: Argo cannot tell them apart."""
+EVICTION_PATTERN = (
+    "(?i)evict|preempt|low on resource|had condition|node shutdown|terminated in response"
+    "|pod deleted"
+)
+"""Messages of a pod that was evicted, preempted, drained or deleted (reference §1.4, §5.1);
+matched by Argo (RE2) in the retry expression and by simrun in the status."""
+RETRY_EXPRESSION = (
+    f"lastRetry.status == 'Error' or lastRetry.exitCode in ['{MEMORY_KILL_EXIT}', '143']"
+    f" or lastRetry.message matches '{EVICTION_PATTERN}'"
+)
+"""Retry a pod deleted or failed by the infrastructure (Error), killed (137: for memory, or
+after its grace period), stopped by SIGTERM (143: evicted) or evicted; not a genuine failure."""
+
+STAGE_SCRIPT = """\
+import os, shutil, sys
+store, out, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+os.makedirs(out, exist_ok=True)
+for pair in pairs:
+    port, source = pair.split("=", 1)
+    shutil.copytree(os.path.join(store, source), os.path.join("inputs", port), symlinks=True)
+"""
+"""The init container of a command task: its inputs into ``inputs/<port>`` of the scratch
+directory (its working directory) and its ``out/`` created, with the run's image."""
+
+
+def workflow_name(run_id: str) -> str:
+    """The name of the Workflow of a run."""
+    return f"simrun-{run_id}"
+
+
+def memory_quantity(gb: float) -> str:
+    """GiB as a Kubernetes quantity in whole MiB, rounded up."""
+    return f"{math.ceil(gb * 1024 - 1e-9)}Mi"
+
+
+def done_node(task_id: str, record: RunRecord, plans: Mapping[str, TaskPlan]) -> str:
+    """The DAG node whose success means a task's output is complete."""
+    if record.tasks[task_id].kind != "split":
+        return task_id
+    return f"{task_id}-w0" if plans[task_id].coordinator_merges else f"{task_id}-merge"
+
+
+def workflow_manifest(
+    *,
+    record: RunRecord,
+    plans: Mapping[str, TaskPlan],
+    types: Mapping[str, TaskType],
+    cluster: ClusterConfig,
+) -> dict[str, Any]:
+    """The Workflow of a run; ValueError when a task cannot run (no image, unknown type)."""
+    if missing := sorted(set(record.tasks) - set(plans)):
+        raise ValueError(f"no plan for the tasks {', '.join(missing)}")
+    dag: list[dict[str, Any]] = []
+    templates: list[dict[str, Any]] = []
+    for task in record.tasks.values():
+        plan = plans[task.id]
+        dependencies = sorted({done_node(src, record, plans) for src in task.inputs.values()})
+        after = {"dependencies": dependencies} if dependencies else {}
+        if task.kind == "split":
+            pods = _split_task(task, plan, record, cluster)
+            dag.append({"name": f"{task.id}-w0", "template": f"{task.id}-w0", **after})
+            if plan.workers > 1:
+                dag.append(
+                    {
+                        "name": f"{task.id}-extra",
+                        "template": f"{task.id}-extra",
+                        **after,
+                        "withSequence": {"start": "1", "end": str(plan.workers - 1)},
+                        "arguments": {
+                            "parameters": [{"name": "worker", "value": f"{task.id}-w{{{{item}}}}"}]
+                        },
+                        # An extra worker never fails its task: the coordinator takes its units.
+                        "continueOn": {"failed": True, "error": True},
+                    }
+                )
+            if not plan.coordinator_merges:
+                dag.append(
+                    {
+                        "name": f"{task.id}-merge",
+                        "template": f"{task.id}-merge",
+                        "dependencies": [f"{task.id}-w0"],
+                    }
+                )
+        else:
+            pods = [_unsplit_task(task, plan, record, types, cluster)]
+            dag.append({"name": task.id, "template": task.id, **after})
+        templates += pods
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workflow",
+        "metadata": {
+            "name": workflow_name(record.id),
+            "namespace": cluster.namespace,
+            "labels": {RUN_LABEL: record.id},
+            **({"annotations": {"simrun/name": record.name}} if record.name else {}),
+        },
+        "spec": _workflow_spec(record, cluster, [_dag_template(dag), *templates]),
+    }
+
+
+def _workflow_spec(
+    record: RunRecord, cluster: ClusterConfig, templates: list[dict[str, Any]]
+) -> dict[str, Any]:
+    node_selector = dict(cluster.node_selector)
+    tolerations = []
+    if record.reserved_node:
+        node_selector[RESERVED_KEY] = record.id
+        tolerations.append(
+            {"key": RESERVED_KEY, "operator": "Equal", "value": record.id, "effect": "NoExecute"}
+        )
+    spec: dict[str, Any] = {
+        "entrypoint": ENTRYPOINT,
+        "serviceAccountName": cluster.service_account,
+        "podMetadata": {"labels": {RUN_LABEL: record.id, QUEUE_LABEL: cluster.queue}},
+        "podGC": {"strategy": "OnPodSuccess", "deleteDelayDuration": POD_GC_DELAY},
+        "ttlStrategy": {"secondsAfterCompletion": cluster.ttl_s},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+        },
+        "volumes": [{"name": "store", "persistentVolumeClaim": {"claimName": cluster.store_claim}}],
+        "templates": templates,
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if cluster.pull_secret:
+        spec["imagePullSecrets"] = [{"name": cluster.pull_secret}]
+    return spec
+
+
+def _dag_template(tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    # Without failFast a failed node does not keep the others from starting; the controller,
+    # not Argo, decides the run (Ruling 17b) and stops the workflow.
+    return {"name": ENTRYPOINT, "dag": {"failFast": False, "tasks": tasks}}
+
+
+def _split_task(
+    task: TaskRecord, plan: TaskPlan, record: RunRecord, cluster: ClusterConfig
+) -> list[dict[str, Any]]:
+    image = _image(task, record, own=False)
+    coordinator = _pod_template(
+        name=f"{task.id}-w0",
+        task=task,
+        image=image,
+        command=["simrun-worker"],
+        env=_env(task, record, cluster, role="base", worker=f"{task.id}-w0", cores=plan.cores)
+        + _memory_env(plan.memory_gb),
+        cores=plan.cores,
+        memory_gb=plan.memory_gb,
+        retry_memory_gb=plan.retry_memory_gb,
+        record=record,
+        cluster=cluster,
+    )
+    templates = [coordinator]
+    if plan.workers > 1:
+        extra = _pod_template(
+            name=f"{task.id}-extra",
+            task=task,
+            image=image,
+            command=["simrun-worker"],
+            env=_env(
+                task,
+                record,
+                cluster,
+                role="extra",
+                worker="{{inputs.parameters.worker}}",
+                cores=plan.cores,
+            )
+            + _memory_env(plan.memory_gb),
+            cores=plan.cores,
+            memory_gb=plan.memory_gb,
+            retry_memory_gb=plan.retry_memory_gb,
+            record=record,
+            cluster=cluster,
+            parameters=["worker"],
+        )
+        templates.append(extra)
+    if not plan.coordinator_merges:
+        templates.append(
+            _pod_template(
+                name=f"{task.id}-merge",
+                task=task,
+                image=image,
+                command=["simrun-merge"],
+                env=_env(task, record, cluster, role="base", worker=None, cores=1)
+                + _memory_env(plan.memory_gb),
+                cores=1,
+                memory_gb=plan.memory_gb,
+                retry_memory_gb=plan.retry_memory_gb,
+                record=record,
+                cluster=cluster,
+            )
+        )
+    return templates
+
+
+def _unsplit_task(
+    task: TaskRecord,
+    plan: TaskPlan,
+    record: RunRecord,
+    types: Mapping[str, TaskType],
+    cluster: ClusterConfig,
+) -> dict[str, Any]:
+    env = _env(task, record, cluster, role="base", worker=task.id, cores=plan.cores)
+    env += _memory_env(plan.memory_gb)
+    common = {
+        "name": task.id,
+        "task": task,
+        "cores": plan.cores,
+        "memory_gb": plan.memory_gb,
+        "retry_memory_gb": plan.retry_memory_gb,
+        "record": record,
+        "cluster": cluster,
+    }
+    if task.kind == "plugin":
+        task_type = types.get(task.type)
+        if task_type is None or task_type.command is None:
+            raise ValueError(f"task {task.id}: {task.type!r} is no plugin task type")
+        command = task_type.command(task_type.parse_settings(task.settings))
+        return _pod_template(
+            image=_image(task, record, own=False),
+            command=["simrun-exec", *command],
+            env=env,
+            **common,
+        )
+    if task.kind != "command":
+        raise ValueError(f"task {task.id}: unknown kind {task.kind!r}")
+    out = f"{_task_dir(task.id, record, cluster)}/out"
+    template = _pod_template(
+        image=_image(task, record, own=True),
+        command=list(task.command),
+        env=[*env, {"name": "SIMRUN_OUT", "value": out}],
+        **common,
+    )
+    stage_image = _image(task, record, own=False)
+    pairs = [f"{port}={_out_dir(src, record)}" for port, src in sorted(task.inputs.items())]
+    template["initContainers"] = [
+        {
+            "name": "stage",
+            "image": stage_image,
+            "command": ["python", "-c", STAGE_SCRIPT, cluster.store_mount, out, *pairs],
+            "workingDir": SCRATCH,
+            "resources": _resources(1, 0.25),
+            "volumeMounts": _mounts(record, cluster),
+        }
+    ]
+    return template
+
+
+def _image(task: TaskRecord, record: RunRecord, *, own: bool) -> str:
+    """The run's image, or a command task's own; ValueError without one."""
+    image = (task.image if own else "") or record.image
+    if not image:
+        raise ValueError(f"task {task.id} has no image: the run has none")
+    return image
+
+
+def _task_dir(task_id: str, record: RunRecord, cluster: ClusterConfig) -> str:
+    return f"{cluster.store_mount}/runs/{record.id}/tasks/{task_id}"
+
+
+def _out_dir(task_id: str, record: RunRecord) -> str:
+    """The output of a task relative to the store, as ``SIMRUN_INPUTS`` names it."""
+    return f"runs/{record.id}/tasks/{task_id}/out"
+
+
+def _env(
+    task: TaskRecord,
+    record: RunRecord,
+    cluster: ClusterConfig,
+    *,
+    role: str,
+    worker: str | None,
+    cores: int,
+) -> list[dict[str, str]]:
+    inputs = ",".join(f"{port}={_out_dir(src, record)}" for port, src in task.inputs.items())
+    editable = ",".join(f"{cluster.store_mount}/snapshots/{digest}" for digest in record.sources)
+    env = [
+        {"name": "SIMRUN_STORE", "value": cluster.store_mount},
+        {"name": "SIMRUN_TASK_DIR", "value": _task_dir(task.id, record, cluster)},
+        {"name": "SIMRUN_INPUTS", "value": inputs},
+        {"name": "SIMRUN_ATTEMPT", "value": "{{retries}}"},
+        {"name": "SIMRUN_ROLE", "value": role},
+        {"name": "SIMRUN_CORES", "value": str(cores)},
+        {"name": "SIMRUN_STALE_S", "value": str(STALE_S)},
+        {"name": "SIMRUN_SCRATCH", "value": SCRATCH},
+        {"name": "SIMRUN_EDITABLE", "value": editable},
+    ]
+    if worker is not None:
+        env.insert(5, {"name": "SIMRUN_WORKER", "value": worker})
+    return env
+
+
+def _memory_env(gb: float) -> list[dict[str, str]]:
+    return [{"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{gb:g}"}]
+
+
+def _resources(cores: int, memory_gb: float) -> dict[str, Any]:
+    amount = {"cpu": str(cores), "memory": memory_quantity(memory_gb)}
+    return {"requests": dict(amount), "limits": dict(amount)}
+
+
+def _mounts(record: RunRecord, cluster: ClusterConfig) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "store", "mountPath": cluster.store_mount},
+        {"name": "scratch", "mountPath": SCRATCH},
+    ]
+    if record.sources:
+        # The snapshots are read-only in the pods; the harness installs them from shadow trees.
+        mounts.append(
+            {
+                "name": "store",
+                "mountPath": f"{cluster.store_mount}/snapshots",
+                "subPath": "snapshots",
+                "readOnly": True,
+            }
+        )
+    return mounts
+
+
+def retry_memory_patch(memory_gb: float, retry_memory_gb: float) -> str:
+    """The ``podSpecPatch`` that gives an attempt after a kill for memory the retry memory.
+
+    Argo substitutes the expressions per attempt; ``lastRetry`` is the attempt before (its
+    exit code is ``"0"`` on the first). The expression avoids ``&``, ``<`` and ``>``, which
+    Go's JSON encoding of the template would escape.
+    """
+    killed = f"lastRetry.exitCode == '{MEMORY_KILL_EXIT}'"
+
+    def pick(retry: str, first: str) -> str:
+        return f"{{{{={killed} ? '{retry}' : '{first}'}}}}"
+
+    memory = pick(memory_quantity(retry_memory_gb), memory_quantity(memory_gb))
+    patch = {
+        "containers": [
+            {
+                "name": "main",
+                "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}},
+                "env": [
+                    {
+                        "name": "SIMRUN_MEMORY_LIMIT_GB",
+                        "value": pick(f"{retry_memory_gb:g}", f"{memory_gb:g}"),
+                    }
+                ],
+            }
+        ]
+    }
+    return json.dumps(patch, separators=(",", ":"))
+
+
+def _pod_template(
+    *,
+    name: str,
+    task: TaskRecord,
+    image: str,
+    command: list[str],
+    env: list[dict[str, str]],
+    cores: int,
+    memory_gb: float,
+    retry_memory_gb: float,
+    record: RunRecord,
+    cluster: ClusterConfig,
+    parameters: list[str] | None = None,
+) -> dict[str, Any]:
+    """A pod of a task: the retry strategy, the retry memory, requests equal to limits."""
+    return {
+        "name": name,
+        "metadata": {"labels": {TASK_LABEL: task.id, DAG_TASK_LABEL: name}},
+        **({"inputs": {"parameters": [{"name": p} for p in parameters]}} if parameters else {}),
+        "retryStrategy": {
+            "limit": RETRY_LIMIT,
+            "retryPolicy": "Always",
+            "expression": RETRY_EXPRESSION,
+            "backoff": {"duration": RETRY_BACKOFF},
+        },
+        "podSpecPatch": retry_memory_patch(memory_gb, retry_memory_gb),
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "container": {
+            "image": image,
+            "command": command,
+            "workingDir": SCRATCH,
+            "env": env,
+            "resources": _resources(cores, memory_gb),
+            "volumeMounts": _mounts(record, cluster),
+        },
+    }

@@ -1,0 +1,76 @@
+"""Runs for the tests of the Argo backend: a spec text made into a record and its plans,
+as the submission does, without a database."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.tasktypes import task_types
+from runs.backends.base import RunRecord, TaskRecord
+from runs.planner import ObservedPeak, TaskPlan, plan_task
+from runs.spec import parse_spec, task_kind
+
+IMAGE = "registry.example/simrun-env:0123456789abcdef"
+
+
+def run_of(
+    text: str,
+    *,
+    run_id: str = "abc123def0",
+    image: str = IMAGE,
+    reserved_node: str = "",
+    observed: Mapping[str, Sequence[ObservedPeak]] | None = None,
+    extra_workers: bool = True,
+    store: Path = Path("/var/simrun/store"),
+) -> tuple[RunRecord, dict[str, TaskPlan]]:
+    """The record and the plans of a spec."""
+    types = task_types()
+    spec = parse_spec(text, types=types)
+    plans = {}
+    tasks = {}
+    for task_id, task in spec.tasks.items():
+        task_type = types[task.type] if task.type else None
+        plans[task_id] = plan_task(
+            task, task_type, (observed or {}).get(task.type or "", ()), extra_workers=extra_workers
+        )
+        settings = (
+            task_type.parse_settings(task.settings).model_dump(mode="json") if task_type else {}
+        )
+        tasks[task_id] = TaskRecord(
+            id=task_id,
+            kind=task_kind(task, types),
+            type=task.type or "",
+            settings=settings,
+            inputs=task.inputs,
+            command=task.command or [],
+            image=task.image or "",
+        )
+    record = RunRecord(
+        id=run_id,
+        name=spec.name,
+        image=image,
+        reserved_node=reserved_node,
+        sources=spec.sources,
+        tasks=tasks,
+        store=store,
+    )
+    return record, plans
+
+
+def evaluate(expression: str, last: Mapping[str, str]) -> Any:
+    """Evaluate the expr-lang subset simrun writes (``==``, ``in [...]``, ``or``, ``matches``,
+    ``c ? a : b``) with the ``lastRetry`` variables, as Argo would."""
+    python = re.sub(r"(\S+) matches '([^']*)'", r"_matches(\1, '\2')", expression)
+    python = python.replace("lastRetry.", "last_")
+    if ternary := re.fullmatch(r"(.+?) \? (.+?) : (.+)", python):
+        python = f"({ternary[2]} if {ternary[1]} else {ternary[3]})"
+    names = {f"last_{key}": value for key, value in last.items()}
+    return eval(python, {"_matches": lambda s, p: re.search(p, s) is not None}, names)  # noqa: S307
+
+
+def substitute(template: str, last: Mapping[str, str]) -> str:
+    """Replace every ``{{=expression}}`` as Argo does for an attempt after ``last``."""
+    return re.sub(r"\{\{=(.+?)\}\}", lambda m: str(evaluate(m[1], last)), template)

@@ -1,0 +1,148 @@
+"""Realistic Argo Workflow objects, as the controller of Argo v4.1 writes them.
+
+Node ids are ``<wf>-<fnv1a32(name)>`` as Argo computes them, names and types follow the
+reference (§1): a DAG task with a retry strategy is a Retry node with Pod children
+``(<n>)`` flagged ``retried``; a fan-out is a TaskGroup with children ``(<i>:<item>)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WF = "simrun-abc123def0"
+
+
+def fnv1a_32(text: str) -> int:
+    value = 2166136261
+    for byte in text.encode():
+        value = ((value ^ byte) * 16777619) & 0xFFFFFFFF
+    return value
+
+
+def node_id(name: str) -> str:
+    return WF if name == WF else f"{WF}-{fnv1a_32(name)}"
+
+
+class Nodes:
+    """A ``status.nodes`` map built up node by node."""
+
+    def __init__(self, phase: str = "Running") -> None:
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self._add(WF, "DAG", phase, template="Run")
+
+    def _add(
+        self, name: str, kind: str, phase: str, *, template: str = "", **fields: Any
+    ) -> dict[str, Any]:
+        node = {
+            "id": node_id(name),
+            "name": name,
+            "displayName": name.rsplit(".", 1)[-1],
+            "type": kind,
+            "phase": phase,
+            "boundaryID": WF if name != WF else "",
+            "templateScope": f"local/{WF}",
+            "startedAt": "2026-11-29T10:00:00Z",
+            **fields,
+        }
+        if template:
+            node["templateName"] = template
+        if phase in {"Succeeded", "Failed", "Error", "Omitted", "Skipped"}:
+            node["finishedAt"] = "2026-11-29T10:05:00Z"
+        if name == WF:
+            node.pop("boundaryID")
+        self.nodes[node["id"]] = node
+        return node
+
+    def task(
+        self, task: str, phase: str, attempts: list[dict[str, Any]], *, message: str = ""
+    ) -> None:
+        """A DAG task with a retry strategy: its Retry node and its attempts."""
+        self._retry(f"{WF}.{task}", task.split("(")[0], phase, attempts, message)
+
+    def fan_out(self, task: str, phase: str, children: dict[str, tuple[str, list[dict]]]) -> None:
+        """A fanned-out DAG task: its TaskGroup and, by ``(<i>:<item>)``, each child's Retry."""
+        group = self._add(f"{WF}.{task}", "TaskGroup", phase, template=task)
+        group["children"] = []
+        for suffix, (child_phase, attempts) in children.items():
+            retry = self._retry(f"{WF}.{task}{suffix}", task, child_phase, attempts, "")
+            item = suffix.strip("()").split(":")[1]
+            worker = f"{task.removesuffix('-extra')}-w{item}"
+            retry["inputs"] = {"parameters": [{"name": "worker", "value": worker}]}
+            group["children"].append(retry["id"])
+
+    def skipped(self, task: str, phase: str = "Omitted") -> None:
+        self._add(f"{WF}.{task}", "Skipped", phase, message="omitted: depends condition not met")
+
+    def _retry(
+        self, name: str, template: str, phase: str, attempts: list[dict[str, Any]], message: str
+    ) -> dict[str, Any]:
+        retry = self._add(name, "Retry", phase, template=template)
+        if message:
+            retry["message"] = message
+        retry["children"] = []
+        for number, attempt in enumerate(attempts):
+            pod = self._add(
+                f"{name}({number})",
+                "Pod",
+                attempt["phase"],
+                template=template,
+                nodeFlag={"retried": True},
+                **{k: v for k, v in attempt.items() if k != "phase"},
+            )
+            retry["children"].append(pod["id"])
+        return retry
+
+
+def pod(phase: str, *, message: str = "", exit_code: str | None = None, host: str = "") -> dict:
+    """An attempt: a Pod node's phase, message, exit code and host."""
+    attempt: dict[str, Any] = {"phase": phase}
+    if message:
+        attempt["message"] = message
+    if exit_code is not None:
+        attempt["outputs"] = {"exitCode": exit_code}
+    if host:
+        attempt["hostNodeName"] = host
+    if phase in {"Succeeded", "Failed"}:
+        attempt["resourcesDuration"] = {"cpu": 12, "memory": 7}
+    return attempt
+
+
+def workflow(nodes: Nodes, phase: str = "Running", message: str = "") -> dict[str, Any]:
+    """The Workflow object around a node map."""
+    status: dict[str, Any] = {
+        "phase": phase,
+        "startedAt": "2026-11-29T10:00:00Z",
+        "nodes": nodes.nodes,
+        "progress": "1/4",
+    }
+    if message:
+        status["message"] = message
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "name": WF,
+            "namespace": "simrun",
+            "labels": {
+                "simrun/run": "abc123def0",
+                "workflows.argoproj.io/phase": phase,
+                "workflows.argoproj.io/completed": "false",
+            },
+            "annotations": {"workflows.argoproj.io/pod-name-format": "v2"},
+            "resourceVersion": "4242",
+            "uid": "3f0c2f5e-0000-4000-8000-000000000001",
+            "creationTimestamp": "2026-11-29T10:00:00Z",
+        },
+        "spec": {"entrypoint": "Run", "templates": [{"name": "Run", "dag": {"tasks": []}}]},
+        "status": status,
+    }
+
+
+OOM = "main: OOMKilled (exit code 137)"
+POD_DELETED = "pod deleted"
+LOW_MEMORY = (
+    "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. "
+    "Container main was using 3Gi, request is 2Gi, has larger consumption of memory. "
+)
+SIGTERM = "main: Error (exit code 143)"
+UNIT_FAILED = "main: Error (exit code 3)"

@@ -1,0 +1,404 @@
+"""A Kubernetes API server on loopback for the paths the Argo backend uses.
+
+It keeps workflows, pods, their logs and nodes in memory and answers as the API server does
+(list, get, create, merge and strategic merge patches with a resourceVersion precondition,
+delete, pod logs with ``tailLines``, a watch of workflows), so the backend is tested with the
+real ``kubernetes`` client over HTTP. Every request is recorded; hooks let a test play a
+conflicting writer or the cluster running a pod.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows$")
+WORKFLOW = re.compile(
+    r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows/(?P<name>[^/]+)$"
+)
+PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
+POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
+POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
+NODES = re.compile(r"^/api/v1/nodes$")
+NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+@dataclass
+class Request:
+    """One request the server answered."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    body: Any
+    status: int = 0
+
+
+def merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (also what a strategic merge patch does to maps and to
+    atomic lists such as a node's taints)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge(result.get(key), value)
+    return result
+
+
+def matches(labels: dict[str, str], selector: str | None) -> bool:
+    """Whether labels match a selector of ``k=v``, ``k!=v`` and ``k`` terms."""
+    for term in filter(None, (selector or "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key.rstrip("=")) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class KubeState:
+    """What the server holds; tests read and change it directly (under ``lock``)."""
+
+    workflows: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: list[Request] = field(default_factory=list)
+    before_node_patch: Callable[[str], None] | None = None
+    """Called before a PATCH of a node is applied, e.g. to play a conflicting writer."""
+    on_pod_created: Callable[[dict[str, Any]], None] | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    _versions: itertools.count = field(default_factory=lambda: itertools.count(100))
+    _watchers: list[tuple[str, queue.Queue]] = field(default_factory=list)
+
+    def version(self) -> str:
+        return str(next(self._versions))
+
+    def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Give an object a new resourceVersion (and a uid and creation time once)."""
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = self.version()
+        meta.setdefault("uid", f"uid-{meta['resourceVersion']}")
+        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return obj
+
+    def put_workflow(self, workflow: dict[str, Any], event: str = "MODIFIED") -> None:
+        """Store a workflow (as the Argo controller would write it) and tell the watchers."""
+        with self.lock:
+            meta = workflow["metadata"]
+            self.workflows[(meta["namespace"], meta["name"])] = self.stamp(workflow)
+            self._notify(event, workflow)
+
+    def delete_workflow(self, namespace: str, name: str) -> None:
+        """Delete a workflow, as its TTL does, with its pods."""
+        with self.lock:
+            workflow = self.workflows.pop((namespace, name))
+            for key in [k for k, p in self.pods.items() if _owned_by(p, name)]:
+                self.pods.pop(key)
+            self._notify("DELETED", workflow)
+
+    def put_pod(self, pod: dict[str, Any], log: str | None = None) -> None:
+        with self.lock:
+            meta = pod["metadata"]
+            key = (meta.get("namespace", "simrun"), meta["name"])
+            self.pods[key] = self.stamp(pod)
+            if log is not None:
+                self.logs[key] = log
+
+    def put_node(self, node: dict[str, Any]) -> None:
+        with self.lock:
+            self.nodes[node["metadata"]["name"]] = self.stamp(node)
+
+    def _notify(self, event: str, workflow: dict[str, Any]) -> None:
+        for selector, events in self._watchers:
+            if matches(workflow["metadata"].get("labels") or {}, selector):
+                events.put({"type": event, "object": copy.deepcopy(workflow)})
+
+
+def _owned_by(pod: dict[str, Any], workflow: str) -> bool:
+    return (pod["metadata"].get("labels") or {}).get("workflows.argoproj.io/workflow") == workflow
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: KubeApiServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        """Quiet: the requests are recorded in the state."""
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0]
+        request = Request(method, url.path, query, content_type, json.loads(raw) if raw else None)
+        state = self.server.state
+        with state.lock:
+            state.requests.append(request)
+        try:
+            if method == "GET" and WORKFLOWS.match(url.path) and query.get("watch") == "true":
+                request.status = 200
+                self._watch(WORKFLOWS.match(url.path)["ns"], query)  # type: ignore[index]
+                return
+            code, body = self._route(method, url.path, query, content_type, request.body)
+        except ApiError as error:
+            code, body = error.code, _status(error.code, error.reason, error.message)
+        request.status = code
+        self._send(code, body)
+
+    def _send(self, code: int, body: Any) -> None:
+        if isinstance(body, str):
+            data, kind = body.encode(), "text/plain"
+        else:
+            data, kind = json.dumps(body).encode(), "application/json"
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _route(
+        self, method: str, path: str, query: dict[str, str], content_type: str, body: Any
+    ) -> tuple[int, Any]:
+        state = self.server.state
+        selector = query.get("labelSelector")
+        with state.lock:
+            if m := WORKFLOWS.match(path):
+                if method == "POST":
+                    return 201, self._create(state.workflows, m["ns"], body, "workflows")
+                return 200, self._list(state.workflows, m["ns"], selector, "WorkflowList")
+            if m := WORKFLOW.match(path):
+                return self._item(state.workflows, (m["ns"], m["name"]), method, content_type, body)
+            if m := POD_LOG.match(path):
+                return 200, self._log(m["ns"], m["name"], query)
+            if m := PODS.match(path):
+                if method == "POST":
+                    pod = self._create(state.pods, m["ns"], body, "pods")
+                    pod.setdefault("status", {"phase": "Pending"})
+                    if state.on_pod_created:
+                        state.on_pod_created(pod)
+                    return 201, pod
+                return 200, self._list(state.pods, m["ns"], selector, "PodList")
+            if m := POD.match(path):
+                return self._item(state.pods, (m["ns"], m["name"]), method, content_type, body)
+            if NODES.match(path):
+                items = [n for n in state.nodes.values() if _labelled(n, selector)]
+                return 200, _list_body("NodeList", items, state.version())
+            if m := NODE.match(path):
+                if method == "PATCH" and state.before_node_patch:
+                    state.before_node_patch(m["name"])
+                return self._item(state.nodes, m["name"], method, content_type, body)
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
+
+    def _create(
+        self, store: dict[Any, dict[str, Any]], namespace: str, body: Any, kind: str
+    ) -> dict[str, Any]:
+        state = self.server.state
+        name = body["metadata"]["name"]
+        if (namespace, name) in store:
+            raise ApiError(409, "AlreadyExists", f'{kind} "{name}" already exists')
+        body["metadata"]["namespace"] = namespace
+        store[(namespace, name)] = state.stamp(body)
+        if kind == "workflows":
+            state._notify("ADDED", body)
+        return body
+
+    def _list(
+        self, store: dict[Any, dict[str, Any]], namespace: str, selector: str | None, kind: str
+    ) -> dict[str, Any]:
+        items = [
+            obj
+            for (ns, _), obj in sorted(store.items())
+            if ns == namespace and _labelled(obj, selector)
+        ]
+        return _list_body(kind, items, self.server.state.version())
+
+    def _item(
+        self,
+        store: dict[Any, dict[str, Any]],
+        key: Any,
+        method: str,
+        content_type: str,
+        body: Any,
+    ) -> tuple[int, Any]:
+        state = self.server.state
+        if key not in store:
+            name = key[1] if isinstance(key, tuple) else key
+            raise ApiError(404, "NotFound", f'"{name}" not found')
+        current = store[key]
+        if method == "GET":
+            return 200, current
+        if method == "DELETE":
+            store.pop(key)
+            if store is state.workflows:
+                state._notify("DELETED", current)
+            return 200, current
+        if method != "PATCH":
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+        allowed = {MERGE_PATCH} if store is state.workflows else {MERGE_PATCH, STRATEGIC_PATCH}
+        if content_type not in allowed or not isinstance(body, dict):
+            raise ApiError(415, "UnsupportedMediaType", f"{content_type} is not supported")
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                "Operation cannot be fulfilled: the object has been modified; "
+                "please apply your changes to the latest version and try again",
+            )
+        patched = merge(current, body)
+        store[key] = state.stamp(patched)
+        if store is state.workflows:
+            state._notify("MODIFIED", patched)
+        return 200, patched
+
+    def _log(self, namespace: str, name: str, query: dict[str, str]) -> str:
+        state = self.server.state
+        pod = state.pods.get((namespace, name))
+        if pod is None:
+            raise ApiError(404, "NotFound", f'pods "{name}" not found')
+        containers = [c["name"] for c in pod["spec"]["containers"]]
+        container = query.get("container")
+        if container is None and len(containers) > 1:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"a container name must be specified for pod {name}, "
+                f"choose one of: [{' '.join(containers)}]",
+            )
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            raise ApiError(
+                400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start'
+            )
+        text = state.logs.get((namespace, name), "")
+        if "tailLines" in query:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else ""
+        return text
+
+    def _watch(self, namespace: str, query: dict[str, str]) -> None:
+        state = self.server.state
+        selector = query.get("labelSelector")
+        events: queue.Queue = queue.Queue()
+        with state.lock:
+            if "resourceVersion" not in query:
+                for (ns, _), workflow in sorted(state.workflows.items()):
+                    if ns == namespace and _labelled(workflow, selector):
+                        events.put({"type": "ADDED", "object": copy.deepcopy(workflow)})
+            state._watchers.append((selector or "", events))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", 60))
+        try:
+            while time.monotonic() < deadline and not self.server.closing.is_set():
+                try:
+                    event = events.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                line = json.dumps(event).encode() + b"\n"
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            with state.lock:
+                state._watchers.remove((selector or "", events))
+            self.close_connection = True
+
+
+def _labelled(obj: dict[str, Any], selector: str | None) -> bool:
+    return matches(obj["metadata"].get("labels") or {}, selector)
+
+
+def _list_body(kind: str, items: list[dict[str, Any]], version: str) -> dict[str, Any]:
+    group = "argoproj.io/v1alpha1" if kind == "WorkflowList" else "v1"
+    return {
+        "kind": kind,
+        "apiVersion": group,
+        "metadata": {"resourceVersion": version},
+        "items": items,
+    }
+
+
+class KubeApiServer(ThreadingHTTPServer):
+    """The server; ``url`` is its address, ``state`` what it holds."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.state = KubeState()
+        self.closing = threading.Event()
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> KubeApiServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closing.set()
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=10)

@@ -1,0 +1,467 @@
+"""The Workflow of a run: valid for Argo, and the pods the spec and the plans say."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.tasktypes import task_types
+from runs.backends.argo_manifest import (
+    RETRY_EXPRESSION,
+    STAGE_SCRIPT,
+    workflow_manifest,
+)
+from runs.backends.base import ClusterConfig
+from runs.planner import ObservedPeak
+from tests.backends.argo_runs import IMAGE, evaluate, run_of, substitute
+from tests.backends.argo_schemas import schema_errors
+
+CLUSTER = ClusterConfig(namespace="sims", queue="team-a", store_mount="/mnt/store")
+
+SPLIT_ONE = "tasks: {sweep: {type: squares, settings: {n: 10}}}"
+SPLIT_THREE = "tasks: {sweep: {type: squares, settings: {n: 100}, workers: 3, cores: 4}}"
+PLUGIN = """
+tasks:
+  table: {type: squares, settings: {n: 10}}
+  summary: {type: csv-stats, inputs: {table: table}}
+"""
+COMMAND = """
+tasks:
+  plot:
+    command: [python, -m, mypkg.plot, --in, inputs/stats]
+    image: python:3.12-slim
+    memory: {gb: 2}
+"""
+DAG = """
+name: demo
+tasks:
+  sweep: {type: squares, settings: {n: 1000}, workers: 2}
+  ising: {type: ising, settings: {}, workers: 2}
+  summary: {type: csv-stats, inputs: {table: sweep}}
+  plot:
+    command: [python, -m, mypkg.plot, --in, inputs/stats, --lattice, inputs/lattice]
+    inputs: {stats: summary, lattice: ising}
+"""
+RESERVED = "reserve_node: true\ntasks: {sweep: {type: squares, settings: {n: 10}, workers: 2}}"
+MANY = "tasks: {sweep: {type: squares, settings: {n: 100000}, workers: 500}}"
+SOURCES = f"""
+sources: ['{"a" * 64}', '{"b" * 64}']
+tasks: {{sweep: {{type: squares, settings: {{n: 5}}}}}}
+"""
+LONG_ID = f"tasks: {{{'t' * 40}: {{type: squares, settings: {{n: 5}}, workers: 2}}}}"
+
+CORPUS = {
+    "split with one worker": (SPLIT_ONE, {}),
+    "split with three workers": (SPLIT_THREE, {}),
+    "plugin reading a split task": (PLUGIN, {}),
+    "command in its own image": (COMMAND, {}),
+    "a DAG of all kinds": (DAG, {}),
+    "a reserved node": (RESERVED, {"reserved_node": "node-7"}),
+    "retry memory from observed kills": (
+        SPLIT_THREE,
+        {"observed": {"squares": [ObservedPeak(gb_per_process=1.5, oom=True)]}},
+    ),
+    "many extra workers": (MANY, {}),
+    "source snapshots": (SOURCES, {}),
+    "a coordinator that merges": (SPLIT_THREE, {"extra_workers": False}),
+    "the longest task id": (LONG_ID, {}),
+}
+
+
+def manifest(text: str, cluster: ClusterConfig = CLUSTER, **options: Any) -> dict[str, Any]:
+    record, plans = run_of(text, **options)
+    return workflow_manifest(record=record, plans=plans, types=task_types(), cluster=cluster)
+
+
+def dag_tasks(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    [dag] = [t for t in wf["spec"]["templates"] if "dag" in t]
+    return {t["name"]: t for t in dag["dag"]["tasks"]}
+
+
+def template(wf: dict[str, Any], name: str) -> dict[str, Any]:
+    [found] = [t for t in wf["spec"]["templates"] if t["name"] == name]
+    return found
+
+
+def env(wf: dict[str, Any], name: str) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in template(wf, name)["container"]["env"]}
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_every_workflow_of_the_corpus_validates_against_the_crd_and_argos_json_schema(
+    case: str,
+) -> None:
+    text, options = CORPUS[case]
+    assert schema_errors(manifest(text, **options)) == []
+
+
+def test_the_strict_crd_refuses_a_misspelt_field_and_the_json_schema_an_integer_quantity() -> None:
+    wf = manifest(SPLIT_ONE)
+    template(wf, "sweep-w0")["retryStrategie"] = template(wf, "sweep-w0").pop("retryStrategy")
+    template(wf, "sweep-w0")["container"]["resources"]["limits"]["cpu"] = 2
+
+    errors = schema_errors(wf)
+
+    assert any(e.startswith("crd:") and "retryStrategie" in e for e in errors)
+    assert any(e.startswith("json:") and "2 is not of type 'string'" in e for e in errors)
+
+
+def test_the_workflow_is_named_after_the_run_in_the_clusters_namespace() -> None:
+    wf = manifest(DAG)
+
+    assert wf["metadata"]["name"] == "simrun-abc123def0"
+    assert wf["metadata"]["namespace"] == "sims"
+    assert wf["metadata"]["labels"] == {"simrun/run": "abc123def0"}
+    assert wf["metadata"]["annotations"] == {"simrun/name": "demo"}
+
+
+def test_a_split_task_is_its_coordinator_extra_workers_fanned_out_and_a_merge_after_it() -> None:
+    tasks = dag_tasks(manifest(SPLIT_THREE))
+
+    assert set(tasks) == {"sweep-w0", "sweep-extra", "sweep-merge"}
+    assert "dependencies" not in tasks["sweep-w0"]
+    assert tasks["sweep-merge"]["dependencies"] == ["sweep-w0"]
+    extra = tasks["sweep-extra"]
+    assert extra["withSequence"] == {"start": "1", "end": "2"}
+    assert extra["arguments"] == {"parameters": [{"name": "worker", "value": "sweep-w{{item}}"}]}
+
+
+def test_the_coordinator_is_the_base_worker_w0_and_extra_workers_take_their_worker_id() -> None:
+    wf = manifest(SPLIT_THREE)
+
+    assert env(wf, "sweep-w0")["SIMRUN_ROLE"] == "base"
+    assert env(wf, "sweep-w0")["SIMRUN_WORKER"] == "sweep-w0"
+    assert env(wf, "sweep-extra")["SIMRUN_ROLE"] == "extra"
+    assert env(wf, "sweep-extra")["SIMRUN_WORKER"] == "{{inputs.parameters.worker}}"
+    assert template(wf, "sweep-extra")["inputs"] == {"parameters": [{"name": "worker"}]}
+    assert template(wf, "sweep-w0")["container"]["command"] == ["simrun-worker"]
+    assert template(wf, "sweep-extra")["container"]["command"] == ["simrun-worker"]
+    assert template(wf, "sweep-merge")["container"]["command"] == ["simrun-merge"]
+    assert "SIMRUN_WORKER" not in env(wf, "sweep-merge")
+
+
+def test_an_extra_worker_never_fails_the_workflow_and_no_failure_stops_the_dag() -> None:
+    wf = manifest(SPLIT_THREE)
+
+    assert dag_tasks(wf)["sweep-extra"]["continueOn"] == {"failed": True, "error": True}
+    assert template(wf, "Run")["dag"]["failFast"] is False
+
+
+def test_a_split_task_with_one_worker_has_no_extra_workers() -> None:
+    wf = manifest(SPLIT_ONE)
+
+    assert set(dag_tasks(wf)) == {"sweep-w0", "sweep-merge"}
+    assert {t["name"] for t in wf["spec"]["templates"]} == {"Run", "sweep-w0", "sweep-merge"}
+
+
+def test_many_extra_workers_are_one_fan_out_not_one_template_each() -> None:
+    wf = manifest(MANY)
+
+    assert dag_tasks(wf)["sweep-extra"]["withSequence"] == {"start": "1", "end": "499"}
+    assert len(wf["spec"]["templates"]) == 4
+
+
+def test_a_plan_whose_coordinator_merges_has_no_merge_and_readers_wait_for_the_coordinator() -> (
+    None
+):
+    text = PLUGIN.replace("n: 10}", "n: 10}, workers: 2")
+    tasks = dag_tasks(manifest(text, extra_workers=False))
+
+    assert set(tasks) == {"table-w0", "summary"}
+    assert tasks["summary"]["dependencies"] == ["table-w0"]
+
+
+def test_a_task_waits_for_the_merge_of_a_split_task_and_for_an_unsplit_task_itself() -> None:
+    tasks = dag_tasks(manifest(DAG))
+
+    assert tasks["summary"]["dependencies"] == ["sweep-merge"]
+    assert tasks["plot"]["dependencies"] == ["ising-merge", "summary"]
+    assert "dependencies" not in tasks["sweep-extra"]
+    assert "dependencies" not in tasks["ising-w0"]
+
+
+def test_extra_workers_start_with_their_coordinator_after_the_tasks_they_read() -> None:
+    text = """
+tasks:
+  first: {type: squares, settings: {n: 5}}
+  second: {type: squares, settings: {n: 5}, workers: 3, inputs: {prev: first}}
+"""
+    tasks = dag_tasks(manifest(text))
+
+    assert tasks["second-w0"]["dependencies"] == ["first-merge"]
+    assert tasks["second-extra"]["dependencies"] == ["first-merge"]
+
+
+def test_every_pod_has_the_simrun_environment_of_its_task() -> None:
+    wf = manifest(DAG.replace("name: demo", f"sources: ['{'c' * 64}']"))
+    summary = env(wf, "summary")
+
+    assert summary["SIMRUN_TASK_DIR"] == "/mnt/store/runs/abc123def0/tasks/summary"
+    assert summary["SIMRUN_INPUTS"] == "table=runs/abc123def0/tasks/sweep/out"
+    assert summary["SIMRUN_ATTEMPT"] == "{{retries}}"
+    assert summary["SIMRUN_WORKER"] == "summary"
+    assert summary["SIMRUN_CORES"] == "1"
+    assert summary["SIMRUN_STALE_S"].isdigit()
+    assert summary["SIMRUN_SCRATCH"] == "/scratch"
+    assert summary["SIMRUN_STORE"] == "/mnt/store"
+    assert summary["SIMRUN_EDITABLE"] == f"/mnt/store/snapshots/{'c' * 64}"
+    plot = env(wf, "plot")
+    assert plot["SIMRUN_INPUTS"] == (
+        "stats=runs/abc123def0/tasks/summary/out,lattice=runs/abc123def0/tasks/ising/out"
+    )
+    assert plot["SIMRUN_OUT"] == "/mnt/store/runs/abc123def0/tasks/plot/out"
+    for name in ("sweep-w0", "sweep-extra", "sweep-merge", "ising-w0", "summary", "plot"):
+        assert {"SIMRUN_ATTEMPT", "SIMRUN_ROLE", "SIMRUN_MEMORY_LIMIT_GB"} <= set(env(wf, name))
+
+
+def test_pods_request_and_limit_the_cores_and_memory_of_the_plan() -> None:
+    record, plans = run_of(SPLIT_THREE)
+    wf = workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
+    plan = plans["sweep"]
+    memory = f"{-(-round(plan.memory_gb * 1024 * 1000) // 1000)}Mi"
+
+    for name in ("sweep-w0", "sweep-extra"):
+        resources = template(wf, name)["container"]["resources"]
+        assert resources["requests"] == resources["limits"] == {"cpu": "4", "memory": memory}
+        assert env(wf, name)["SIMRUN_CORES"] == "4"
+        assert env(wf, name)["SIMRUN_MEMORY_LIMIT_GB"] == f"{plan.memory_gb:g}"
+    assert template(wf, "sweep-merge")["container"]["resources"]["limits"]["cpu"] == "1"
+
+
+def test_a_memory_of_the_spec_becomes_the_pods_limit_in_whole_mib_rounded_up() -> None:
+    wf = manifest(COMMAND.replace("gb: 2", "gb: 1.0001"))
+
+    assert template(wf, "plot")["container"]["resources"]["limits"]["memory"] == "1025Mi"
+
+
+def test_pods_carry_kueues_queue_label_and_the_labels_simrun_finds_them_by() -> None:
+    wf = manifest(SPLIT_THREE)
+
+    assert wf["spec"]["podMetadata"]["labels"] == {
+        "simrun/run": "abc123def0",
+        "kueue.x-k8s.io/queue-name": "team-a",
+    }
+    assert template(wf, "sweep-extra")["metadata"]["labels"] == {
+        "simrun/task": "sweep",
+        "simrun/dag-task": "sweep-extra",
+    }
+
+
+def test_every_pod_mounts_the_store_and_a_scratch_directory_and_snapshots_read_only() -> None:
+    plain = manifest(SPLIT_ONE)
+    with_sources = manifest(SOURCES)
+
+    assert plain["spec"]["volumes"] == [
+        {"name": "store", "persistentVolumeClaim": {"claimName": "simrun-store"}}
+    ]
+    assert template(plain, "sweep-w0")["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    assert template(plain, "sweep-w0")["container"]["volumeMounts"] == [
+        {"name": "store", "mountPath": "/mnt/store"},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    assert template(with_sources, "sweep-merge")["container"]["volumeMounts"][-1] == {
+        "name": "store",
+        "mountPath": "/mnt/store/snapshots",
+        "subPath": "snapshots",
+        "readOnly": True,
+    }
+
+
+def test_every_pod_runs_in_the_runs_image_and_a_command_task_in_its_own() -> None:
+    wf = manifest(
+        DAG.replace("    inputs: {stats", "    image: 'python:3.12-slim'\n    inputs: {stats")
+    )
+
+    assert {template(wf, n)["container"]["image"] for n in ("sweep-w0", "summary")} == {IMAGE}
+    assert template(wf, "plot")["container"]["image"] == "python:3.12-slim"
+    assert template(wf, "plot")["initContainers"][0]["image"] == IMAGE
+    assert template(manifest(DAG), "plot")["container"]["image"] == IMAGE
+
+
+def test_a_plugin_task_runs_its_types_command_through_simrun_exec() -> None:
+    wf = manifest(PLUGIN)
+
+    assert template(wf, "summary")["container"]["command"] == [
+        "simrun-exec",
+        "python",
+        "-m",
+        "harness.examples.csv_stats",
+        "--port",
+        "table",
+    ]
+
+
+def test_a_command_task_runs_its_args_in_the_scratch_directory_where_its_inputs_are_staged(
+    tmp_path: Path,
+) -> None:
+    wf = manifest(DAG)
+    plot = template(wf, "plot")
+    [stage] = plot["initContainers"]
+
+    assert plot["container"]["command"] == dag_command()
+    assert plot["container"]["workingDir"] == stage["workingDir"] == "/scratch"
+    assert stage["command"][:3] == ["python", "-c", STAGE_SCRIPT]
+    assert stage["volumeMounts"] == plot["container"]["volumeMounts"]
+
+    # The staging step itself, on real files: inputs/<port> below its working directory.
+    store, scratch = tmp_path / "store", tmp_path / "scratch"
+    for source, name in (("summary", "stats.json"), ("ising", "lattice.csv")):
+        out = store / "runs/abc123def0/tasks" / source / "out"
+        (out / "sub").mkdir(parents=True)
+        (out / "sub" / name).write_text(source)
+    scratch.mkdir()
+    args = [str(store), str(store / "runs/abc123def0/tasks/plot/out"), *stage["command"][5:]]
+    subprocess.run([sys.executable, "-c", STAGE_SCRIPT, *args], cwd=scratch, check=True)
+
+    assert (scratch / "inputs/stats/sub/stats.json").read_text() == "summary"
+    assert (scratch / "inputs/lattice/sub/lattice.csv").read_text() == "ising"
+    assert (store / "runs/abc123def0/tasks/plot/out").is_dir()
+
+
+def dag_command() -> list[str]:
+    return ["python", "-m", "mypkg.plot", "--in", "inputs/stats", "--lattice", "inputs/lattice"]
+
+
+def test_a_run_without_an_image_cannot_be_submitted() -> None:
+    with pytest.raises(ValueError, match="has no image"):
+        manifest(SPLIT_ONE, image="")
+    with pytest.raises(ValueError, match="has no image"):
+        manifest(COMMAND, image="")  # its own image runs it, but the staging needs the run's
+
+
+def test_a_reserved_run_tolerates_its_taint_and_selects_its_node() -> None:
+    cluster = CLUSTER.model_copy(update={"node_selector": {"pool": "sims"}})
+    wf = manifest(RESERVED, cluster, reserved_node="node-7")
+
+    assert wf["spec"]["nodeSelector"] == {"pool": "sims", "simrun/reserved": "abc123def0"}
+    assert wf["spec"]["tolerations"] == [
+        {
+            "key": "simrun/reserved",
+            "operator": "Equal",
+            "value": "abc123def0",
+            "effect": "NoExecute",
+        }
+    ]
+    unreserved = manifest(RESERVED, cluster)
+    assert unreserved["spec"]["nodeSelector"] == {"pool": "sims"}
+    assert "tolerations" not in unreserved["spec"]
+
+
+def test_the_service_account_and_pull_secret_of_the_cluster_are_the_pods() -> None:
+    wf = manifest(SPLIT_ONE, CLUSTER.model_copy(update={"pull_secret": "regcred"}))
+
+    assert wf["spec"]["serviceAccountName"] == "simrun-runner"
+    assert wf["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "imagePullSecrets" not in manifest(SPLIT_ONE)["spec"]
+
+
+def test_failed_pods_stay_for_their_logs_until_the_time_to_live_deletes_the_workflow() -> None:
+    wf = manifest(SPLIT_ONE, CLUSTER.model_copy(update={"ttl_s": 7200}))
+
+    assert wf["spec"]["podGC"]["strategy"] == "OnPodSuccess"
+    assert re.fullmatch(r"\d+m", wf["spec"]["podGC"]["deleteDelayDuration"])
+    assert wf["spec"]["ttlStrategy"] == {"secondsAfterCompletion": 7200}
+
+
+LAST_ATTEMPTS = {
+    "killed for memory": (
+        {"status": "Failed", "exitCode": "137", "message": "main: OOMKilled (exit code 137)"},
+        True,
+    ),
+    "pool process killed": (
+        {"status": "Failed", "exitCode": "137", "message": "main: Error (exit code 137)"},
+        True,
+    ),
+    "pod deleted": ({"status": "Error", "exitCode": "-1", "message": "pod deleted"}, True),
+    "kubelet eviction": (
+        {"status": "Failed", "exitCode": "-1", "message": "The node was low on resource: memory. "},
+        True,
+    ),
+    "node shutdown": (
+        {
+            "status": "Failed",
+            "exitCode": "-1",
+            "message": "Pod was terminated in response to imminent node shutdown.",
+        },
+        True,
+    ),
+    "SIGTERM on deletion": (
+        {"status": "Failed", "exitCode": "143", "message": "main: Error (exit code 143)"},
+        True,
+    ),
+    "a unit failed": (
+        {"status": "Failed", "exitCode": "3", "message": "main: Error (exit code 3)"},
+        False,
+    ),
+    "configuration error": (
+        {"status": "Failed", "exitCode": "4", "message": "main: Error (exit code 4)"},
+        False,
+    ),
+    "a command failed": (
+        {"status": "Failed", "exitCode": "1", "message": "main: Error (exit code 1)"},
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAST_ATTEMPTS))
+def test_evictions_preemptions_and_kills_are_retried_genuine_failures_not(case: str) -> None:
+    last, retried = LAST_ATTEMPTS[case]
+    template_ = template(manifest(SPLIT_ONE), "sweep-w0")
+
+    assert template_["retryStrategy"]["expression"] == RETRY_EXPRESSION
+    assert template_["retryStrategy"]["retryPolicy"] == "Always"
+    assert evaluate(RETRY_EXPRESSION, last) is retried
+
+
+def patched(last: dict[str, str]) -> dict[str, Any]:
+    record, plans = run_of(SPLIT_THREE)
+    wf = workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
+    main = json.loads(substitute(template(wf, "sweep-w0")["podSpecPatch"], last))["containers"][0]
+    assert main["name"] == "main"
+    return main
+
+
+def test_an_attempt_after_a_kill_for_memory_gets_the_retry_memory() -> None:
+    _, plans = run_of(SPLIT_THREE)
+    retry_gb = plans["sweep"].retry_memory_gb
+    main = patched({"exitCode": "137", "status": "Failed", "message": "main: OOMKilled"})
+
+    memory = f"{-(-round(retry_gb * 1024 * 1000) // 1000)}Mi"
+    assert main["resources"] == {"requests": {"memory": memory}, "limits": {"memory": memory}}
+    assert main["env"] == [{"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{retry_gb:g}"}]
+
+
+@pytest.mark.parametrize("exit_code", ["0", "143", "-1"])
+def test_the_first_attempt_and_one_after_an_eviction_keep_the_plans_memory(exit_code: str) -> None:
+    _, plans = run_of(SPLIT_THREE)
+    main = patched({"exitCode": exit_code, "status": "Failed", "message": ""})
+
+    assert main["env"] == [
+        {"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{plans['sweep'].memory_gb:g}"}
+    ]
+
+
+def test_expressions_avoid_the_characters_gos_json_encoding_escapes() -> None:
+    wf = manifest(SPLIT_ONE)
+
+    for text in (RETRY_EXPRESSION, template(wf, "sweep-w0")["podSpecPatch"]):
+        assert not set(text) & set("&<>")
+
+
+def test_names_of_the_longest_task_id_fit_kubernetes_and_argo() -> None:
+    wf = manifest(LONG_ID)
+    name = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9]{0,62}$")
+
+    for t in wf["spec"]["templates"]:
+        assert name.match(t["name"]), t["name"]
+        for value in t.get("metadata", {}).get("labels", {}).values():
+            assert len(value) <= 63
+    for task in dag_tasks(wf):
+        assert name.match(task), task
