@@ -1,4 +1,15 @@
-"""The exceptions the harness raises and maps onto its exit codes."""
+"""The exceptions the harness raises and the exit codes it maps them onto."""
+
+EXIT_OK = 0
+EXIT_FAILED = 3
+"""A unit, the merge or simrun-exec's command failed."""
+EXIT_CONFIGURATION = 4
+"""The environment, task.json, the settings or the sources are wrong."""
+EXIT_KILLED = 137
+"""A process of the pool (or simrun-exec's command) was killed: for memory if the report
+counts kills of the OOM killer."""
+EXIT_TERMINATED = 143
+"""Stopped on SIGTERM (an eviction or a cancel); retried."""
 
 
 class ConfigurationError(Exception):

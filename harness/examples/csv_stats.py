@@ -1,7 +1,8 @@
 """``csv-stats``: a plugin type; count, mean, min and max of every numeric CSV column.
 
-Run as ``simrun-exec python -m harness.examples.csv_stats``: it reads every CSV file of its
-input port ``table`` and writes ``out/stats.json``.
+Run as ``simrun-exec python -m harness.examples.csv_stats --port table``: it reads every CSV
+file of its input port ``table`` (staged by simrun-exec into ``inputs/table``) and writes
+``stats.json`` into ``SIMRUN_OUT``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from harness.config import OUT_ENV, paths_from_env
+from harness.execute import INPUTS_DIR
+from harness.files import write_atomic
 from harness.tasktypes import TaskType
 
 
@@ -65,25 +69,32 @@ def column_stats(files: list[Path]) -> dict[str, dict[str, float]]:
 
 
 def input_dir(port: str) -> Path:
-    """The directory of an input port from ``SIMRUN_INPUTS`` (``port=path`` pairs)."""
-    store = Path(os.environ.get("SIMRUN_STORE", "."))
-    for pair in filter(None, os.environ.get("SIMRUN_INPUTS", "").split(",")):
-        name, _, path = pair.partition("=")
-        if name == port:
-            return Path(path) if Path(path).is_absolute() else store / path
-    raise SystemExit(f"csv-stats: no input port {port!r} in SIMRUN_INPUTS")
+    """The directory of an input port: staged by simrun-exec into ``inputs/<port>`` below the
+    working directory, else the port's directory in the store (``SIMRUN_INPUTS``)."""
+    staged = Path.cwd() / INPUTS_DIR / port
+    if staged.is_dir():
+        return staged
+    inputs = paths_from_env(os.environ).inputs
+    if port not in inputs:
+        raise SystemExit(f"csv-stats: no input port {port!r} (staged or in SIMRUN_INPUTS)")
+    return inputs[port]
+
+
+def out_dir() -> Path:
+    """``SIMRUN_OUT``, set by simrun-exec; else the task directory's ``out/``."""
+    if os.environ.get(OUT_ENV):
+        return Path(os.environ[OUT_ENV])
+    return paths_from_env(os.environ).out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     port = args[args.index("--port") + 1] if "--port" in args else "table"
     files = sorted(p for p in input_dir(port).rglob("*.csv") if p.is_file())
-    out = Path(os.environ["SIMRUN_TASK_DIR"]) / "out"
+    out = out_dir()
     out.mkdir(parents=True, exist_ok=True)
     stats = {"files": [p.name for p in files], "columns": column_stats(files)}
-    temporary = out / ".stats.json.tmp"
-    temporary.write_text(json.dumps(stats, indent=2))
-    temporary.replace(out / "stats.json")
+    write_atomic(out / "stats.json", json.dumps(stats, indent=2))
     print(f"csv-stats: {len(files)} files, {len(stats['columns'])} numeric columns")
     return 0
 

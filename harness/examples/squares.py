@@ -12,10 +12,13 @@ from harness.tasktypes import MergeContext, TaskType
 
 
 class SquaresSettings(BaseModel):
-    """``n`` units; each sleeps ``delay_s`` before it squares its index."""
+    """``n`` units; each sleeps ``delay_s`` before it squares its index; ``fail_unit`` raises."""
 
     n: int = Field(ge=1, le=10_000_000, description="number of units")
     delay_s: float = Field(default=0.0, ge=0, le=3600, description="seconds each unit sleeps")
+    fail_unit: int | None = Field(
+        default=None, ge=0, description="a unit that raises, to show how a failure looks"
+    )
 
 
 def units(settings: SquaresSettings) -> int:
@@ -25,6 +28,8 @@ def units(settings: SquaresSettings) -> int:
 def compute(settings: SquaresSettings, context: None, index: int) -> int:
     if settings.delay_s:
         time.sleep(settings.delay_s)
+    if index == settings.fail_unit:
+        raise RuntimeError(f"unit {index} fails as its settings ask (fail_unit)")
     return index * index
 
 

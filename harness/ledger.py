@@ -1,0 +1,328 @@
+"""The ledger of a split task on the shared store: which units are pending, claimed, done.
+
+It is correct on a network filesystem shared by several machines: no locks, only atomic
+create, rename and link, and no clock shared between machines (a heartbeat is stale when the
+coordinator saw it unchanged for ``stale_s`` by its own clock). Units are grouped in at most
+``MAX_BLOCKS`` blocks, so a ledger of a million units stays a few thousand files:
+
+``units/ledger.json``
+    ``{"units": n, "block": b}``, created once as a link of a complete file.
+``units/owners/<worker>``
+    A token per worker holding its id; a claim is a hard link to it (one atomic call).
+``units/claims/<block>``
+    A claim of one block (units ``block*b`` to ``block*b+b-1``), removed once it is done or
+    released, so only claims in progress are listed.
+``units/done/<start>-<end>``
+    The results of units ``start..end-1``, pickled, written to a temporary file and renamed:
+    a unit is done when a piece covers it. A unit computed twice (a stale worker that was
+    only slow) has two pieces with the same results; the merge takes one.
+``units/heartbeats/<worker>``
+    Rewritten every heartbeat with a counter that changes each time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.files import temporary_name, write_atomic
+
+MAX_BLOCKS = 4096
+"""Blocks of a ledger at most: bounds its files and the imbalance of the last block."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed block and its units not yet done, as ranges."""
+
+    block: int
+    ranges: tuple[range, ...]
+
+    @property
+    def units(self) -> int:
+        return sum(len(r) for r in self.ranges)
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+class Ledger:
+    """The ledger of one task, as one worker (or the merge, ``worker=None``) sees it."""
+
+    def __init__(self, directory: Path, size: int, block: int, worker: str | None) -> None:
+        self.directory = directory
+        self.size = size
+        self.block = block
+        self.worker = worker
+        self.blocks = math.ceil(size / block) if size else 0
+        self._pieces: dict[str, tuple[int, int]] = {}
+        self._gaps: list[tuple[int, int]] = [(0, size)] if size else []
+        self._seen: dict[str, tuple[str | None, float]] = {}
+
+    # -- creation ------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, units: int, worker: str) -> Ledger:
+        """The ledger of ``units`` units at ``directory``, created by the first worker.
+
+        Raises ``ValueError`` when it exists with another number of units.
+        """
+        if units < 1:
+            raise ValueError(f"a ledger needs at least one unit, not {units}")
+        for sub in ("owners", "claims", "done", "heartbeats"):
+            (directory / sub).mkdir(parents=True, exist_ok=True)
+        path = directory / "ledger.json"
+        if not path.exists():
+            temporary = temporary_name(path)
+            block = math.ceil(units / MAX_BLOCKS)
+            temporary.write_text(json.dumps({"units": units, "block": block}))
+            try:
+                os.link(temporary, path)  # the first worker's size wins, atomically
+            except FileExistsError:
+                pass
+            finally:
+                temporary.unlink()
+        ledger = cls.read(directory, worker=worker)
+        if ledger.size != units:
+            raise ValueError(
+                f"the ledger {directory} has {ledger.size} units, the task has {units}"
+            )
+        token = ledger.token
+        if not token.exists():
+            write_atomic(token, worker)
+        return ledger
+
+    @classmethod
+    def read(cls, directory: Path, worker: str | None = None) -> Ledger:
+        """An existing ledger; ``FileNotFoundError`` when no worker created it."""
+        data = json.loads((directory / "ledger.json").read_text())
+        return cls(directory, int(data["units"]), int(data["block"]), worker)
+
+    @property
+    def token(self) -> Path:
+        if self.worker is None:
+            raise RuntimeError("the ledger is read without a worker")
+        return self.directory / "owners" / self.worker
+
+    def _claim_path(self, block: int) -> Path:
+        return self.directory / "claims" / str(block)
+
+    # -- what is done --------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read the pieces written since the last refresh (a listing of ``done/``)."""
+        new = False
+        for name in os.listdir(self.directory / "done"):
+            if _hidden(name) or name in self._pieces:
+                continue
+            first, dash, last = name.partition("-")
+            if dash and first.isdigit() and last.isdigit() and int(first) < int(last):
+                self._pieces[name] = (int(first), int(last))
+                new = True
+        if new:
+            self._gaps = []
+            position = 0
+            for start, end in sorted(self._pieces.values()):
+                if start > position:
+                    self._gaps.append((position, min(start, self.size)))
+                position = max(position, end)
+            if position < self.size:
+                self._gaps.append((position, self.size))
+
+    def missing(self) -> list[range]:
+        """The units no piece covers yet, as ranges (after a ``refresh``)."""
+        return [range(start, end) for start, end in self._gaps]
+
+    def is_complete(self) -> bool:
+        """Whether every unit is done (refreshes first)."""
+        self.refresh()
+        return not self._gaps
+
+    def pending_blocks(self) -> Iterator[int]:
+        """The blocks with units not done, ascending (claimed or not)."""
+        last = -1
+        for start, end in self._gaps:
+            for block in range(max(start // self.block, last + 1), (end - 1) // self.block + 1):
+                last = block
+                yield block
+
+    def uncovered(self, block: int) -> tuple[range, ...]:
+        """The units of a block no piece covers yet."""
+        low, high = block * self.block, min((block + 1) * self.block, self.size)
+        return tuple(
+            range(max(low, start), min(high, end))
+            for start, end in self._gaps
+            if start < high and end > low
+        )
+
+    # -- a worker's claims ---------------------------------------------------------------
+
+    def release_incarnation(self) -> list[int]:
+        """Release the claims an earlier incarnation of this worker left; returns the blocks."""
+        inode = os.stat(self.token).st_ino
+        released = []
+        for name in os.listdir(self.directory / "claims"):
+            if _hidden(name):
+                continue
+            try:
+                if os.stat(self.directory / "claims" / name).st_ino == inode:
+                    os.unlink(self.directory / "claims" / name)
+                    released.append(int(name))
+            except FileNotFoundError:
+                continue
+        return released
+
+    def claim(self, count: int) -> list[Claim]:
+        """Claim up to ``count`` pending blocks; returns them with their units not done."""
+        self.refresh()
+        taken = {int(n) for n in os.listdir(self.directory / "claims") if n.isdigit()}
+        claimed: list[int] = []
+        for block in self.pending_blocks():
+            if block in taken:
+                continue
+            try:
+                os.link(self.token, self._claim_path(block))
+            except FileExistsError:
+                continue
+            claimed.append(block)
+            if len(claimed) >= count:
+                break
+        if not claimed:
+            return []
+        # A piece renamed just before its worker removed the claim we took over was not in
+        # the first listing; list again so a done block is not computed twice.
+        self.refresh()
+        claims = []
+        for block in claimed:
+            ranges = self.uncovered(block)
+            if ranges:
+                claims.append(Claim(block, ranges))
+            else:
+                self.release([block])
+        return claims
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Remove this worker's claims of blocks (a claim another worker took over stays)."""
+        inode = os.stat(self.token).st_ino
+        for block in blocks:
+            path = self._claim_path(block)
+            try:
+                if os.stat(path).st_ino == inode:
+                    path.unlink()
+            except FileNotFoundError:
+                continue
+
+    def write_piece(self, units: Sequence[int], results: Sequence[Any]) -> None:
+        """Store the results of units (in the order computed), one piece per contiguous run."""
+        begin = 0
+        for index in range(1, len(units) + 1):
+            if index == len(units) or units[index] != units[index - 1] + 1:
+                start, end = units[begin], units[index - 1] + 1
+                data = pickle.dumps(list(results[begin:index]), pickle.HIGHEST_PROTOCOL)
+                write_atomic(self.directory / "done" / f"{start}-{end}", data)
+                begin = index
+
+    def heartbeat(self, beat: int) -> None:
+        """Rewrite this worker's heartbeat with a new counter."""
+        text = json.dumps(
+            {"worker": self.worker, "beat": beat, "time": time.time(), "host": socket.gethostname()}
+        )
+        write_atomic(self.directory / "heartbeats" / str(self.worker), text)
+
+    def release_stale(self, stale_s: float, mine: set[int]) -> list[int]:
+        """Release the claims of workers whose heartbeat did not change for ``stale_s``.
+
+        Measured by this process's clock from when it first saw the heartbeat unchanged, so
+        the clocks of the machines need not agree. This worker's own claims not in ``mine``
+        (its blocks in flight) are orphans and released at once. Returns the blocks.
+        """
+        now = time.monotonic()
+        held: dict[str, list[tuple[int, int]]] = {}
+        for name in os.listdir(self.directory / "claims"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(self.directory / "claims" / name, "rb") as handle:
+                    owner = handle.read().decode(errors="replace").strip()
+                    inode = os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                continue
+            held.setdefault(owner, []).append((int(name), inode))
+        released = []
+        for owner, claims in held.items():
+            if owner == self.worker:
+                claims = [(block, inode) for block, inode in claims if block not in mine]
+            else:
+                try:
+                    beat: str | None = (self.directory / "heartbeats" / owner).read_text()
+                except (FileNotFoundError, IsADirectoryError):
+                    beat = None
+                seen = self._seen.get(owner)
+                if seen is None or seen[0] != beat:
+                    self._seen[owner] = (beat, now)
+                    continue
+                if now - seen[1] < stale_s:
+                    continue
+            for block, inode in claims:
+                path = self._claim_path(block)
+                try:
+                    if os.stat(path).st_ino == inode:
+                        path.unlink()
+                        released.append(block)
+                except FileNotFoundError:
+                    continue
+        return released
+
+    # -- the merge -----------------------------------------------------------------------
+
+    def results(self) -> list[Any]:
+        """The result of every unit in unit order; ``RuntimeError`` naming units not done."""
+        self.refresh()
+        if self._gaps:
+            raise RuntimeError(f"units not done: {describe(self.missing())}")
+        results: list[Any] = []
+        for (start, end), name in sorted((v, k) for k, v in self._pieces.items()):
+            if end <= len(results):
+                continue  # a piece of units merged already (computed twice)
+            values = pickle.loads((self.directory / "done" / name).read_bytes())
+            if len(values) != end - start:
+                raise RuntimeError(f"piece {name} holds {len(values)} results")
+            results.extend(values[len(results) - start :])
+        return results[: self.size]
+
+
+def describe(ranges: Sequence[range], limit: int = 20) -> str:
+    """Ranges of units for a message: ``3, 7-9, 12`` (the first ``limit``, then a count)."""
+    parts = [str(r.start) if len(r) == 1 else f"{r.start}-{r.stop - 1}" for r in ranges]
+    total = sum(len(r) for r in ranges)
+    text = ", ".join(parts[:limit])
+    if len(parts) > limit:
+        text += f", … ({total} units)"
+    return text
+
+
+def append_progress(
+    path: Path, worker: str, units: Sequence[int], seconds: Sequence[float]
+) -> None:
+    """Append a ``unit_done`` line per unit to ``progress.jsonl``, in one write."""
+    name = json.dumps(worker)
+    text = "".join(
+        f'{{"unit": {unit}, "worker": {name}, "seconds": {s:.6f}}}\n'
+        for unit, s in zip(units, seconds, strict=True)
+    ).encode()
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(text)
+        while view:
+            view = view[os.write(descriptor, view) :]
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,37 @@
+"""The start of a harness command: SIGTERM handled from the first instruction, logging."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+@contextmanager
+def sigterm_stops() -> Iterator[threading.Event]:
+    """Set the yielded event on SIGTERM while the block runs; the old handler after it.
+
+    SIGTERM is unblocked once the handler is in place: ``restart`` blocks it across the
+    ``exec``, so one that arrives while the new interpreter starts is delivered here.
+    """
+    stop = threading.Event()
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def configure_logging(program: str) -> None:
+    """Log lines with time and program to stderr (the pod's log)."""
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {program} %(levelname)s %(message)s"
+    )

@@ -1,0 +1,140 @@
+"""What a worker did: its report, and the progress the controller reads.
+
+A report is ``task_dir/workers/<worker>-<attempt>.json``; ``progress.jsonl`` has one line per
+unit done. The service reads both through ``read_report`` and ``units_done``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from harness.files import write_atomic
+
+HARNESS_STARTED = "SIMRUN_HARNESS_STARTED"
+"""The environment variable with the start of the harness, kept across its restart."""
+NODE_ENV = ("SIMRUN_NODE", "NODE_NAME")
+"""Where the node name is read (the downward API of a pod), else the host name."""
+PROGRESS_UNIT = re.compile(rb'"unit":\s*(\d+)')
+
+
+@dataclass
+class WorkerReport:
+    """What a worker did, written as ``task_dir/workers/<worker>-<attempt>.json``."""
+
+    worker: str
+    """The worker id."""
+    node: str
+    """The server the worker ran on."""
+    processes: int
+    """The number of processes of the pool."""
+    units_done: list[int] = field(default_factory=list)
+    """The units the worker completed."""
+    seconds: float = 0.0
+    """The duration of the work, from its start (after ``prepare_seconds``) to its end."""
+    peak_memory_bytes: int | None = None
+    """The largest sample of the anonymous memory (``MemorySampler``), without page cache."""
+    memory_limit_bytes: int | None = None
+    """The memory limit the worker sized its pool by."""
+    per_worker_gb: float = 0.0
+    """The memory per process in GiB the worker was sized with."""
+    oom_kills: int = 0
+    """The processes of its cgroup the OOM killer killed while it ran: the change of the
+    counter, the evidence that an exit 137 was a kill for memory."""
+    unit_seconds: float = 0.0
+    """The seconds of the units it completed, each measured in the process that computed it
+    (the setup of a process in its first unit), summed."""
+    failed: bool = False
+    """A unit failed (exit 3), or the command of simrun-exec failed; a stop or kill is none."""
+    started: float | None = None
+    """When the harness started, seconds since the epoch, before it installed the sources."""
+    prepare_seconds: float = 0.0
+    """From the start of the harness to the start of its work: sources, restart, imports,
+    staging."""
+    cpu_seconds: float = 0.0
+    """User and system seconds of the harness, of the children it reaped (simrun-exec's
+    command) and of the units it completed, each measured in its pool process."""
+    throttled_seconds: float | None = None
+    """Seconds the cgroup waited for its CPU quota during the work; None without a cgroup of
+    its own (the local backend)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerReport:
+        """Read a report; a field this version does not know is ignored."""
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+def report_path(task_dir: Path, worker: str, attempt: int = 0) -> Path:
+    """Where the report of an attempt of a worker is."""
+    return task_dir / "workers" / f"{worker}-{attempt}.json"
+
+
+def write_report(report: WorkerReport, task_dir: Path, attempt: int = 0) -> Path:
+    """Write the report as ``task_dir/workers/<worker>-<attempt>.json`` (temp file + rename)."""
+    path = report_path(task_dir, report.worker, attempt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_atomic(path, report.to_json())
+
+
+def read_report(path: Path) -> WorkerReport:
+    """A report written by ``write_report`` (of this or a newer harness)."""
+    return WorkerReport.from_json(path.read_text())
+
+
+def units_done(task_dir: Path) -> int:
+    """The number of distinct units in ``task_dir/progress.jsonl``; 0 without the file.
+
+    A unit computed twice (a stale worker that was only slow) counts once.
+    """
+    try:
+        data = (task_dir / "progress.jsonl").read_bytes()
+    except FileNotFoundError:
+        return 0
+    return len(set(PROGRESS_UNIT.findall(data)))
+
+
+def harness_started() -> float:
+    """When the harness started, set in ``HARNESS_STARTED`` by its first call.
+
+    The variable survives the restart after the install of the sources, so the start is the
+    one before the install.
+    """
+    value = os.environ.get(HARNESS_STARTED)
+    if value:
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    started = time.time()
+    os.environ[HARNESS_STARTED] = repr(started)
+    return started
+
+
+def cpu_seconds() -> float:
+    """The user and system seconds of this process and of its ended children."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def own_cpu_seconds() -> float:
+    """The user and system seconds of this process alone (a pool's units count by unit)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def node_name() -> str:
+    """The node a worker runs on: ``SIMRUN_NODE``/``NODE_NAME`` if set, else the host name."""
+    for name in NODE_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return socket.gethostname()

@@ -1,0 +1,130 @@
+"""Source snapshots installed editable in the pod, and inputs staged into scratch.
+
+A run may carry snapshots of its user's source trees (``SIMRUN_EDITABLE``): the harness
+installs them editable without dependencies (the image has those and the build backends),
+then restarts in a fresh interpreter, which imports the installed sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness.config import EDITABLE_ENV
+
+SOURCES_DIR = "simrun-sources"
+"""The directory of the shadow trees below the temporary directory."""
+SOURCES_INSTALLED = "SIMRUN_SOURCES_INSTALLED"
+"""Set before the restart, so the new interpreter does not install again."""
+
+
+def shadow_tree(source: Path, target: Path) -> Path:
+    """A writable tree of a read-only one: its directories, links to its files.
+
+    A build backend may write into the tree it builds (metadata, a build directory); it
+    writes into the shadow's directories, never into the source. A link of the source (to a
+    file or a directory) is the same link in the shadow. ``target`` is replaced if it exists.
+    """
+    source = source.absolute()
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for directory, dirs, files in os.walk(source):
+        relative = Path(directory).relative_to(source)
+        for name in list(dirs):
+            path = Path(directory) / name
+            if path.is_symlink():
+                os.symlink(os.readlink(path), target / relative / name)
+                dirs.remove(name)  # os.walk does not descend into it anyway; be explicit
+            else:
+                (target / relative / name).mkdir()
+        for name in files:
+            path = Path(directory) / name
+            link = os.readlink(path) if path.is_symlink() else path
+            os.symlink(link, target / relative / name)
+    return target
+
+
+def install_editable(
+    snapshots: list[str], python: str = sys.executable, root: Path | None = None
+) -> None:
+    """Install snapshots of sources as editable packages, without dependencies.
+
+    Without build isolation and without an index: the image has the dependencies and the
+    build backends. Each snapshot (mounted read-only) is installed from a writable shadow tree
+    below ``root`` (``SOURCES_DIR`` in the temporary directory by default). Nothing is done
+    without a snapshot. Raises ``CalledProcessError`` when pip fails.
+    """
+    if not snapshots:
+        return
+    root = root or Path(tempfile.gettempdir()) / SOURCES_DIR
+    command = [python, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps"]
+    command.append("--disable-pip-version-check")
+    for snapshot in snapshots:
+        path = Path(snapshot).absolute()
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+        shadow = shadow_tree(path, root / f"{path.name}-{digest}")
+        command += ["-e", str(shadow)]
+    subprocess.run(command, check=True)
+
+
+def install_sources(env: Mapping[str, str], stop: threading.Event) -> None:
+    """Install the snapshots of ``SIMRUN_EDITABLE``, then restart in a fresh interpreter.
+
+    A source may be a package this process imported already (simrun itself, when a run has
+    the simrun repository as a source): its install replaces the files the imported modules
+    came from, so the command starts again (``restart``) with ``SOURCES_INSTALLED`` set. A
+    SIGTERM during the install (``stop``) skips the restart, so the caller exits.
+    """
+    if env.get(SOURCES_INSTALLED):
+        return
+    snapshots = [s.strip() for s in env.get(EDITABLE_ENV, "").split(",") if s.strip()]
+    if not snapshots:
+        return
+    install_editable(snapshots)
+    if stop.is_set():
+        return
+    os.environ[SOURCES_INSTALLED] = "1"
+    restart()
+
+
+def restart() -> None:
+    """Replace the process with a new interpreter of the same command line.
+
+    SIGTERM is blocked across the ``exec`` (a blocked signal stays pending through it), so
+    one that arrives before the new interpreter handles it is not lost; ``sigterm_stops``
+    unblocks it.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def stage(pairs: list[tuple[str, str]], store: Path, scratch: Path) -> None:
+    """Copy inputs to the scratch directory.
+
+    ``pairs`` are (source, destination); a relative source is relative to the store, a
+    relative destination to the scratch directory. A directory is copied with its tree.
+    Raises ``FileNotFoundError`` naming a source that does not exist.
+    """
+    for source, destination in pairs:
+        origin = Path(source) if Path(source).is_absolute() else store / source
+        target = Path(destination) if Path(destination).is_absolute() else scratch / destination
+        if origin.is_dir():
+            shutil.copytree(origin, target, symlinks=True, dirs_exist_ok=True)
+        elif origin.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, target)
+        else:
+            raise FileNotFoundError(f"input {origin} does not exist")

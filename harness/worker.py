@@ -1,0 +1,443 @@
+"""simrun-worker: a pod of a split task computes units of its ledger in a process pool.
+
+The worker claims blocks of units, computes them in a pool of ``processes(...)`` processes
+(the setup of the task type once in each), stores their results in the ledger and appends a
+line per unit to ``progress.jsonl``. The coordinator (``SIMRUN_ROLE=base``, ``<task>-w0``)
+also waits until the ledger is complete, releasing the claims of workers whose heartbeat went
+stale, and merges when its plan says so. A pod is evicted with SIGTERM, killed after its grace
+period and restarted with the same worker id, which releases its earlier incarnation's claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import subprocess
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from harness import config, pool
+from harness.config import (
+    GRACE_S,
+    STALE_MARGIN_S,
+    UNIT_GRACE_S,
+    WORKER_ID,
+    TaskPaths,
+    cores,
+    memory_limit,
+    paths_from_env,
+)
+from harness.errors import (
+    EXIT_CONFIGURATION,
+    EXIT_FAILED,
+    EXIT_KILLED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    ConfigurationError,
+    Terminated,
+    UnitError,
+)
+from harness.execute import THREAD_VARIABLES
+from harness.execute import main as exec_main
+from harness.heartbeat import Heartbeat
+from harness.ledger import Claim, Ledger, append_progress
+from harness.lifecycle import configure_logging, sigterm_stops
+from harness.memory import (
+    MEMORY_SOURCE_ENV,
+    Evidence,
+    MemorySampler,
+    MemorySource,
+    memory_source,
+    process_tree_anon,
+    processes,
+)
+from harness.merge import MERGED_MARKER, merge_exit, run_merge
+from harness.merge import main as merge_main
+from harness.report import (
+    WorkerReport,
+    cpu_seconds,
+    harness_started,
+    node_name,
+    own_cpu_seconds,
+    write_report,
+)
+from harness.sources import install_editable, install_sources, restart, shadow_tree, stage
+from harness.tasktypes import TaskType, get_task_type
+
+__all__ = [
+    "GRACE_S",
+    "HEARTBEAT_S",
+    "COORDINATOR_POLL_S",
+    "MEMORY_SOURCE_ENV",
+    "MERGED_MARKER",
+    "UNIT_GRACE_S",
+    "MemorySampler",
+    "WorkerReport",
+    "cores",
+    "cpu_seconds",
+    "exec_main",
+    "harness_started",
+    "install_editable",
+    "install_sources",
+    "main",
+    "memory_limit",
+    "memory_source",
+    "merge_main",
+    "paths_from_env",
+    "process_tree_anon",
+    "processes",
+    "restart",
+    "run_merge",
+    "run_worker",
+    "shadow_tree",
+    "stage",
+    "write_report",
+]
+
+HEARTBEAT_S = 2.0
+"""Seconds between two heartbeats (fewer when ``stale_s`` is short)."""
+COORDINATOR_POLL_S = 1.0
+"""Seconds between two looks of a waiting coordinator at the ledger and the heartbeats."""
+BATCH_S = 0.2
+"""The seconds a batch of units should take: long enough that the per-batch work (claims,
+the pool's round trip, the piece of results) is a small fraction of it, short enough that the
+last batches spread over the processes."""
+TICK_S = 0.25
+"""The longest the worker waits for its pool before it looks at SIGTERM again."""
+
+log = logging.getLogger("simrun.harness")
+
+
+@dataclass
+class _Tally:
+    """What the worker computed so far."""
+
+    units: list[int] = field(default_factory=list)
+    unit_seconds: float = 0.0
+    unit_cpu_seconds: float = 0.0
+
+
+class _Work:
+    """The claim-compute-store loop of one worker over one pool."""
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        executor: ProcessPoolExecutor,
+        flag: pool.Flag,
+        paths: TaskPaths,
+        processes: int,
+        stop: threading.Event,
+        grace_s: float,
+        coordinator: bool,
+        stale_s: float,
+        poll_s: float,
+        tally: _Tally,
+    ) -> None:
+        self.ledger, self.executor, self.flag, self.paths = ledger, executor, flag, paths
+        self.processes, self.stop, self.grace_s = processes, stop, grace_s
+        self.coordinator, self.stale_s, self.poll_s = coordinator, stale_s, poll_s
+        self.tally = tally
+        self.in_flight: dict[Future[pool.Batch], list[Claim]] = {}
+        self.failed: int | None = None
+        self.next_look = time.monotonic() + poll_s
+
+    def run(self) -> None:
+        """Compute until nothing is pending (the coordinator: until the ledger is complete)."""
+        while True:
+            if self.stop.is_set():
+                self._stop()
+            if self.failed is None:
+                self._fill()
+            if self.coordinator and time.monotonic() >= self.next_look:
+                self._release_stale()
+            if not self.in_flight:
+                if self.failed is not None:
+                    raise UnitError(self.failed)
+                if not self.coordinator or self.ledger.is_complete():
+                    return
+                self.stop.wait(max(0.0, self.next_look - time.monotonic()))
+                continue
+            done, _ = wait(self.in_flight, timeout=TICK_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                self._collect(future)
+
+    def _batch_blocks(self) -> int:
+        """Blocks for the next batch: about ``BATCH_S`` of units, fewer near the end."""
+        count = len(self.tally.units)
+        if not count:
+            return 1
+        unit_s = max(self.tally.unit_seconds / count, 1e-7)
+        wanted = int(BATCH_S / unit_s) // self.ledger.block
+        pending = sum(1 for _ in self.ledger.pending_blocks())
+        return max(1, min(wanted, pending // (2 * self.processes)))
+
+    def _fill(self) -> None:
+        while len(self.in_flight) < self.processes:
+            claims = self.ledger.claim(self._batch_blocks())
+            if not claims:
+                return
+            ranges = [r for claim in claims for r in claim.ranges]
+            self.in_flight[self.executor.submit(pool.compute_batch, ranges)] = claims
+
+    def _collect(self, future: Future[pool.Batch]) -> None:
+        claims = self.in_flight.pop(future)
+        try:
+            batch = future.result()
+        except BrokenProcessPool:
+            self.ledger.release([c.block for cs in (claims, *self.in_flight.values()) for c in cs])
+            raise
+        except Exception:  # the results could not be sent back, e.g. not picklable
+            first = claims[0].ranges[0].start
+            log.exception("unit %d failed", first)
+            batch = pool.Batch([], [], [], 0.0, (first, "the batch failed"))
+        self._record(batch, claims)
+
+    def _record(self, batch: pool.Batch, claims: list[Claim]) -> None:
+        if batch.units:
+            self.ledger.write_piece(batch.units, batch.results)
+            append_progress(
+                self.paths.progress, str(self.ledger.worker), batch.units, batch.seconds
+            )
+            self.tally.units.extend(batch.units)
+            self.tally.unit_seconds += sum(batch.seconds)
+        self.tally.unit_cpu_seconds += batch.cpu_seconds
+        self.ledger.release([c.block for c in claims])
+        if batch.failed is not None and self.failed is None:
+            unit, trace = batch.failed
+            log.error("unit %d failed; released:\n%s", unit, trace)
+            self.failed = unit
+            self.flag.value = 1  # the other batches end at their next unit
+
+    def _release_stale(self) -> None:
+        mine = {c.block for claims in self.in_flight.values() for c in claims}
+        released = self.ledger.release_stale(self.stale_s, mine)
+        if released:
+            log.info("released %d stale claims: blocks %s", len(released), released[:20])
+        self.next_look = time.monotonic() + self.poll_s
+
+    def _stop(self) -> None:
+        """Stop claiming, give the running units ``grace_s``, release the rest; raises."""
+        log.info("SIGTERM: waiting up to %.0f s for %d batches", self.grace_s, len(self.in_flight))
+        self.flag.value = 1
+        deadline = time.monotonic() + self.grace_s
+        while self.in_flight and (remaining := deadline - time.monotonic()) > 0:
+            done, _ = wait(self.in_flight, timeout=remaining, return_when=FIRST_COMPLETED)
+            for future in done:
+                try:
+                    self._collect(future)
+                except BrokenProcessPool:
+                    self.in_flight.clear()
+        if self.in_flight:
+            log.info("grace period over: killing the pool")
+            _kill(self.executor)
+            self.ledger.release([c.block for cs in self.in_flight.values() for c in cs])
+            self.in_flight.clear()
+        if self.failed is not None:
+            raise UnitError(self.failed)
+        raise Terminated()
+
+
+def _kill(executor: ProcessPoolExecutor) -> None:
+    """SIGKILL the processes of a pool (before Python 3.14 it has no public way)."""
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        process.kill()
+
+
+def run_worker(
+    task_type: TaskType,
+    settings: BaseModel,
+    paths: TaskPaths,
+    worker: str,
+    *,
+    cores: int,
+    memory_bytes: int | None,
+    base_gb: float,
+    per_worker_gb: float,
+    grace_s: float = UNIT_GRACE_S,
+    attempt: int = 0,
+    stop: threading.Event | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
+    coordinator: bool = False,
+    stale_s: float | None = None,
+    poll_s: float = COORDINATOR_POLL_S,
+    memory_source: MemorySource = "cgroup",
+) -> WorkerReport:
+    """Compute units of the ledger of a task until none is pending.
+
+    Releases the claims of an earlier incarnation of ``worker``, creates the ledger, keeps
+    ``processes(...)`` batches of units in flight in a pool whose processes run the setup of
+    the task type once, stores each unit's result and appends a line per unit to
+    ``progress.jsonl``. The heartbeat is touched every ``heartbeat_s`` from start to end. A
+    coordinator does not return when nothing is pending: until the ledger is complete it
+    releases, every ``poll_s``, the claims of workers whose heartbeat did not change for
+    ``stale_s`` (``grace_s + 60`` by default) and computes them. On SIGTERM (``stop`` set, also
+    before the first claim) it stops claiming, waits up to ``grace_s`` for the running units
+    and releases the rest. The report ``workers/<worker>-<attempt>.json`` is written in every
+    case once the arguments are valid.
+
+    Raises ``ValueError`` (not splittable, too little memory for one process, an invalid
+    worker id, a ledger of another size), ``UnitError`` (a unit failed; it was released),
+    ``BrokenProcessPool`` (a pool process died, e.g. killed for memory), ``Terminated``.
+    """
+    if not task_type.splittable or task_type.units is None:
+        raise ValueError(f"task type {task_type.name!r} is not splittable")
+    if not WORKER_ID.match(worker):
+        raise ValueError(f"{worker!r} is not a valid worker id")
+    size = processes(cores, memory_bytes, base_gb, per_worker_gb)
+    units = task_type.units(settings)
+    size = max(1, min(size, units))
+    stop = stop if stop is not None else threading.Event()
+    stale = grace_s + STALE_MARGIN_S if stale_s is None else stale_s
+    started = harness_started()
+    began, clock = time.time(), time.perf_counter()
+    cpu_before = own_cpu_seconds()
+    evidence, sampler, tally = Evidence(memory_source), MemorySampler(memory_source), _Tally()
+    report = WorkerReport(
+        worker=worker,
+        node=node_name(),
+        processes=size,
+        memory_limit_bytes=memory_bytes,
+        per_worker_gb=per_worker_gb,
+        started=started,
+        prepare_seconds=max(0.0, began - started),
+    )
+    try:
+        ledger = Ledger.open(paths.ledger, units, worker)
+        released = ledger.release_incarnation()
+        if released:
+            log.info("released %d claims of an earlier %s", len(released), worker)
+        ledger.heartbeat(0)
+        if stop.is_set():
+            raise Terminated()
+        context = multiprocessing.get_context("fork")
+        flag: pool.Flag = context.RawValue("b", 0)
+        executor = ProcessPoolExecutor(
+            size,
+            mp_context=context,
+            initializer=pool.initialize,
+            initargs=(task_type, settings, flag),
+        )
+        try:
+            executor.submit(pool.warm_up).result()  # fork before any thread of ours runs
+            with Heartbeat(sampler, ledger.heartbeat, heartbeat_s):
+                _Work(
+                    ledger=ledger,
+                    executor=executor,
+                    flag=flag,
+                    paths=paths,
+                    processes=size,
+                    stop=stop,
+                    grace_s=grace_s,
+                    coordinator=coordinator,
+                    stale_s=stale,
+                    poll_s=poll_s,
+                    tally=tally,
+                ).run()
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+    except UnitError:
+        report.failed = True
+        raise
+    finally:
+        sampler.sample()
+        report.units_done = sorted(tally.units)
+        report.unit_seconds = tally.unit_seconds
+        report.seconds = time.perf_counter() - clock
+        report.peak_memory_bytes = sampler.peak
+        report.oom_kills = evidence.oom_kills()
+        report.cpu_seconds = own_cpu_seconds() - cpu_before + tally.unit_cpu_seconds
+        report.throttled_seconds = evidence.throttled_seconds()
+        write_report(report, paths.task_dir, attempt)
+    return report
+
+
+def _work(stop: threading.Event) -> int:
+    """Read the configuration, run the worker (and the coordinator's merge); the exit code."""
+    env = os.environ
+    try:
+        paths = paths_from_env(env)
+        task = config.read_task(paths)
+        role = config.role(env)
+        worker = config.worker_id(env, task.task, role)
+        task_type = get_task_type(task.type)
+        settings = task_type.settings_or_error(task.settings)
+        if not task_type.splittable:
+            raise ConfigurationError(f"task type {task.type!r} is not splittable: use simrun-exec")
+        grace = config.grace_s(env)
+        stale = config.stale_s(env, grace)
+        coordinator = role == "base"
+        log.info("%s (%s) of %s: %s", worker, role, task.task, task.type)
+        run_worker(
+            task_type,
+            settings,
+            paths,
+            worker,
+            cores=cores(env),
+            memory_bytes=memory_limit(env),
+            base_gb=task.plan_gb("base_gb"),
+            per_worker_gb=task.plan_gb("per_worker_gb"),
+            grace_s=grace,
+            attempt=config.attempt(env),
+            stop=stop,
+            heartbeat_s=min(HEARTBEAT_S, stale / 4),
+            coordinator=coordinator,
+            stale_s=stale,
+            poll_s=min(COORDINATOR_POLL_S, stale / 4),
+            memory_source=memory_source(env),
+        )
+    except (ConfigurationError, ValueError) as error:
+        log.error("configuration error: %s", error)
+        return EXIT_CONFIGURATION
+    except UnitError as error:
+        log.error("%s", error)
+        return EXIT_FAILED
+    except BrokenProcessPool:
+        log.error("a process of the pool died (killed for its memory?)")
+        return EXIT_KILLED
+    except Terminated:
+        log.info("stopped on SIGTERM")
+        return EXIT_TERMINATED
+    if coordinator and task.coordinator_merges:
+        if stop.is_set():
+            return EXIT_TERMINATED
+        return merge_exit(task_type, settings, paths)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run simrun-worker in a pod of a split task; returns its exit code.
+
+    SIGTERM is handled from the start, so a pod evicted while it prepares stops before its
+    first claim. Exit codes: 0 done, 3 a unit failed (logged and released), 4 a configuration
+    error, 137 a process of the pool died (retried with more memory), 143 stopped on SIGTERM.
+    """
+    with sigterm_stops() as stop:
+        harness_started()
+        argparse.ArgumentParser(
+            prog="simrun-worker",
+            description="Compute units of the split task of SIMRUN_TASK_DIR (see docs).",
+        ).parse_args(argv)
+        configure_logging("simrun-worker")
+        for name in THREAD_VARIABLES:
+            os.environ[name] = "1"  # one thread per pool process: the pool has the cores
+        try:
+            install_sources(os.environ, stop)
+        except (OSError, subprocess.CalledProcessError) as error:
+            log.error("the sources cannot be installed: %s", error)
+            return EXIT_CONFIGURATION
+        if stop.is_set():
+            return EXIT_TERMINATED
+        return _work(stop)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,207 @@
+"""simrun-worker and run_worker in this process: units, reports, failures, exit codes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness import worker
+from harness.errors import Terminated, UnitError
+from harness.examples.csv_stats import TASK_TYPE as CSV_STATS
+from harness.examples.squares import TASK_TYPE as SQUARES
+from harness.examples.squares import SquaresSettings
+from harness.ledger import Ledger
+from harness.merge import MERGED_MARKER
+from harness.memory import GIB
+from harness.report import units_done
+from harness.config import TaskPaths
+
+from .conftest import claims, make_task, progress_units, report_of
+
+
+def squares_paths(store: Path, n: int, **settings: object) -> tuple[TaskPaths, SquaresSettings]:
+    task_dir = make_task(store, "squares", {"n": n, **settings})
+    return TaskPaths(task_dir=task_dir, store=store), SquaresSettings(n=n, **settings)
+
+
+def run(paths: TaskPaths, settings: SquaresSettings, name: str = "sweep-w1", **kw: object):
+    options = {"cores": 2, "memory_bytes": None, "base_gb": 0.1, "per_worker_gb": 0.1, **kw}
+    return worker.run_worker(SQUARES, settings, paths, name, **options)  # type: ignore[arg-type]
+
+
+def test_a_worker_computes_every_unit_and_reports_them(store: Path) -> None:
+    paths, settings = squares_paths(store, 500)
+
+    report = run(paths, settings, attempt=2)
+
+    assert report.units_done == list(range(500))
+    assert sorted(progress_units(paths.task_dir)) == list(range(500))
+    assert units_done(paths.task_dir) == 500
+    assert claims(paths.task_dir) == []
+    assert Ledger.read(paths.ledger).results() == [i * i for i in range(500)]
+    written = report_of(paths.task_dir, "sweep-w1", attempt=2)
+    assert written == report
+    assert written.processes == 2 and written.per_worker_gb == 0.1 and not written.failed
+    assert written.unit_seconds > 0 and written.cpu_seconds > 0 and written.seconds > 0
+    assert written.peak_memory_bytes and written.peak_memory_bytes > 0
+    assert (paths.ledger / "heartbeats" / "sweep-w1").exists()
+
+
+def test_the_pool_has_no_more_processes_than_the_memory_allows(store: Path) -> None:
+    paths, settings = squares_paths(store, 10)
+
+    report = run(paths, settings, cores=4, memory_bytes=int(0.35 * GIB))
+
+    assert report.processes == 2  # (0.35 - 0.1) / 0.1
+    assert report.memory_limit_bytes == int(0.35 * GIB)
+
+
+def test_a_pool_never_has_more_processes_than_units(store: Path) -> None:
+    paths, settings = squares_paths(store, 1)
+
+    assert run(paths, settings, cores=4).processes == 1
+
+
+def test_a_unit_that_raises_is_released_and_the_report_says_failed(store: Path) -> None:
+    paths, settings = squares_paths(store, 40, fail_unit=7)
+
+    with pytest.raises(UnitError) as raised:
+        run(paths, settings)
+
+    assert raised.value.index == 7
+    report = report_of(paths.task_dir, "sweep-w1")
+    assert report.failed and 7 not in report.units_done
+    assert claims(paths.task_dir) == []
+    ledger = Ledger.read(paths.ledger)
+    ledger.refresh()
+    assert any(7 in r for r in ledger.missing())
+
+
+def test_a_worker_stopped_before_its_first_claim_claims_nothing(store: Path) -> None:
+    paths, settings = squares_paths(store, 20)
+    stop = threading.Event()
+    stop.set()
+
+    with pytest.raises(Terminated):
+        run(paths, settings, stop=stop)
+
+    assert report_of(paths.task_dir, "sweep-w1").units_done == []
+    assert claims(paths.task_dir) == [] and progress_units(paths.task_dir) == []
+
+
+def test_a_ledger_of_another_size_is_an_error(store: Path) -> None:
+    paths, settings = squares_paths(store, 20)
+    Ledger.open(paths.ledger, 30, "sweep-w9")
+
+    with pytest.raises(ValueError, match="30 units"):
+        run(paths, settings)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "bad/id"}, "worker id"),
+        ({"memory_bytes": int(0.15 * GIB)}, "fit no process"),
+    ],
+)
+def test_invalid_arguments_are_value_errors(store: Path, change: dict, message: str) -> None:
+    paths, settings = squares_paths(store, 5)
+
+    with pytest.raises(ValueError, match=message):
+        run(paths, settings, **change)
+
+
+def test_a_plugin_type_is_not_run_by_the_worker(store: Path) -> None:
+    paths, _ = squares_paths(store, 5)
+
+    with pytest.raises(ValueError, match="not splittable"):
+        worker.run_worker(
+            CSV_STATS,
+            CSV_STATS.parse_settings({}),
+            paths,
+            "w",
+            cores=1,
+            memory_bytes=None,
+            base_gb=0.1,
+            per_worker_gb=0.1,
+        )
+
+
+# -- main in this process ----------------------------------------------------------------
+
+
+def test_the_coordinator_that_merges_writes_the_outputs_and_the_marker_last(
+    store: Path, harness_env
+) -> None:
+    task_dir = make_task(store, "squares", {"n": 200}, coordinator_merges=True)
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_ROLE="base", SIMRUN_ATTEMPT="1")
+
+    assert worker.main([]) == 0
+
+    out = task_dir / "out"
+    assert json.loads((out / "squares.json").read_text()) == [i * i for i in range(200)]
+    assert (out / "squares.csv").read_text().splitlines()[:2] == ["unit,square", "0,0"]
+    marker = out / MERGED_MARKER
+    assert marker.exists()
+    assert all(marker.stat().st_mtime_ns >= f.stat().st_mtime_ns for f in out.iterdir())
+    assert report_of(task_dir, "sweep-w0", attempt=1).units_done == list(range(200))
+
+
+def test_a_coordinator_whose_plan_does_not_merge_leaves_the_merge_to_simrun_merge(
+    store: Path, harness_env
+) -> None:
+    task_dir = make_task(store, "squares", {"n": 5})
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_ROLE="base")
+
+    assert worker.main([]) == 0
+    assert not (task_dir / "out" / MERGED_MARKER).exists()
+
+
+def test_an_extra_worker_runs_under_its_worker_id(store: Path, harness_env) -> None:
+    task_dir = make_task(store, "squares", {"n": 5})
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_WORKER="sweep-w3")
+
+    assert worker.main([]) == 0
+    assert report_of(task_dir, "sweep-w3").units_done == [0, 1, 2, 3, 4]
+
+
+def test_a_unit_that_raises_exits_3(store: Path, harness_env) -> None:
+    task_dir = make_task(store, "squares", {"n": 10, "fail_unit": 3})
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_ROLE="base")
+
+    assert worker.main([]) == 3
+    assert report_of(task_dir, "sweep-w0").failed
+
+
+@pytest.mark.parametrize(
+    ("type_", "raw", "env", "message"),
+    [
+        ("nonesuch", {}, {}, "unknown task type 'nonesuch'"),
+        ("squares", {"n": 0}, {}, "settings of task type 'squares': n:"),
+        ("csv-stats", {}, {}, "not splittable"),
+        ("squares", {"n": 3}, {"SIMRUN_ROLE": "extra"}, "SIMRUN_WORKER is not set"),
+        ("squares", {"n": 3}, {"SIMRUN_ROLE": "leader"}, "SIMRUN_ROLE='leader'"),
+        ("squares", {"n": 3}, {"SIMRUN_CORES": "0"}, "SIMRUN_CORES='0'"),
+        ("squares", {"n": 3}, {"SIMRUN_MEMORY_SOURCE": "swap"}, "SIMRUN_MEMORY_SOURCE='swap'"),
+        ("squares", {"n": 3}, {"SIMRUN_MEMORY_LIMIT_GB": "0.1"}, "fit no process"),
+        ("squares", {"n": 3}, {"SIMRUN_INPUTS": "table"}, "'table' is not port=path"),
+    ],
+)
+def test_a_configuration_error_exits_4_with_a_message_naming_it(
+    store: Path, harness_env, caplog, type_: str, raw: dict, env: dict, message: str
+) -> None:
+    task_dir = make_task(store, type_, raw)
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), **{"SIMRUN_ROLE": "base", **env})
+
+    assert worker.main([]) == 4
+    assert message in caplog.text
+
+
+def test_a_worker_without_a_task_directory_exits_4(harness_env, caplog) -> None:
+    harness_env()
+
+    assert worker.main([]) == 4
+    assert "SIMRUN_TASK_DIR is not set" in caplog.text
