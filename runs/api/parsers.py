@@ -6,6 +6,7 @@ that (DRF's JSON parser answers a bare "JSON parse error").
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from rest_framework.parsers import BaseParser
@@ -49,3 +50,23 @@ SPEC_PARSERS = [
     TextYamlSpecParser,
     PlainSpecParser,
 ]
+
+
+class ArchiveParser(BaseParser):
+    """An uploaded archive as the request's stream, read in chunks by ``runs.snapshots``."""
+
+    media_type = "application/gzip"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        return stream if stream is not None else io.BytesIO()
+
+
+class XGzipArchiveParser(ArchiveParser):
+    media_type = "application/x-gzip"
+
+
+class OctetStreamArchiveParser(ArchiveParser):
+    media_type = "application/octet-stream"
+
+
+ARCHIVE_PARSERS = [ArchiveParser, XGzipArchiveParser, OctetStreamArchiveParser]

@@ -1,14 +1,55 @@
-"""Output serializers of the API; input is a run specification, validated by ``runs.spec``."""
+"""Output serializers of the API; a run's input is a specification, validated by ``runs.spec``.
+
+Serializers only shape what the views computed: progress (``units_now``, ``units_*_sum``) is
+attached to the objects by the views before they are serialized.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
-from runs.models import Run, Task
+from runs.models import Attempt, Observation, Run, Snapshot, Task
+
+
+class PlanSerializer(serializers.Serializer[dict[str, Any]]):
+    """The TaskPlan decided at submission (``runs.planner.TaskPlan``)."""
+
+    cores = serializers.IntegerField()
+    memory_gb = serializers.FloatField(help_text="per pod")
+    workers = serializers.IntegerField(required=False)
+    base_gb = serializers.FloatField(required=False)
+    per_worker_gb = serializers.FloatField(required=False)
+    processes = serializers.IntegerField(required=False)
+    retry_memory_gb = serializers.FloatField(required=False, help_text="after a kill for memory")
+    coordinator_merges = serializers.BooleanField(required=False)
+    why = serializers.CharField(required=False, allow_blank=True, help_text="how it was decided")
+
+
+class AttemptSerializer(serializers.ModelSerializer[Attempt]):
+    class Meta:
+        model = Attempt
+        fields = [
+            "worker",
+            "attempt",
+            "phase",
+            "exit_code",
+            "oom_killed",
+            "oom_evidence",
+            "evicted",
+            "node_name",
+            "memory_gb",
+            "started_at",
+            "ended_at",
+        ]
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):
     id = serializers.CharField(source="task_id")
+    plan = PlanSerializer()
+    units_done = serializers.IntegerField(source="units_now", help_text="units done by now")
+    attempts = AttemptSerializer(many=True, read_only=True)
 
     class Meta:
         model = Task
@@ -27,11 +68,18 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "units_total",
             "started_at",
             "ended_at",
+            "attempts",
         ]
 
 
 class RunSerializer(serializers.ModelSerializer[Run]):
     owner = serializers.CharField(source="owner.get_username")
+    live = serializers.BooleanField(
+        help_text="followed by the control loop: not ended, or work pending"
+    )
+    duration_s = serializers.FloatField(help_text="from creation to its end, or to now")
+    units_done = serializers.IntegerField(source="units_done_sum", help_text="over its tasks")
+    units_total = serializers.IntegerField(source="units_total_sum", help_text="over its tasks")
 
     class Meta:
         model = Run
@@ -42,10 +90,10 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "state",
             "message",
             "backend",
-            "workflow",
-            "image",
-            "reserved_node",
-            "memory_enforced",
+            "live",
+            "units_done",
+            "units_total",
+            "duration_s",
             "created_at",
             "submitted_at",
             "ended_at",
@@ -56,4 +104,128 @@ class RunDetailSerializer(RunSerializer):
     tasks = TaskSerializer(many=True, read_only=True)
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "spec", "tasks"]
+        fields = [
+            *RunSerializer.Meta.fields,
+            "workflow",
+            "image",
+            "reserved_node",
+            "memory_enforced",
+            "pending_cancel",
+            "pending_release",
+            "pending_logs",
+            "spec",
+            "tasks",
+        ]
+
+
+class LogSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(help_text="<node>-<attempt>, how to ask for its text")
+    node = serializers.CharField()
+    attempt = serializers.IntegerField()
+    size = serializers.IntegerField(help_text="bytes")
+    running = serializers.BooleanField(help_text="its process still writes it")
+    source = serializers.ChoiceField(choices=["store", "backend"])
+
+
+class LogTextSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(source="log.name")
+    node = serializers.CharField(source="log.node")
+    attempt = serializers.IntegerField(source="log.attempt")
+    running = serializers.BooleanField(source="log.running")
+    text = serializers.CharField(allow_blank=True)
+    offset = serializers.IntegerField(
+        help_text="the byte up to which text goes: pass it as offset to follow"
+    )
+
+
+class OutputSerializer(serializers.Serializer[Any]):
+    path = serializers.CharField(help_text="relative to the task's out/")
+    size = serializers.IntegerField()
+    is_image = serializers.BooleanField()
+    inline = serializers.BooleanField(help_text="small enough to show in a page")
+    url = serializers.CharField()
+
+
+class PlacementSerializer(serializers.Serializer[Any]):
+    run = serializers.CharField(source="run_id", allow_null=True)
+    workflow = serializers.CharField(source="placement.workflow")
+    dag_task = serializers.CharField(source="placement.dag_task")
+    pod = serializers.CharField(source="placement.pod")
+    node = serializers.CharField(source="placement.node", allow_null=True)
+    phase = serializers.CharField(source="placement.phase")
+    cores = serializers.FloatField(source="placement.cores")
+    memory_gb = serializers.FloatField(source="placement.memory_gb")
+    worker = serializers.CharField(source="placement.worker", allow_null=True)
+    attempt = serializers.IntegerField(source="placement.attempt", allow_null=True)
+
+
+class NodeSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    ready = serializers.BooleanField(source="node.ready")
+    cores = serializers.FloatField(source="node.cores")
+    memory_gb = serializers.FloatField(source="node.memory_gb")
+    cores_used = serializers.FloatField()
+    memory_gb_used = serializers.FloatField()
+    pods = serializers.IntegerField(source="pod_count")
+    reserved = serializers.BooleanField()
+    reserved_by = serializers.CharField(
+        source="reserved_run", allow_null=True, help_text="the run holding it, if you may see it"
+    )
+
+
+class ObservationSerializer(serializers.ModelSerializer[Observation]):
+    task = serializers.CharField(source="task.task_id", allow_null=True, default=None)
+    peak_gb_per_process = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        model = Observation
+        fields = [
+            "id",
+            "task_type",
+            "run",
+            "task",
+            "worker",
+            "attempt",
+            "processes",
+            "per_worker_gb",
+            "peak_bytes",
+            "limit_bytes",
+            "peak_gb_per_process",
+            "units",
+            "unit_seconds",
+            "cpu_seconds",
+            "oom",
+            "from_report",
+            "created_at",
+        ]
+
+
+class TaskTypeSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["split", "plugin"])
+    description = serializers.CharField(source="task_type.description", allow_blank=True)
+    default_per_worker_gb = serializers.FloatField(source="task_type.per_worker_gb")
+    base_gb = serializers.FloatField(source="task_type.base_gb")
+    observations = serializers.IntegerField(help_text="the latest ones the planner reads")
+    oom_kills = serializers.IntegerField()
+    planned_per_worker_gb = serializers.FloatField(
+        source="per_worker_gb", help_text="what a new task of this type gets now"
+    )
+    why = serializers.CharField()
+
+
+class SnapshotSerializer(serializers.ModelSerializer[Snapshot]):
+    id = serializers.CharField(source="digest", help_text="name it in a spec's sources")
+
+    class Meta:
+        model = Snapshot
+        fields = ["id", "name", "size_bytes", "created_at"]
+
+
+class MeSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField(source="get_username")
+    is_staff = serializers.BooleanField()
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField()

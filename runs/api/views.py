@@ -1,8 +1,13 @@
-"""API views: validate, call one domain function, return."""
+"""The runs API: submit a specification, list and read runs, cancel one.
+
+Views validate, call one domain function and return; a user reaches only their own runs
+(staff every run) and another user's run is a 404, as an unknown one.
+"""
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -11,28 +16,65 @@ from rest_framework.response import Response
 
 from harness.tasktypes import task_types
 from runs import controller
+from runs.access import run_with_tasks_or_404, visible_runs, with_progress
+from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
+from runs.api.filters import RunFilters, filter_runs
+from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
 from runs.api.serializers import RunDetailSerializer, RunSerializer
-from runs.models import Run, Task
-from runs.spec import SpecError, parse_spec
+from runs.models import Run
+from runs.spec import RunSpec, SpecError, parse_spec
 from runs.submission import create_run
+from runs.task_files import attach_progress
 
 
-class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
+def run_detail(request: Request, run_id: str) -> Run:
+    """A visible run with its tasks, attempts and progress by now."""
+    run = run_with_tasks_or_404(request.user, run_id)
+    attach_progress(run, list(run.tasks.all()))
+    return run
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List runs",
+        description="Your runs (staff: every run), newest first, filtered and paginated.",
+        parameters=[RunFilters],
+        responses={200: RunSerializer(many=True), 400: schema.FIELD_ERRORS},
+    ),
+    retrieve=extend_schema(
+        summary="A run",
+        description="The run with its tasks, their plans (and why), attempts and progress.",
+        parameters=[schema.RUN],
+        responses={200: RunDetailSerializer, 404: schema.NOT_FOUND},
+    ),
+)
+class RunViewSet(viewsets.GenericViewSet[Run]):
     """Runs: submit a specification (JSON or YAML), list your runs, follow one, cancel it."""
 
     serializer_class = RunSerializer
     parser_classes = SPEC_PARSERS
+    pagination_class = CappedPagination
+    lookup_value_regex = "[^/]+"
 
-    def get_queryset(self) -> QuerySet[Run]:
-        runs = Run.objects.visible_to(self.request.user).select_related("owner")
-        if self.action == "retrieve":
-            runs = runs.prefetch_related(Prefetch("tasks", Task.objects.order_by("position")))
-        return runs
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        return visible_runs(self.request.user)
 
-    def get_serializer_class(self) -> type[RunSerializer]:
-        return RunDetailSerializer if self.action in {"retrieve", "create"} else RunSerializer
+    def list(self, request: Request) -> Response:
+        runs = with_progress(filter_runs(visible_runs(request.user), request))
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response(RunSerializer(page, many=True).data)
 
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(RunDetailSerializer(run_detail(request, pk)).data)
+
+    @extend_schema(
+        summary="Submit a run",
+        description="The body is a run specification (docs/run-spec.md) as YAML or JSON. "
+        "A bad one is a 400 with every problem by the path of its field.",
+        request={"application/json": RunSpec, "application/yaml": RunSpec},
+        responses={201: RunDetailSerializer, 400: schema.FIELD_ERRORS},
+    )
     def create(self, request: Request) -> Response:
         try:
             # An empty body never reaches the parsers: DRF gives an empty mapping instead.
@@ -41,11 +83,24 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
             run = create_run(spec=spec, owner=request.user)
         except SpecError as error:
             raise ValidationError(error.errors) from None
-        return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
+        return Response(
+            RunDetailSerializer(run_detail(request, run.id)).data, status=status.HTTP_201_CREATED
+        )
 
+    @extend_schema(
+        summary="Cancel a run",
+        description="Writes the run cancelled at once; the backend's pods are ended after.",
+        request=None,
+        parameters=[schema.RUN],
+        responses={
+            202: RunSerializer,
+            404: schema.NOT_FOUND,
+            409: schema.CONFLICT,
+        },
+    )
     @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        run = self.get_object()
+    def cancel(self, request: Request, pk: str) -> Response:
+        run = get_object_or_404(with_progress(visible_runs(request.user)), pk=pk)
         try:
             controller.request_cancel(run)
         except controller.Conflict as error:

@@ -1,0 +1,60 @@
+"""Who may see what: a user sees their own runs (staff every run); anything else is a 404.
+
+The API and every dashboard view, fragments included, fetch runs and tasks through these
+helpers, so the check is never left to a template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import IntegerField, OuterRef, Prefetch, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django.shortcuts import get_object_or_404
+
+from runs.models import Attempt, Run, RunQuerySet, Task
+
+
+def visible_runs(user: Any) -> RunQuerySet:
+    """The runs a user may see, with their owners."""
+    return Run.objects.visible_to(user).select_related("owner")
+
+
+def with_progress(runs: RunQuerySet) -> RunQuerySet:
+    """Annotate ``units_done_sum`` and ``units_total_sum`` over the tasks of each run.
+
+    Correlated subqueries rather than a join and GROUP BY: evaluated only for the rows of a
+    page, not for every run the filter matches.
+    """
+
+    def total(field: str) -> Coalesce:
+        summed = (
+            Task.objects.filter(run=OuterRef("pk"))
+            .order_by()
+            .values("run")
+            .annotate(s=Sum(field))
+            .values("s")
+        )
+        return Coalesce(Subquery(summed, output_field=IntegerField()), 0)
+
+    return runs.annotate(units_done_sum=total("units_done"), units_total_sum=total("units_total"))
+
+
+def run_or_404(user: Any, run_id: str) -> Run:
+    """A run the user may see; 404 for another user's run as for an unknown one."""
+    return get_object_or_404(visible_runs(user), pk=run_id)
+
+
+def run_with_tasks_or_404(user: Any, run_id: str) -> Run:
+    """A run with its tasks in spec order and their attempts: three queries."""
+    attempts = Prefetch("attempts", Attempt.objects.order_by("worker", "attempt"))
+    tasks = Prefetch("tasks", Task.objects.order_by("position").prefetch_related(attempts))
+    return get_object_or_404(visible_runs(user).prefetch_related(tasks), pk=run_id)
+
+
+def task_or_404(user: Any, run_id: str, task_id: str) -> Task:
+    """A task of a run the user may see, with its run and the run's owner."""
+    tasks = Task.objects.select_related("run", "run__owner")
+    if not user.is_staff:
+        tasks = tasks.filter(run__owner=user)
+    return get_object_or_404(tasks, run_id=run_id, task_id=task_id)

@@ -1,0 +1,63 @@
+"""The filters of the runs list, read from the query string and validated like a body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.request import Request
+
+from runs.models import RunQuerySet, RunState
+
+DATE_FORMATS = ["iso-8601", "%Y-%m-%d"]
+
+
+class RunFilters(serializers.Serializer[dict[str, Any]]):
+    """Query parameters of ``GET /api/runs/``; all optional, combined with AND."""
+
+    state = serializers.MultipleChoiceField(
+        choices=RunState.choices, required=False, help_text="one or more states (repeat it)"
+    )
+    owner = serializers.CharField(
+        required=False, max_length=150, help_text="the owner's username (useful for staff)"
+    )
+    name = serializers.CharField(
+        required=False, max_length=200, help_text="part of the run's name, any case"
+    )
+    created_after = serializers.DateTimeField(
+        required=False, input_formats=DATE_FORMATS, help_text="created at or after (date or time)"
+    )
+    created_before = serializers.DateTimeField(
+        required=False, input_formats=DATE_FORMATS, help_text="created before (date or time)"
+    )
+    live = serializers.BooleanField(
+        required=False, allow_null=True, default=None, help_text="only live (or only ended) runs"
+    )
+
+
+def filter_runs(runs: RunQuerySet, request: Request) -> RunQuerySet:
+    """Apply the validated filters of a request; a 400 naming the bad parameter otherwise."""
+    filters = RunFilters(data=request.query_params)
+    filters.is_valid(raise_exception=True)
+    return apply_filters(runs, filters.validated_data)
+
+
+def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:
+    """Narrow runs by validated filter values (shared by the API and the dashboard)."""
+    if values.get("state"):
+        runs = runs.filter(state__in=sorted(values["state"]))
+    if values.get("owner"):
+        runs = runs.filter(owner__username=values["owner"])
+    if values.get("name"):
+        runs = runs.filter(name__icontains=values["name"])
+    if values.get("created_after"):
+        runs = runs.filter(created_at__gte=values["created_after"])
+    if values.get("created_before"):
+        runs = runs.filter(created_at__lt=values["created_before"])
+    if values.get("live") is True:
+        runs = runs.live()
+    elif values.get("live") is False:
+        runs = runs.filter(
+            ended_at__isnull=False, pending_logs=False, pending_release=False, pending_cancel=False
+        )
+    return runs

@@ -1,0 +1,115 @@
+"""What runs learn from and bring along: observations, task types, source snapshots."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import api_view
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from runs.api import schema
+from runs.api.pagination import CappedPagination
+from runs.api.parsers import ARCHIVE_PARSERS
+from runs.api.serializers import ObservationSerializer, SnapshotSerializer, TaskTypeSerializer
+from runs.models import Observation, Snapshot
+from runs.planning_figures import planning_figures
+from runs.snapshots import SnapshotError, save_snapshot
+
+
+def visible_observations(user: Any) -> Any:
+    """Observations of the user's runs (staff: all), newest first."""
+    rows = Observation.objects.select_related("task").order_by("-created_at", "-id")
+    return rows if user.is_staff else rows.filter(run__owner=user)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Observations",
+        description="What the workers of your runs measured (staff: all), newest first.",
+        parameters=[
+            OpenApiParameter("task_type", OpenApiTypes.STR, description="only of this type")
+        ],
+    )
+)
+class ObservationViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Observation]):
+    serializer_class = ObservationSerializer
+    pagination_class = CappedPagination
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        rows = visible_observations(self.request.user)
+        task_type = self.request.query_params.get("task_type")
+        if task_type:
+            if "\x00" in task_type:
+                raise ValidationError({"task_type": ["a task type name"]})
+            rows = rows.filter(task_type=task_type)
+        return rows
+
+
+@extend_schema(
+    summary="Task types",
+    description="Every registered task type with the memory per process a new task of it "
+    "would be planned with now, and why.",
+    responses={200: TaskTypeSerializer(many=True)},
+)
+@api_view(["GET"])
+def task_type_list(request: Request) -> Response:
+    return Response(TaskTypeSerializer(planning_figures(), many=True).data)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Your source snapshots"),
+    retrieve=extend_schema(
+        summary="A source snapshot",
+        parameters=[schema.path("id", schema.DIGEST, "the sha256 of the archive")],
+        responses={200: SnapshotSerializer, 404: schema.NOT_FOUND},
+    ),
+)
+class SnapshotViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Snapshot]
+):
+    """Source trees uploaded as tar.gz, named in a spec's ``sources`` by their sha256."""
+
+    serializer_class = SnapshotSerializer
+    pagination_class = CappedPagination
+    parser_classes = ARCHIVE_PARSERS
+    lookup_field = "digest"
+    lookup_url_kwarg = "pk"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        return Snapshot.objects.filter(owner=self.request.user).order_by("-created_at", "-id")
+
+    @extend_schema(
+        summary="Upload a source snapshot",
+        description="The body is a tar.gz of a source tree (its root at the archive's root). "
+        "It is kept once under its sha256, which is the id to name in a spec's sources.",
+        parameters=[
+            OpenApiParameter("name", OpenApiTypes.STR, description="a label, e.g. the folder")
+        ],
+        request={"application/gzip": OpenApiTypes.BINARY},
+        responses={
+            200: SnapshotSerializer,
+            201: SnapshotSerializer,
+            400: schema.FIELD_ERRORS,
+        },
+    )
+    def create(self, request: Request) -> Response:
+        name = request.query_params.get("name", "")
+        if "\x00" in name:
+            raise ValidationError({"name": ["a label without NUL characters"]})
+        # An empty body never reaches the parsers: DRF gives an empty mapping instead.
+        archive = request.data if hasattr(request.data, "read") else io.BytesIO()
+        try:
+            snapshot, created = save_snapshot(owner=request.user, archive=archive, name=name)
+        except SnapshotError as error:
+            raise ValidationError({"archive": [str(error)]}) from None
+        return Response(
+            SnapshotSerializer(snapshot).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )

@@ -1,0 +1,38 @@
+"""Pieces of the OpenAPI description shared by the views: path parameters and error bodies."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+
+from runs.api.serializers import ErrorSerializer
+
+RUN_ID = r"^[a-z0-9]{1,16}$"
+TASK_ID = r"^[a-z][a-z0-9-]{0,39}$"
+LOG_NAME = r"^[^/]+-[0-9]{1,9}$"
+DIGEST = r"^[0-9a-f]{64}$"
+NODE = r"^[^/]{1,253}$"
+
+
+def path(name: str, pattern: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name, OpenApiTypes.STR, OpenApiParameter.PATH, pattern=pattern, description=description
+    )
+
+
+RUN = path("id", RUN_ID, "the run's id")
+RUN_OF_TASK = path("run_id", RUN_ID, "the run's id")
+TASK = path("task_id", TASK_ID, "the task's id in the spec")
+LOG = path("name", LOG_NAME, "<node>-<attempt>, as the list of logs names it")
+
+FIELD_ERRORS = OpenApiResponse(
+    response={
+        "type": "object",
+        "additionalProperties": {"type": "array", "items": {"type": "string"}},
+    },
+    description="what is wrong, by the path of the field (e.g. tasks.sweep.settings.n)",
+)
+NOT_FOUND = OpenApiResponse(ErrorSerializer, description="no such object, or not yours")
+CONFLICT = OpenApiResponse(ErrorSerializer, description="refused in the object's state")
+UNAVAILABLE = OpenApiResponse(ErrorSerializer, description="the backend did not answer")
+FORBIDDEN = OpenApiResponse(ErrorSerializer, description="for staff only")
