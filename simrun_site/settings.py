@@ -164,6 +164,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStateEnum": "runs.models.RunState",
+        "TaskStateEnum": "runs.models.TaskState",
+    },
 }
 
 # Celery: Redis in production; without CELERY_BROKER_URL a filesystem broker under SIMRUN_HOME.
