@@ -1,0 +1,170 @@
+"""Memory cgroups for the processes of the local backend: one per process, with its limit.
+
+Which hierarchy the machine has is found at run time: the cgroup v2 unified hierarchy, or the
+v1 memory controller. A cgroup of its own per process, below the cgroup of the service, makes
+a kill for memory real and proven as on a pod: the count of the out of memory killer of that
+cgroup (``memory.events`` on v2, ``memory.oom_control`` on v1) is the only evidence of it.
+
+Only the standard library: the launcher imports this module without the service's packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+SUBTREE = "simrun"
+"""The cgroup below the service's own that holds the cgroups of the processes."""
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where the cgroups of the processes go: v1 or v2, and the directory that holds them."""
+
+    version: int
+    parent: Path
+
+    @property
+    def limit_file(self) -> str:
+        return "memory.max" if self.version == 2 else "memory.limit_in_bytes"
+
+    @property
+    def oom_file(self) -> str:
+        """The file whose ``oom_kill N`` line counts the kills of the out of memory killer."""
+        return "memory.events" if self.version == 2 else "memory.oom_control"
+
+
+def _mounts(proc: Path) -> list[tuple[str, Path, str, set[str]]]:
+    """The cgroup mounts of this process: (root in the hierarchy, mount point, type, options)."""
+    found = []
+    for line in (proc / "self" / "mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] not in {"cgroup", "cgroup2"}:
+            continue
+        found.append((fields[3], Path(fields[4]), tail[0], set(tail[2].split(","))))
+    return found
+
+
+def _relative(path: str, mount_root: str) -> str:
+    """The path of a cgroup below a mount whose root is ``mount_root`` in the hierarchy."""
+    if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
+        path = path[len(mount_root) :]
+    return path.lstrip("/")
+
+
+def own_cgroup(proc: Path = PROC) -> tuple[int, Path] | None:
+    """The memory cgroup of this process as (version, directory), None without one.
+
+    The v1 memory controller wins where both are mounted (a hybrid machine binds memory to v1).
+    """
+    lines = [line.split(":", 2) for line in (proc / "self" / "cgroup").read_text().splitlines()]
+    mounts = _mounts(proc)
+    for _, controllers, path in lines:
+        if "memory" in controllers.split(","):
+            for root, point, kind, options in mounts:
+                if kind == "cgroup" and "memory" in options:
+                    return 1, point / _relative(path, root)
+    for hierarchy, controllers, path in lines:
+        if hierarchy == "0" and controllers == "":
+            for root, point, kind, _ in mounts:
+                if kind == "cgroup2":
+                    directory = point / _relative(path, root)
+                    if "memory" in _read(directory / "cgroup.controllers").split():
+                        return 2, directory
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _enable_memory(directory: Path) -> None:
+    """Let the children of a v2 cgroup have memory limits (``+memory`` in its subtree control)."""
+    if "memory" not in _read(directory / "cgroup.subtree_control").split():
+        (directory / "cgroup.subtree_control").write_text("+memory")
+
+
+def detect(proc: Path = PROC) -> Hierarchy | None:
+    """The hierarchy in which this process can create memory cgroups with a limit, or None.
+
+    The subtree ``simrun`` below the process's own cgroup is created and a probe cgroup with a
+    limit is made and removed in it; any refusal (no root, a read-only mount, a v2 cgroup with
+    processes that cannot delegate memory) means memory cannot be enforced here.
+    """
+    try:
+        own = own_cgroup(proc)
+        if own is None:
+            return None
+        version, directory = own
+        hierarchy = Hierarchy(version, directory / SUBTREE)
+        if version == 2:
+            _enable_memory(directory)
+        hierarchy.parent.mkdir(exist_ok=True)
+        if version == 2:
+            _enable_memory(hierarchy.parent)
+        probe = create(hierarchy, f"probe-{os.getpid()}", 64 * 2**20)
+        remove(probe)
+    except OSError:
+        return None
+    return hierarchy
+
+
+def create(hierarchy: Hierarchy, name: str, limit_bytes: int) -> Path:
+    """A cgroup ``name`` with a memory limit and no swap beyond it; an existing one is reused."""
+    path = hierarchy.parent / name
+    path.mkdir(exist_ok=True)
+    (path / hierarchy.limit_file).write_text(str(limit_bytes))
+    swap = path / ("memory.swap.max" if hierarchy.version == 2 else "memory.memsw.limit_in_bytes")
+    if swap.exists():
+        # Without swap accounting there is no swap to escape the limit into.
+        with contextlib.suppress(OSError):
+            swap.write_text("0" if hierarchy.version == 2 else str(limit_bytes))
+    return path
+
+
+def join(path: Path, pid: int = 0) -> None:
+    """Move a process (this one for 0) into a cgroup."""
+    (path / "cgroup.procs").write_text(str(pid or os.getpid()))
+
+
+def oom_kills(path: Path) -> int:
+    """The kills of the out of memory killer in a cgroup so far (0 when it is gone)."""
+    for name in ("memory.events", "memory.oom_control"):
+        for line in _read(path / name).splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    return 0
+
+
+def pids(path: Path) -> list[int]:
+    """The processes in a cgroup."""
+    return [int(p) for p in _read(path / "cgroup.procs").split()]
+
+
+def remove(path: Path, timeout_s: float = 5.0) -> bool:
+    """Kill what is left in a cgroup and remove it; whether it is gone."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for pid in pids(path):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            path.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as error:
+            if error.errno != errno.EBUSY or time.monotonic() > deadline:
+                return False
+        time.sleep(0.02)

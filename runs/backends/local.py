@@ -1,0 +1,786 @@
+"""The local backend: the pods of a run as processes on this machine (spec/004, design.md).
+
+The nodes and phases of a run are the ones of its Argo workflow, so the controller decides
+the states of its tasks as on a cluster. Unlike the spec's backend, no thread of a service
+process owns a run, since Celery's processes come and go: the state of a run is files (its
+submission under ``<store>/local/`` and the files of its processes beside their logs, see
+``local_state``), any process reads a status from them, and a periodic ``step`` under a file
+lock (``serve``'s step process, ``run_steps``) starts what the DAG and the free cores allow and
+notices ends. Each process is started detached through ``local_launcher``, which records its
+exit code and end time, so a run survives a restart of the service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config import GRACE_S, STOP_MARGIN_S
+from harness.tasktypes import TaskType
+from runs.backends import cgroups, local_env
+from runs.backends.base import (
+    BackendStatus,
+    ClusterConfig,
+    FailedAttempt,
+    NodeInfo,
+    Placement,
+    PodLog,
+    RunRecord,
+    TaskRecord,
+)
+from runs.backends.local_launcher import notify, read_json, same_process, write_json
+from runs.backends.local_state import (
+    Attempt,
+    NodeSpec,
+    NodeView,
+    Submission,
+    failed_attempt,
+    next_memory_gb,
+    node_phase,
+    outcome,
+    read_attempts,
+    retry,
+)
+from runs.planner import TaskPlan
+
+logger = logging.getLogger(__name__)
+
+ENDED_KEPT = 64
+"""The ended runs whose status the backend keeps, the latest; an older one is unknown."""
+POLL_S = 0.5
+"""Seconds between two steps when nothing wakes the step earlier."""
+LOST_AFTER_S = 60.0
+"""A launch whose launcher never wrote its pid file within this is lost."""
+LAUNCHER = Path(__file__).with_name("local_launcher.py")
+SERVICE_ENV_PREFIXES = ("SIMRUN_", "CELERY_", "DJANGO_")
+SERVICE_ENV = frozenset(
+    {"DATABASE_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "KUBECONFIG"}
+)
+"""The service's configuration, which its processes do not get."""
+
+
+def workflow_name(run_id: str) -> str:
+    """The name of the workflow of a run, as on the cluster."""
+    return f"simrun-{run_id}"
+
+
+def physical_memory_gb() -> float:
+    """The memory of this machine in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def node_name(task: TaskRecord) -> str:
+    """The node of a task in the workflow: its coordinator for a split task."""
+    return f"{task.id}-w0" if task.kind == "split" else task.id
+
+
+def docker_problem() -> str | None:
+    """Why no Docker engine can run a container here, None when one answers."""
+    try:
+        done = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except FileNotFoundError:
+        return "docker is not installed"
+    except subprocess.TimeoutExpired:
+        return "the Docker engine did not answer within 10 s"
+    if done.returncode != 0:
+        return (done.stderr or done.stdout).strip() or f"docker version exited {done.returncode}"
+    return None
+
+
+def submission_order(run_id: str) -> float:
+    """When a run was created (``Run.created_at``): runs take cores in this order."""
+    from runs.models import Run
+
+    created = Run.objects.filter(pk=run_id).values_list("created_at", flat=True).first()
+    return created.timestamp() if created is not None else time.time()
+
+
+@dataclass
+class RunView:
+    """A submitted run with the attempts of its nodes, read from the files."""
+
+    submission: Submission
+    stop: dict[str, Any] | None
+    nodes: dict[str, NodeView]
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop is not None
+
+    def running(self) -> list[tuple[NodeView, Attempt]]:
+        return [(v, a) for v in self.nodes.values() if (a := v.running) is not None]
+
+    def _failed(self) -> bool:
+        return any(node_phase(v, self.stopped) == "Failed" for v in self.nodes.values())
+
+    def startable(self) -> list[NodeView]:
+        """The nodes whose next attempt may start (cores permitting), in the order of the run.
+
+        A node starts when the nodes it reads from succeeded and no node of the run failed;
+        a node whose attempt ended starts again when its retry waits; nothing of a stopped run.
+        """
+        if self.stopped:
+            return []
+        failed = self._failed()
+        ready = []
+        for view in self.nodes.values():
+            if view.running is not None:
+                continue
+            if view.attempts:
+                if view.outcomes[-1] != "succeeded" and retry(view.outcomes) is not None:
+                    ready.append(view)
+            elif not failed and all(self.phase_of(n) == "Succeeded" for n in view.spec.after):
+                ready.append(view)
+        return ready
+
+    def phase_of(self, node: str) -> str | None:
+        return node_phase(self.nodes[node], self.stopped)
+
+    def phases(self) -> dict[str, str]:
+        """The phase of every node that exists: started, or ready and waiting for cores."""
+        phases = {n: p for n, v in self.nodes.items() if (p := node_phase(v, self.stopped))}
+        for view in self.startable():
+            phases.setdefault(view.spec.name, "Pending")
+        return phases
+
+    def phase(self) -> str:
+        """The phase of the workflow."""
+        if all(self.phase_of(n) == "Succeeded" for n in self.nodes):
+            return "Succeeded"
+        if self.running() or self.startable():
+            started = any(v.attempts for v in self.nodes.values())
+            return "Running" if started else "Pending"
+        return "Failed"
+
+    def ended(self) -> bool:
+        return self.phase() in {"Succeeded", "Failed"}
+
+
+class LocalBackend:
+    """A backend which runs the tasks of a run as processes on this machine."""
+
+    name = "local"
+    runs_images = False
+    extra_workers = False
+
+    def __init__(
+        self,
+        store: Path,
+        scratch: Path,
+        commands: str = "direct",
+        cores: int | None = None,
+        memory_gb: float | None = None,
+        envs: Path | None = None,
+        *,
+        enforce_memory: bool = True,
+        grace_s: float = GRACE_S,
+    ) -> None:
+        """Create the backend.
+
+        ``enforce_memory=False`` never creates memory cgroups; ``grace_s`` is the time from
+        the SIGTERM of a cancel to the SIGKILL (the harness's grace period by default).
+        """
+        self.store = Path(store)
+        self.scratch = Path(scratch)
+        self.envs = Path(envs) if envs is not None else self.scratch.parent / "envs"
+        self.commands = commands
+        self.cores = cores or len(os.sched_getaffinity(0))
+        self.memory_gb = memory_gb or physical_memory_gb()
+        self.max_cores: int | None = self.cores
+        self.max_memory_gb: float | None = self.memory_gb
+        self.hostname = socket.gethostname()
+        self.grace_s = grace_s
+        self.hierarchy = cgroups.detect() if enforce_memory else None
+        self.enforces_memory = self.hierarchy is not None
+        self.state = self.store / "local"
+        self.address = "\0simrun-local-" + hashlib.sha256(str(self.state).encode()).hexdigest()[:16]
+        self._callbacks: list[Callable[[], None]] = []
+        self._closed = False
+        self._ends_seen: set[Path] = set()
+        self._launchers: list[subprocess.Popen[bytes]] = []
+
+    @classmethod
+    def from_settings(cls) -> LocalBackend:
+        """The backend of the Django settings (``SIMRUN_STORE``, ``SIMRUN_LOCAL_*``)."""
+        from django.conf import settings
+
+        return cls(
+            store=settings.SIMRUN_STORE,
+            scratch=settings.SIMRUN_SCRATCH,
+            commands=settings.SIMRUN_LOCAL_COMMANDS,
+            cores=settings.SIMRUN_LOCAL_CORES,
+            memory_gb=settings.SIMRUN_LOCAL_MEMORY_GB,
+        )
+
+    # The files of the backend.
+
+    def _submission_file(self, name: str) -> Path:
+        return self.state / "runs" / f"{name}.json"
+
+    def _stop_file(self, name: str) -> Path:
+        return self.state / "runs" / f"{name}.stop"
+
+    def _ended_file(self, name: str) -> Path:
+        return self.state / "ended" / name
+
+    def _submission(self, name: str) -> Submission:
+        try:
+            return Submission.model_validate_json(self._submission_file(name).read_text())
+        except FileNotFoundError:
+            raise KeyError(name) from None
+
+    def _live(self) -> list[Submission]:
+        """The submissions of the runs that have not ended, in the order of their submission."""
+        found = []
+        for path in (self.state / "runs").glob("*.json"):
+            if not self._ended_file(path.stem).exists():
+                try:
+                    found.append(Submission.model_validate_json(path.read_text()))
+                except (OSError, ValueError):
+                    continue  # removed meanwhile, as ENDED_KEPT forgets a run
+        return sorted(found, key=lambda s: (s.order, s.name))
+
+    def _view(self, submission: Submission) -> RunView:
+        stop = read_json(self._stop_file(submission.name))
+        cancelled_at = stop["at"] if stop else None
+        tasks: dict[str, list[NodeSpec]] = {}
+        for spec in submission.nodes:
+            tasks.setdefault(spec.task, []).append(spec)
+        nodes: dict[str, NodeView] = {}
+        for task, specs in tasks.items():
+            logs = submission.store / "runs" / submission.run / "tasks" / task / "logs"
+            attempts = read_attempts(logs, [s.name for s in specs])
+            for spec in specs:
+                found = attempts[spec.name]
+                results = [outcome(a.exit, cancelled_at) for a in found if a.exit is not None]
+                nodes[spec.name] = NodeView(spec, found, results)
+        return RunView(submission, stop, nodes)
+
+    # Submission.
+
+    def submit(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str:
+        """Keep the run for the step, which starts its processes; a run submitted before is kept.
+
+        ValueError when a task reads from a task the run does not have, has a type that is
+        unknown or neither splittable nor has a command, or runs in an image and no Docker
+        engine answers; RuntimeError when the backend is closed.
+        """
+        if self._closed:
+            raise RuntimeError("the local backend is closed")
+        name = workflow_name(record.id)
+        path = self._submission_file(name)
+        if path.exists():
+            return name
+        submission = Submission(
+            name=name,
+            run=record.id,
+            order=submission_order(record.id),
+            store=record.store,
+            nodes=self._nodes(record, plans, types),
+            snapshots=[str(record.store / "snapshots" / digest) for digest in record.sources],
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, submission.model_dump(mode="json"))
+        notify(self.address)
+        return name
+
+    def _nodes(
+        self, record: RunRecord, plans: dict[str, TaskPlan], types: dict[str, TaskType]
+    ) -> list[NodeSpec]:
+        commands = record.local_commands or self.commands
+        in_docker = [
+            t for t in record.tasks.values() if t.kind == "command" and commands == "docker"
+        ]
+        if in_docker and (problem := docker_problem()):
+            raise ValueError(f"commands: docker, but no Docker engine can run them: {problem}")
+        return [
+            self._node(record, task, plans[task.id], types, commands)
+            for task in record.tasks.values()
+        ]
+
+    def _node(
+        self,
+        record: RunRecord,
+        task: TaskRecord,
+        plan: TaskPlan,
+        types: dict[str, TaskType],
+        commands: str,
+    ) -> NodeSpec:
+        for port, source in task.inputs.items():
+            if source not in record.tasks:
+                raise ValueError(
+                    f"task {task.id}: input {port} reads {source!r}, no task of the run"
+                )
+        inputs = {
+            port: f"runs/{record.id}/tasks/{source}/out" for port, source in task.inputs.items()
+        }
+        name = node_name(task)
+        env = {
+            "SIMRUN_TASK_DIR": str(record.task_dir(task.id)),
+            "SIMRUN_STORE": str(record.store),
+            "SIMRUN_INPUTS": ",".join(f"{port}={path}" for port, path in inputs.items()),
+            "SIMRUN_CORES": str(plan.cores),
+            "SIMRUN_WORKER": name if task.kind == "split" else task.id,
+        }
+        argv: list[str] = []
+        command: list[str] = []
+        image = ""
+        stage: list[tuple[str, str]] = []
+        if task.kind in {"split", "plugin"}:
+            task_type = types.get(task.type)
+            if task_type is None:
+                raise ValueError(f"task {task.id}: unknown task type {task.type!r}")
+            if task.kind == "split" != task_type.splittable:
+                raise ValueError(f"task {task.id}: task type {task.type!r} is not splittable")
+            if task.kind == "split":
+                argv = ["simrun-worker"]
+                env["SIMRUN_ROLE"] = "base"
+            elif task_type.command is None:
+                raise ValueError(f"task {task.id}: task type {task.type!r} has no command")
+            else:
+                argv = ["simrun-exec", *task_type.command(task_type.parse_settings(task.settings))]
+        else:
+            if not task.command:
+                raise ValueError(f"task {task.id}: a command task needs a command")
+            env["SIMRUN_OUT"] = str(record.task_dir(task.id) / "out")
+            stage = [(path, f"inputs/{port}") for port, path in inputs.items()]
+            if commands == "docker":
+                image = task.image or record.image
+                if not image:
+                    raise ValueError(f"task {task.id}: commands: docker needs an image")
+                command = list(task.command)
+            else:
+                argv = list(task.command)
+        return NodeSpec(
+            name=name,
+            task=task.id,
+            worker=env["SIMRUN_WORKER"],
+            kind=task.kind,
+            after=[node_name(record.tasks[source]) for source in task.inputs.values()],
+            argv=argv,
+            command=command,
+            image=image,
+            env=env,
+            stage=stage,
+            cores=min(plan.cores, self.cores),
+            memory_gb=plan.memory_gb,
+            retry_memory_gb=plan.retry_memory_gb,
+        )
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every start and end of a process that a step noticed."""
+        self._callbacks.append(callback)
+
+    # The step.
+
+    @contextlib.contextmanager
+    def _lock(self, blocking: bool) -> Iterator[bool]:
+        """The lock of the step (a file lock: any process of the service may step)."""
+        self.state.mkdir(parents=True, exist_ok=True)
+        with open(self.state / "step.lock", "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+
+    def step(self) -> bool:
+        """Start what may start, notice what ended; whether a process started or ended.
+
+        Another process stepping at the same time makes this one return False at once.
+        """
+        with self._lock(blocking=False) as locked:
+            changed = locked and self._step()
+        if changed:
+            for callback in self._callbacks:
+                try:
+                    callback()
+                except Exception:  # a subscriber's failure is no failure of the step
+                    logger.exception("a subscriber of the local backend failed")
+        return changed
+
+    def _step(self) -> bool:
+        now = time.time()
+        self._launchers = [p for p in self._launchers if p.poll() is None]
+        views = [self._view(s) for s in self._live()]
+        free = self.cores - sum(a.cores for v in views for _, a in v.running())
+        started = blocked = False
+        for view in views:
+            if self._reap_lost(view, now):
+                view = self._view(view.submission)
+            if view.stop is not None and now - view.stop["at"] >= self.grace_s:
+                for _, attempt in view.running():
+                    signal_attempt(attempt, signal.SIGKILL)
+            starting = [] if blocked else view.startable()
+            for node in starting:
+                if node.spec.cores > free:
+                    blocked = True  # runs take cores in the order of their submission
+                    break
+                self._start(view.submission, node, now)
+                free -= node.spec.cores
+                started = True
+            if not starting and view.ended():
+                self._end(view.submission.name, view.submission.run)
+        ends = {
+            a.path("exit") for v in views for n in v.nodes.values() for a in n.attempts if a.ended
+        }
+        ended = bool(ends - self._ends_seen)
+        self._ends_seen = ends
+        self._forget_ended()
+        return started or ended
+
+    def _reap_lost(self, view: RunView, now: float) -> bool:
+        """Record the end of attempts whose launcher died without recording it."""
+        lost = False
+        for _, attempt in view.running():
+            names = attempt.pid
+            if names is None:
+                if now - attempt.launch["started"] < LOST_AFTER_S:  # type: ignore[index]
+                    continue
+            elif alive(names, "launcher") or alive(names, "pid"):
+                continue
+            if read_json(attempt.path("exit")) is not None:
+                continue  # the launcher recorded the end after all
+            write_json(
+                attempt.path("exit"),
+                {
+                    "exit_code": None,
+                    "signal": None,
+                    "oom_kills": 0,
+                    "ended": now,
+                    "message": "lost: its launcher ended without recording the end of the process",
+                },
+            )
+            attempt.path("pid").unlink(missing_ok=True)
+            lost = True
+        return lost
+
+    def _start(self, submission: Submission, node: NodeView, now: float) -> None:
+        """Start the next attempt of a node through the launcher."""
+        spec, number = node.spec, len(node.attempts)
+        memory_gb = next_memory_gb(node)
+        task_dir = submission.store / "runs" / submission.run / "tasks" / spec.task
+        attempt = Attempt(spec.name, number, task_dir / "logs")
+        attempt.directory.mkdir(parents=True, exist_ok=True)
+        (task_dir / "out").mkdir(exist_ok=True)
+        scratch = self.scratch / submission.run / f"{spec.name}-{number}"
+        cgroup = None
+        if self.hierarchy is not None and not spec.image:
+            name = f"{submission.run}.{spec.name}.{number}"
+            cgroup = cgroups.create(self.hierarchy, name, int(memory_gb * 2**30))
+        venv = self.envs / submission.run if submission.snapshots else None
+        env = {
+            **process_env(venv),
+            **spec.env,
+            "SIMRUN_ATTEMPT": str(number),
+            "SIMRUN_SCRATCH": str(scratch),
+            "SIMRUN_MEMORY_LIMIT_GB": f"{memory_gb:g}",
+            "SIMRUN_MEMORY_SOURCE": "cgroup" if cgroup is not None else "process",
+            # What running units get after a SIGTERM, so the process ends before the SIGKILL.
+            "SIMRUN_GRACE_S": f"{self.grace_s - min(STOP_MARGIN_S, self.grace_s / 2):g}",
+        }
+        container = f"simrun-{submission.run}-{spec.name}-{number}" if spec.image else None
+        argv = spec.argv
+        if container is not None:
+            argv = docker_argv(spec, container, memory_gb, env, scratch, submission.store)
+        launch = {
+            "argv": argv,
+            "env": env,
+            "cwd": str(scratch),
+            "store": str(submission.store),
+            "stage": spec.stage,
+            "pid_file": str(attempt.path("pid")),
+            "exit_file": str(attempt.path("exit")),
+            "cgroup": str(cgroup) if cgroup is not None else None,
+            "venv": {"dir": str(venv), "snapshots": submission.snapshots} if venv else None,
+            "container": container,
+            "notify": self.address,
+            "cores": spec.cores,
+            "memory_gb": memory_gb,
+            "started": now,
+        }
+        write_json(attempt.path("launch"), launch)
+        with open(attempt.path("log"), "ab") as log:
+            self._launchers.append(
+                subprocess.Popen(
+                    [sys.executable, str(LAUNCHER), str(attempt.path("launch"))],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def _end(self, name: str, run: str) -> None:
+        """Remember that a run ended; its venv and scratch go."""
+        self._ended_file(name).parent.mkdir(parents=True, exist_ok=True)
+        self._ended_file(name).touch()
+        local_env.remove(self.envs / run)
+        shutil.rmtree(self.scratch / run, ignore_errors=True)
+
+    def _forget_ended(self) -> None:
+        """Forget the ended runs beyond the latest ``ENDED_KEPT``."""
+        try:
+            ended = sorted((self.state / "ended").iterdir(), key=lambda p: p.stat().st_mtime)
+        except FileNotFoundError:
+            return
+        for marker in ended[: max(0, len(ended) - ENDED_KEPT)]:
+            self._submission_file(marker.name).unlink(missing_ok=True)
+            self._stop_file(marker.name).unlink(missing_ok=True)
+            marker.unlink(missing_ok=True)
+
+    def run_steps(self, stop: threading.Event, poll_s: float = POLL_S) -> None:
+        """Step until ``stop`` is set: at once when woken (a submission, an end), else every poll_s.
+
+        First kills the processes that a service before left for ended or unknown runs.
+        """
+        self.kill_orphans()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
+            with contextlib.suppress(OSError):  # another service steps this store: it polls
+                wake.bind(self.address)
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # one bad step (a full disk, a callback) must not end the loop
+                    logger.exception("the step of the local backend failed")
+                if select.select([wake], [], [], poll_s)[0]:
+                    while select.select([wake], [], [], 0)[0]:
+                        wake.recv(16)
+
+    # Status and control.
+
+    def status(self, name: str) -> BackendStatus:
+        """The phases of the nodes of a run; KeyError for an unknown run."""
+        view = self._view(self._submission(name))
+        failed: dict[str, list[FailedAttempt]] = {}
+        hosts = {}
+        for node in view.nodes.values():
+            if node.attempts:
+                hosts[node.spec.name] = self.hostname
+            for attempt, result in zip(node.attempts, node.outcomes, strict=False):
+                if result != "succeeded":
+                    record = failed_attempt(attempt, result, self.hostname)
+                    failed.setdefault(node.spec.worker, []).append(record)
+        message = ""
+        if view.stop is not None:
+            strategy = "Terminate" if view.stop.get("how") == "cancel" else "Stop"
+            message = f"Stopped with strategy '{strategy}'"
+        return BackendStatus(
+            phase=view.phase(), tasks=view.phases(), failed=failed, hosts=hosts, message=message
+        )
+
+    def cancel(self, name: str) -> None:
+        """End a run: SIGTERM to its processes, SIGKILL after the grace; KeyError if unknown.
+
+        No process of the run starts or is retried any more.
+        """
+        self._halt(name, "cancel")
+
+    def stop(self, name: str) -> None:
+        """End a run whose state is decided, as ``cancel``."""
+        self._halt(name, "stop")
+
+    def _halt(self, name: str, how: str) -> None:
+        submission = self._submission(name)
+        if not self._stop_file(name).exists():
+            write_json(self._stop_file(name), {"at": time.time(), "how": how})
+        for _, attempt in self._view(submission).running():
+            signal_attempt(attempt, signal.SIGTERM)
+        notify(self.address)
+
+    def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
+        """The logs of the processes of a task, oldest first; KeyError for an unknown run."""
+        view = self._view(self._submission(name))
+        attempts = [a for n in view.nodes.values() if n.spec.task == task_id for a in n.attempts]
+        attempts.sort(key=lambda a: a.launch["started"])  # type: ignore[index]
+        return [
+            PodLog(
+                node=f"{a.node}({a.number})",
+                pod=f"{a.node}-{a.number}",
+                text=tail(a.path("log"), tail_lines),
+                done=a.ended,
+                attempt=a.number,
+            )
+            for a in attempts
+        ]
+
+    def nodes(self) -> list[NodeInfo]:
+        """This machine."""
+        return [NodeInfo(name=self.hostname, cores=self.cores, memory_gb=self.memory_gb)]
+
+    def placements(self) -> list[Placement]:
+        """A placement per running process."""
+        return [
+            Placement(
+                workflow=view.submission.name,
+                dag_task=node.spec.name,
+                pod=f"{attempt.node}-{attempt.number}",
+                node=self.hostname,
+                phase="Running" if attempt.pid and "pid" in attempt.pid else "Pending",
+                cores=attempt.cores,
+                memory_gb=attempt.memory_gb,
+                worker=node.spec.worker,
+                attempt=attempt.number,
+            )
+            for view in map(self._view, self._live())
+            for node, attempt in view.running()
+        ]
+
+    def reserve(self, node: str, run_id: str) -> None:
+        """Refused: there is nothing to reserve locally."""
+        raise ValueError("the local backend has no nodes to reserve: submit without reserve_node")
+
+    def unreserve(self, node: str, run_id: str) -> None:
+        """Refused: there is nothing to reserve locally."""
+        raise ValueError("the local backend has no nodes to reserve")
+
+    def build_image(self, context: Path, ref: str) -> None:
+        """Refused: the local backend runs no images of runs."""
+        raise ValueError("the local backend builds no images")
+
+    def has_image(self, ref: str) -> bool:
+        """True: the local backend needs no image."""
+        return True
+
+    def close(self) -> None:
+        """Refuse new runs. The processes of the runs go on: the next service adopts them."""
+        self._closed = True
+
+    def kill_orphans(self) -> int:
+        """Kill the processes of ended or unknown runs which a service before left running.
+
+        A process group is killed (and its container) only while its leader is still the
+        process of the pid file: the same start time and command line, so a reused pid is never
+        killed. The pid files are removed; so are the empty cgroups of ended processes.
+        Returns the process groups killed.
+        """
+        killed = 0
+        with self._lock(blocking=True):
+            for pid_file in self.store.glob("runs/*/tasks/*/logs/*.pid"):
+                name = workflow_name(pid_file.parts[-5])
+                if self._submission_file(name).exists() and not self._ended_file(name).exists():
+                    continue  # a live run: its processes are adopted
+                names = read_json(pid_file) or {}
+                killed += signal_attempt(Attempt("", 0, pid_file.parent, pid=names), signal.SIGKILL)
+                pid_file.unlink(missing_ok=True)
+            if self.hierarchy is not None and self.hierarchy.parent.is_dir():
+                for cgroup in self.hierarchy.parent.iterdir():
+                    if cgroup.is_dir() and not cgroups.pids(cgroup):
+                        cgroups.remove(cgroup, timeout_s=0)
+        return killed
+
+
+def alive(names: dict[str, Any], role: str) -> bool:
+    """Whether the launcher (``launcher``) or the process (``pid``) of a pid file still runs."""
+    prefix = "launcher_" if role == "launcher" else ""
+    pid = names.get(role)
+    return pid is not None and same_process(
+        pid, names.get(f"{prefix}start"), names.get(f"{prefix}cmdline")
+    )
+
+
+def signal_attempt(attempt: Attempt, signum: int) -> bool:
+    """Signal the process group of a running attempt (and its container); whether one was.
+
+    A SIGTERM also reaches its launcher, which then starts no process if it has none yet; a
+    SIGKILL of an attempt without a process kills its launcher's group (the venv it creates).
+    """
+    names = attempt.pid or {}
+    container = names.get("container")
+    if container:
+        kill = ["docker", "kill", "--signal", signal.Signals(signum).name, container]
+        subprocess.run(kill, capture_output=True, timeout=30, check=False)
+    if alive(names, "pid"):
+        os.killpg(names["pid"], signum)
+        if signum == signal.SIGTERM and alive(names, "launcher"):
+            os.kill(names["launcher"], signum)
+        return True
+    if alive(names, "launcher"):
+        if signum == signal.SIGTERM:
+            os.kill(names["launcher"], signum)
+        else:
+            os.killpg(names["launcher"], signum)
+        return True
+    return False
+
+
+def process_env(venv: Path | None) -> dict[str, str]:
+    """The environment of a process: the service's, without its configuration, and a PATH on
+    which ``python`` and ``simrun-*`` are the run's venv or the service's interpreter."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in SERVICE_ENV and not k.startswith(SERVICE_ENV_PREFIXES)
+    }
+    bins = [str(venv / "bin")] if venv is not None else []
+    bins.append(str(Path(sys.executable).parent))
+    env["PATH"] = os.pathsep.join([*bins, env.get("PATH", os.defpath)])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def docker_argv(
+    spec: NodeSpec,
+    container: str,
+    memory_gb: float,
+    env: dict[str, str],
+    scratch: Path,
+    store: Path,
+) -> list[str]:
+    """``docker run`` of a command in its image, with the store and its scratch mounted."""
+    memory = f"{int(memory_gb * 2**30)}b"
+    argv = ["docker", "run", "--name", container, "--memory", memory, "--memory-swap", memory]
+    argv += ["--cpus", str(spec.cores), "--volume", f"{store}:{store}"]
+    argv += ["--volume", f"{scratch}:{scratch}", "--workdir", str(scratch)]
+    for key, value in sorted(env.items()):
+        if key.startswith("SIMRUN_"):
+            argv += ["--env", f"{key}={value}"]
+    return [*argv, spec.image, *spec.command]
+
+
+def tail(path: Path, lines: int | None) -> str:
+    """The text of a log, or its last lines."""
+    try:
+        with open(path, "rb") as handle:
+            if lines is None:
+                return handle.read().decode(errors="replace")
+            handle.seek(0, os.SEEK_END)
+            end = position = handle.tell()
+            chunk = b""
+            while position > 0 and chunk.count(b"\n") <= lines:
+                position = max(0, position - 65536)
+                handle.seek(position)
+                chunk = handle.read(end - position)
+    except FileNotFoundError:
+        return ""
+    text = chunk.decode(errors="replace")
+    kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []
+    return "".join(kept)

@@ -1,0 +1,218 @@
+"""The launcher of one process of the local backend: starts it detached and records its end.
+
+The step of the backend writes ``<node>-<attempt>.launch`` (what to run, its environment, its
+cgroup) and starts ``python local_launcher.py <launch file>`` in a session of its own with its
+output into ``<node>-<attempt>.log``. The launcher prepares what the process needs (the venv of
+the run, its staged inputs), starts it in a session and process group of its own (and in its
+memory cgroup), writes ``<node>-<attempt>.pid`` naming it, waits for its end and writes
+``<node>-<attempt>.exit`` (exit code, signal, kills of the out of memory killer, times), then
+removes the pid file and wakes the step. So no process of the service owns a run: any process
+reads the state from these files, and a run survives a restart of the service.
+
+It runs as a script, not as a module of ``runs``, so that it starts in milliseconds without
+the service's packages: its siblings ``cgroups`` and ``local_env`` are imported from its
+directory, and it uses nothing else of the service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+STARTING_EXIT = 4
+"""The exit code recorded when the process could not be prepared or started."""
+STOPPED_EXIT = 143
+"""The exit code recorded when a SIGTERM came before the process started."""
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically: a temporary file beside it, then a rename."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as file:
+            json.dump(data, file)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """The JSON of a file, None when it is missing or not (yet) complete."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (field 22 of its stat), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[19])
+
+
+def process_cmdline(pid: int) -> list[str] | None:
+    """The command line of a process, None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1]
+
+
+def same_process(pid: int, start: int | None, cmdline: list[str] | None) -> bool:
+    """Whether ``pid`` is still the process recorded: the same start time and command line."""
+    return start is not None and process_start(pid) == start and process_cmdline(pid) == cmdline
+
+
+def notify(address: str) -> None:
+    """Wake the step of the backend (a datagram to its socket); nothing when none listens."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, contextlib.suppress(OSError):
+        sock.sendto(b"1", address)
+
+
+def _exit_code(returncode: int) -> tuple[int, int | None]:
+    """The exit code as a shell reports it (128 + signal) and the signal that ended it."""
+    if returncode < 0:
+        return 128 - returncode, -returncode
+    return returncode, None
+
+
+def _docker(*args: str) -> str:
+    """The output of a docker command; empty when it fails."""
+    try:
+        done = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _prepare(launch: dict[str, Any]) -> None:
+    """Create the venv of the run and stage the inputs of a command."""
+    if launch.get("venv"):
+        import local_env  # the sibling module, see the docstring of this module
+
+        venv = launch["venv"]
+        local_env.ensure(Path(venv["dir"]), [Path(s) for s in venv["snapshots"]])
+    if launch.get("stage"):
+        from harness.sources import stage
+
+        stage([tuple(pair) for pair in launch["stage"]], Path(launch["store"]), Path(launch["cwd"]))
+
+
+def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Start the process in a session of its own (and its cgroup) with the launcher's output."""
+    cgroup = launch.get("cgroup")
+
+    def enter_cgroup() -> None:
+        if cgroup:
+            Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
+
+    Path(launch["cwd"]).mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        launch["argv"],
+        cwd=launch["cwd"],
+        env=launch["env"],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=enter_cgroup if cgroup else None,  # safe: the launcher has no threads
+    )
+
+
+def run(launch_file: Path) -> int:
+    """Run the process of a launch file to its end and record it; returns its exit code."""
+    launch = read_json(launch_file)
+    pid_file, exit_file = Path(launch["pid_file"]), Path(launch["exit_file"])
+    started = time.time()
+    result: dict[str, Any] = {"started": started, "signal": None, "oom_kills": 0, "message": ""}
+
+    stopping = False
+
+    def stop_before_start(signum: int, frame: object) -> None:
+        # The backend signals the process group of the process itself; a SIGTERM to the
+        # launcher only keeps it from starting a process it has not started yet.
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop_before_start)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    me = os.getpid()
+    names = {
+        "launcher": me,
+        "launcher_start": process_start(me),
+        "launcher_cmdline": process_cmdline(me),
+        "container": launch.get("container"),
+    }
+    write_json(pid_file, names)
+    try:
+        _prepare(launch)
+        if stopping:
+            raise InterruptedError("stopped on SIGTERM before it started")
+        child = _start(launch)
+    except Exception as error:  # noqa: BLE001 - any failure to start is the process's end
+        print(f"simrun: the process could not be started: {error}", flush=True)
+        stopped = isinstance(error, InterruptedError)
+        result.update(
+            exit_code=STOPPED_EXIT if stopped else STARTING_EXIT,
+            signal=signal.SIGTERM.value if stopped else None,
+            message="" if stopped else f"could not be started: {error}",
+        )
+    else:
+        pid = child.pid
+        names.update(pid=pid, start=process_start(pid), cmdline=process_cmdline(pid))
+        write_json(pid_file, names)
+        if stopping:  # a SIGTERM came while it started, before the backend could know it
+            os.killpg(pid, signal.SIGTERM)
+        result["exit_code"], result["signal"] = _exit_code(child.wait())
+        _clean_up(launch, child.pid, result)
+    result["ended"] = time.time()
+    write_json(exit_file, result)
+    pid_file.unlink(missing_ok=True)
+    if launch.get("notify"):
+        notify(launch["notify"])
+    return int(result["exit_code"])
+
+
+def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:
+    """Kill what the process left in its group, read the OOM evidence, remove the cgroup."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    shutil.rmtree(launch["cwd"], ignore_errors=True)  # the scratch goes with the process
+    if launch.get("cgroup"):
+        import cgroups  # the sibling module, see the docstring of this module
+
+        path = Path(launch["cgroup"])
+        result["oom_kills"] = cgroups.oom_kills(path)
+        cgroups.remove(path)
+    if launch.get("container"):
+        if _docker("inspect", "--format", "{{.State.OOMKilled}}", launch["container"]) == "true":
+            result["oom_kills"] = 1
+        _docker("rm", "--force", launch["container"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: local_launcher.py LAUNCH_FILE", file=sys.stderr)
+        return 2
+    return run(Path(args[0]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

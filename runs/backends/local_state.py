@@ -1,0 +1,213 @@
+"""The state of a run on the local backend, read from the files of its processes.
+
+A run submitted to the local backend is a list of nodes with the names of its Argo workflow
+(``<task>-w0`` for the coordinator of a split task, ``<task>`` for an unsplit one). Each
+attempt of a node leaves files in ``<task dir>/logs/``: ``<node>-<attempt>.launch`` (written
+when the step started it), ``.log``, ``.pid`` while it runs and ``.exit`` once it ended. The
+phases of the nodes, their failed attempts and what may start next follow from these files
+and the retry policy of the cluster, so any process can read them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, FailedAttempt
+
+EVICTION_RETRIES = 3
+"""The retries of a node whose process was evicted (ended by a signal nobody of simrun sent)."""
+EVICTING_SIGNALS = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
+STOPPED_EXIT = 143
+"""The exit of a process stopped on SIGTERM (the harness's, a shell's)."""
+
+Outcome = Literal["succeeded", "oom", "evicted", "cancelled", "failed"]
+
+
+class NodeSpec(BaseModel):
+    """A node of the workflow of a run: what it waits for and what it runs."""
+
+    name: str
+    task: str
+    worker: str = Field(description="SIMRUN_WORKER: the worker id, the task id when unsplit")
+    kind: str
+    after: list[str] = Field(default_factory=list, description="Nodes that must succeed first")
+    argv: list[str] = Field(default_factory=list, description="Empty for a command in an image")
+    command: list[str] = Field(default_factory=list)
+    image: str = Field(default="", description="The image of a command run with docker")
+    env: dict[str, str] = Field(default_factory=dict)
+    stage: list[tuple[str, str]] = Field(
+        default_factory=list, description="(store path, scratch path) of the inputs of a command"
+    )
+    cores: int
+    memory_gb: float
+    retry_memory_gb: float
+
+
+class Submission(BaseModel):
+    """A run as the local backend keeps it: ``<store>/local/runs/<workflow>.json``."""
+
+    name: str
+    run: str
+    order: float = Field(description="When the run was submitted: runs take cores in this order")
+    store: Path
+    nodes: list[NodeSpec]
+    snapshots: list[str] = Field(default_factory=list, description="Directories of snapshots")
+
+
+@dataclass
+class Attempt:
+    """The files of one attempt of a node."""
+
+    node: str
+    number: int
+    directory: Path
+    launch: dict[str, Any] | None = None
+    pid: dict[str, Any] | None = None
+    exit: dict[str, Any] | None = None
+
+    def path(self, suffix: str) -> Path:
+        return self.directory / f"{self.node}-{self.number}.{suffix}"
+
+    @property
+    def ended(self) -> bool:
+        return self.exit is not None
+
+    @property
+    def memory_gb(self) -> float:
+        return float((self.launch or {}).get("memory_gb", 0.0))
+
+    @property
+    def cores(self) -> int:
+        return int((self.launch or {}).get("cores", 0))
+
+
+@dataclass
+class NodeView:
+    """A node with its attempts, oldest first, and what they mean."""
+
+    spec: NodeSpec
+    attempts: list[Attempt] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def running(self) -> Attempt | None:
+        """The attempt that has not ended, None when none runs."""
+        last = self.attempts[-1] if self.attempts else None
+        return last if last is not None and not last.ended else None
+
+
+def read_json(path: Path) -> Any:
+    """The JSON of a file, None when it is missing or not (yet) complete."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_attempts(logs: Path, nodes: Iterable[str]) -> dict[str, list[Attempt]]:
+    """The attempts of some nodes of a task from its ``logs/`` directory, oldest first."""
+    found: dict[tuple[str, int], Attempt] = {}
+    wanted = set(nodes)
+    try:
+        names = [p.name for p in logs.iterdir()]
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        stem, dot, suffix = name.rpartition(".")
+        node, dash, number = stem.rpartition("-")
+        if not (dot and dash and number.isdigit()) or node not in wanted:
+            continue
+        if suffix in {"launch", "pid", "exit"}:
+            attempt = found.setdefault((node, int(number)), Attempt(node, int(number), logs))
+            setattr(attempt, suffix, read_json(logs / name))
+    by_node: dict[str, list[Attempt]] = {node: [] for node in wanted}
+    for (node, _), attempt in sorted(found.items()):
+        if attempt.launch is not None:
+            by_node[node].append(attempt)
+    return by_node
+
+
+def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
+    """What the end of an attempt means for its node.
+
+    Only the count of the out of memory killer proves a kill for memory; a process ended by a
+    signal that simrun did not send (or stopped on SIGTERM, 143) was evicted; one that ended
+    after its run was cancelled was cancelled, not evicted.
+    """
+    if exit.get("exit_code") == 0:
+        return "succeeded"
+    if exit.get("oom_kills", 0) > 0:
+        return "oom"
+    if cancelled_at is not None and exit.get("ended", 0) >= cancelled_at:
+        return "cancelled"
+    code, signum = exit.get("exit_code"), exit.get("signal")
+    if code is None or code == STOPPED_EXIT or (signum is not None and signum in EVICTING_SIGNALS):
+        return "evicted"
+    return "failed"
+
+
+def _message(exit: dict[str, Any], result: Outcome) -> str:
+    code = exit.get("exit_code")
+    if exit.get("message"):
+        return str(exit["message"])
+    if result == "oom":
+        return f"killed for memory: {exit.get('oom_kills')} kill(s) of the out of memory killer"
+    if result == "cancelled":
+        return f"stopped by the cancellation of its run (exit code {code})"
+    if exit.get("signal"):
+        name = signal.Signals(exit["signal"]).name
+        return f"ended by {name} (exit code {code})"
+    return f"exit code {code}"
+
+
+def failed_attempt(attempt: Attempt, result: Outcome, host: str) -> FailedAttempt:
+    """The record of an attempt that ended without success."""
+    exit = attempt.exit or {}
+    return FailedAttempt(
+        attempt=attempt.number,
+        exit_code=exit.get("exit_code"),
+        oom_killed=result == "oom",
+        evicted=result == "evicted",
+        node=host,
+        message=_message(exit, result),
+    )
+
+
+def retry(outcomes: list[Outcome]) -> str | None:
+    """The phase of a node whose retry waits after these outcomes, None when it gets none.
+
+    As on the cluster: a kill for memory is retried once (with the retry memory), an eviction
+    up to ``EVICTION_RETRIES`` times; a failure, a cancellation or a second kill for memory
+    end the node.
+    """
+    last = outcomes[-1]
+    if last == "oom" and outcomes.count("oom") == 1:
+        return RETRYING_PHASE
+    if last == "evicted" and outcomes.count("evicted") <= EVICTION_RETRIES:
+        return PREEMPTED_PHASE
+    return None
+
+
+def node_phase(view: NodeView, stopped: bool) -> str | None:
+    """The Argo phase of a node with attempts; None for one that has none."""
+    running = view.running
+    if running is not None:
+        return "Running" if running.pid is not None and "pid" in running.pid else "Pending"
+    if not view.outcomes:
+        return None
+    if view.outcomes[-1] == "succeeded":
+        return "Succeeded"
+    waiting = retry(view.outcomes)
+    return waiting if waiting is not None and not stopped else "Failed"
+
+
+def next_memory_gb(view: NodeView) -> float:
+    """The memory of the next attempt: the retry memory once a kill for memory was proven."""
+    return view.spec.retry_memory_gb if "oom" in view.outcomes else view.spec.memory_gb

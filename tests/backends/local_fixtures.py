@@ -1,0 +1,104 @@
+"""Helpers of the local backend's tests: runs of command tasks, a stepping backend, polling."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harness.tasktypes import task_types
+from runs.backends.base import ClusterConfig, RunRecord, TaskRecord
+from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.local_launcher import read_json
+from runs.planner import TaskPlan
+
+T = TypeVar("T")
+TIMEOUT_S = 60.0
+
+
+def wait_for(check: Callable[[], T], timeout_s: float = TIMEOUT_S, what: str = "") -> T:
+    """Poll ``check`` until it returns something true; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or check}")
+        time.sleep(0.05)
+
+
+def plan(cores: int = 1, memory_gb: float = 1.0, retry_memory_gb: float = 2.0) -> TaskPlan:
+    return TaskPlan(
+        cores=cores,
+        memory_gb=memory_gb,
+        base_gb=0.0,
+        per_worker_gb=memory_gb,
+        retry_memory_gb=retry_memory_gb,
+    )
+
+
+def shell(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+def submit(
+    backend: LocalBackend,
+    run_id: str,
+    tasks: dict[str, dict[str, Any]],
+    plans: dict[str, TaskPlan] | None = None,
+    **record: Any,
+) -> str:
+    """Submit a run of tasks given as TaskRecord fields; a command task by default."""
+    records = {
+        task_id: TaskRecord(id=task_id, **({"kind": "command"} | fields))
+        for task_id, fields in tasks.items()
+    }
+    run = RunRecord(id=run_id, tasks=records, store=backend.store, **record)
+    plans = {task_id: (plans or {}).get(task_id, plan()) for task_id in tasks}
+    return backend.submit(run, plans, task_types(), ClusterConfig())
+
+
+def phase(backend: LocalBackend, run_id: str, node: str | None = None) -> str | None:
+    status = backend.status(workflow_name(run_id))
+    return status.tasks.get(node) if node else status.phase
+
+
+def log_of(backend: LocalBackend, run_id: str, task: str, node: str, attempt: int = 0) -> Path:
+    return backend.store / "runs" / run_id / "tasks" / task / "logs" / f"{node}-{attempt}.log"
+
+
+def read_log(backend: LocalBackend, run_id: str, task: str, node: str, attempt: int = 0) -> str:
+    """The log of an attempt so far, empty before it exists."""
+    path = log_of(backend, run_id, task, node, attempt)
+    return path.read_text() if path.exists() else ""
+
+
+def process_of(backend: LocalBackend, run_id: str, task: str, node: str, attempt: int = 0) -> int:
+    """The pid of the process of an attempt, once its launcher started it."""
+    pid_file = log_of(backend, run_id, task, node, attempt).with_suffix(".pid")
+    return wait_for(lambda: (read_json(pid_file) or {}).get("pid"), what=f"{pid_file.name}")
+
+
+@contextmanager
+def stepping(backend: LocalBackend, poll_s: float = 0.1) -> Iterator[LocalBackend]:
+    """The backend with its step running in a thread, as ``simrun serve`` runs it.
+
+    Every run still going at the end is cancelled and its processes killed.
+    """
+    stop = threading.Event()
+    thread = threading.Thread(target=backend.run_steps, args=(stop, poll_s), daemon=True)
+    thread.start()
+    try:
+        yield backend
+    finally:
+        grace, backend.grace_s = backend.grace_s, 0.0
+        for submission in backend._live():
+            backend.cancel(submission.name)
+        wait_for(lambda: not backend.placements(), what="the processes to end")
+        stop.set()
+        thread.join()
+        backend.grace_s = grace
