@@ -341,8 +341,10 @@ class ArgoBackend:
         resource_version: str | None = None
         while not self._closed.is_set():
             try:
+                # List, then watch from the list's version: only changes wake the subscribers.
+                resource_version = resource_version or self._list_version()
                 for _ in self._events(resource_version):
-                    resource_version = self._watch.resource_version if self._watch else None
+                    resource_version = (self._watch and self._watch.resource_version) or None
                     for callback in list(self._callbacks):
                         try:
                             callback()
@@ -359,9 +361,14 @@ class ArgoBackend:
                     log.exception("watch of workflows failed")
                 self._closed.wait(WATCH_BACKOFF_S)
 
-    def _events(self, resource_version: str | None) -> Iterator[dict[str, Any]]:
+    def _list_version(self) -> str:
+        listing = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, label_selector=RUN_LABEL, limit=1
+        )
+        return str(listing["metadata"]["resourceVersion"])
+
+    def _events(self, resource_version: str) -> Iterator[dict[str, Any]]:
         self._watch = Watch()
-        since = {"resource_version": resource_version} if resource_version else {}
         for event in self._watch.stream(
             self.custom.list_namespaced_custom_object,
             GROUP,
@@ -370,7 +377,7 @@ class ArgoBackend:
             PLURAL,
             label_selector=RUN_LABEL,
             timeout_seconds=self.watch_timeout_s,
-            **since,
+            resource_version=resource_version,
         ):
             if self._closed.is_set():
                 return

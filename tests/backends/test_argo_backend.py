@@ -1,0 +1,687 @@
+"""The Argo backend against a Kubernetes API on loopback, with the real ``kubernetes`` client."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client import ApiClient, Configuration
+
+from harness.tasktypes import task_types
+from runs.backends.argo import ArgoBackend, api_client
+from runs.backends.argo_build import build_pod_name
+from runs.backends.argo_manifest import workflow_manifest
+from runs.backends.base import ClusterConfig, NodeInfo, PodLog
+from tests.backends.argo_runs import IMAGE, run_of
+from tests.backends.argo_workflows import OOM, WF, Nodes, pod, workflow
+from tests.backends.kube_api import KubeApiServer
+
+CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+SPEC = "tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2}}"
+RESERVED = "simrun/reserved"
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def backend(kube: KubeApiServer, tmp_path: Path) -> Iterator[ArgoBackend]:
+    api = ApiClient(Configuration(host=kube.url))
+    backend = ArgoBackend(
+        cluster=CLUSTER, api=api, store=tmp_path / "store", build_poll_s=0.01, watch_timeout_s=5
+    )
+    yield backend
+    backend.close()
+
+
+def submit(backend: ArgoBackend) -> str:
+    record, plans = run_of(SPEC)
+    return backend.submit(record, plans, task_types(), CLUSTER)
+
+
+def argo_pod(
+    name: str,
+    *,
+    node_name: str,
+    phase: str,
+    task: str = "sweep",
+    dag_task: str = "sweep-w0",
+    worker: str | None = "sweep-w0",
+    attempt: int = 0,
+    host: str | None = None,
+    created: str = "2026-11-29T10:00:00Z",
+    cores: str = "2",
+    memory: str = "512Mi",
+) -> dict[str, Any]:
+    """A pod as Argo creates it for a node of the workflow (reference §6)."""
+    env = [
+        {"name": "SIMRUN_TASK_DIR", "value": f"/store/runs/abc123def0/tasks/{task}"},
+        {"name": "SIMRUN_ATTEMPT", "value": str(attempt)},
+    ]
+    if worker:
+        env.append({"name": "SIMRUN_WORKER", "value": worker})
+    status: dict[str, Any] = {"phase": phase}
+    if phase == "Pending":
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "simrun",
+            "creationTimestamp": created,
+            "labels": {
+                "workflows.argoproj.io/workflow": WF,
+                "workflows.argoproj.io/completed": "false",
+                "simrun/run": "abc123def0",
+                "simrun/task": task,
+                "simrun/dag-task": dag_task,
+                "kueue.x-k8s.io/queue-name": "simrun",
+            },
+            "annotations": {
+                "workflows.argoproj.io/node-name": f"{WF}.{node_name}",
+                "kubectl.kubernetes.io/default-container": "main",
+            },
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeName": host,
+            "containers": [
+                {
+                    "name": "wait",
+                    "image": "quay.io/argoproj/argoexec:v4.1.2",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                },
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "command": ["simrun-worker"],
+                    "env": env,
+                    "resources": {
+                        "requests": {"cpu": cores, "memory": memory},
+                        "limits": {"cpu": cores, "memory": memory},
+                    },
+                },
+            ],
+        },
+        "status": status,
+    }
+
+
+def kube_node(name: str, *, labels: dict | None = None, taints: list | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints} if taints is not None else {},
+        "status": {
+            "allocatable": {"cpu": "7910m", "memory": "31893100Ki", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+# Workflows
+
+
+def test_submit_creates_the_workflow_of_the_run_in_the_namespace(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    record, plans = run_of(SPEC)
+
+    name = backend.submit(record, plans, task_types(), CLUSTER)
+
+    assert name == WF
+    stored = kube.state.workflows[("simrun", WF)]
+    expected = workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
+    assert stored["spec"] == expected["spec"]
+    [create] = [r for r in kube.state.requests if r.method == "POST"]
+    assert create.path == "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
+
+
+def test_a_workflow_that_exists_already_is_taken_as_submitted(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    first = submit(backend)
+    kube.state.workflows[("simrun", WF)]["status"] = {"phase": "Running"}
+
+    assert submit(backend) == first
+    assert [r.status for r in kube.state.requests if r.method == "POST"] == [201, 409]
+    assert kube.state.workflows[("simrun", WF)]["status"] == {"phase": "Running"}
+
+
+def test_a_run_that_cannot_run_is_refused_before_the_cluster_is_asked(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    record, plans = run_of(SPEC, image="")
+
+    with pytest.raises(ValueError, match="no image"):
+        backend.submit(record, plans, task_types(), CLUSTER)
+    assert kube.state.requests == []
+
+
+def test_status_reads_the_nodes_of_the_workflow(backend: ArgoBackend, kube: KubeApiServer) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Running", [pod("Failed", message=OOM, exit_code="137"), pod("Running")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+
+    status = backend.status(WF)
+
+    assert status.phase == "Running"
+    assert status.tasks == {"sweep-w0": "Running"}
+    assert status.failed["sweep-w0"][0].oom_killed
+
+
+def test_a_workflow_deleted_by_its_time_to_live_is_unknown(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(workflow(Nodes("Succeeded"), "Succeeded"), "ADDED")
+    assert backend.status(WF).phase == "Succeeded"
+
+    kube.state.delete_workflow("simrun", WF)
+
+    with pytest.raises(KeyError):
+        backend.status(WF)
+    with pytest.raises(KeyError):
+        backend.cancel(WF)
+    with pytest.raises(KeyError):
+        backend.stop(WF)
+
+
+@pytest.mark.parametrize(("method", "strategy"), [("stop", "Stop"), ("cancel", "Terminate")])
+def test_stop_and_cancel_merge_patch_the_shutdown_of_the_workflow(
+    backend: ArgoBackend, kube: KubeApiServer, method: str, strategy: str
+) -> None:
+    submit(backend)
+
+    getattr(backend, method)(WF)
+
+    [patch] = [r for r in kube.state.requests if r.method == "PATCH"]
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.body == {"spec": {"shutdown": strategy}}
+    assert kube.state.workflows[("simrun", WF)]["spec"]["shutdown"] == strategy
+    assert kube.state.workflows[("simrun", WF)]["spec"]["entrypoint"] == "Run"
+
+
+# Pods
+
+
+def test_logs_are_every_attempt_of_the_task_still_there_oldest_first(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    state = kube.state
+    state.put_pod(
+        argo_pod(
+            "p-retry",
+            node_name="sweep-w0(1)",
+            phase="Running",
+            attempt=1,
+            created="2026-11-29T10:05:00Z",
+        ),
+        log="second start\nunit 7 done\n",
+    )
+    state.put_pod(
+        argo_pod("p-first", node_name="sweep-w0(0)", phase="Failed"),
+        log="first start\nunit 1 done\nKilled\n",
+    )
+    state.put_pod(
+        argo_pod(
+            "p-extra",
+            node_name="sweep-extra(0:1)(0)",
+            phase="Pending",
+            dag_task="sweep-extra",
+            worker="sweep-w1",
+            created="2026-11-29T10:06:00Z",
+        ),
+    )
+    state.put_pod(
+        argo_pod("p-other", node_name="plot(0)", phase="Succeeded", task="plot", dag_task="plot"),
+        log="not this task\n",
+    )
+
+    logs = backend.logs(WF, "sweep")
+
+    assert logs == [
+        PodLog(
+            node="sweep-w0(0)",
+            pod="p-first",
+            text="first start\nunit 1 done\nKilled\n",
+            done=True,
+            attempt=0,
+        ),
+        PodLog(
+            node="sweep-w0(1)",
+            pod="p-retry",
+            text="second start\nunit 7 done\n",
+            done=False,
+            attempt=1,
+        ),
+        PodLog(node="sweep-extra(0:1)(0)", pod="p-extra", text="", done=False, attempt=0),
+    ]
+    reads = [r for r in state.requests if r.path.endswith("/log")]
+    assert {r.query["container"] for r in reads} == {"main"}
+
+
+def test_logs_keep_the_last_lines_asked_for(backend: ArgoBackend, kube: KubeApiServer) -> None:
+    kube.state.put_pod(
+        argo_pod("p", node_name="sweep-w0(0)", phase="Succeeded"), log="a\nb\nc\nd\n"
+    )
+
+    [log] = backend.logs(WF, "sweep", tail_lines=2)
+
+    assert log.text == "c\nd\n"
+    assert [r.query.get("tailLines") for r in kube.state.requests if r.path.endswith("/log")] == [
+        "2"
+    ]
+
+
+def test_a_pod_deleted_between_the_list_and_its_log_is_skipped(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Succeeded"), log="x\n")
+    original = kube.state.pods
+
+    class Vanishing(dict):
+        def get(self, key: Any, default: Any = None) -> Any:
+            return None  # the log request finds no pod: deleted by the pod GC meanwhile
+
+    kube.state.pods = Vanishing(original)
+    assert backend.logs(WF, "sweep") == []
+
+
+def test_placements_are_the_pods_not_terminated_with_requests_worker_and_attempt(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    state = kube.state
+    state.put_pod(
+        argo_pod(
+            "p-w0",
+            node_name="sweep-w0(1)",
+            phase="Running",
+            attempt=1,
+            host="node-a",
+            cores="4",
+            memory="2Gi",
+        )
+    )
+    state.put_pod(
+        argo_pod(
+            "p-w1",
+            node_name="sweep-extra(0:1)(0)",
+            phase="Pending",
+            dag_task="sweep-extra",
+            worker="sweep-w1",
+        )
+    )
+    state.put_pod(
+        argo_pod(
+            "p-merge",
+            node_name="sweep-merge(0)",
+            phase="Running",
+            dag_task="sweep-merge",
+            worker=None,
+            host="node-b",
+        )
+    )
+    state.put_pod(argo_pod("p-done", node_name="sweep-w0(0)", phase="Failed", host="node-a"))
+    state.put_pod(argo_pod("p-ok", node_name="plot(0)", phase="Succeeded", dag_task="plot"))
+
+    placements = {p.pod: p for p in backend.placements()}
+
+    assert set(placements) == {"p-w0", "p-w1", "p-merge"}
+    w0 = placements["p-w0"]
+    assert (w0.workflow, w0.dag_task, w0.node, w0.phase) == (WF, "sweep-w0", "node-a", "Running")
+    assert w0.cores == pytest.approx(4.1)  # main and Argo's wait container
+    assert w0.memory_gb == pytest.approx(2 + 64 / 1024)
+    assert (w0.worker, w0.attempt) == ("sweep-w0", 1)
+    w1 = placements["p-w1"]
+    assert (w1.node, w1.phase, w1.worker, w1.attempt) == (None, "Pending", "sweep-w1", 0)
+    assert (placements["p-merge"].worker, placements["p-merge"].dag_task) == (None, "sweep-merge")
+    [listing] = [r for r in state.requests if r.path.endswith("/pods")]
+    assert listing.query["labelSelector"] == "simrun/run"
+
+
+# Nodes and reservations
+
+
+def test_nodes_are_the_nodes_of_the_selector_with_their_size_and_holder(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kube.state.put_node(kube_node("node-a", labels={"pool": "sims", RESERVED: "run1"}))
+    kube.state.put_node(kube_node("node-b", labels={"pool": "sims"}))
+    kube.state.put_node(kube_node("web-1", labels={"pool": "web"}))
+    kube.state.nodes["node-b"]["status"]["conditions"][0]["status"] = "False"
+    cluster = CLUSTER.model_copy(update={"node_selector": {"pool": "sims"}})
+    backend = ArgoBackend(
+        cluster=cluster, api=ApiClient(Configuration(host=kube.url)), store=tmp_path
+    )
+
+    nodes = {n.name: n for n in backend.nodes()}
+
+    assert set(nodes) == {"node-a", "node-b"}
+    a = nodes["node-a"]
+    assert a.memory_gb == pytest.approx(31893100 / 1024 / 1024)
+    assert a.model_copy(update={"memory_gb": 0}) == NodeInfo(
+        name="node-a",
+        cores=7.91,
+        memory_gb=0,
+        ready=True,
+        reserved_by="run1",
+        labels={"kubernetes.io/hostname": "node-a", "pool": "sims", RESERVED: "run1"},
+    )
+    [listing] = [r for r in kube.state.requests if r.path == "/api/v1/nodes"]
+    assert listing.query["labelSelector"] == "pool=sims"
+    assert (nodes["node-b"].ready, nodes["node-b"].reserved_by) == (False, None)
+
+
+def test_a_cordoned_node_is_not_ready(backend: ArgoBackend, kube: KubeApiServer) -> None:
+    node = kube_node("node-a")
+    node["spec"]["unschedulable"] = True
+    kube.state.put_node(node)
+
+    assert [n.ready for n in backend.nodes()] == [False]
+
+
+OTHER_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+
+
+def test_reserve_taints_and_labels_the_node_and_keeps_its_other_taints(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+
+    backend.reserve("node-a", "run1")
+
+    node = kube.state.nodes["node-a"]
+    assert node["metadata"]["labels"][RESERVED] == "run1"
+    assert node["spec"]["taints"] == [
+        OTHER_TAINT,
+        {"key": RESERVED, "value": "run1", "effect": "NoExecute"},
+    ]
+    [patch] = [r for r in kube.state.requests if r.method == "PATCH"]
+    assert patch.content_type == "application/strategic-merge-patch+json"
+    assert "resourceVersion" in patch.body["metadata"]
+
+
+def test_reserve_retries_after_a_conflicting_writer_and_keeps_what_it_wrote(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    written = []
+
+    def other_writer(name: str) -> None:
+        if not written:  # between simrun's read and its patch, once
+            node = kube.state.nodes[name]
+            node["spec"]["taints"].append({"key": "maintenance", "effect": "NoSchedule"})
+            kube.state.stamp(node)
+            written.append(name)
+
+    kube.state.before_node_patch = other_writer
+
+    backend.reserve("node-a", "run1")
+
+    patches = [r.status for r in kube.state.requests if r.method == "PATCH"]
+    assert patches == [409, 200]
+    assert kube.state.nodes["node-a"]["spec"]["taints"] == [
+        OTHER_TAINT,
+        {"key": "maintenance", "effect": "NoSchedule"},
+        {"key": RESERVED, "value": "run1", "effect": "NoExecute"},
+    ]
+
+
+def test_a_node_reserved_by_another_run_is_refused_and_left_as_it_is(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(
+        kube_node(
+            "node-a",
+            labels={RESERVED: "run0"},
+            taints=[{"key": RESERVED, "value": "run0", "effect": "NoExecute"}],
+        )
+    )
+
+    with pytest.raises(ValueError, match="run0"):
+        backend.reserve("node-a", "run1")
+    assert [r for r in kube.state.requests if r.method == "PATCH"] == []
+
+
+def test_reserving_a_node_twice_for_a_run_writes_it_once(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a"))
+
+    backend.reserve("node-a", "run1")
+    backend.reserve("node-a", "run1")
+
+    assert len([r for r in kube.state.requests if r.method == "PATCH"]) == 1
+
+
+def test_unreserve_removes_only_this_runs_taint_and_label(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    backend.reserve("node-a", "run1")
+
+    backend.unreserve("node-a", "run1")
+
+    node = kube.state.nodes["node-a"]
+    assert RESERVED not in node["metadata"]["labels"]
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-a"
+    assert node["spec"]["taints"] == [OTHER_TAINT]
+
+
+def test_a_late_release_leaves_the_reservation_of_a_later_run(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    backend.reserve("node-a", "run2")
+    before = kube.state.nodes["node-a"]
+
+    backend.unreserve("node-a", "run1")
+
+    assert kube.state.nodes["node-a"] == before
+    assert len([r for r in kube.state.requests if r.method == "PATCH"]) == 1
+
+
+def test_unreserve_retries_after_a_conflicting_writer(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    backend.reserve("node-a", "run1")
+    conflicts = []
+
+    def other_writer(name: str) -> None:
+        if not conflicts:
+            node = kube.state.nodes[name]
+            node["metadata"]["labels"]["team"] = "b"
+            kube.state.stamp(node)
+            conflicts.append(name)
+
+    kube.state.before_node_patch = other_writer
+
+    backend.unreserve("node-a", "run1")
+
+    node = kube.state.nodes["node-a"]
+    assert [r.status for r in kube.state.requests if r.method == "PATCH"] == [200, 409, 200]
+    assert node["metadata"]["labels"]["team"] == "b"
+    assert RESERVED not in node["metadata"]["labels"]
+    assert node["spec"]["taints"] == [OTHER_TAINT]
+
+
+def test_a_node_that_keeps_changing_is_an_error_not_a_loop(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a"))
+    kube.state.before_node_patch = lambda name: kube.state.stamp(kube.state.nodes[name])
+
+    with pytest.raises(RuntimeError, match="kept changing"):
+        backend.reserve("node-a", "run1")
+
+
+def test_an_unknown_node_is_a_key_error(backend: ArgoBackend) -> None:
+    with pytest.raises(KeyError):
+        backend.reserve("nowhere", "run1")
+    with pytest.raises(KeyError):
+        backend.unreserve("nowhere", "run1")
+
+
+# Change notifications
+
+
+def watches(kube: KubeApiServer) -> list[Any]:
+    return [r for r in kube.state.requests if r.query.get("watch") == "true"]
+
+
+def wait_for(condition: Any, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_subscribe_calls_back_when_a_workflow_of_a_run_changes(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    submit(backend)
+    woken = threading.Event()
+    backend.subscribe(woken.set)
+    wait_for(lambda: watches(kube))
+    assert not woken.wait(0.3)  # nothing changed since the watch started
+
+    wf = kube.state.workflows[("simrun", WF)]
+    wf["status"] = {"phase": "Running"}
+    kube.state.put_workflow(wf)
+
+    assert woken.wait(10)
+    assert watches(kube)[0].query["labelSelector"] == "simrun/run"
+
+
+def test_the_watch_goes_on_from_where_it_was_after_the_server_ends_it(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    api = ApiClient(Configuration(host=kube.url))
+    backend = ArgoBackend(cluster=CLUSTER, api=api, store=tmp_path, watch_timeout_s=1)
+    woken = threading.Event()
+    try:
+        backend.subscribe(woken.set)
+        wait_for(lambda: len(watches(kube)) >= 2)
+        kube.state.put_workflow(workflow(Nodes()), "ADDED")
+        assert woken.wait(10)
+    finally:
+        backend.close()
+    assert all("resourceVersion" in r.query for r in watches(kube))
+    assert not backend._watcher or not backend._watcher.is_alive()
+
+
+# Images
+
+
+def test_build_image_builds_the_context_in_the_store_with_a_kaniko_pod(
+    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+) -> None:
+    created = []
+
+    def run_it(pod_: dict) -> None:
+        created.append(pod_)
+        pod_["status"] = {"phase": "Succeeded"}
+
+    kube.state.on_pod_created = run_it
+    ref = "registry.example/simrun-env:abc"
+
+    backend.build_image(tmp_path / "store" / "images" / "abc", ref)
+
+    [pod_] = created
+    main = pod_["spec"]["containers"][0]
+    assert main["image"] == CLUSTER.builder_image
+    assert main["args"][:3] == [
+        "--context=dir:///store/images/abc",
+        "--dockerfile=/store/images/abc/Dockerfile",
+        f"--destination={ref}",
+    ]
+    assert main["volumeMounts"][0] == {"name": "store", "mountPath": "/store", "readOnly": True}
+    assert ("simrun", build_pod_name(ref)) not in kube.state.pods  # deleted once done
+
+
+def test_a_failed_build_raises_with_the_end_of_its_log(
+    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+) -> None:
+    ref = "registry.example/simrun-env:abc"
+
+    def fail(pod_: dict) -> None:
+        pod_["status"] = {"phase": "Failed"}
+        kube.state.logs[("simrun", pod_["metadata"]["name"])] = "error: no matching distribution\n"
+
+    kube.state.on_pod_created = fail
+
+    with pytest.raises(RuntimeError, match="no matching distribution"):
+        backend.build_image(tmp_path / "store" / "images" / "abc", ref)
+
+
+def test_a_build_started_before_is_waited_for_not_started_again(
+    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+) -> None:
+    ref = "registry.example/simrun-env:abc"
+    kube.state.on_pod_created = lambda pod_: None
+    kube.state.put_pod(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": build_pod_name(ref), "namespace": "simrun"},
+            "spec": {"containers": [{"name": "main", "image": CLUSTER.builder_image}]},
+            "status": {"phase": "Running"},
+        }
+    )
+
+    def finish() -> None:
+        time.sleep(0.3)
+        with kube.state.lock:
+            kube.state.pods[("simrun", build_pod_name(ref))]["status"]["phase"] = "Succeeded"
+
+    threading.Thread(target=finish).start()
+    backend.build_image(tmp_path / "store" / "images" / "abc", ref)
+
+    assert [r for r in kube.state.requests if r.method == "POST"] == []
+
+
+def test_a_build_context_outside_the_store_is_refused(backend: ArgoBackend, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not in the store"):
+        backend.build_image(tmp_path / "elsewhere", "registry.example/x:1")
+
+
+# Configuration
+
+
+def test_a_kubeconfig_of_the_settings_reaches_the_cluster(
+    kube: KubeApiServer, tmp_path: Path, settings: Any
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "loop", "cluster": {"server": kube.url}}],
+                "users": [{"name": "simrun", "user": {"token": "secret-token"}}],
+                "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "simrun"}}],
+                "current-context": "loop",
+            }
+        )
+    )
+    settings.SIMRUN_CLUSTER = {**settings.SIMRUN_CLUSTER, "kubeconfig": str(kubeconfig)}
+    kube.state.put_workflow(workflow(Nodes()), "ADDED")
+
+    backend = ArgoBackend.from_settings()
+
+    assert backend.status(WF).phase == "Running"
+    assert backend.store == settings.SIMRUN_STORE
+    assert isinstance(api_client(str(kubeconfig)), ApiClient)
