@@ -1,35 +1,1030 @@
-"""The controller: follows the workflows of the runs and records their end (spec/000)."""
+"""The controller: follows the workflows of the runs and records their end (spec/000).
+
+The state of a run is the service's, not the backend's (Ruling 17b): every poll maps the
+phases of the DAG nodes of a workflow onto the states of its tasks and decides the run.
+The controller keeps no state in memory: what a poll needs is in the record (task states,
+OOM kills, ``merge_pending``), so a restarted service continues where the one before
+stopped. Each step settles one run and says whether it changed anything; every write of a
+run is compare-and-set on its ``version``; no backend call is made inside a transaction.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from runs.models import Run, RunState
+from harness.tasktypes import task_types
+from runs import images, locks, logs, observations, store
+from runs.backends import cluster_config, get_backend
+from runs.backends.base import (
+    PREEMPTED_PHASE,
+    RETRYING_PHASE,
+    Backend,
+    BackendStatus,
+    ClusterConfig,
+    FailedAttempt,
+    workflow_name,
+)
+from runs.models import (
+    FINAL_TASK_STATES,
+    Attempt,
+    Run,
+    RunState,
+    Task,
+    TaskKind,
+    TaskState,
+)
+from runs.observations import attempt_memory_gb, attempt_of, is_oom  # noqa: F401 (spec names)
+from runs.planner import TaskPlan
+from runs.records import run_record, task_plans
+
+log = logging.getLogger(__name__)
+
+MERGED_MARKER = ".simrun-merged"
+RECONCILE_LOCK = "reconcile"
+WAKE_FLAG = "reconcile-wake"
+WAKE_TTL_S = 60.0
+"""A wake-up whose reconcile never started (no worker) stops holding back others after this."""
+PUSH_ASIDE_MAX_S = 600.0
+"""The longest a run whose reconcile crashes is left aside before it is tried again."""
+
+FAILED_PHASES = frozenset({"Failed", "Error"})
+SKIPPED_PHASES = frozenset({"Skipped", "Omitted"})
+ENDED_PHASES = frozenset({"Succeeded", "Failed", "Error"})
+ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.PREEMPTED, TaskState.RETRYING})
+STARTED_STATES = ACTIVE_STATES | {TaskState.DONE}
+EXIT_MEANINGS = {
+    3: "a unit or the merge failed",
+    4: "a configuration error",
+    137: "killed",
+    143: "stopped on SIGTERM",
+}
+UNUSED_TASK_FIELDS = ("settings", "inputs", "command")
+"""What a poll never reads of a task; not loaded for the live runs."""
 
 
-class Conflict(Exception):
+class Conflict(ValueError):
     """The run changed meanwhile or has ended."""
+
+
+class SubmissionError(Exception):
+    """A step of a submission failed; the message is the one of the failed run."""
+
+
+class _Abandoned(Exception):
+    """The run ended (it was cancelled) while its submission ran."""
+
+
+# Waking the loop.
+
+
+def wake() -> None:
+    """Make the control loop reconcile now instead of at its next poll.
+
+    Sends the reconcile task unless a wake-up is pending already (a reconcile lowers the flag
+    when its pass starts), so a burst of changes makes one reconcile, not one each. Backends
+    call it from their own threads (``Backend.subscribe``), so it never raises.
+    """
+    from runs.tasks import reconcile as reconcile_task
+
+    try:
+        if locks.raise_flag(WAKE_FLAG, ttl_s=WAKE_TTL_S):
+            reconcile_task.delay()
+    except Exception:
+        log.exception("cannot wake the control loop; it reconciles at its next poll")
+        locks.lower_flag(WAKE_FLAG)
+
+
+# What the backend's status means (pure functions).
+
+
+def has_merge_marker(task_dir: Path) -> bool:
+    """Whether the output of a task has the marker of a merge, ``out/.simrun-merged``.
+
+    The directories are listed instead of looking the marker up: on NFS a listing
+    revalidates a directory, while a lookup may answer from a cached negative entry of a
+    lookup before the pod wrote the file. The task directory is listed first, so a cached
+    negative entry of ``out/`` itself does not hide it either. False without ``out/``.
+    """
+    try:
+        if "out" not in os.listdir(task_dir):
+            return False
+        return MERGED_MARKER in os.listdir(task_dir / "out")
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def task_states(
+    *,
+    kinds: Mapping[str, str],
+    status: BackendStatus,
+    plans: Mapping[str, TaskPlan],
+    merge_state: Callable[[str], TaskState],
+) -> dict[str, TaskState]:
+    """The state of every task of a workflow from the phases of its DAG nodes.
+
+    A split task is done when ``<task>-merge`` succeeded, or, when its coordinator merges,
+    what ``merge_state`` says once ``<task>-w0`` succeeded (done with the marker, running while
+    it is awaited, failed after); it failed when ``<task>-w0`` or its merge failed; an extra
+    worker never fails it. An unsplit task is its node ``<task>``. A task is running when
+    one of its pods runs (or its coordinator is done and the merge waits), preempted when none
+    runs and an evicted pod waits for its retry, retrying when none runs and a pod that
+    failed otherwise waits for its retry, queued when it has pods of which none runs,
+    waiting without pods.
+    """
+    states: dict[str, TaskState] = {}
+    for task_id, kind in kinds.items():
+        if kind == TaskKind.SPLIT:
+            merges = plans[task_id].coordinator_merges
+            states[task_id] = _split_state(task_id, status.tasks, merges, merge_state)
+        else:
+            states[task_id] = _unsplit_state(status.tasks.get(task_id))
+    return states
+
+
+def _split_state(
+    task_id: str,
+    nodes: Mapping[str, str],
+    coordinator_merges: bool,
+    merge_state: Callable[[str], TaskState],
+) -> TaskState:
+    coordinator = nodes.get(f"{task_id}-w0")
+    merge = nodes.get(f"{task_id}-merge")
+    if coordinator in FAILED_PHASES or merge in FAILED_PHASES:
+        return TaskState.FAILED
+    if coordinator in SKIPPED_PHASES:
+        return TaskState.SKIPPED
+    if coordinator == "Succeeded":
+        if coordinator_merges:
+            return merge_state(task_id)
+        if merge == "Succeeded":
+            return TaskState.DONE
+        if merge in SKIPPED_PHASES:
+            return TaskState.FAILED
+        if merge == PREEMPTED_PHASE:
+            return TaskState.PREEMPTED
+        if merge == RETRYING_PHASE:
+            return TaskState.RETRYING
+        return TaskState.RUNNING
+    extras = f"{task_id}-extra("
+    pods = [coordinator, merge, *(p for n, p in nodes.items() if n.startswith(extras))]
+    return _pods_state([p for p in pods if p is not None])
+
+
+def _pods_state(phases: list[str]) -> TaskState:
+    """The state of a task that is not decided from the phases of its pods."""
+    if "Running" in phases:
+        return TaskState.RUNNING
+    if PREEMPTED_PHASE in phases:
+        return TaskState.PREEMPTED
+    if RETRYING_PHASE in phases:
+        return TaskState.RETRYING
+    return TaskState.QUEUED if phases else TaskState.WAITING
+
+
+def _unsplit_state(phase: str | None) -> TaskState:
+    if phase is None:
+        return TaskState.WAITING
+    if phase == "Succeeded":
+        return TaskState.DONE
+    if phase in FAILED_PHASES:
+        return TaskState.FAILED
+    if phase in SKIPPED_PHASES:
+        return TaskState.SKIPPED
+    return _pods_state([phase])
+
+
+def task_of(worker: str, task_ids: Mapping[str, Any] | set[str]) -> str | None:
+    """The task of a worker id ``<task>-w<i>``, a merge ``<task>-merge`` or a task id."""
+    if worker in task_ids:
+        return worker
+    base, _, suffix = worker.rpartition("-")
+    pod = suffix == "merge" or (suffix[:1] == "w" and suffix[1:].isdigit())
+    return base if pod and base in task_ids else None
+
+
+def describe(key: str, attempt: FailedAttempt) -> str:
+    """A failed attempt in words, for the message of its task and run."""
+    what = f"{key} (attempt {attempt.attempt})"
+    if attempt.oom_killed:
+        return f"{what} was killed for memory"
+    if attempt.exit_code is None:
+        return f"{what} failed: {attempt.message or 'no exit code'}"
+    meaning = EXIT_MEANINGS.get(attempt.exit_code)
+    text = f"{what} exited {attempt.exit_code}" + (f" ({meaning})" if meaning else "")
+    return text + (f": {attempt.message}" if attempt.message else "")
+
+
+def closed(
+    *,
+    run: Run,
+    state: RunState,
+    tasks: Mapping[str, TaskState],
+    message: str,
+    **update: Any,
+) -> tuple[dict[str, Any], dict[str, TaskState]]:
+    """The terminal record: tasks not final are skipped, the node is to release.
+
+    Returns the changes of the run (``update`` are further fields of it) and the states of
+    its tasks. The workflow is to stop or cancel and its logs to keep, unless it is gone
+    (``workflow_exists=False``) or there is none.
+    """
+    workflow = update.get("workflow", run.workflow)
+    exists = update.pop("workflow_exists", True) and bool(workflow)
+    changes = {
+        "state": state,
+        "message": message,
+        "ended_at": timezone.now(),
+        "pending_release": bool(update.get("reserved_node", run.reserved_node)),
+        "pending_cancel": exists,
+        "pending_logs": exists,
+        "merge_pending": {},
+        **update,
+    }
+    final = {t: s if s in FINAL_TASK_STATES else TaskState.SKIPPED for t, s in tasks.items()}
+    return changes, final
+
+
+# One poll of one live run.
+
+
+@dataclass
+class Poll:
+    """What one poll decided about a live run: the record to write."""
+
+    states: dict[str, TaskState]
+    messages: dict[str, str]
+    merge_pending: dict[str, float]
+    oom_kills: dict[str, list[int]]
+    failed_seen: int
+    attempts: list[Attempt] = field(default_factory=list)
+    verdict: RunState | None = None
+    message: str = ""
+    workflow_exists: bool = True
+
+
+def observe(
+    run: Run, tasks: list[Task], plans: Mapping[str, TaskPlan], status: BackendStatus, now: float
+) -> Poll:
+    """Map the status of a run's workflow onto its tasks and decide the run."""
+    grace = settings.SIMRUN_MERGE_MARKER_GRACE_S
+    stored = {t.task_id: t for t in tasks}
+    failed_seen = sum(len(a) for a in status.failed.values())
+    kills, attempts = run.oom_kills, []
+    if failed_seen != run.failed_seen:
+        kills, attempts = _failures(run, stored, plans, status)
+    merge_pending = dict(run.merge_pending)
+
+    def merge_state(task_id: str) -> TaskState:
+        if stored[task_id].state == TaskState.DONE:
+            return TaskState.DONE
+        if has_merge_marker(store.task_dir(run.id, task_id)):
+            return TaskState.DONE
+        first = merge_pending.setdefault(task_id, now)
+        return TaskState.RUNNING if now - first < grace else TaskState.FAILED
+
+    kinds = {t.task_id: t.kind for t in tasks}
+    states = task_states(kinds=kinds, status=status, plans=plans, merge_state=merge_state)
+    messages = {}
+    for task_id, state in states.items():
+        if state == TaskState.FAILED and stored[task_id].state == TaskState.FAILED:
+            messages[task_id] = stored[task_id].message
+        elif state == TaskState.FAILED:
+            messages[task_id] = _failure(task_id, kinds[task_id], status, plans[task_id], grace)
+        elif task_id in merge_pending and state == TaskState.RUNNING:
+            messages[task_id] = f"waiting for out/{MERGED_MARKER} of the coordinator's merge"
+        else:
+            messages[task_id] = ""
+    for worker, killed in kills.items():
+        task_id = task_of(worker, stored)
+        if len(killed) >= 2 and task_id is not None and states[task_id] != TaskState.FAILED:
+            states[task_id] = TaskState.FAILED
+            retry_gb = plans[task_id].retry_memory_gb
+            messages[task_id] = (
+                f"{worker} was killed for memory again with the retry memory {retry_gb:g} GiB "
+                f"(attempts {', '.join(map(str, killed))})"
+            )
+    merge_pending = {t: s for t, s in merge_pending.items() if states[t] not in FINAL_TASK_STATES}
+    poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts)
+    _decide(poll, [t.task_id for t in tasks], status)
+    return poll
+
+
+def _decide(poll: Poll, order: list[str], status: BackendStatus) -> None:
+    """The verdict of a run from its task states and the phase of its workflow."""
+    states = poll.states
+    failed = [t for t in order if states[t] == TaskState.FAILED]
+    if failed:
+        poll.verdict = RunState.FAILED
+        poll.message = f"task {failed[0]} failed: {poll.messages[failed[0]]}"
+    elif all(states[t] == TaskState.DONE for t in order):
+        poll.verdict = RunState.SUCCEEDED
+    elif all(states[t] in FINAL_TASK_STATES for t in order):
+        skipped = [t for t in order if states[t] == TaskState.SKIPPED]
+        poll.verdict = RunState.FAILED
+        poll.message = f"the workflow skipped {_named(skipped)}"
+    elif status.phase in ENDED_PHASES and not poll.merge_pending:
+        open_ = [t for t in order if states[t] not in FINAL_TASK_STATES]
+        for task_id in open_:
+            if states[task_id] != TaskState.WAITING:
+                states[task_id] = TaskState.FAILED
+                poll.messages[task_id] = f"the workflow ended {status.phase} before it finished"
+        detail = f": {status.message}" if status.message else ""
+        poll.verdict = RunState.FAILED
+        poll.message = f"the workflow ended {status.phase}{detail} before {_named(open_)} finished"
+
+
+def _named(task_ids: list[str]) -> str:
+    """``task a`` or ``tasks a, b``."""
+    return ("task " if len(task_ids) == 1 else "tasks ") + ", ".join(task_ids)
+
+
+def _failure(task_id: str, kind: str, status: BackendStatus, plan: TaskPlan, grace: float) -> str:
+    """Why a task failed, from the failed attempts of its pods."""
+    if kind != TaskKind.SPLIT:
+        return _node_failure(task_id, status)
+    for node in (f"{task_id}-w0", f"{task_id}-merge"):
+        if status.tasks.get(node) in FAILED_PHASES:
+            return _node_failure(node, status)
+    return (
+        f"the coordinator {task_id}-w0 succeeded but wrote no out/{MERGED_MARKER} within "
+        f"{grace:g} s: the harness of its image does not merge"
+    )
+
+
+def _node_failure(node: str, status: BackendStatus) -> str:
+    attempts = status.failed.get(node)
+    if attempts:
+        return describe(node, attempts[-1])
+    detail = f": {status.message}" if status.message else ""
+    return f"{node} {status.tasks.get(node, 'failed')}{detail}"
+
+
+def _failures(
+    run: Run, stored: Mapping[str, Task], plans: Mapping[str, TaskPlan], status: BackendStatus
+) -> tuple[dict[str, list[int]], list[Attempt]]:
+    """The OOM kills of a run and the rows of its failed attempts.
+
+    A kill for memory needs the OOM killer's evidence (Rulings 34, 39): the backend's
+    OOMKilled, or the report of an attempt that exited 137 counting kills in its cgroup. An
+    exit 137 without it is a kill after the grace period: an eviction.
+    """
+    kills = {worker: list(attempts) for worker, attempts in run.oom_kills.items()}
+    rows: list[Attempt] = []
+    for key, failed in status.failed.items():
+        task_id = task_of(key, stored)
+        if task_id is None:
+            log.warning("run %s: failed attempts of %s, a pod of no task", run.id, key)
+            continue
+        found: dict[tuple[str, int], Path] | None = None
+        evidence: dict[int, str] = {}
+        for attempt in failed:
+            if attempt.oom_killed:
+                evidence[attempt.attempt] = "OOMKilled"
+            elif attempt.exit_code == 137:
+                if found is None:
+                    found = observations.reports(store.task_dir(run.id, task_id))
+                path = found.get((key, attempt.attempt))
+                report = observations.read_report(path, key) if path else None
+                if report is not None and report.oom_kills > 0:
+                    evidence[attempt.attempt] = (
+                        f"exit 137; the report counts {report.oom_kills} OOM kill(s) in its cgroup"
+                    )
+            if attempt.attempt in evidence and attempt.attempt not in kills.get(key, []):
+                kills.setdefault(key, []).append(attempt.attempt)
+                kills[key].sort()
+        for attempt in failed:
+            oom = attempt.attempt in evidence
+            rows.append(
+                Attempt(
+                    task=stored[task_id],
+                    worker=key,
+                    attempt=attempt.attempt,
+                    phase="Failed",
+                    exit_code=attempt.exit_code,
+                    oom_killed=oom,
+                    oom_evidence=evidence.get(attempt.attempt, ""),
+                    evicted=attempt.evicted or (attempt.exit_code == 137 and not oom),
+                    node_name=attempt.node or "",
+                    memory_gb=attempt_memory_gb(
+                        plans[task_id], kills.get(key, []), attempt.attempt
+                    ),
+                )
+            )
+    return kills, rows
+
+
+def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
+    """The tasks of a run whose workflow is gone, from the record and the store (Ruling 23).
+
+    A split task whose merge wrote ``out/.simrun-merged`` is done; one waiting for the
+    marker of its merge keeps the run open until the marker is there or its wait is over;
+    only the tasks still undetermined fail.
+    """
+    grace = settings.SIMRUN_MERGE_MARKER_GRACE_S
+    states: dict[str, TaskState] = {}
+    messages: dict[str, str] = {}
+    merge_pending: dict[str, float] = {}
+    for task in tasks:
+        states[task.task_id], messages[task.task_id] = task.state, task.message
+        if task.state in FINAL_TASK_STATES:
+            continue
+        first = run.merge_pending.get(task.task_id)
+        if task.kind == TaskKind.SPLIT and has_merge_marker(store.task_dir(run.id, task.task_id)):
+            states[task.task_id] = TaskState.DONE
+        elif first is not None and now - first < grace:
+            merge_pending[task.task_id] = first
+        elif first is not None:
+            states[task.task_id] = TaskState.FAILED
+            messages[task.task_id] = f"no out/{MERGED_MARKER} within {grace:g} s"
+        else:
+            states[task.task_id] = TaskState.FAILED
+            messages[task.task_id] = "undetermined: the workflow is gone"
+    poll = Poll(states, messages, merge_pending, run.oom_kills, run.failed_seen)
+    poll.workflow_exists = False
+    if merge_pending:
+        return poll
+    order = [t.task_id for t in tasks]
+    failed = [t for t in order if states[t] != TaskState.DONE]
+    if failed:
+        poll.verdict = RunState.FAILED
+        poll.message = (
+            f"the workflow is gone (deleted before its end was seen); "
+            f"task {failed[0]}: {messages[failed[0]] or states[failed[0]]}"
+        )
+    else:
+        poll.verdict = RunState.SUCCEEDED
+    return poll
+
+
+def _task_changes(task: Task, state: TaskState, message: str) -> dict[str, Any]:
+    """The fields of a task to write for its new state, units done included."""
+    changes: dict[str, Any] = {}
+    if state != task.state:
+        changes["state"] = state
+    if message != task.message:
+        changes["message"] = message
+    if state in STARTED_STATES and task.started_at is None:
+        changes["started_at"] = timezone.now()
+    if state in FINAL_TASK_STATES and task.ended_at is None:
+        changes["ended_at"] = timezone.now()
+    if state == TaskState.DONE:
+        if task.units_done != task.units_total:
+            changes["units_done"] = task.units_total
+    elif task.kind == TaskKind.SPLIT and (state in ACTIVE_STATES or "state" in changes):
+        changes.update(_progress(task))
+    return changes
+
+
+def _progress(task: Task) -> dict[str, Any]:
+    """The units done of a split task from ``progress.jsonl``, read only when it grew."""
+    path = store.task_dir(task.run_id, task.task_id) / "progress.jsonl"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return {}
+    if size <= task.progress_bytes:
+        return {}
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    units = set()
+    for line in data[:end].splitlines():
+        try:
+            units.add(int(json.loads(line)["unit"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    done = min(len(units), task.units_total)
+    changes: dict[str, Any] = {}
+    if end != task.progress_bytes:
+        changes["progress_bytes"] = end
+    if done != task.units_done:
+        changes["units_done"] = done
+    return changes
+
+
+def apply(run: Run, tasks: list[Task], poll: Poll) -> bool:
+    """Write what a poll decided, compare-and-set; whether it was written.
+
+    Nothing is written when nothing changed, and nothing when the run changed meanwhile (a
+    cancel, another reconcile): that writer won, and the next poll starts from its record.
+    """
+    changes: dict[str, Any] = {}
+    if poll.merge_pending != run.merge_pending:
+        changes["merge_pending"] = poll.merge_pending
+    if poll.oom_kills != run.oom_kills:
+        changes["oom_kills"] = poll.oom_kills
+    if poll.failed_seen != run.failed_seen:
+        changes["failed_seen"] = poll.failed_seen
+    states = poll.states
+    if poll.verdict is not None:
+        final, states = closed(
+            run=run,
+            state=poll.verdict,
+            tasks=states,
+            message=poll.message,
+            workflow_exists=poll.workflow_exists,
+        )
+        changes.update(final)
+    task_changes = {
+        task.pk: found
+        for task in tasks
+        if (found := _task_changes(task, states[task.task_id], poll.messages[task.task_id]))
+    }
+    if not changes and not task_changes:
+        return False
+    with transaction.atomic():
+        if not Run.objects.write_if_unchanged(run, **changes):
+            return False
+        for pk, fields in task_changes.items():
+            Task.objects.filter(pk=pk).update(**fields)
+        if poll.attempts:
+            Attempt.objects.bulk_create(
+                poll.attempts,
+                update_conflicts=True,
+                unique_fields=["task", "worker", "attempt"],
+                update_fields=[
+                    "phase",
+                    "exit_code",
+                    "oom_killed",
+                    "oom_evidence",
+                    "evicted",
+                    "node_name",
+                    "memory_gb",
+                ],
+            )
+    for task in tasks:
+        for name, value in task_changes.get(task.pk, {}).items():
+            setattr(task, name, value)
+    return True
+
+
+def reconcile_run(
+    run: Run, tasks: list[Task], *, backend: Backend, now: float | None = None
+) -> bool:
+    """Bring the record of one live run up to date with the backend; whether it changed.
+
+    A run still submitting is its submission's; a terminal one only has its pending work
+    retried (Ruling 25). A running record without a workflow name was written before names
+    were stored, and fails.
+    """
+    if run.state == RunState.SUBMITTING:
+        return False
+    if run.ended:
+        return settle_run(run, tasks, backend=backend)
+    now = time.time() if now is None else now
+    plans = task_plans(tasks)
+    if not run.workflow:
+        message = "the record has no workflow name: it was written before names were stored"
+        states = {t.task_id: t.state for t in tasks}
+        messages = {t.task_id: t.message for t in tasks}
+        poll = Poll(states, messages, {}, run.oom_kills, run.failed_seen)
+        poll.verdict, poll.message, poll.workflow_exists = RunState.FAILED, message, False
+    else:
+        try:
+            status = backend.status(run.workflow)
+        except KeyError:
+            poll = resolve_gone(run, tasks, now)
+        else:
+            poll = observe(run, tasks, plans, status, now)
+    written = apply(run, tasks, poll)
+    if written and run.ended:
+        settle_run(run, tasks, backend=backend)
+    elif not run.ended:
+        keep_final_tasks(run, tasks, plans, backend=backend)
+    return written
+
+
+def keep_final_tasks(
+    run: Run, tasks: list[Task], plans: Mapping[str, TaskPlan], *, backend: Backend
+) -> None:
+    """Record the reports of the final tasks of a live run and keep their pods' logs."""
+    for task in tasks:
+        if task.state not in FINAL_TASK_STATES or task.logs_kept:
+            continue
+        try:
+            pod_logs = backend.logs(run.workflow, task.task_id)
+        except KeyError:
+            pod_logs = None
+        except Exception:
+            log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
+            continue
+        _keep_task(run, task, plans[task.task_id], pod_logs)
+
+
+def _keep_task(run: Run, task: Task, plan: TaskPlan, pod_logs: list[Any] | None) -> bool:
+    """Keep the logs of a task's terminated pods, record its reports; whether it is all kept.
+
+    ``pod_logs`` None: the workflow is gone, with nothing more to keep.
+    """
+    task_dir = store.task_dir(run.id, task.task_id)
+    complete = pod_logs is None or logs.keep(task_dir, pod_logs)
+    observations.record(task=task, plan=plan, task_dir=task_dir, kills=run.oom_kills)
+    if complete and pod_logs is not None:
+        Task.objects.filter(pk=task.pk).update(logs_kept=True)
+        task.logs_kept = True
+    return complete
+
+
+# The terminal record and its pending work (Ruling 25).
+
+
+def settle_run(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
+    """Retry the pending logs, cancellation and release of a terminal run.
+
+    The logs are kept before the workflow is stopped or cancelled; a workflow which does not
+    exist (any more) has no logs to keep. An unknown workflow counts as cancelled and an
+    unknown node as released; a node is released only from this run's reservation. What
+    fails stays pending for the next poll. Returns whether a pending flag was cleared.
+    """
+    cleared: list[str] = []
+    if run.pending_logs and _keep_logs(run, tasks, backend):
+        cleared.append("pending_logs")
+    if run.pending_cancel:
+        end = backend.cancel if run.state == RunState.CANCELLED else backend.stop
+        if _done(f"ending the workflow {run.workflow} of run {run.id}", end, run.workflow):
+            cleared.append("pending_cancel")
+    if run.pending_release:
+        what = f"releasing the node {run.reserved_node} of run {run.id}"
+        if _done(what, backend.unreserve, run.reserved_node, run.id):
+            cleared.append("pending_release")
+    return bool(cleared) and _clear(run, cleared)
+
+
+def _done(what: str, call: Callable[..., None], *args: str) -> bool:
+    """Make a backend call whose target may be gone (KeyError: done); whether it is done."""
+    try:
+        call(*args)
+    except KeyError:
+        return True
+    except Exception:
+        log.exception("%s failed; it stays pending", what)
+        return False
+    return True
+
+
+def _keep_logs(run: Run, tasks: list[Task], backend: Backend) -> bool:
+    """Keep the logs of the terminated pods of every task; whether none is left to keep."""
+    plans = task_plans(tasks)
+    complete = True
+    for task in tasks:
+        if task.logs_kept:
+            continue
+        try:
+            pod_logs = backend.logs(run.workflow, task.task_id)
+        except KeyError:
+            pod_logs = None
+        except Exception:
+            log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
+            complete = False
+            continue
+        complete = _keep_task(run, task, plans[task.task_id], pod_logs) and complete
+    return complete
+
+
+def _clear(run: Run, flags: list[str]) -> bool:
+    """Clear pending flags of a run, compare-and-set, re-reading it on a conflict."""
+    for _ in range(5):
+        changes = {flag: False for flag in flags if getattr(run, flag)}
+        if not changes:
+            return False
+        if Run.objects.write_if_unchanged(run, **changes):
+            return True
+        fresh = Run.objects.filter(pk=run.pk).first()
+        if fresh is None:
+            return False
+        run = fresh
+    log.warning("run %s kept changing; its pending work is retried later", run.id)
+    return False
+
+
+def settle(run_id: str, *, backend: Backend | None = None) -> bool:
+    """Retry the pending logs, release and cancellation of a terminal run.
+
+    A run which was deleted meanwhile (or is not terminal) is ignored. Returns whether a
+    pending flag was cleared.
+    """
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not run.ended:
+        return False
+    return settle_run(run, list(run.tasks.all()), backend=backend or get_backend())
+
+
+def settle_pending(run_id: str | None = None, *, backend: Backend | None = None) -> int:
+    """Settle one terminal run, or every one with pending work; the runs settled."""
+    backend = backend or get_backend()
+    if run_id is not None:
+        return int(settle(run_id, backend=backend))
+    pending = Q(pending_logs=True) | Q(pending_release=True) | Q(pending_cancel=True)
+    settled = 0
+    for run in Run.objects.ended().filter(pending).prefetch_related("tasks"):
+        try:
+            settled += settle_run(run, list(run.tasks.all()), backend=backend)
+        except Exception:
+            log.exception("settling run %s failed", run.id)
+    return settled
+
+
+# The loop.
+
+
+def live_runs(now: datetime) -> list[tuple[Run, list[Task]]]:
+    """The live runs not pushed aside, with their tasks: two queries whatever their number."""
+    due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
+    runs = list(due.defer("spec").order_by("created_at"))
+    tasks: dict[str, list[Task]] = defaultdict(list)
+    rows = Task.objects.filter(run__in=due.values("pk")).defer(*UNUSED_TASK_FIELDS)
+    for task in rows.order_by("run_id", "position"):
+        tasks[task.run_id].append(task)
+    return [(run, tasks[run.pk]) for run in runs]
+
+
+def reconcile_pass(*, backend: Backend | None = None) -> int:
+    """One pass over the live runs; the number of runs whose record changed.
+
+    A run whose reconcile raises (e.g. a record that cannot be read) is logged and pushed
+    aside for a while, longer each time; the pass goes on with the others.
+    """
+    backend = backend or get_backend()
+    now = timezone.now()
+    changed = 0
+    for run, tasks in live_runs(now):
+        try:
+            changed += reconcile_run(run, tasks, backend=backend)
+        except Exception:
+            log.exception("reconciling run %s failed; it is pushed aside", run.id)
+            _push_aside(run, now)
+        else:
+            if run.reconcile_failures:
+                Run.objects.filter(pk=run.pk).update(reconcile_failures=0, reconcile_after=None)
+    return changed
+
+
+def _push_aside(run: Run, now: datetime) -> None:
+    """Leave a run whose reconcile crashed for a while, doubling the wait each time.
+
+    A plain update, not compare-and-set: it is the loop's bookkeeping, not the record, and
+    must not make a user's cancel of the run conflict.
+    """
+    failures = run.reconcile_failures + 1
+    wait = min(settings.SIMRUN_POLL_S * 2**failures, PUSH_ASIDE_MAX_S)
+    try:
+        Run.objects.filter(pk=run.pk).update(
+            reconcile_failures=failures, reconcile_after=now + timedelta(seconds=wait)
+        )
+    except Exception:
+        log.exception("cannot push run %s aside", run.id)
+
+
+def reconcile(*, backend: Backend | None = None) -> int | None:
+    """Bring the records of the live runs up to date with the backend.
+
+    At most one reconcile runs at a time (a lock in Redis or a file): None when another one
+    holds it. A wake-up during a pass makes one more pass, so none is lost. Returns the
+    number of runs whose record changed.
+    """
+    changed: int | None = None
+    while True:
+        with locks.hold(RECONCILE_LOCK) as held:
+            if not held:
+                return changed
+            locks.lower_flag(WAKE_FLAG)
+            changed = (changed or 0) + reconcile_pass(backend=backend)
+        if not locks.flag_raised(WAKE_FLAG, ttl_s=WAKE_TTL_S):
+            return changed
+
+
+# Cancel.
 
 
 def request_cancel(run: Run) -> None:
     """Write a run cancelled (the terminal record first), then hand the backend calls to settle.
 
-    Raises ``Conflict`` when the run ended or changed meanwhile.
+    Its tasks not final are skipped; the workflow is cancelled and the node released by the
+    settle task after the commit. Raises ``Conflict`` when the run ended or changed meanwhile.
     """
     if run.ended:
         raise Conflict(f"run {run.id} has ended ({run.state})")
-    written = Run.objects.write_if_unchanged(
-        run,
-        state=RunState.CANCELLED,
-        message="cancelled by the user",
-        ended_at=timezone.now(),
-        pending_cancel=bool(run.workflow),
-        pending_release=bool(run.reserved_node),
-        pending_logs=bool(run.workflow),
+    tasks = list(run.tasks.all())
+    current = {t.task_id: TaskState(t.state) for t in tasks}
+    changes, states = closed(
+        run=run, state=RunState.CANCELLED, tasks=current, message="cancelled by the user"
     )
-    if not written:
-        raise Conflict(f"run {run.id} changed meanwhile; try again")
-    from runs.tasks import settle
+    with transaction.atomic():
+        if not Run.objects.write_if_unchanged(run, **changes):
+            raise Conflict(f"run {run.id} changed meanwhile; try again")
+        for task in tasks:
+            fields = _task_changes(task, states[task.task_id], task.message)
+            if fields:
+                Task.objects.filter(pk=task.pk).update(**fields)
+    from runs.tasks import settle as settle_task
 
-    transaction.on_commit(lambda: settle.delay(run.id))
+    transaction.on_commit(lambda: settle_task.delay(run.id))
+
+
+def cancel(run_id: str) -> Run:
+    """Cancel a run: write it cancelled, then cancel its workflow and release its node.
+
+    Raises ``KeyError`` for an unknown run and ``Conflict`` (a ``ValueError``) for one that
+    has ended.
+    """
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise KeyError(run_id)
+    request_cancel(run)
+    return run
+
+
+# Submission.
+
+
+def submit(run_id: str, *, backend: Backend | None = None) -> bool:
+    """Submit a run left submitting: resolve and build its image, reserve a node, submit.
+
+    Idempotent, so a submission resumes after a killed process (``recover``): an image that
+    was built is found, a node reserved for the run is kept, a workflow that exists is taken
+    as submitted. One process at a time submits a run: False when another one does (its
+    lock is held), True otherwise. A failure fails the run and cancels a workflow that may
+    exist; a run cancelled meanwhile ends with no live workflow.
+    """
+    backend = backend or get_backend()
+    with locks.hold(f"submit-{run_id}") as held:
+        if not held:
+            return False
+        run = Run.objects.filter(pk=run_id).first()
+        if run is not None and run.state == RunState.SUBMITTING:
+            _submit(run, backend)
+    return True
+
+
+def _submit(run: Run, backend: Backend) -> None:
+    tasks = list(run.tasks.order_by("position"))
+    cluster = cluster_config()
+    try:
+        run = _prepare(run, tasks, backend, cluster)
+    except _Abandoned:
+        _abandon(run.id, "", backend)
+        return
+    except Exception as error:
+        log.exception("preparing the submission of run %s failed", run.id)
+        message = (
+            str(error) if isinstance(error, SubmissionError) else f"submission failed: {error}"
+        )
+        _fail_submission(run.id, message, "", backend)
+        return
+    try:
+        name = backend.submit(run_record(run, tasks), task_plans(tasks), task_types(), cluster)
+    except ValueError as error:
+        _fail_submission(run.id, str(error), "", backend)
+        return
+    except Exception as error:
+        log.exception("submitting run %s failed", run.id)
+        _fail_submission(run.id, f"submission failed: {error}", workflow_name(run.id), backend)
+        return
+    if _write_submitting(run, state=RunState.RUNNING, workflow=name, submitted_at=timezone.now()):
+        wake()
+    else:
+        _abandon(run.id, name, backend)
+
+
+def _prepare(run: Run, tasks: list[Task], backend: Backend, cluster: ClusterConfig) -> Run:
+    """The image and the node of a run, written into its record before the submission."""
+    if backend.runs_images:
+        environment = images.resolve(run.spec.get("environment", {}), cluster)
+        if environment.digest is not None and not backend.has_image(environment.image):
+            context = images.write_context(environment)
+            try:
+                backend.build_image(context, environment.image)
+            except Exception as error:
+                raise SubmissionError(
+                    f"building the image {environment.image} failed: {error}"
+                ) from error
+        if environment.image != run.image and not _write_submitting(run, image=environment.image):
+            raise _Abandoned
+    if run.spec.get("reserve_node"):
+        node = run.reserved_node or _free_node(backend, cluster)
+        if node != run.reserved_node and not _write_submitting(run, reserved_node=node):
+            raise _Abandoned
+        backend.reserve(node, run.id)
+        holder = next((n.reserved_by for n in backend.nodes() if n.name == node), None)
+        if holder != run.id:
+            raise SubmissionError(f"the node {node} was reserved by run {holder} meanwhile")
+    fresh = Run.objects.filter(pk=run.pk).first()
+    if fresh is None or fresh.state != RunState.SUBMITTING:
+        raise _Abandoned
+    return fresh
+
+
+def _free_node(backend: Backend, cluster: ClusterConfig) -> str:
+    """The largest ready node no run holds, of the cluster's node selector."""
+    free = [
+        node
+        for node in backend.nodes()
+        if node.ready
+        and node.reserved_by is None
+        and all(node.labels.get(k) == v for k, v in cluster.node_selector.items())
+    ]
+    if not free:
+        raise SubmissionError("no node is free to reserve for the run")
+    return max(free, key=lambda n: (n.cores, n.memory_gb, n.name)).name
+
+
+def _write_submitting(run: Run, **changes: Any) -> bool:
+    """Write a submitting run, compare-and-set, re-reading it on a conflict.
+
+    False when it is no longer submitting (it was cancelled meanwhile).
+    """
+    while True:
+        if run.state != RunState.SUBMITTING:
+            return False
+        if Run.objects.write_if_unchanged(run, **changes):
+            return True
+        try:
+            run.refresh_from_db()
+        except Run.DoesNotExist:
+            return False
+
+
+def _fail_submission(run_id: str, message: str, workflow: str, backend: Backend) -> None:
+    """Fail a run whose submission failed; a workflow that may exist is cancelled."""
+    while True:
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None:
+            return
+        if run.state != RunState.SUBMITTING:
+            _abandon(run_id, workflow, backend)
+            return
+        tasks = list(run.tasks.all())
+        changes, states = closed(
+            run=run,
+            state=RunState.FAILED,
+            tasks={t.task_id: TaskState(t.state) for t in tasks},
+            message=message,
+            workflow=workflow,
+        )
+        with transaction.atomic():
+            if not Run.objects.write_if_unchanged(run, **changes):
+                continue
+            for task in tasks:
+                if fields := _task_changes(task, states[task.task_id], task.message):
+                    Task.objects.filter(pk=task.pk).update(**fields)
+        settle_run(run, tasks, backend=backend)
+        return
+
+
+def _abandon(run_id: str, workflow: str, backend: Backend) -> None:
+    """A run that ended while it was submitted: cancel the workflow created, release the node."""
+    for _ in range(5):
+        run = Run.objects.filter(pk=run_id).first()
+        if run is None:
+            return
+        changes: dict[str, Any] = {}
+        if workflow and run.workflow != workflow:
+            changes.update(workflow=workflow, pending_cancel=True, pending_logs=True)
+        if run.reserved_node and not run.pending_release:
+            changes["pending_release"] = True
+        if not changes or Run.objects.write_if_unchanged(run, **changes):
+            settle_run(run, list(run.tasks.all()), backend=backend)
+            return
+    log.error("run %s kept changing while its submission was abandoned", run_id)
+
+
+# Recovery.
+
+
+def recover(*, backend: Backend | None = None) -> list[str]:
+    """Settle what a stopped service left: called when a Celery worker starts.
+
+    A run left submitting resumes its submission (idempotent: an image which was built is
+    found, a node reserved for the run is kept, a workflow which was created is taken as
+    submitted); one whose submission runs in another process is retried later by the
+    submission task. A record which is not terminal and has no workflow name fails. The
+    pending logs, releases and cancellations of terminal runs are retried. Returns the runs
+    whose submission this call handled.
+    """
+    from runs.tasks import submit_run
+
+    backend = backend or get_backend()
+    handled = []
+    submitting = Run.objects.filter(state=RunState.SUBMITTING).order_by("created_at")
+    for run_id in submitting.values_list("pk", flat=True):
+        if submit(run_id, backend=backend):
+            handled.append(run_id)
+        else:
+            submit_run.apply_async((run_id,), countdown=locks.LOCK_TTL_S)
+    for run in Run.objects.filter(state=RunState.RUNNING, workflow="").prefetch_related("tasks"):
+        reconcile_run(run, list(run.tasks.all()), backend=backend)
+    settle_pending(backend=backend)
+    return handled

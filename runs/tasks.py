@@ -1,16 +1,33 @@
-"""Celery tasks: thin shells that fetch by id and call one domain function."""
+"""Celery tasks: thin shells that call one function of the controller (runs/controller.py).
+
+``reconcile`` and ``settle`` run on the beat schedule (simrun_site/celery.py); ``reconcile``
+is also sent by ``controller.wake``. ``submit_run`` is sent per run after its submission
+commits; ``recover`` when a worker starts, which also subscribes the controller's wake-up
+to the backend, so a backend that sees a change makes the loop reconcile at once.
+"""
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+from typing import Any
+
+from celery import Task, shared_task
+from celery.signals import worker_ready
+
+log = logging.getLogger(__name__)
 
 
-@shared_task(name="runs.tasks.submit_run")
-def submit_run(run_id: str) -> None:
-    """Resolve the image, reserve a node if asked and create the workflow of a run."""
-    from runs import controller
+@shared_task(name="runs.tasks.submit_run", bind=True, max_retries=None)
+def submit_run(self: Task, run_id: str) -> None:
+    """Resolve the image, reserve a node if asked and create the workflow of a run.
 
-    controller.submit(run_id)
+    While another process submits the run (or its lock has not yet expired after that process
+    died), the task retries after the lock's time to live.
+    """
+    from runs import controller, locks
+
+    if not controller.submit(run_id):
+        raise self.retry(countdown=locks.LOCK_TTL_S)
 
 
 @shared_task(name="runs.tasks.settle")
@@ -27,3 +44,24 @@ def reconcile() -> None:
     from runs import controller
 
     controller.reconcile()
+
+
+@shared_task(name="runs.tasks.recover")
+def recover() -> None:
+    """Resume what a stopped service left: submissions, unnamed records, pending work."""
+    from runs import controller
+
+    controller.recover()
+
+
+@worker_ready.connect
+def follow_backend(**kwargs: Any) -> None:
+    """When a worker starts: subscribe the controller's wake-up to the backend, then recover."""
+    from runs import controller
+    from runs.backends import get_backend
+
+    try:
+        get_backend().subscribe(controller.wake)
+    except Exception:
+        log.exception("cannot subscribe to the backend; the loop reconciles at its polls")
+    recover.delay()

@@ -23,6 +23,15 @@ RETRYING_PHASE = "Retrying"
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
 
 
+def workflow_name(run_id: str) -> str:
+    """The name of the workflow of a run in every backend, ``simrun-<run id>``.
+
+    The controller cancels it by this name when a submission failed after the backend may
+    have created it (its ``submit`` raised before returning the name).
+    """
+    return f"simrun-{run_id}"
+
+
 class FailedAttempt(BaseModel):
     """An attempt of a pod which failed."""
 

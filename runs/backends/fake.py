@@ -1,25 +1,68 @@
-"""A scriptable in-memory backend for the tests of the controller and the API."""
+"""A scriptable backend for the tests of the controller, the API and the Celery loop.
+
+A test scripts what the backend reports (workflow and node phases, failed attempts with exit
+codes and OOMKilled, evictions, a workflow that vanishes, nodes and reservations, logs,
+placements, images) and which calls fail, and reads back every call it got (``calls``).
+In memory by default; with ``state_file`` (``SIMRUN_FAKE_STATE`` for ``from_settings``) the
+state is a JSON file under an ``flock``, so a Celery worker in another process and the test
+that scripts it share one backend.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from harness.tasktypes import TaskType
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
+    FailedAttempt,
     NodeInfo,
     Placement,
     PodLog,
     RunRecord,
+    workflow_name,
 )
 from runs.planner import TaskPlan
 
+ERRORS: dict[str, type[Exception]] = {
+    "KeyError": KeyError,
+    "ValueError": ValueError,
+    "RuntimeError": RuntimeError,
+}
+
+
+class Submitted(BaseModel):
+    """What a workflow was submitted with."""
+
+    record: RunRecord
+    plans: dict[str, TaskPlan]
+
+
+class FakeState(BaseModel):
+    """Everything the fake backend knows; the JSON of its state file."""
+
+    workflows: dict[str, BackendStatus] = Field(default_factory=dict)
+    submitted: dict[str, Submitted] = Field(default_factory=dict)
+    logs: dict[str, dict[str, list[PodLog]]] = Field(default_factory=dict)
+    nodes: dict[str, NodeInfo] = Field(default_factory=dict)
+    images: list[str] = Field(default_factory=list)
+    placements: list[Placement] = Field(default_factory=list)
+    failures: dict[str, list[tuple[str, str]]] = Field(
+        default_factory=dict, description="method -> errors its next calls raise, in order"
+    )
+    calls: list[tuple[str, list[Any]]] = Field(default_factory=list)
+
 
 class FakeBackend:
-    """Workflows as dicts a test scripts; every call is recorded in ``calls``."""
+    """Workflows a test scripts; every call is recorded in ``calls``."""
 
     name = "fake"
 
@@ -31,20 +74,180 @@ class FakeBackend:
         enforces_memory: bool = True,
         max_cores: int | None = None,
         max_memory_gb: float | None = None,
+        state_file: Path | None = None,
     ) -> None:
         self.runs_images = runs_images
         self.extra_workers = extra_workers
         self.enforces_memory = enforces_memory
         self.max_cores = max_cores
         self.max_memory_gb = max_memory_gb
-        self.workflows: dict[str, BackendStatus] = {}
-        self.submitted: dict[str, tuple[RunRecord, dict[str, TaskPlan]]] = {}
-        self.calls: list[tuple[str, Any]] = []
+        self.state_file = state_file
         self.callbacks: list[Callable[[], None]] = []
+        self.on_call: Callable[[str], None] | None = None
+        """Called with the name of every protocol call before it runs (e.g. to check locks)."""
+        self._memory = FakeState()
 
     @classmethod
     def from_settings(cls) -> FakeBackend:
-        return cls()
+        """The fake of a process: in memory, or shared through ``SIMRUN_FAKE_STATE``."""
+        path = os.environ.get("SIMRUN_FAKE_STATE")
+        return cls(state_file=Path(path) if path else None)
+
+    @contextmanager
+    def state(self) -> Iterator[FakeState]:
+        """The state to read or change; from and back to the state file when there is one."""
+        if self.state_file is None:
+            yield self._memory
+            return
+        with open(f"{self.state_file}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                text = self.state_file.read_text() if self.state_file.exists() else "{}"
+                current = FakeState.model_validate_json(text)
+                try:
+                    yield current
+                finally:
+                    temporary = self.state_file.with_suffix(".tmp")
+                    temporary.write_text(current.model_dump_json())
+                    os.replace(temporary, self.state_file)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _call(self, state: FakeState, method: str, *args: Any) -> None:
+        """Record a call, tell ``on_call``, raise the next failure scripted for the method."""
+        if self.on_call is not None:
+            self.on_call(method)
+        state.calls.append((method, list(args)))
+        queued = state.failures.get(method)
+        if queued:
+            kind, message = queued.pop(0)
+            raise ERRORS[kind](message)
+
+    # Scripting, for tests.
+
+    @property
+    def calls(self) -> list[tuple[str, list[Any]]]:
+        """Every protocol call so far: (method, arguments)."""
+        with self.state() as state:
+            return list(state.calls)
+
+    def called(self, method: str) -> list[list[Any]]:
+        """The arguments of every call of one method."""
+        return [args for name, args in self.calls if name == method]
+
+    def fail_next(self, method: str, kind: str = "RuntimeError", message: str = "") -> None:
+        """Make the next call of ``method`` raise ``kind`` (KeyError, ValueError, RuntimeError)."""
+        with self.state() as state:
+            error = message or f"{method} failed (scripted)"
+            state.failures.setdefault(method, []).append((kind, error))
+
+    def workflow(self, name: str) -> BackendStatus:
+        """The status of a workflow as scripted (KeyError when there is none)."""
+        with self.state() as state:
+            return state.workflows[name].model_copy(deep=True)
+
+    def submission(self, name: str) -> Submitted:
+        """What a workflow was submitted with."""
+        with self.state() as state:
+            return state.submitted[name]
+
+    def set_phase(self, name: str, phase: str, message: str = "") -> None:
+        """Set the phase of a workflow."""
+        with self.state() as state:
+            state.workflows[name].phase = phase
+            state.workflows[name].message = message
+
+    def set_nodes(self, name: str, nodes: dict[str, str]) -> None:
+        """Set the phases of DAG nodes (``sweep-w0``, ``sweep-merge``, ``plot``...)."""
+        with self.state() as state:
+            state.workflows[name].tasks.update(nodes)
+
+    def dag_nodes(self, name: str) -> list[str]:
+        """The DAG nodes of a submitted workflow, as the Argo backend names them."""
+        with self.state() as state:
+            submitted = state.submitted[name]
+        nodes = []
+        for task_id, task in submitted.record.tasks.items():
+            plan = submitted.plans[task_id]
+            if task.kind != "split":
+                nodes.append(task_id)
+                continue
+            nodes.append(f"{task_id}-w0")
+            nodes += [f"{task_id}-extra({i - 1}:{i})" for i in range(1, plan.workers)]
+            if not plan.coordinator_merges:
+                nodes.append(f"{task_id}-merge")
+        return nodes
+
+    def finish(self, name: str, phase: str = "Succeeded") -> None:
+        """End a workflow: every DAG node and the workflow in ``phase``."""
+        nodes = dict.fromkeys(self.dag_nodes(name), phase)
+        with self.state() as state:
+            state.workflows[name].tasks.update(nodes)
+            state.workflows[name].phase = phase
+
+    def fail_attempt(
+        self,
+        name: str,
+        worker: str,
+        *,
+        attempt: int,
+        exit_code: int | None = None,
+        oom_killed: bool = False,
+        evicted: bool = False,
+        node: str | None = None,
+        message: str = "",
+    ) -> None:
+        """Add a failed attempt of a worker id, an unsplit task id or a ``<task>-merge``."""
+        failed = FailedAttempt(
+            attempt=attempt,
+            exit_code=exit_code,
+            oom_killed=oom_killed,
+            evicted=evicted,
+            node=node,
+            message=message,
+        )
+        with self.state() as state:
+            state.workflows[name].failed.setdefault(worker, []).append(failed)
+
+    def vanish(self, name: str) -> None:
+        """Delete a workflow, as its time to live does: its status is a KeyError from now."""
+        with self.state() as state:
+            del state.workflows[name]
+            state.logs.pop(name, None)
+
+    def add_node(
+        self, node: str, *, cores: float = 8, memory_gb: float = 32, ready: bool = True
+    ) -> None:
+        """Add a node of the cluster."""
+        with self.state() as state:
+            state.nodes[node] = NodeInfo(name=node, cores=cores, memory_gb=memory_gb, ready=ready)
+
+    def reserved_by(self, node: str) -> str | None:
+        """The run holding a node."""
+        with self.state() as state:
+            return state.nodes[node].reserved_by
+
+    def set_logs(self, name: str, task_id: str, logs: list[PodLog]) -> None:
+        """Set the logs of the pods of a task."""
+        with self.state() as state:
+            state.logs.setdefault(name, {})[task_id] = logs
+
+    def set_placements(self, placements: list[Placement]) -> None:
+        """Set the pods that have not terminated."""
+        with self.state() as state:
+            state.placements = placements
+
+    def add_image(self, ref: str) -> None:
+        """Put an image into the registry."""
+        with self.state() as state:
+            state.images.append(ref)
+
+    def notify(self) -> None:
+        """Call the subscribed callbacks, as a backend does when a run changed."""
+        for callback in self.callbacks:
+            callback()
+
+    # The protocol.
 
     def submit(
         self,
@@ -53,43 +256,76 @@ class FakeBackend:
         types: dict[str, TaskType],
         cluster: ClusterConfig,
     ) -> str:
-        self.calls.append(("submit", record.id))
-        name = f"simrun-{record.id}"
-        self.workflows.setdefault(name, BackendStatus(phase="Pending"))
-        self.submitted[name] = (record, plans)
+        """Create the workflow ``simrun-<run>``; one that exists is taken as submitted."""
+        name = workflow_name(record.id)
+        with self.state() as state:
+            self._call(state, "submit", record.id)
+            state.workflows.setdefault(name, BackendStatus(phase="Pending"))
+            state.submitted[name] = Submitted(record=record, plans=plans)
         return name
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         self.callbacks.append(callback)
 
     def status(self, name: str) -> BackendStatus:
-        self.calls.append(("status", name))
-        return self.workflows[name]
+        with self.state() as state:
+            self._call(state, "status", name)
+            return state.workflows[name].model_copy(deep=True)
 
     def cancel(self, name: str) -> None:
-        self.calls.append(("cancel", name))
+        with self.state() as state:
+            self._call(state, "cancel", name)
+            state.workflows[name].message = "Stopped with strategy 'Terminate'"
 
     def stop(self, name: str) -> None:
-        self.calls.append(("stop", name))
+        with self.state() as state:
+            self._call(state, "stop", name)
+            state.workflows[name].message = "Stopped with strategy 'Stop'"
 
     def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
-        self.calls.append(("logs", (name, task_id)))
-        return []
+        with self.state() as state:
+            self._call(state, "logs", name, task_id)
+            if name not in state.workflows:
+                raise KeyError(name)
+            logs = state.logs.get(name, {}).get(task_id, [])
+        if tail_lines is None:
+            return logs
+        return [
+            log.model_copy(update={"text": "".join(log.text.splitlines(True)[-tail_lines:])})
+            for log in logs
+        ]
 
     def nodes(self) -> list[NodeInfo]:
-        return []
+        with self.state() as state:
+            self._call(state, "nodes")
+            return list(state.nodes.values())
 
     def placements(self) -> list[Placement]:
-        return []
+        with self.state() as state:
+            self._call(state, "placements")
+            return list(state.placements)
 
     def reserve(self, node: str, run_id: str) -> None:
-        self.calls.append(("reserve", (node, run_id)))
+        with self.state() as state:
+            self._call(state, "reserve", node, run_id)
+            info = state.nodes[node]
+            info.reserved_by = run_id
+            info.labels["simrun/reserved"] = run_id
 
     def unreserve(self, node: str, run_id: str) -> None:
-        self.calls.append(("unreserve", (node, run_id)))
+        with self.state() as state:
+            self._call(state, "unreserve", node, run_id)
+            info = state.nodes[node]
+            if info.reserved_by == run_id:
+                info.reserved_by = None
+                info.labels.pop("simrun/reserved", None)
 
     def build_image(self, context: Path, ref: str) -> None:
-        self.calls.append(("build_image", ref))
+        with self.state() as state:
+            self._call(state, "build_image", str(context), ref)
+            state.images.append(ref)
 
     def has_image(self, ref: str) -> bool:
-        return True
+        with self.state() as state:
+            self._call(state, "has_image", ref)
+            return ref in state.images

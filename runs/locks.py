@@ -1,0 +1,146 @@
+"""Locks and flags shared by the processes of the service: in Redis, or in files on one machine.
+
+The control loop runs in Celery processes that come and go: at most one reconcile runs at a
+time, one submission of a run at a time, and a wake-up flag keeps wake-ups from piling up.
+With Redis (``SIMRUN_LOCK_URL``, else a Redis broker) they are keys with a time to live, a
+held lock renewed by a thread; in the embedded default (SQLite and the filesystem broker, so
+one machine) they are ``flock``\\ s and files under ``SIMRUN_HOME/locks``, which the kernel
+releases when the process holding them dies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from redis.exceptions import LockError
+
+log = logging.getLogger(__name__)
+
+LOCK_TTL_S = 60.0
+"""A Redis lock of a process that died is free after this; a live holder renews it."""
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def redis_url() -> str | None:
+    """The Redis of the locks: ``SIMRUN_LOCK_URL``, else a Redis broker; None: files."""
+    url = settings.SIMRUN_LOCK_URL or settings.CELERY_BROKER_URL
+    return url if url.startswith(REDIS_SCHEMES) else None
+
+
+@cache
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def _path(name: str, suffix: str) -> Path:
+    folder = Path(settings.SIMRUN_HOME) / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{SAFE_NAME.sub('_', name)}.{suffix}"
+
+
+@contextmanager
+def hold(name: str) -> Iterator[bool]:
+    """Hold the lock ``name`` if it is free, without waiting; yields whether it is held."""
+    url = redis_url()
+    holder = _hold_redis(url, name) if url else _hold_file(name)
+    with holder as held:
+        yield held
+
+
+@contextmanager
+def _hold_file(name: str) -> Iterator[bool]:
+    handle = os.open(_path(name, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        os.close(handle)
+
+
+@contextmanager
+def _hold_redis(url: str, name: str) -> Iterator[bool]:
+    lock = _client(url).lock(f"simrun:lock:{name}", timeout=LOCK_TTL_S, thread_local=False)
+    if not lock.acquire(blocking=False):
+        yield False
+        return
+    stop = threading.Event()
+    renewal = threading.Thread(target=_renew, args=(lock, stop), daemon=True)
+    renewal.start()
+    try:
+        yield True
+    finally:
+        stop.set()
+        renewal.join()
+        try:
+            lock.release()
+        except LockError:
+            log.warning("lock %s expired while held", name)
+
+
+def _renew(lock: redis.lock.Lock, stop: threading.Event) -> None:
+    """Reset the time to live of a held lock until ``stop`` is set."""
+    while not stop.wait(LOCK_TTL_S / 3):
+        try:
+            lock.reacquire()
+        except (LockError, redis.RedisError):
+            log.exception("cannot renew the lock %s", lock.name)
+
+
+def raise_flag(name: str, *, ttl_s: float) -> bool:
+    """Raise the flag ``name``; whether it was down (one older than ``ttl_s`` counts as down)."""
+    url = redis_url()
+    if url:
+        return bool(_client(url).set(f"simrun:flag:{name}", b"1", nx=True, px=int(ttl_s * 1000)))
+    path = _path(name, "flag")
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        return True
+    except FileExistsError:
+        if _age(path) <= ttl_s:
+            return False
+        os.utime(path)
+        return True
+
+
+def lower_flag(name: str) -> None:
+    """Lower the flag ``name``."""
+    url = redis_url()
+    if url:
+        _client(url).delete(f"simrun:flag:{name}")
+    else:
+        _path(name, "flag").unlink(missing_ok=True)
+
+
+def flag_raised(name: str, *, ttl_s: float) -> bool:
+    """Whether the flag ``name`` is up (raised less than ``ttl_s`` ago)."""
+    url = redis_url()
+    if url:
+        return bool(_client(url).exists(f"simrun:flag:{name}"))
+    return _age(_path(name, "flag")) <= ttl_s
+
+
+def _age(path: Path) -> float:
+    """Seconds since ``path`` was last written; infinite when it does not exist."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")

@@ -1,0 +1,68 @@
+"""Pod logs kept in the store, ``tasks/<task>/logs/<node>-<attempt>.log`` (spec/000).
+
+Once a task is final the logs of its terminated pods are copied from the backend into the
+store, so they outlive the pods (and the workflow, deleted by its time to live). The local
+backend writes the same files live; a file that already holds the log is left as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from runs.backends.base import PodLog
+
+RETRY_SUFFIX = re.compile(r"\((\d+)\)$")
+"""Argo's suffix of the attempt of a retried node, ``squares-w0(1)``."""
+UNSAFE = re.compile(r"[/\x00]")
+
+
+def log_name(log: PodLog) -> str:
+    """The file of a pod's log: its DAG node without the retry suffix, then its attempt."""
+    node, attempt = log.node, log.attempt
+    suffix = RETRY_SUFFIX.search(node)
+    if suffix is not None:
+        node = node[: suffix.start()]
+        attempt = int(suffix[1]) if attempt is None else attempt
+    return f"{UNSAFE.sub('_', node)}-{attempt or 0}.log"
+
+
+def keep(task_dir: Path, logs: Iterable[PodLog]) -> bool:
+    """Write the logs of the pods that terminated; whether every pod had terminated."""
+    folder = task_dir / "logs"
+    complete = True
+    for log in logs:
+        if not log.done:
+            complete = False
+            continue
+        _write(folder / log_name(log), log.text.encode())
+    return complete
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write a log atomically unless the file holds it already."""
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def kept(task_dir: Path) -> list[Path]:
+    """The logs kept for a task, by name."""
+    folder = task_dir / "logs"
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.suffix == ".log" and not p.name.startswith("."))

@@ -1,0 +1,208 @@
+"""Worker reports recorded as resource observations, each once (spec/000, Ruling 24).
+
+A pod of a task writes ``tasks/<task>/workers/<worker>-<attempt>.json`` (simrun-worker, and
+simrun-exec by the task id). Once the task is final each report becomes an ``Observation``
+of its task type, and ``tasks/<task>/recorded/<worker>-<attempt>`` marks it right after, so
+it is never recorded twice. An attempt killed for memory without a report is observed at
+its pod's limit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runs.models import Attempt, Observation, Task
+from runs.planner import TaskPlan
+
+log = logging.getLogger(__name__)
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Report:
+    """The fields of a worker report (harness ``WorkerReport``) the service reads."""
+
+    worker: str
+    node: str = ""
+    processes: int = 1
+    units_done: Sequence[int] = field(default_factory=tuple)
+    peak_memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    per_worker_gb: float = 0.0
+    oom_kills: int = 0
+    unit_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    failed: bool = False
+
+
+def read_report(path: Path, worker: str) -> Report | None:
+    """Read a report; None when it is missing or unreadable. Unknown fields are ignored."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        log.warning("cannot read the report %s", path)
+        return None
+    if not isinstance(data, dict):
+        return None
+
+    def number(key: str, kind: type, default: Any) -> Any:
+        value = data.get(key)
+        return kind(value) if isinstance(value, int | float) and value >= 0 else default
+
+    units = data.get("units_done")
+    return Report(
+        worker=str(data.get("worker") or worker),
+        node=str(data.get("node") or ""),
+        processes=max(1, number("processes", int, 1)),
+        units_done=tuple(u for u in units if isinstance(u, int)) if isinstance(units, list) else (),
+        peak_memory_bytes=number("peak_memory_bytes", int, None),
+        memory_limit_bytes=number("memory_limit_bytes", int, None),
+        per_worker_gb=number("per_worker_gb", float, 0.0),
+        oom_kills=number("oom_kills", int, 0),
+        unit_seconds=number("unit_seconds", float, 0.0),
+        cpu_seconds=number("cpu_seconds", float, 0.0),
+        failed=bool(data.get("failed", False)),
+    )
+
+
+def attempt_of(name: str) -> int:
+    """The attempt of a report file ``<worker>-<attempt>.json``, 0 without one."""
+    stem = name.removesuffix(".json")
+    _, _, last = stem.rpartition("-")
+    return int(last) if last.isdigit() else 0
+
+
+def worker_of(name: str) -> str:
+    """The worker of a report file ``<worker>-<attempt>.json`` (all of the stem without one)."""
+    stem = name.removesuffix(".json")
+    worker, _, last = stem.rpartition("-")
+    return worker if worker and last.isdigit() else stem
+
+
+def is_oom(report: Report, attempt: int, kills: Mapping[str, Sequence[int]]) -> bool:
+    """Whether a report is of a worker which was killed for memory (Rulings 34, 39).
+
+    Only the OOM killer's evidence counts: the attempt is one the backend saw OOMKilled, or
+    the report counts kills of the OOM killer in its cgroup. A peak near the limit is no
+    kill (the kernel reclaims the page cache there) and an exit 137 may be a kill after the
+    grace period.
+    """
+    return attempt in kills.get(report.worker, ()) or report.oom_kills > 0
+
+
+def reports(task_dir: Path) -> dict[tuple[str, int], Path]:
+    """The reports of a task by (worker, attempt), found by listing ``workers/``."""
+    folder = task_dir / "workers"
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return {}
+    return {
+        (worker_of(name), attempt_of(name)): folder / name
+        for name in names
+        if name.endswith(".json") and not name.startswith(".")
+    }
+
+
+def attempt_memory_gb(plan: TaskPlan, kills: Sequence[int], attempt: int) -> float:
+    """The memory an attempt ran with: the retry memory once an earlier one was killed."""
+    return plan.retry_memory_gb if any(k < attempt for k in kills) else plan.memory_gb
+
+
+def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, list[int]]) -> int:
+    """Record the reports of a task not yet recorded, and its kills without a report.
+
+    Returns the observations written. A command task has no type, so nothing to observe.
+    """
+    if not task.type:
+        return 0
+    marks = task_dir / "recorded"
+    try:
+        recorded = set(os.listdir(marks))
+    except FileNotFoundError:
+        recorded = set()
+    found = reports(task_dir)
+    written = 0
+    for (worker, attempt), path in sorted(found.items()):
+        if f"{worker}-{attempt}" in recorded:
+            continue
+        report = read_report(path, worker)
+        if report is None:
+            continue
+        observation = Observation(
+            task_type=task.type,
+            run_id=task.run_id,
+            task=task,
+            worker=worker,
+            attempt=attempt,
+            processes=report.processes,
+            per_worker_gb=report.per_worker_gb or plan.per_worker_gb,
+            peak_bytes=report.peak_memory_bytes,
+            limit_bytes=report.memory_limit_bytes,
+            units=len(report.units_done),
+            unit_seconds=report.unit_seconds,
+            cpu_seconds=report.cpu_seconds,
+            oom=is_oom(report, attempt, kills),
+        )
+        memory = attempt_memory_gb(plan, kills.get(worker, []), attempt)
+        _store(observation, marks, f"{worker}-{attempt}", node=report.node, memory_gb=memory)
+        written += 1
+    for worker, attempts in sorted(kills.items()):
+        for attempt in attempts:
+            if (worker, attempt) in found or f"{worker}-{attempt}" in recorded:
+                continue
+            if not _of_task(worker, task.task_id):
+                continue
+            memory = attempt_memory_gb(plan, attempts, attempt)
+            observation = Observation(
+                task_type=task.type,
+                run_id=task.run_id,
+                task=task,
+                worker=worker,
+                attempt=attempt,
+                processes=plan.processes,
+                per_worker_gb=plan.per_worker_gb,
+                limit_bytes=int(memory * GIB),
+                oom=True,
+                from_report=False,
+            )
+            _store(observation, marks, f"{worker}-{attempt}", node="", memory_gb=memory)
+            written += 1
+    return written
+
+
+def _of_task(worker: str, task_id: str) -> bool:
+    """Whether a worker id (``<task>-w<i>``, ``<task>-merge``, ``<task>``) is of a task."""
+    if worker == task_id:
+        return True
+    rest = worker.removeprefix(f"{task_id}-")
+    return rest != worker and (rest == "merge" or (rest[:1] == "w" and rest[1:].isdigit()))
+
+
+def _store(
+    observation: Observation, marks: Path, mark: str, *, node: str, memory_gb: float
+) -> None:
+    """Write an observation (at most once per attempt), then its mark in ``recorded/``."""
+    Observation.objects.bulk_create([observation], ignore_conflicts=True)
+    Attempt.objects.bulk_create(
+        [
+            Attempt(
+                task=observation.task,
+                worker=observation.worker,
+                attempt=observation.attempt,
+                node_name=node,
+                memory_gb=memory_gb,
+                oom_killed=observation.oom,
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    marks.mkdir(parents=True, exist_ok=True)
+    (marks / mark).touch()

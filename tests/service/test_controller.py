@@ -1,0 +1,700 @@
+"""How the record of a run follows its workflow (spec/000), against the fake backend."""
+# ruff: noqa: F811  (the fixtures are imported from controller_support by name)
+
+from __future__ import annotations
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from runs.backends.base import RETRYING_PHASE
+from runs.models import Attempt, Observation, Run, RunState, Task
+from runs.planner import TaskPlan
+from tests.service.controller_support import (  # noqa: F401
+    PIPELINE,
+    SWEEP,
+    fake,
+    fresh,
+    home,
+    launch,
+    pod_log,
+    poll,
+    sent,
+    states,
+    task_dir,
+    write_marker,
+    write_report,
+)
+
+pytestmark = pytest.mark.django_db
+
+SWEEP_DONE = {
+    "sweep-w0": "Succeeded",
+    "sweep-extra(0:1)": "Succeeded",
+    "sweep-extra(1:2)": "Succeeded",
+    "sweep-merge": "Succeeded",
+}
+
+
+def plan(run: Run, task_id: str = "sweep") -> TaskPlan:
+    return TaskPlan.model_validate(Task.objects.get(run=run, task_id=task_id).plan)
+
+
+# Submitted, running, done
+
+
+def test_a_submitted_run_is_running_with_its_tasks_waiting_for_pods(launch, fake):
+    run = launch()
+    assert run.state == RunState.RUNNING and run.workflow == f"simrun-{run.id}"
+    assert poll(fake) == 0
+    assert states(run) == {"sweep": "waiting"}
+
+
+def test_the_task_states_are_stored_at_every_poll(launch, fake):
+    run = launch(PIPELINE)
+    fake.set_phase(run.workflow, "Running")
+    fake.set_nodes(run.workflow, {"sweep-w0": "Pending"})
+    assert poll(fake) == 1
+    assert states(run) == {"sweep": "queued", "summary": "waiting", "plot": "waiting"}
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    assert states(run) == {"sweep": "running", "summary": "waiting", "plot": "waiting"}
+    sweep = Task.objects.get(run=run, task_id="sweep")
+    assert sweep.started_at is not None and sweep.ended_at is None
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+    fake.set_nodes(run.workflow, {"summary": "Running"})
+    poll(fake)
+    assert states(run) == {"sweep": "done", "summary": "running", "plot": "waiting"}
+    assert Task.objects.get(run=run, task_id="sweep").ended_at is not None
+
+
+def test_when_every_task_is_done_the_run_succeeded_its_workflow_is_stopped_and_node_released(
+    launch, fake
+):
+    fake.add_node("node-a")
+    run = launch({**SWEEP, "reserve_node": True})
+    assert run.reserved_node == "node-a" and fake.reserved_by("node-a") == run.id
+    fake.set_nodes(run.workflow, SWEEP_DONE)
+    assert poll(fake) == 1
+    run = fresh(run)
+    assert run.state == RunState.SUCCEEDED and run.ended_at is not None and run.message == ""
+    assert states(run) == {"sweep": "done"}
+    assert fake.called("stop") == [[run.workflow]]
+    assert fake.called("unreserve") == [["node-a", run.id]]
+    assert fake.reserved_by("node-a") is None
+    assert not run.pending_cancel and not run.pending_release
+    assert Task.objects.get(run=run).units_done == 6
+
+
+def test_when_a_task_failed_the_run_failed_with_its_reason_and_the_workflow_is_stopped(
+    launch, fake
+):
+    fake.add_node("node-a")
+    run = launch({**PIPELINE, "reserve_node": True})
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running", "sweep-extra(0:1)": "Running"})
+    poll(fake)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=3)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Failed"})
+    poll(fake)
+    run = fresh(run)
+    assert run.state == RunState.FAILED
+    assert (
+        run.message
+        == "task sweep failed: sweep-w0 (attempt 0) exited 3 (a unit or the merge failed)"
+    )
+    assert states(run) == {"sweep": "failed", "summary": "skipped", "plot": "skipped"}
+    assert fake.called("stop") == [[run.workflow]] and fake.called("cancel") == []
+    assert fake.reserved_by("node-a") is None
+    attempt = Attempt.objects.get(task__run=run)
+    assert (attempt.worker, attempt.attempt, attempt.exit_code) == ("sweep-w0", 0, 3)
+    assert not attempt.oom_killed and not attempt.evicted
+
+
+def test_a_failed_merge_fails_the_task_and_the_run(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Failed"})
+    fake.fail_attempt(run.workflow, "sweep-merge", attempt=0, exit_code=3)
+    poll(fake)
+    assert fresh(run).message == (
+        "task sweep failed: sweep-merge (attempt 0) exited 3 (a unit or the merge failed)"
+    )
+
+
+def test_a_failed_extra_worker_does_not_fail_the_run(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running", "sweep-extra(0:1)": "Failed"})
+    fake.fail_attempt(run.workflow, "sweep-w1", attempt=0, exit_code=3)
+    poll(fake)
+    assert fresh(run).state == RunState.RUNNING and states(run) == {"sweep": "running"}
+    assert Attempt.objects.get(task__run=run).worker == "sweep-w1"
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+    poll(fake)
+    assert fresh(run).state == RunState.SUCCEEDED
+
+
+def test_the_service_not_the_workflow_decides_the_run(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {**SWEEP_DONE, "sweep-extra(0:1)": "Failed"})
+    fake.set_phase(run.workflow, "Failed")
+    poll(fake)
+    assert fresh(run).state == RunState.SUCCEEDED
+
+
+def test_a_run_whose_workflow_ended_before_its_tasks_did_failed(launch, fake):
+    run = launch(PIPELINE)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    fake.set_phase(run.workflow, "Error", "workflow shutdown")
+    poll(fake)
+    run = fresh(run)
+    assert run.state == RunState.FAILED
+    assert run.message.startswith(
+        "the workflow ended Error: workflow shutdown before tasks sweep, summary, plot finished"
+    )
+    assert states(run) == {"sweep": "failed", "summary": "skipped", "plot": "skipped"}
+
+
+def test_a_poll_that_sees_nothing_new_writes_nothing(launch, fake, django_assert_num_queries):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    version = fresh(run).version
+    with django_assert_num_queries(2):
+        assert poll(fake) == 0
+    assert fresh(run).version == version
+
+
+# The merge of a coordinator that merges
+
+
+@pytest.fixture
+def merging(launch, fake):
+    """A run on a backend without extra workers: its coordinator merges."""
+    fake.extra_workers = False
+    run = launch()
+    assert plan(run).coordinator_merges
+    return run
+
+
+def test_a_coordinator_that_merged_is_done_with_the_marker(merging, fake):
+    fake.set_nodes(merging.workflow, {"sweep-w0": "Succeeded"})
+    write_marker(merging, "sweep")
+    poll(fake)
+    assert fresh(merging).state == RunState.SUCCEEDED
+    assert fresh(merging).merge_pending == {}
+
+
+def test_without_the_marker_the_task_waits_for_it_up_to_the_grace_then_fails(
+    merging, fake, settings
+):
+    settings.SIMRUN_MERGE_MARKER_GRACE_S = 120
+    fake.set_nodes(merging.workflow, {"sweep-w0": "Succeeded"})
+    fake.set_phase(merging.workflow, "Succeeded")
+    with time_machine.travel(1_000_000, tick=False):
+        poll(fake)
+    run = fresh(merging)
+    assert run.state == RunState.RUNNING, "a run is not failed for its phase while a merge waits"
+    assert states(run) == {"sweep": "running"}
+    assert run.merge_pending == {"sweep": 1_000_000}
+    assert "waiting for out/.simrun-merged" in Task.objects.get(run=run).message
+    with time_machine.travel(1_000_119, tick=False):
+        poll(fake)
+    assert fresh(merging).merge_pending == {"sweep": 1_000_000}, "the first poll's time is kept"
+    assert fresh(merging).state == RunState.RUNNING
+    with time_machine.travel(1_000_121, tick=False):
+        poll(fake)
+    run = fresh(merging)
+    assert run.state == RunState.FAILED and states(run) == {"sweep": "failed"}
+    assert "wrote no out/.simrun-merged within 120 s" in run.message
+    assert "does not merge" in run.message
+
+
+def test_a_marker_written_during_the_wait_makes_the_task_done(merging, fake):
+    fake.set_nodes(merging.workflow, {"sweep-w0": "Succeeded"})
+    poll(fake)
+    assert fresh(merging).state == RunState.RUNNING
+    write_marker(merging, "sweep")
+    poll(fake)
+    assert fresh(merging).state == RunState.SUCCEEDED
+
+
+# Kills for memory (Rulings 34, 35, 39)
+
+
+def test_an_oom_killed_attempt_is_stored_and_its_pod_retried(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": RETRYING_PHASE})
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    poll(fake)
+    run = fresh(run)
+    assert run.state == RunState.RUNNING and run.oom_kills == {"sweep-w0": [0]}
+    assert states(run) == {"sweep": "retrying"}
+    attempt = Attempt.objects.get(task__run=run)
+    assert attempt.oom_killed and attempt.oom_evidence == "OOMKilled"
+    assert attempt.memory_gb == plan(run).memory_gb
+
+
+def test_an_exit_137_whose_report_counts_oom_kills_is_a_kill_for_memory(launch, fake):
+    run = launch()
+    write_report(run, "sweep-w0", 0, oom_kills=2)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137)
+    poll(fake)
+    assert fresh(run).oom_kills == {"sweep-w0": [0]}
+    attempt = Attempt.objects.get(task__run=run)
+    assert attempt.oom_killed and "2 OOM kill" in attempt.oom_evidence and not attempt.evicted
+
+
+def test_an_exit_137_without_the_oom_killers_evidence_is_no_kill_for_memory(launch, fake):
+    run = launch()
+    limit = 2**30
+    write_report(run, "sweep-w0", 0, oom_kills=0, peak_memory_bytes=limit, memory_limit_bytes=limit)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=1, exit_code=137)
+    poll(fake)
+    run = fresh(run)
+    assert run.oom_kills == {} and run.state == RunState.RUNNING
+    attempts = Attempt.objects.filter(task__run=run).order_by("attempt")
+    assert [(a.oom_killed, a.evicted) for a in attempts] == [(False, True), (False, True)]
+
+
+def test_a_second_oom_kill_with_the_retry_memory_fails_the_run_naming_it(launch, fake):
+    run = launch()
+    retry_gb = plan(run).retry_memory_gb
+    fake.set_nodes(run.workflow, {"sweep-w0": RETRYING_PHASE})
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    poll(fake)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    assert fresh(run).state == RunState.RUNNING
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=1, exit_code=137, oom_killed=True)
+    poll(fake)
+    run = fresh(run)
+    assert run.state == RunState.FAILED and run.oom_kills == {"sweep-w0": [0, 1]}
+    assert f"killed for memory again with the retry memory {retry_gb:g} GiB" in run.message
+    assert fake.called("stop") == [[run.workflow]]
+    second = Attempt.objects.get(task__run=run, attempt=1)
+    assert second.memory_gb == retry_gb
+
+
+def test_a_merge_or_an_unsplit_task_killed_twice_for_memory_fails_the_run(launch, fake):
+    run = launch(PIPELINE)
+    for attempt in (0, 1):
+        fake.fail_attempt(run.workflow, "summary", attempt=attempt, exit_code=137, oom_killed=True)
+    poll(fake)
+    assert "summary was killed for memory again with the retry memory" in fresh(run).message
+    run = launch()
+    for attempt in (0, 1):
+        fake.fail_attempt(run.workflow, "sweep-merge", attempt=attempt, oom_killed=True)
+    poll(fake)
+    assert "sweep-merge was killed for memory again" in fresh(run).message
+
+
+def test_one_kill_for_memory_then_an_eviction_is_not_a_second_kill(launch, fake):
+    run = launch()
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=1, exit_code=None, evicted=True)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    run = fresh(run)
+    assert run.state == RunState.RUNNING and run.oom_kills == {"sweep-w0": [0]}
+    assert Attempt.objects.get(task__run=run, attempt=1).evicted
+
+
+# A workflow that is gone (Ruling 23)
+
+
+def test_a_gone_workflow_is_resolved_from_the_stored_states_and_the_merge_markers(launch, fake):
+    fake.add_node("node-a")
+    run = launch(
+        {
+            "reserve_node": True,
+            "tasks": {
+                "a": {"type": "squares", "settings": {"n": 2}},
+                "b": {"type": "squares", "settings": {"n": 2}},
+                "c": {"type": "squares", "settings": {"n": 2}},
+            },
+        }
+    )
+    fake.set_nodes(run.workflow, {"a-w0": "Succeeded", "a-merge": "Succeeded", "b-w0": "Running"})
+    fake.set_nodes(run.workflow, {"c-w0": "Running"})
+    poll(fake)
+    assert states(run) == {"a": "done", "b": "running", "c": "running"}
+    write_marker(run, "b")
+    fake.vanish(run.workflow)
+    poll(fake)
+    run = fresh(run)
+    assert states(run) == {"a": "done", "b": "done", "c": "failed"}
+    assert run.state == RunState.FAILED and "the workflow is gone" in run.message
+    assert "task c: undetermined" in run.message
+    assert not run.pending_cancel and not run.pending_logs
+    assert fake.called("stop") == [] and fake.called("cancel") == []
+    assert fake.reserved_by("node-a") is None
+
+
+def test_a_gone_workflow_whose_tasks_all_merged_succeeded(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    write_marker(run, "sweep")
+    fake.vanish(run.workflow)
+    poll(fake)
+    assert fresh(run).state == RunState.SUCCEEDED and states(run) == {"sweep": "done"}
+
+
+def test_a_gone_workflow_stays_open_while_a_merge_marker_is_awaited(merging, fake, settings):
+    settings.SIMRUN_MERGE_MARKER_GRACE_S = 60
+    fake.set_nodes(merging.workflow, {"sweep-w0": "Succeeded"})
+    with time_machine.travel(2_000_000, tick=False):
+        poll(fake)
+        fake.vanish(merging.workflow)
+        poll(fake)
+    assert fresh(merging).state == RunState.RUNNING
+    write_marker(merging, "sweep")
+    with time_machine.travel(2_000_010, tick=False):
+        poll(fake)
+    assert fresh(merging).state == RunState.SUCCEEDED
+
+
+def test_a_gone_workflow_whose_awaited_marker_never_came_fails_after_the_wait(
+    merging, fake, settings
+):
+    settings.SIMRUN_MERGE_MARKER_GRACE_S = 60
+    fake.set_nodes(merging.workflow, {"sweep-w0": "Succeeded"})
+    with time_machine.travel(2_000_000, tick=False):
+        poll(fake)
+        fake.vanish(merging.workflow)
+    with time_machine.travel(2_000_061, tick=False):
+        poll(fake)
+    run = fresh(merging)
+    assert run.state == RunState.FAILED and "no out/.simrun-merged within 60 s" in run.message
+
+
+# Observations (Ruling 24)
+
+
+def finish_sweep(run, fake) -> None:
+    fake.set_nodes(run.workflow, SWEEP_DONE)
+    poll(fake)
+
+
+def test_reports_are_recorded_as_observations_once_the_task_is_final_each_marked(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    write_report(run, "sweep-w0", 0, units_done=[0, 1, 2], peak_memory_bytes=5 * 2**20)
+    write_report(run, "sweep-w1", 0, units_done=[3, 4, 5])
+    poll(fake)
+    assert Observation.objects.count() == 0, "not while the task runs"
+    finish_sweep(run, fake)
+    found = {o.worker: o for o in Observation.objects.all()}
+    assert set(found) == {"sweep-w0", "sweep-w1"}
+    first = found["sweep-w0"]
+    assert (first.task_type, first.run_id, first.attempt, first.processes) == (
+        "squares",
+        run.id,
+        0,
+        2,
+    )
+    assert first.peak_bytes == 5 * 2**20 and first.units == 3 and first.cpu_seconds == 2.5
+    assert not first.oom and first.from_report
+    marks = sorted(p.name for p in (task_dir(run, "sweep") / "recorded").iterdir())
+    assert marks == ["sweep-w0-0", "sweep-w1-0"]
+
+
+def test_a_report_is_never_recorded_twice(launch, fake):
+    run = launch()
+    write_report(run, "sweep-w0", 0)
+    finish_sweep(run, fake)
+    Task.objects.filter(run=run).update(logs_kept=False)
+    Run.objects.filter(pk=run.pk).update(pending_logs=True)
+    write_report(run, "sweep-w2", 0)
+    poll(fake)
+    assert sorted(Observation.objects.values_list("worker", flat=True)) == ["sweep-w0", "sweep-w2"]
+
+
+def test_a_report_marked_recorded_is_not_recorded_again_even_without_its_observation(launch, fake):
+    run = launch()
+    write_report(run, "sweep-w0", 0)
+    marks = task_dir(run, "sweep") / "recorded"
+    marks.mkdir(parents=True)
+    (marks / "sweep-w0-0").touch()
+    finish_sweep(run, fake)
+    assert Observation.objects.count() == 0
+
+
+def test_a_report_of_an_attempt_killed_for_memory_is_an_oom_observation(launch, fake):
+    run = launch()
+    write_report(run, "sweep-w0", 0, oom_kills=0)
+    write_report(run, "sweep-w0", 1)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    finish_sweep(run, fake)
+    oom = dict(Observation.objects.values_list("attempt", "oom"))
+    assert oom == {0: True, 1: False}
+
+
+def test_a_kill_for_memory_without_a_report_is_observed_at_the_pods_limit(launch, fake):
+    run = launch()
+    sweep = plan(run)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=1, exit_code=137, oom_killed=True)
+    poll(fake)
+    assert fresh(run).state == RunState.FAILED
+    observed = {o.attempt: o for o in Observation.objects.filter(worker="sweep-w0")}
+    assert set(observed) == {0, 1}
+    assert observed[0].limit_bytes == int(sweep.memory_gb * 2**30)
+    assert observed[1].limit_bytes == int(sweep.retry_memory_gb * 2**30)
+    for observation in observed.values():
+        assert observation.oom and not observation.from_report and observation.peak_bytes is None
+        assert observation.processes == sweep.processes
+        assert observation.per_worker_gb == sweep.per_worker_gb
+    assert (task_dir(run, "sweep") / "recorded" / "sweep-w0-1").exists()
+
+
+def test_the_report_of_simrun_exec_is_recorded_by_the_task_id_and_a_command_has_none(launch, fake):
+    run = launch(PIPELINE)
+    write_report(run, "summary", 0, processes=1)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+    fake.set_nodes(run.workflow, {"summary": "Succeeded", "plot": "Succeeded"})
+    poll(fake)
+    assert fresh(run).state == RunState.SUCCEEDED
+    observed = Observation.objects.get()
+    assert (observed.task_type, observed.worker, observed.task.task_id) == (
+        "csv-stats",
+        "summary",
+        "summary",
+    )
+
+
+# Logs
+
+
+def test_the_logs_of_a_final_tasks_terminated_pods_are_kept_in_the_store(launch, fake):
+    run = launch(PIPELINE)
+    fake.set_logs(
+        run.workflow,
+        "sweep",
+        [pod_log("sweep-w0(0)", "first\n"), pod_log("sweep-w0(1)", "second\n", attempt=1)],
+    )
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+    fake.set_nodes(run.workflow, {"summary": "Running"})
+    poll(fake)
+    folder = task_dir(run, "sweep") / "logs"
+    assert (folder / "sweep-w0-0.log").read_text() == "first\n"
+    assert (folder / "sweep-w0-1.log").read_text() == "second\n"
+    assert Task.objects.get(run=run, task_id="sweep").logs_kept
+    calls = len(fake.called("logs"))
+    poll(fake)
+    assert len(fake.called("logs")) == calls, "kept once"
+
+
+def test_the_logs_of_pods_still_running_are_kept_once_they_terminated(launch, fake):
+    run = launch(PIPELINE)
+    fake.set_logs(
+        run.workflow, "sweep", [pod_log("sweep-w0"), pod_log("sweep-extra(0:1)", done=False)]
+    )
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+    poll(fake)
+    folder = task_dir(run, "sweep") / "logs"
+    assert sorted(p.name for p in folder.iterdir()) == ["sweep-w0-0.log"]
+    assert not Task.objects.get(run=run, task_id="sweep").logs_kept
+    fake.set_logs(
+        run.workflow, "sweep", [pod_log("sweep-w0"), pod_log("sweep-extra(0:1)", "bye\n")]
+    )
+    poll(fake)
+    assert (folder / "sweep-extra(0:1)-0.log").read_text() == "bye\n"
+    assert Task.objects.get(run=run, task_id="sweep").logs_kept
+
+
+def test_an_ended_run_stays_followed_until_its_logs_are_kept(launch, fake):
+    run = launch()
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False)])
+    finish_sweep(run, fake)
+    run = fresh(run)
+    assert run.state == RunState.SUCCEEDED and run.pending_logs and run.live
+    assert Run.objects.live().filter(pk=run.pk).exists()
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0")])
+    poll(fake)
+    run = fresh(run)
+    assert not run.pending_logs and not run.live
+    statuses = len(fake.called("status"))
+    poll(fake)
+    assert len(fake.called("status")) == statuses, "an ended run is not read again"
+
+
+def test_an_ended_run_whose_workflow_is_gone_has_no_logs_left_to_keep(launch, fake):
+    run = launch()
+    write_report(run, "sweep-w0", 0)
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False)])
+    finish_sweep(run, fake)
+    assert fresh(run).pending_logs
+    fake.vanish(run.workflow)
+    poll(fake)
+    assert not fresh(run).pending_logs and not fresh(run).live
+    assert Observation.objects.count() == 1
+
+
+def test_the_logs_are_kept_before_the_workflow_is_stopped(launch, fake):
+    run = launch()
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0")])
+    finish_sweep(run, fake)
+    ended = [name for name, _ in fake.calls if name in {"logs", "stop"}]
+    assert ended == ["logs", "stop"]
+
+
+# The terminal record first, then release and cancel, retried (Ruling 25)
+
+
+def test_the_terminal_record_is_written_before_the_workflow_is_stopped(launch, fake):
+    run = launch()
+    seen = []
+
+    def check(method: str) -> None:
+        if method in {"stop", "unreserve", "logs"}:
+            seen.append((method, Run.objects.get(pk=run.pk).state))
+
+    fake.on_call = check
+    finish_sweep(run, fake)
+    assert seen and all(state == RunState.SUCCEEDED for _, state in seen)
+
+
+def test_a_release_or_a_stop_that_fails_stays_pending_and_is_retried_alone(launch, fake):
+    fake.add_node("node-a")
+    run = launch({**SWEEP, "reserve_node": True})
+    fake.fail_next("stop")
+    fake.fail_next("unreserve")
+    finish_sweep(run, fake)
+    run = fresh(run)
+    assert run.state == RunState.SUCCEEDED
+    assert run.pending_cancel and run.pending_release and run.live
+    assert fake.reserved_by("node-a") == run.id
+    statuses = len(fake.called("status"))
+    poll(fake)
+    run = fresh(run)
+    assert not run.pending_cancel and not run.pending_release and not run.live
+    assert fake.reserved_by("node-a") is None
+    assert len(fake.called("status")) == statuses, "a terminal run's poll does nothing else"
+    assert fake.called("stop") == [[run.workflow]] * 2
+
+
+def test_an_unknown_node_counts_as_released_and_an_unknown_workflow_as_cancelled(launch, fake):
+    fake.add_node("node-a")
+    run = launch({**SWEEP, "reserve_node": True})
+    fake.fail_next("stop", "KeyError")
+    fake.fail_next("unreserve", "KeyError")
+    finish_sweep(run, fake)
+    run = fresh(run)
+    assert not run.pending_cancel and not run.pending_release
+
+
+def test_a_node_is_released_only_from_the_reservation_of_its_run(launch, fake):
+    fake.add_node("node-a")
+    run = launch({**SWEEP, "reserve_node": True})
+    fake.reserve("node-a", "laterrun01")
+    finish_sweep(run, fake)
+    assert fake.called("unreserve") == [["node-a", run.id]]
+    assert fake.reserved_by("node-a") == "laterrun01"
+    assert not fresh(run).pending_release
+
+
+# Progress
+
+
+def test_units_done_follow_progress_jsonl_counting_each_unit_once(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    progress = task_dir(run, "sweep") / "progress.jsonl"
+    lines = [f'{{"unit": {u}, "worker": "sweep-w0", "seconds": 0.1}}\n' for u in (0, 1, 1)]
+    progress.write_text("".join(lines) + '{"unit": 2, "wor')
+    poll(fake)
+    task = Task.objects.get(run=run)
+    assert task.units_done == 2 and task.progress_bytes == len("".join(lines))
+    version = fresh(run).version
+    poll(fake)
+    assert fresh(run).version == version, "a file that did not grow is not read again"
+    progress.write_text("".join(lines) + '{"unit": 2, "worker": "sweep-w1", "seconds": 0.1}\n')
+    poll(fake)
+    assert Task.objects.get(run=run).units_done == 3
+
+
+# Cancel
+
+
+def test_a_cancelled_run_is_written_first_then_its_workflow_cancelled_and_node_released(
+    launch, fake, sent, django_capture_on_commit_callbacks
+):
+    from runs import controller
+
+    fake.add_node("node-a")
+    run = launch({**PIPELINE, "reserve_node": True})
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    with django_capture_on_commit_callbacks(execute=True):
+        controller.cancel(run.id)
+    run = fresh(run)
+    assert run.state == RunState.CANCELLED and run.ended_at is not None
+    assert run.pending_cancel and run.pending_release and run.pending_logs
+    assert states(run) == {"sweep": "skipped", "summary": "skipped", "plot": "skipped"}
+    assert sent["runs.tasks.settle"] == [(run.id,)]
+    assert fake.called("cancel") == []
+    controller.settle(run.id, backend=fake)
+    run = fresh(run)
+    assert fake.called("cancel") == [[run.workflow]] and fake.called("stop") == []
+    assert not run.pending_cancel and not run.pending_release
+    assert fake.reserved_by("node-a") is None
+
+
+def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(launch, fake):
+    from runs import controller
+
+    with pytest.raises(KeyError):
+        controller.cancel("nosuchrun0")
+    run = launch()
+    finish_sweep(run, fake)
+    with pytest.raises(ValueError, match="has ended"):
+        controller.cancel(run.id)
+    assert isinstance(controller.Conflict("x"), ValueError)
+
+
+def test_a_cancel_of_a_run_that_changed_meanwhile_is_a_conflict(launch, fake):
+    from runs import controller
+
+    run = launch()
+    stale = fresh(run)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    with pytest.raises(controller.Conflict, match="changed meanwhile"):
+        controller.request_cancel(stale)
+    assert fresh(run).state == RunState.RUNNING
+
+
+def test_settling_a_run_deleted_meanwhile_is_ignored(launch, fake):
+    from runs import controller
+
+    run = launch()
+    Run.objects.filter(pk=run.pk).delete()
+    assert controller.settle(run.id, backend=fake) is False
+    assert controller.settle_pending(run.id, backend=fake) == 0
+
+
+def test_a_cancel_wins_over_a_reconcile_that_read_the_run_before(launch, fake):
+    from runs import controller
+
+    run = launch()
+    fake.set_nodes(run.workflow, SWEEP_DONE)
+    read = fresh(run)
+    tasks = list(read.tasks.all())
+    controller.request_cancel(fresh(run))
+    assert controller.reconcile_run(read, tasks, backend=fake) is False
+    assert fresh(run).state == RunState.CANCELLED
+    assert fake.called("stop") == []
+
+
+def test_ended_runs_are_settled_by_the_settle_task_too(launch, fake):
+    from runs import controller
+
+    fake.add_node("node-a")
+    run = launch({**SWEEP, "reserve_node": True})
+    fake.fail_next("unreserve")
+    finish_sweep(run, fake)
+    assert fresh(run).pending_release
+    assert controller.settle_pending(backend=fake) == 1
+    assert not fresh(run).pending_release
+    assert timezone.now() >= fresh(run).ended_at
