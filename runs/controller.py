@@ -644,8 +644,9 @@ def _keep_task(run: Run, task: Task, plan: TaskPlan, pod_logs: list[Any] | None)
 def settle_run(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     """Retry the pending logs, cancellation and release of a terminal run.
 
-    The logs are kept before the workflow is stopped or cancelled; a workflow which does not
-    exist (any more) has no logs to keep. An unknown workflow counts as cancelled and an
+    The logs are kept before the workflow is stopped (a decided run) or cancelled (a cancelled
+    run, or one whose submission failed); a workflow which does not exist (any more) has no
+    logs to keep. An unknown workflow counts as cancelled and an
     unknown node as released; a node is released only from this run's reservation. What
     fails stays pending for the next poll. Returns whether a pending flag was cleared.
     """
@@ -653,7 +654,8 @@ def settle_run(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     if run.pending_logs and _keep_logs(run, tasks, backend):
         cleared.append("pending_logs")
     if run.pending_cancel:
-        end = backend.cancel if run.state == RunState.CANCELLED else backend.stop
+        decided = run.state != RunState.CANCELLED and run.submitted_at is not None
+        end = backend.stop if decided else backend.cancel
         if _done(f"ending the workflow {run.workflow} of run {run.id}", end, run.workflow):
             cleared.append("pending_cancel")
     if run.pending_release:

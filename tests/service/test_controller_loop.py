@@ -1,0 +1,290 @@
+"""The loop around the controller: one reconcile at a time, wake-ups, crashes, restarts, races."""
+# ruff: noqa: F811  (the fixtures are imported from controller_support by name)
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import time_machine
+import yaml
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from harness.tasktypes import task_types
+from runs import controller, locks
+from runs.backends import get_backend
+from runs.backends.fake import FakeBackend
+from runs.models import Observation, Run, RunState, Task
+from runs.spec import parse_spec
+from runs.submission import create_run
+from tests.service.controller_support import (  # noqa: F401
+    PIPELINE,
+    SWEEP,
+    fake,
+    fresh,
+    home,
+    launch,
+    poll,
+    sent,
+    states,
+    write_report,
+)
+
+pytestmark = pytest.mark.django_db
+
+SWEEP_DONE = {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"}
+
+
+# One reconcile at a time, and wake-ups
+
+
+def test_a_reconcile_while_another_holds_the_lock_does_nothing(fake, monkeypatch):
+    monkeypatch.setattr(controller, "reconcile_pass", lambda **_: pytest.fail("a second pass"))
+    with locks.hold(controller.RECONCILE_LOCK) as held:
+        assert held
+        assert controller.reconcile(backend=fake) is None
+
+
+def test_wake_ups_do_not_pile_up_until_a_reconcile_starts(fake, sent):
+    for _ in range(5):
+        controller.wake()
+    assert sent["runs.tasks.reconcile"] == [()]
+    assert controller.reconcile(backend=fake) == 0
+    controller.wake()
+    assert sent["runs.tasks.reconcile"] == [(), ()], "a reconcile lowers the flag"
+
+
+def test_a_wake_up_during_a_pass_makes_one_more_pass(fake, sent, monkeypatch):
+    passes = []
+
+    def one_pass(*, backend):
+        passes.append(backend)
+        if len(passes) == 1:
+            controller.wake()
+        return 1
+
+    monkeypatch.setattr(controller, "reconcile_pass", one_pass)
+    assert controller.reconcile(backend=fake) == 2
+    assert len(passes) == 2
+
+
+def test_a_wake_up_the_broker_refuses_is_logged_and_lets_later_ones_through(
+    fake, monkeypatch, caplog
+):
+    from runs import tasks
+
+    def refused() -> None:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(tasks.reconcile, "delay", refused)
+    controller.wake()
+    assert "cannot wake the control loop" in caplog.text
+    assert locks.raise_flag(controller.WAKE_FLAG, ttl_s=60), "the flag was lowered again"
+
+
+def test_the_backend_wakes_the_loop_through_its_subscription(fake, sent):
+    from runs.tasks import follow_backend
+
+    follow_backend()
+    assert fake.callbacks == [controller.wake]
+    assert sent["runs.tasks.recover"] == [()]
+    fake.notify()
+    assert sent["runs.tasks.reconcile"] == [()]
+
+
+# A run that crashes the loop
+
+
+def test_a_record_that_cannot_be_read_is_logged_and_pushed_aside_while_others_go_on(
+    launch, fake, caplog, settings
+):
+    settings.SIMRUN_POLL_S = 5
+    broken, healthy = launch(), launch()
+    Task.objects.filter(run=broken).update(plan={"cores": "many"})
+    fake.set_nodes(healthy.workflow, {"sweep-w0": "Running"})
+    start = timezone.now()
+    with caplog.at_level(logging.ERROR), time_machine.travel(start, tick=False):
+        assert poll(fake) == 1
+    assert f"reconciling run {broken.id} failed; it is pushed aside" in caplog.text
+    assert states(healthy) == {"sweep": "running"}
+    broken = fresh(broken)
+    assert broken.reconcile_failures == 1
+    assert broken.reconcile_after == start + timedelta(seconds=10)
+    with time_machine.travel(start + timedelta(seconds=9), tick=False):
+        poll(fake)
+    assert fresh(broken).reconcile_failures == 1, "not tried while pushed aside"
+    with time_machine.travel(start + timedelta(seconds=11), tick=False):
+        poll(fake)
+    broken = fresh(broken)
+    assert broken.reconcile_failures == 2
+    assert broken.reconcile_after == start + timedelta(seconds=11 + 20), "longer each time"
+    Task.objects.filter(run=broken).update(plan=Task.objects.get(run=healthy).plan)
+    with time_machine.travel(start + timedelta(seconds=40), tick=False):
+        poll(fake)
+    broken = fresh(broken)
+    assert broken.reconcile_failures == 0 and broken.reconcile_after is None
+
+
+def test_a_crash_pushes_a_run_aside_without_making_a_cancel_conflict(launch, fake):
+    run = launch()
+    before = fresh(run)
+    fake.fail_next("status")
+    poll(fake)
+    assert fresh(run).reconcile_failures == 1
+    controller.request_cancel(before)
+    assert fresh(run).state == RunState.CANCELLED
+
+
+# Cost
+
+
+def test_a_pass_reads_every_live_run_in_a_constant_number_of_queries(
+    launch, fake, django_assert_num_queries
+):
+    runs = [launch(PIPELINE) for _ in range(3)]
+    for run in runs:
+        fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    with django_assert_num_queries(2):
+        poll(fake)
+    runs += [launch(PIPELINE) for _ in range(9)]
+    for run in runs[3:]:
+        fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    with django_assert_num_queries(2):
+        assert poll(fake) == 0
+
+
+def test_a_pass_writes_a_constant_number_of_queries_per_changed_run(launch, fake):
+    def changed_pass(count: int) -> int:
+        runs = [launch(PIPELINE) for _ in range(count)]
+        poll(fake)
+        for run in runs:
+            fake.set_nodes(run.workflow, {"sweep-w0": "Running", "summary": "Pending"})
+        with CaptureQueriesContext(connection) as captured:
+            assert poll(fake) == count
+        for run in runs:
+            fake.finish(run.workflow)
+        poll(fake)
+        return len(captured.captured_queries)
+
+    assert changed_pass(6) - changed_pass(3) == 3 * (changed_pass(2) - changed_pass(1))
+
+
+# A restart: the database alone
+
+
+def drive(owner, backend: FakeBackend, *, restart: bool) -> list[tuple]:
+    """Runs through a restart (or not) and what became of them."""
+
+    def create(spec) -> Run:
+        text = yaml.safe_dump(spec, sort_keys=False)
+        return create_run(spec=parse_spec(text, types=task_types()), owner=owner, backend=backend)
+
+    backend.add_node("node-a")
+    sweep, pipeline = create({**SWEEP, "reserve_node": True}), create(PIPELINE)
+    late = create(SWEEP)
+    for run in (sweep, pipeline):
+        controller.submit(run.id, backend=backend)
+    sweep, pipeline = fresh(sweep), fresh(pipeline)
+    backend.set_nodes(sweep.workflow, {"sweep-w0": "Running"})
+    backend.set_nodes(pipeline.workflow, {"sweep-w0": "Retrying"})
+    backend.fail_attempt(pipeline.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    controller.reconcile_pass(backend=backend)
+    if restart:
+        get_backend.cache_clear()
+        backend = FakeBackend(state_file=backend.state_file)
+        controller.recover(backend=backend)
+    else:
+        controller.submit(late.id, backend=backend)
+    write_report(pipeline, "sweep-w0", 1)
+    for run in (sweep, pipeline, fresh(late)):
+        backend.finish(run.workflow)
+    controller.reconcile_pass(backend=backend)
+    return [
+        (
+            r.state,
+            r.message,
+            r.oom_kills,
+            r.live,
+            states(r),
+            sorted(Observation.objects.filter(run=r).values_list("worker", "attempt", "oom")),
+        )
+        for r in map(fresh, (sweep, pipeline, late))
+    ]
+
+
+def test_a_restarted_service_continues_from_the_database_alone(owner, home, sent, tmp_path: Path):
+    uninterrupted = drive(owner, FakeBackend(state_file=tmp_path / "a.json"), restart=False)
+    restarted = drive(owner, FakeBackend(state_file=tmp_path / "b.json"), restart=True)
+    assert restarted == uninterrupted
+    assert [outcome[0] for outcome in restarted] == [RunState.SUCCEEDED] * 3
+    assert restarted[1][2] == {"sweep-w0": [0]}
+    assert restarted[1][5] == [("sweep-w0", 0, True), ("sweep-w0", 1, False)]
+
+
+# Races and locks
+
+
+def reconcile_in_thread(run_id: str, backend, results: list, barrier: threading.Barrier) -> None:
+    try:
+        run = Run.objects.get(pk=run_id)
+        tasks = list(run.tasks.all())
+        barrier.wait(timeout=30)
+        results.append(controller.reconcile_run(run, tasks, backend=backend))
+    finally:
+        connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_reconciles_racing_on_one_run_one_wins_and_the_other_changes_nothing(launch, fake):
+    fake.add_node("node-a")
+    run = launch({**SWEEP, "reserve_node": True})
+    fake.finish(run.workflow)
+    version = fresh(run).version
+    barrier = threading.Barrier(2)
+    results: list[bool] = []
+    threads = [
+        threading.Thread(target=reconcile_in_thread, args=(run.id, fake, results, barrier))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(results) == [False, True]
+    run = fresh(run)
+    assert run.state == RunState.SUCCEEDED and states(run) == {"sweep": "done"}
+    assert fake.called("stop") == [[run.workflow]] and fake.called("unreserve") == [
+        ["node-a", run.id]
+    ]
+    assert not run.pending_cancel and not run.pending_release and not run.pending_logs
+    assert run.version == version + 2, "the terminal record, then its settled flags"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_backend_call_is_made_inside_a_transaction(launch, fake):
+    inside: list[str] = []
+    fake.on_call = lambda method: connection.in_atomic_block and inside.append(method)
+    fake.add_node("node-a")
+    fake.runs_images = True
+    run = launch({**PIPELINE, "reserve_node": True, "environment": {"packages": ["numpy"]}})
+    fake.set_nodes(run.workflow, {"sweep-w0": "Retrying"})
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    poll(fake)
+    fake.finish(run.workflow)
+    fake.fail_next("unreserve")
+    poll(fake)
+    poll(fake)
+    other = launch(SWEEP)
+    controller.request_cancel(other)
+    controller.settle(other.id, backend=fake)
+    controller.recover(backend=fake)
+    assert fresh(run).state == RunState.SUCCEEDED and not fresh(run).live
+    assert {name for name, _ in fake.calls} >= {"status", "stop", "unreserve", "cancel", "logs"}
+    assert inside == []
