@@ -804,7 +804,7 @@ def reconcile(*, backend: Backend | None = None) -> int | None:
                 return changed
             locks.lower_flag(WAKE_FLAG)
             changed = (changed or 0) + reconcile_pass(backend=backend)
-        if not locks.flag_raised(WAKE_FLAG, ttl_s=WAKE_TTL_S):
+        if not locks.flag_raised(WAKE_FLAG):
             return changed
 
 

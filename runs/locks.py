@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -106,19 +107,29 @@ def _renew(lock: redis.lock.Lock, stop: threading.Event) -> None:
 
 
 def raise_flag(name: str, *, ttl_s: float) -> bool:
-    """Raise the flag ``name``; whether it was down (one older than ``ttl_s`` counts as down)."""
+    """Raise the flag ``name`` for ``ttl_s`` seconds; whether it was down.
+
+    A flag file's modification time is its expiry, so it holds its time to live as a Redis
+    key does; it appears complete (a link of a file already dated) or not at all.
+    """
     url = redis_url()
     if url:
         return bool(_client(url).set(f"simrun:flag:{name}", b"1", nx=True, px=int(ttl_s * 1000)))
     path = _path(name, "flag")
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(handle)
+    expiry = time.time() + ttl_s
+    os.utime(temporary, (expiry, expiry))
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.link(temporary, path)
         return True
     except FileExistsError:
-        if _age(path) <= ttl_s:
+        if _expiry(path) > time.time():
             return False
-        os.utime(path)
+        os.replace(temporary, path)
         return True
+    finally:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def lower_flag(name: str) -> None:
@@ -130,17 +141,17 @@ def lower_flag(name: str) -> None:
         _path(name, "flag").unlink(missing_ok=True)
 
 
-def flag_raised(name: str, *, ttl_s: float) -> bool:
-    """Whether the flag ``name`` is up (raised less than ``ttl_s`` ago)."""
+def flag_raised(name: str) -> bool:
+    """Whether the flag ``name`` is up (raised and not expired)."""
     url = redis_url()
     if url:
         return bool(_client(url).exists(f"simrun:flag:{name}"))
-    return _age(_path(name, "flag")) <= ttl_s
+    return _expiry(_path(name, "flag")) > time.time()
 
 
-def _age(path: Path) -> float:
-    """Seconds since ``path`` was last written; infinite when it does not exist."""
+def _expiry(path: Path) -> float:
+    """When a flag file expires; 0 when there is none."""
     try:
-        return time.time() - path.stat().st_mtime
+        return path.stat().st_mtime
     except FileNotFoundError:
-        return float("inf")
+        return 0.0
