@@ -444,7 +444,9 @@ class ArgoBackend:
     def has_image(self, ref: str) -> bool:
         """Whether the registry has ``ref`` (its HTTP API, with the configured credentials)."""
         auth = self.cluster.registry_auth_file
-        return has_image(ref, credentials=registry_credentials(auth) if auth else None)
+        # The file is an optional secret's: without it the registry is asked anonymously.
+        found = bool(auth) and Path(auth).is_file()
+        return has_image(ref, credentials=registry_credentials(auth) if found else None)
 
 
 def _main_env(pod: Any) -> dict[str, str]:

@@ -99,6 +99,8 @@ class KubeState:
     lock: threading.RLock = field(default_factory=threading.RLock)
     _versions: itertools.count = field(default_factory=lambda: itertools.count(100))
     _watchers: list[tuple[str, queue.Queue]] = field(default_factory=list)
+    _history: list[dict[str, Any]] = field(default_factory=list)
+    """Every workflow event, so a watch from a resourceVersion gets what it missed."""
 
     def version(self) -> str:
         return str(next(self._versions))
@@ -124,7 +126,7 @@ class KubeState:
             workflow = self.workflows.pop((namespace, name))
             for key in [k for k, p in self.pods.items() if _owned_by(p, name)]:
                 self.pods.pop(key)
-            self._notify("DELETED", workflow)
+            self._notify("DELETED", self.stamp(workflow))
 
     def put_pod(self, pod: dict[str, Any], log: str | None = None) -> None:
         with self.lock:
@@ -139,6 +141,7 @@ class KubeState:
             self.nodes[node["metadata"]["name"]] = self.stamp(node)
 
     def _notify(self, event: str, workflow: dict[str, Any]) -> None:
+        self._history.append({"type": event, "object": copy.deepcopy(workflow)})
         for selector, events in self._watchers:
             if matches(workflow["metadata"].get("labels") or {}, selector):
                 events.put({"type": event, "object": copy.deepcopy(workflow)})
@@ -285,7 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "DELETE":
             store.pop(key)
             if store is state.workflows:
-                state._notify("DELETED", current)
+                state._notify("DELETED", state.stamp(current))
             return 200, current
         if method != "PATCH":
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
@@ -336,9 +339,21 @@ class _Handler(BaseHTTPRequestHandler):
         events: queue.Queue = queue.Queue()
         with state.lock:
             if "resourceVersion" not in query:
-                for (ns, _), workflow in sorted(state.workflows.items()):
-                    if ns == namespace and _labelled(workflow, selector):
-                        events.put({"type": "ADDED", "object": copy.deepcopy(workflow)})
+                missed = [
+                    {"type": "ADDED", "object": copy.deepcopy(workflow)}
+                    for (_, _), workflow in sorted(state.workflows.items())
+                ]
+            else:
+                since = int(query["resourceVersion"])
+                missed = [
+                    e
+                    for e in state._history
+                    if int(e["object"]["metadata"]["resourceVersion"]) > since
+                ]
+            for event in missed:
+                meta = event["object"]["metadata"]
+                if meta["namespace"] == namespace and _labelled(event["object"], selector):
+                    events.put(event)
             state._watchers.append((selector or "", events))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

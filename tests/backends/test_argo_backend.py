@@ -17,8 +17,8 @@ from runs.backends.argo import ArgoBackend, api_client
 from runs.backends.argo_build import build_pod_name
 from runs.backends.argo_manifest import workflow_manifest
 from runs.backends.base import ClusterConfig, NodeInfo, PodLog
-from tests.backends.argo_runs import IMAGE, run_of
-from tests.backends.argo_workflows import OOM, WF, Nodes, pod, workflow
+from tests.backends.argo_runs import run_of
+from tests.backends.argo_workflows import OOM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -45,90 +45,6 @@ def backend(kube: KubeApiServer, tmp_path: Path) -> Iterator[ArgoBackend]:
 def submit(backend: ArgoBackend) -> str:
     record, plans = run_of(SPEC)
     return backend.submit(record, plans, task_types(), CLUSTER)
-
-
-def argo_pod(
-    name: str,
-    *,
-    node_name: str,
-    phase: str,
-    task: str = "sweep",
-    dag_task: str = "sweep-w0",
-    worker: str | None = "sweep-w0",
-    attempt: int = 0,
-    host: str | None = None,
-    created: str = "2026-11-29T10:00:00Z",
-    cores: str = "2",
-    memory: str = "512Mi",
-) -> dict[str, Any]:
-    """A pod as Argo creates it for a node of the workflow (reference §6)."""
-    env = [
-        {"name": "SIMRUN_TASK_DIR", "value": f"/store/runs/abc123def0/tasks/{task}"},
-        {"name": "SIMRUN_ATTEMPT", "value": str(attempt)},
-    ]
-    if worker:
-        env.append({"name": "SIMRUN_WORKER", "value": worker})
-    status: dict[str, Any] = {"phase": phase}
-    if phase == "Pending":
-        status["conditions"] = [
-            {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
-        ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "simrun",
-            "creationTimestamp": created,
-            "labels": {
-                "workflows.argoproj.io/workflow": WF,
-                "workflows.argoproj.io/completed": "false",
-                "simrun/run": "abc123def0",
-                "simrun/task": task,
-                "simrun/dag-task": dag_task,
-                "kueue.x-k8s.io/queue-name": "simrun",
-            },
-            "annotations": {
-                "workflows.argoproj.io/node-name": f"{WF}.{node_name}",
-                "kubectl.kubernetes.io/default-container": "main",
-            },
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeName": host,
-            "containers": [
-                {
-                    "name": "wait",
-                    "image": "quay.io/argoproj/argoexec:v4.1.2",
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                },
-                {
-                    "name": "main",
-                    "image": IMAGE,
-                    "command": ["simrun-worker"],
-                    "env": env,
-                    "resources": {
-                        "requests": {"cpu": cores, "memory": memory},
-                        "limits": {"cpu": cores, "memory": memory},
-                    },
-                },
-            ],
-        },
-        "status": status,
-    }
-
-
-def kube_node(name: str, *, labels: dict | None = None, taints: list | None = None) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-        "spec": {"taints": taints} if taints is not None else {},
-        "status": {
-            "allocatable": {"cpu": "7910m", "memory": "31893100Ki", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
 
 
 # Workflows

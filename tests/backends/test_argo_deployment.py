@@ -1,0 +1,270 @@
+"""The deployment: Kubernetes manifests valid and consistent, RBAC exactly what the backend
+uses, Dockerfiles that lint clean, a compose file for one host."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes.client import ApiClient, Configuration
+
+from harness.tasktypes import task_types
+from runs.backends.argo import ArgoBackend
+from runs.backends.base import ClusterConfig
+from tests.backends.argo_runs import run_of
+from tests.backends.argo_workflows import WF, Nodes, argo_pod, workflow
+from tests.backends.kube_api import KubeApiServer
+
+DOCKER = Path(__file__).resolve().parents[2] / "docker"
+MANIFESTS = sorted((DOCKER / "k8s").glob("*.yaml"))
+HADOLINT = Path(sys.executable).parent / "hadolint"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+def documents() -> list[dict[str, Any]]:
+    return [d for path in MANIFESTS for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def by_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in documents() if d["kind"] == kind]
+
+
+def config() -> dict[str, str]:
+    [config_map] = by_kind("ConfigMap")
+    data: dict[str, str] = config_map["data"]
+    return data
+
+
+def test_there_are_manifests_for_the_service_next_to_argo_and_kueue() -> None:
+    kinds = {d["kind"] for d in documents()}
+
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PersistentVolumeClaim",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+    } <= kinds
+    assert {d["metadata"]["name"] for d in by_kind("Deployment")} >= {
+        "simrun-web",
+        "simrun-worker",
+        "simrun-beat",
+    }
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_every_kubernetes_object_validates_strictly(path: Path) -> None:
+    version = kubernetes_validate.latest_version()
+    for document in yaml.safe_load_all(path.read_text()):
+        if document["apiVersion"] == KUEUE:
+            continue  # Kueue's own kinds: checked against Kueue's rules below
+        kubernetes_validate.validate(document, version, strict=True)
+
+
+def test_the_strict_validation_refuses_a_misspelt_field() -> None:
+    [deployment] = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "simrun-web"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagee"] = "x"
+
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_kueues_objects_form_one_queue_for_simruns_pods() -> None:
+    [flavor] = by_kind("ResourceFlavor")
+    [cluster_queue] = by_kind("ClusterQueue")
+    [local_queue] = by_kind("LocalQueue")
+
+    assert {flavor["apiVersion"], cluster_queue["apiVersion"], local_queue["apiVersion"]} == {KUEUE}
+    assert local_queue["metadata"] == {
+        "name": config()["SIMRUN_KUEUE_QUEUE"],
+        "namespace": "simrun",
+    }
+    assert local_queue["spec"] == {"clusterQueue": cluster_queue["metadata"]["name"]}
+    [group] = cluster_queue["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory"]
+    [flavor_quota] = group["flavors"]
+    assert flavor_quota["name"] == flavor["metadata"]["name"]
+    assert [r["name"] for r in flavor_quota["resources"]] == group["coveredResources"]
+    assert cluster_queue["spec"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "simrun"}
+    }
+
+
+def test_the_configuration_names_the_objects_the_manifests_create() -> None:
+    settings = config()
+    names = {(d["kind"], d["metadata"]["name"]) for d in documents()}
+
+    assert settings["SIMRUN_BACKEND"] == "argo"
+    assert ("PersistentVolumeClaim", settings["SIMRUN_STORE_CLAIM"]) in names
+    assert ("ServiceAccount", settings["SIMRUN_K8S_SERVICE_ACCOUNT"]) in names
+    assert ("Namespace", settings["SIMRUN_K8S_NAMESPACE"]) in names
+    assert settings["SIMRUN_STORE"] == settings["SIMRUN_STORE_MOUNT"]
+    [claim] = by_kind("PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for deployment in by_kind("Deployment"):
+        spec = deployment["spec"]["template"]["spec"]
+        if deployment["metadata"]["name"].startswith("simrun-"):
+            mounts = {
+                m["mountPath"]
+                for c in spec.get("containers", [])
+                for m in c.get("volumeMounts", [])
+            }
+            if "store" in {v["name"] for v in spec.get("volumes", [])}:
+                assert settings["SIMRUN_STORE"] in mounts
+
+
+def test_the_service_runs_as_a_user_not_root() -> None:
+    for deployment in by_kind("Deployment") + by_kind("StatefulSet"):
+        spec = deployment["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        for container in spec["containers"]:
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def granted(service_account: str) -> set[tuple[str, str, str]]:
+    """(api group, resource, verb) granted to a ServiceAccount by the manifests' RBAC."""
+    roles = {
+        (d["kind"], d["metadata"]["name"]): d for d in by_kind("Role") + by_kind("ClusterRole")
+    }
+    found = set()
+    for binding in by_kind("RoleBinding") + by_kind("ClusterRoleBinding"):
+        if {"kind": "ServiceAccount", "name": service_account, "namespace": "simrun"} not in (
+            binding["subjects"]
+        ):
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    found |= {(group, resource, verb) for verb in rule["verbs"]}
+    return found
+
+
+def used(request: Any) -> tuple[str, str, str]:
+    """The (api group, resource, verb) an API request needs, as the API server authorizes it."""
+    parts = request.path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if rest[0] == "namespaces":
+        rest = rest[2:]
+    resource, named = rest[0], len(rest) > 1
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    if request.method == "GET":
+        verb = "get" if named else ("watch" if request.query.get("watch") == "true" else "list")
+    else:
+        verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}[
+            request.method
+        ]
+    return group, resource, verb
+
+
+def test_the_service_account_is_granted_exactly_the_verbs_the_backend_uses(
+    tmp_path: Path,
+) -> None:
+    with KubeApiServer() as kube:
+        state = kube.state
+        backend = ArgoBackend(
+            cluster=ClusterConfig(),
+            api=ApiClient(Configuration(host=kube.url)),
+            store=tmp_path,
+            build_poll_s=0.01,
+        )
+        state.put_node({"metadata": {"name": "node-a", "labels": {}}, "spec": {}, "status": {}})
+        state.on_pod_created = lambda pod: pod.update(status={"phase": "Succeeded"})
+        state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Running"), log="unit 1\n")
+        record, plans = run_of("tasks: {sweep: {type: squares, settings: {n: 5}}}")
+        woken = threading.Event()
+        try:
+            backend.subscribe(woken.set)
+            backend.submit(record, plans, task_types(), ClusterConfig())
+            assert woken.wait(10)
+            state.put_workflow(workflow(Nodes()))
+            backend.status(WF)
+            backend.stop(WF)
+            backend.cancel(WF)
+            backend.logs(WF, "sweep")
+            backend.placements()
+            backend.nodes()
+            backend.reserve("node-a", "run1")
+            backend.unreserve("node-a", "run1")
+            backend.build_image(tmp_path / "images" / "h", "registry.example/env:h")
+            deadline = time.monotonic() + 10
+            while not any(r.query.get("watch") for r in state.requests):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        finally:
+            backend.close()
+
+    assert granted("simrun") == {used(r) for r in state.requests}
+
+
+def test_the_pods_of_the_runs_may_report_their_results_to_argo_and_nothing_more() -> None:
+    assert granted("simrun-runner") == {
+        ("argoproj.io", "workflowtaskresults", "create"),
+        ("argoproj.io", "workflowtaskresults", "patch"),
+    }
+
+
+@pytest.mark.parametrize("name", ["service.Dockerfile", "harness.Dockerfile"])
+def test_the_dockerfiles_lint_clean(name: str) -> None:
+    done = subprocess.run(
+        [str(HADOLINT), "--no-color", str(DOCKER / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_hadolint_finds_a_bad_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN pip install requests\n")
+
+    done = subprocess.run([str(HADOLINT), str(bad)], capture_output=True, text=True, check=False)
+
+    assert done.returncode != 0
+    assert "DL3007" in done.stdout
+
+
+@pytest.mark.parametrize("name", ["service.Dockerfile", "harness.Dockerfile"])
+def test_the_images_are_pinned_and_run_as_a_user(name: str) -> None:
+    lines = (DOCKER / name).read_text().splitlines()
+
+    assert [line for line in lines if line.startswith("FROM ")] == [
+        "FROM python:3.11.11-slim-bookworm"
+    ]
+    assert "USER 1000:1000" in lines
+
+
+def test_the_compose_file_runs_web_worker_beat_postgres_and_redis() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+
+    assert set(services) == {"web", "worker", "beat", "postgres", "redis"}
+    for name in ("web", "worker", "beat"):
+        assert services[name]["build"]["dockerfile"] == "docker/service.Dockerfile"
+        assert services[name]["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"
+        assert "postgres:5432/simrun" in services[name]["environment"]["DATABASE_URL"]
+    assert services["worker"]["command"][:4] == ["celery", "--app", "simrun_site", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "--app", "simrun_site", "beat"]
+    assert "migrate" in " ".join(services["web"]["command"])
+    for name in ("postgres", "redis"):
+        assert ":" in services[name]["image"] and not services[name]["image"].endswith(":latest")
