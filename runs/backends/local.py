@@ -250,11 +250,15 @@ class LocalBackend:
         except FileNotFoundError:
             raise KeyError(name) from None
 
+    def _is_live(self, name: str) -> bool:
+        """Whether a run is known and has not ended."""
+        return self._submission_file(name).exists() and not self._ended_file(name).exists()
+
     def _live(self) -> list[Submission]:
         """The submissions of the runs that have not ended, in the order of their submission."""
         found = []
         for path in (self.state / "runs").glob("*.json"):
-            if not self._ended_file(path.stem).exists():
+            if self._is_live(path.stem):
                 try:
                     found.append(Submission.model_validate_json(path.read_text()))
                 except (OSError, ValueError):
@@ -469,12 +473,16 @@ class LocalBackend:
                 continue
             if read_json(attempt.path("exit")) is not None:
                 continue  # the launcher recorded the end after all
+            kills = 0
+            if cgroup := attempt.launch.get("cgroup"):  # type: ignore[union-attr]
+                kills = cgroups.oom_kills(Path(cgroup))
+                cgroups.remove(Path(cgroup))
             write_json(
                 attempt.path("exit"),
                 {
                     "exit_code": None,
                     "signal": None,
-                    "oom_kills": 0,
+                    "oom_kills": kills,
                     "ended": now,
                     "message": "lost: its launcher ended without recording the end of the process",
                 },
@@ -685,15 +693,15 @@ class LocalBackend:
         killed = 0
         with self._lock(blocking=True):
             for pid_file in self.store.glob("runs/*/tasks/*/logs/*.pid"):
-                name = workflow_name(pid_file.parts[-5])
-                if self._submission_file(name).exists() and not self._ended_file(name).exists():
-                    continue  # a live run: its processes are adopted
+                if self._is_live(workflow_name(pid_file.parts[-5])):
+                    continue  # its processes are adopted
                 names = read_json(pid_file) or {}
                 killed += signal_attempt(Attempt("", 0, pid_file.parent, pid=names), signal.SIGKILL)
                 pid_file.unlink(missing_ok=True)
             if self.hierarchy is not None and self.hierarchy.parent.is_dir():
-                for cgroup in self.hierarchy.parent.iterdir():
-                    if cgroup.is_dir() and not cgroups.pids(cgroup):
+                for cgroup in self.hierarchy.parent.iterdir():  # named <run>.<node>.<attempt>
+                    name = workflow_name(cgroup.name.partition(".")[0])
+                    if not self._is_live(name) and not cgroups.pids(cgroup):
                         cgroups.remove(cgroup, timeout_s=0)
         return killed
 
