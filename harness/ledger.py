@@ -238,14 +238,15 @@ class Ledger:
         )
         write_atomic(self.directory / "heartbeats" / str(self.worker), text)
 
-    def release_stale(self, stale_s: float, mine: set[int]) -> list[int]:
+    def release_stale(self, stale_s: float, mine: set[int], now: float | None = None) -> list[int]:
         """Release the claims of workers whose heartbeat did not change for ``stale_s``.
 
         Measured by this process's clock from when it first saw the heartbeat unchanged, so
         the clocks of the machines need not agree. This worker's own claims not in ``mine``
-        (its blocks in flight) are orphans and released at once. Returns the blocks.
+        (its blocks in flight) are orphans and released at once. ``now`` is this process's
+        ``time.monotonic()``. Returns the blocks.
         """
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         held: dict[str, list[tuple[int, int]]] = {}
         for name in os.listdir(self.directory / "claims"):
             if not name.isdigit():

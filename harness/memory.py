@@ -119,7 +119,7 @@ def processes(cores: int, memory_bytes: int | None, base_gb: float, per_worker_g
     if memory_bytes is None:
         return cores
     memory_gb = memory_bytes / GIB
-    fit = math.floor((memory_gb - base_gb) / per_worker_gb + 1e-9)
+    fit = math.floor((memory_gb - base_gb) / per_worker_gb + 1e-6)  # a limit rounded to bytes
     if fit < 1:
         raise ValueError(
             f"{memory_gb:.3f} GiB of memory fit no process of {per_worker_gb} GiB "

@@ -86,7 +86,7 @@ def install_sources(env: Mapping[str, str], stop: threading.Event) -> None:
     came from, so the command starts again (``restart``) with ``SOURCES_INSTALLED`` set. A
     SIGTERM during the install (``stop``) skips the restart, so the caller exits.
     """
-    if env.get(SOURCES_INSTALLED):
+    if not needs_restart(env):
         return
     snapshots = [s.strip() for s in env.get(EDITABLE_ENV, "").split(",") if s.strip()]
     if not snapshots:
@@ -96,6 +96,11 @@ def install_sources(env: Mapping[str, str], stop: threading.Event) -> None:
         return
     os.environ[SOURCES_INSTALLED] = "1"
     restart()
+
+
+def needs_restart(env: Mapping[str, str]) -> bool:
+    """Whether this interpreter has snapshots to install and has not restarted after it."""
+    return bool(env.get(EDITABLE_ENV, "").strip()) and not env.get(SOURCES_INSTALLED)
 
 
 def restart() -> None:

@@ -68,10 +68,18 @@ from harness.report import (
     own_cpu_seconds,
     write_report,
 )
-from harness.sources import install_editable, install_sources, restart, shadow_tree, stage
+from harness.sources import (
+    install_editable,
+    install_sources,
+    needs_restart,
+    restart,
+    shadow_tree,
+    stage,
+)
 from harness.tasktypes import TaskType, get_task_type
 
 __all__ = [
+    "ConfigurationError",
     "GRACE_S",
     "HEARTBEAT_S",
     "COORDINATOR_POLL_S",
@@ -79,6 +87,9 @@ __all__ = [
     "MERGED_MARKER",
     "UNIT_GRACE_S",
     "MemorySampler",
+    "TaskPaths",
+    "Terminated",
+    "UnitError",
     "WorkerReport",
     "cores",
     "cpu_seconds",
@@ -434,8 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, subprocess.CalledProcessError) as error:
             log.error("the sources cannot be installed: %s", error)
             return EXIT_CONFIGURATION
-        if stop.is_set():
-            return EXIT_TERMINATED
+        if stop.is_set() and needs_restart(os.environ):
+            return EXIT_TERMINATED  # the install was stopped: its imports are not to be trusted
         return _work(stop)
 
 

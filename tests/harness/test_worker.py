@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from harness import worker
+from harness.config import TaskPaths
 from harness.errors import Terminated, UnitError
 from harness.examples.csv_stats import TASK_TYPE as CSV_STATS
 from harness.examples.squares import TASK_TYPE as SQUARES
 from harness.examples.squares import SquaresSettings
 from harness.ledger import Ledger
-from harness.merge import MERGED_MARKER
 from harness.memory import GIB
+from harness.merge import MERGED_MARKER
 from harness.report import units_done
-from harness.config import TaskPaths
 
 from .conftest import claims, make_task, progress_units, report_of
 

@@ -1,0 +1,154 @@
+"""simrun-exec: staged inputs, the command's environment, exit codes, SIGTERM passed on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from harness import execute
+from harness.execute import THREAD_VARIABLES
+
+from .conftest import clean_environ, finish, make_task, report_of, spawn, wait_for
+
+SHOW_ENV = (
+    "import json, os, sys\n"
+    "names = [*sys.argv[1:], 'SIMRUN_OUT']\n"
+    "data = {'cwd': os.getcwd(), 'python': sys.executable,\n"
+    "        'env': {n: os.environ.get(n) for n in names}}\n"
+    "open(os.path.join(os.environ['SIMRUN_OUT'], 'env.json'), 'w').write(json.dumps(data))"
+)
+
+
+def _upstream(store: Path) -> Path:
+    """The ``out/`` of a finished task with two CSV files."""
+    out = store / "runs" / "r1" / "tasks" / "sweep" / "out"
+    (out / "more").mkdir(parents=True)
+    (out / "a.csv").write_text("unit,square,name\n0,0,x\n1,1,y\n")
+    (out / "more" / "b.csv").write_text("unit,square,name\n2,4,z\n3,9,w\n")
+    (out / "notes.txt").write_text("not a table")
+    return out
+
+
+def test_csv_stats_reads_its_staged_port_and_writes_stats_json(
+    store: Path, tmp_path: Path, harness_env
+) -> None:
+    _upstream(store)
+    task_dir = make_task(store, "csv-stats", {}, task="stats", kind="plugin")
+    scratch = tmp_path / "scratch"
+    harness_env(
+        SIMRUN_TASK_DIR=str(task_dir),
+        SIMRUN_INPUTS="table=runs/r1/tasks/sweep/out",
+        SIMRUN_SCRATCH=str(scratch),
+        SIMRUN_ATTEMPT="2",
+    )
+
+    code = execute.main(["python", "-m", "harness.examples.csv_stats", "--port", "table"])
+
+    assert code == 0
+    stats = json.loads((task_dir / "out" / "stats.json").read_text())
+    assert stats["files"] == ["a.csv", "b.csv"]
+    assert stats["columns"]["square"] == {"count": 4, "mean": 3.5, "min": 0.0, "max": 9.0}
+    assert "name" not in stats["columns"]
+    assert (scratch / "inputs" / "table" / "more" / "b.csv").exists()
+    report = report_of(task_dir, "stats", attempt=2)
+    assert report.processes == 1 and not report.failed and report.oom_kills == 0
+    assert report.per_worker_gb == 0.1 and report.cpu_seconds > 0
+    assert report.peak_memory_bytes is not None
+
+
+def test_the_command_runs_in_scratch_with_single_threaded_blas_and_simrun_out(
+    store: Path, tmp_path: Path, harness_env
+) -> None:
+    task_dir = make_task(store, "csv-stats", {}, task="show", kind="plugin")
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_SCRATCH=str(tmp_path / "scratch"))
+
+    assert execute.main(["--", "python3", "-c", SHOW_ENV, *THREAD_VARIABLES]) == 0
+
+    seen = json.loads((task_dir / "out" / "env.json").read_text())
+    assert seen["cwd"] == str(tmp_path / "scratch")
+    assert seen["python"] == sys.executable  # the harness's interpreter, with its sources
+    assert seen["env"] == {
+        **dict.fromkeys(THREAD_VARIABLES, "1"),
+        "SIMRUN_OUT": str(task_dir / "out"),
+    }
+
+
+def _run(store: Path, tmp_path: Path, harness_env, *command: str, **env: str) -> tuple[int, Path]:
+    task_dir = make_task(store, "csv-stats", {}, task="cmd", kind="plugin")
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_SCRATCH=str(tmp_path / "s"), **env)
+    return execute.main(list(command)), task_dir
+
+
+def test_a_command_that_fails_exits_3_and_its_report_says_failed(
+    store: Path, tmp_path: Path, harness_env
+) -> None:
+    code, task_dir = _run(store, tmp_path, harness_env, "python", "-c", "raise SystemExit(2)")
+
+    assert code == 3
+    assert report_of(task_dir, "cmd").failed
+
+
+def test_a_command_that_exits_137_exits_137_and_is_no_failure(
+    store: Path, tmp_path: Path, harness_env
+) -> None:
+    code, task_dir = _run(store, tmp_path, harness_env, "sh", "-c", "exit 137")
+
+    assert code == 137
+    report = report_of(task_dir, "cmd")
+    assert not report.failed and report.oom_kills == 0
+
+
+def test_a_command_that_cannot_start_is_a_configuration_error_without_a_report(
+    store: Path, tmp_path: Path, harness_env, caplog
+) -> None:
+    code, task_dir = _run(store, tmp_path, harness_env, "no-such-program-here")
+
+    assert code == 4
+    assert "no-such-program-here cannot be started" in caplog.text
+    assert not (task_dir / "workers").exists()
+
+
+def test_simrun_exec_without_a_command_exits_4(harness_env) -> None:
+    harness_env()
+
+    assert execute.main([]) == 4
+
+
+def test_a_missing_input_is_a_configuration_error(
+    store: Path, tmp_path: Path, harness_env, caplog
+) -> None:
+    code, _ = _run(store, tmp_path, harness_env, "true", SIMRUN_INPUTS="table=runs/r0/out")
+
+    assert code == 4
+    assert "does not exist" in caplog.text
+
+
+TRAP = (
+    "import signal, sys, time, pathlib\n"
+    "def stop(*_):\n"
+    "    pathlib.Path('got-sigterm').write_text('yes')\n"
+    "    sys.exit(1)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)"
+)
+
+
+def test_a_sigterm_is_passed_on_to_the_command_and_the_exec_exits_143(
+    store: Path, tmp_path: Path, logs: Path
+) -> None:
+    task_dir = make_task(store, "csv-stats", {}, task="trap", kind="plugin")
+    scratch = tmp_path / "scratch"
+    env = clean_environ(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_SCRATCH=str(scratch))
+    process = spawn("exec", env, logs / "exec.log", "python", "-c", TRAP)
+    wait_for(lambda: "ready" in (logs / "exec.log").read_text(), 30, "the command")
+
+    os.kill(process.pid, signal.SIGTERM)
+
+    assert finish(process, logs / "exec.log") == 143
+    assert (scratch / "got-sigterm").read_text() == "yes"
+    report = report_of(task_dir, "trap")
+    assert not report.failed and report.seconds > 0

@@ -1,0 +1,187 @@
+"""The ledger: claims, pieces of results, incarnations, stale workers, the merge's view."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.ledger import MAX_BLOCKS, Ledger, append_progress, describe
+from harness.report import units_done
+
+
+def compute(ledger: Ledger, claims) -> None:
+    """Do what a worker does with claims: square their units, store them, drop the claims."""
+    units = [u for claim in claims for r in claim.ranges for u in r]
+    ledger.write_piece(units, [u * u for u in units])
+    ledger.release([c.block for c in claims])
+
+
+def test_a_small_ledger_has_a_block_per_unit_and_a_large_one_at_most_max_blocks(
+    tmp_path: Path,
+) -> None:
+    assert Ledger.open(tmp_path / "a", 10, "w").block == 1
+    large = Ledger.open(tmp_path / "b", 10 * MAX_BLOCKS + 1, "w")
+    assert large.block == 11 and large.blocks <= MAX_BLOCKS
+
+
+def test_two_workers_claim_disjoint_blocks_until_none_is_pending(tmp_path: Path) -> None:
+    first = Ledger.open(tmp_path, 10, "w1")
+    second = Ledger.open(tmp_path, 10, "w2")
+
+    a = first.claim(4)
+    b = second.claim(100)
+
+    assert [c.block for c in a] == [0, 1, 2, 3]
+    assert [c.block for c in b] == [4, 5, 6, 7, 8, 9]
+    assert first.claim(1) == [] and second.claim(1) == []
+    compute(first, a)
+    compute(second, b)
+    assert first.is_complete()
+    assert Ledger.read(tmp_path).results() == [u * u for u in range(10)]
+
+
+def test_a_claim_is_a_link_to_its_workers_token(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path, 3, "sweep-w1")
+    ledger.claim(1)
+
+    assert (tmp_path / "claims" / "0").read_text() == "sweep-w1"
+    assert os.stat(tmp_path / "claims" / "0").st_ino == os.stat(ledger.token).st_ino
+
+
+def test_the_size_of_a_ledger_is_fixed_by_its_first_worker(tmp_path: Path) -> None:
+    Ledger.open(tmp_path, 10, "w1")
+
+    with pytest.raises(ValueError, match="has 10 units, the task has 12"):
+        Ledger.open(tmp_path, 12, "w2")
+
+
+def test_a_done_unit_is_never_claimed_again(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path, 5, "w1")
+    ledger.write_piece([1, 2], [1, 4])
+
+    assert [c.block for c in ledger.claim(10)] == [0, 3, 4]
+
+
+def test_a_block_done_in_part_is_claimed_for_its_remaining_units(tmp_path: Path) -> None:
+    size = 2 * MAX_BLOCKS  # blocks of two units
+    first = Ledger.open(tmp_path, size, "w1")
+    (claim,) = first.claim(1)
+    assert claim.ranges == (range(0, 2),)
+    first.write_piece([0], [0])  # stopped after unit 0: the rest is released
+    first.release([0])
+
+    second = Ledger.open(tmp_path, size, "w2")
+    (again,) = second.claim(1)
+
+    assert again.block == 0 and again.ranges == (range(1, 2),)
+
+
+def test_a_unit_computed_twice_merges_to_the_right_result(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path, 6, "w1")
+    ledger.write_piece([0, 1, 2, 3], [0, 1, 4, 9])
+    ledger.write_piece([2, 3, 4], [4, 9, 16])  # a slow stale worker wrote these again
+    ledger.write_piece([3, 4, 5], [9, 16, 25])
+    ledger.write_piece([0, 1, 2, 3], [0, 1, 4, 9])  # and the same piece again
+
+    assert Ledger.read(tmp_path).results() == [0, 1, 4, 9, 16, 25]
+
+
+def test_a_piece_is_written_per_contiguous_run_of_units(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path, 10, "w1")
+    ledger.write_piece([0, 1, 2, 5, 6, 9], list("abcdef"))
+
+    names = sorted(n for n in os.listdir(tmp_path / "done") if not n.startswith("."))
+    assert names == ["0-3", "5-7", "9-10"]
+    ledger.refresh()
+    assert ledger.missing() == [range(3, 5), range(7, 9)]
+
+
+def test_the_merge_names_the_units_not_done(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path, 20, "w1")
+    ledger.write_piece(list(range(0, 3)) + list(range(6, 19)), [0] * 16)
+
+    with pytest.raises(RuntimeError, match=r"units not done: 3-5, 19$"):
+        Ledger.read(tmp_path).results()
+
+
+def test_a_new_incarnation_releases_the_claims_of_the_one_before(tmp_path: Path) -> None:
+    before = Ledger.open(tmp_path, 10, "sweep-w1")
+    before.claim(3)
+    other = Ledger.open(tmp_path, 10, "sweep-w2")
+    other.claim(2)
+
+    again = Ledger.open(tmp_path, 10, "sweep-w1")
+
+    assert sorted(again.release_incarnation()) == [0, 1, 2]
+    assert sorted(os.listdir(tmp_path / "claims")) == ["3", "4"]
+
+
+def test_a_worker_releases_only_its_own_claims(tmp_path: Path) -> None:
+    first = Ledger.open(tmp_path, 4, "w1")
+    second = Ledger.open(tmp_path, 4, "w2")
+    second.claim(1)
+
+    first.release([0])
+
+    assert os.listdir(tmp_path / "claims") == ["0"]
+
+
+def test_the_claims_of_a_worker_whose_heartbeat_stopped_are_released_after_stale_s(
+    tmp_path: Path,
+) -> None:
+    coordinator = Ledger.open(tmp_path, 10, "sweep-w0")
+    dead = Ledger.open(tmp_path, 10, "sweep-w1")
+    alive = Ledger.open(tmp_path, 10, "sweep-w2")
+    dead.heartbeat(0)
+    alive.heartbeat(0)
+    dead.claim(2)
+    alive.claim(2)
+
+    assert coordinator.release_stale(30, set(), now=100.0) == []  # first look
+    alive.heartbeat(1)
+    assert coordinator.release_stale(30, set(), now=129.0) == []  # not stale yet
+    alive.heartbeat(2)
+    released = coordinator.release_stale(30, set(), now=131.0)
+
+    assert sorted(released) == [0, 1]
+    assert sorted(os.listdir(tmp_path / "claims")) == ["2", "3"]
+    assert [c.block for c in coordinator.claim(10)] == [0, 1, 4, 5, 6, 7, 8, 9]
+
+
+def test_a_worker_without_a_heartbeat_is_stale_after_stale_s_too(tmp_path: Path) -> None:
+    coordinator = Ledger.open(tmp_path, 2, "sweep-w0")
+    Ledger.open(tmp_path, 2, "sweep-w1").claim(1)
+
+    assert coordinator.release_stale(5, set(), now=0.0) == []
+    assert coordinator.release_stale(5, set(), now=5.0) == [0]
+
+
+def test_the_coordinators_own_claims_not_in_flight_are_released_at_once(tmp_path: Path) -> None:
+    coordinator = Ledger.open(tmp_path, 3, "sweep-w0")
+    coordinator.claim(3)
+
+    assert sorted(coordinator.release_stale(60, {1}, now=0.0)) == [0, 2]
+    assert sorted(os.listdir(tmp_path / "claims")) == ["1"]
+
+
+def test_progress_counts_distinct_units(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    append_progress(progress, "w1", [0, 1, 2], [0.1, 0.2, 0.3])
+    append_progress(progress, "w2", [2, 3], [0.3, 0.4])
+
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert lines[0] == {"unit": 0, "worker": "w1", "seconds": 0.1}
+    assert len(lines) == 5
+    assert units_done(tmp_path) == 4
+    assert units_done(tmp_path / "elsewhere") == 0
+
+
+def test_describe_shortens_long_lists_of_units() -> None:
+    ranges = [range(i * 10, i * 10 + 2) for i in range(30)]
+
+    text = describe(ranges)
+
+    assert text.startswith("0-1, 10-11") and text.endswith("… (60 units)")

@@ -1,0 +1,188 @@
+"""Source snapshots: shadow trees, editable installs with a restart; inputs staged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from harness.sources import install_editable, shadow_tree, stage
+
+
+def _tree(root: Path) -> Path:
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("VALUE = 1\n")
+    (root / "pkg" / "sub" / "data.txt").write_text("data")
+    os.symlink("sub", root / "pkg" / "alias")
+    os.symlink("__init__.py", root / "pkg" / "init-link.py")
+    return root
+
+
+def _fingerprint(root: Path) -> str:
+    """Names, kinds, contents and modification times of a tree: any write changes it."""
+    digest = hashlib.sha256()
+    for directory, dirs, files in sorted(os.walk(root)):
+        for name in sorted(dirs + files):
+            path = Path(directory) / name
+            info = path.lstat()
+            digest.update(f"{path.relative_to(root)} {info.st_mode} {info.st_mtime_ns}".encode())
+            if path.is_file() and not path.is_symlink():
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_a_shadow_tree_has_real_directories_and_links_to_the_files(tmp_path: Path) -> None:
+    source = _tree(tmp_path / "source")
+    target = tmp_path / "shadow"
+    (target / "stale").mkdir(parents=True)
+
+    assert shadow_tree(source, target) == target
+
+    assert not (target / "stale").exists()  # replaced
+    assert (target / "pkg").is_dir() and not (target / "pkg").is_symlink()
+    init = target / "pkg" / "__init__.py"
+    assert init.is_symlink() and init.resolve() == (source / "pkg" / "__init__.py").resolve()
+    assert os.readlink(target / "pkg" / "alias") == "sub"  # a link stays the same link
+    assert os.readlink(target / "pkg" / "init-link.py") == "__init__.py"
+    (target / "pkg" / "build.txt").write_text("a build writes here")
+    assert not (source / "pkg" / "build.txt").exists()
+
+
+def test_install_editable_does_nothing_without_snapshots(tmp_path: Path) -> None:
+    root = tmp_path / "sources"
+    install_editable([], python="/nonexistent/python", root=root)
+
+    assert not root.exists()
+
+
+def test_stage_copies_files_and_trees_relative_to_store_and_scratch(tmp_path: Path) -> None:
+    store, scratch = tmp_path / "store", tmp_path / "scratch"
+    (store / "runs" / "out" / "deep").mkdir(parents=True)
+    (store / "runs" / "out" / "deep" / "x.csv").write_text("x")
+    (store / "one.txt").write_text("one")
+    absolute = tmp_path / "elsewhere.txt"
+    absolute.write_text("abs")
+
+    stage(
+        [
+            ("runs/out", "inputs/table"),
+            ("one.txt", "single/one.txt"),
+            (str(absolute), str(tmp_path / "copied.txt")),
+        ],
+        store,
+        scratch,
+    )
+
+    assert (scratch / "inputs" / "table" / "deep" / "x.csv").read_text() == "x"
+    assert (scratch / "single" / "one.txt").read_text() == "one"
+    assert (tmp_path / "copied.txt").read_text() == "abs"
+    with pytest.raises(FileNotFoundError, match="missing"):
+        stage([("missing", "m")], store, scratch)
+
+
+BACKEND = """
+\"\"\"A PEP 517 backend of its own, so the test needs no package beyond pip.\"\"\"
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = "tinypkg", "0.1"
+INFO = f"{NAME}-{VERSION}.dist-info"
+METADATA = f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {VERSION}\\n"
+WHEEL = "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+
+
+def get_requires_for_build_editable(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
+    os.makedirs(os.path.join(metadata_directory, INFO))
+    for name, text in (("METADATA", METADATA), ("WHEEL", WHEEL)):
+        with open(os.path.join(metadata_directory, INFO, name), "w") as handle:
+            handle.write(text)
+    return INFO
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    with open("build-stamp.txt", "w") as handle:  # backends write into the tree they build
+        handle.write("built")
+    files = {
+        f"{NAME}.pth": os.path.abspath("src") + "\\n",
+        f"{INFO}/METADATA": METADATA,
+        f"{INFO}/WHEEL": WHEEL,
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{INFO}/RECORD"] = "\\n".join([*record, f"{INFO}/RECORD,,"]) + "\\n"
+    wheel = f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return wheel
+"""
+PROBE = """
+import json, os, sys, threading
+from harness.report import harness_started
+from harness.sources import install_sources
+started = harness_started()
+print("started", repr(started), file=sys.stderr, flush=True)
+install_sources(os.environ, threading.Event())   # installs, then restarts this script
+import tinypkg
+print(json.dumps({"value": tinypkg.VALUE, "file": tinypkg.__file__, "started": started,
+                  "installed": os.environ.get("SIMRUN_SOURCES_INSTALLED")}))
+"""
+
+
+def test_install_sources_installs_a_read_only_snapshot_and_restarts_into_it(
+    tmp_path: Path,
+) -> None:
+    snapshot = tmp_path / "snapshot"
+    (snapshot / "src" / "tinypkg").mkdir(parents=True)
+    (snapshot / "src" / "tinypkg" / "__init__.py").write_text("VALUE = 42\n")
+    (snapshot / "backend.py").write_text(BACKEND)
+    (snapshot / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "tinypkg"\nversion = "0.1"\n'
+    )
+    for directory, _, files in os.walk(snapshot):
+        for name in files:
+            os.chmod(Path(directory) / name, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        os.chmod(directory, stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
+    before = _fingerprint(snapshot)
+    # A venv of its own (never install into the project's), seeing the project's packages.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    project = sysconfig.get_path("purelib")
+    (site / "project.pth").write_text(f"import site; site.addsitedir({project!r})\n")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SIMRUN_")},
+        "SIMRUN_EDITABLE": str(snapshot),
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
+    (tmp_path / "tmp").mkdir()
+
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["value"] == 42 and seen["installed"] == "1"
+    assert "simrun-sources" in seen["file"]  # from the shadow tree, not the snapshot path
+    assert _fingerprint(snapshot) == before
+    # The start of the harness is the one before the install, kept across the restart.
+    first, *_ = (line for line in result.stderr.splitlines() if line.startswith("started"))
+    assert first == f"started {seen['started']!r}"
