@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import IntegerField, OuterRef, Prefetch, Subquery, Sum
+from django.db.models import IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
-from runs.models import Attempt, Run, RunQuerySet, Task
+from runs.models import Attempt, Observation, Run, RunQuerySet, Task
 
 
 def visible_runs(user: Any) -> RunQuerySet:
@@ -58,3 +58,9 @@ def task_or_404(user: Any, run_id: str, task_id: str) -> Task:
     if not user.is_staff:
         tasks = tasks.filter(run__owner=user)
     return get_object_or_404(tasks, run_id=run_id, task_id=task_id)
+
+
+def visible_observations(user: Any) -> QuerySet[Observation]:
+    """Observations of the user's runs (staff: all), newest first, with their tasks."""
+    rows = Observation.objects.select_related("task").order_by("-created_at", "-id")
+    return rows if user.is_staff else rows.filter(run__owner=user)

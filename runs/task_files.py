@@ -266,3 +266,14 @@ def attach_progress(run: Run, tasks: list[Task]) -> None:
         task.units_now = units_now(task)  # type: ignore[attr-defined]
     run.units_done_sum = sum(t.units_now for t in tasks)  # type: ignore[attr-defined]
     run.units_total_sum = sum(t.units_total for t in tasks)  # type: ignore[attr-defined]
+
+
+def preview(task_dir: Path, relative: str, max_bytes: int = 8192) -> str:
+    """The start of a text output for a page, at most ``max_bytes``; empty when unreadable."""
+    try:
+        file, _ = open_output(task_dir, relative)
+    except NotInOutputs:
+        return ""
+    with file:
+        data = file.read(max_bytes)
+    return data.decode("utf-8", errors="replace")

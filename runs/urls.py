@@ -1,4 +1,4 @@
-"""URLs of the dashboard."""
+"""URLs of the dashboard: a page each, and the fragments its page polls or swaps."""
 
 from django.urls import path
 
@@ -6,6 +6,22 @@ from runs import views
 
 app_name = "runs"
 
+RUN = "runs/<str:run_id>/"
+TASK = RUN + "tasks/<str:task_id>/"
+
 urlpatterns = [
     path("", views.run_list, name="run-list"),
+    path("runs/table/", views.run_list_table, name="run-list-table"),
+    path("runs/new/", views.run_new, name="run-new"),
+    path(RUN, views.run_detail, name="run-detail"),
+    path(RUN + "live/", views.run_live, name="run-live"),
+    path(RUN + "cancel/", views.run_cancel, name="run-cancel"),
+    path(TASK + "logs/", views.task_log_page, name="task-logs"),
+    path(TASK + "logs/<str:name>/", views.task_log_text, name="task-log-text"),
+    path(TASK + "out/<path:path>", views.output_file, name="output-file"),
+    path("placements/", views.placements, name="placements"),
+    path("placements/live/", views.placements_live, name="placements-live"),
+    path("nodes/", views.nodes, name="nodes"),
+    path("nodes/<str:name>/release/", views.node_release, name="node-release"),
+    path("observations/", views.observations, name="observations"),
 ]

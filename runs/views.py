@@ -1,15 +1,330 @@
-"""The dashboard's pages (HTMX)."""
+"""The dashboard's pages (HTMX): one view and one template per page, fragments as partials.
+
+Every fragment has its own URL and its own view, which checks who may see it exactly as its
+page does: a fragment can be asked for directly. A fragment is polled only while something
+it shows is live; once nothing is, its view answers 286 and htmx stops polling.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from pathlib import Path
+from typing import Any
 
-from runs.models import Run
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from django_htmx.http import HTMX_STOP_POLLING
+
+from harness.tasktypes import task_types
+from runs import capacity, controller, reservations, store, task_files, task_logs
+from runs.access import (
+    run_or_404,
+    run_with_tasks_or_404,
+    task_or_404,
+    visible_observations,
+    visible_runs,
+    with_progress,
+)
+from runs.api.filters import RunFilters, apply_filters
+from runs.api.pagination import COUNT_CAP, MAX_PAGE, positive
+from runs.api.task_views import serve_output
+from runs.charts import observation_chart
+from runs.dag import layout
+from runs.models import RunState, TaskState
+from runs.planning_figures import planning_figures
+from runs.spec import SpecError, parse_spec
+from runs.submission import create_run
+from runs.task_logs import DEFAULT_TAIL
+
+RUNS_PER_PAGE = 50
+OUTPUTS_SHOWN = 50
+OBSERVATIONS_CHARTED = 200
+TAIL_CHOICES = [100, 200, 1000, 5000]
+QUICK_EXAMPLE = """\
+name: squares-quick
+tasks:
+  sweep:
+    type: squares
+    settings: {n: 200, delay_s: 0.05}
+"""
+
+
+def fragment(request: HttpRequest, template: str, context: dict[str, Any], *, live: bool):
+    """Render a fragment; 286 (stop polling) when nothing it shows is live any more."""
+    return render(request, template, context, status=200 if live else HTMX_STOP_POLLING)
+
+
+# Runs
+
+
+def _run_list_context(request: HttpRequest) -> dict[str, Any]:
+    filters = RunFilters(data=request.GET)
+    values = filters.validated_data if filters.is_valid() else {}
+    page = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
+    runs = with_progress(apply_filters(visible_runs(request.user), values))
+    start = (page - 1) * RUNS_PER_PAGE
+    rows = list(runs[start : start + RUNS_PER_PAGE + 1])
+    has_next = len(rows) > RUNS_PER_PAGE
+    rows = rows[:RUNS_PER_PAGE]
+    count = runs.order_by().values("pk")[: COUNT_CAP + 1].count() if has_next else start + len(rows)
+    query = request.GET.copy()
+    query.pop("page", None)
+    return {
+        "runs": rows,
+        "any_live": any(not r.ended for r in rows),
+        "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
+        "filter_errors": {} if filters.is_valid() else filters.errors,
+        "states": RunState.choices,
+        "count": min(count, COUNT_CAP),
+        "count_exact": count <= COUNT_CAP,
+        "page": page,
+        "previous_page": page - 1 if page > 1 else None,
+        "next_page": page + 1 if has_next else None,
+        "query": query.urlencode(),
+        "full_query": request.GET.urlencode(),
+    }
 
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.visible_to(request.user).select_related("owner")[:50]
-    return render(request, "runs/run_list.html", {"runs": runs})
+    """Runs: a table with state, progress, duration and owner; live while a shown run is."""
+    return render(request, "runs/run_list.html", _run_list_context(request))
+
+
+@login_required
+def run_list_table(request: HttpRequest) -> HttpResponse:
+    context = _run_list_context(request)
+    return fragment(request, "runs/run_list.html#table", context, live=context["any_live"])
+
+
+def _examples() -> list[tuple[str, str]]:
+    """Example specs to start from: the quick squares sweep and ``docs/examples/*.yaml``."""
+    found = [("squares (quick)", QUICK_EXAMPLE)]
+    for path in sorted((Path(settings.BASE_DIR) / "docs" / "examples").glob("*.yaml")):
+        found.append((path.name, path.read_text()))
+    return found
+
+
+@login_required
+def run_new(request: HttpRequest) -> HttpResponse:
+    """Submit a run: a spec in YAML or JSON; problems shown by the path of their field."""
+    text, errors = "", {}
+    if request.method == "POST":
+        text = request.POST.get("spec", "")
+        try:
+            spec = parse_spec(text, types=task_types())
+            run = create_run(spec=spec, owner=request.user)
+        except SpecError as error:
+            errors = error.errors
+        else:
+            return redirect("runs:run-detail", run_id=run.id)
+    return render(
+        request,
+        "runs/run_new.html",
+        {"text": text, "errors": errors, "examples": _examples()},
+        status=400 if errors else 200,
+    )
+
+
+def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    run = run_with_tasks_or_404(request.user, run_id)
+    tasks = list(run.tasks.all())
+    task_files.attach_progress(run, tasks)
+    for task in tasks:
+        task.outputs = _outputs(task) if task.state == TaskState.DONE else []  # type: ignore[attr-defined]
+    return {
+        "run": run,
+        "tasks": tasks,
+        "dag": layout(tasks, {t.task_id: t.units_now for t in tasks}),  # type: ignore[attr-defined]
+        "live": not run.ended,
+    }
+
+
+def _outputs(task: Any) -> list[dict[str, Any]]:
+    """The outputs of a done task for its card: a URL each, the start of small texts."""
+    folder = store.task_dir(task.run_id, task.task_id)
+    shown = []
+    for output in task_files.output_files(folder, limit=OUTPUTS_SHOWN):
+        url = reverse("runs:output-file", args=[task.run_id, task.task_id, output.path])
+        preview = (
+            task_files.preview(folder, output.path) if output.inline and not output.is_image else ""
+        )
+        shown.append({"file": output, "url": url, "preview": preview})
+    return shown
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+    """A run: its DAG, per task progress, plan and why, attempts, outputs; cancel."""
+    return render(request, "runs/run_detail.html", _run_context(request, run_id))
+
+
+@login_required
+def run_live(request: HttpRequest, run_id: str) -> HttpResponse:
+    context = _run_context(request, run_id)
+    return fragment(request, "runs/run_detail.html#live", context, live=context["live"])
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Cancel a run (the record is written at once; the backend's pods end after)."""
+    run = run_or_404(request.user, run_id)
+    try:
+        controller.request_cancel(run)
+    except controller.Conflict as error:
+        level, notice = messages.WARNING, str(error)
+    else:
+        level, notice = messages.SUCCESS, f"Run {run.id} cancelled."
+    if not request.htmx:  # type: ignore[attr-defined]
+        messages.add_message(request, level, notice)
+        return redirect("runs:run-detail", run_id=run_id)
+    context = _run_context(request, run_id)
+    context["notice"] = {"level": messages.DEFAULT_TAGS[level], "text": notice}
+    return fragment(request, "runs/run_detail.html#live", context, live=context["live"])
+
+
+@login_required
+def output_file(request: HttpRequest, run_id: str, task_id: str, path: str) -> HttpResponse:
+    """A file of a done task's out/; nothing outside it, whatever the path says."""
+    task = task_or_404(request.user, run_id, task_id)
+    response = serve_output(task.run_id, task.task_id, path)
+    if task.state == TaskState.DONE:
+        # The outputs of a done task no longer change: polled pages need not fetch them again.
+        response["Cache-Control"] = "private, max-age=600"
+    return response
+
+
+# Logs
+
+
+def _tail(request: HttpRequest) -> int:
+    tail = positive(request.GET.get("tail"), DEFAULT_TAIL, max(TAIL_CHOICES))
+    return tail or DEFAULT_TAIL
+
+
+def _log_context(request: HttpRequest, task: Any, name: str) -> dict[str, Any]:
+    tail = _tail(request)
+    query = request.GET.get("q", "")[:200].replace("\x00", "")
+    text = task_logs.read_log(task, name, tail=tail)
+    if text is None:
+        raise Http404(f"no log {name!r}")
+    shown = task_files.search_lines(text.text, query) if query else text.text
+    return {
+        "task": task,
+        "run": task.run,
+        "log": text.log,
+        "text": shown,
+        "lines": shown.count("\n"),
+        "q": query,
+        "tail": tail,
+        "tails": TAIL_CHOICES,
+    }
+
+
+@login_required
+def task_log_page(request: HttpRequest, run_id: str, task_id: str) -> HttpResponse:
+    """The logs of a task: one per attempt, its tail, following while it runs, searchable."""
+    task = task_or_404(request.user, run_id, task_id)
+    logs = task_logs.task_logs(task, tail_lines=1)
+    names = [log.name for log in logs]
+    name = request.GET.get("log") or next(
+        (log.name for log in reversed(logs) if log.running), names[-1] if names else ""
+    )
+    if name and name not in names:
+        raise Http404(f"no log {name!r}")
+    context = {"task": task, "run": task.run, "logs": logs, "log": None, "tail": _tail(request)}
+    if name:
+        context |= _log_context(request, task, name)
+    context["logs"] = logs
+    return render(request, "runs/task_logs.html", context)
+
+
+@login_required
+def task_log_text(request: HttpRequest, run_id: str, task_id: str, name: str) -> HttpResponse:
+    task = task_or_404(request.user, run_id, task_id)
+    context = _log_context(request, task, name)
+    return fragment(request, "runs/task_logs.html#log", context, live=context["log"].running)
+
+
+# Machines
+
+
+def _cluster_context(request: HttpRequest) -> dict[str, Any]:
+    try:
+        nodes = capacity.cluster_for(request.user)
+    except capacity.BackendUnavailable as error:
+        return {"nodes": [], "error": str(error), "live": True}
+    return {"nodes": nodes, "error": "", "live": any(use.pod_count for use in nodes)}
+
+
+@login_required
+def placements(request: HttpRequest) -> HttpResponse:
+    """The pods (processes) running now, grouped by node, with each node's use as bars."""
+    return render(request, "runs/placements.html", _cluster_context(request))
+
+
+@login_required
+def placements_live(request: HttpRequest) -> HttpResponse:
+    context = _cluster_context(request)
+    return fragment(request, "runs/placements.html#nodes", context, live=context["live"])
+
+
+@login_required
+def nodes(request: HttpRequest) -> HttpResponse:
+    """Reservations: the nodes, the run holding each, release (staff)."""
+    context = _cluster_context(request)
+    context["nodes"] = [use for use in context["nodes"] if use.node is not None]
+    return render(request, "runs/nodes.html", context)
+
+
+@login_required
+@require_POST
+def node_release(request: HttpRequest, name: str) -> HttpResponse:
+    if not request.user.is_staff:
+        raise PermissionDenied("only staff release reservations")
+    context = _cluster_context(request)
+    node = next((use for use in context["nodes"] if use.name == name and use.node), None)
+    holder = reservations.holder_of(node=name, reserved_by=node.reserved_run if node else None)
+    if holder is None:
+        messages.warning(request, f"No run of the record holds {name}.")
+    else:
+        try:
+            reservations.release_reservation(run=holder, node=name)
+        except reservations.ReleaseRefused as error:
+            messages.warning(request, str(error))
+        else:
+            messages.success(request, f"{name} will be released from run {holder.id}.")
+    return redirect("runs:nodes")
+
+
+# Observations
+
+
+@login_required
+def observations(request: HttpRequest) -> HttpResponse:
+    """Per task type: peak memory per process against its sizing, and the planning figure."""
+    figures = planning_figures()
+    by_name = {f.name: f for f in figures}
+    name = request.GET.get("type") or next(
+        (f.name for f in figures if f.observations), figures[0].name if figures else ""
+    )
+    if name not in by_name:
+        raise Http404(f"no task type {name!r}")
+    rows = list(visible_observations(request.user).filter(task_type=name)[:OBSERVATIONS_CHARTED])
+    figure = by_name[name]
+    return render(
+        request,
+        "runs/observations.html",
+        {
+            "figures": figures,
+            "figure": figure,
+            "observations": rows,
+            "chart": observation_chart(rows[::-1], figure.per_worker_gb) if rows else "",
+        },
+    )

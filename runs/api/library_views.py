@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -13,6 +12,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from runs.access import visible_observations
 from runs.api import schema
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import ARCHIVE_PARSERS
@@ -20,12 +20,6 @@ from runs.api.serializers import ObservationSerializer, SnapshotSerializer, Task
 from runs.models import Observation, Snapshot
 from runs.planning_figures import planning_figures
 from runs.snapshots import SnapshotError, save_snapshot
-
-
-def visible_observations(user: Any) -> Any:
-    """Observations of the user's runs (staff: all), newest first."""
-    rows = Observation.objects.select_related("task").order_by("-created_at", "-id")
-    return rows if user.is_staff else rows.filter(run__owner=user)
 
 
 @extend_schema_view(

@@ -1,0 +1,70 @@
+"""Template filters of the dashboard: durations, sizes, percentages."""
+
+from __future__ import annotations
+
+import json
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    """``42s``, ``3m 05s``, ``2h 04m``, ``3d 2h``."""
+    if seconds is None:
+        return "–"
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+@register.filter
+def filesize(size: int | None) -> str:
+    """``512 B``, ``3.4 KiB``, ``12.0 MiB``."""
+    if size is None:
+        return "–"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+@register.filter
+def percent(done: int | float | None, total: int | float | None) -> float:
+    """``done`` of ``total`` in percent, 0 when there is no total."""
+    if not total or done is None:
+        return 0.0
+    return round(min(100.0, 100.0 * float(done) / float(total)), 1)
+
+
+@register.filter
+def gib(value: float | None) -> str:
+    """A memory figure in GiB, as short as it can be read."""
+    if value is None:
+        return "–"
+    return f"{value:.2f}".rstrip("0").rstrip(".") + " GiB"
+
+
+@register.filter
+def pretty_json(value: object) -> str:
+    """A value as indented JSON, for a ``<pre>``."""
+    return json.dumps(value, indent=2, sort_keys=False)
+
+
+@register.filter
+def ratio(value: float | None, by: float | None) -> str:
+    """``value / by`` in three significant digits, ``–`` when ``by`` is zero."""
+    if not by or value is None:
+        return "–"
+    return f"{value / by:.3g}"
