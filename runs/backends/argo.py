@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -177,7 +177,7 @@ class ArgoBackend:
         """The logs of the ``main`` container of every pod of a task still there, oldest first."""
         selector = f"{WORKFLOW_LABEL}={name},{TASK_LABEL}={task_id}"
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
-        pods.sort(key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
+        pods.sort(key=_created)
         found = []
         for pod in pods:
             node = (pod.metadata.annotations or {}).get(NODE_NAME_ANNOTATION, "")
@@ -362,7 +362,7 @@ class ArgoBackend:
                 self._closed.wait(WATCH_BACKOFF_S)
 
     def _list_version(self) -> str:
-        listing = self.custom.list_namespaced_custom_object(
+        listing: dict[str, Any] = self.custom.list_namespaced_custom_object(  # type: ignore[assignment]
             GROUP, VERSION, self.namespace, PLURAL, label_selector=RUN_LABEL, limit=1
         )
         return str(listing["metadata"]["resourceVersion"])
@@ -449,6 +449,12 @@ class ArgoBackend:
         return has_image(ref, credentials=registry_credentials(auth) if found else None)
 
 
+def _created(pod: Any) -> tuple[str, str]:
+    """When a pod was created (RFC 3339 sorts in time), then its name."""
+    created = pod.metadata.creation_timestamp
+    return (created.isoformat() if created else "", pod.metadata.name)
+
+
 def _main_env(pod: Any) -> dict[str, str]:
     for container in pod.spec.containers:
         if container.name == "main":
@@ -478,11 +484,11 @@ def _is_reservation(taint: dict[str, Any], run_id: str) -> bool:
 
 
 def _node_patch(
-    node: Any, *, labels: dict[str, str | None], taints: list[dict[str, Any]]
+    node: Any, *, labels: Mapping[str, str | None], taints: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """A strategic merge patch of a node's labels and (atomic) taints, guarded by its
     resourceVersion: a node written meanwhile makes it fail with 409 (reference §5.2)."""
     metadata: dict[str, Any] = {"resourceVersion": node.metadata.resource_version}
     if labels:
-        metadata["labels"] = labels
+        metadata["labels"] = dict(labels)
     return {"metadata": metadata, "spec": {"taints": taints}}

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.tasktypes import TaskType
-from runs.backends.base import ClusterConfig, RunRecord, TaskRecord
+from runs.backends.base import ClusterConfig, RunRecord, TaskRecord, workflow_name
 from runs.planner import TaskPlan
 
 GROUP = "argoproj.io"
@@ -72,11 +72,6 @@ for pair in pairs:
 """
 """The init container of a command task: its inputs into ``inputs/<port>`` of the scratch
 directory (its working directory) and its ``out/`` created, with the run's image."""
-
-
-def workflow_name(run_id: str) -> str:
-    """The name of the Workflow of a run."""
-    return f"simrun-{run_id}"
 
 
 def memory_quantity(gb: float) -> str:
