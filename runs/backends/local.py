@@ -42,6 +42,7 @@ from runs.backends.base import (
     PodLog,
     RunRecord,
     TaskRecord,
+    workflow_name,
 )
 from runs.backends.local_launcher import notify, read_json, same_process, write_json
 from runs.backends.local_state import (
@@ -72,11 +73,6 @@ SERVICE_ENV = frozenset(
     {"DATABASE_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "KUBECONFIG"}
 )
 """The service's configuration, which its processes do not get."""
-
-
-def workflow_name(run_id: str) -> str:
-    """The name of the workflow of a run, as on the cluster."""
-    return f"simrun-{run_id}"
 
 
 def physical_memory_gb() -> float:
@@ -701,7 +697,7 @@ class LocalBackend:
             if self.hierarchy is not None and self.hierarchy.parent.is_dir():
                 for cgroup in self.hierarchy.parent.iterdir():  # named <run>.<node>.<attempt>
                     name = workflow_name(cgroup.name.partition(".")[0])
-                    if not self._is_live(name) and not cgroups.pids(cgroup):
+                    if cgroup.is_dir() and not self._is_live(name) and not cgroups.pids(cgroup):
                         cgroups.remove(cgroup, timeout_s=0)
         return killed
 

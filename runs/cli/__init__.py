@@ -15,6 +15,8 @@ from types import ModuleType
 SUBCOMMANDS = [
     "runs.cli.version",
     "runs.cli.render_workflow",
+    "runs.cli.serve",
+    "runs.cli.user",
 ]
 
 

@@ -1,0 +1,235 @@
+"""``simrun serve``: the whole service on this machine, started with one command.
+
+The web server (gunicorn), a Celery worker and beat, and the step of the local backend, as
+children of this process, with the embedded default when nothing is configured: SQLite,
+the store and kombu's filesystem broker under ``SIMRUN_HOME``, the local backend. With
+``DATABASE_URL`` and ``CELERY_BROKER_URL`` set, they are PostgreSQL and Redis instead. The
+database is migrated at every start (nothing to do after the first); a child that dies is
+started again; Ctrl-C or SIGTERM stops every child. The processes of the runs are not
+children: they go on, and the next start adopts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NAME = "serve"
+HELP = "run the service on this machine: web server, Celery worker and beat, local backend"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+RESTARTS = 5
+"""A child that dies more often than this within ``RESTART_WINDOW_S`` stops the service."""
+RESTART_WINDOW_S = 60.0
+STOP_TIMEOUT_S = 20.0
+"""Seconds the children get to stop after SIGTERM before they are killed."""
+READY_TIMEOUT_S = 60.0
+PR_SET_PDEATHSIG = 1
+DEMO_SPEC = Path(__file__).resolve().parents[2] / "docs" / "examples" / "demo.yaml"
+DEMO_USER = "demo"
+
+
+@dataclass
+class Child:
+    """A process of the service: its name, its command, its restarts."""
+
+    name: str
+    argv: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: deque[float] = field(default_factory=deque)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")
+    parser.add_argument("--web-workers", type=int, default=2, help="web server processes (2)")
+    parser.add_argument(
+        "--demo", action="store_true", help="create the user demo and submit the example sweep"
+    )
+
+
+def _die_with_parent() -> None:
+    """In a child: receive SIGTERM when serve dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def children(args: argparse.Namespace, home: Path, local: bool) -> list[Child]:
+    """The processes of the service."""
+    python = sys.executable
+    celery = [python, "-m", "celery", "--app", "simrun_site", "--quiet"]
+    found = [
+        Child(
+            "web",
+            [python, "-m", "gunicorn", "simrun_site.wsgi:application"]
+            + ["--bind", f"{args.host}:{args.port}", "--workers", str(args.web_workers)]
+            + ["--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "5"],
+        ),
+        Child(
+            "worker",
+            [*celery, "worker", "--loglevel", "INFO", "--concurrency", "2"]
+            + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
+            + ["--hostname", f"simrun-{os.getpid()}@%h"],
+        ),
+        Child("beat", [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""]),
+    ]
+    if local:
+        found.append(Child("local", [python, "-m", "django", "simrun_local"]))
+    return found
+
+
+def start(child: Child, home: Path) -> None:
+    child.process = subprocess.Popen(
+        child.argv, cwd=home, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+    )
+
+
+def allowed_hosts(host: str) -> None:
+    """Let the web server answer on the address it listens on (unless ALLOWED_HOSTS is set)."""
+    if host in LOOPBACK or os.environ.get("ALLOWED_HOSTS"):
+        return
+    everywhere = host in {"0.0.0.0", "::", ""}
+    os.environ["ALLOWED_HOSTS"] = "*" if everywhere else f"localhost,127.0.0.1,[::1],{host}"
+
+
+def prepare_broker() -> None:
+    """Create the folders of the filesystem broker (kombu does not)."""
+    from django.conf import settings
+
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+        if key in options:
+            Path(str(options[key])).mkdir(parents=True, exist_ok=True)
+
+
+def demo(home: Path) -> str:
+    """The demo user (its login kept in the home) with the example sweep submitted once."""
+    from harness.tasktypes import task_types
+    from runs.cli.user import ensure_user
+    from runs.spec import parse_spec
+    from runs.submission import create_run
+
+    kept = home / "demo-login"
+    login = ensure_user(name=DEMO_USER)
+    if login.password is not None:
+        kept.write_text(login.password)
+        kept.chmod(0o600)
+    password = kept.read_text() if kept.exists() else "(set before: simrun user demo --password)"
+    from django.contrib.auth.models import User
+
+    user = User.objects.get(username=DEMO_USER)
+    if not user.runs.exists():  # type: ignore[attr-defined]
+        spec = parse_spec(DEMO_SPEC.read_text(), types=task_types())
+        run = create_run(spec=spec, owner=user)
+        print(f"simrun: submitted the example sweep {DEMO_SPEC.name} as run {run.id}")
+    return f"log in as {DEMO_USER} / {password}; API token {login.token}"
+
+
+def wait_until_listening(host: str, port: int, web: Child) -> bool:
+    """Whether the web server accepts connections before it died or the time ran out."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    address = "127.0.0.1" if host in {"0.0.0.0", ""} else "::1" if host == "::" else host
+    while time.monotonic() < deadline:
+        if web.process is None or web.process.poll() is not None:
+            return False
+        with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=1):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def banner(args: argparse.Namespace, home: Path, login: str | None) -> str:
+    from django.conf import settings
+
+    from runs.backends import get_backend
+
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{'127.0.0.1' if args.host in {'0.0.0.0', ''} else shown}:{args.port}/"
+    backend = get_backend()
+    lines = [
+        f"simrun is running at {url}  (API {url}api/, its documentation {url}api/docs/)",
+        login
+        or "log in: create a user with `simrun user NAME --staff` (prints a password "
+        "and an API token)",
+        f"home {home}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}; "
+        f"backend {backend.name}"
+        + (
+            f" ({backend.max_cores} cores, {backend.max_memory_gb:.1f} GiB, memory "
+            f"{'enforced' if backend.enforces_memory else 'not enforced'})"
+            if backend.name == "local"
+            else ""
+        ),
+        "Ctrl-C stops the service; the processes of live runs go on and the next start "
+        "adopts them.",
+    ]
+    return "\n".join(lines)
+
+
+def supervise(found: list[Child], home: Path, stop: threading.Event) -> int:
+    """Start again a child that died, until ``stop``; 1 when one dies too often."""
+    while not stop.wait(0.2):
+        for child in found:
+            if child.process is not None and child.process.poll() is not None:
+                now = time.monotonic()
+                while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
+                    child.restarts.popleft()
+                if len(child.restarts) >= RESTARTS:
+                    print(f"simrun: {child.name} died {RESTARTS} times in a minute; stopping")
+                    return 1
+                print(f"simrun: {child.name} ended ({child.process.returncode}); starting it again")
+                child.restarts.append(now)
+                start(child, home)
+    return 0
+
+
+def stop_children(found: list[Child]) -> None:
+    """SIGTERM every child, SIGKILL what still runs after ``STOP_TIMEOUT_S``."""
+    running = [c.process for c in found if c.process is not None and c.process.poll() is None]
+    for process in running:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    from runs.cli import home as service_home
+
+    allowed_hosts(args.host)
+    home = service_home.prepare()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    prepare_broker()
+    call_command("migrate", interactive=False, verbosity=0)
+    login = demo(home) if args.demo else None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    found = children(args, home, local=settings.SIMRUN_BACKEND == "local")
+    for child in found:
+        start(child, home)
+    try:
+        if wait_until_listening(args.host, args.port, found[0]):
+            print(banner(args, home, login), flush=True)
+        elif not stop.is_set():
+            print(f"simrun: the web server did not start on {args.host}:{args.port}")
+            return 1
+        return supervise(found, home, stop)
+    finally:
+        stop_children(found)
