@@ -1,65 +1,243 @@
-"""The admin: the operators' view of every model."""
+"""The admin: the operators' tool over every model.
 
-from django.contrib import admin
+What the control loop observes is read-only here: a run changes only through its actions
+(cancel, settle now, release a reservation), which go through the same compare-and-set
+writes and Celery tasks as the API, so an operator never races the loop. Runs are
+submitted through the API or the dashboard, not added here.
+"""
 
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from runs import controller, reservations
 from runs.models import Attempt, Observation, Run, Snapshot, Task
 
 
-class TaskInline(admin.TabularInline):
+class ReadOnlyMixin:
+    """Rows written by the service: shown, never added or edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class TaskInline(ReadOnlyMixin, admin.TabularInline):
     model = Task
     extra = 0
-    fields = ["task_id", "kind", "type", "state", "units_done", "units_total"]
+    fields = ["task_id", "kind", "type", "state", "units_done", "units_total", "message"]
     readonly_fields = fields
+    ordering = ["position"]
     show_change_link = True
+    can_delete = False
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "owner", "state", "backend", "created_at", "ended_at"]
+class RunAdmin(admin.ModelAdmin[Run]):
+    list_display = [
+        "id",
+        "name",
+        "owner",
+        "state_badge",
+        "backend",
+        "reserved_node",
+        "pending",
+        "created_at",
+        "ended_at",
+    ]
     list_filter = ["state", "backend", "pending_logs", "pending_release", "pending_cancel"]
-    search_fields = ["id", "name", "owner__username", "workflow"]
+    list_select_related = ["owner"]
+    search_fields = ["id", "name", "owner__username", "workflow", "reserved_node"]
     date_hierarchy = "created_at"
-    readonly_fields = ["id", "version", "created_at", "updated_at", "submitted_at", "ended_at"]
+    readonly_fields = [f.name for f in Run._meta.fields] + ["dashboard"]
+    fieldsets = [
+        (None, {"fields": ["id", "name", "owner", "state", "message", "dashboard"]}),
+        (
+            "Backend",
+            {"fields": ["backend", "workflow", "image", "reserved_node", "local_commands"]},
+        ),
+        (
+            "Control loop",
+            {
+                "fields": [
+                    "pending_logs",
+                    "pending_release",
+                    "pending_cancel",
+                    "merge_pending",
+                    "oom_kills",
+                    "failed_seen",
+                    "memory_enforced",
+                    "version",
+                    "reconcile_failures",
+                    "reconcile_after",
+                ]
+            },
+        ),
+        ("Times", {"fields": ["created_at", "submitted_at", "ended_at", "updated_at"]}),
+        ("Specification", {"classes": ["collapse"], "fields": ["spec"]}),
+    ]
     inlines = [TaskInline]
+    actions = ["cancel_runs", "settle_now", "release_reservations"]
+
+    class Media:
+        css = {"all": ["runs/admin.css"]}
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, run: Run) -> str:
+        return format_html('<span class="simrun-state state-{}">{}</span>', run.state, run.state)
+
+    @admin.display(description="pending")
+    def pending(self, run: Run) -> str:
+        flags = [
+            name
+            for name, value in (
+                ("logs", run.pending_logs),
+                ("release", run.pending_release),
+                ("cancel", run.pending_cancel),
+            )
+            if value
+        ]
+        return ", ".join(flags) or "–"
+
+    @admin.display(description="dashboard")
+    def dashboard(self, run: Run) -> str:
+        return format_html(
+            '<a href="{}">open the run in the dashboard</a>',
+            reverse("runs:run-detail", args=[run.id]),
+        )
+
+    @admin.action(description="Cancel the selected runs")
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        cancelled, refused = [], []
+        for run in queryset:
+            try:
+                controller.request_cancel(run)
+                cancelled.append(run.id)
+            except controller.Conflict as error:
+                refused.append(str(error))
+        if cancelled:
+            self.message_user(request, f"Cancelled {', '.join(cancelled)}.", messages.SUCCESS)
+        for reason in refused:
+            self.message_user(request, reason, messages.WARNING)
+
+    @admin.action(description="Settle now: retry pending logs, cancel and release")
+    def settle_now(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        from runs.tasks import settle
+
+        pending = [r for r in queryset if r.ended]
+        for run in pending:
+            settle.delay(run.id)
+        skipped = queryset.count() - len(pending)
+        self.message_user(request, f"Settling {len(pending)} ended run(s).", messages.SUCCESS)
+        if skipped:
+            self.message_user(
+                request, f"{skipped} live run(s) left to the control loop.", messages.WARNING
+            )
+
+    @admin.action(description="Release the reserved node of the selected (ended) runs")
+    def release_reservations(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        for run in queryset:
+            try:
+                reservations.release_reservation(run=run)
+            except reservations.ReleaseRefused as error:
+                self.message_user(request, str(error), messages.WARNING)
+            else:
+                self.message_user(
+                    request,
+                    f"{run.reserved_node} will be released from {run.id}.",
+                    messages.SUCCESS,
+                )
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(ReadOnlyMixin, admin.TabularInline):
     model = Attempt
     extra = 0
-    readonly_fields = ["worker", "attempt", "phase", "exit_code", "oom_killed", "node_name"]
+    fields = [
+        "worker",
+        "attempt",
+        "phase",
+        "exit_code",
+        "oom_killed",
+        "oom_evidence",
+        "evicted",
+        "node_name",
+        "memory_gb",
+        "started_at",
+        "ended_at",
+    ]
+    readonly_fields = fields
+    can_delete = False
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "kind", "type", "state", "units_done", "units_total"]
+class TaskAdmin(ReadOnlyMixin, admin.ModelAdmin[Task]):
+    list_display = ["__str__", "kind", "type", "state", "units_done", "units_total", "ended_at"]
     list_filter = ["state", "kind", "type"]
+    list_select_related = ["run"]
     search_fields = ["run__id", "task_id", "type"]
+    readonly_fields = [f.name for f in Task._meta.fields]
     inlines = [AttemptInline]
 
 
 @admin.register(Attempt)
-class AttemptAdmin(admin.ModelAdmin):
-    list_display = ["task", "worker", "attempt", "phase", "exit_code", "oom_killed", "node_name"]
+class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin[Attempt]):
+    list_display = [
+        "task",
+        "worker",
+        "attempt",
+        "phase",
+        "exit_code",
+        "oom_killed",
+        "evicted",
+        "node_name",
+        "memory_gb",
+    ]
     list_filter = ["phase", "oom_killed", "evicted"]
+    list_select_related = ["task", "task__run"]
     search_fields = ["task__run__id", "worker", "node_name"]
+    readonly_fields = [f.name for f in Attempt._meta.fields]
 
 
 @admin.register(Observation)
-class ObservationAdmin(admin.ModelAdmin):
+class ObservationAdmin(ReadOnlyMixin, admin.ModelAdmin[Observation]):
     list_display = [
         "task_type",
+        "run",
         "worker",
         "attempt",
         "processes",
-        "peak_bytes",
+        "per_worker_gb",
+        "peak_per_process",
         "oom",
+        "from_report",
         "created_at",
     ]
     list_filter = ["task_type", "oom", "from_report"]
+    list_select_related = ["run"]
     search_fields = ["task_type", "run__id", "worker"]
+    date_hierarchy = "created_at"
+    readonly_fields = [f.name for f in Observation._meta.fields]
+
+    @admin.display(description="peak GiB / process")
+    def peak_per_process(self, observation: Observation) -> str:
+        gb = observation.peak_gb_per_process
+        return "–" if gb is None else f"{gb:.3f}"
 
 
 @admin.register(Snapshot)
-class SnapshotAdmin(admin.ModelAdmin):
+class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin[Snapshot]):
     list_display = ["digest", "name", "owner", "size_bytes", "created_at"]
+    list_select_related = ["owner"]
     search_fields = ["digest", "name", "owner__username"]
+    readonly_fields = [f.name for f in Snapshot._meta.fields]

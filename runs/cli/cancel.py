@@ -1,0 +1,24 @@
+"""``simrun cancel RUN``: cancel a run; its processes are stopped."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from runs.cli.client import EXIT_OK, Client, reports_errors
+
+NAME = "cancel"
+HELP = "cancel a run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run's id")
+
+
+@reports_errors
+def run(args: argparse.Namespace) -> int:
+    with Client() as client:
+        item = client.post(f"/api/runs/{args.run}/cancel/").json()
+    Console(highlight=False).print(f"run {item['id']} {item['state']}")
+    return EXIT_OK

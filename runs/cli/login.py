@@ -1,0 +1,77 @@
+"""``simrun login [URL]``: get an API token and keep the server and token for later commands.
+
+With ``--token`` the token is checked and kept; otherwise the username and password are asked
+for (the password never on the command line: ``--password-stdin`` reads it from a pipe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+
+import httpx
+from rich.console import Console
+
+from runs.cli.client import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    Client,
+    CliError,
+    Settings,
+    read_config,
+    reports_errors,
+    write_config,
+)
+
+NAME = "login"
+HELP = "log in to a simrun server and keep its URL and your API token"
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "url", nargs="?", help=f"the server (default: SIMRUN_URL, the saved one, {DEFAULT_URL})"
+    )
+    parser.add_argument("-u", "--username", help="your username (asked when missing)")
+    parser.add_argument("--token", help="an API token to keep instead of logging in")
+    parser.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+
+
+def obtain_token(url: str, username: str, password: str) -> str:
+    """The API token of a user, from their username and password."""
+    try:
+        response = httpx.post(
+            f"{url}/api/token/", data={"username": username, "password": password}, timeout=30
+        )
+    except httpx.HTTPError as error:
+        raise CliError(f"cannot reach the simrun server at {url}: {error}") from None
+    if response.status_code == 400:
+        raise CliError("the username or password is wrong", EXIT_BAD_INPUT)
+    if response.status_code != 200:
+        raise CliError(f"the server at {url} answered {response.status_code} to a login")
+    return str(response.json()["token"])
+
+
+@reports_errors
+def run(args: argparse.Namespace) -> int:
+    console = Console(highlight=False)
+    url = (
+        args.url or os.environ.get("SIMRUN_URL") or read_config().get("url") or DEFAULT_URL
+    ).rstrip("/")
+    token = args.token
+    if not token:
+        username = args.username or input("username: ")
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = getpass.getpass("password: ")
+        token = obtain_token(url, username, password)
+    with Client(Settings(url, token)) as client:
+        me = client.get("/api/me/")
+    path = write_config(url, token)
+    console.print(f"logged in to {url} as {me['username']}; saved in {path}")
+    return EXIT_OK

@@ -1,0 +1,86 @@
+"""``simrun logs RUN TASK [-f]``: the logs of a task's processes; ``-f`` follows them.
+
+Each log is one attempt of one pod (process): ``<node>-<attempt>``. Following picks up the
+logs of attempts that start later (a retry) and ends once the task is final and no log runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from rich.console import Console
+
+from runs.cli.client import EXIT_BAD_INPUT, EXIT_OK, Client, CliError, reports_errors
+
+NAME = "logs"
+HELP = "print the logs of a task (-f: follow them)"
+FINAL_TASK_STATES = frozenset({"done", "failed", "skipped"})
+POLL_S = 1.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run's id")
+    parser.add_argument("task", help="the task's id")
+    parser.add_argument("-f", "--follow", action="store_true", help="follow while they grow")
+    parser.add_argument("--log", help="only this log, <node>-<attempt> (default: all)")
+    parser.add_argument("-n", "--tail", type=int, default=200, help="lines from the end first")
+
+
+class LogPrinter:
+    """Prints the text of several logs, each line prefixed by its log when there are several."""
+
+    def __init__(self, client: Client, base: str, console: Console, tail: int) -> None:
+        self.client, self.base, self.console = client, base, console
+        self.tail = max(1, min(tail, 5000))
+        self.offsets: dict[str, int] = {}
+
+    def logs(self, only: str | None) -> list[dict[str, Any]]:
+        found = list(self.client.get(f"{self.base}/logs/"))
+        if only is not None:
+            found = [log for log in found if log["name"] == only]
+            if not found:
+                raise CliError(f"no log {only!r} (see `simrun logs RUN TASK`)", EXIT_BAD_INPUT)
+        return found
+
+    def read(self, name: str, prefix: bool) -> None:
+        """Print what is new in a log: its tail the first time, then what follows."""
+        while True:
+            if name in self.offsets:
+                part = self.client.get(f"{self.base}/logs/{name}/", offset=self.offsets[name])
+            else:
+                part = self.client.get(f"{self.base}/logs/{name}/", tail=self.tail)
+            self.offsets[name] = part["offset"]
+            text = part["text"]
+            if not text:
+                return
+            for line in text.splitlines():
+                self.console.print(f"[{name}] {line}" if prefix else line, markup=False)
+            if part.get("running") or len(text) < 512 * 1024:
+                return
+
+
+@reports_errors
+def run(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, soft_wrap=True)
+    with Client() as client:
+        base = f"/api/runs/{args.run}/tasks/{args.task}"
+        printer = LogPrinter(client, base, console, args.tail)
+        if not args.follow:
+            logs = printer.logs(args.log)
+            for log in logs:
+                if len(logs) > 1:
+                    console.print(f"==> {log['name']} <==", markup=False)
+                printer.read(log["name"], prefix=False)
+            if not logs:
+                console.print("no logs yet")
+            return EXIT_OK
+        while True:
+            final = client.get(f"{base}/")["state"] in FINAL_TASK_STATES
+            logs = printer.logs(args.log)
+            for log in logs:
+                printer.read(log["name"], prefix=len(logs) > 1 and not args.log)
+            if final and not any(log["running"] for log in logs):
+                return EXIT_OK
+            time.sleep(POLL_S)

@@ -1,0 +1,138 @@
+"""Follow a run until it ends: progress bars per task on a terminal, a line per change otherwise.
+
+The exit code is 0 only when the run succeeded, so a script can ``simrun submit --follow``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from runs.cli.client import EXIT_OK, EXIT_RUN_FAILED, EXIT_UNAVAILABLE, Client, CliError
+
+ENDED = frozenset({"succeeded", "failed", "cancelled"})
+POLL_S = 1.0
+OUTAGE_S = 60.0
+"""How long a follower waits for a server that stopped answering before it gives up."""
+STATE_STYLE = {
+    "succeeded": "green",
+    "done": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "running": "blue",
+    "preempted": "dark_orange",
+    "retrying": "dark_orange",
+}
+
+
+def styled(state: str) -> str:
+    style = STATE_STYLE.get(state)
+    return f"[{style}]{state}[/]" if style else state
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return (
+        f"{hours}h {minutes:02d}m"
+        if hours
+        else f"{minutes}m {secs:02d}s"
+        if minutes
+        else f"{secs}s"
+    )
+
+
+def _poll(client: Client, run_id: str, sleep: Callable[[float], None]) -> dict[str, Any]:
+    """The run now; a server that stops answering for a while is waited for."""
+    deadline = time.monotonic() + OUTAGE_S
+    while True:
+        try:
+            return dict(client.get(f"/api/runs/{run_id}/"))
+        except CliError as error:
+            if error.code != EXIT_UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            sleep(POLL_S)
+
+
+def follow(
+    client: Client,
+    run_id: str,
+    console: Console,
+    *,
+    poll_s: float = POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Show the progress of a run until it ends; 0 when it succeeded."""
+    if console.is_terminal:
+        run = _follow_bars(client, run_id, console, poll_s, sleep)
+    else:
+        run = _follow_lines(client, run_id, console, poll_s, sleep)
+    state = run["state"]
+    summary = f"run {run_id} {styled(state)} after {_duration(run.get('duration_s') or 0)}"
+    if run.get("message"):
+        summary += f": {run['message']}"
+    console.print(summary)
+    return EXIT_OK if state == "succeeded" else EXIT_RUN_FAILED
+
+
+def _follow_lines(
+    client: Client,
+    run_id: str,
+    console: Console,
+    poll_s: float,
+    sleep: Callable[[float], None],
+) -> dict[str, Any]:
+    seen: dict[str, tuple[str, int, int]] = {}
+    while True:
+        run = _poll(client, run_id, sleep)
+        for task in run["tasks"]:
+            now = (task["state"], task["units_done"], task["units_total"])
+            if seen.get(task["id"]) != now:
+                seen[task["id"]] = now
+                console.print(
+                    f"{task['id']:<20} {task['state']:<10} "
+                    f"{task['units_done']}/{task['units_total']} units",
+                    highlight=False,
+                    markup=False,
+                )
+        if run["state"] in ENDED:
+            return run
+        sleep(poll_s)
+
+
+def _follow_bars(
+    client: Client,
+    run_id: str,
+    console: Console,
+    poll_s: float,
+    sleep: Callable[[float], None],
+) -> dict[str, Any]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[state]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bars:
+        rows: dict[str, Any] = {}
+        while True:
+            run = _poll(client, run_id, sleep)
+            for task in run["tasks"]:
+                if task["id"] not in rows:
+                    rows[task["id"]] = bars.add_task(
+                        task["id"], total=task["units_total"] or 1, state=""
+                    )
+                bars.update(
+                    rows[task["id"]],
+                    completed=task["units_done"],
+                    total=task["units_total"] or 1,
+                    state=styled(task["state"]),
+                )
+            if run["state"] in ENDED:
+                return run
+            sleep(poll_s)

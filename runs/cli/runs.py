@@ -1,0 +1,56 @@
+"""``simrun runs``: your latest runs, with their state and progress."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from runs.cli.client import EXIT_OK, Client, reports_errors
+from runs.cli.progress import styled
+
+NAME = "runs"
+HELP = "list your latest runs"
+STATES = ["submitting", "running", "succeeded", "failed", "cancelled"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state", action="append", choices=STATES, help="only in this state")
+    parser.add_argument("--name", help="only runs whose name contains this")
+    parser.add_argument("--owner", help="only the runs of this user (staff)")
+    parser.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
+
+
+@reports_errors
+def run(args: argparse.Namespace) -> int:
+    params: dict[str, object] = {"page_size": max(1, min(args.limit, 200))}
+    if args.state:
+        params["state"] = args.state
+    if args.name:
+        params["name"] = args.name
+    if args.owner:
+        params["owner"] = args.owner
+    with Client() as client:
+        page = client.get("/api/runs/", **params)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("run", "name", "state", "units", "duration", "owner", "created"):
+        table.add_column(column)
+    for item in page["results"]:
+        table.add_row(
+            item["id"],
+            item["name"],
+            styled(item["state"]),
+            f"{item['units_done']}/{item['units_total']}",
+            f"{item['duration_s']:.0f}s",
+            item["owner"],
+            item["created_at"][:19].replace("T", " "),
+        )
+    console = Console(highlight=False)
+    if page["results"]:
+        console.print(table)
+    else:
+        console.print("no runs")
+    more = "+" if not page["count_exact"] else ""
+    console.print(f"[dim]{len(page['results'])} of {page['count']}{more}[/]")
+    return EXIT_OK

@@ -1,0 +1,80 @@
+"""``simrun show RUN``: a run with its tasks, plans, attempts and message."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from runs.cli.client import EXIT_OK, Client, reports_errors, run_url
+from runs.cli.progress import styled
+
+NAME = "show"
+HELP = "show a run: its tasks, plans, attempts"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the run's id")
+
+
+def tasks_table(tasks: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("task", "kind", "state", "units", "cores", "memory", "workers", "why"):
+        table.add_column(column, overflow="fold")
+    for task in tasks:
+        plan = task["plan"]
+        table.add_row(
+            task["id"],
+            task["type"] or task["kind"],
+            styled(task["state"]),
+            f"{task['units_done']}/{task['units_total']}",
+            str(plan["cores"]),
+            f"{plan['memory_gb']} GiB",
+            str(plan.get("workers", 1)),
+            plan.get("why", ""),
+        )
+    return table
+
+
+def attempts_table(tasks: list[dict[str, Any]]) -> Table | None:
+    rows = [(t["id"], a) for t in tasks for a in t["attempts"]]
+    if not rows:
+        return None
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("task", "worker", "attempt", "phase", "node", "exit", "memory kill"):
+        table.add_column(column)
+    for task_id, attempt in rows:
+        kill = f"[red]OOM[/] {attempt['oom_evidence']}" if attempt["oom_killed"] else ""
+        table.add_row(
+            task_id,
+            attempt["worker"],
+            str(attempt["attempt"]),
+            attempt["phase"],
+            attempt["node_name"],
+            "" if attempt["exit_code"] is None else str(attempt["exit_code"]),
+            kill + (" evicted" if attempt["evicted"] else ""),
+        )
+    return table
+
+
+@reports_errors
+def run(args: argparse.Namespace) -> int:
+    with Client() as client:
+        item = client.get(f"/api/runs/{args.run}/")
+        url = run_url(client.config, item["id"])
+    console = Console(highlight=False)
+    title = f"{item['name']} " if item["name"] else ""
+    console.print(f"[bold]{title}{item['id']}[/] {styled(item['state'])}  {url}")
+    console.print(
+        f"by {item['owner']} · {item['backend']} backend · created {item['created_at'][:19]} · "
+        f"{item['units_done']}/{item['units_total']} units · {item['duration_s']:.0f}s"
+    )
+    if item["message"]:
+        console.print(f"message: {item['message']}")
+    console.print(tasks_table(item["tasks"]))
+    attempts = attempts_table(item["tasks"])
+    if attempts is not None:
+        console.print(attempts)
+    return EXIT_OK
