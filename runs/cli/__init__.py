@@ -17,6 +17,12 @@ SUBCOMMANDS = [
     "runs.cli.render_workflow",
     "runs.cli.serve",
     "runs.cli.user",
+    "runs.cli.login",
+    "runs.cli.submit",
+    "runs.cli.runs",
+    "runs.cli.show",
+    "runs.cli.logs",
+    "runs.cli.cancel",
 ]
 
 
