@@ -41,7 +41,7 @@ class TaskInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin[Run]):
+class RunAdmin(admin.ModelAdmin):
     list_display = [
         "id",
         "name",
@@ -181,7 +181,7 @@ class AttemptInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnlyMixin, admin.ModelAdmin[Task]):
+class TaskAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["__str__", "kind", "type", "state", "units_done", "units_total", "ended_at"]
     list_filter = ["state", "kind", "type"]
     list_select_related = ["run"]
@@ -191,7 +191,7 @@ class TaskAdmin(ReadOnlyMixin, admin.ModelAdmin[Task]):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin[Attempt]):
+class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = [
         "task",
         "worker",
@@ -210,7 +210,7 @@ class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin[Attempt]):
 
 
 @admin.register(Observation)
-class ObservationAdmin(ReadOnlyMixin, admin.ModelAdmin[Observation]):
+class ObservationAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = [
         "task_type",
         "run",
@@ -236,7 +236,7 @@ class ObservationAdmin(ReadOnlyMixin, admin.ModelAdmin[Observation]):
 
 
 @admin.register(Snapshot)
-class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin[Snapshot]):
+class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["digest", "name", "owner", "size_bytes", "created_at"]
     list_select_related = ["owner"]
     search_fields = ["digest", "name", "owner__username"]
