@@ -104,29 +104,7 @@ def workflow_manifest(
         after = {"dependencies": dependencies} if dependencies else {}
         if task.kind == "split":
             pods = _split_task(task, plan, record, cluster)
-            dag.append({"name": f"{task.id}-w0", "template": f"{task.id}-w0", **after})
-            if plan.workers > 1:
-                dag.append(
-                    {
-                        "name": f"{task.id}-extra",
-                        "template": f"{task.id}-extra",
-                        **after,
-                        "withSequence": {"start": "1", "end": str(plan.workers - 1)},
-                        "arguments": {
-                            "parameters": [{"name": "worker", "value": f"{task.id}-w{{{{item}}}}"}]
-                        },
-                        # An extra worker never fails its task: the coordinator takes its units.
-                        "continueOn": {"failed": True, "error": True},
-                    }
-                )
-            if not plan.coordinator_merges:
-                dag.append(
-                    {
-                        "name": f"{task.id}-merge",
-                        "template": f"{task.id}-merge",
-                        "dependencies": [f"{task.id}-w0"],
-                    }
-                )
+            dag += _split_dag(task.id, plan, after)
         else:
             pods = [_unsplit_task(task, plan, record, types, cluster)]
             dag.append({"name": task.id, "template": task.id, **after})
@@ -142,6 +120,34 @@ def workflow_manifest(
         },
         "spec": _workflow_spec(record, cluster, [_dag_template(dag), *templates]),
     }
+
+
+def _split_dag(task_id: str, plan: TaskPlan, after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The DAG nodes of a split task: coordinator, extra workers fanned out, merge."""
+    nodes = [{"name": f"{task_id}-w0", "template": f"{task_id}-w0", **after}]
+    if plan.workers > 1:
+        nodes.append(
+            {
+                "name": f"{task_id}-extra",
+                "template": f"{task_id}-extra",
+                **after,
+                "withSequence": {"start": "1", "end": str(plan.workers - 1)},
+                "arguments": {
+                    "parameters": [{"name": "worker", "value": f"{task_id}-w{{{{item}}}}"}]
+                },
+                # An extra worker never fails its task: the coordinator takes its units.
+                "continueOn": {"failed": True, "error": True},
+            }
+        )
+    if not plan.coordinator_merges:
+        nodes.append(
+            {
+                "name": f"{task_id}-merge",
+                "template": f"{task_id}-merge",
+                "dependencies": [f"{task_id}-w0"],
+            }
+        )
+    return nodes
 
 
 def _workflow_spec(
@@ -232,6 +238,7 @@ def _split_task(
                 task=task,
                 image=image,
                 command=["simrun-merge"],
+                # The harness knows the roles base and extra only; a merge has no worker id.
                 env=_env(task, record, cluster, role="base", worker=None, cores=1)
                 + _memory_env(plan.memory_gb),
                 cores=1,
