@@ -185,6 +185,7 @@ class Ledger:
         """Claim up to ``count`` pending blocks; returns them with their units not done."""
         self.refresh()
         taken = {int(n) for n in os.listdir(self.directory / "claims") if n.isdigit()}
+        inode = os.stat(self.token).st_ino
         claimed: list[int] = []
         for block in self.pending_blocks():
             if block in taken:
@@ -192,7 +193,9 @@ class Ledger:
             try:
                 os.link(self.token, self._claim_path(block))
             except FileExistsError:
-                continue
+                # NFS may answer a retried link that succeeded with EEXIST: ours all the same.
+                if not self._holds(block, inode):
+                    continue
             claimed.append(block)
             if len(claimed) >= count:
                 break
@@ -210,16 +213,18 @@ class Ledger:
                 self.release([block])
         return claims
 
+    def _holds(self, block: int, inode: int) -> bool:
+        try:
+            return os.stat(self._claim_path(block)).st_ino == inode
+        except FileNotFoundError:
+            return False
+
     def release(self, blocks: Sequence[int]) -> None:
         """Remove this worker's claims of blocks (a claim another worker took over stays)."""
         inode = os.stat(self.token).st_ino
         for block in blocks:
-            path = self._claim_path(block)
-            try:
-                if os.stat(path).st_ino == inode:
-                    path.unlink()
-            except FileNotFoundError:
-                continue
+            if self._holds(block, inode):
+                self._claim_path(block).unlink(missing_ok=True)
 
     def write_piece(self, units: Sequence[int], results: Sequence[Any]) -> None:
         """Store the results of units (in the order computed), one piece per contiguous run."""

@@ -19,6 +19,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -159,6 +160,8 @@ class _Work:
         self.tally = tally
         self.in_flight: dict[Future[pool.Batch], list[Claim]] = {}
         self.failed: int | None = None
+        self.unit_s: float | None = None
+        """Seconds of a unit in the latest batch: a process's setup weighs on its first only."""
         self.next_look = time.monotonic() + poll_s
 
     def run(self) -> None:
@@ -183,11 +186,9 @@ class _Work:
 
     def _batch_blocks(self) -> int:
         """Blocks for the next batch: about ``BATCH_S`` of units, fewer near the end."""
-        count = len(self.tally.units)
-        if not count:
+        if self.unit_s is None:
             return 1
-        unit_s = max(self.tally.unit_seconds / count, 1e-7)
-        wanted = int(BATCH_S / unit_s) // self.ledger.block
+        wanted = int(BATCH_S / max(self.unit_s, 1e-7)) // self.ledger.block
         pending = sum(1 for _ in self.ledger.pending_blocks())
         return max(1, min(wanted, pending // (2 * self.processes)))
 
@@ -220,6 +221,7 @@ class _Work:
             )
             self.tally.units.extend(batch.units)
             self.tally.unit_seconds += sum(batch.seconds)
+            self.unit_s = sum(batch.seconds) / len(batch.seconds)
         self.tally.unit_cpu_seconds += batch.cpu_seconds
         self.ledger.release([c.block for c in claims])
         if batch.failed is not None and self.failed is None:
@@ -261,6 +263,59 @@ def _kill(executor: ProcessPoolExecutor) -> None:
     """SIGKILL the processes of a pool (before Python 3.14 it has no public way)."""
     for process in list((getattr(executor, "_processes", None) or {}).values()):
         process.kill()
+
+
+def _run(
+    task_type: TaskType,
+    settings: BaseModel,
+    paths: TaskPaths,
+    worker: str,
+    *,
+    size: int,
+    units: int,
+    stop: threading.Event,
+    grace_s: float,
+    heartbeat_s: float,
+    coordinator: bool,
+    stale_s: float,
+    poll_s: float,
+    sampler: MemorySampler,
+    tally: _Tally,
+) -> None:
+    """Open the ledger, start the pool and the heartbeat, and work until done."""
+    ledger = Ledger.open(paths.ledger, units, worker)
+    released = ledger.release_incarnation()
+    if released:
+        log.info("released %d claims of an earlier %s", len(released), worker)
+    ledger.heartbeat(0)
+    if stop.is_set():
+        raise Terminated()
+    context = multiprocessing.get_context("fork")
+    flag: pool.Flag = context.RawValue("b", 0)
+    executor = ProcessPoolExecutor(
+        size,
+        mp_context=context,
+        initializer=pool.initialize,
+        initargs=(task_type, settings, flag),
+    )
+    try:
+        executor.submit(pool.warm_up).result()  # fork before any thread of ours runs
+        with Heartbeat(sampler, ledger.heartbeat, heartbeat_s):
+            _Work(
+                ledger=ledger,
+                executor=executor,
+                flag=flag,
+                paths=paths,
+                processes=size,
+                stop=stop,
+                grace_s=grace_s,
+                coordinator=coordinator,
+                stale_s=stale_s,
+                poll_s=poll_s,
+                tally=tally,
+            ).run()
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def run_worker(
@@ -306,7 +361,6 @@ def run_worker(
     size = processes(cores, memory_bytes, base_gb, per_worker_gb)
     units = task_type.units(settings)
     size = max(1, min(size, units))
-    stop = stop if stop is not None else threading.Event()
     stale = grace_s + STALE_MARGIN_S if stale_s is None else stale_s
     started = harness_started()
     began, clock = time.time(), time.perf_counter()
@@ -322,39 +376,25 @@ def run_worker(
         prepare_seconds=max(0.0, began - started),
     )
     try:
-        ledger = Ledger.open(paths.ledger, units, worker)
-        released = ledger.release_incarnation()
-        if released:
-            log.info("released %d claims of an earlier %s", len(released), worker)
-        ledger.heartbeat(0)
-        if stop.is_set():
-            raise Terminated()
-        context = multiprocessing.get_context("fork")
-        flag: pool.Flag = context.RawValue("b", 0)
-        executor = ProcessPoolExecutor(
-            size,
-            mp_context=context,
-            initializer=pool.initialize,
-            initargs=(task_type, settings, flag),
-        )
-        try:
-            executor.submit(pool.warm_up).result()  # fork before any thread of ours runs
-            with Heartbeat(sampler, ledger.heartbeat, heartbeat_s):
-                _Work(
-                    ledger=ledger,
-                    executor=executor,
-                    flag=flag,
-                    paths=paths,
-                    processes=size,
-                    stop=stop,
-                    grace_s=grace_s,
-                    coordinator=coordinator,
-                    stale_s=stale,
-                    poll_s=poll_s,
-                    tally=tally,
-                ).run()
-        finally:
-            executor.shutdown(wait=True, cancel_futures=True)
+        with ExitStack() as stack:
+            if stop is None:  # no caller handles SIGTERM: handle it here, while the work runs
+                stop = stack.enter_context(sigterm_stops())
+            _run(
+                task_type,
+                settings,
+                paths,
+                worker,
+                size=size,
+                units=units,
+                stop=stop,
+                grace_s=grace_s,
+                heartbeat_s=heartbeat_s,
+                coordinator=coordinator,
+                stale_s=stale,
+                poll_s=poll_s,
+                sampler=sampler,
+                tally=tally,
+            )
     except UnitError:
         report.failed = True
         raise

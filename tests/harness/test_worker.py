@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +208,32 @@ def test_a_worker_without_a_task_directory_exits_4(harness_env, caplog) -> None:
 
     assert worker.main([]) == 4
     assert "SIMRUN_TASK_DIR is not set" in caplog.text
+
+
+def test_short_units_are_claimed_many_at_a_time(store: Path) -> None:
+    paths, settings = squares_paths(store, 4000)  # a block per unit, units of microseconds
+
+    run(paths, settings)
+
+    pieces = [n for n in os.listdir(paths.ledger / "done") if not n.startswith(".")]
+    assert len(pieces) < 100  # a piece per batch, not per unit
+
+
+def test_run_worker_handles_sigterm_itself_when_no_caller_does(store: Path) -> None:
+    paths, settings = squares_paths(store, 20, delay_s=0.2)
+
+    def terminate_after_the_first_unit() -> None:
+        deadline = time.monotonic() + 30
+        while not progress_units(paths.task_dir) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=terminate_after_the_first_unit)
+    sender.start()
+    try:
+        with pytest.raises(Terminated):
+            run(paths, settings)
+    finally:
+        sender.join()
+    assert 0 < len(report_of(paths.task_dir, "sweep-w1").units_done) < 20
+    assert claims(paths.task_dir) == []
