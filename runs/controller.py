@@ -10,7 +10,6 @@ run is compare-and-set on its ``version``; no backend call is made inside a tran
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -26,6 +25,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from harness.report import PROGRESS_UNIT
 from harness.tasktypes import task_types
 from runs import images, locks, logs, observations, store
 from runs.backends import cluster_config, get_backend
@@ -398,7 +398,7 @@ def _failures(
                 if found is None:
                     found = observations.reports(store.task_dir(run.id, task_id))
                 path = found.get((key, attempt.attempt))
-                report = observations.read_report(path, key) if path else None
+                report = observations.read_report(path) if path else None
                 if report is not None and report.oom_kills > 0:
                     evidence[attempt.attempt] = (
                         f"exit 137; the report counts {report.oom_kills} OOM kill(s) in its cgroup"
@@ -500,13 +500,7 @@ def _progress(task: Task) -> dict[str, Any]:
         return {}
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
-    units = set()
-    for line in data[:end].splitlines():
-        try:
-            units.add(int(json.loads(line)["unit"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    done = min(len(units), task.units_total)
+    done = min(len(set(PROGRESS_UNIT.findall(data, 0, end))), task.units_total)
     changes: dict[str, Any] = {}
     if end != task.progress_bytes:
         changes["progress_bytes"] = end

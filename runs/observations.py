@@ -9,14 +9,13 @@ its pod's limit.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from harness import report as harness_report
+from harness.report import WorkerReport
 from runs.models import Attempt, Observation, Task
 from runs.planner import TaskPlan
 
@@ -25,51 +24,13 @@ log = logging.getLogger(__name__)
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class Report:
-    """The fields of a worker report (harness ``WorkerReport``) the service reads."""
-
-    worker: str
-    node: str = ""
-    processes: int = 1
-    units_done: Sequence[int] = field(default_factory=tuple)
-    peak_memory_bytes: int | None = None
-    memory_limit_bytes: int | None = None
-    per_worker_gb: float = 0.0
-    oom_kills: int = 0
-    unit_seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    failed: bool = False
-
-
-def read_report(path: Path, worker: str) -> Report | None:
-    """Read a report; None when it is missing or unreadable. Unknown fields are ignored."""
+def read_report(path: Path) -> WorkerReport | None:
+    """Read a report (of this or a newer harness); None when it is missing or unreadable."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return harness_report.read_report(path)
+    except (OSError, ValueError, TypeError):
         log.warning("cannot read the report %s", path)
         return None
-    if not isinstance(data, dict):
-        return None
-
-    def number(key: str, kind: type, default: Any) -> Any:
-        value = data.get(key)
-        return kind(value) if isinstance(value, int | float) and value >= 0 else default
-
-    units = data.get("units_done")
-    return Report(
-        worker=str(data.get("worker") or worker),
-        node=str(data.get("node") or ""),
-        processes=max(1, number("processes", int, 1)),
-        units_done=tuple(u for u in units if isinstance(u, int)) if isinstance(units, list) else (),
-        peak_memory_bytes=number("peak_memory_bytes", int, None),
-        memory_limit_bytes=number("memory_limit_bytes", int, None),
-        per_worker_gb=number("per_worker_gb", float, 0.0),
-        oom_kills=number("oom_kills", int, 0),
-        unit_seconds=number("unit_seconds", float, 0.0),
-        cpu_seconds=number("cpu_seconds", float, 0.0),
-        failed=bool(data.get("failed", False)),
-    )
 
 
 def attempt_of(name: str) -> int:
@@ -86,7 +47,7 @@ def worker_of(name: str) -> str:
     return worker if worker and last.isdigit() else stem
 
 
-def is_oom(report: Report, attempt: int, kills: Mapping[str, Sequence[int]]) -> bool:
+def is_oom(report: WorkerReport, attempt: int, kills: Mapping[str, Sequence[int]]) -> bool:
     """Whether a report is of a worker which was killed for memory (Rulings 34, 39).
 
     Only the OOM killer's evidence counts: the attempt is one the backend saw OOMKilled, or
@@ -133,7 +94,7 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
     for (worker, attempt), path in sorted(found.items()):
         if f"{worker}-{attempt}" in recorded:
             continue
-        report = read_report(path, worker)
+        report = read_report(path)
         if report is None:
             continue
         observation = Observation(
@@ -142,7 +103,7 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
             task=task,
             worker=worker,
             attempt=attempt,
-            processes=report.processes,
+            processes=max(1, report.processes),
             per_worker_gb=report.per_worker_gb or plan.per_worker_gb,
             peak_bytes=report.peak_memory_bytes,
             limit_bytes=report.memory_limit_bytes,

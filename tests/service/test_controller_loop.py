@@ -97,6 +97,25 @@ def test_the_backend_wakes_the_loop_through_its_subscription(fake, sent):
     assert sent["runs.tasks.reconcile"] == [()]
 
 
+def test_a_run_still_submitting_is_left_to_its_submission(launch, fake, django_assert_num_queries):
+    run = launch(submit=False)
+    with django_assert_num_queries(2):
+        assert poll(fake) == 0
+    assert fake.calls == [] and fresh(run).state == RunState.SUBMITTING
+
+
+def test_the_submission_task_retries_while_another_process_submits_the_run(launch, fake):
+    from celery.exceptions import Retry
+
+    from runs import tasks
+
+    run = launch(submit=False)
+    with locks.hold(f"submit-{run.id}"), pytest.raises(Retry):
+        tasks.submit_run.run(run.id)
+    tasks.submit_run.run(run.id)
+    assert fresh(run).state == RunState.RUNNING
+
+
 # A run that crashes the loop
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.report import WorkerReport
 from runs import controller
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus
 from runs.controller import has_merge_marker, task_states
 from runs.models import Run, RunState, TaskState
-from runs.observations import Report, attempt_of, is_oom
+from runs.observations import attempt_of, is_oom
 from runs.planner import TaskPlan
 
 PLAN = TaskPlan(
@@ -171,8 +172,8 @@ def test_the_attempt_of_a_report_is_the_number_after_its_worker_and_0_without_on
     assert attempt_of("plot.json") == 0
 
 
-def report(**fields) -> Report:
-    return Report(worker="sweep-w0", **fields)
+def report(**fields) -> WorkerReport:
+    return WorkerReport(worker="sweep-w0", node="node-a", processes=2, **fields)
 
 
 def test_only_the_oom_killers_evidence_makes_a_kill_for_memory():
@@ -208,3 +209,12 @@ def test_the_terminal_record_of_a_gone_workflow_has_nothing_to_stop_and_no_logs_
     )
     assert not changes["pending_cancel"] and not changes["pending_logs"]
     assert not changes["pending_release"]
+
+
+def test_a_plan_written_before_coordinator_merges_existed_reads_it_as_false():
+    from runs.models import Task
+    from runs.records import task_plans
+
+    legacy = PLAN.model_dump(mode="json")
+    del legacy["coordinator_merges"]
+    assert task_plans([Task(task_id="sweep", plan=legacy)]) == {"sweep": PLAN}
