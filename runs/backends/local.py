@@ -357,9 +357,9 @@ class LocalBackend:
             task_type = types.get(task.type)
             if task_type is None:
                 raise ValueError(f"task {task.id}: unknown task type {task.type!r}")
-            if task.kind == "split" != task_type.splittable:
-                raise ValueError(f"task {task.id}: task type {task.type!r} is not splittable")
             if task.kind == "split":
+                if not task_type.splittable:
+                    raise ValueError(f"task {task.id}: task type {task.type!r} is not splittable")
                 argv = ["simrun-worker"]
                 env["SIMRUN_ROLE"] = "base"
             elif task_type.command is None:

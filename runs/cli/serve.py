@@ -102,6 +102,18 @@ def allowed_hosts(host: str) -> None:
     os.environ["ALLOWED_HOSTS"] = "*" if everywhere else f"localhost,127.0.0.1,[::1],{host}"
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """Why the web server cannot listen on host:port (another server has it), None if it can."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            return f"cannot listen on {host}:{port}: {error.strerror}"
+    return None
+
+
 def prepare_broker() -> None:
     """Create the folders of the filesystem broker (kombu does not)."""
     from django.conf import settings
@@ -210,6 +222,9 @@ def stop_children(found: list[Child]) -> None:
 def run(args: argparse.Namespace) -> int:
     from runs.cli import home as service_home
 
+    if problem := port_problem(args.host, args.port):
+        print(f"simrun: {problem} (choose another with --port)", file=sys.stderr)
+        return 1
     allowed_hosts(args.host)
     home = service_home.prepare()
     from django.conf import settings

@@ -31,13 +31,17 @@ def wait_for(check: Callable[[], T], timeout_s: float = TIMEOUT_S, what: str = "
         time.sleep(0.05)
 
 
-def plan(cores: int = 1, memory_gb: float = 1.0, retry_memory_gb: float = 2.0) -> TaskPlan:
+def plan(
+    cores: int = 1, memory_gb: float = 1.0, retry_memory_gb: float = 2.0, per_worker_gb=None
+) -> TaskPlan:
+    """A plan as the planner makes it for the local backend: the coordinator merges."""
     return TaskPlan(
         cores=cores,
         memory_gb=memory_gb,
         base_gb=0.0,
-        per_worker_gb=memory_gb,
+        per_worker_gb=per_worker_gb or memory_gb,
         retry_memory_gb=retry_memory_gb,
+        coordinator_merges=True,
     )
 
 
