@@ -10,8 +10,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from runs import tasks
-from runs.models import Run, RunState, Task
+from runs.models import Attempt, Run, RunState, Task
 
 pytestmark = pytest.mark.django_db
 
@@ -24,14 +23,6 @@ tasks:
 SWEEP_JSON = json.dumps(
     {"name": "demo", "tasks": {"sweep": {"type": "squares", "settings": {"n": 20}}}}
 )
-
-
-@pytest.fixture(autouse=True)
-def queued(monkeypatch) -> list[str]:
-    """The runs handed to the submission task (the Celery task itself is the controller's)."""
-    handed: list[str] = []
-    monkeypatch.setattr(tasks.submit_run, "delay", handed.append)
-    return handed
 
 
 def submit(client: APIClient, body: str = SWEEP_YAML, content_type="application/yaml"):
@@ -155,13 +146,131 @@ def test_the_runs_list_is_paginated(owner_client, owner):
     assert len(second["results"]) == 5 and second["next"] is None
 
 
+@pytest.mark.parametrize("runs", [1, 200])
 def test_the_runs_list_takes_a_constant_number_of_queries(
-    owner_client, owner, django_assert_max_num_queries
+    owner_client, owner, runs, django_assert_max_num_queries
 ):
-    for i in range(30):
+    Run.objects.bulk_create(
+        Run(owner=owner, name=f"run-{i}", spec={"tasks": {}}, backend="fake") for i in range(runs)
+    )
+    with django_assert_max_num_queries(2):
+        body = owner_client.get("/api/runs/?page_size=200").json()
+    assert len(body["results"]) == runs
+
+
+@pytest.mark.parametrize("runs", [1, 200])
+def test_the_runs_list_with_tasks_sums_their_units_in_the_same_queries(
+    owner_client, owner, runs, django_assert_max_num_queries
+):
+    made = Run.objects.bulk_create(
+        Run(owner=owner, name=f"run-{i}", spec={"tasks": {}}, backend="fake") for i in range(runs)
+    )
+    Task.objects.bulk_create(
+        Task(run=r, task_id=t, kind="command", plan={}, units_done=1, units_total=3, position=p)
+        for r in made
+        for p, t in enumerate(["a", "b"])
+    )
+    with django_assert_max_num_queries(2):
+        body = owner_client.get("/api/runs/?page_size=200").json()
+    assert {(r["units_done"], r["units_total"]) for r in body["results"]} == {(2, 6)}
+
+
+def test_counting_stops_at_the_cap_and_says_so(owner_client, owner, monkeypatch):
+    monkeypatch.setattr("runs.api.pagination.COUNT_CAP", 10)
+    for i in range(12):
         run_of(owner, f"run-{i}")
-    with django_assert_max_num_queries(3):
-        assert owner_client.get("/api/runs/").status_code == 200
+    body = owner_client.get("/api/runs/?page_size=5").json()
+    assert body["count"] == 10 and body["count_exact"] is False and body["next"]
+    last = owner_client.get("/api/runs/?page_size=5&page=3").json()
+    assert len(last["results"]) == 2 and last["next"] is None
+
+
+@pytest.mark.parametrize("query", ["page=0", "page=x", "page=99"])
+def test_a_page_that_does_not_exist_is_404(owner_client, owner, query):
+    run_of(owner)
+    assert owner_client.get(f"/api/runs/?{query}").status_code == 404
+
+
+@pytest.mark.parametrize("size", ["0", "201", "-1", "x"])
+def test_a_bad_page_size_is_400(owner_client, size):
+    response = owner_client.get(f"/api/runs/?page_size={size}")
+    assert response.status_code == 400 and "page_size" in response.json()
+
+
+# Filters
+
+
+def test_runs_filter_by_state_one_or_several(owner_client, owner):
+    first, second, third = run_of(owner, "a"), run_of(owner, "b"), run_of(owner, "c")
+    Run.objects.filter(pk=first.pk).update(state=RunState.RUNNING)
+    Run.objects.filter(pk=second.pk).update(state=RunState.FAILED, ended_at=timezone.now())
+
+    def ids(query):
+        return {r["id"] for r in owner_client.get(f"/api/runs/?{query}").json()["results"]}
+
+    assert ids("state=running") == {first.id}
+    assert ids("state=running&state=failed") == {first.id, second.id}
+    assert ids("state=submitting") == {third.id}
+
+
+def test_runs_filter_by_part_of_the_name_in_any_case(owner_client, owner):
+    wanted = run_of(owner, "Ising-Sweep-7")
+    run_of(owner, "squares")
+    body = owner_client.get("/api/runs/?name=sweep").json()
+    assert [r["id"] for r in body["results"]] == [wanted.id]
+
+
+def test_runs_filter_by_creation_date_or_time(owner_client, owner):
+    old, new = run_of(owner, "old"), run_of(owner, "new")
+    Run.objects.filter(pk=old.pk).update(created_at="2024-01-01T12:00:00Z")
+
+    def ids(query):
+        return [r["id"] for r in owner_client.get(f"/api/runs/?{query}").json()["results"]]
+
+    assert ids("created_before=2024-01-02") == [old.id]
+    assert ids("created_after=2024-01-01T13:00:00Z") == [new.id]
+    assert ids("created_after=2023-12-31&created_before=2024-01-01T12:00:01Z") == [old.id]
+
+
+def test_runs_filter_live_or_ended(owner_client, owner):
+    live, done = run_of(owner, "live"), run_of(owner, "done")
+    Run.objects.filter(pk=done.pk).update(state=RunState.SUCCEEDED, ended_at=timezone.now())
+    assert [r["id"] for r in owner_client.get("/api/runs/?live=true").json()["results"]] == [
+        live.id
+    ]
+    assert [r["id"] for r in owner_client.get("/api/runs/?live=false").json()["results"]] == [
+        done.id
+    ]
+    listed = owner_client.get("/api/runs/").json()["results"]
+    assert {r["id"]: r["live"] for r in listed} == {live.id: True, done.id: False}
+
+
+def test_staff_filter_by_owner_and_a_user_cannot_see_others_through_it(
+    staff_client, owner_client, owner, stranger
+):
+    mine, theirs = run_of(owner), run_of(stranger)
+    body = staff_client.get("/api/runs/?owner=mallory").json()
+    assert [r["id"] for r in body["results"]] == [theirs.id]
+    assert owner_client.get("/api/runs/?owner=mallory").json()["results"] == []
+    assert [r["id"] for r in owner_client.get("/api/runs/?owner=alice").json()["results"]] == [
+        mine.id
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("state=exploded", "state"),
+        ("created_after=yesterday", "created_after"),
+        ("created_before=2024-13-45", "created_before"),
+        ("live=maybe", "live"),
+        ("name=a%00b", "name"),
+    ],
+)
+def test_a_bad_filter_is_400_naming_the_parameter(owner_client, query, field):
+    response = owner_client.get(f"/api/runs/?{query}")
+    assert response.status_code == 400
+    assert field in response.json()
 
 
 def test_an_owner_sees_the_detail_with_tasks_and_plans(owner_client):
@@ -238,3 +347,74 @@ def test_a_session_needs_the_csrf_token_to_submit(owner):
     response = client.post("/api/runs/", data=SWEEP_YAML, content_type="application/yaml")
     assert response.status_code == 403
     assert not Task.objects.exists()
+
+
+# A run's detail: tasks, plans, attempts, progress
+
+
+def test_the_detail_has_attempts_with_exit_codes_oom_evidence_and_nodes(owner_client, owner):
+    run_id = submit(owner_client).json()["id"]
+    sweep = Task.objects.get(run_id=run_id, task_id="sweep")
+    Attempt.objects.create(
+        task=sweep,
+        worker="sweep-w0",
+        attempt=0,
+        phase="Failed",
+        exit_code=137,
+        oom_killed=True,
+        oom_evidence="OOMKilled",
+        node_name="node-a",
+        memory_gb=1.5,
+    )
+    Attempt.objects.create(task=sweep, worker="sweep-w1", attempt=0, evicted=True, node_name="b")
+    attempts = owner_client.get(f"/api/runs/{run_id}/").json()["tasks"][0]["attempts"]
+    assert attempts[0] == {
+        **attempts[0],
+        "worker": "sweep-w0",
+        "exit_code": 137,
+        "oom_killed": True,
+        "oom_evidence": "OOMKilled",
+        "node_name": "node-a",
+        "memory_gb": 1.5,
+    }
+    assert attempts[1]["evicted"] is True and attempts[1]["node_name"] == "b"
+
+
+def test_a_running_task_shows_the_units_written_since_the_last_poll(owner_client, store):
+    run_id = submit(owner_client).json()["id"]
+    lines = [json.dumps({"unit": i, "worker": "sweep-w0", "seconds": 0.1}) + "\n" for i in range(7)]
+    counted = len("".join(lines[:2]).encode())
+    Task.objects.filter(run_id=run_id, task_id="sweep").update(
+        state="running", units_done=2, progress_bytes=counted
+    )
+    progress = store / "runs" / run_id / "tasks" / "sweep" / "progress.jsonl"
+    # Two lines were counted at the last poll; five whole lines and one being written follow.
+    progress.write_text("".join(lines) + '{"unit": 7, "wor')
+    body = owner_client.get(f"/api/runs/{run_id}/").json()
+    assert body["tasks"][0]["units_done"] == 7
+    assert body["units_done"] == 7 and body["units_total"] == 21
+
+
+@pytest.mark.parametrize("tasks_per_run", [1, 40])
+def test_the_detail_takes_a_constant_number_of_queries(
+    owner_client, owner, tasks_per_run, django_assert_max_num_queries
+):
+    run = run_of(owner)
+    made = Task.objects.bulk_create(
+        Task(
+            run=run,
+            task_id=f"t{i}",
+            kind="command",
+            plan={"cores": 1, "memory_gb": 1},
+            position=i,
+            units_total=1,
+        )
+        for i in range(tasks_per_run)
+    )
+    Attempt.objects.bulk_create(
+        Attempt(task=t, worker=t.task_id, attempt=a) for t in made for a in range(2)
+    )
+    with django_assert_max_num_queries(3):
+        body = owner_client.get(f"/api/runs/{run.id}/").json()
+    assert len(body["tasks"]) == tasks_per_run
+    assert all(len(t["attempts"]) == 2 for t in body["tasks"])

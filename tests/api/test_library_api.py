@@ -1,0 +1,232 @@
+"""Observations, task types, source snapshots and the account through the API."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from runs import snapshots
+from runs.models import Observation, Snapshot
+from tests.api.conftest import SWEEP_YAML, submitted
+
+pytestmark = pytest.mark.django_db
+
+
+def observe(run, *, task_type="squares", peak_gb=0.2, processes=2, oom=False, count=1):
+    Observation.objects.bulk_create(
+        Observation(
+            task_type=task_type,
+            run=run,
+            task=run.tasks.first(),
+            worker=f"{task_type}-w{i}",
+            attempt=0,
+            processes=processes,
+            per_worker_gb=0.1,
+            peak_bytes=int(peak_gb * processes * 2**30),
+            oom=oom,
+        )
+        for i in range(count)
+    )
+
+
+# Observations
+
+
+def test_a_user_sees_the_observations_of_their_runs_and_staff_all(
+    owner_client, staff_client, owner, stranger
+):
+    mine, theirs = submitted(owner), submitted(stranger)
+    observe(mine, count=2)
+    observe(theirs, count=3)
+    body = owner_client.get("/api/observations/").json()
+    assert body["count"] == 2 and {o["run"] for o in body["results"]} == {mine.id}
+    assert body["results"][0]["peak_gb_per_process"] == pytest.approx(0.2)
+    assert staff_client.get("/api/observations/").json()["count"] == 5
+
+
+def test_observations_filter_by_task_type(owner_client, owner):
+    run = submitted(owner)
+    observe(run, task_type="squares")
+    observe(run, task_type="alloc", count=2)
+    body = owner_client.get("/api/observations/?task_type=alloc").json()
+    assert body["count"] == 2 and {o["task_type"] for o in body["results"]} == {"alloc"}
+
+
+@pytest.mark.parametrize("count", [1, 200])
+def test_the_observations_list_takes_a_constant_number_of_queries(
+    owner_client, owner, count, django_assert_max_num_queries
+):
+    observe(submitted(owner), count=count)
+    with django_assert_max_num_queries(2):
+        body = owner_client.get("/api/observations/?page_size=200").json()
+    assert len(body["results"]) == count
+
+
+def test_task_types_show_the_memory_a_new_task_is_planned_with(owner_client, owner):
+    before = {t["name"]: t for t in owner_client.get("/api/task-types/").json()}
+    assert before["squares"]["kind"] == "split" and before["csv-stats"]["kind"] == "plugin"
+    assert before["squares"]["planned_per_worker_gb"] == before["squares"]["default_per_worker_gb"]
+    assert "default of squares" in before["squares"]["why"]
+    observe(submitted(owner), peak_gb=0.4, count=5)
+    after = {t["name"]: t for t in owner_client.get("/api/task-types/").json()}
+    assert after["squares"]["observations"] == 5
+    assert after["squares"]["planned_per_worker_gb"] == pytest.approx(0.5)  # 0.4 × 1.25
+    assert "5 observations of squares" in after["squares"]["why"]
+
+
+def test_the_task_types_list_takes_one_query_however_many_types(
+    owner_client, owner, django_assert_max_num_queries
+):
+    run = submitted(owner)
+    for name in ["squares", "alloc", "ising", "csv-stats"]:
+        observe(run, task_type=name, count=3)
+    with django_assert_max_num_queries(1):
+        assert owner_client.get("/api/task-types/").status_code == 200
+
+
+# Snapshots
+
+
+def archive(files: dict[str, bytes | None] | None = None, **links: str) -> bytes:
+    """A tar.gz of files (None: a directory) and symlinks."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in (files or {"pyproject.toml": b"[project]\nname='x'\n"}).items():
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        for name, target in links.items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def upload(client: APIClient, body: bytes, name: str = "mypkg"):
+    return client.post(f"/api/snapshots/?name={name}", data=body, content_type="application/gzip")
+
+
+def test_an_upload_is_kept_once_under_its_sha256(owner_client, stranger_client, store):
+    body = archive({"pyproject.toml": b"[project]\n", "pkg/__init__.py": b"x = 1\n"})
+    first = upload(owner_client, body)
+    assert first.status_code == 201
+    digest = first.json()["id"]
+    assert digest == hashlib.sha256(body).hexdigest() and first.json()["name"] == "mypkg"
+    tree = store / "snapshots" / digest
+    assert (tree / "pkg" / "__init__.py").read_text() == "x = 1\n"
+    again = upload(owner_client, body)
+    assert again.status_code == 200 and again.json()["id"] == digest
+    assert upload(stranger_client, body).status_code == 201
+    assert Snapshot.objects.filter(digest=digest).count() == 2
+    assert [p.name for p in (store / "snapshots").iterdir() if not p.name.startswith(".")] == [
+        digest
+    ]
+
+
+def test_a_spec_names_an_uploaded_snapshot_and_not_another_users(owner_client, stranger_client):
+    digest = upload(owner_client, archive()).json()["id"]
+    spec = SWEEP_YAML + f"sources: [{digest}]\n"
+    mine = owner_client.post("/api/runs/", data=spec, content_type="application/yaml")
+    assert mine.status_code == 201 and mine.json()["spec"]["sources"] == [digest]
+    theirs = stranger_client.post("/api/runs/", data=spec, content_type="application/yaml")
+    assert theirs.status_code == 400 and "sources.0" in theirs.json()
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (archive({"/etc/evil": b"x"}), "absolute"),
+        (archive({"../evil": b"x"}), "'..'"),
+        (archive({"a/../../evil": b"x"}), "'..'"),
+        (archive(link="/etc/passwd"), "leads out"),
+        (archive(link="../../outside"), "leads out"),
+        (archive({"sub": None}, **{"sub/link": "../../x"}), "leads out"),
+        (b"not gzip at all", "not a readable tar.gz"),
+        (b"", "empty"),
+    ],
+)
+def test_an_archive_that_could_escape_is_refused_and_nothing_is_kept(
+    owner_client, store, body, reason
+):
+    response = upload(owner_client, body)
+    assert response.status_code == 400 and reason in response.json()["archive"][0]
+    assert not Snapshot.objects.exists()
+    kept = [p for p in (store / "snapshots").glob("*") if not p.name.startswith(".")]
+    leftovers = list((store / "snapshots").glob(".extract-*"))
+    assert kept == [] and leftovers == []
+
+
+def test_devices_and_fifos_are_refused(owner_client):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("fifo")
+        info.type = tarfile.FIFOTYPE
+        tar.addfile(info)
+    response = upload(owner_client, buffer.getvalue())
+    assert response.status_code == 400 and "only files" in response.json()["archive"][0]
+
+
+def test_a_link_that_stays_inside_the_tree_is_kept(owner_client, store):
+    body = archive({"pkg": None, "pkg/real.py": b"y = 2\n"}, **{"pkg/alias.py": "real.py"})
+    digest = upload(owner_client, body).json()["id"]
+    assert (store / "snapshots" / digest / "pkg" / "alias.py").read_text() == "y = 2\n"
+
+
+def test_archives_past_the_caps_are_refused(owner_client, monkeypatch):
+    monkeypatch.setattr(snapshots, "MAX_FILES", 3)
+    many = archive({f"f{i}": b"x" for i in range(4)})
+    assert "more than 3 entries" in upload(owner_client, many).json()["archive"][0]
+    monkeypatch.setattr(snapshots, "MAX_TREE_BYTES", 1000)
+    big = archive({"big": b"x" * 2000})
+    assert "larger than" in upload(owner_client, big).json()["archive"][0]
+    monkeypatch.setattr(snapshots, "MAX_ARCHIVE_BYTES", 100)
+    assert "larger than" in upload(owner_client, b"x" * 101).json()["archive"][0]
+
+
+def test_a_user_lists_and_reads_their_own_snapshots_only(owner_client, stranger_client):
+    digest = upload(owner_client, archive()).json()["id"]
+    assert [s["id"] for s in owner_client.get("/api/snapshots/").json()["results"]] == [digest]
+    assert owner_client.get(f"/api/snapshots/{digest}/").json()["id"] == digest
+    assert stranger_client.get("/api/snapshots/").json()["results"] == []
+    assert stranger_client.get(f"/api/snapshots/{digest}/").status_code == 404
+
+
+def test_snapshots_are_401_for_anonymous(anonymous_client):
+    assert anonymous_client.get("/api/snapshots/").status_code == 401
+    assert upload(anonymous_client, archive()).status_code == 401
+
+
+# The account
+
+
+def test_me_says_who_is_asking(owner_client, staff_client, anonymous_client):
+    assert owner_client.get("/api/me/").json() == {"username": "alice", "is_staff": False}
+    assert staff_client.get("/api/me/").json()["is_staff"] is True
+    assert anonymous_client.get("/api/me/").status_code == 401
+
+
+def test_a_token_comes_from_a_username_and_password(anonymous_client, owner):
+    response = anonymous_client.post(
+        "/api/token/", {"username": "alice", "password": "alice-password"}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json()["token"] == Token.objects.get(user=owner).key
+    wrong = anonymous_client.post(
+        "/api/token/", {"username": "alice", "password": "nope"}, format="json"
+    )
+    assert wrong.status_code == 400
+
+
+def test_an_unknown_api_path_is_a_json_404(owner_client):
+    response = owner_client.get("/api/nothing/here/")
+    assert response.status_code == 404 and "no such API path" in response.json()["detail"]
