@@ -46,6 +46,7 @@ class Request:
     content_type: str
     body: Any
     status: int = 0
+    authorization: str = ""
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -188,7 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         content_type = (self.headers.get("Content-Type") or "").split(";")[0]
-        request = Request(method, url.path, query, content_type, json.loads(raw) if raw else None)
+        body = json.loads(raw) if raw else None
+        authorization = self.headers.get("Authorization") or ""
+        request = Request(method, url.path, query, content_type, body, authorization=authorization)
         state = self.server.state
         with state.lock:
             state.requests.append(request)

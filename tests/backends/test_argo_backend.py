@@ -577,22 +577,40 @@ def test_a_build_context_outside_the_store_is_refused(backend: ArgoBackend, tmp_
 # Configuration
 
 
-def test_a_kubeconfig_of_the_settings_reaches_the_cluster(
-    kube: KubeApiServer, tmp_path: Path, settings: Any
-) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
+def write_kubeconfig(path: Path, server: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "loop", "cluster": {"server": kube.url}}],
+                "clusters": [{"name": "loop", "cluster": {"server": server}}],
                 "users": [{"name": "simrun", "user": {"token": "secret-token"}}],
                 "contexts": [{"name": "loop", "context": {"cluster": "loop", "user": "simrun"}}],
                 "current-context": "loop",
             }
         )
     )
+    return path
+
+
+def test_outside_a_cluster_without_a_kubeconfig_setting_the_users_kubeconfig_is_used(
+    kube: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_kubeconfig(tmp_path / ".kube" / "config", kube.url)
+    kube.state.put_workflow(workflow(Nodes()), "ADDED")
+
+    backend = ArgoBackend(cluster=CLUSTER, api=api_client(), store=tmp_path)
+
+    assert backend.status(WF).phase == "Running"
+
+
+def test_a_kubeconfig_of_the_settings_reaches_the_cluster(
+    kube: KubeApiServer, tmp_path: Path, settings: Any
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
     settings.SIMRUN_CLUSTER = {**settings.SIMRUN_CLUSTER, "kubeconfig": str(kubeconfig)}
     kube.state.put_workflow(workflow(Nodes()), "ADDED")
 
@@ -600,4 +618,6 @@ def test_a_kubeconfig_of_the_settings_reaches_the_cluster(
 
     assert backend.status(WF).phase == "Running"
     assert backend.store == settings.SIMRUN_STORE
-    assert isinstance(api_client(str(kubeconfig)), ApiClient)
+    [request] = kube.state.requests
+    assert request.path == "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows/" + WF
+    assert request.authorization == "Bearer secret-token"

@@ -192,6 +192,10 @@ def test_the_service_account_is_granted_exactly_the_verbs_the_backend_uses(
         woken = threading.Event()
         try:
             backend.subscribe(woken.set)
+            deadline = time.monotonic() + 10
+            while not any(r.query.get("watch") for r in state.requests):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
             backend.submit(record, plans, task_types(), ClusterConfig())
             assert woken.wait(10)
             state.put_workflow(workflow(Nodes()))
@@ -204,10 +208,6 @@ def test_the_service_account_is_granted_exactly_the_verbs_the_backend_uses(
             backend.reserve("node-a", "run1")
             backend.unreserve("node-a", "run1")
             backend.build_image(tmp_path / "images" / "h", "registry.example/env:h")
-            deadline = time.monotonic() + 10
-            while not any(r.query.get("watch") for r in state.requests):
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
         finally:
             backend.close()
 

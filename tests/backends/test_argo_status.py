@@ -10,8 +10,11 @@ from functools import cache
 import pytest
 from jsonschema import Draft202012Validator
 
+from harness.tasktypes import task_types
+from runs.backends.argo_manifest import workflow_manifest
 from runs.backends.argo_status import NodesUnavailable, failed_key, status_from_workflow
-from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, FailedAttempt
+from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, ClusterConfig, FailedAttempt
+from tests.backends.argo_runs import run_of
 from tests.backends.argo_schemas import schema_definitions
 from tests.backends.argo_workflows import (
     LOW_MEMORY,
@@ -305,3 +308,48 @@ def test_failed_attempts_are_kept_by_worker_id_task_id_and_merge() -> None:
     assert failed_key("sweep-w0") == "sweep-w0"
     assert failed_key("sweep-merge") == "sweep-merge"
     assert failed_key("plot") == "plot"
+
+
+def test_the_nodes_argo_makes_of_the_built_workflow_are_the_names_the_controller_reads() -> None:
+    record, plans = run_of(
+        """
+tasks:
+  sweep: {type: squares, settings: {n: 100}, workers: 3}
+  summary: {type: csv-stats, inputs: {table: sweep}}
+"""
+    )
+    built = workflow_manifest(
+        record=record, plans=plans, types=task_types(), cluster=ClusterConfig()
+    )
+    assert built["metadata"]["name"] == WF
+    nodes = Nodes()
+    for task in built["spec"]["templates"][0]["dag"]["tasks"]:
+        sequence = task.get("withSequence")
+        if sequence is None:
+            nodes.task(task["name"], "Running", [pod("Failed", message=OOM, exit_code="137")])
+            continue
+        items = range(int(sequence["start"]), int(sequence["end"]) + 1)
+        nodes.fan_out(
+            task["name"],
+            "Running",
+            {
+                f"({i}:{item})": ("Running", [pod("Error", message=POD_DELETED)])
+                for i, item in enumerate(items)
+            },
+        )
+
+    status = status_from_workflow(realistic(workflow(nodes)))
+
+    assert set(status.tasks) == {
+        "sweep-w0",
+        "sweep-extra(0:1)",
+        "sweep-extra(1:2)",
+        "sweep-merge",
+        "summary",
+    }
+    worker = built["spec"]["templates"][0]["dag"]["tasks"][1]["arguments"]["parameters"][0]
+    assert {worker["value"].replace("{{item}}", str(n)) for n in (1, 2)} | {
+        "sweep-w0",
+        "sweep-merge",
+        "summary",
+    } == set(status.failed)
