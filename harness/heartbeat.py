@@ -11,7 +11,9 @@ from types import TracebackType
 from harness.memory import MemorySampler
 
 SAMPLE_S = 0.2
-"""Seconds between two memory samples."""
+"""Seconds between two memory samples (more when a sample is slow to take)."""
+SAMPLE_COST = 20
+"""A sample waits at least this many times what the last one took."""
 
 log = logging.getLogger("simrun.harness")
 
@@ -37,9 +39,14 @@ class Heartbeat:
 
     def _run(self) -> None:
         count, next_beat = 1, time.monotonic() + self.heartbeat_s
-        interval = min(SAMPLE_S, self.heartbeat_s)
+        interval = shortest = min(SAMPLE_S, self.heartbeat_s)
         while not self._done.wait(interval):
+            began = time.perf_counter()
             self.sampler.sample()
+            # A process tree on a busy machine is slow to read: keep sampling under 5 % of a
+            # core, and never sparser than the heartbeat.
+            cost = time.perf_counter() - began
+            interval = min(max(shortest, cost * SAMPLE_COST), max(shortest, self.heartbeat_s))
             if self.beat is not None and time.monotonic() >= next_beat:
                 try:
                     self.beat(count)
