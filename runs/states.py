@@ -1,0 +1,435 @@
+"""What a backend's status means: the states of the tasks and the verdict of a run (spec/000).
+
+Functions of one poll of one live run, which read the record and the store but write
+nothing: ``runs.controller`` writes what they decide, compare-and-set. The state of a run
+is the service's, not the backend's (Ruling 17b).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from harness.merge import MERGED_MARKER
+from harness.report import PROGRESS_UNIT
+from runs import observations, store
+from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus, FailedAttempt
+from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
+from runs.observations import attempt_memory_gb
+from runs.planner import TaskPlan
+
+log = logging.getLogger(__name__)
+
+FAILED_PHASES = frozenset({"Failed", "Error"})
+SKIPPED_PHASES = frozenset({"Skipped", "Omitted"})
+ENDED_PHASES = frozenset({"Succeeded", "Failed", "Error"})
+ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.PREEMPTED, TaskState.RETRYING})
+STARTED_STATES = ACTIVE_STATES | {TaskState.DONE}
+EXIT_MEANINGS = {
+    3: "a unit or the merge failed",
+    4: "a configuration error",
+    137: "killed",
+    143: "stopped on SIGTERM",
+}
+
+
+def has_merge_marker(task_dir: Path) -> bool:
+    """Whether the output of a task has the marker of a merge, ``out/.simrun-merged``.
+
+    The directories are listed instead of looking the marker up: on NFS a listing
+    revalidates a directory, while a lookup may answer from a cached negative entry of a
+    lookup before the pod wrote the file. The task directory is listed first, so a cached
+    negative entry of ``out/`` itself does not hide it either. False without ``out/``.
+    """
+    try:
+        if "out" not in os.listdir(task_dir):
+            return False
+        return MERGED_MARKER in os.listdir(task_dir / "out")
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def task_states(
+    *,
+    kinds: Mapping[str, str],
+    status: BackendStatus,
+    plans: Mapping[str, TaskPlan],
+    merge_state: Callable[[str], TaskState],
+) -> dict[str, TaskState]:
+    """The state of every task of a workflow from the phases of its DAG nodes.
+
+    A split task is done when ``<task>-merge`` succeeded, or, when its coordinator merges,
+    what ``merge_state`` says once ``<task>-w0`` succeeded (done with the marker, running while
+    it is awaited, failed after); it failed when ``<task>-w0`` or its merge failed; an extra
+    worker never fails it. An unsplit task is its node ``<task>``. A task is running when
+    one of its pods runs (or its coordinator is done and the merge waits), preempted when none
+    runs and an evicted pod waits for its retry, retrying when none runs and a pod that
+    failed otherwise waits for its retry, queued when it has pods of which none runs,
+    waiting without pods.
+    """
+    states: dict[str, TaskState] = {}
+    for task_id, kind in kinds.items():
+        if kind == TaskKind.SPLIT:
+            merges = plans[task_id].coordinator_merges
+            states[task_id] = _split_state(task_id, status.tasks, merges, merge_state)
+        else:
+            states[task_id] = _unsplit_state(status.tasks.get(task_id))
+    return states
+
+
+def _split_state(
+    task_id: str,
+    nodes: Mapping[str, str],
+    coordinator_merges: bool,
+    merge_state: Callable[[str], TaskState],
+) -> TaskState:
+    coordinator = nodes.get(f"{task_id}-w0")
+    merge = nodes.get(f"{task_id}-merge")
+    if coordinator in FAILED_PHASES or merge in FAILED_PHASES:
+        return TaskState.FAILED
+    if coordinator in SKIPPED_PHASES:
+        return TaskState.SKIPPED
+    if coordinator == "Succeeded":
+        if coordinator_merges:
+            return merge_state(task_id)
+        if merge == "Succeeded":
+            return TaskState.DONE
+        if merge in SKIPPED_PHASES:
+            return TaskState.FAILED
+        if merge == PREEMPTED_PHASE:
+            return TaskState.PREEMPTED
+        if merge == RETRYING_PHASE:
+            return TaskState.RETRYING
+        return TaskState.RUNNING
+    extras = f"{task_id}-extra("
+    pods = [coordinator, merge, *(p for n, p in nodes.items() if n.startswith(extras))]
+    return _pods_state([p for p in pods if p is not None])
+
+
+def _pods_state(phases: list[str]) -> TaskState:
+    """The state of a task that is not decided from the phases of its pods."""
+    if "Running" in phases:
+        return TaskState.RUNNING
+    if PREEMPTED_PHASE in phases:
+        return TaskState.PREEMPTED
+    if RETRYING_PHASE in phases:
+        return TaskState.RETRYING
+    return TaskState.QUEUED if phases else TaskState.WAITING
+
+
+def _unsplit_state(phase: str | None) -> TaskState:
+    if phase is None:
+        return TaskState.WAITING
+    if phase == "Succeeded":
+        return TaskState.DONE
+    if phase in FAILED_PHASES:
+        return TaskState.FAILED
+    if phase in SKIPPED_PHASES:
+        return TaskState.SKIPPED
+    return _pods_state([phase])
+
+
+def task_of(worker: str, task_ids: Mapping[str, Any] | set[str]) -> str | None:
+    """The task of a worker id ``<task>-w<i>``, a merge ``<task>-merge`` or a task id."""
+    if worker in task_ids:
+        return worker
+    base, _, suffix = worker.rpartition("-")
+    pod = suffix == "merge" or (suffix[:1] == "w" and suffix[1:].isdigit())
+    return base if pod and base in task_ids else None
+
+
+def describe(key: str, attempt: FailedAttempt) -> str:
+    """A failed attempt in words, for the message of its task and run."""
+    what = f"{key} (attempt {attempt.attempt})"
+    if attempt.oom_killed:
+        return f"{what} was killed for memory"
+    if attempt.exit_code is None:
+        return f"{what} failed: {attempt.message or 'no exit code'}"
+    meaning = EXIT_MEANINGS.get(attempt.exit_code)
+    text = f"{what} exited {attempt.exit_code}" + (f" ({meaning})" if meaning else "")
+    return text + (f": {attempt.message}" if attempt.message else "")
+
+
+def closed(
+    *,
+    run: Run,
+    state: RunState,
+    tasks: Mapping[str, TaskState],
+    message: str,
+    **update: Any,
+) -> tuple[dict[str, Any], dict[str, TaskState]]:
+    """The terminal record: tasks not final are skipped, the node is to release.
+
+    Returns the changes of the run (``update`` are further fields of it) and the states of
+    its tasks. The workflow is to stop or cancel and its logs to keep, unless it is gone
+    (``workflow_exists=False``) or there is none.
+    """
+    workflow = update.get("workflow", run.workflow)
+    exists = update.pop("workflow_exists", True) and bool(workflow)
+    changes = {
+        "state": state,
+        "message": message,
+        "ended_at": timezone.now(),
+        "pending_release": bool(update.get("reserved_node", run.reserved_node)),
+        "pending_cancel": exists,
+        "pending_logs": exists,
+        "merge_pending": {},
+        **update,
+    }
+    final = {t: s if s in FINAL_TASK_STATES else TaskState.SKIPPED for t, s in tasks.items()}
+    return changes, final
+
+
+@dataclass
+class Poll:
+    """What one poll decided about a live run: the record to write."""
+
+    states: dict[str, TaskState]
+    messages: dict[str, str]
+    merge_pending: dict[str, float]
+    oom_kills: dict[str, list[int]]
+    failed_seen: int
+    attempts: list[Attempt] = field(default_factory=list)
+    verdict: RunState | None = None
+    message: str = ""
+    workflow_exists: bool = True
+
+
+def observe(
+    run: Run, tasks: list[Task], plans: Mapping[str, TaskPlan], status: BackendStatus, now: float
+) -> Poll:
+    """Map the status of a run's workflow onto its tasks and decide the run."""
+    grace = settings.SIMRUN_MERGE_MARKER_GRACE_S
+    stored = {t.task_id: t for t in tasks}
+    failed_seen = sum(len(a) for a in status.failed.values())
+    kills, attempts = run.oom_kills, []
+    if failed_seen != run.failed_seen:
+        kills, attempts = _failures(run, stored, plans, status)
+    merge_pending = dict(run.merge_pending)
+
+    def merge_state(task_id: str) -> TaskState:
+        if stored[task_id].state == TaskState.DONE:
+            return TaskState.DONE
+        if has_merge_marker(store.task_dir(run.id, task_id)):
+            return TaskState.DONE
+        first = merge_pending.setdefault(task_id, now)
+        return TaskState.RUNNING if now - first < grace else TaskState.FAILED
+
+    kinds = {t.task_id: t.kind for t in tasks}
+    states = task_states(kinds=kinds, status=status, plans=plans, merge_state=merge_state)
+    messages = {}
+    for task_id, state in states.items():
+        if state == TaskState.FAILED and stored[task_id].state == TaskState.FAILED:
+            messages[task_id] = stored[task_id].message
+        elif state == TaskState.FAILED:
+            messages[task_id] = _failure(task_id, kinds[task_id], status, plans[task_id], grace)
+        elif task_id in merge_pending and state == TaskState.RUNNING:
+            messages[task_id] = f"waiting for out/{MERGED_MARKER} of the coordinator's merge"
+        else:
+            messages[task_id] = ""
+    for worker, killed in kills.items():
+        task_id = task_of(worker, stored)
+        if len(killed) >= 2 and task_id is not None and states[task_id] != TaskState.FAILED:
+            states[task_id] = TaskState.FAILED
+            retry_gb = plans[task_id].retry_memory_gb
+            messages[task_id] = (
+                f"{worker} was killed for memory again with the retry memory {retry_gb:g} GiB "
+                f"(attempts {', '.join(map(str, killed))})"
+            )
+    merge_pending = {t: s for t, s in merge_pending.items() if states[t] not in FINAL_TASK_STATES}
+    poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts)
+    _decide(poll, [t.task_id for t in tasks], status)
+    return poll
+
+
+def _decide(poll: Poll, order: list[str], status: BackendStatus) -> None:
+    """The verdict of a run from its task states and the phase of its workflow."""
+    states = poll.states
+    failed = [t for t in order if states[t] == TaskState.FAILED]
+    if failed:
+        poll.verdict = RunState.FAILED
+        poll.message = f"task {failed[0]} failed: {poll.messages[failed[0]]}"
+    elif all(states[t] == TaskState.DONE for t in order):
+        poll.verdict = RunState.SUCCEEDED
+    elif all(states[t] in FINAL_TASK_STATES for t in order):
+        skipped = [t for t in order if states[t] == TaskState.SKIPPED]
+        poll.verdict = RunState.FAILED
+        poll.message = f"the workflow skipped {_named(skipped)}"
+    elif status.phase in ENDED_PHASES and not poll.merge_pending:
+        open_ = [t for t in order if states[t] not in FINAL_TASK_STATES]
+        for task_id in open_:
+            if states[task_id] != TaskState.WAITING:
+                states[task_id] = TaskState.FAILED
+                poll.messages[task_id] = f"the workflow ended {status.phase} before it finished"
+        detail = f": {status.message}" if status.message else ""
+        poll.verdict = RunState.FAILED
+        poll.message = f"the workflow ended {status.phase}{detail} before {_named(open_)} finished"
+
+
+def _named(task_ids: list[str]) -> str:
+    """``task a`` or ``tasks a, b``."""
+    return ("task " if len(task_ids) == 1 else "tasks ") + ", ".join(task_ids)
+
+
+def _failure(task_id: str, kind: str, status: BackendStatus, plan: TaskPlan, grace: float) -> str:
+    """Why a task failed, from the failed attempts of its pods."""
+    if kind != TaskKind.SPLIT:
+        return _node_failure(task_id, status)
+    for node in (f"{task_id}-w0", f"{task_id}-merge"):
+        if status.tasks.get(node) in FAILED_PHASES:
+            return _node_failure(node, status)
+    return (
+        f"the coordinator {task_id}-w0 succeeded but wrote no out/{MERGED_MARKER} within "
+        f"{grace:g} s: the harness of its image does not merge"
+    )
+
+
+def _node_failure(node: str, status: BackendStatus) -> str:
+    attempts = status.failed.get(node)
+    if attempts:
+        return describe(node, attempts[-1])
+    detail = f": {status.message}" if status.message else ""
+    return f"{node} {status.tasks.get(node, 'failed')}{detail}"
+
+
+def _failures(
+    run: Run, stored: Mapping[str, Task], plans: Mapping[str, TaskPlan], status: BackendStatus
+) -> tuple[dict[str, list[int]], list[Attempt]]:
+    """The OOM kills of a run and the rows of its failed attempts.
+
+    A kill for memory needs the OOM killer's evidence (Rulings 34, 39): the backend's
+    OOMKilled, or the report of an attempt that exited 137 counting kills in its cgroup. An
+    exit 137 without it is a kill after the grace period: an eviction.
+    """
+    kills = {worker: list(attempts) for worker, attempts in run.oom_kills.items()}
+    rows: list[Attempt] = []
+    for key, failed in status.failed.items():
+        task_id = task_of(key, stored)
+        if task_id is None:
+            log.warning("run %s: failed attempts of %s, a pod of no task", run.id, key)
+            continue
+        found: dict[tuple[str, int], Path] | None = None
+        evidence: dict[int, str] = {}
+        for attempt in failed:
+            if attempt.oom_killed:
+                evidence[attempt.attempt] = "OOMKilled"
+            elif attempt.exit_code == 137:
+                if found is None:
+                    found = observations.reports(store.task_dir(run.id, task_id))
+                path = found.get((key, attempt.attempt))
+                report = observations.read_report(path) if path else None
+                if report is not None and report.oom_kills > 0:
+                    evidence[attempt.attempt] = (
+                        f"exit 137; the report counts {report.oom_kills} OOM kill(s) in its cgroup"
+                    )
+            if attempt.attempt in evidence and attempt.attempt not in kills.get(key, []):
+                kills.setdefault(key, []).append(attempt.attempt)
+                kills[key].sort()
+        for attempt in failed:
+            oom = attempt.attempt in evidence
+            rows.append(
+                Attempt(
+                    task=stored[task_id],
+                    worker=key,
+                    attempt=attempt.attempt,
+                    phase="Failed",
+                    exit_code=attempt.exit_code,
+                    oom_killed=oom,
+                    oom_evidence=evidence.get(attempt.attempt, ""),
+                    evicted=attempt.evicted or (attempt.exit_code == 137 and not oom),
+                    node_name=attempt.node or "",
+                    memory_gb=attempt_memory_gb(
+                        plans[task_id], kills.get(key, []), attempt.attempt
+                    ),
+                )
+            )
+    return kills, rows
+
+
+def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
+    """The tasks of a run whose workflow is gone, from the record and the store (Ruling 23).
+
+    A split task whose merge wrote ``out/.simrun-merged`` is done; one waiting for the
+    marker of its merge keeps the run open until the marker is there or its wait is over;
+    only the tasks still undetermined fail.
+    """
+    grace = settings.SIMRUN_MERGE_MARKER_GRACE_S
+    states: dict[str, TaskState] = {}
+    messages: dict[str, str] = {}
+    merge_pending: dict[str, float] = {}
+    for task in tasks:
+        states[task.task_id], messages[task.task_id] = task.state, task.message
+        if task.state in FINAL_TASK_STATES:
+            continue
+        first = run.merge_pending.get(task.task_id)
+        if task.kind == TaskKind.SPLIT and has_merge_marker(store.task_dir(run.id, task.task_id)):
+            states[task.task_id] = TaskState.DONE
+        elif first is not None and now - first < grace:
+            merge_pending[task.task_id] = first
+        elif first is not None:
+            states[task.task_id] = TaskState.FAILED
+            messages[task.task_id] = f"no out/{MERGED_MARKER} within {grace:g} s"
+        else:
+            states[task.task_id] = TaskState.FAILED
+            messages[task.task_id] = "undetermined: the workflow is gone"
+    poll = Poll(states, messages, merge_pending, run.oom_kills, run.failed_seen)
+    poll.workflow_exists = False
+    if merge_pending:
+        return poll
+    order = [t.task_id for t in tasks]
+    failed = [t for t in order if states[t] != TaskState.DONE]
+    if failed:
+        poll.verdict = RunState.FAILED
+        poll.message = (
+            f"the workflow is gone (deleted before its end was seen); "
+            f"task {failed[0]}: {messages[failed[0]] or states[failed[0]]}"
+        )
+    else:
+        poll.verdict = RunState.SUCCEEDED
+    return poll
+
+
+def task_changes(task: Task, state: TaskState, message: str) -> dict[str, Any]:
+    """The fields of a task to write for its new state, units done included."""
+    changes: dict[str, Any] = {}
+    if state != task.state:
+        changes["state"] = state
+    if message != task.message:
+        changes["message"] = message
+    if state in STARTED_STATES and task.started_at is None:
+        changes["started_at"] = timezone.now()
+    if state in FINAL_TASK_STATES and task.ended_at is None:
+        changes["ended_at"] = timezone.now()
+    if state == TaskState.DONE:
+        if task.units_done != task.units_total:
+            changes["units_done"] = task.units_total
+    elif task.kind == TaskKind.SPLIT and (state in ACTIVE_STATES or "state" in changes):
+        changes.update(_progress(task))
+    return changes
+
+
+def _progress(task: Task) -> dict[str, Any]:
+    """The units done of a split task from ``progress.jsonl``, read only when it grew."""
+    path = store.task_dir(task.run_id, task.task_id) / "progress.jsonl"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return {}
+    if size <= task.progress_bytes:
+        return {}
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    done = min(len(set(PROGRESS_UNIT.findall(data, 0, end))), task.units_total)
+    changes: dict[str, Any] = {}
+    if end != task.progress_bytes:
+        changes["progress_bytes"] = end
+    if done != task.units_done:
+        changes["units_done"] = done
+    return changes
