@@ -155,7 +155,7 @@ class RunAdmin(admin.ModelAdmin):
             else:
                 self.message_user(
                     request,
-                    f"{run.reserved_node} will be released from {run.id}.",
+                    f"The node {run.reserved_node} will be released from run {run.id}.",
                     messages.SUCCESS,
                 )
 
