@@ -2,7 +2,7 @@
 
 Once a task is final the logs of its terminated pods are copied from the backend into the
 store, so they outlive the pods (and the workflow, deleted by its time to live). The local
-backend writes the same files live; a file that already holds the log is left as it is.
+backend writes the same files live; a log file that exists is left as it is.
 """
 
 from __future__ import annotations
@@ -43,12 +43,9 @@ def keep(task_dir: Path, logs: Iterable[PodLog]) -> bool:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Write a log atomically unless the file holds it already."""
-    try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
-            return
-    except FileNotFoundError:
-        pass
+    """Write a log atomically, once: a file that exists is the log already."""
+    if path.exists():
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -698,3 +698,15 @@ def test_ended_runs_are_settled_by_the_settle_task_too(launch, fake):
     assert controller.settle_pending(backend=fake) == 1
     assert not fresh(run).pending_release
     assert timezone.now() >= fresh(run).ended_at
+
+
+def test_a_log_the_store_has_already_is_left_as_it_is(launch, fake):
+    """The local backend writes its logs live into the same files."""
+    run = launch()
+    live = task_dir(run, "sweep") / "logs" / "sweep-w0-0.log"
+    live.parent.mkdir(parents=True)
+    live.write_bytes(b"written live \xff\n")
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0(0)", "written live \ufffd\n")])
+    finish_sweep(run, fake)
+    assert live.read_bytes() == b"written live \xff\n"
+    assert not fresh(run).pending_logs
