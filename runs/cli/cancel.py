@@ -13,12 +13,12 @@ HELP = "cancel a run"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="the run's id")
+    parser.add_argument("run_id", metavar="RUN", help="the run's id")
 
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client:
-        item = client.post(f"/api/runs/{args.run}/cancel/").json()
+        item = client.post(f"/api/runs/{args.run_id}/cancel/").json()
     Console(highlight=False).print(f"run {item['id']} {item['state']}")
     return EXIT_OK

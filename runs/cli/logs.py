@@ -21,7 +21,7 @@ POLL_S = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="the run's id")
+    parser.add_argument("run_id", metavar="RUN", help="the run's id")
     parser.add_argument("task", help="the task's id")
     parser.add_argument("-f", "--follow", action="store_true", help="follow while they grow")
     parser.add_argument("--log", help="only this log, <node>-<attempt> (default: all)")
@@ -65,7 +65,7 @@ class LogPrinter:
 def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     with Client() as client:
-        base = f"/api/runs/{args.run}/tasks/{args.task}"
+        base = f"/api/runs/{args.run_id}/tasks/{args.task}"
         printer = LogPrinter(client, base, console, args.tail)
         if not args.follow:
             logs = printer.logs(args.log)

@@ -16,7 +16,7 @@ HELP = "show a run: its tasks, plans, attempts"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="the run's id")
+    parser.add_argument("run_id", metavar="RUN", help="the run's id")
 
 
 def tasks_table(tasks: list[dict[str, Any]]) -> Table:
@@ -62,7 +62,7 @@ def attempts_table(tasks: list[dict[str, Any]]) -> Table | None:
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client:
-        item = client.get(f"/api/runs/{args.run}/")
+        item = client.get(f"/api/runs/{args.run_id}/")
         url = run_url(client.config, item["id"])
     console = Console(highlight=False)
     title = f"{item['name']} " if item["name"] else ""

@@ -1,0 +1,170 @@
+"""The ``simrun`` client commands as a user runs them, against a live server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from runs.models import Run, RunState, Snapshot, Task
+from tests.api.conftest import running, submitted
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SQUARES = "name: {name}\ntasks:\n  sweep: {{type: squares, settings: {{n: 8}}, workers: 2}}\n"
+
+
+def spec_file(tmp_path, name="sweep-ok", text=None):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text if text is not None else SQUARES.format(name=name))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_client_commands_never_import_django():
+    modules = ["login", "submit", "runs", "show", "logs", "cancel"]
+    code = (
+        "import sys\n"
+        + "".join(f"import runs.cli.{m}\n" for m in modules)
+        + "assert not [m for m in sys.modules if m.split('.')[0] in "
+        "{'django', 'rest_framework', 'celery'}], 'django imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_submit_follow_returns_0_for_a_run_that_succeeds_and_shows_progress(
+    simrun, cluster, tmp_path
+):
+    result = simrun("submit", str(spec_file(tmp_path)), "--follow")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].startswith("submitted run ") and "/runs/" in lines[0]
+    progress = [line.split()[1:3] for line in lines if line.startswith("sweep ")]
+    done = [int(units.split("/")[0]) for _, units in progress]
+    assert progress[0][1] == "0/8" and progress[-1] == ["done", "8/8"]
+    assert any(
+        state == "running" and 0 < d < 8 for (state, _), d in zip(progress, done, strict=True)
+    )
+    assert done == sorted(done)
+    assert "succeeded" in lines[-1]
+    assert Run.objects.get().state == RunState.SUCCEEDED
+
+
+def test_submit_follow_returns_non_zero_for_a_run_that_fails(simrun, cluster, tmp_path):
+    result = simrun("submit", str(spec_file(tmp_path, "sweep-fail")), "--follow")
+    assert result.code == 1
+    assert "failed" in result.out.splitlines()[-1] and "Traceback" not in result.err
+    assert Run.objects.get().state == RunState.FAILED
+
+
+def test_a_bad_spec_prints_the_field_errors_and_no_traceback(simrun, tmp_path):
+    bad = "tasks:\n  sweep: {type: squares, settings: {n: 0}}\n  b: {type: nosuch}\n"
+    result = simrun("submit", str(spec_file(tmp_path, "bad", bad)))
+    assert result.code == 2
+    assert "is not a valid run specification" in result.err
+    assert "tasks.sweep.settings.n: Input should be greater than or equal to 1" in result.err
+    assert "tasks.b.type: unknown task type 'nosuch'" in result.err
+    assert "Traceback" not in result.err and not Run.objects.exists()
+
+
+def test_a_missing_file_is_a_clear_error(simrun, tmp_path):
+    result = simrun("submit", str(tmp_path / "nosuch.yaml"))
+    assert result.code == 2 and "cannot read" in result.err and "Traceback" not in result.err
+
+
+def test_an_unreachable_server_is_a_clear_error(simrun, tmp_path):
+    result = simrun("runs", url=f"http://127.0.0.1:{free_port()}")
+    assert result.code == 3 and "cannot reach the simrun server" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_a_bad_token_is_a_clear_error(simrun):
+    result = simrun("runs", token_="not-a-token")
+    assert result.code == 3 and "refused the token" in result.err
+    assert "simrun login" in result.err and "Traceback" not in result.err
+
+
+def test_without_a_server_or_token_the_user_is_told_to_log_in(simrun):
+    assert "simrun login" in simrun("runs", token_=None).err
+    assert "no simrun server configured" in simrun("runs", url="").err
+
+
+def test_login_keeps_the_server_and_token_for_later_commands(simrun, live_server, home, owner):
+    result = simrun(
+        "login", live_server.url, "-u", "alice", "--password-stdin",
+        token_=None, url="", stdin="alice-password\n",
+    )  # fmt: skip
+    assert result.code == 0 and "logged in" in result.out and "as alice" in result.out
+    config = home / ".config" / "simrun" / "config.json"
+    assert json.loads(config.read_text())["url"] == live_server.url
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    submitted(owner)
+    listed = simrun("runs", token_=None, url="")
+    assert listed.code == 0 and "demo" in listed.out
+    wrong = simrun(
+        "login", live_server.url, "-u", "alice", "--password-stdin",
+        token_=None, url="", stdin="nope\n",
+    )  # fmt: skip
+    assert wrong.code == 2 and "username or password is wrong" in wrong.err
+
+
+def test_submit_uploads_the_local_source_trees_a_spec_names(simrun, tmp_path, live_server):
+    package = tmp_path / "mypkg"
+    (package / "mypkg").mkdir(parents=True)
+    (package / "pyproject.toml").write_text("[project]\nname = 'mypkg'\n")
+    (package / "mypkg" / "__init__.py").write_text("VALUE = 1\n")
+    (package / ".git").mkdir()
+    (package / ".git" / "HEAD").write_text("ref")
+    text = SQUARES.format(name="with-sources") + "sources: [./mypkg]\n"
+    result = simrun("submit", str(spec_file(tmp_path, "with-sources", text)))
+    assert result.code == 0, result.err
+    snapshot = Snapshot.objects.get()
+    assert "uploaded ./mypkg" in result.out and snapshot.digest[:12] in result.out
+    assert Run.objects.get().spec["sources"] == [snapshot.digest]
+    again = simrun("submit", str(spec_file(tmp_path, "with-sources", text)))
+    assert again.code == 0 and Snapshot.objects.count() == 1  # the same tree, the same id
+
+
+def test_runs_show_and_cancel(simrun, owner, stranger):
+    run = running(submitted(owner), sweep="running")
+    theirs = submitted(stranger)
+    listed = simrun("runs")
+    assert run.id in listed.out and theirs.id not in listed.out and "running" in listed.out
+    shown = simrun("show", run.id)
+    assert shown.code == 0 and "sweep" in shown.out and "summary" in shown.out
+    assert simrun("show", theirs.id).code == 2
+    cancelled = simrun("cancel", run.id)
+    assert cancelled.code == 0 and f"run {run.id} cancelled" in cancelled.out
+    again = simrun("cancel", run.id)
+    assert again.code == 1 and "has ended" in again.err
+
+
+def test_logs_print_the_tail_and_follow_until_the_task_is_final(simrun, owner, store):
+    run = running(submitted(owner), sweep="running")
+    folder = store / "runs" / run.id / "tasks" / "sweep" / "logs"
+    folder.mkdir(parents=True)
+    (folder / "sweep-w0-0.log").write_text("".join(f"line {i}\n" for i in range(10)))
+    (folder / "sweep-w1-0.log").write_text("other\n")
+    tail = simrun("logs", run.id, "sweep", "--log", "sweep-w0-0", "-n", "2")
+    assert tail.code == 0 and tail.out == "line 8\nline 9\n"
+    both = simrun("logs", run.id, "sweep")
+    assert "==> sweep-w0-0 <==" in both.out and "other" in both.out
+    (folder / "sweep-w1-0.pid").write_text("{}")
+    follower = simrun("logs", run.id, "sweep", "-f", "--log", "sweep-w1-0", background=True)
+    assert follower.stdout.readline() == "other\n"  # the tail, printed at once
+    with (folder / "sweep-w1-0.log").open("a") as log:
+        log.write("later\n")
+    Task.objects.filter(run=run, task_id="sweep").update(state="done")
+    (folder / "sweep-w1-0.pid").unlink()
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err
+    assert out == "later\n"
