@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+PAGE = os.sysconf("SC_PAGE_SIZE")
 SUBTREE = "simrun"
 """The cgroup below the service's own that holds the cgroups of the processes."""
 
@@ -120,9 +121,13 @@ def detect(proc: Path = PROC) -> Hierarchy | None:
 
 
 def create(hierarchy: Hierarchy, name: str, limit_bytes: int) -> Path:
-    """A cgroup ``name`` with a memory limit and no swap beyond it; an existing one is reused."""
+    """A cgroup ``name`` with a memory limit (whole pages, at least ``limit_bytes``) and no swap
+    beyond it; an existing one is reused."""
     path = hierarchy.parent / name
     path.mkdir(exist_ok=True)
+    # Up to whole pages: the kernel rounds a limit down, and a process sized by the limit it
+    # reads (the harness's pool) must see at least the memory of its plan.
+    limit_bytes = -(-limit_bytes // PAGE) * PAGE
     (path / hierarchy.limit_file).write_text(str(limit_bytes))
     swap = path / ("memory.swap.max" if hierarchy.version == 2 else "memory.memsw.limit_in_bytes")
     if swap.exists():

@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import hashlib
 import logging
+import math
 import os
 import select
 import shutil
@@ -499,7 +500,7 @@ class LocalBackend:
         cgroup = None
         if self.hierarchy is not None and not spec.image:
             name = f"{submission.run}.{spec.name}.{number}"
-            cgroup = cgroups.create(self.hierarchy, name, int(memory_gb * 2**30))
+            cgroup = cgroups.create(self.hierarchy, name, math.ceil(memory_gb * 2**30))
         venv = self.envs / submission.run if submission.snapshots else None
         env = {
             **process_env(venv),
@@ -523,6 +524,7 @@ class LocalBackend:
             "stage": spec.stage,
             "pid_file": str(attempt.path("pid")),
             "exit_file": str(attempt.path("exit")),
+            "log": str(attempt.path("log")),
             "cgroup": str(cgroup) if cgroup is not None else None,
             "venv": {"dir": str(venv), "snapshots": submission.snapshots} if venv else None,
             "container": container,

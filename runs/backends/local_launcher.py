@@ -84,6 +84,17 @@ def notify(address: str) -> None:
         sock.sendto(b"1", address)
 
 
+def last_line(log: Path, size: int = 4096) -> str:
+    """The last line of a log that is not empty (as a pod's termination message on error)."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - size))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip()[:300] for line in reversed(lines) if line.strip()), "")
+
+
 def _exit_code(returncode: int) -> tuple[int, int | None]:
     """The exit code as a shell reports it (128 + signal) and the signal that ended it."""
     if returncode < 0:
@@ -181,6 +192,8 @@ def run(launch_file: Path) -> int:
             os.killpg(pid, signal.SIGTERM)
         result["exit_code"], result["signal"] = _exit_code(child.wait())
         _clean_up(launch, child.pid, result)
+        if result["exit_code"] != 0 and launch.get("log"):
+            result["last_line"] = last_line(Path(launch["log"]))
     result["ended"] = time.time()
     write_json(exit_file, result)
     pid_file.unlink(missing_ok=True)

@@ -164,7 +164,8 @@ def _message(exit: dict[str, Any], result: Outcome) -> str:
     if exit.get("signal"):
         name = signal.Signals(exit["signal"]).name
         return f"ended by {name} (exit code {code})"
-    return f"exit code {code}"
+    last = exit.get("last_line")
+    return f"exit code {code}: {last}" if last else f"exit code {code}"
 
 
 def failed_attempt(attempt: Attempt, result: Outcome, host: str) -> FailedAttempt:

@@ -73,7 +73,8 @@ def children(args: argparse.Namespace, home: Path, local: bool) -> list[Child]:
             "web",
             [python, "-m", "gunicorn", "simrun_site.wsgi:application"]
             + ["--bind", f"{args.host}:{args.port}", "--workers", str(args.web_workers)]
-            + ["--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "5"],
+            + ["--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "5"]
+            + ["--no-control-socket"],
         ),
         Child(
             "worker",
@@ -231,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     from django.core.management import call_command
 
     prepare_broker()
+    Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise serves from it
     call_command("migrate", interactive=False, verbosity=0)
     login = demo(home) if args.demo else None
     stop = threading.Event()

@@ -49,7 +49,7 @@ def test_each_process_runs_in_a_memory_cgroup_of_its_own_with_the_plan_as_limit(
         cgroup = backend.hierarchy.parent / "m0.t.0"
         assert pid in cgroups.pids(cgroup)
         limit = int((cgroup / backend.hierarchy.limit_file).read_text())
-        assert limit == int(0.25 * 2**30)
+        assert limit == 0.25 * 2**30
         flag.touch()
         wait_for(lambda: phase(backend, "m0") == "Succeeded")
     assert not cgroup.exists()

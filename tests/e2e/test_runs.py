@@ -1,0 +1,143 @@
+"""Runs end to end through ``simrun serve``: submitted with a token, run as local processes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.e2e.service import (
+    Service,
+    run_of,
+    run_processes,
+    submit,
+    wait_for,
+    wait_until_ended,
+    wait_until_state,
+)
+
+pytestmark = pytest.mark.slow
+
+GRACE_S = 30.0
+"""The grace period of the harness, the local backend's from SIGTERM to SIGKILL."""
+
+
+def squares(n: int, **settings: object) -> dict[str, object]:
+    return {"type": "squares", "workers": 2, "settings": {"n": n, **settings}}
+
+
+def attempt_files(service: Service, run_id: str, task: str) -> dict[str, dict]:
+    logs = service.store / "runs" / run_id / "tasks" / task / "logs"
+    return {p.name: json.loads(p.read_text()) for p in logs.glob("*.launch")} | {
+        p.name: json.loads(p.read_text()) for p in logs.glob("*.exit")
+    }
+
+
+def test_squares_with_500_units_reaches_succeeded_with_its_exact_output(service: Service):
+    with service.client(service.user("sam")) as api:
+        run_id = submit(api, {"name": "squares", "tasks": {"sq": squares(500)}})
+        run = wait_until_ended(api, run_id)
+    assert run["state"] == "succeeded", run
+    out = service.store / "runs" / run_id / "tasks" / "sq" / "out"
+    assert json.loads((out / "squares.json").read_text()) == [i * i for i in range(500)]
+    assert run_processes(service.store, run_id) == []
+
+
+def test_a_split_task_feeding_a_plugin_feeding_a_command_runs_in_order(service: Service):
+    spec = {
+        "tasks": {
+            "sq": squares(30),
+            "stats": {"type": "csv-stats", "inputs": {"table": "sq"}},
+            "show": {
+                "command": ["python", "-c", "print(open('inputs/stats/stats.json').read())"],
+                "inputs": {"stats": "stats"},
+            },
+        }
+    }
+    with service.client(service.user("dag")) as api:
+        run_id = submit(api, spec)
+        run = wait_until_ended(api, run_id)
+    assert run["state"] == "succeeded", run
+    spans = []
+    for task, node in (("sq", "sq-w0"), ("stats", "stats"), ("show", "show")):
+        files = attempt_files(service, run_id, task)
+        spans.append((files[f"{node}-0.launch"]["started"], files[f"{node}-0.exit"]["ended"]))
+    assert spans[0][1] <= spans[1][0] and spans[1][1] <= spans[2][0]
+    log = service.store / "runs" / run_id / "tasks/show/logs/show-0.log"
+    assert json.loads(log.read_text())["columns"]["square"]["max"] == 29 * 29
+
+
+def test_a_unit_that_raises_fails_the_run_with_a_message_naming_the_unit(sqlite_service, token):
+    with sqlite_service.client(token) as api:
+        run_id = submit(api, {"tasks": {"sq": squares(20, fail_unit=13)}})
+        run = wait_until_ended(api, run_id)
+    assert run["state"] == "failed"
+    assert "unit 13" in run["message"], run["message"]
+
+
+def test_a_cancel_ends_every_process_of_the_run_within_the_grace_period(sqlite_service, token):
+    with sqlite_service.client(token) as api:
+        run_id = submit(api, {"tasks": {"sq": squares(200, delay_s=1.0)}})
+        wait_for(lambda: run_of(api, run_id)["units_done"] > 0, 120, "the first units to be done")
+        assert run_processes(sqlite_service.store, run_id)
+        cancelled = time.monotonic()
+        assert api.post(f"runs/{run_id}/cancel/").status_code == 202
+        wait_for(
+            lambda: not run_processes(sqlite_service.store, run_id),
+            GRACE_S + 1.0,
+            "every process of the run to end",
+        )
+        assert time.monotonic() - cancelled <= GRACE_S + 1.0
+        assert run_of(api, run_id)["state"] == "cancelled"
+
+
+def test_runs_whose_tasks_need_every_core_run_one_after_the_other_in_order(sqlite_service, token):
+    def hold(seconds: float) -> dict[str, object]:
+        return {"tasks": {"t": {"command": ["sleep", str(seconds)], "cores": 2}}}
+
+    with sqlite_service.client(token) as api:
+        first_holder = submit(api, hold(4))
+        wait_until_state(api, first_holder, "running")
+        first, second = submit(api, hold(1)), submit(api, hold(1))
+        for run_id in (first_holder, first, second):
+            assert wait_until_ended(api, run_id)["state"] == "succeeded"
+    spans = []
+    for run_id in (first_holder, first, second):
+        files = attempt_files(sqlite_service, run_id, "t")
+        spans.append((files["t-0.launch"]["started"], files["t-0.exit"]["ended"]))
+    assert spans[0][1] <= spans[1][0] and spans[1][1] <= spans[2][0]
+
+
+def alloc(mb: int) -> dict[str, object]:
+    return {"type": "alloc", "cores": 1, "settings": {"units": 2, "mb": mb, "hold_s": 0.2}}
+
+
+def test_alloc_past_its_plan_is_killed_for_memory_retried_and_succeeds(sqlite_service, token):
+    with sqlite_service.client(token) as api:
+        run_id = submit(api, {"tasks": {"mem": alloc(500)}})
+        run = wait_until_ended(api, run_id)
+    assert run["state"] == "succeeded", run
+    assert run["memory_enforced"]
+    [task] = run["tasks"]
+    assert task["plan"]["memory_gb"] * 1024 < 500 < task["plan"]["retry_memory_gb"] * 1024
+    attempts = {(a["worker"], a["attempt"]): a for a in task["attempts"]}
+    assert attempts[("mem-w0", 0)]["oom_killed"]
+    retried = sqlite_service.store / f"runs/{run_id}/tasks/mem/logs/mem-w0-1.exit"
+    assert json.loads(retried.read_text())["exit_code"] == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="runs/states.py names the retry memory only while the backend has not failed the "
+    "node itself; the local backend (as Argo, 'No more retries left') fails it",
+)
+def test_alloc_past_the_retry_memory_too_fails_the_run_naming_it(sqlite_service, token):
+    with sqlite_service.client(token) as api:
+        run_id = submit(api, {"tasks": {"mem": alloc(1000)}})
+        run = wait_until_ended(api, run_id)
+    assert run["state"] == "failed", run
+    [task] = run["tasks"]
+    retry = task["plan"]["retry_memory_gb"]
+    assert f"{retry:g}" in run["message"], run["message"]
+    assert [a["oom_killed"] for a in task["attempts"]] == [True, True]
