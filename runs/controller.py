@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -83,6 +83,9 @@ def wake() -> None:
     except Exception:
         log.exception("cannot wake the control loop; it reconciles at its next poll")
         locks.lower_flag(WAKE_FLAG)
+
+
+# One poll of one live run: ``runs.states`` decides, this writes.
 
 
 def apply(run: Run, tasks: list[Task], poll: Poll) -> bool:
@@ -173,38 +176,37 @@ def reconcile_run(
     if written and run.ended:
         settle_run(run, tasks, backend=backend)
     elif not run.ended:
-        keep_final_tasks(run, tasks, plans, backend=backend)
+        keep_logs(run, tasks, backend=backend)
     return written
 
 
-def keep_final_tasks(
-    run: Run, tasks: list[Task], plans: Mapping[str, TaskPlan], *, backend: Backend
-) -> None:
-    """Record the reports of the final tasks of a live run and keep their pods' logs."""
+def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
+    """Keep the logs of the final tasks' terminated pods and record their reports.
+
+    Once every pod of a task terminated its task is marked ``logs_kept`` and not asked
+    again. Returns whether nothing is left to keep: every final task kept, or the workflow
+    gone (a workflow which does not exist has no logs to keep).
+    """
+    complete = True
     for task in tasks:
         if task.state not in FINAL_TASK_STATES or task.logs_kept:
             continue
+        task_dir = store.task_dir(run.id, task.task_id)
         try:
             pod_logs = backend.logs(run.workflow, task.task_id)
         except KeyError:
             pod_logs = None
         except Exception:
             log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
+            complete = False
             continue
-        _keep_task(run, task, plans[task.task_id], pod_logs)
-
-
-def _keep_task(run: Run, task: Task, plan: TaskPlan, pod_logs: list[Any] | None) -> bool:
-    """Keep the logs of a task's terminated pods, record its reports; whether it is all kept.
-
-    ``pod_logs`` None: the workflow is gone, with nothing more to keep.
-    """
-    task_dir = store.task_dir(run.id, task.task_id)
-    complete = pod_logs is None or logs.keep(task_dir, pod_logs)
-    observations.record(task=task, plan=plan, task_dir=task_dir, kills=run.oom_kills)
-    if complete and pod_logs is not None:
-        Task.objects.filter(pk=task.pk).update(logs_kept=True)
-        task.logs_kept = True
+        kept = pod_logs is None or logs.keep(task_dir, pod_logs)
+        plan = TaskPlan.model_validate(task.plan)
+        observations.record(task=task, plan=plan, task_dir=task_dir, kills=run.oom_kills)
+        if kept and pod_logs is not None:
+            Task.objects.filter(pk=task.pk).update(logs_kept=True)
+            task.logs_kept = True
+        complete = complete and kept
     return complete
 
 
@@ -215,13 +217,12 @@ def settle_run(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     """Retry the pending logs, cancellation and release of a terminal run.
 
     The logs are kept before the workflow is stopped (a decided run) or cancelled (a cancelled
-    run, or one whose submission failed); a workflow which does not exist (any more) has no
-    logs to keep. An unknown workflow counts as cancelled and an
+    run, or one whose submission failed). An unknown workflow counts as cancelled and an
     unknown node as released; a node is released only from this run's reservation. What
     fails stays pending for the next poll. Returns whether a pending flag was cleared.
     """
     cleared: list[str] = []
-    if run.pending_logs and _keep_logs(run, tasks, backend):
+    if run.pending_logs and keep_logs(run, tasks, backend=backend):
         cleared.append("pending_logs")
     if run.pending_cancel:
         decided = run.state != RunState.CANCELLED and run.submitted_at is not None
@@ -245,25 +246,6 @@ def _done(what: str, call: Callable[..., None], *args: str) -> bool:
         log.exception("%s failed; it stays pending", what)
         return False
     return True
-
-
-def _keep_logs(run: Run, tasks: list[Task], backend: Backend) -> bool:
-    """Keep the logs of the terminated pods of every task; whether none is left to keep."""
-    plans = task_plans(tasks)
-    complete = True
-    for task in tasks:
-        if task.logs_kept:
-            continue
-        try:
-            pod_logs = backend.logs(run.workflow, task.task_id)
-        except KeyError:
-            pod_logs = None
-        except Exception:
-            log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
-            complete = False
-            continue
-        complete = _keep_task(run, task, plans[task.task_id], pod_logs) and complete
-    return complete
 
 
 def _clear(run: Run, flags: list[str]) -> bool:
