@@ -1,6 +1,6 @@
 """Celery tasks: thin shells that call one function of the controller (runs/controller.py).
 
-``reconcile`` and ``settle`` run on the beat schedule (simrun_site/celery.py); ``reconcile``
+``reconcile`` and ``settle`` run on the beat schedule (``CELERY_BEAT_SCHEDULE``); ``reconcile``
 is also sent by ``controller.wake``. ``submit_run`` is sent per run after its submission
 commits; ``recover`` when a worker starts, which also subscribes the controller's wake-up
 to the backend, so a backend that sees a change makes the loop reconcile at once.
