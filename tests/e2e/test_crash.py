@@ -1,0 +1,101 @@
+"""Crashes of the service in the middle of a run: the run reaches its end, nothing is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.service import (
+    Service,
+    run_of,
+    run_processes,
+    service_processes,
+    submit,
+    wait_for,
+    wait_until_ended,
+)
+
+pytestmark = pytest.mark.slow
+
+SWEEP = {"tasks": {"sq": {"type": "squares", "settings": {"n": 40, "delay_s": 0.2}}}}
+
+
+def celery_worker(service: Service) -> int | None:
+    """The main process of the Celery worker of a serve, None while it has none."""
+    assert service.process is not None
+    for pid in service_processes(service.process.pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except OSError:
+            continue
+        if b"worker" in cmdline and b"celery" in cmdline and parent == service.process.pid:
+            return pid
+    return None
+
+
+def attempts(service: Service, run_id: str) -> list[str]:
+    logs = service.store / "runs" / run_id / "tasks" / "sq" / "logs"
+    return sorted(p.stem for p in logs.glob("*.launch"))
+
+
+def running(service: Service, api, run_id: str) -> bool:
+    return run_of(api, run_id)["units_done"] > 0
+
+
+def test_a_run_survives_a_sigkill_of_the_celery_worker(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    try:
+        with service.client(service.user("alice")) as api:
+            run_id = submit(api, SWEEP)
+            wait_for(lambda: running(service, api, run_id), 120, "the first units")
+            worker = celery_worker(service)
+            assert worker is not None
+            os.kill(worker, signal.SIGKILL)
+            wait_for(lambda: celery_worker(service) not in {None, worker}, 60, "a new worker")
+            run = wait_until_ended(api, run_id)
+        assert run["state"] == "succeeded", run
+        assert attempts(service, run_id) == ["sq-w0-0"]
+        assert run_processes(service.store, run_id) == []
+    finally:
+        service.stop()
+
+
+def test_a_run_survives_a_sigkill_of_the_whole_service_and_a_start_again(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    try:
+        with service.client(service.user("alice")) as api:
+            run_id = submit(api, SWEEP)
+            wait_for(lambda: running(service, api, run_id), 120, "the first units")
+        service.crash()
+        assert run_processes(service.store, run_id), "the processes of the run go on"
+        service.start()
+        with service.client(service.user("alice")) as api:
+            run = wait_until_ended(api, run_id)
+        assert run["state"] == "succeeded", run
+        assert attempts(service, run_id) == ["sq-w0-0"]  # adopted, not started again
+        assert run_processes(service.store, run_id) == []
+    finally:
+        service.stop()
+
+
+def test_after_a_crash_the_processes_of_a_run_cancelled_meanwhile_are_killed(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    try:
+        with service.client(service.user("alice")) as api:
+            slow = {"tasks": {"sq": {"type": "squares", "settings": {"n": 500, "delay_s": 1}}}}
+            run_id = submit(api, slow)
+            wait_for(lambda: running(service, api, run_id), 120, "the first units")
+        service.crash()
+        assert run_processes(service.store, run_id)
+        (service.store / "local" / "runs" / f"simrun-{run_id}.json").unlink()  # now unknown
+        service.start()
+        wait_for(lambda: not run_processes(service.store, run_id), 60, "the orphans to be killed")
+    finally:
+        service.stop()
