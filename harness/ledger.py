@@ -22,6 +22,7 @@ coordinator saw it unchanged for ``stale_s`` by its own clock). Units are groupe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -67,6 +68,9 @@ class Ledger:
         self._pieces: dict[str, tuple[int, int]] = {}
         self._gaps: list[tuple[int, int]] = [(0, size)] if size else []
         self._seen: dict[str, tuple[str | None, float]] = {}
+        # Strings, not Paths: a batch of short units touches hundreds of claims.
+        self._claims = os.path.join(directory, "claims")
+        self._token = os.path.join(directory, "owners", worker) if worker is not None else ""
 
     # -- creation ------------------------------------------------------------------------
 
@@ -109,12 +113,13 @@ class Ledger:
 
     @property
     def token(self) -> Path:
+        """The file a claim of this worker links to."""
         if self.worker is None:
             raise RuntimeError("the ledger is read without a worker")
-        return self.directory / "owners" / self.worker
+        return Path(self._token)
 
-    def _claim_path(self, block: int) -> Path:
-        return self.directory / "claims" / str(block)
+    def _claim_path(self, block: int) -> str:
+        return f"{self._claims}/{block}"
 
     # -- what is done --------------------------------------------------------------------
 
@@ -146,6 +151,15 @@ class Ledger:
         """Whether every unit is done (refreshes first)."""
         self.refresh()
         return not self._gaps
+
+    def pending_count(self) -> int:
+        """How many blocks have units not done (claimed or not)."""
+        count, last = 0, -1
+        for start, end in self._gaps:
+            first = max(start // self.block, last + 1)
+            last = (end - 1) // self.block
+            count += max(0, last - first + 1)
+        return count
 
     def pending_blocks(self) -> Iterator[int]:
         """The blocks with units not done, ascending (claimed or not)."""
@@ -184,14 +198,14 @@ class Ledger:
     def claim(self, count: int) -> list[Claim]:
         """Claim up to ``count`` pending blocks; returns them with their units not done."""
         self.refresh()
-        taken = {int(n) for n in os.listdir(self.directory / "claims") if n.isdigit()}
-        inode = os.stat(self.token).st_ino
+        taken = {int(n) for n in os.listdir(self._claims) if n.isdigit()}
+        inode = os.stat(self._token).st_ino
         claimed: list[int] = []
         for block in self.pending_blocks():
             if block in taken:
                 continue
             try:
-                os.link(self.token, self._claim_path(block))
+                os.link(self._token, self._claim_path(block))
             except FileExistsError:
                 # NFS may answer a retried link that succeeded with EEXIST: ours all the same.
                 if not self._holds(block, inode):
@@ -221,10 +235,11 @@ class Ledger:
 
     def release(self, blocks: Sequence[int]) -> None:
         """Remove this worker's claims of blocks (a claim another worker took over stays)."""
-        inode = os.stat(self.token).st_ino
+        inode = os.stat(self._token).st_ino
         for block in blocks:
             if self._holds(block, inode):
-                self._claim_path(block).unlink(missing_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._claim_path(block))
 
     def write_piece(self, units: Sequence[int], results: Sequence[Any]) -> None:
         """Store the results of units (in the order computed), one piece per contiguous run."""
@@ -279,13 +294,10 @@ class Ledger:
                 if now - seen[1] < stale_s:
                     continue
             for block, inode in claims:
-                path = self._claim_path(block)
-                try:
-                    if os.stat(path).st_ino == inode:
-                        path.unlink()
+                if self._holds(block, inode):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._claim_path(block))
                         released.append(block)
-                except FileNotFoundError:
-                    continue
         return released
 
     # -- the merge -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ import os
 import re
 import socket
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from harness.files import write_atomic
@@ -64,7 +64,7 @@ class WorkerReport:
     its own (the local backend)."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def from_json(cls, text: str) -> WorkerReport:

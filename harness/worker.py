@@ -189,7 +189,7 @@ class _Work:
         if self.unit_s is None:
             return 1
         wanted = int(BATCH_S / max(self.unit_s, 1e-7)) // self.ledger.block
-        pending = sum(1 for _ in self.ledger.pending_blocks())
+        pending = self.ledger.pending_count()
         return max(1, min(wanted, pending // (2 * self.processes)))
 
     def _fill(self) -> None:
