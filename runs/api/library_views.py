@@ -29,6 +29,11 @@ from runs.snapshots import SnapshotError, save_snapshot
         parameters=[
             OpenApiParameter("task_type", OpenApiTypes.STR, description="only of this type")
         ],
+        responses={
+            200: ObservationSerializer(many=True),
+            400: schema.FIELD_ERRORS,
+            404: schema.NO_PAGE,
+        },
     )
 )
 class ObservationViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Observation]):
@@ -57,7 +62,14 @@ def task_type_list(request: Request) -> Response:
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Your source snapshots"),
+    list=extend_schema(
+        summary="Your source snapshots",
+        responses={
+            200: SnapshotSerializer(many=True),
+            400: schema.FIELD_ERRORS,
+            404: schema.NO_PAGE,
+        },
+    ),
     retrieve=extend_schema(
         summary="A source snapshot",
         parameters=[schema.path("id", schema.DIGEST, "the sha256 of the archive")],

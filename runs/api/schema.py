@@ -33,6 +33,16 @@ FIELD_ERRORS = OpenApiResponse(
     description="what is wrong, by the path of the field (e.g. tasks.sweep.settings.n)",
 )
 NOT_FOUND = OpenApiResponse(ErrorSerializer, description="no such object, or not yours")
+NO_PAGE = OpenApiResponse(ErrorSerializer, description="no such page")
 CONFLICT = OpenApiResponse(ErrorSerializer, description="refused in the object's state")
 UNAVAILABLE = OpenApiResponse(ErrorSerializer, description="the backend did not answer")
 FORBIDDEN = OpenApiResponse(ErrorSerializer, description="for staff only")
+
+EXAMPLE_SPEC = {
+    "name": "squares-and-stats",
+    "tasks": {
+        "sweep": {"type": "squares", "settings": {"n": 100}, "workers": 2},
+        "stats": {"type": "csv-stats", "inputs": {"table": "sweep"}},
+    },
+}
+"""A run to submit as it is: a split task and a plugin task reading its output."""

@@ -7,7 +7,7 @@ Views validate, call one domain function and return; a user reaches only their o
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -40,7 +40,11 @@ def run_detail(request: Request, run_id: str) -> Run:
         summary="List runs",
         description="Your runs (staff: every run), newest first, filtered and paginated.",
         parameters=[RunFilters],
-        responses={200: RunSerializer(many=True), 400: schema.FIELD_ERRORS},
+        responses={
+            200: RunSerializer(many=True),
+            400: schema.FIELD_ERRORS,
+            404: schema.NO_PAGE,
+        },
     ),
     retrieve=extend_schema(
         summary="A run",
@@ -74,6 +78,14 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         "A bad one is a 400 with every problem by the path of its field.",
         request={"application/json": RunSpec, "application/yaml": RunSpec},
         responses={201: RunDetailSerializer, 400: schema.FIELD_ERRORS},
+        examples=[
+            OpenApiExample(
+                "A sweep and its statistics",
+                value=schema.EXAMPLE_SPEC,
+                request_only=True,
+                media_type="application/json",
+            )
+        ],
     )
     def create(self, request: Request) -> Response:
         try:
