@@ -79,6 +79,10 @@ def children(args: argparse.Namespace, home: Path, local: bool) -> list[Child]:
         Child(
             "worker",
             [*celery, "worker", "--loglevel", "INFO", "--concurrency", "2"]
+            # A polling broker (the filesystem's) has the worker drain it for 2 s at a time
+            # and apply acks between drains: with one message per process in flight, a
+            # wake-up waits for the next drain. More in flight lets it through at once.
+            + ["--prefetch-multiplier", "4"]
             + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             + ["--hostname", f"simrun-{os.getpid()}@%h"],
         ),

@@ -1,0 +1,134 @@
+"""Latency of the local backend through the whole service (``simrun serve``).
+
+1. Submit → succeeded of a run of one trivial task (``true``), ``--runs`` times in a row: the
+   overhead beyond the task's own time (the life of its process, as its launcher recorded
+   it), median and p95. Target: median ≤ 1.0 s.
+2. A ``squares`` sweep through the service against the harness alone (``simrun-worker`` run
+   by hand as the coordinator, on the same task): the service's overhead in seconds.
+
+Run: ``.venv/bin/python bench/local_latency.py`` (starts its own serve in a temporary home).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.e2e.service import Service, run_of, submit  # noqa: E402
+
+POLL_S = 0.01
+
+
+def until_ended(api, run_id: str) -> tuple[float, dict]:
+    """Poll a run until it ended; when that was seen and the run."""
+    while True:
+        run = run_of(api, run_id)
+        if run["state"] in {"succeeded", "failed", "cancelled"}:
+            return time.perf_counter(), run
+        time.sleep(POLL_S)
+
+
+def own_seconds(service: Service, run_id: str, task: str, node: str) -> float:
+    """The life of the process of a task's first attempt, as its launcher recorded it."""
+    logs = service.store / "runs" / run_id / "tasks" / task / "logs"
+    record = json.loads((logs / f"{node}-0.exit").read_text())
+    return float(record["ended"] - record["started"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def trivial_runs(service: Service, api, runs: int) -> list[float]:
+    overheads = []
+    spec = {"name": "trivial", "tasks": {"t": {"command": ["true"]}}}
+    for _ in range(runs):
+        started = time.perf_counter()
+        run_id = submit(api, spec)
+        seen, run = until_ended(api, run_id)
+        assert run["state"] == "succeeded", run
+        overheads.append(seen - started - own_seconds(service, run_id, "t", "t"))
+    return overheads
+
+
+def sweep_spec(n: int, delay_s: float) -> dict:
+    settings = {"n": n, "delay_s": delay_s}
+    return {"name": "sweep", "tasks": {"sq": {"type": "squares", "cores": 2, "settings": settings}}}
+
+
+def harness_alone(service: Service, run_id: str, n: int, delay_s: float) -> float:
+    """The same task run by ``simrun-worker`` as its coordinator, by hand: its wall time."""
+    source = service.store / "runs" / run_id / "tasks" / "sq" / "task.json"
+    task = json.loads(source.read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        task_dir = Path(scratch) / "store" / "runs" / "alone" / "tasks" / "sq"
+        task_dir.mkdir(parents=True)
+        (task_dir / "task.json").write_text(json.dumps({**task, "run": "alone"}))
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SIMRUN_")},
+            "SIMRUN_TASK_DIR": str(task_dir),
+            "SIMRUN_ROLE": "base",
+            "SIMRUN_WORKER": "sq-w0",
+            "SIMRUN_CORES": str(task["plan"]["cores"]),
+            "SIMRUN_MEMORY_LIMIT_GB": str(task["plan"]["memory_gb"]),
+            "SIMRUN_MEMORY_SOURCE": "process",
+            "SIMRUN_SCRATCH": str(Path(scratch) / "scratch"),
+        }
+        worker = str(Path(sys.executable).parent / "simrun-worker")
+        started = time.perf_counter()
+        subprocess.run([worker], env=env, check=True, capture_output=True)
+        seconds = time.perf_counter() - started
+        merged = json.loads((task_dir / "out" / "squares.json").read_text())
+        assert merged == [i * i for i in range(n)]
+    return seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--units", type=int, default=400)
+    parser.add_argument("--delay", type=float, default=0.005, help="seconds per unit")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="simrun-bench-") as home:
+        service = Service(home=Path(home) / "home")
+        started = time.perf_counter()
+        service.start()
+        print(f"simrun serve started in {time.perf_counter() - started:.1f} s")
+        try:
+            with service.client(service.user("bench")) as api:
+                trivial_runs(service, api, 2)  # warm up: imports, first connections
+                overheads = trivial_runs(service, api, args.runs)
+                print(
+                    f"trivial run, submit → succeeded, overhead beyond the task's own time "
+                    f"({args.runs} runs): median {statistics.median(overheads):.3f} s, "
+                    f"p95 {percentile(overheads, 0.95):.3f} s, "
+                    f"min {min(overheads):.3f} s, max {max(overheads):.3f} s"
+                )
+                begun = time.perf_counter()
+                run_id = submit(api, sweep_spec(args.units, args.delay))
+                seen, run = until_ended(api, run_id)
+                assert run["state"] == "succeeded", run
+                through_service = seen - begun
+            alone = harness_alone(service, run_id, args.units, args.delay)
+            print(
+                f"squares n={args.units} delay_s={args.delay} on 2 cores: service "
+                f"{through_service:.2f} s, harness alone {alone:.2f} s, "
+                f"overhead {through_service - alone:.2f} s"
+            )
+        finally:
+            service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
