@@ -1,0 +1,70 @@
+"""``simrun serve`` as a user meets it: one command, a URL, a login, and a clean stop."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import httpx
+import pytest
+
+from tests.e2e.service import SIMRUN, Service, service_processes, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_serve_migrates_prints_the_url_and_stops_every_child_on_sigterm(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    assert service.process is not None
+    session = service.process.pid
+    text = service.log.read_text()
+    assert f"simrun is running at {service.url}/" in text
+    assert "simrun user NAME" in text  # how to log in
+    assert len(service_processes(session)) >= 5  # serve, web, worker, beat, the local step
+    page = httpx.get(f"{service.url}/login/", timeout=10)
+    assert page.status_code == 200
+    assert (service.home / "simrun.sqlite3").exists()
+    assert (service.home / "secret_key").stat().st_mode & 0o077 == 0
+    assert service.stop() == 0
+    wait_for(lambda: not service_processes(session), 30, "every child to stop")
+
+
+def test_a_user_made_with_simrun_user_gets_a_token_the_api_accepts(sqlite_service):
+    token = sqlite_service.user("tokens")
+    with sqlite_service.client(token) as api:
+        assert api.get("runs/").status_code == 200
+    with sqlite_service.client("not-a-token") as api:
+        assert api.get("runs/").status_code == 401
+
+
+def test_the_secret_key_is_kept_so_a_login_survives_a_restart(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    token = service.user("keeper")
+    key = (service.home / "secret_key").read_text()
+    service.stop()
+    service.start()
+    try:
+        assert (service.home / "secret_key").read_text() == key
+        with service.client(token) as api:
+            assert api.get("runs/").status_code == 200
+    finally:
+        service.stop()
+
+
+def test_a_port_another_server_holds_is_a_clear_error(tmp_path):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        service = Service(home=tmp_path / "home", port=port)
+        done = subprocess.run(
+            [SIMRUN, "serve", "--port", str(port)],
+            env=service.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
