@@ -20,5 +20,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     with Client() as client:
         item = client.post(f"/api/runs/{args.run_id}/cancel/").json()
-    Console(highlight=False).print(f"run {item['id']} {item['state']}")
+    Console(highlight=False, soft_wrap=True).print(f"run {item['id']} {item['state']}")
     return EXIT_OK

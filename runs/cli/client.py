@@ -180,7 +180,9 @@ def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable[...
         try:
             return command(args)
         except CliError as error:
-            Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(error))}")
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                f"[bold red]error:[/] {escape(str(error))}"
+            )
             return error.code
 
     return wrapped

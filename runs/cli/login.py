@@ -58,7 +58,7 @@ def obtain_token(url: str, username: str, password: str) -> str:
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     url = (
         args.url or os.environ.get("SIMRUN_URL") or read_config().get("url") or DEFAULT_URL
     ).rstrip("/")

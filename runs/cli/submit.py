@@ -97,7 +97,7 @@ def submit(client: Client, path: Path, console: Console) -> dict[str, Any]:
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     with Client() as client:
         created = submit(client, args.file, console)
         label = f" ({created['name']})" if created.get("name") else ""
