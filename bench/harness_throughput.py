@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=len(os.sched_getaffinity(0)))
     args = parser.parse_args(argv)
     rate = iterations_per_ms()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{args.processes} processes, {rate:,.0f} iterations per ms, {args.repeat} runs each")
+    print(f"load average before: {load} (other work on the machine skews the figures)")
     failed = False
     for unit_ms, target in TARGETS.items():
         iterations = max(1, round(rate * unit_ms))
