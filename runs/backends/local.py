@@ -45,7 +45,13 @@ from runs.backends.base import (
     TaskRecord,
     workflow_name,
 )
-from runs.backends.local_launcher import notify, read_json, same_process, write_json
+from runs.backends.local_launcher import (
+    notify,
+    process_start,
+    read_json,
+    same_process,
+    write_json,
+)
 from runs.backends.local_state import (
     Attempt,
     NodeSpec,
@@ -705,29 +711,38 @@ class LocalBackend:
 
 
 def alive(names: dict[str, Any], role: str) -> bool:
-    """Whether the launcher (``launcher``) or the process (``pid``) of a pid file still runs."""
-    prefix = "launcher_" if role == "launcher" else ""
-    pid = names.get(role)
-    return pid is not None and same_process(
-        pid, names.get(f"{prefix}start"), names.get(f"{prefix}cmdline")
-    )
+    """Whether the launcher (``launcher``) or the process (``pid``) of a pid file still runs.
+
+    The same pid, start time and command line; a process whose launcher still runs needs only
+    its start time (a pid is not reused before the launcher reaped it, and the process may
+    have replaced its command line with an exec).
+    """
+    if role == "launcher":
+        pid, start, cmdline = (names.get(f"launcher{k}") for k in ("", "_start", "_cmdline"))
+        return pid is not None and same_process(pid, start, cmdline)
+    pid = names.get("pid")
+    if pid is None:
+        return False
+    if alive(names, "launcher"):
+        start = names.get("start")
+        return start is not None and process_start(pid) == start
+    return same_process(pid, names.get("start"), names.get("cmdline"))
 
 
 def signal_attempt(attempt: Attempt, signum: int) -> bool:
     """Signal the process group of a running attempt (and its container); whether one was.
 
-    A SIGTERM also reaches its launcher, which then starts no process if it has none yet; a
-    SIGKILL of an attempt without a process kills its launcher's group (the venv it creates).
+    An attempt whose launcher has not started its process yet (it creates the run's venv):
+    a SIGTERM keeps the launcher from starting it, a SIGKILL kills the launcher's group.
     """
     names = attempt.pid or {}
-    container = names.get("container")
-    if container:
+    if container := names.get("container"):
         kill = ["docker", "kill", "--signal", signal.Signals(signum).name, container]
         subprocess.run(kill, capture_output=True, timeout=30, check=False)
-    if alive(names, "pid"):
+    if "pid" in names:
+        if not alive(names, "pid"):
+            return False
         os.killpg(names["pid"], signum)
-        if signum == signal.SIGTERM and alive(names, "launcher"):
-            os.kill(names["launcher"], signum)
         return True
     if alive(names, "launcher"):
         if signum == signal.SIGTERM:
