@@ -224,29 +224,43 @@ def observe(
 
     kinds = {t.task_id: t.kind for t in tasks}
     states = task_states(kinds=kinds, status=status, plans=plans, merge_state=merge_state)
+    killed_twice = _killed_twice(kills, stored, plans)
     messages = {}
     for task_id, state in states.items():
-        if state == TaskState.FAILED and stored[task_id].state == TaskState.FAILED:
+        if stored[task_id].state == TaskState.FAILED:
             messages[task_id] = stored[task_id].message
+        elif task_id in killed_twice:
+            states[task_id], messages[task_id] = TaskState.FAILED, killed_twice[task_id]
         elif state == TaskState.FAILED:
             messages[task_id] = _failure(task_id, kinds[task_id], status, plans[task_id], grace)
         elif task_id in merge_pending and state == TaskState.RUNNING:
             messages[task_id] = f"waiting for out/{MERGED_MARKER} of the coordinator's merge"
         else:
             messages[task_id] = ""
-    for worker, killed in kills.items():
-        task_id = task_of(worker, stored)
-        if len(killed) >= 2 and task_id is not None and states[task_id] != TaskState.FAILED:
-            states[task_id] = TaskState.FAILED
-            retry_gb = plans[task_id].retry_memory_gb
-            messages[task_id] = (
-                f"{worker} was killed for memory again with the retry memory {retry_gb:g} GiB "
-                f"(attempts {', '.join(map(str, killed))})"
-            )
     merge_pending = {t: s for t, s in merge_pending.items() if states[t] not in FINAL_TASK_STATES}
     poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts)
     _decide(poll, [t.task_id for t in tasks], status)
     return poll
+
+
+def _killed_twice(
+    kills: Mapping[str, list[int]], stored: Mapping[str, Task], plans: Mapping[str, TaskPlan]
+) -> dict[str, str]:
+    """The tasks with a pod killed for memory again with the retry memory (Ruling 35).
+
+    By task id, the message of the failed run, which names the retry memory; whether the
+    backend failed the node itself (its retries exhausted) or would retry it again.
+    """
+    found = {}
+    for worker, killed in kills.items():
+        task_id = task_of(worker, stored)
+        if len(killed) >= 2 and task_id is not None and task_id not in found:
+            retry_gb = plans[task_id].retry_memory_gb
+            found[task_id] = (
+                f"{worker} was killed for memory again with the retry memory {retry_gb:g} GiB "
+                f"(attempts {', '.join(map(str, killed))})"
+            )
+    return found
 
 
 def _decide(poll: Poll, order: list[str], status: BackendStatus) -> None:

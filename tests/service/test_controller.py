@@ -275,6 +275,24 @@ def test_a_second_oom_kill_with_the_retry_memory_fails_the_run_naming_it(launch,
     assert second.memory_gb == retry_gb
 
 
+def test_the_message_names_the_retry_memory_also_when_the_backend_failed_the_node_itself(
+    launch, fake
+):
+    run = launch()
+    retry_gb = plan(run).retry_memory_gb
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=1, exit_code=137, oom_killed=True)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Failed"})
+    fake.set_phase(run.workflow, "Failed", "No more retries left")
+    poll(fake)
+    run = fresh(run)
+    assert run.state == RunState.FAILED
+    assert run.message == (
+        f"task sweep failed: sweep-w0 was killed for memory again with the retry memory "
+        f"{retry_gb:g} GiB (attempts 0, 1)"
+    )
+
+
 def test_a_merge_or_an_unsplit_task_killed_twice_for_memory_fails_the_run(launch, fake):
     run = launch(PIPELINE)
     for attempt in (0, 1):
