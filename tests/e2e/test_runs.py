@@ -127,11 +127,6 @@ def test_alloc_past_its_plan_is_killed_for_memory_retried_and_succeeds(sqlite_se
     assert json.loads(retried.read_text())["exit_code"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runs/states.py names the retry memory only while the backend has not failed the "
-    "node itself; the local backend (as Argo, 'No more retries left') fails it",
-)
 def test_alloc_past_the_retry_memory_too_fails_the_run_naming_it(sqlite_service, token):
     with sqlite_service.client(token) as api:
         run_id = submit(api, {"tasks": {"mem": alloc(1000)}})
