@@ -145,7 +145,7 @@ def demo(home: Path) -> str:
     from django.contrib.auth.models import User
 
     user = User.objects.get(username=DEMO_USER)
-    if not user.runs.exists():  # type: ignore[attr-defined]
+    if not user.runs.exists():
         spec = parse_spec(DEMO_SPEC.read_text(), types=task_types())
         run = create_run(spec=spec, owner=user)
         print(f"simrun: submitted the example sweep {DEMO_SPEC.name} as run {run.id}")
