@@ -191,9 +191,18 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(SIMRUN_HOME / "celerybeat-schedule")
 # The control loop.
 SIMRUN_POLL_S = _positive("SIMRUN_POLL_S", 5.0)
 SIMRUN_SETTLE_S = _positive("SIMRUN_SETTLE_S", 30.0)
+# A pass slower than the poll must not queue up beat's messages: stale ones expire.
 CELERY_BEAT_SCHEDULE = {
-    "reconcile": {"task": "runs.tasks.reconcile", "schedule": SIMRUN_POLL_S},
-    "settle": {"task": "runs.tasks.settle", "schedule": SIMRUN_SETTLE_S},
+    "reconcile": {
+        "task": "runs.tasks.reconcile",
+        "schedule": SIMRUN_POLL_S,
+        "options": {"expires": SIMRUN_POLL_S},
+    },
+    "settle": {
+        "task": "runs.tasks.settle",
+        "schedule": SIMRUN_SETTLE_S,
+        "options": {"expires": SIMRUN_SETTLE_S},
+    },
 }
 SIMRUN_MERGE_MARKER_GRACE_S = _positive("SIMRUN_MERGE_MARKER_GRACE_S", 120.0)
 SIMRUN_LOCK_URL = _read("SIMRUN_LOCK_URL", env.str, "")
