@@ -360,3 +360,15 @@ def test_reservations_and_image_builds_are_refused_and_every_image_is_there(back
     with pytest.raises(ValueError):
         backend.build_image(Path("."), "image:1")
     assert backend.has_image("anything:1")
+
+
+def test_stop_ends_a_decided_run_as_cancel_does(backend):
+    with stepping(backend):
+        submit(backend, "r14", {"t": {"command": shell("sleep 60")}})
+        pid = process_of(backend, "r14", "t", "t")
+        backend.stop(workflow_name("r14"))
+        wait_for(lambda: process_start(pid) is None, timeout_s=backend.grace_s + 1.0)
+        wait_for(lambda: ended(backend, "r14"))
+    status = backend.status(workflow_name("r14"))
+    assert status.message == "Stopped with strategy 'Stop'"
+    assert [(f.exit_code, f.evicted) for f in status.failed["t"]] == [(143, False)]

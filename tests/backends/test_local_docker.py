@@ -81,3 +81,12 @@ def test_an_image_is_needed_to_run_a_command_with_docker(tmp_path, engine):
     backend = LocalBackend(tmp_path / "store", tmp_path / "scratch")
     with pytest.raises(ValueError, match="needs an image"):
         submit(backend, "dk2", {"t": {"command": ["true"]}}, local_commands="docker")
+
+
+def test_kill_orphans_kills_the_container_of_an_unknown_run(tmp_path, engine):
+    pid_file = tmp_path / "store/runs/gone/tasks/t/logs/t-0.pid"
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text('{"launcher": 1, "launcher_start": 0, "container": "simrun-gone-t-0"}')
+    LocalBackend(tmp_path / "store", tmp_path / "scratch").kill_orphans()
+    assert "kill --signal SIGKILL simrun-gone-t-0" in engine.read_text().splitlines()
+    assert not pid_file.exists()
