@@ -149,7 +149,7 @@ def demo(home: Path) -> str:
         spec = parse_spec(DEMO_SPEC.read_text(), types=task_types())
         run = create_run(spec=spec, owner=user)
         print(f"simrun: submitted the example sweep {DEMO_SPEC.name} as run {run.id}")
-    return f"log in as {DEMO_USER} / {password}; API token {login.token}"
+    return f"log in as {DEMO_USER} / {password}; API token {login.token} (simrun login --token)"
 
 
 def wait_until_listening(host: str, port: int, web: Child) -> bool:
@@ -177,7 +177,7 @@ def banner(args: argparse.Namespace, home: Path, login: str | None) -> str:
         f"simrun is running at {url}  (API {url}api/, its documentation {url}api/docs/)",
         login
         or "log in: create a user with `simrun user NAME --staff` (prints a password "
-        "and an API token)",
+        f"and an API token), then open the URL or run `simrun login {url} -u NAME`",
         f"home {home}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}; "
         f"backend {backend.name}"
         + (
