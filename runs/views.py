@@ -23,12 +23,11 @@ from django_htmx.http import HTMX_STOP_POLLING
 from harness.tasktypes import task_types
 from runs import capacity, controller, reservations, store, task_files, task_logs
 from runs.access import (
+    listed_runs,
     run_or_404,
     run_with_tasks_or_404,
     task_or_404,
     visible_observations,
-    visible_runs,
-    with_progress,
 )
 from runs.api.filters import RunFilters, apply_filters
 from runs.api.pagination import COUNT_CAP, MAX_PAGE, positive
@@ -41,7 +40,8 @@ from runs.spec import SpecError, parse_spec
 from runs.submission import create_run
 from runs.task_logs import DEFAULT_TAIL
 
-RUNS_PER_PAGE = 50
+RUNS_PER_PAGE = 25
+"""Rows of the runs table: what a laptop screen shows without much scrolling."""
 OUTPUTS_SHOWN = 50
 OBSERVATIONS_CHARTED = 200
 TAIL_CHOICES = [100, 200, 1000, 5000]
@@ -66,7 +66,7 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     filters = RunFilters(data=request.GET)
     values = filters.validated_data if filters.is_valid() else {}
     page = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
-    runs = with_progress(apply_filters(visible_runs(request.user), values))
+    runs = apply_filters(listed_runs(request.user), values)
     start = (page - 1) * RUNS_PER_PAGE
     rows = list(runs[start : start + RUNS_PER_PAGE + 1])
     has_next = len(rows) > RUNS_PER_PAGE
@@ -86,6 +86,8 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
         "previous_page": page - 1 if page > 1 else None,
         "next_page": page + 1 if has_next else None,
         "query": query.urlencode(),
+        # The rows' links share a prefix: one reverse() for the page, not one per row.
+        "run_base": reverse("runs:run-detail", args=["-"]).removesuffix("-/"),
         "full_query": request.GET.urlencode(),
     }
 

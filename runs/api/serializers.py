@@ -6,8 +6,10 @@ attached to the objects by the views before they are serialized.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from runs.models import Attempt, Observation, Run, Snapshot, Task
@@ -72,6 +74,14 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         ]
 
 
+def iso(value: datetime | None) -> str | None:
+    """A time as DRF's DateTimeField writes it (current time zone, ``Z`` for UTC), cheaper."""
+    if value is None:
+        return None
+    text = timezone.localtime(value).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 class RunSerializer(serializers.ModelSerializer[Run]):
     owner = serializers.CharField(source="owner.get_username")
     live = serializers.BooleanField(
@@ -98,6 +108,30 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "submitted_at",
             "ended_at",
         ]
+
+    def to_representation(self, run: Run) -> dict[str, Any]:
+        """The fields above, built directly: a list of runs is the API's hottest answer.
+
+        DRF's field machinery costs tens of microseconds a row; this is the same dict (a
+        test compares the two), the declared fields still describe it in the schema.
+        """
+        if type(self) is not RunSerializer:
+            return super().to_representation(run)
+        return {
+            "id": run.id,
+            "name": run.name,
+            "owner": getattr(run, "owner_name", None) or run.owner.get_username(),
+            "state": run.state,
+            "message": run.message,
+            "backend": run.backend,
+            "live": run.live,
+            "units_done": run.units_done_sum,  # type: ignore[attr-defined]
+            "units_total": run.units_total_sum,  # type: ignore[attr-defined]
+            "duration_s": run.duration_s,
+            "created_at": iso(run.created_at),
+            "submitted_at": iso(run.submitted_at),
+            "ended_at": iso(run.ended_at),
+        }
 
 
 class RunDetailSerializer(RunSerializer):

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 
 from harness.tasktypes import task_types
 from runs import controller
-from runs.access import run_with_tasks_or_404, visible_runs, with_progress
+from runs.access import listed_runs, run_with_tasks_or_404, visible_runs, with_progress
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
 from runs.api.filters import RunFilters, filter_runs
 from runs.api.pagination import CappedPagination
@@ -65,7 +65,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         return visible_runs(self.request.user)
 
     def list(self, request: Request) -> Response:
-        runs = with_progress(filter_runs(visible_runs(request.user), request))
+        runs = filter_runs(listed_runs(request.user), request)
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(RunSerializer(page, many=True).data)
 

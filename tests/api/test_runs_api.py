@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from django.utils import timezone
+from rest_framework import serializers
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from runs.access import listed_runs
+from runs.api.serializers import RunSerializer
 from runs.models import Attempt, Run, RunState, Task
 
 pytestmark = pytest.mark.django_db
@@ -418,3 +422,17 @@ def test_the_detail_takes_a_constant_number_of_queries(
         body = owner_client.get(f"/api/runs/{run.id}/").json()
     assert len(body["tasks"]) == tasks_per_run
     assert all(len(t["attempts"]) == 2 for t in body["tasks"])
+
+
+def test_the_fast_list_representation_is_the_one_drf_would_build(owner, stranger):
+    submitted_at = timezone.now() - timezone.timedelta(minutes=3)
+    for state, ended_at in [(RunState.RUNNING, None), (RunState.FAILED, timezone.now())]:
+        run = run_of(owner, f"run-{state}")
+        Run.objects.filter(pk=run.pk).update(
+            state=state, submitted_at=submitted_at, ended_at=ended_at, message="why"
+        )
+    with time_machine.travel(timezone.now(), tick=False):
+        for run in listed_runs(owner):
+            fast = RunSerializer(run).data
+            generic = serializers.ModelSerializer.to_representation(RunSerializer(run), run)
+            assert fast == dict(generic)

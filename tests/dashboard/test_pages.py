@@ -156,7 +156,7 @@ def test_the_runs_page_takes_a_constant_number_of_queries(
     )
     with django_assert_max_num_queries(4):
         body = alice.get("/runs/table/", **HTMX).content.decode()
-    assert body.count("<tr data-run") == min(runs, 50)
+    assert body.count("<tr data-run") == min(runs, 25)
 
 
 # A run
