@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--workers", type=int, default=3, help="gunicorn processes")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn process")
     parser.add_argument("--only", help="run only the pages whose name contains this")
     args = parser.parse_args(argv)

@@ -436,3 +436,13 @@ def test_the_fast_list_representation_is_the_one_drf_would_build(owner, stranger
             fast = RunSerializer(run).data
             generic = serializers.ModelSerializer.to_representation(RunSerializer(run), run)
             assert fast == dict(generic)
+
+
+def test_the_schema_and_its_documentation_page_are_served(anonymous_client):
+    schema = anonymous_client.get("/api/schema/?format=json")
+    assert schema.status_code == 200
+    body = schema.json()
+    assert body["openapi"].startswith("3.") and "/api/runs/" in body["paths"]
+    submission = body["paths"]["/api/runs/"]["post"]["requestBody"]["content"]
+    assert {"application/json", "application/yaml"} <= set(submission)
+    assert anonymous_client.get("/api/docs/").status_code == 200
