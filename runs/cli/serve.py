@@ -124,7 +124,7 @@ def prepare_broker() -> None:
     from django.conf import settings
 
     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
-    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+    for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         if key in options:
             Path(str(options[key])).mkdir(parents=True, exist_ok=True)
 
