@@ -29,8 +29,8 @@ def _nice_ceiling(value: float) -> float:
     power = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 2.5, 5, 10):
         if value <= step * power:
-            return step * power
-    return 10 * power
+            return float(step * power)
+    return float(10 * power)
 
 
 def observation_chart(observations: Sequence[Observation], planned_gb: float) -> SafeString:

@@ -14,7 +14,7 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import IO
 
 from django.contrib.auth.models import AbstractBaseUser
 
@@ -33,7 +33,7 @@ class SnapshotError(Exception):
 
 
 def save_snapshot(
-    *, owner: AbstractBaseUser, archive: BinaryIO, name: str = ""
+    *, owner: AbstractBaseUser, archive: IO[bytes], name: str = ""
 ) -> tuple[Snapshot, bool]:
     """Keep an uploaded tar.gz as a snapshot of ``owner``: the row and whether it is new.
 
@@ -52,7 +52,7 @@ def save_snapshot(
     )
 
 
-def _copy_hashing(source: BinaryIO, target: BinaryIO) -> tuple[str, int]:
+def _copy_hashing(source: IO[bytes], target: IO[bytes]) -> tuple[str, int]:
     """Copy an upload, refusing it past ``MAX_ARCHIVE_BYTES``; its sha256 and size."""
     digest = hashlib.sha256()
     size = 0
@@ -68,7 +68,7 @@ def _copy_hashing(source: BinaryIO, target: BinaryIO) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def _extract_once(archive: BinaryIO, target: Path) -> None:
+def _extract_once(archive: IO[bytes], target: Path) -> None:
     """Extract into a temporary directory beside ``target``, then rename it into place."""
     work = Path(tempfile.mkdtemp(dir=target.parent, prefix=".extract-"))
     try:
@@ -83,7 +83,7 @@ def _extract_once(archive: BinaryIO, target: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def extract(archive: BinaryIO, destination: Path) -> None:
+def extract(archive: IO[bytes], destination: Path) -> None:
     """Check every member of a tar.gz, then extract it into ``destination``."""
     try:
         with tarfile.open(fileobj=archive, mode="r:gz") as tar:

@@ -54,7 +54,9 @@ tasks:
 """
 
 
-def fragment(request: HttpRequest, template: str, context: dict[str, Any], *, live: bool):
+def fragment(
+    request: HttpRequest, template: str, context: dict[str, Any], *, live: bool
+) -> HttpResponse:
     """Render a fragment; 286 (stop polling) when nothing it shows is live any more."""
     return render(request, template, context, status=200 if live else HTMX_STOP_POLLING)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import FileResponse, Http404, HttpResponse
+from django.http import FileResponse, Http404, HttpResponseBase
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -148,12 +148,12 @@ def output_list(request: Request, run_id: str, task_id: str) -> Response:
     | {404: schema.NOT_FOUND},
 )
 @api_view(["GET"])
-def output_file(request: Request, run_id: str, task_id: str, path: str) -> HttpResponse:
+def output_file(request: Request, run_id: str, task_id: str, path: str) -> HttpResponseBase:
     task = task_or_404(request.user, run_id, task_id)
     return serve_output(task.run_id, task.task_id, path)
 
 
-def serve_output(run_id: str, task_id: str, path: str) -> HttpResponse:
+def serve_output(run_id: str, task_id: str, path: str) -> FileResponse:
     """A file of a task's out/, or a 404 for anything that is not one (shared with the pages)."""
     try:
         file, output = task_files.open_output(store.task_dir(run_id, task_id), path)

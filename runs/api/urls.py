@@ -6,6 +6,7 @@ from rest_framework.decorators import api_view, permission_classes
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
 from runs.api import account_views, cluster_views, library_views, task_views
@@ -22,7 +23,7 @@ TASK = "runs/<str:run_id>/tasks/<str:task_id>/"
 @extend_schema(exclude=True)
 @api_view(["GET", "POST", "PUT", "PATCH", "DELETE"])
 @permission_classes([AllowAny])
-def not_found(request: Request, rest: str) -> None:
+def not_found(request: Request, rest: str) -> Response:
     raise NotFound(f"no such API path: /api/{rest}")
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 PASSWORD = "alice-password"
 RUN_TIMEOUT_MS = 240_000
-LONG_SWEEP = "sweeps: 2000"
+LONG_SWEEP = "sweeps: 6000"
 """The example sweep made long enough (some seconds) to watch its bars move."""
 SLOW_SQUARES = (
     "name: to-cancel\ntasks:\n  sweep: {type: squares, settings: {n: 3000, delay_s: 0.05}}\n"
