@@ -121,3 +121,16 @@ def test_only_staff_release_and_unknown_nodes_are_404(owner_client, staff_client
     assert not Run.objects.get(pk=cluster["mine"].pk).pending_release
     assert staff_client.post("/api/nodes/node-z/release/").status_code == 404
     assert staff_client.post("/api/nodes/node-b/release/").status_code == 409
+
+
+@pytest.mark.parametrize("pods", [1, 200])
+def test_machines_take_one_query_however_many_pods(
+    staff_client, backend, owner, pods, django_assert_max_num_queries
+):
+    backend.add_node("node-a", cores=1000, memory_gb=4000)
+    runs = [running(submitted(owner)) for _ in range(min(pods, 5))]
+    backend.set_placements([pod(runs[i % len(runs)], pod=f"p{i}") for i in range(pods)])
+    for path in ["/api/placements/", "/api/nodes/"]:
+        with django_assert_max_num_queries(1):
+            assert staff_client.get(path).status_code == 200
+    assert len(staff_client.get("/api/placements/").json()) == pods
