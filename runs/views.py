@@ -30,7 +30,7 @@ from runs.access import (
     visible_observations,
 )
 from runs.api.filters import RunFilters, apply_filters
-from runs.api.pagination import COUNT_CAP, MAX_PAGE, positive
+from runs.api.pagination import MAX_PAGE, page_of, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.dag import layout
@@ -67,26 +67,21 @@ def fragment(
 def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     filters = RunFilters(data=request.GET)
     values = filters.validated_data if filters.is_valid() else {}
-    page = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
-    runs = apply_filters(listed_runs(request.user), values)
-    start = (page - 1) * RUNS_PER_PAGE
-    rows = list(runs[start : start + RUNS_PER_PAGE + 1])
-    has_next = len(rows) > RUNS_PER_PAGE
-    rows = rows[:RUNS_PER_PAGE]
-    count = runs.order_by().values("pk")[: COUNT_CAP + 1].count() if has_next else start + len(rows)
+    number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
+    page = page_of(apply_filters(listed_runs(request.user), values), number, RUNS_PER_PAGE)
     query = request.GET.copy()
     query.pop("page", None)
     return {
-        "runs": rows,
-        "any_live": any(not r.ended for r in rows),
+        "runs": page.rows,
+        "any_live": any(not r.ended for r in page.rows),
         "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
         "filter_errors": {} if filters.is_valid() else filters.errors,
         "states": RunState.choices,
-        "count": min(count, COUNT_CAP),
-        "count_exact": count <= COUNT_CAP,
-        "page": page,
-        "previous_page": page - 1 if page > 1 else None,
-        "next_page": page + 1 if has_next else None,
+        "count": page.count,
+        "count_exact": page.count_exact,
+        "page": number,
+        "previous_page": number - 1 if number > 1 else None,
+        "next_page": number + 1 if page.has_next else None,
         "query": query.urlencode(),
         # The rows' links share a prefix: one reverse() for the page, not one per row.
         "run_base": reverse("runs:run-detail", args=["-"]).removesuffix("-/"),

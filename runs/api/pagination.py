@@ -8,6 +8,7 @@ whether it did) and ``next`` comes from fetching one row more than the page.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import QuerySet
@@ -33,6 +34,31 @@ def positive(raw: str | None, default: int, maximum: int) -> int | None:
     return value if 1 <= value <= maximum else None
 
 
+@dataclass(frozen=True)
+class Page:
+    """One page of rows, whether another follows, and the rows counted up to the cap."""
+
+    rows: list[Any]
+    number: int
+    has_next: bool
+    count: int
+    count_exact: bool
+
+
+def page_of(queryset: QuerySet[Any], number: int, size: int) -> Page:
+    """Page ``number`` (from 1) of ``size`` rows: one query, and a capped count when needed."""
+    start = (number - 1) * size
+    rows = list(queryset[start : start + size + 1])
+    has_next = len(rows) > size
+    # Without a next page the rows seen give the count; else count, but only up to the cap.
+    count = (
+        queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
+        if has_next
+        else start + min(len(rows), size)
+    )
+    return Page(rows[:size], number, has_next, min(count, COUNT_CAP), count <= COUNT_CAP)
+
+
 class CappedPagination(BasePagination):
     """``?page=`` and ``?page_size=``; ``count`` exact up to ``COUNT_CAP`` rows."""
 
@@ -45,21 +71,11 @@ class CappedPagination(BasePagination):
             raise ValidationError({"page_size": [f"an integer from 1 to {MAX_PAGE_SIZE}"]})
         if page is None:
             raise NotFound(f"page is an integer from 1 to {MAX_PAGE}")
-        self.request, self.page = request, page
-        start = (page - 1) * size
-        rows = list(queryset[start : start + size + 1])
-        if page > 1 and not rows:
+        self.request = request
+        self.page = page_of(queryset, page, size)
+        if page > 1 and not self.page.rows:
             raise NotFound("no such page")
-        self.has_next = len(rows) > size
-        # Without a next page the rows seen give the count; else count, but only up to the cap.
-        count = (
-            queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
-            if self.has_next
-            else start + len(rows)
-        )
-        self.count_exact = count <= COUNT_CAP
-        self.count = min(count, COUNT_CAP)
-        return rows[:size]
+        return self.page.rows
 
     def _link(self, page: int) -> str | None:
         url = self.request.build_absolute_uri()
@@ -73,10 +89,13 @@ class CappedPagination(BasePagination):
         return Response(
             OrderedDict(
                 [
-                    ("count", self.count),
-                    ("count_exact", self.count_exact),
-                    ("next", self._link(self.page + 1) if self.has_next else None),
-                    ("previous", self._link(self.page - 1) if self.page > 1 else None),
+                    ("count", self.page.count),
+                    ("count_exact", self.page.count_exact),
+                    ("next", self._link(self.page.number + 1) if self.page.has_next else None),
+                    (
+                        "previous",
+                        self._link(self.page.number - 1) if self.page.number > 1 else None,
+                    ),
                     ("results", data),
                 ]
             )
