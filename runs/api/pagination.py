@@ -25,7 +25,7 @@ MAX_PAGE = 100_000
 
 
 def positive(raw: str | None, default: int, maximum: int) -> int | None:
-    """A query parameter as an integer in 1..maximum; None when it is none."""
+    """A query parameter as an integer in 1..maximum (``default`` when absent), else None."""
     if raw is None or raw == "":
         return default
     if not raw.isdigit() or len(raw) > 9:
