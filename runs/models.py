@@ -150,6 +150,8 @@ class Run(models.Model):
                 | Q(pending_release=True)
                 | Q(pending_cancel=True),
             ),
+            # The runs list of staff (every run), newest first: GET /api/runs/ and the dashboard.
+            models.Index(fields=["-created_at"], name="run_created_idx"),
             # The runs list of a user, newest first.
             models.Index(fields=["owner", "-created_at"], name="run_owner_created_idx"),
             models.Index(fields=["state", "-created_at"], name="run_state_created_idx"),
