@@ -10,13 +10,13 @@ memory, is larger: at least ``RETRY_FACTOR`` times, more when observed kills say
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.tasktypes import TaskType
-from runs.spec import TaskSpec
+from runs.spec import RunSpec, TaskSpec
 
 MIN_OBSERVATIONS = 3
 """Fewer observations than this do not override the type's default."""
@@ -175,3 +175,26 @@ def plan_task(
         coordinator_merges=split and not extra_workers,
         why="; ".join(why),
     )
+
+
+def plan_run(
+    spec: RunSpec,
+    *,
+    types: Mapping[str, TaskType],
+    observed: Mapping[str, Sequence[ObservedPeak]] | None = None,
+    extra_workers: bool = True,
+    max_cores: int | None = None,
+    max_memory_gb: float | None = None,
+) -> dict[str, TaskPlan]:
+    """The plan of every task of a validated spec, by task id."""
+    return {
+        task_id: plan_task(
+            task,
+            types[task.type] if task.type else None,
+            (observed or {}).get(task.type or "", ()),
+            extra_workers=extra_workers,
+            max_cores=max_cores,
+            max_memory_gb=max_memory_gb,
+        )
+        for task_id, task in spec.tasks.items()
+    }

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.conf import settings
 
+from harness.tasktypes import TaskType
 from runs.backends.base import RunRecord, TaskRecord
 from runs.models import Run, Task
 from runs.planner import TaskPlan
+from runs.spec import RunSpec, task_kind
 
 
 def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:
@@ -53,3 +57,23 @@ def task_json(task: Task) -> dict[str, object]:
         "plan": task.plan,
         "units": task.units_total,
     }
+
+
+def task_records(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, TaskRecord]:
+    """The tasks of a validated spec as they are stored: kind resolved, settings normalised."""
+    records = {}
+    for task_id, task in spec.tasks.items():
+        task_type = types[task.type] if task.type else None
+        settings = (
+            task_type.parse_settings(task.settings).model_dump(mode="json") if task_type else {}
+        )
+        records[task_id] = TaskRecord(
+            id=task_id,
+            kind=task_kind(task, types),
+            type=task.type or "",
+            settings=settings,
+            inputs=task.inputs,
+            command=task.command or [],
+            image=task.image or "",
+        )
+    return records

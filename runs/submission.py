@@ -15,11 +15,11 @@ from django.db import transaction
 from harness.tasktypes import TaskType, task_types
 from runs import store
 from runs.backends import get_backend
-from runs.backends.base import Backend
+from runs.backends.base import Backend, TaskRecord
 from runs.models import Observation, Run, Task, TaskKind
-from runs.planner import ObservedPeak, TaskPlan, plan_task
-from runs.records import task_json
-from runs.spec import RunSpec, SpecError, task_kind
+from runs.planner import ObservedPeak, plan_run
+from runs.records import task_json, task_records
+from runs.spec import RunSpec, SpecError
 
 OBSERVATIONS_USED = 50
 """The latest observations of a task type the planner looks at."""
@@ -40,25 +40,12 @@ def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
     return peaks
 
 
-def plan_run(
-    spec: RunSpec,
-    *,
-    types: Mapping[str, TaskType],
-    backend: Backend,
-    observed: Mapping[str, list[ObservedPeak]],
-) -> dict[str, TaskPlan]:
-    """The plan of every task of a validated spec."""
-    return {
-        task_id: plan_task(
-            task,
-            types.get(task.type) if task.type else None,
-            observed.get(task.type or "", []),
-            extra_workers=backend.extra_workers,
-            max_cores=backend.max_cores,
-            max_memory_gb=backend.max_memory_gb,
-        )
-        for task_id, task in spec.tasks.items()
-    }
+def units_of(record: TaskRecord, types: Mapping[str, TaskType]) -> int:
+    """The units of a split task (1 for any other), counted by its type from its settings."""
+    task_type = types.get(record.type)
+    if record.kind != TaskKind.SPLIT or task_type is None or task_type.units is None:
+        return 1
+    return task_type.units(task_type.parse_settings(record.settings))
 
 
 def check_sources(spec: RunSpec, owner: AbstractBaseUser) -> None:
@@ -84,7 +71,14 @@ def create_run(*, spec: RunSpec, owner: AbstractBaseUser, backend: Backend | Non
     backend = backend or get_backend()
     check_sources(spec, owner)
     used = {t.type for t in spec.tasks.values() if t.type}
-    plans = plan_run(spec, types=types, backend=backend, observed=observed_peaks(used))
+    plans = plan_run(
+        spec,
+        types=types,
+        observed=observed_peaks(used),
+        extra_workers=backend.extra_workers,
+        max_cores=backend.max_cores,
+        max_memory_gb=backend.max_memory_gb,
+    )
     run = Run.objects.create(
         owner=owner,
         name=spec.name,
@@ -94,31 +88,22 @@ def create_run(*, spec: RunSpec, owner: AbstractBaseUser, backend: Backend | Non
         local_commands=spec.commands or "",
         memory_enforced=backend.enforces_memory,
     )
-    tasks = []
-    for position, (task_id, task) in enumerate(spec.tasks.items()):
-        kind = task_kind(task, types)
-        task_type = types.get(task.type) if task.type else None
-        settings = (
-            task_type.parse_settings(task.settings).model_dump(mode="json") if task_type else {}
+    tasks = [
+        Task(
+            run=run,
+            task_id=task_id,
+            kind=record.kind,
+            type=record.type,
+            settings=record.settings,
+            inputs=record.inputs,
+            command=record.command,
+            image=record.image,
+            plan=plans[task_id].model_dump(mode="json"),
+            units_total=units_of(record, types),
+            position=position,
         )
-        units = 1
-        if kind == TaskKind.SPLIT and task_type is not None and task_type.units is not None:
-            units = task_type.units(task_type.parse_settings(settings))
-        tasks.append(
-            Task(
-                run=run,
-                task_id=task_id,
-                kind=kind,
-                type=task.type or "",
-                settings=settings,
-                inputs=task.inputs,
-                command=task.command or [],
-                image=task.image or "",
-                plan=plans[task_id].model_dump(mode="json"),
-                units_total=units,
-                position=position,
-            )
-        )
+        for position, (task_id, record) in enumerate(task_records(spec, types).items())
+    ]
     Task.objects.bulk_create(tasks)
     store.write_json(store.run_dir(run.id) / "run.json", {"id": run.id, **run.spec})
     for task in tasks:

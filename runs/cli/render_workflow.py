@@ -50,40 +50,25 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
     from harness.tasktypes import task_types
     from runs.backends import cluster_config
     from runs.backends.argo_manifest import workflow_manifest
-    from runs.backends.base import RunRecord, TaskRecord
+    from runs.backends.base import RunRecord
     from runs.images import resolve
-    from runs.planner import plan_task
-    from runs.spec import parse_spec, task_kind
+    from runs.planner import plan_run
+    from runs.records import task_records
+    from runs.spec import parse_spec
 
     if not RUN_ID.match(run_id):
         raise ValueError(f"run id {run_id!r} must match [a-z][a-z0-9]*, at most 16 characters")
     types = task_types()
     cluster = cluster_config()
     spec = parse_spec(text, types=types)
-    plans = {}
-    tasks = {}
-    for task_id, task in spec.tasks.items():
-        task_type = types[task.type] if task.type else None
-        plans[task_id] = plan_task(task, task_type, extra_workers=True)
-        settings_ = (
-            task_type.parse_settings(task.settings).model_dump(mode="json") if task_type else {}
-        )
-        tasks[task_id] = TaskRecord(
-            id=task_id,
-            kind=task_kind(task, types),
-            type=task.type or "",
-            settings=settings_,
-            inputs=task.inputs,
-            command=task.command or [],
-            image=task.image or "",
-        )
+    plans = plan_run(spec, types=types, extra_workers=True)
     record = RunRecord(
         id=run_id,
         name=spec.name,
         image=resolve(spec.environment.model_dump(), cluster).image,
         reserved_node=RESERVED_PREVIEW if spec.reserve_node else "",
         sources=spec.sources,
-        tasks=tasks,
+        tasks=task_records(spec, types),
         store=Path(settings.SIMRUN_STORE),
     )
     return workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)

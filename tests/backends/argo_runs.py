@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.tasktypes import task_types
-from runs.backends.base import RunRecord, TaskRecord
-from runs.planner import ObservedPeak, TaskPlan, plan_task
-from runs.spec import parse_spec, task_kind
+from runs.backends.base import RunRecord
+from runs.planner import ObservedPeak, TaskPlan, plan_run
+from runs.records import task_records
+from runs.spec import parse_spec
 
 IMAGE = "registry.example/simrun-env:0123456789abcdef"
 
@@ -29,32 +30,14 @@ def run_of(
     """The record and the plans of a spec."""
     types = task_types()
     spec = parse_spec(text, types=types)
-    plans = {}
-    tasks = {}
-    for task_id, task in spec.tasks.items():
-        task_type = types[task.type] if task.type else None
-        plans[task_id] = plan_task(
-            task, task_type, (observed or {}).get(task.type or "", ()), extra_workers=extra_workers
-        )
-        settings = (
-            task_type.parse_settings(task.settings).model_dump(mode="json") if task_type else {}
-        )
-        tasks[task_id] = TaskRecord(
-            id=task_id,
-            kind=task_kind(task, types),
-            type=task.type or "",
-            settings=settings,
-            inputs=task.inputs,
-            command=task.command or [],
-            image=task.image or "",
-        )
+    plans = plan_run(spec, types=types, observed=observed, extra_workers=extra_workers)
     record = RunRecord(
         id=run_id,
         name=spec.name,
         image=image,
         reserved_node=reserved_node,
         sources=spec.sources,
-        tasks=tasks,
+        tasks=task_records(spec, types),
         store=store,
     )
     return record, plans
