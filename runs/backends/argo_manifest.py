@@ -329,10 +329,10 @@ def _env(
     role: str,
     worker: str | None,
     cores: int,
-) -> list[dict[str, str]]:
+) -> list[dict[str, Any]]:
     inputs = ",".join(f"{port}={_out_dir(src, record)}" for port, src in task.inputs.items())
     editable = ",".join(f"{cluster.store_mount}/snapshots/{digest}" for digest in record.sources)
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "SIMRUN_STORE", "value": cluster.store_mount},
         {"name": "SIMRUN_TASK_DIR", "value": _task_dir(task.id, record, cluster)},
         {"name": "SIMRUN_INPUTS", "value": inputs},
@@ -342,6 +342,8 @@ def _env(
         {"name": "SIMRUN_STALE_S", "value": str(STALE_S)},
         {"name": "SIMRUN_SCRATCH", "value": SCRATCH},
         {"name": "SIMRUN_EDITABLE", "value": editable},
+        # The server the pod runs on, for its report (the downward API).
+        {"name": "SIMRUN_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ]
     if worker is not None:
         env.insert(5, {"name": "SIMRUN_WORKER", "value": worker})

@@ -89,8 +89,11 @@ def template(wf: dict[str, Any], name: str) -> dict[str, Any]:
     return found
 
 
-def env(wf: dict[str, Any], name: str) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in template(wf, name)["container"]["env"]}
+def env(wf: dict[str, Any], name: str) -> dict[str, Any]:
+    return {
+        e["name"]: e.get("value", e.get("valueFrom"))
+        for e in template(wf, name)["container"]["env"]
+    }
 
 
 @pytest.mark.parametrize("case", sorted(CORPUS))
@@ -218,6 +221,8 @@ def test_every_pod_has_the_simrun_environment_of_its_task() -> None:
     assert plot["SIMRUN_OUT"] == "/mnt/store/runs/abc123def0/tasks/plot/out"
     for name in ("sweep-w0", "sweep-extra", "sweep-merge", "ising-w0", "summary", "plot"):
         assert {"SIMRUN_ATTEMPT", "SIMRUN_ROLE", "SIMRUN_MEMORY_LIMIT_GB"} <= set(env(wf, name))
+        # The report names the server the pod ran on, from the downward API.
+        assert env(wf, name)["SIMRUN_NODE"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
 def test_pods_request_and_limit_the_cores_and_memory_of_the_plan() -> None:
