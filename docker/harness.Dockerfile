@@ -22,7 +22,7 @@ COPY --chown=1000:1000 pyproject.toml README.md /src/
 COPY --chown=1000:1000 harness /src/harness
 
 USER 1000:1000
-RUN pip install --no-cache-dir "/src[examples]"
+RUN pip install --no-cache-dir /src
 
 WORKDIR /scratch
 CMD ["simrun-worker"]

@@ -24,7 +24,7 @@ COPY runs ./runs
 COPY simrun_site ./simrun_site
 COPY templates ./templates
 RUN python -m venv /opt/simrun \
-    && /opt/simrun/bin/pip install --no-cache-dir --editable "/app[service,examples]"
+    && /opt/simrun/bin/pip install --no-cache-dir --editable "/app[service]"
 
 USER 1000:1000
 EXPOSE 8000
