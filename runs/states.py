@@ -20,7 +20,13 @@ from django.utils import timezone
 from harness.merge import MERGED_MARKER
 from harness.report import PROGRESS_UNIT
 from runs import observations, store
-from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus, FailedAttempt
+from runs.backends.base import (
+    PREEMPTED_PHASE,
+    RETRYING_PHASE,
+    BackendStatus,
+    FailedAttempt,
+    worker_of_node,
+)
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
 from runs.observations import attempt_memory_gb
 from runs.planner import TaskPlan
@@ -238,9 +244,41 @@ def observe(
         else:
             messages[task_id] = ""
     merge_pending = {t: s for t, s in merge_pending.items() if states[t] not in FINAL_TASK_STATES}
+    ending = {t for t, state in states.items() if state == TaskState.DONE and not stored[t].final}
+    attempts += _succeeded(ending, stored, plans, status, kills)
     poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts)
     _decide(poll, [t.task_id for t in tasks], status)
     return poll
+
+
+def _succeeded(
+    ending: set[str],
+    stored: Mapping[str, Task],
+    plans: Mapping[str, TaskPlan],
+    status: BackendStatus,
+    kills: Mapping[str, list[int]],
+) -> list[Attempt]:
+    """The attempts whose pods succeeded, of the tasks done in this poll: the last attempt of
+    every succeeded node (its earlier ones are in ``status.failed``)."""
+    found = []
+    for node, phase in status.tasks.items():
+        worker = worker_of_node(node)
+        task_id = task_of(worker, stored)
+        if phase != "Succeeded" or task_id not in ending:
+            continue
+        attempt = len(status.failed.get(worker, []))
+        found.append(
+            Attempt(
+                task=stored[task_id],
+                worker=worker,
+                attempt=attempt,
+                phase=phase,
+                exit_code=0,
+                node_name=status.hosts.get(node, ""),
+                memory_gb=attempt_memory_gb(plans[task_id], kills.get(worker, []), attempt),
+            )
+        )
+    return found
 
 
 def _killed_twice(

@@ -23,11 +23,11 @@ from runs.backends.base import (
     RETRYING_PHASE,
     BackendStatus,
     FailedAttempt,
+    worker_of_node,
 )
 
 NODE_NAME = re.compile(r"^(?P<node>[a-z][a-z0-9-]*(?:\(\d+:[^()]*\))?)(?:\((?P<attempt>\d+)\))?$")
 """A DAG node below the root: a task or a fan-out child, then an attempt number."""
-EXTRA_NODE = re.compile(r"^(?P<task>[a-z][a-z0-9-]*)-extra\(\d+:(?P<worker>\d+)\)$")
 EVICTION = re.compile(EVICTION_PATTERN)
 AUTO_RESTART = "Pod auto-restarting"
 """The message of a node whose evicted pod Argo (v4, failedPodRestart) restarts itself."""
@@ -94,14 +94,6 @@ def exit_code(node: dict[str, Any]) -> int | None:
         return None
 
 
-def failed_key(dag_node: str) -> str:
-    """Where the failed attempts of a DAG node are kept: the worker id of an extra worker
-    (``T-extra(<i>:<n>)`` → ``T-w<n>``), the node's own name otherwise."""
-    if match := EXTRA_NODE.match(dag_node):
-        return f"{match['task']}-w{match['worker']}"
-    return dag_node
-
-
 def _dag_nodes(workflow: dict[str, Any]) -> dict[str, _DagNode]:
     prefix = f"{workflow['metadata']['name']}."
     found: dict[str, _DagNode] = {}
@@ -166,7 +158,7 @@ def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
     for name, entry in sorted(_dag_nodes(workflow).items()):
         tasks[name] = _phase(entry)
         if attempts := _failed(entry.attempts):
-            failed.setdefault(failed_key(name), []).extend(attempts)
+            failed.setdefault(worker_of_node(name), []).extend(attempts)
         for _, node in reversed(entry.attempts):
             if node.get("hostNodeName"):
                 hosts[name] = node["hostNodeName"]

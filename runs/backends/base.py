@@ -6,6 +6,7 @@ reports the phases of the DAG nodes of a workflow and the attempts of its pods t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -19,6 +20,18 @@ PREEMPTED_PHASE = "Preempted"
 """A node whose pod was evicted or preempted and whose retry waits."""
 RETRYING_PHASE = "Retrying"
 """A node whose pod failed otherwise and whose retry waits."""
+
+EXTRA_NODE = re.compile(r"^(?P<task>[a-z][a-z0-9-]*)-extra\(\d+:(?P<worker>\d+)\)$")
+"""The node of an extra worker in a fan-out: ``<task>-extra(<i>:<n>)`` is worker ``<task>-w<n>``."""
+
+
+def worker_of_node(dag_node: str) -> str:
+    """The key of a DAG node's attempts in ``BackendStatus.failed``: the worker id of an extra
+    worker (``T-extra(<i>:<n>)`` → ``T-w<n>``), the node's own name otherwise."""
+    if match := EXTRA_NODE.match(dag_node):
+        return f"{match['task']}-w{match['worker']}"
+    return dag_node
+
 
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
 

@@ -12,8 +12,14 @@ from jsonschema import Draft202012Validator
 
 from harness.tasktypes import task_types
 from runs.backends.argo_manifest import workflow_manifest
-from runs.backends.argo_status import NodesUnavailable, failed_key, status_from_workflow
-from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, ClusterConfig, FailedAttempt
+from runs.backends.argo_status import NodesUnavailable, status_from_workflow
+from runs.backends.base import (
+    PREEMPTED_PHASE,
+    RETRYING_PHASE,
+    ClusterConfig,
+    FailedAttempt,
+    worker_of_node,
+)
 from tests.backends.argo_runs import run_of
 from tests.backends.argo_schemas import schema_definitions
 from tests.backends.argo_workflows import (
@@ -304,10 +310,10 @@ def test_a_workflow_just_created_is_pending_without_nodes() -> None:
 
 
 def test_failed_attempts_are_kept_by_worker_id_task_id_and_merge() -> None:
-    assert failed_key("sweep-extra(3:4)") == "sweep-w4"
-    assert failed_key("sweep-w0") == "sweep-w0"
-    assert failed_key("sweep-merge") == "sweep-merge"
-    assert failed_key("plot") == "plot"
+    assert worker_of_node("sweep-extra(3:4)") == "sweep-w4"
+    assert worker_of_node("sweep-w0") == "sweep-w0"
+    assert worker_of_node("sweep-merge") == "sweep-merge"
+    assert worker_of_node("plot") == "plot"
 
 
 def test_the_nodes_argo_makes_of_the_built_workflow_are_the_names_the_controller_reads() -> None:

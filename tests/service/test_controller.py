@@ -110,6 +110,31 @@ def test_when_a_task_failed_the_run_failed_with_its_reason_and_the_workflow_is_s
     assert not attempt.oom_killed and not attempt.evicted
 
 
+def test_a_task_done_records_the_attempts_that_succeeded_with_exit_0_and_their_node(launch, fake):
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": RETRYING_PHASE, "sweep-extra(0:1)": "Running"})
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    poll(fake)
+    with fake.state() as state:
+        state.workflows[run.workflow].hosts.update({"sweep-w0": "node-b", "sweep-merge": "node-c"})
+    fake.set_nodes(
+        run.workflow,
+        {"sweep-w0": "Succeeded", "sweep-extra(0:1)": "Succeeded", "sweep-extra(1:2)": "Failed"},
+    )
+    fake.set_nodes(run.workflow, {"sweep-merge": "Succeeded"})
+    poll(fake)
+    found = {
+        (a.worker, a.attempt): (a.phase, a.exit_code, a.node_name, a.memory_gb)
+        for a in Attempt.objects.filter(task__run=run)
+    }
+    retried = plan(run).retry_memory_gb
+    assert found[("sweep-w0", 0)][:2] == ("Failed", 137)
+    assert found[("sweep-w0", 1)] == ("Succeeded", 0, "node-b", retried)
+    assert found[("sweep-merge", 0)][:3] == ("Succeeded", 0, "node-c")
+    assert found[("sweep-w1", 0)][:2] == ("Succeeded", 0)
+    assert ("sweep-w2", 0) not in found
+
+
 def test_a_failed_merge_fails_the_task_and_the_run(launch, fake):
     run = launch()
     fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Failed"})
