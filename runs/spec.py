@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -234,7 +234,7 @@ def _cycle(tasks: Mapping[str, TaskSpec]) -> list[str] | None:
 
 
 def _check_task(
-    task_id: str, task: TaskSpec, tasks: Mapping[str, TaskSpec], types: Mapping[str, TaskType]
+    task_id: str, task: TaskSpec, ids: Collection[str], types: Mapping[str, TaskType]
 ) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     at = f"tasks.{task_id}"
@@ -250,7 +250,7 @@ def _check_task(
             else "give a type (a task type) or a command (args)"
         )
     for port, source in task.inputs.items():
-        if source not in tasks:
+        if source not in ids:
             errors[f"{at}.inputs.{port}"] = [f"unknown task {source!r}"]
         elif source == task_id:
             errors[f"{at}.inputs.{port}"] = ["a task cannot read its own output"]
@@ -302,27 +302,47 @@ def validate_spec(data: Any, *, types: Mapping[str, TaskType]) -> RunSpec:
     if not isinstance(data, dict):
         raise SpecError({"spec": ["a run specification is a mapping with at least 'tasks'"]})
     errors: dict[str, list[str]] = {}
+    spec: RunSpec | None = None
     try:
         spec = RunSpec.model_validate(data)
     except ValidationError as error:
         _collect(errors, error)
-        raise SpecError(errors) from None
     except (RecursionError, ValueError, TypeError) as error:
         raise SpecError({"spec": [f"cannot be read: {error}"]}) from None
-    for task_id, task in spec.tasks.items():
-        errors.update(_check_task(task_id, task, spec.tasks, types))
-    for task_id in spec.tasks:
+    # Every problem at once: the tasks that are well formed are checked further even when
+    # another part of the document is not.
+    tasks = spec.tasks if spec is not None else _well_formed_tasks(data.get("tasks"))
+    ids = set(tasks) if spec is not None else set(_ids(data.get("tasks")))
+    for task_id, task in tasks.items():
+        for path, messages in _check_task(task_id, task, ids, types).items():
+            errors.setdefault(path, []).extend(messages)
+    for task_id in tasks:
         derived = DERIVED_NODE.match(task_id)
-        owner = derived and spec.tasks.get(derived["task"])
+        owner = derived and tasks.get(derived["task"])
         if owner is not None and owner.type in types and types[owner.type].splittable:
             errors.setdefault(f"tasks.{task_id}", []).append(
                 f"the id collides with a pod of the split task {derived['task']!r}"
             )
-    if not errors and (cycle := _cycle(spec.tasks)):
+    if not errors and (cycle := _cycle(tasks)):
         errors[f"tasks.{cycle[0]}.inputs"] = [f"the inputs form a cycle: {' -> '.join(cycle)}"]
-    if errors:
+    if errors or spec is None:
         raise SpecError(errors)
     return spec
+
+
+def _ids(raw: Any) -> list[str]:
+    return [key for key in raw if isinstance(key, str)] if isinstance(raw, dict) else []
+
+
+def _well_formed_tasks(raw: Any) -> dict[str, TaskSpec]:
+    """The tasks of a document that is not valid as a whole which are valid on their own."""
+    found = {}
+    for task_id in _ids(raw):
+        try:
+            found[task_id] = TaskSpec.model_validate(raw[task_id])
+        except (ValidationError, RecursionError, ValueError, TypeError):
+            continue
+    return found
 
 
 def parse_spec(text: str | bytes, *, types: Mapping[str, TaskType]) -> RunSpec:

@@ -164,8 +164,9 @@ def _message(exit: dict[str, Any], result: Outcome) -> str:
     if exit.get("signal"):
         name = signal.Signals(exit["signal"]).name
         return f"ended by {name} (exit code {code})"
-    last = exit.get("last_line")
-    return f"exit code {code}: {last}" if last else f"exit code {code}"
+    # The exit code is the attempt's own field; the message is the log's last line, as a
+    # pod's termination message.
+    return str(exit.get("last_line") or "")
 
 
 def failed_attempt(attempt: Attempt, result: Outcome, host: str) -> FailedAttempt:

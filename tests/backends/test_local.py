@@ -104,7 +104,7 @@ def test_a_failing_command_fails_its_node_and_nothing_after_it_starts(backend):
         False,
     )
     assert failure.node == backend.hostname
-    assert failure.message == "exit code 3: it broke"  # as a pod's termination message
+    assert failure.message == "it broke"  # as a pod's termination message
 
 
 def test_an_exit_137_without_evidence_of_the_oom_killer_is_no_kill_for_memory(backend):

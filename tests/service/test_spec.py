@@ -172,6 +172,22 @@ def test_every_problem_of_a_document_is_reported_at_once():
     assert {"tasks.a.type", "tasks.b.settings.n", "tasks.c.inputs.x"} <= set(errors)
 
 
+def test_a_malformed_task_does_not_hide_the_problems_of_the_others():
+    errors = errors_of(
+        "tasks:\n"
+        "  sweep: {type: squares, settings: {n: 0}}\n"
+        "  plot: {command: python -c x, inputs: {a: swep}}\n"
+        "  stats: {type: csv-stats, inputs: {table: sweep, other: nowhere}}\n"
+        "reserve_node: maybe\n"
+    )
+    assert set(errors) == {
+        "tasks.plot.command",
+        "tasks.sweep.settings.n",
+        "tasks.stats.inputs.other",
+        "reserve_node",
+    }
+
+
 def test_a_document_larger_than_the_limit_is_refused_before_parsing():
     errors = errors_of(b"x" * (MAX_DOCUMENT_BYTES + 1))
     assert "larger" in errors["spec"][0]
