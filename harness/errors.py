@@ -19,9 +19,10 @@ class ConfigurationError(Exception):
 class UnitError(RuntimeError):
     """A unit failed in the function of the task type; it was released (exit 3)."""
 
-    def __init__(self, index: int) -> None:
-        super().__init__(f"unit {index} failed")
+    def __init__(self, index: int, reason: str = "") -> None:
+        super().__init__(f"unit {index} failed" + (f": {reason}" if reason else ""))
         self.index = index
+        self.reason = reason
 
 
 class Terminated(Exception):

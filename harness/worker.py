@@ -160,6 +160,7 @@ class _Work:
         self.tally = tally
         self.in_flight: dict[Future[pool.Batch], list[Claim]] = {}
         self.failed: int | None = None
+        self.failure = ""
         self.unit_s: float | None = None
         """Seconds of a unit in the latest batch: a process's setup weighs on its first only."""
         self.next_look = time.monotonic() + poll_s
@@ -175,7 +176,7 @@ class _Work:
                 self._release_stale()
             if not self.in_flight:
                 if self.failed is not None:
-                    raise UnitError(self.failed)
+                    raise UnitError(self.failed, self.failure)
                 if not self.coordinator or self.ledger.is_complete():
                     return
                 self.stop.wait(max(0.0, self.next_look - time.monotonic()))
@@ -228,6 +229,8 @@ class _Work:
             unit, trace = batch.failed
             log.error("unit %d failed; released:\n%s", unit, trace)
             self.failed = unit
+            # The exception's own line, for the last line of the log: the task's message.
+            self.failure = trace.strip().splitlines()[-1] if trace.strip() else ""
             self.flag.value = 1  # the other batches end at their next unit
 
     def _release_stale(self) -> None:
@@ -255,7 +258,7 @@ class _Work:
             self.ledger.release([c.block for cs in self.in_flight.values() for c in cs])
             self.in_flight.clear()
         if self.failed is not None:
-            raise UnitError(self.failed)
+            raise UnitError(self.failed, self.failure)
         raise Terminated()
 
 

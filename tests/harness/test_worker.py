@@ -75,6 +75,10 @@ def test_a_unit_that_raises_is_released_and_the_report_says_failed(store: Path) 
         run(paths, settings)
 
     assert raised.value.index == 7
+    # The message carries the exception of the unit: it becomes the task's message.
+    assert str(raised.value) == (
+        "unit 7 failed: RuntimeError: unit 7 fails as its settings ask (fail_unit)"
+    )
     report = report_of(paths.task_dir, "sweep-w1")
     assert report.failed and 7 not in report.units_done
     assert claims(paths.task_dir) == []
