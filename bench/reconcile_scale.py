@@ -65,14 +65,14 @@ def populate(count: int, backend) -> None:
     from harness.tasktypes import task_types
     from runs.backends.base import BackendStatus
     from runs.models import Run, RunState, Task
+    from runs.planner import plan_run
     from runs.spec import task_kind, validate_spec
-    from runs.submission import plan_run
 
     Run.objects.all().delete()
     owner, _ = User.objects.get_or_create(username="bench")
     types = task_types()
     spec = validate_spec(SPEC, types=types)
-    plans = plan_run(spec, types=types, backend=backend, observed={})
+    plans = plan_run(spec, types=types, extra_workers=backend.extra_workers)
     runs = [
         Run(owner=owner, spec=spec.dump(), backend="fake", state=RunState.RUNNING)
         for _ in range(count)

@@ -94,6 +94,18 @@ def apply(run: Run, tasks: list[Task], poll: Poll) -> bool:
     Nothing is written when nothing changed, and nothing when the run changed meanwhile (a
     cancel, another reconcile): that writer won, and the next poll starts from its record.
     """
+    changes, changed_tasks = pending_writes(run, tasks, poll)
+    if not changes and not changed_tasks:
+        return False
+    with transaction.atomic():
+        return _write(run, tasks, poll, changes, changed_tasks)
+
+
+TaskChanges = dict[int, dict[str, Any]]
+
+
+def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, Any], TaskChanges]:
+    """What a poll changes: the fields of the run and, by primary key, of its tasks."""
     changes: dict[str, Any] = {}
     if poll.merge_pending != run.merge_pending:
         changes["merge_pending"] = poll.merge_pending
@@ -116,28 +128,36 @@ def apply(run: Run, tasks: list[Task], poll: Poll) -> bool:
         for task in tasks
         if (found := task_changes(task, states[task.task_id], poll.messages[task.task_id]))
     }
-    if not changes and not changed_tasks:
+    return changes, changed_tasks
+
+
+def _write(
+    run: Run,
+    tasks: list[Task],
+    poll: Poll,
+    changes: dict[str, Any],
+    changed_tasks: TaskChanges,
+) -> bool:
+    """The writes of a poll, inside the caller's transaction; whether the run was unchanged."""
+    if not Run.objects.write_if_unchanged(run, **changes):
         return False
-    with transaction.atomic():
-        if not Run.objects.write_if_unchanged(run, **changes):
-            return False
-        for pk, fields in changed_tasks.items():
-            Task.objects.filter(pk=pk).update(**fields)
-        if poll.attempts:
-            Attempt.objects.bulk_create(
-                poll.attempts,
-                update_conflicts=True,
-                unique_fields=["task", "worker", "attempt"],
-                update_fields=[
-                    "phase",
-                    "exit_code",
-                    "oom_killed",
-                    "oom_evidence",
-                    "evicted",
-                    "node_name",
-                    "memory_gb",
-                ],
-            )
+    for pk, fields in changed_tasks.items():
+        Task.objects.filter(pk=pk).update(**fields)
+    if poll.attempts:
+        Attempt.objects.bulk_create(
+            poll.attempts,
+            update_conflicts=True,
+            unique_fields=["task", "worker", "attempt"],
+            update_fields=[
+                "phase",
+                "exit_code",
+                "oom_killed",
+                "oom_evidence",
+                "evicted",
+                "node_name",
+                "memory_gb",
+            ],
+        )
     for task in tasks:
         for name, value in changed_tasks.get(task.pk, {}).items():
             setattr(task, name, value)
@@ -150,34 +170,44 @@ def reconcile_run(
     """Bring the record of one live run up to date with the backend; whether it changed.
 
     A run still submitting is its submission's; a terminal one only has its pending work
-    retried (Ruling 25). A running record without a workflow name was written before names
-    were stored, and fails.
+    retried (Ruling 25).
     """
     if run.state == RunState.SUBMITTING:
         return False
     if run.ended:
         return settle_run(run, tasks, backend=backend)
+    poll = poll_run(run, tasks, backend=backend, now=now)
+    written = apply(run, tasks, poll)
+    follow_up(run, tasks, written=written, backend=backend)
+    return written
+
+
+def poll_run(run: Run, tasks: list[Task], *, backend: Backend, now: float | None = None) -> Poll:
+    """What a poll of a running run decides from its workflow's status; writes nothing.
+
+    A running record without a workflow name was written before names were stored, and fails.
+    """
     now = time.time() if now is None else now
-    plans = task_plans(tasks)
     if not run.workflow:
         message = "the record has no workflow name: it was written before names were stored"
         states = {t.task_id: t.state for t in tasks}
         messages = {t.task_id: t.message for t in tasks}
         poll = Poll(states, messages, {}, run.oom_kills, run.failed_seen)
         poll.verdict, poll.message, poll.workflow_exists = RunState.FAILED, message, False
-    else:
-        try:
-            status = backend.status(run.workflow)
-        except KeyError:
-            poll = resolve_gone(run, tasks, now)
-        else:
-            poll = observe(run, tasks, plans, status, now)
-    written = apply(run, tasks, poll)
+        return poll
+    try:
+        status = backend.status(run.workflow)
+    except KeyError:
+        return resolve_gone(run, tasks, now)
+    return observe(run, tasks, task_plans(tasks), status, now)
+
+
+def follow_up(run: Run, tasks: list[Task], *, written: bool, backend: Backend) -> None:
+    """The backend's side of a written poll: settle a run it ended, keep the logs of a live one."""
     if written and run.ended:
         settle_run(run, tasks, backend=backend)
     elif not run.ended:
         keep_logs(run, tasks, backend=backend)
-    return written
 
 
 def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
@@ -308,22 +338,89 @@ def live_runs(now: datetime) -> list[tuple[Run, list[Task]]]:
 def reconcile_pass(*, backend: Backend | None = None) -> int:
     """One pass over the live runs; the number of runs whose record changed.
 
-    A run whose reconcile raises (e.g. a record that cannot be read) is logged and pushed
-    aside for a while, longer each time; the pass goes on with the others.
+    Runs go in batches: every run of a batch is polled (the backend's reads), then what the
+    polls decided is written in one transaction, a savepoint a run, so a thousand changed runs
+    cost one commit, not a thousand; then the backend's side (stop, release, logs) follows,
+    outside any transaction. A run whose reconcile raises (e.g. a record that cannot be read)
+    is logged and pushed aside for a while, longer each time; the pass goes on with the others.
     """
     backend = backend or get_backend()
     now = timezone.now()
+    found = live_runs(now)
     changed = 0
-    for run, tasks in live_runs(now):
-        try:
-            changed += reconcile_run(run, tasks, backend=backend)
-        except Exception:
-            log.exception("reconciling run %s failed; it is pushed aside", run.id)
-            _push_aside(run, now)
-        else:
-            if run.reconcile_failures:
-                Run.objects.filter(pk=run.pk).update(reconcile_failures=0, reconcile_after=None)
+    for start in range(0, len(found), WRITE_BATCH):
+        polled: list[tuple[Run, list[Task], Poll]] = []
+        for run, tasks in found[start : start + WRITE_BATCH]:
+            try:
+                if run.state == RunState.SUBMITTING:
+                    continue
+                if run.ended:
+                    changed += settle_run(run, tasks, backend=backend)
+                    _recovered(run)
+                else:
+                    polled.append((run, tasks, poll_run(run, tasks, backend=backend)))
+            except Exception:
+                _crashed(run, now)
+        written = _apply_batch(polled, now)
+        for run, tasks, _poll in polled:
+            if run.pk not in written:
+                continue
+            try:
+                follow_up(run, tasks, written=written[run.pk], backend=backend)
+                _recovered(run)
+            except Exception:
+                _crashed(run, now)
+            changed += written[run.pk]
     return changed
+
+
+WRITE_BATCH = 200
+"""The runs whose polls are written in one transaction."""
+
+
+def _apply_batch(polled: list[tuple[Run, list[Task], Poll]], now: datetime) -> dict[str, bool]:
+    """Write the polls of a batch in one transaction; whether each run was written, by id.
+
+    Only runs with something to write enter it. Should a write raise, the transaction is
+    rolled back and the runs are written one by one, each in its own: the one that raises is
+    pushed aside and left out.
+    """
+    written = {run.pk: False for run, _tasks, _poll in polled}
+    changing = [
+        (run, tasks, poll, *found)
+        for run, tasks, poll in polled
+        if any(found := pending_writes(run, tasks, poll))
+    ]
+    if not changing:
+        return written
+    versions = {run.pk: run.version for run, *_ in changing}
+    try:
+        with transaction.atomic():
+            for run, tasks, poll, changes, changed_tasks in changing:
+                written[run.pk] = _write(run, tasks, poll, changes, changed_tasks)
+        return written
+    except Exception:
+        log.exception("writing a batch of %d runs failed; writing them one by one", len(changing))
+    for run, tasks, poll, changes, changed_tasks in changing:
+        run.version = versions[run.pk]  # the rolled back write had counted it up
+        try:
+            with transaction.atomic():
+                written[run.pk] = _write(run, tasks, poll, changes, changed_tasks)
+        except Exception:
+            del written[run.pk]
+            _crashed(run, now)
+    return written
+
+
+def _crashed(run: Run, now: datetime) -> None:
+    log.exception("reconciling run %s failed; it is pushed aside", run.id)
+    _push_aside(run, now)
+
+
+def _recovered(run: Run) -> None:
+    """A run whose reconcile went through is no longer pushed aside."""
+    if run.reconcile_failures:
+        Run.objects.filter(pk=run.pk).update(reconcile_failures=0, reconcile_after=None)
 
 
 def _push_aside(run: Run, now: datetime) -> None:

@@ -18,8 +18,9 @@ from django.utils import timezone
 from harness.tasktypes import task_types
 from runs import controller, locks
 from runs.backends import get_backend
+from runs.backends.base import RETRYING_PHASE
 from runs.backends.fake import FakeBackend
-from runs.models import Observation, Run, RunState, Task
+from runs.models import Attempt, Observation, Run, RunState, Task
 from runs.spec import parse_spec
 from runs.submission import create_run
 from tests.service.controller_support import (  # noqa: F401
@@ -147,6 +148,27 @@ def test_a_record_that_cannot_be_read_is_logged_and_pushed_aside_while_others_go
         poll(fake)
     broken = fresh(broken)
     assert broken.reconcile_failures == 0 and broken.reconcile_after is None
+
+
+def test_a_write_that_fails_in_a_batch_pushes_its_run_aside_and_the_others_are_written(
+    launch, fake, caplog
+):
+    first, broken, last = launch(), launch(), launch()
+    for run in (first, broken, last):
+        fake.set_nodes(run.workflow, {"sweep-w0": RETRYING_PHASE})
+        # The node name of the broken run's attempt does not fit its column: the write raises.
+        node = "n" * 300 if run == broken else "node-a"
+        fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=143, node=node)
+    version = fresh(broken).version
+    with caplog.at_level(logging.ERROR):
+        assert poll(fake) == 2
+    assert "writing them one by one" in caplog.text
+    assert states(first) == states(last) == {"sweep": "retrying"}
+    assert Attempt.objects.filter(task__run__in=[first, last]).count() == 2
+    broken = fresh(broken)
+    assert broken.version == version and states(broken) == {"sweep": "waiting"}
+    assert broken.reconcile_failures == 1
+    assert not Attempt.objects.filter(task__run=broken).exists()
 
 
 def test_a_crash_pushes_a_run_aside_without_making_a_cancel_conflict(launch, fake):
