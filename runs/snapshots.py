@@ -14,12 +14,15 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from runs import store
 from runs.models import Snapshot
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
 
 MAX_ARCHIVE_BYTES = 100 * 1024 * 1024
 MAX_TREE_BYTES = 500 * 1024 * 1024
@@ -33,7 +36,7 @@ class SnapshotError(Exception):
 
 
 def save_snapshot(
-    *, owner: AbstractBaseUser, archive: IO[bytes], name: str = ""
+    *, owner: User, archive: SupportsRead[bytes], name: str = ""
 ) -> tuple[Snapshot, bool]:
     """Keep an uploaded tar.gz as a snapshot of ``owner``: the row and whether it is new.
 
@@ -52,7 +55,7 @@ def save_snapshot(
     )
 
 
-def _copy_hashing(source: IO[bytes], target: IO[bytes]) -> tuple[str, int]:
+def _copy_hashing(source: SupportsRead[bytes], target: IO[bytes]) -> tuple[str, int]:
     """Copy an upload, refusing it past ``MAX_ARCHIVE_BYTES``; its sha256 and size."""
     digest = hashlib.sha256()
     size = 0

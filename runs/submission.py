@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from harness.tasktypes import TaskType, task_types
@@ -48,11 +48,9 @@ def units_of(record: TaskRecord, types: Mapping[str, TaskType]) -> int:
     return task_type.units(task_type.parse_settings(record.settings))
 
 
-def check_sources(spec: RunSpec, owner: AbstractBaseUser) -> None:
+def check_sources(spec: RunSpec, owner: User) -> None:
     """Every snapshot a spec names must be one the owner uploaded."""
-    known = set(
-        owner.snapshots.filter(digest__in=spec.sources).values_list("digest", flat=True)  # type: ignore[attr-defined]
-    )
+    known = set(owner.snapshots.filter(digest__in=spec.sources).values_list("digest", flat=True))
     errors = {
         f"sources.{i}": [f"unknown snapshot {digest!r}: upload it first"]
         for i, digest in enumerate(spec.sources)
@@ -63,7 +61,7 @@ def check_sources(spec: RunSpec, owner: AbstractBaseUser) -> None:
 
 
 @transaction.atomic
-def create_run(*, spec: RunSpec, owner: AbstractBaseUser, backend: Backend | None = None) -> Run:
+def create_run(*, spec: RunSpec, owner: User, backend: Backend | None = None) -> Run:
     """Create a run and its planned tasks, write their store files, submit after commit."""
     from runs.tasks import submit_run  # the Celery task; imported here to keep the seam thin
 

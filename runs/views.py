@@ -13,8 +13,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -117,6 +118,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
         text = request.POST.get("spec", "")
         try:
             spec = parse_spec(text, types=task_types())
+            assert isinstance(request.user, User)  # login_required: only users get here
             run = create_run(spec=spec, owner=request.user)
         except SpecError as error:
             errors = error.errors
@@ -189,7 +191,7 @@ def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
 
 
 @login_required
-def output_file(request: HttpRequest, run_id: str, task_id: str, path: str) -> HttpResponse:
+def output_file(request: HttpRequest, run_id: str, task_id: str, path: str) -> FileResponse:
     """A file of a done task's out/; nothing outside it, whatever the path says."""
     task = task_or_404(request.user, run_id, task_id)
     response = serve_output(task.run_id, task.task_id, path)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING, cast
 
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -20,6 +23,9 @@ from runs.api.serializers import ObservationSerializer, SnapshotSerializer, Task
 from runs.models import Observation, Snapshot
 from runs.planning_figures import planning_figures
 from runs.snapshots import SnapshotError, save_snapshot
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
 
 
 @extend_schema_view(
@@ -88,7 +94,8 @@ class SnapshotViewSet(
     lookup_url_kwarg = "pk"
     lookup_value_regex = "[^/]+"
 
-    def get_queryset(self):  # type: ignore[no-untyped-def]
+    def get_queryset(self) -> QuerySet[Snapshot]:
+        assert isinstance(self.request.user, User)  # IsAuthenticated: only users get here
         return Snapshot.objects.filter(owner=self.request.user).order_by("-created_at", "-id")
 
     @extend_schema(
@@ -110,7 +117,13 @@ class SnapshotViewSet(
         if "\x00" in name:
             raise ValidationError({"name": ["a label without NUL characters"]})
         # An empty body never reaches the parsers: DRF gives an empty mapping instead.
-        archive = request.data if hasattr(request.data, "read") else io.BytesIO()
+        # The archive parsers hand over the request's stream (DRF's stub knows only mappings).
+        archive = (
+            cast("SupportsRead[bytes]", request.data)
+            if hasattr(request.data, "read")
+            else io.BytesIO()
+        )
+        assert isinstance(request.user, User)  # IsAuthenticated: only users get here
         try:
             snapshot, created = save_snapshot(owner=request.user, archive=archive, name=name)
         except SnapshotError as error:

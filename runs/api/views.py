@@ -6,6 +6,7 @@ Views validate, call one domain function and return; a user reaches only their o
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
@@ -92,6 +93,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             # An empty body never reaches the parsers: DRF gives an empty mapping instead.
             body = request.data if isinstance(request.data, bytes) else b""
             spec = parse_spec(body, types=task_types())
+            assert isinstance(request.user, User)  # IsAuthenticated: only users get here
             run = create_run(spec=spec, owner=request.user)
         except SpecError as error:
             raise ValidationError(error.errors) from None
