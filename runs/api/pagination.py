@@ -8,6 +8,7 @@ whether it did) and ``next`` comes from fetching one row more than the page.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,9 @@ class CappedPagination(BasePagination):
     """``?page=`` and ``?page_size=``; ``count`` exact up to ``COUNT_CAP`` rows."""
 
     def paginate_queryset(
-        self, queryset: QuerySet[Any], request: Request, view: Any = None
+        self, queryset: QuerySet[Any] | Sequence[Any], request: Request, view: Any = None
     ) -> list[Any]:
+        assert isinstance(queryset, QuerySet)  # the API pages querysets: the count is a query
         page = positive(request.query_params.get("page"), 1, MAX_PAGE)
         size = positive(request.query_params.get("page_size"), DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         if size is None:

@@ -158,7 +158,9 @@ class LogSerializer(serializers.Serializer[Any]):
     attempt = serializers.IntegerField()
     size = serializers.IntegerField(help_text="bytes")
     running = serializers.BooleanField(help_text="its process still writes it")
-    source = serializers.ChoiceField(choices=["store", "backend"])
+    source = serializers.ChoiceField(  # type: ignore[assignment]  # a field, not Field.source
+        choices=["store", "backend"]
+    )
 
 
 class LogTextSerializer(serializers.Serializer[Any]):

@@ -42,7 +42,7 @@ def openapi30(schema: Any) -> Any:
     return out
 
 
-class RunSpecExtension(OpenApiSerializerExtension):
+class RunSpecExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]  # drf-spectacular is unannotated
     """Describe ``RunSpec`` (the body of a submission) to drf-spectacular."""
 
     target_class = RunSpec
@@ -55,7 +55,7 @@ class RunSpecExtension(OpenApiSerializerExtension):
         schema = RunSpec.model_json_schema(ref_template=REF_TEMPLATE, mode="validation")
         for name, definition in schema.pop("$defs", {}).items():
             auto_schema.registry.register_on_missing(
-                ResolvedComponent(
+                ResolvedComponent(  # type: ignore[no-untyped-call]  # drf-spectacular is unannotated
                     name=name,
                     type=ResolvedComponent.SCHEMA,
                     object=name,
