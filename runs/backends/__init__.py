@@ -27,7 +27,7 @@ def backend_class(name: str) -> type[Backend]:
 def get_backend(name: str | None = None) -> Backend:
     """The backend of the settings (or of a name), one instance per process."""
     cls = backend_class(name or settings.SIMRUN_BACKEND)
-    return cls.from_settings()  # type: ignore[attr-defined, no-any-return]
+    return cls.from_settings()
 
 
 def cluster_config() -> ClusterConfig:

@@ -12,8 +12,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from decimal import Decimal
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import config
 from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
@@ -61,12 +62,14 @@ GIB = 2**30
 def api_client(kubeconfig: str = "") -> ApiClient:
     """A client of the cluster: the kubeconfig named, else in-cluster, else ``~/.kube/config``."""
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+        client: ApiClient = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
+        return client
     configuration = Configuration()
     try:
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
     except config.ConfigException:
-        return config.new_client_from_config()
+        client = config.new_client_from_config()  # type: ignore[no-untyped-call]  # kubernetes.config is unannotated
+        return client
     return ApiClient(configuration)
 
 
@@ -151,8 +154,12 @@ class ArgoBackend:
 
     def _workflow(self, name: str) -> dict[str, Any]:
         try:
-            workflow: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, name
+            # A custom object comes as its JSON document, which the client types as object.
+            workflow = cast(
+                dict[str, Any],
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name
+                ),
             )
         except ApiException as error:
             if error.status == 404:
@@ -180,6 +187,8 @@ class ArgoBackend:
         pods.sort(key=_created)
         found = []
         for pod in pods:
+            # What the API server returns has metadata and a name.
+            assert pod.metadata is not None and pod.metadata.name is not None
             node = (pod.metadata.annotations or {}).get(NODE_NAME_ANNOTATION, "")
             node = node.removeprefix(f"{name}.")
             match = NODE_NAME.match(node)
@@ -211,6 +220,9 @@ class ArgoBackend:
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=RUN_LABEL).items
         found = []
         for pod in pods:
+            # What the API server returns has metadata and a name, and a pod has its spec.
+            assert pod.metadata is not None and pod.metadata.name is not None
+            assert pod.spec is not None
             labels = pod.metadata.labels or {}
             phase = (pod.status.phase if pod.status else None) or "Pending"
             if phase in TERMINATED or WORKFLOW_LABEL not in labels:
@@ -226,9 +238,8 @@ class ArgoBackend:
                     pod=pod.metadata.name,
                     node=pod.spec.node_name,
                     phase=phase,
-                    cores=float(sum(parse_quantity(r.get("cpu", "0")) for r in requests)),
-                    memory_gb=float(sum(parse_quantity(r.get("memory", "0")) for r in requests))
-                    / GIB,
+                    cores=float(sum(_quantity(r.get("cpu", "0")) for r in requests)),
+                    memory_gb=float(sum(_quantity(r.get("memory", "0")) for r in requests)) / GIB,
                     worker=env.get("SIMRUN_WORKER") or None,
                     attempt=_attempt(pod),
                 )
@@ -242,6 +253,8 @@ class ArgoBackend:
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.cluster.node_selector.items()))
         found = []
         for node in self.core.list_node(label_selector=selector or None).items:
+            # What the API server returns has metadata and a name.
+            assert node.metadata is not None and node.metadata.name is not None
             labels = node.metadata.labels or {}
             allocatable = (node.status.allocatable if node.status else None) or {}
             conditions = (node.status.conditions if node.status else None) or []
@@ -249,8 +262,8 @@ class ArgoBackend:
             found.append(
                 NodeInfo(
                     name=node.metadata.name,
-                    cores=float(parse_quantity(allocatable.get("cpu", "0"))),
-                    memory_gb=float(parse_quantity(allocatable.get("memory", "0"))) / GIB,
+                    cores=float(_quantity(allocatable.get("cpu", "0"))),
+                    memory_gb=float(_quantity(allocatable.get("memory", "0"))) / GIB,
                     ready=ready and not (node.spec and node.spec.unschedulable),
                     reserved_by=_holder(node),
                     labels=labels,
@@ -333,7 +346,7 @@ class ArgoBackend:
         """End the watch of ``subscribe``."""
         self._closed.set()
         if self._watch is not None:
-            self._watch.stop()
+            self._watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
         if self._watcher is not None:
             self._watcher.join(timeout=10)
 
@@ -362,14 +375,17 @@ class ArgoBackend:
                 self._closed.wait(WATCH_BACKOFF_S)
 
     def _list_version(self) -> str:
-        listing: dict[str, Any] = self.custom.list_namespaced_custom_object(  # type: ignore[assignment]
-            GROUP, VERSION, self.namespace, PLURAL, label_selector=RUN_LABEL, limit=1
+        listing = cast(
+            dict[str, Any],
+            self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, label_selector=RUN_LABEL, limit=1
+            ),
         )
         return str(listing["metadata"]["resourceVersion"])
 
     def _events(self, resource_version: str) -> Iterator[dict[str, Any]]:
-        self._watch = Watch()
-        for event in self._watch.stream(
+        self._watch = Watch()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
+        for event in self._watch.stream(  # type: ignore[no-untyped-call]  # unannotated, as above
             self.custom.list_namespaced_custom_object,
             GROUP,
             VERSION,
@@ -421,7 +437,7 @@ class ArgoBackend:
         except ApiException as error:
             if error.status != 404:
                 raise
-            self.core.create_namespaced_pod(self.namespace, pod)
+            self.core.create_namespaced_pod(self.namespace, pod)  # type: ignore[arg-type]  # the client validates a dict
             return "Pending"
         return (current.status.phase if current.status else None) or "Pending"
 
@@ -447,6 +463,12 @@ class ArgoBackend:
         # The file is an optional secret's: without it the registry is asked anonymously.
         found = bool(auth) and Path(auth).is_file()
         return has_image(ref, credentials=registry_credentials(auth) if found else None)
+
+
+def _quantity(value: str) -> Decimal:
+    """A Kubernetes quantity (``500m``, ``4Gi``) as a number."""
+    number: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]  # kubernetes.utils is unannotated
+    return number
 
 
 def _created(pod: Any) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.tasktypes import TaskType
 from runs.backends.base import ClusterConfig, RunRecord, TaskRecord, workflow_name
@@ -251,6 +251,18 @@ def _split_task(
     return templates
 
 
+class _TaskPod(TypedDict):
+    """The arguments of ``_pod_template`` an unsplit task's pod has, whatever its kind."""
+
+    name: str
+    task: TaskRecord
+    cores: int
+    memory_gb: float
+    retry_memory_gb: float
+    record: RunRecord
+    cluster: ClusterConfig
+
+
 def _unsplit_task(
     task: TaskRecord,
     plan: TaskPlan,
@@ -260,7 +272,7 @@ def _unsplit_task(
 ) -> dict[str, Any]:
     env = _env(task, record, cluster, role="base", worker=task.id, cores=plan.cores)
     env += _memory_env(plan.memory_gb)
-    common = {
+    common: _TaskPod = {
         "name": task.id,
         "task": task,
         "cores": plan.cores,
