@@ -190,7 +190,7 @@ def poll_run(run: Run, tasks: list[Task], *, backend: Backend, now: float | None
     now = time.time() if now is None else now
     if not run.workflow:
         message = "the record has no workflow name: it was written before names were stored"
-        states = {t.task_id: t.state for t in tasks}
+        states = {t.task_id: TaskState(t.state) for t in tasks}
         messages = {t.task_id: t.message for t in tasks}
         poll = Poll(states, messages, {}, run.oom_kills, run.failed_seen)
         poll.verdict, poll.message, poll.workflow_exists = RunState.FAILED, message, False

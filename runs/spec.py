@@ -157,9 +157,9 @@ class _NoAliasLoader(yaml.SafeLoader):
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in yaml-stubs
             raise yaml.MarkedYAMLError(
                 None, None, "aliases (*name) are not allowed", event.start_mark
             )
@@ -318,8 +318,15 @@ def validate_spec(data: Any, *, types: Mapping[str, TaskType]) -> RunSpec:
             errors.setdefault(path, []).extend(messages)
     for task_id in tasks:
         derived = DERIVED_NODE.match(task_id)
-        owner = derived and tasks.get(derived["task"])
-        if owner is not None and owner.type in types and types[owner.type].splittable:
+        if derived is None:
+            continue
+        owner = tasks.get(derived["task"])
+        if (
+            owner is not None
+            and owner.type is not None
+            and owner.type in types
+            and types[owner.type].splittable
+        ):
             errors.setdefault(f"tasks.{task_id}", []).append(
                 f"the id collides with a pod of the split task {derived['task']!r}"
             )

@@ -215,7 +215,8 @@ def observe(
     grace = settings.SIMRUN_MERGE_MARKER_GRACE_S
     stored = {t.task_id: t for t in tasks}
     failed_seen = sum(len(a) for a in status.failed.values())
-    kills, attempts = run.oom_kills, []
+    kills = run.oom_kills
+    attempts: list[Attempt] = []
     if failed_seen != run.failed_seen:
         kills, attempts = _failures(run, stored, plans, status)
     merge_pending = dict(run.merge_pending)
@@ -417,7 +418,7 @@ def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
     messages: dict[str, str] = {}
     merge_pending: dict[str, float] = {}
     for task in tasks:
-        states[task.task_id], messages[task.task_id] = task.state, task.message
+        states[task.task_id], messages[task.task_id] = TaskState(task.state), task.message
         if task.state in FINAL_TASK_STATES:
             continue
         first = run.merge_pending.get(task.task_id)
