@@ -8,7 +8,7 @@ submitted through the API or the dashboard, not added here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -18,6 +18,20 @@ from django.utils.html import format_html
 
 from runs import controller, reservations
 from runs.models import Attempt, Observation, Run, Snapshot, Task
+
+if TYPE_CHECKING:
+    # The stubs' admin classes take their models; Django's cannot be subscripted at run time.
+    _TaskTabularInline = admin.TabularInline[Task, Run]
+    _AttemptTabularInline = admin.TabularInline[Attempt, Task]
+    _RunModelAdmin = admin.ModelAdmin[Run]
+    _TaskModelAdmin = admin.ModelAdmin[Task]
+    _AttemptModelAdmin = admin.ModelAdmin[Attempt]
+    _ObservationModelAdmin = admin.ModelAdmin[Observation]
+    _SnapshotModelAdmin = admin.ModelAdmin[Snapshot]
+else:
+    _TaskTabularInline = _AttemptTabularInline = admin.TabularInline
+    _RunModelAdmin = _TaskModelAdmin = _AttemptModelAdmin = admin.ModelAdmin
+    _ObservationModelAdmin = _SnapshotModelAdmin = admin.ModelAdmin
 
 
 class ReadOnlyMixin:
@@ -30,18 +44,18 @@ class ReadOnlyMixin:
         return False
 
 
-class TaskInline(ReadOnlyMixin, admin.TabularInline):
+class TaskInline(ReadOnlyMixin, _TaskTabularInline):
     model = Task
     extra = 0
     fields = ["task_id", "kind", "type", "state", "units_done", "units_total", "message"]
-    readonly_fields = fields
+    readonly_fields = cast(list[str], fields)  # the list above, widened by the stub
     ordering = ["position"]
     show_change_link = True
     can_delete = False
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(_RunModelAdmin):
     list_display = [
         "id",
         "name",
@@ -160,7 +174,7 @@ class RunAdmin(admin.ModelAdmin):
                 )
 
 
-class AttemptInline(ReadOnlyMixin, admin.TabularInline):
+class AttemptInline(ReadOnlyMixin, _AttemptTabularInline):
     model = Attempt
     extra = 0
     fields = [
@@ -176,12 +190,12 @@ class AttemptInline(ReadOnlyMixin, admin.TabularInline):
         "started_at",
         "ended_at",
     ]
-    readonly_fields = fields
+    readonly_fields = cast(list[str], fields)  # the list above, widened by the stub
     can_delete = False
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class TaskAdmin(ReadOnlyMixin, _TaskModelAdmin):
     list_display = ["__str__", "kind", "type", "state", "units_done", "units_total", "ended_at"]
     list_filter = ["state", "kind", "type"]
     list_select_related = ["run"]
@@ -191,7 +205,7 @@ class TaskAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AttemptAdmin(ReadOnlyMixin, _AttemptModelAdmin):
     list_display = [
         "task",
         "worker",
@@ -210,7 +224,7 @@ class AttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Observation)
-class ObservationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ObservationAdmin(ReadOnlyMixin, _ObservationModelAdmin):
     list_display = [
         "task_type",
         "run",
@@ -236,7 +250,7 @@ class ObservationAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(Snapshot)
-class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class SnapshotAdmin(ReadOnlyMixin, _SnapshotModelAdmin):
     list_display = ["digest", "name", "owner", "size_bytes", "created_at"]
     list_select_related = ["owner"]
     search_fields = ["digest", "name", "owner__username"]

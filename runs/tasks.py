@@ -17,7 +17,7 @@ from celery.signals import worker_ready
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="runs.tasks.submit_run", bind=True, max_retries=None)
+@shared_task(name="runs.tasks.submit_run", bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # celery ships no types
 def submit_run(self: Task, run_id: str) -> None:
     """Resolve the image, reserve a node if asked and create the workflow of a run.
 
@@ -30,7 +30,7 @@ def submit_run(self: Task, run_id: str) -> None:
         raise self.retry(countdown=locks.LOCK_TTL_S)
 
 
-@shared_task(name="runs.tasks.settle")
+@shared_task(name="runs.tasks.settle")  # type: ignore[untyped-decorator]  # celery ships no types
 def settle(run_id: str | None = None) -> None:
     """Retry the pending logs, release and cancellation of terminal runs (one, or all)."""
     from runs import controller
@@ -38,7 +38,7 @@ def settle(run_id: str | None = None) -> None:
     controller.settle_pending(run_id)
 
 
-@shared_task(name="runs.tasks.reconcile")
+@shared_task(name="runs.tasks.reconcile")  # type: ignore[untyped-decorator]  # celery ships no types
 def reconcile() -> None:
     """Bring the records of the live runs up to date with the backend."""
     from runs import controller
@@ -46,7 +46,7 @@ def reconcile() -> None:
     controller.reconcile()
 
 
-@shared_task(name="runs.tasks.recover")
+@shared_task(name="runs.tasks.recover")  # type: ignore[untyped-decorator]  # celery ships no types
 def recover() -> None:
     """Resume what a stopped service left: submissions, unnamed records, pending work."""
     from runs import controller
@@ -54,7 +54,7 @@ def recover() -> None:
     controller.recover()
 
 
-@worker_ready.connect
+@worker_ready.connect  # type: ignore[untyped-decorator]  # celery ships no types
 def follow_backend(**kwargs: Any) -> None:
     """When a worker starts: subscribe the controller's wake-up to the backend, then recover."""
     from runs import controller

@@ -37,7 +37,7 @@ def _bool(name: str, default: bool) -> bool:
 
 
 def _positive(name: str, default: float) -> float:
-    value = _read(name, env.float, default)
+    value: float = _read(name, env.float, default)
     if value <= 0:
         raise ImproperlyConfigured(f"environment variable {name} must be positive, not {value}")
     return value
