@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,21 +13,10 @@ from runs.backends.base import ClusterConfig, RunRecord, TaskRecord
 from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import read_json
 from runs.planner import TaskPlan
+from tests.polling import wait_for
 
 T = TypeVar("T")
 TIMEOUT_S = 60.0
-
-
-def wait_for(check: Callable[[], T], timeout_s: float = TIMEOUT_S, what: str = "") -> T:
-    """Poll ``check`` until it returns something true; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or check}")
-        time.sleep(0.05)
 
 
 def plan(

@@ -20,6 +20,7 @@ from runs.backends.base import ClusterConfig, NodeInfo, PodLog
 from tests.backends.argo_runs import run_of
 from tests.backends.argo_workflows import OOM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
+from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 SPEC = "tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2}}"
@@ -456,13 +457,6 @@ def test_an_unknown_node_is_a_key_error(backend: ArgoBackend) -> None:
 
 def watches(kube: KubeApiServer) -> list[Any]:
     return [r for r in kube.state.requests if r.query.get("watch") == "true"]
-
-
-def wait_for(condition: Any, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_subscribe_calls_back_when_a_workflow_of_a_run_changes(

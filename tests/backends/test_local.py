@@ -22,8 +22,8 @@ from tests.backends.local_fixtures import (
     shell,
     stepping,
     submit,
-    wait_for,
 )
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db
 

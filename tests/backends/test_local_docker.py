@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from runs.backends.local import LocalBackend, workflow_name
-from tests.backends.local_fixtures import phase, plan, read_log, stepping, submit, wait_for
+from tests.backends.local_fixtures import phase, plan, read_log, stepping, submit
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db
 

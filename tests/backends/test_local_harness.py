@@ -17,8 +17,8 @@ from tests.backends.local_fixtures import (
     read_log,
     stepping,
     submit,
-    wait_for,
 )
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,9 @@ from tests.e2e.service import (
     run_processes,
     service_processes,
     submit,
-    wait_for,
     wait_until_ended,
 )
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

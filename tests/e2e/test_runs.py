@@ -12,10 +12,10 @@ from tests.e2e.service import (
     run_of,
     run_processes,
     submit,
-    wait_for,
     wait_until_ended,
     wait_until_state,
 )
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,8 @@ import subprocess
 import httpx
 import pytest
 
-from tests.e2e.service import SIMRUN, Service, service_processes, wait_for
+from tests.e2e.service import SIMRUN, Service, service_processes
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -107,18 +106,6 @@ def block_sigterm() -> None:
     """A ``preexec_fn``: the program starts with SIGTERM blocked, so one sent now waits for
     the program's own handler (which unblocks it)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def finish(process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> int:

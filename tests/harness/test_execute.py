@@ -10,8 +10,9 @@ from pathlib import Path
 
 from harness import execute
 from harness.execute import THREAD_VARIABLES
+from tests.polling import wait_for
 
-from .conftest import clean_environ, finish, make_task, report_of, spawn, wait_for
+from .conftest import clean_environ, finish, make_task, report_of, spawn
 
 SHOW_ENV = (
     "import json, os, sys\n"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness import merge, worker
 from harness.merge import MERGED_MARKER
+from tests.polling import wait_for
 
 from .conftest import (
     block_sigterm,
@@ -20,7 +21,6 @@ from .conftest import (
     progress_units,
     report_of,
     spawn,
-    wait_for,
 )
 
 

@@ -26,6 +26,7 @@ from runs.backends.fake import FakeBackend
 from runs.models import Run, RunState, Task, TaskState
 from runs.spec import parse_spec
 from runs.submission import create_run
+from tests.polling import wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,16 +130,6 @@ def submit(owner, service: Service) -> Run:
     return run
 
 
-def wait_for(check: Callable[[], bool], service: Service, what: str, timeout_s: float) -> float:
-    """Seconds until ``check`` holds; fails with the service's logs after the timeout."""
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > timeout_s:
-            pytest.fail(f"{what} did not happen within {timeout_s} s\n{service.logs()}")
-        time.sleep(0.2)
-    return time.monotonic() - start
-
-
 def state(run: Run) -> str:
     return Run.objects.get(pk=run.pk).state
 
@@ -159,12 +150,14 @@ def test_beat_reconciles_a_submitted_run_to_succeeded(owner, service, no_submiss
         backend.workflows[workflow] = BackendStatus(phase="Running", tasks={"sweep-w0": "Running"})
     sweep = Task.objects.get(run=run)
     running = lambda: Task.objects.get(pk=sweep.pk).state == TaskState.RUNNING  # noqa: E731
-    wait_for(running, found, "the reconcile woken by the submission", 60)
+    wait_for(running, 60, "the reconcile woken by the submission", details=found.logs)
     found.backend.finish(workflow)
-    wait_for(lambda: state(run) == RunState.SUCCEEDED, found, "the reconcile by beat", 60)
+    wait_for(
+        lambda: state(run) == RunState.SUCCEEDED, 60, "the reconcile by beat", details=found.logs
+    )
     # The terminal record is written first; its pending work is cleared after the stop.
     settled = lambda: not Run.objects.get(pk=run.pk).live  # noqa: E731
-    wait_for(settled, found, "the settling of the ended run", 60)
+    wait_for(settled, 60, "the settling of the ended run", details=found.logs)
     assert ["stop", [workflow]] in [[n, a] for n, a in found.backend.calls]
     assert "Sending due task reconcile (runs.tasks.reconcile)" in found.logs()
 
@@ -173,11 +166,16 @@ def test_a_wake_up_reconciles_sooner_than_the_poll(owner, service, no_submission
     poll_s = 120.0
     found = service(poll_s)
     run = submit(owner, found)
-    wait_for(lambda: state(run) == RunState.RUNNING, found, "the submission", 60)
+    wait_for(lambda: state(run) == RunState.RUNNING, 60, "the submission", details=found.logs)
     found.backend.finish(Run.objects.get(pk=run.pk).workflow)
     time.sleep(3)
     assert state(run) == RunState.RUNNING, "nothing reconciles before the poll or a wake-up"
     woken = time.monotonic()
     found.wake()
-    wait_for(lambda: state(run) == RunState.SUCCEEDED, found, "the reconcile on a wake-up", 60)
+    wait_for(
+        lambda: state(run) == RunState.SUCCEEDED,
+        60,
+        "the reconcile on a wake-up",
+        details=found.logs,
+    )
     assert time.monotonic() - woken < poll_s / 2
