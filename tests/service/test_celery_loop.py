@@ -167,7 +167,11 @@ def test_a_wake_up_reconciles_sooner_than_the_poll(owner, service, no_submission
     found = service(poll_s)
     run = submit(owner, found)
     wait_for(lambda: state(run) == RunState.RUNNING, 60, "the submission", details=found.logs)
-    found.backend.finish(Run.objects.get(pk=run.pk).workflow)
+    workflow = Run.objects.get(pk=run.pk).workflow
+    # The submission wakes the loop once: let that reconcile read the running workflow first.
+    polled = lambda: ["status", [workflow]] in [[n, a] for n, a in found.backend.calls]  # noqa: E731
+    wait_for(polled, 60, "the reconcile woken by the submission", details=found.logs)
+    found.backend.finish(workflow)
     time.sleep(3)
     assert state(run) == RunState.RUNNING, "nothing reconciles before the poll or a wake-up"
     woken = time.monotonic()
