@@ -5,7 +5,8 @@ v1 memory controller. A cgroup of its own per process, below the cgroup of the s
 a kill for memory real and proven as on a pod: the count of the out of memory killer of that
 cgroup (``memory.events`` on v2, ``memory.oom_control`` on v1) is the only evidence of it.
 
-Only the standard library: the launcher imports this module without the service's packages.
+Only the standard library (and the harness's own stdlib-only ``harness.cgroups``, for finding
+this process's cgroup): the launcher imports this module without the service's packages.
 """
 
 from __future__ import annotations
@@ -41,45 +42,17 @@ class Hierarchy:
         return "memory.events" if self.version == 2 else "memory.oom_control"
 
 
-def _mounts(proc: Path) -> list[tuple[str, Path, str, set[str]]]:
-    """The cgroup mounts of this process: (root in the hierarchy, mount point, type, options)."""
-    found = []
-    for line in (proc / "self" / "mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3 or tail[0] not in {"cgroup", "cgroup2"}:
-            continue
-        found.append((fields[3], Path(fields[4]), tail[0], set(tail[2].split(","))))
-    return found
-
-
-def _relative(path: str, mount_root: str) -> str:
-    """The path of a cgroup below a mount whose root is ``mount_root`` in the hierarchy."""
-    if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
-        path = path[len(mount_root) :]
-    return path.lstrip("/")
-
-
 def own_cgroup(proc: Path = PROC) -> tuple[int, Path] | None:
     """The memory cgroup of this process as (version, directory), None without one.
 
-    The v1 memory controller wins where both are mounted (a hybrid machine binds memory to v1).
+    Found as the harness finds a pod's (``harness.cgroups.find``): the v1 memory controller
+    wins where both are mounted (a hybrid machine binds memory to v1). Imported here, not at
+    the top, so the launcher, which imports this module, stays quick to start.
     """
-    lines = [line.split(":", 2) for line in (proc / "self" / "cgroup").read_text().splitlines()]
-    mounts = _mounts(proc)
-    for _, controllers, path in lines:
-        if "memory" in controllers.split(","):
-            for root, point, kind, options in mounts:
-                if kind == "cgroup" and "memory" in options:
-                    return 1, point / _relative(path, root)
-    for hierarchy, controllers, path in lines:
-        if hierarchy == "0" and controllers == "":
-            for root, point, kind, _ in mounts:
-                if kind == "cgroup2":
-                    directory = point / _relative(path, root)
-                    if "memory" in _read(directory / "cgroup.controllers").split():
-                        return 2, directory
-    return None
+    from harness.cgroups import find
+
+    found = find("memory", proc)
+    return None if found is None else (found.version, found.path)
 
 
 def _read(path: Path) -> str:

@@ -26,6 +26,7 @@ def v2_machine(tmp_path: Path, subtree: str = "") -> tuple[Path, Path]:
     own = mount / "service"
     own.mkdir(parents=True)
     (own / "cgroup.controllers").write_text("cpu memory pids\n")
+    (own / "memory.stat").write_text("anon 0\n")
     (own / "cgroup.subtree_control").write_text(subtree)
     proc = fake_proc(
         tmp_path,
@@ -67,6 +68,7 @@ def test_the_v1_memory_controller_wins_on_a_hybrid_machine(tmp_path):
     mount = tmp_path / "sys/fs/cgroup/memory"
     own = mount / "process_api" / "abc"
     own.mkdir(parents=True)
+    (own / "memory.stat").write_text("total_rss 0\n")
     proc = fake_proc(
         tmp_path,
         "4:memory:/process_api/abc\n0::/\n",
