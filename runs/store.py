@@ -7,12 +7,12 @@ their environment; every file another process reads is written to a temp file an
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+
+from harness.files import write_atomic
 
 
 def root() -> Path:
@@ -33,14 +33,6 @@ def snapshot_dir(digest: str) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically: a temp file in the same directory, then a rename."""
+    """Write JSON atomically (``harness.files.write_atomic``), creating the directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as file:
-            json.dump(data, file, indent=2, sort_keys=True)
-            file.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
