@@ -11,7 +11,6 @@ os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
 os.environ.setdefault("DATABASE_URL", "postgres://simrun:simrun@127.0.0.1:5432/simrun")
 os.environ.setdefault("SIMRUN_BACKEND", "fake")
 os.environ.setdefault("SIMRUN_HOME", tempfile.mkdtemp(prefix="simrun-tests-"))
-os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "false")
 
 from simrun_site.settings import *  # noqa: E402, F403
 
