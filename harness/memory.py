@@ -51,6 +51,17 @@ def _parents(proc: Path) -> dict[int, list[int]]:
     return children
 
 
+def descendants(pid: int, proc: Path = PROC) -> list[int]:
+    """The processes below ``pid``, children first."""
+    children = _parents(proc)
+    found, pending = [], list(children.get(pid, ()))
+    while pending:
+        current = pending.pop(0)
+        found.append(current)
+        pending.extend(children.get(current, ()))
+    return found
+
+
 def _anon_kib(status: str) -> int | None:
     values = {}
     for line in status.splitlines():
@@ -66,19 +77,15 @@ def process_tree_anon(pid: int, proc: Path = PROC) -> int | None:
     The sum of RssAnon (VmRSS without it) over the processes: pages shared after a fork count
     once per process, so it is an upper bound. None when the process is gone.
     """
-    children = _parents(proc)
-    total, root, pending = 0, True, [pid]
-    while pending:
-        current = pending.pop()
+    total = 0
+    for current in (pid, *descendants(pid, proc)):
         try:
             kib = _anon_kib((proc / str(current) / "status").read_text())
         except OSError:
             kib = None
-        if kib is None and root:
+        if kib is None and current == pid:
             return None
-        root = False
         total += (kib or 0) * 1024
-        pending.extend(children.get(current, ()))
     return total
 
 
@@ -126,17 +133,6 @@ def processes(cores: int, memory_bytes: int | None, base_gb: float, per_worker_g
             f"besides the base of {base_gb} GiB"
         )
     return min(cores, fit)
-
-
-def descendants(pid: int, proc: Path = PROC) -> list[int]:
-    """The processes below ``pid``, children first."""
-    children = _parents(proc)
-    found, pending = [], list(children.get(pid, ()))
-    while pending:
-        current = pending.pop(0)
-        found.append(current)
-        pending.extend(children.get(current, ()))
-    return found
 
 
 class Evidence:
