@@ -41,8 +41,13 @@ class Cgroup:
     """The mount point: the v2 limits of the parents are read up to it."""
 
     def _stat(self, name: str) -> dict[str, int]:
+        """The integer fields of a ``key value`` file; empty when it cannot be read."""
+        try:
+            text = (self.path / name).read_text()
+        except OSError:
+            return {}
         values: dict[str, int] = {}
-        for line in (self.path / name).read_text().splitlines():
+        for line in text.splitlines():
             key, _, value = line.partition(" ")
             if value.strip().lstrip("-").isdigit():
                 values[key] = int(value)
@@ -50,10 +55,7 @@ class Cgroup:
 
     def anon_bytes(self) -> int | None:
         """The anonymous memory of the cgroup and its children, without the page cache."""
-        try:
-            stat = self._stat("memory.stat")
-        except OSError:
-            return None
+        stat = self._stat("memory.stat")
         if self.version == 2:
             return stat.get("anon")
         return stat.get("total_rss", stat.get("rss"))
@@ -80,10 +82,7 @@ class Cgroup:
     def oom_kills(self) -> int | None:
         """The cumulative count of processes the OOM killer killed in the cgroup."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
-        try:
-            return self._stat(name).get("oom_kill")
-        except OSError:
-            return None
+        return self._stat(name).get("oom_kill")
 
     def quota_cores(self) -> int | None:
         """The CPU quota in whole cores (rounded up), None without a quota."""
@@ -104,15 +103,9 @@ class Cgroup:
 
     def throttled_seconds(self) -> float | None:
         """The cumulative seconds the cgroup waited for its CPU quota."""
-        try:
-            stat = self._stat("cpu.stat")
-        except OSError:
-            return None
-        if self.version == 2:
-            usec = stat.get("throttled_usec")
-            return None if usec is None else usec / 1e6
-        nsec = stat.get("throttled_time")
-        return None if nsec is None else nsec / 1e9
+        key, per_second = ("throttled_usec", 1e6) if self.version == 2 else ("throttled_time", 1e9)
+        value = self._stat("cpu.stat").get(key)
+        return None if value is None else value / per_second
 
 
 def _unescape(text: str) -> str:
