@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
 
 from harness.tasktypes import TaskType
 from runs.backends.base import ClusterConfig, RunRecord, TaskRecord, workflow_name
@@ -193,74 +194,42 @@ def _dag_template(tasks: list[dict[str, Any]]) -> dict[str, Any]:
 def _split_task(
     task: TaskRecord, plan: TaskPlan, record: RunRecord, cluster: ClusterConfig
 ) -> list[dict[str, Any]]:
-    image = _image(task, record, own=False)
-    coordinator = _pod_template(
-        name=f"{task.id}-w0",
+    pod = partial(
+        _pod_template,
         task=task,
-        image=image,
-        command=["simrun-worker"],
-        env=_env(task, record, cluster, role="base", worker=f"{task.id}-w0", cores=plan.cores)
-        + _memory_env(plan.memory_gb),
-        cores=plan.cores,
-        memory_gb=plan.memory_gb,
-        retry_memory_gb=plan.retry_memory_gb,
+        plan=plan,
         record=record,
         cluster=cluster,
+        image=_image(task, record, own=False),
     )
-    templates = [coordinator]
-    if plan.workers > 1:
-        extra = _pod_template(
-            name=f"{task.id}-extra",
-            task=task,
-            image=image,
+    templates = [
+        pod(
+            name=f"{task.id}-w0",
             command=["simrun-worker"],
-            env=_env(
-                task,
-                record,
-                cluster,
+            role="base",
+            worker=f"{task.id}-w0",
+            cores=plan.cores,
+        )
+    ]
+    if plan.workers > 1:
+        templates.append(
+            pod(
+                name=f"{task.id}-extra",
+                command=["simrun-worker"],
                 role="extra",
                 worker="{{inputs.parameters.worker}}",
                 cores=plan.cores,
+                parameters=["worker"],
             )
-            + _memory_env(plan.memory_gb),
-            cores=plan.cores,
-            memory_gb=plan.memory_gb,
-            retry_memory_gb=plan.retry_memory_gb,
-            record=record,
-            cluster=cluster,
-            parameters=["worker"],
         )
-        templates.append(extra)
     if not plan.coordinator_merges:
+        # The harness knows the roles base and extra only; a merge has no worker id.
         templates.append(
-            _pod_template(
-                name=f"{task.id}-merge",
-                task=task,
-                image=image,
-                command=["simrun-merge"],
-                # The harness knows the roles base and extra only; a merge has no worker id.
-                env=_env(task, record, cluster, role="base", worker=None, cores=1)
-                + _memory_env(plan.memory_gb),
-                cores=1,
-                memory_gb=plan.memory_gb,
-                retry_memory_gb=plan.retry_memory_gb,
-                record=record,
-                cluster=cluster,
+            pod(
+                name=f"{task.id}-merge", command=["simrun-merge"], role="base", worker=None, cores=1
             )
         )
     return templates
-
-
-class _TaskPod(TypedDict):
-    """The arguments of ``_pod_template`` an unsplit task's pod has, whatever its kind."""
-
-    name: str
-    task: TaskRecord
-    cores: int
-    memory_gb: float
-    retry_memory_gb: float
-    record: RunRecord
-    cluster: ClusterConfig
 
 
 def _unsplit_task(
@@ -270,36 +239,30 @@ def _unsplit_task(
     types: Mapping[str, TaskType],
     cluster: ClusterConfig,
 ) -> dict[str, Any]:
-    env = _env(task, record, cluster, role="base", worker=task.id, cores=plan.cores)
-    env += _memory_env(plan.memory_gb)
-    common: _TaskPod = {
-        "name": task.id,
-        "task": task,
-        "cores": plan.cores,
-        "memory_gb": plan.memory_gb,
-        "retry_memory_gb": plan.retry_memory_gb,
-        "record": record,
-        "cluster": cluster,
-    }
+    pod = partial(
+        _pod_template,
+        name=task.id,
+        task=task,
+        plan=plan,
+        record=record,
+        cluster=cluster,
+        role="base",
+        worker=task.id,
+        cores=plan.cores,
+    )
     if task.kind == "plugin":
         task_type = types.get(task.type)
         if task_type is None or task_type.command is None:
             raise ValueError(f"task {task.id}: {task.type!r} is no plugin task type")
         command = task_type.command(task_type.parse_settings(task.settings))
-        return _pod_template(
-            image=_image(task, record, own=False),
-            command=["simrun-exec", *command],
-            env=env,
-            **common,
-        )
+        return pod(image=_image(task, record, own=False), command=["simrun-exec", *command])
     if task.kind != "command":
         raise ValueError(f"task {task.id}: unknown kind {task.kind!r}")
     out = f"{_task_dir(task.id, record, cluster)}/out"
-    template = _pod_template(
+    template = pod(
         image=_image(task, record, own=True),
         command=list(task.command),
-        env=[*env, {"name": "SIMRUN_OUT", "value": out}],
-        **common,
+        env=[{"name": "SIMRUN_OUT", "value": out}],
     )
     stage_image = _image(task, record, own=False)
     pairs = [f"{port}={_out_dir(src, record)}" for port, src in sorted(task.inputs.items())]
@@ -362,10 +325,6 @@ def _env(
     return env
 
 
-def _memory_env(gb: float) -> list[dict[str, str]]:
-    return [{"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{gb:g}"}]
-
-
 def _resources(cores: int, memory_gb: float) -> dict[str, Any]:
     amount = {"cpu": str(cores), "memory": memory_quantity(memory_gb)}
     return {"requests": dict(amount), "limits": dict(amount)}
@@ -423,17 +382,24 @@ def _pod_template(
     *,
     name: str,
     task: TaskRecord,
-    image: str,
-    command: list[str],
-    env: list[dict[str, str]],
-    cores: int,
-    memory_gb: float,
-    retry_memory_gb: float,
+    plan: TaskPlan,
     record: RunRecord,
     cluster: ClusterConfig,
+    image: str,
+    command: list[str],
+    role: str,
+    worker: str | None,
+    cores: int,
+    env: Sequence[dict[str, str]] = (),
     parameters: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A pod of a task: the retry strategy, the retry memory, requests equal to limits."""
+    """A pod of a task: its ``SIMRUN_*`` environment (``env`` added), the retry strategy, the
+    plan's memory and its retry memory, requests equal to limits."""
+    environment = [
+        *_env(task, record, cluster, role=role, worker=worker, cores=cores),
+        {"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{plan.memory_gb:g}"},
+        *env,
+    ]
     return {
         "name": name,
         "metadata": {"labels": {TASK_LABEL: task.id, DAG_TASK_LABEL: name}},
@@ -444,14 +410,14 @@ def _pod_template(
             "expression": RETRY_EXPRESSION,
             "backoff": {"duration": RETRY_BACKOFF},
         },
-        "podSpecPatch": retry_memory_patch(memory_gb, retry_memory_gb),
+        "podSpecPatch": retry_memory_patch(plan.memory_gb, plan.retry_memory_gb),
         "volumes": [{"name": "scratch", "emptyDir": {}}],
         "container": {
             "image": image,
             "command": command,
             "workingDir": SCRATCH,
-            "env": env,
-            "resources": _resources(cores, memory_gb),
+            "env": environment,
+            "resources": _resources(cores, plan.memory_gb),
             "volumeMounts": _mounts(record, cluster),
         },
     }
