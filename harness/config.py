@@ -69,10 +69,6 @@ class TaskPaths:
         return self.task_dir / "progress.jsonl"
 
     @property
-    def workers(self) -> Path:
-        return self.task_dir / "workers"
-
-    @property
     def out(self) -> Path:
         return self.task_dir / "out"
 
@@ -128,7 +124,6 @@ class TaskFile:
     type: str
     settings: Mapping[str, Any]
     plan: Mapping[str, Any]
-    kind: str = "split"
     run: str = ""
 
     def plan_gb(self, name: str) -> float:
@@ -161,7 +156,6 @@ def read_task(paths: TaskPaths) -> TaskFile:
         type=data["type"],
         settings=settings,
         plan=plan,
-        kind=str(data.get("kind") or "split"),
         run=str(data.get("run") or ""),
     )
 

@@ -47,10 +47,6 @@ class Claim:
     block: int
     ranges: tuple[range, ...]
 
-    @property
-    def units(self) -> int:
-        return sum(len(r) for r in self.ranges)
-
 
 def _hidden(name: str) -> bool:
     return name.startswith(".")
