@@ -11,7 +11,7 @@ reads the state from these files, and a run survives a restart of the service.
 
 It runs as a script, not as a module of ``runs``, so that it starts in milliseconds without
 the service's packages: its siblings ``cgroups`` and ``local_env`` are imported from its
-directory, and it uses nothing else of the service.
+directory, and it uses nothing else of the service (only the harness's stdlib modules).
 """
 
 from __future__ import annotations
@@ -24,27 +24,20 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from harness.errors import EXIT_TERMINATED
+from harness.files import write_atomic
+
 STARTING_EXIT = 4
 """The exit code recorded when the process could not be prepared or started."""
-STOPPED_EXIT = 143
-"""The exit code recorded when a SIGTERM came before the process started."""
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically: a temporary file beside it, then a rename."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as file:
-            json.dump(data, file)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write JSON atomically (``harness.files.write_atomic``)."""
+    write_atomic(path, json.dumps(data))
 
 
 def read_json(path: Path) -> Any:
@@ -180,7 +173,7 @@ def run(launch_file: Path) -> int:
         print(f"simrun: the process could not be started: {error}", flush=True)
         stopped = isinstance(error, InterruptedError)
         result.update(
-            exit_code=STOPPED_EXIT if stopped else STARTING_EXIT,
+            exit_code=EXIT_TERMINATED if stopped else STARTING_EXIT,
             signal=signal.SIGTERM.value if stopped else None,
             message="" if stopped else f"could not be started: {error}",
         )

@@ -10,7 +10,6 @@ and the retry policy of the cluster, so any process can read them.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,13 +18,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from harness.errors import EXIT_TERMINATED
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, FailedAttempt
+from runs.backends.local_launcher import read_json
 
 EVICTION_RETRIES = 3
 """The retries of a node whose process was evicted (ended by a signal nobody of simrun sent)."""
 EVICTING_SIGNALS = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
-STOPPED_EXIT = 143
-"""The exit of a process stopped on SIGTERM (the harness's, a shell's)."""
 
 Outcome = Literal["succeeded", "oom", "evicted", "cancelled", "failed"]
 
@@ -103,14 +102,6 @@ class NodeView:
         return last if last is not None and not last.ended else None
 
 
-def read_json(path: Path) -> Any:
-    """The JSON of a file, None when it is missing or not (yet) complete."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def read_attempts(logs: Path, nodes: Iterable[str]) -> dict[str, list[Attempt]]:
     """The attempts of some nodes of a task from its ``logs/`` directory, oldest first."""
     found: dict[tuple[str, int], Attempt] = {}
@@ -148,7 +139,11 @@ def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
     if cancelled_at is not None and exit.get("ended", 0) >= cancelled_at:
         return "cancelled"
     code, signum = exit.get("exit_code"), exit.get("signal")
-    if code is None or code == STOPPED_EXIT or (signum is not None and signum in EVICTING_SIGNALS):
+    if (
+        code is None
+        or code == EXIT_TERMINATED
+        or (signum is not None and signum in EVICTING_SIGNALS)
+    ):
         return "evicted"
     return "failed"
 
