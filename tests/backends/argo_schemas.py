@@ -50,12 +50,12 @@ def schema_definitions() -> dict[str, Any]:
 
 
 @cache
-def json_schema_validator() -> Draft202012Validator:
-    """Argo's JSON schema for a Workflow (IntOrString and Quantity are strings there)."""
-    root = {
-        "$ref": "#/definitions/io.argoproj.workflow.v1alpha1.Workflow",
-        "definitions": schema_definitions(),
-    }
+def json_schema_validator(
+    definition: str = "io.argoproj.workflow.v1alpha1.Workflow",
+) -> Draft202012Validator:
+    """Argo's JSON schema for one of its definitions, a Workflow unless named (IntOrString
+    and Quantity are strings there)."""
+    root = {"$ref": f"#/definitions/{definition}", "definitions": schema_definitions()}
     return Draft202012Validator(root)
 
 

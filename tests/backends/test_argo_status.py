@@ -5,10 +5,8 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from functools import cache
 
 import pytest
-from jsonschema import Draft202012Validator
 
 from harness.tasktypes import task_types
 from runs.backends.argo_manifest import workflow_manifest
@@ -21,7 +19,7 @@ from runs.backends.base import (
     worker_of_node,
 )
 from tests.backends.argo_runs import run_of
-from tests.backends.argo_schemas import schema_definitions
+from tests.backends.argo_schemas import json_schema_validator
 from tests.backends.argo_workflows import (
     LOW_MEMORY,
     OOM,
@@ -36,19 +34,11 @@ from tests.backends.argo_workflows import (
 )
 
 
-@cache
-def node_validator() -> Draft202012Validator:
-    root = {
-        "$ref": "#/definitions/io.argoproj.workflow.v1alpha1.NodeStatus",
-        "definitions": schema_definitions(),
-    }
-    return Draft202012Validator(root)
-
-
 def realistic(wf: dict) -> dict:
     """The fixture's nodes are valid NodeStatus objects of Argo's schema, ids as Argo's."""
+    node_schema = json_schema_validator("io.argoproj.workflow.v1alpha1.NodeStatus")
     for key, node in wf["status"]["nodes"].items():
-        errors = [e.message for e in node_validator().iter_errors(node)]
+        errors = [e.message for e in node_schema.iter_errors(node)]
         assert errors == [], (node["name"], errors)
         assert key == node["id"] == node_id(node["name"])
     return wf
