@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from runs.backends.base import ClusterConfig
 from tests.backends.argo_runs import run_of
 from tests.backends.argo_workflows import WF, Nodes, argo_pod, workflow
 from tests.backends.kube_api import KubeApiServer
+from tests.polling import wait_for
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 MANIFESTS = sorted((DOCKER / "k8s").glob("*.yaml"))
@@ -192,10 +192,7 @@ def test_the_service_account_is_granted_exactly_the_verbs_the_backend_uses(
         woken = threading.Event()
         try:
             backend.subscribe(woken.set)
-            deadline = time.monotonic() + 10
-            while not any(r.query.get("watch") for r in state.requests):
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            wait_for(lambda: any(r.query.get("watch") for r in state.requests), 10, "the watch")
             backend.submit(record, plans, task_types(), ClusterConfig())
             assert woken.wait(10)
             state.put_workflow(workflow(Nodes()))
