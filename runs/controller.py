@@ -26,7 +26,15 @@ from harness.tasktypes import task_types
 from runs import images, locks, logs, observations, store
 from runs.backends import cluster_config, get_backend
 from runs.backends.base import Backend, ClusterConfig, workflow_name
-from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskState
+from runs.models import (
+    ATTEMPT_OUTCOME_FIELDS,
+    FINAL_TASK_STATES,
+    Attempt,
+    Run,
+    RunState,
+    Task,
+    TaskState,
+)
 from runs.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
 from runs.planner import TaskPlan
 from runs.records import run_record, task_plans
@@ -148,15 +156,7 @@ def _write(
             poll.attempts,
             update_conflicts=True,
             unique_fields=["task", "worker", "attempt"],
-            update_fields=[
-                "phase",
-                "exit_code",
-                "oom_killed",
-                "oom_evidence",
-                "evicted",
-                "node_name",
-                "memory_gb",
-            ],
+            update_fields=ATTEMPT_OUTCOME_FIELDS,
         )
     for task in tasks:
         for name, value in changed_tasks.get(task.pk, {}).items():

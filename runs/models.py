@@ -266,6 +266,18 @@ class Attempt(models.Model):
         return f"{self.task} {self.worker}#{self.attempt}"
 
 
+ATTEMPT_OUTCOME_FIELDS = (
+    "phase",
+    "exit_code",
+    "oom_killed",
+    "oom_evidence",
+    "evicted",
+    "node_name",
+    "memory_gb",
+)
+"""What a poll learns of an attempt from the backend: a later poll of it rewrites them."""
+
+
 class Observation(models.Model):
     """What a worker report measured, kept per task type to plan later tasks."""
 
