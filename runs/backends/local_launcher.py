@@ -17,6 +17,7 @@ directory, and it uses nothing else of the service (only the harness's stdlib mo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -121,12 +122,11 @@ def _prepare(launch: dict[str, Any]) -> None:
 
 def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start the process in a session of its own (and its cgroup) with the launcher's output."""
-    cgroup = launch.get("cgroup")
+    enter_cgroup = None
+    if launch.get("cgroup"):
+        import cgroups  # the sibling module, see the docstring of this module
 
-    def enter_cgroup() -> None:
-        if cgroup:
-            Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
-
+        enter_cgroup = functools.partial(cgroups.join, Path(launch["cgroup"]))
     Path(launch["cwd"]).mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         launch["argv"],
@@ -134,7 +134,7 @@ def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
         env=launch["env"],
         stdin=subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=enter_cgroup if cgroup else None,  # safe: the launcher has no threads
+        preexec_fn=enter_cgroup,  # safe: the launcher has no threads
     )
 
 
