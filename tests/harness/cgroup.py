@@ -12,6 +12,8 @@ import contextlib
 import os
 import secrets
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +43,16 @@ class ChildCgroup:
 
     def pids(self) -> list[int]:
         return [int(p) for p in self.procs.read_text().split()]
+
+    def python(self, script: str) -> str:
+        """Run a Python script in the cgroup; its output (it must exit 0)."""
+        return subprocess.run(
+            [sys.executable, "-c", script],
+            preexec_fn=self.enter,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
 
 
 def _limit(directory: Path, version: int, limit_bytes: int) -> None:

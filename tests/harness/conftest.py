@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness.execute import THREAD_VARIABLES
-from harness.report import HARNESS_STARTED, WorkerReport, read_report
+from harness.report import HARNESS_STARTED, WorkerReport, read_report, report_path
 from harness.sources import SOURCES_INSTALLED
 
 PLAN = {
@@ -133,7 +133,7 @@ def claims(task_dir: Path) -> list[str]:
 
 
 def report_of(task_dir: Path, worker: str, attempt: int = 0) -> WorkerReport:
-    return read_report(task_dir / "workers" / f"{worker}-{attempt}.json")
+    return read_report(report_path(task_dir, worker, attempt))
 
 
 @pytest.fixture

@@ -137,14 +137,7 @@ print(json.dumps({"before": before, "after": after, "peak": sampler.peak}))
 
 def test_the_cgroup_sampler_sees_an_allocation_within_10_percent() -> None:
     with child_cgroup(1 * GIB) as group:
-        output = subprocess.run(
-            [sys.executable, "-c", SAMPLE_IN_CGROUP],
-            preexec_fn=group.enter,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    seen = json.loads(output)
+        seen = json.loads(group.python(SAMPLE_IN_CGROUP))
     assert abs((seen["after"] - seen["before"]) - 100 * MIB) <= 10 * MIB
     assert seen["peak"] == seen["after"]
 
@@ -161,14 +154,7 @@ with open({str(tmp_path / "big")!r}, "wb") as handle:
 print(json.dumps({{"before": before, "after": sampler.sample()}}))
 """
     with child_cgroup(1 * GIB) as group:
-        output = subprocess.run(
-            [sys.executable, "-c", script],
-            preexec_fn=group.enter,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    seen = json.loads(output)
+        seen = json.loads(group.python(script))
     assert seen["after"] - seen["before"] < 20 * MIB  # 100 MiB written, not counted
 
 

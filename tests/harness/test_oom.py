@@ -105,13 +105,7 @@ def test_evidence_counts_the_kills_after_it_began_not_before() -> None:
             f"subprocess.run([sys.executable, '-c', {GREEDY!r}])\n"
             "print(json.dumps([before, evidence.oom_kills()]))"
         )
-        output = subprocess.run(
-            [sys.executable, "-c", script],
-            preexec_fn=group.enter,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        output = group.python(script)
 
     assert output.strip() == "[0, 1]"
     assert Evidence("cgroup").oom_kills() == 0
