@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from kubernetes.client import ApiClient, Configuration
+
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows$")
 WORKFLOW = re.compile(
     r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows/(?P<name>[^/]+)$"
@@ -412,6 +414,10 @@ class KubeApiServer(ThreadingHTTPServer):
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
+
+    def client(self) -> ApiClient:
+        """A ``kubernetes`` client of this server."""
+        return ApiClient(Configuration(host=self.url))
 
     def __enter__(self) -> KubeApiServer:
         self._thread.start()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client import ApiClient, Configuration
 
 from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend, api_client
@@ -35,9 +34,12 @@ def kube() -> Iterator[KubeApiServer]:
 
 @pytest.fixture
 def backend(kube: KubeApiServer, tmp_path: Path) -> Iterator[ArgoBackend]:
-    api = ApiClient(Configuration(host=kube.url))
     backend = ArgoBackend(
-        cluster=CLUSTER, api=api, store=tmp_path / "store", build_poll_s=0.01, watch_timeout_s=5
+        cluster=CLUSTER,
+        api=kube.client(),
+        store=tmp_path / "store",
+        build_poll_s=0.01,
+        watch_timeout_s=5,
     )
     yield backend
     backend.close()
@@ -279,9 +281,7 @@ def test_nodes_are_the_nodes_of_the_selector_with_their_size_and_holder(
     kube.state.put_node(kube_node("web-1", labels={"pool": "web"}))
     kube.state.nodes["node-b"]["status"]["conditions"][0]["status"] = "False"
     cluster = CLUSTER.model_copy(update={"node_selector": {"pool": "sims"}})
-    backend = ArgoBackend(
-        cluster=cluster, api=ApiClient(Configuration(host=kube.url)), store=tmp_path
-    )
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path)
 
     nodes = {n.name: n for n in backend.nodes()}
 
@@ -312,6 +312,20 @@ def test_a_cordoned_node_is_not_ready(backend: ArgoBackend, kube: KubeApiServer)
 OTHER_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
 
 
+def write_once_meanwhile(kube: KubeApiServer, change: Callable[[dict[str, Any]], object]) -> None:
+    """Play another writer that changes a node once, between simrun's read and its patch."""
+    written = []
+
+    def other_writer(name: str) -> None:
+        if not written:
+            node = kube.state.nodes[name]
+            change(node)
+            kube.state.stamp(node)
+            written.append(name)
+
+    kube.state.before_node_patch = other_writer
+
+
 def test_reserve_taints_and_labels_the_node_and_keeps_its_other_taints(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
@@ -334,16 +348,10 @@ def test_reserve_retries_after_a_conflicting_writer_and_keeps_what_it_wrote(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
     kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
-    written = []
-
-    def other_writer(name: str) -> None:
-        if not written:  # between simrun's read and its patch, once
-            node = kube.state.nodes[name]
-            node["spec"]["taints"].append({"key": "maintenance", "effect": "NoSchedule"})
-            kube.state.stamp(node)
-            written.append(name)
-
-    kube.state.before_node_patch = other_writer
+    write_once_meanwhile(
+        kube,
+        lambda node: node["spec"]["taints"].append({"key": "maintenance", "effect": "NoSchedule"}),
+    )
 
     backend.reserve("node-a", "run1")
 
@@ -415,16 +423,7 @@ def test_unreserve_retries_after_a_conflicting_writer(
 ) -> None:
     kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
     backend.reserve("node-a", "run1")
-    conflicts = []
-
-    def other_writer(name: str) -> None:
-        if not conflicts:
-            node = kube.state.nodes[name]
-            node["metadata"]["labels"]["team"] = "b"
-            kube.state.stamp(node)
-            conflicts.append(name)
-
-    kube.state.before_node_patch = other_writer
+    write_once_meanwhile(kube, lambda node: node["metadata"]["labels"].update(team="b"))
 
     backend.unreserve("node-a", "run1")
 
@@ -479,8 +478,7 @@ def test_subscribe_calls_back_when_a_workflow_of_a_run_changes(
 def test_the_watch_goes_on_from_where_it_was_after_the_server_ends_it(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
-    api = ApiClient(Configuration(host=kube.url))
-    backend = ArgoBackend(cluster=CLUSTER, api=api, store=tmp_path, watch_timeout_s=1)
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, watch_timeout_s=1)
     woken = threading.Event()
     try:
         backend.subscribe(woken.set)

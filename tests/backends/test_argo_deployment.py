@@ -12,7 +12,6 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes.client import ApiClient, Configuration
 
 from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
@@ -181,7 +180,7 @@ def test_the_service_account_is_granted_exactly_the_verbs_the_backend_uses(
         state = kube.state
         backend = ArgoBackend(
             cluster=ClusterConfig(),
-            api=ApiClient(Configuration(host=kube.url)),
+            api=kube.client(),
             store=tmp_path,
             build_poll_s=0.01,
         )
