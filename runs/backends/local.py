@@ -445,7 +445,7 @@ class LocalBackend:
                 view = self._view(view.submission)
             if view.stop is not None and now - view.stop["at"] >= self.grace_s:
                 for _, attempt in view.running():
-                    signal_attempt(attempt, signal.SIGKILL)
+                    signal_process(attempt.pid or {}, signal.SIGKILL)
             starting = [] if blocked else view.startable()
             for node in starting:
                 if node.spec.cores > free:
@@ -472,7 +472,7 @@ class LocalBackend:
             if names is None:
                 if now - attempt.launch["started"] < LOST_AFTER_S:  # type: ignore[index]
                     continue
-            elif alive(names, "launcher") or alive(names, "pid"):
+            elif launcher_alive(names) or process_alive(names):
                 continue
             if read_json(attempt.path("exit")) is not None:
                 continue  # the launcher recorded the end after all
@@ -625,7 +625,7 @@ class LocalBackend:
         if not self._stop_file(name).exists():
             write_json(self._stop_file(name), {"at": time.time(), "how": how})
         for _, attempt in self._view(submission).running():
-            signal_attempt(attempt, signal.SIGTERM)
+            signal_process(attempt.pid or {}, signal.SIGTERM)
         notify(self.address)
 
     def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
@@ -700,7 +700,7 @@ class LocalBackend:
                 if self._is_live(workflow_name(pid_file.parts[-5])):
                     continue  # its processes are adopted
                 names = read_json(pid_file) or {}
-                killed += signal_attempt(Attempt("", 0, pid_file.parent, pid=names), signal.SIGKILL)
+                killed += signal_process(names, signal.SIGKILL)
                 pid_file.unlink(missing_ok=True)
             if self.hierarchy is not None and self.hierarchy.parent.is_dir():
                 for cgroup in self.hierarchy.parent.iterdir():  # named <run>.<node>.<attempt>
@@ -710,41 +710,44 @@ class LocalBackend:
         return killed
 
 
-def alive(names: dict[str, Any], role: str) -> bool:
-    """Whether the launcher (``launcher``) or the process (``pid``) of a pid file still runs.
+def launcher_alive(names: dict[str, Any]) -> bool:
+    """Whether the launcher of a pid file still runs: the same pid, start time, command line."""
+    pid = names.get("launcher")
+    return pid is not None and same_process(
+        pid, names.get("launcher_start"), names.get("launcher_cmdline")
+    )
 
-    The same pid, start time and command line; a process whose launcher still runs needs only
-    its start time (a pid is not reused before the launcher reaped it, and the process may
-    have replaced its command line with an exec).
+
+def process_alive(names: dict[str, Any]) -> bool:
+    """Whether the process of a pid file still runs: the same pid, start time and command line.
+
+    A process whose launcher still runs needs only its start time (a pid is not reused before
+    the launcher reaped it, and the process may have replaced its command line with an exec).
     """
-    if role == "launcher":
-        pid, start, cmdline = (names.get(f"launcher{k}") for k in ("", "_start", "_cmdline"))
-        return pid is not None and same_process(pid, start, cmdline)
     pid = names.get("pid")
     if pid is None:
         return False
-    if alive(names, "launcher"):
+    if launcher_alive(names):
         start = names.get("start")
         return start is not None and process_start(pid) == start
     return same_process(pid, names.get("start"), names.get("cmdline"))
 
 
-def signal_attempt(attempt: Attempt, signum: int) -> bool:
-    """Signal the process group of a running attempt (and its container); whether one was.
+def signal_process(names: dict[str, Any], signum: int) -> bool:
+    """Signal the process group of a pid file (and its container); whether one was.
 
     An attempt whose launcher has not started its process yet (it creates the run's venv):
     a SIGTERM keeps the launcher from starting it, a SIGKILL kills the launcher's group.
     """
-    names = attempt.pid or {}
     if container := names.get("container"):
         kill = ["docker", "kill", "--signal", signal.Signals(signum).name, container]
         subprocess.run(kill, capture_output=True, timeout=30, check=False)
     if "pid" in names:
-        if not alive(names, "pid"):
+        if not process_alive(names):
             return False
         os.killpg(names["pid"], signum)
         return True
-    if alive(names, "launcher"):
+    if launcher_alive(names):
         if signum == signal.SIGTERM:
             os.kill(names["launcher"], signum)
         else:
