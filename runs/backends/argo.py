@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
@@ -153,30 +154,21 @@ class ArgoBackend:
         self._shutdown(name, "Stop")
 
     def _workflow(self, name: str) -> dict[str, Any]:
-        try:
+        with _missing_as_key_error(name):
             # A custom object comes as its JSON document, which the client types as object.
-            workflow = cast(
+            return cast(
                 dict[str, Any],
                 self.custom.get_namespaced_custom_object(
                     GROUP, VERSION, self.namespace, PLURAL, name
                 ),
             )
-        except ApiException as error:
-            if error.status == 404:
-                raise KeyError(name) from None
-            raise
-        return workflow
 
     def _shutdown(self, name: str, strategy: str) -> None:
         # A dict body goes out as a JSON merge patch, as `argo stop` sends it.
-        try:
+        with _missing_as_key_error(name):
             self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, name, {"spec": {"shutdown": strategy}}
             )
-        except ApiException as error:
-            if error.status == 404:
-                raise KeyError(name) from None
-            raise
 
     # Pods
 
@@ -463,6 +455,17 @@ class ArgoBackend:
         # The file is an optional secret's: without it the registry is asked anonymously.
         found = bool(auth) and Path(auth).is_file()
         return has_image(ref, credentials=registry_credentials(auth) if found else None)
+
+
+@contextmanager
+def _missing_as_key_error(name: str) -> Iterator[None]:
+    """A 404 of the API server as KeyError: the workflow does not exist (any more)."""
+    try:
+        yield
+    except ApiException as error:
+        if error.status == 404:
+            raise KeyError(name) from None
+        raise
 
 
 def _quantity(value: str) -> Decimal:
