@@ -15,6 +15,7 @@ from pathlib import Path
 from runs import store, task_files
 from runs.backends import get_backend
 from runs.backends.base import PodLog
+from runs.logs import log_name
 from runs.models import Task
 
 logger = logging.getLogger(__name__)
@@ -73,9 +74,10 @@ def task_logs(task: Task, *, tail_lines: int | None = None) -> list[TaskLog]:
         for f in task_files.log_files(store.task_dir(task.run_id, task.task_id))
     }
     for pod in _backend_logs(task, tail_lines):
-        log = TaskLog(
-            pod.node, pod.attempt or 0, len(pod.text.encode()), running=not pod.done, pod=pod
-        )
+        # Named as the controller names the file it keeps (Argo's retry suffix read as the
+        # attempt), so a kept log and the backend's copy of it are one attempt.
+        node, _, attempt = log_name(pod).removesuffix(".log").rpartition("-")
+        log = TaskLog(node, int(attempt), len(pod.text.encode()), running=not pod.done, pod=pod)
         found.setdefault(log.name, log)
     return sorted(found.values(), key=lambda log: (log.node, log.attempt))
 

@@ -135,6 +135,21 @@ def test_a_cluster_pods_log_comes_from_the_backend_until_it_is_kept(
     assert rest["text"] == "y\nz\n" and rest["offset"] == 6
 
 
+def test_a_kept_log_of_a_retried_pod_and_the_backends_copy_are_one_attempt(
+    owner_client, owner, store, backend
+):
+    run = running(submitted(owner), sweep="running")
+    backend.submit(run_record(run), {}, {}, None)
+    backend.set_logs(
+        run.workflow,
+        "sweep",
+        [PodLog(node="sweep-w0(1)", pod="p-2", text="retried\n", done=True)],
+    )
+    write_log(store, run, "sweep-w0-1", "kept\n")
+    logs = owner_client.get(task_url(run, rest="logs/")).json()
+    assert [(log["name"], log["source"]) for log in logs] == [("sweep-w0-1", "store")]
+
+
 def test_an_ended_run_does_not_ask_the_backend_for_logs(owner_client, owner, backend):
     run = ended(running(submitted(owner)))
     assert owner_client.get(task_url(run, rest="logs/")).json() == []
