@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import report as harness_report
 from harness.report import WorkerReport
@@ -77,6 +78,15 @@ def attempt_memory_gb(plan: TaskPlan, kills: Sequence[int], attempt: int) -> flo
     return plan.retry_memory_gb if any(k < attempt for k in kills) else plan.memory_gb
 
 
+def task_of(worker: str, task_ids: Mapping[str, Any] | set[str]) -> str | None:
+    """The task of a worker id ``<task>-w<i>``, a merge ``<task>-merge`` or a task id."""
+    if worker in task_ids:
+        return worker
+    base, _, suffix = worker.rpartition("-")
+    pod = suffix == "merge" or (suffix[:1] == "w" and suffix[1:].isdigit())
+    return base if pod and base in task_ids else None
+
+
 def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, list[int]]) -> int:
     """Record the reports of a task not yet recorded, and its kills without a report.
 
@@ -116,10 +126,10 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
         _store(observation, marks, f"{worker}-{attempt}", node=report.node, memory_gb=memory)
         written += 1
     for worker, attempts in sorted(kills.items()):
+        if task_of(worker, {task.task_id}) is None:
+            continue
         for attempt in attempts:
             if (worker, attempt) in found or f"{worker}-{attempt}" in recorded:
-                continue
-            if not _of_task(worker, task.task_id):
                 continue
             memory = attempt_memory_gb(plan, attempts, attempt)
             observation = Observation(
@@ -137,14 +147,6 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
             _store(observation, marks, f"{worker}-{attempt}", node="", memory_gb=memory)
             written += 1
     return written
-
-
-def _of_task(worker: str, task_id: str) -> bool:
-    """Whether a worker id (``<task>-w<i>``, ``<task>-merge``, ``<task>``) is of a task."""
-    if worker == task_id:
-        return True
-    rest = worker.removeprefix(f"{task_id}-")
-    return rest != worker and (rest == "merge" or (rest[:1] == "w" and rest[1:].isdigit()))
 
 
 def _store(

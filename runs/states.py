@@ -28,7 +28,7 @@ from runs.backends.base import (
     worker_of_node,
 )
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
-from runs.observations import attempt_memory_gb
+from runs.observations import attempt_memory_gb, task_of
 from runs.planner import TaskPlan
 
 log = logging.getLogger(__name__)
@@ -140,15 +140,6 @@ def _unsplit_state(phase: str | None) -> TaskState:
     if phase in SKIPPED_PHASES:
         return TaskState.SKIPPED
     return _pods_state([phase])
-
-
-def task_of(worker: str, task_ids: Mapping[str, Any] | set[str]) -> str | None:
-    """The task of a worker id ``<task>-w<i>``, a merge ``<task>-merge`` or a task id."""
-    if worker in task_ids:
-        return worker
-    base, _, suffix = worker.rpartition("-")
-    pod = suffix == "merge" or (suffix[:1] == "w" and suffix[1:].isdigit())
-    return base if pod and base in task_ids else None
 
 
 def describe(key: str, attempt: FailedAttempt) -> str:

@@ -17,11 +17,11 @@ import yaml
 
 from harness.tasktypes import task_types
 from runs import controller, store, tasks
-from runs import states as states_module
 from runs.backends import get_backend
 from runs.backends.base import PodLog
 from runs.backends.fake import FakeBackend
 from runs.models import Run, Task
+from runs.observations import task_of
 from runs.spec import parse_spec
 from runs.submission import create_run
 
@@ -106,7 +106,7 @@ def task_dir(run: Run, task_id: str) -> Path:
 
 def write_report(run: Run, worker: str, attempt: int = 0, **fields: Any) -> Path:
     """A worker report as the harness writes it, ``workers/<worker>-<attempt>.json``."""
-    task_id = states_module.task_of(worker, {t.task_id for t in run.tasks.all()})
+    task_id = task_of(worker, {t.task_id for t in run.tasks.all()})
     assert task_id is not None
     report = {
         "worker": worker,
