@@ -170,10 +170,6 @@ class OutputFile:
         return self.is_text and self.size <= INLINE_TEXT_BYTES
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def output_files(task_dir: Path, limit: int = MAX_OUTPUTS_LISTED) -> list[OutputFile]:
     """The regular files of ``out/`` (hidden ones and links leading out left aside), sorted."""
     out = task_dir / "out"
@@ -189,7 +185,7 @@ def output_files(task_dir: Path, limit: int = MAX_OUTPUTS_LISTED) -> list[Output
             size = real.stat().st_size
         except OSError:
             continue
-        if _inside(real, root) and real.is_file():
+        if real.is_relative_to(root) and real.is_file():
             found.append(OutputFile(relative, size))
         if len(found) >= limit:
             break
@@ -220,7 +216,7 @@ def open_output(task_dir: Path, relative: str) -> tuple[BinaryIO, OutputFile]:
         real = root.joinpath(*parts).resolve(strict=True)
     except (OSError, RuntimeError):
         raise NotInOutputs(relative) from None
-    if not _inside(real, root):
+    if not real.is_relative_to(root):
         raise NotInOutputs(relative)
     try:
         file = real.open("rb")
@@ -233,7 +229,7 @@ def open_output(task_dir: Path, relative: str) -> tuple[BinaryIO, OutputFile]:
     except OSError:
         file.close()
         raise NotInOutputs(relative) from None
-    if not _inside(opened, root) or not stat.S_ISREG(status.st_mode):
+    if not opened.is_relative_to(root) or not stat.S_ISREG(status.st_mode):
         file.close()
         raise NotInOutputs(relative)
     return file, OutputFile(PurePosixPath(*parts).as_posix(), status.st_size)
