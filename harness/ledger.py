@@ -22,7 +22,6 @@ coordinator saw it unchanged for ``stale_s`` by its own clock). Units are groupe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -46,10 +45,6 @@ class Claim:
 
     block: int
     ranges: tuple[range, ...]
-
-
-def _hidden(name: str) -> bool:
-    return name.startswith(".")
 
 
 class Ledger:
@@ -123,7 +118,7 @@ class Ledger:
         """Read the pieces written since the last refresh (a listing of ``done/``)."""
         new = False
         for name in os.listdir(self.directory / "done"):
-            if _hidden(name) or name in self._pieces:
+            if name.startswith(".") or name in self._pieces:
                 continue
             first, dash, last = name.partition("-")
             if dash and first.isdigit() and last.isdigit() and int(first) < int(last):
@@ -179,17 +174,8 @@ class Ledger:
     def release_incarnation(self) -> list[int]:
         """Release the claims an earlier incarnation of this worker left; returns the blocks."""
         inode = os.stat(self.token).st_ino
-        released = []
-        for name in os.listdir(self.directory / "claims"):
-            if _hidden(name):
-                continue
-            try:
-                if os.stat(self.directory / "claims" / name).st_ino == inode:
-                    os.unlink(self.directory / "claims" / name)
-                    released.append(int(name))
-            except FileNotFoundError:
-                continue
-        return released
+        blocks = [int(name) for name in os.listdir(self._claims) if name.isdigit()]
+        return [block for block in blocks if self._drop(block, inode)]
 
     def claim(self, count: int) -> list[Claim]:
         """Claim up to ``count`` pending blocks; returns them with their units not done."""
@@ -229,13 +215,21 @@ class Ledger:
         except FileNotFoundError:
             return False
 
+    def _drop(self, block: int, inode: int) -> bool:
+        """Remove the claim of a block if it is (still) a link to ``inode``; whether it was."""
+        if not self._holds(block, inode):
+            return False
+        try:
+            os.unlink(self._claim_path(block))
+        except FileNotFoundError:
+            return False
+        return True
+
     def release(self, blocks: Sequence[int]) -> None:
         """Remove this worker's claims of blocks (a claim another worker took over stays)."""
         inode = os.stat(self._token).st_ino
         for block in blocks:
-            if self._holds(block, inode):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._claim_path(block))
+            self._drop(block, inode)
 
     def write_piece(self, units: Sequence[int], results: Sequence[Any]) -> None:
         """Store the results of units (in the order computed), one piece per contiguous run."""
@@ -264,11 +258,11 @@ class Ledger:
         """
         now = time.monotonic() if now is None else now
         held: dict[str, list[tuple[int, int]]] = {}
-        for name in os.listdir(self.directory / "claims"):
+        for name in os.listdir(self._claims):
             if not name.isdigit():
                 continue
             try:
-                with open(self.directory / "claims" / name, "rb") as handle:
+                with open(self._claim_path(int(name)), "rb") as handle:
                     owner = handle.read().decode(errors="replace").strip()
                     inode = os.fstat(handle.fileno()).st_ino
             except FileNotFoundError:
@@ -289,11 +283,7 @@ class Ledger:
                     continue
                 if now - seen[1] < stale_s:
                     continue
-            for block, inode in claims:
-                if self._holds(block, inode):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._claim_path(block))
-                        released.append(block)
+            released += [block for block, inode in claims if self._drop(block, inode)]
         return released
 
     # -- the merge -----------------------------------------------------------------------
