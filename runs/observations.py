@@ -123,7 +123,7 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
             oom=is_oom(report, attempt, kills),
         )
         memory = attempt_memory_gb(plan, kills.get(worker, []), attempt)
-        _store(observation, marks, f"{worker}-{attempt}", node=report.node, memory_gb=memory)
+        _store(observation, marks, node=report.node, memory_gb=memory)
         written += 1
     for worker, attempts in sorted(kills.items()):
         if task_of(worker, {task.task_id}) is None:
@@ -144,14 +144,12 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
                 oom=True,
                 from_report=False,
             )
-            _store(observation, marks, f"{worker}-{attempt}", node="", memory_gb=memory)
+            _store(observation, marks, node="", memory_gb=memory)
             written += 1
     return written
 
 
-def _store(
-    observation: Observation, marks: Path, mark: str, *, node: str, memory_gb: float
-) -> None:
+def _store(observation: Observation, marks: Path, *, node: str, memory_gb: float) -> None:
     """Write an observation (at most once per attempt), then its mark in ``recorded/``."""
     Observation.objects.bulk_create([observation], ignore_conflicts=True)
     Attempt.objects.bulk_create(
@@ -168,4 +166,4 @@ def _store(
         ignore_conflicts=True,
     )
     marks.mkdir(parents=True, exist_ok=True)
-    (marks / mark).touch()
+    (marks / f"{observation.worker}-{observation.attempt}").touch()
