@@ -276,8 +276,7 @@ class LocalBackend:
             tasks.setdefault(spec.task, []).append(spec)
         nodes: dict[str, NodeView] = {}
         for task, specs in tasks.items():
-            logs = submission.store / "runs" / submission.run / "tasks" / task / "logs"
-            attempts = read_attempts(logs, [s.name for s in specs])
+            attempts = read_attempts(submission.task_dir(task) / "logs", [s.name for s in specs])
             for spec in specs:
                 found = attempts[spec.name]
                 results = [outcome(a.exit, cancelled_at) for a in found if a.exit is not None]
@@ -498,7 +497,7 @@ class LocalBackend:
         """Start the next attempt of a node through the launcher."""
         spec, number = node.spec, len(node.attempts)
         memory_gb = next_memory_gb(node)
-        task_dir = submission.store / "runs" / submission.run / "tasks" / spec.task
+        task_dir = submission.task_dir(spec.task)
         attempt = Attempt(spec.name, number, task_dir / "logs")
         attempt.directory.mkdir(parents=True, exist_ok=True)
         (task_dir / "out").mkdir(exist_ok=True)

@@ -59,6 +59,10 @@ class Submission(BaseModel):
     nodes: list[NodeSpec]
     snapshots: list[str] = Field(default_factory=list, description="Directories of snapshots")
 
+    def task_dir(self, task: str) -> Path:
+        """The directory of a task in the store, as ``RunRecord.task_dir``."""
+        return self.store / "runs" / self.run / "tasks" / task
+
 
 @dataclass
 class Attempt:
