@@ -460,7 +460,6 @@ class LocalBackend:
         }
         ended = bool(ends - self._ends_seen)
         self._ends_seen = ends
-        self._forget_ended()
         return started or ended
 
     def _reap_lost(self, view: RunView, now: float) -> bool:
@@ -551,9 +550,11 @@ class LocalBackend:
             )
 
     def _end(self, name: str, run: str) -> None:
-        """Remember that a run ended; its venv and scratch go."""
+        """Remember that a run ended, forgetting the oldest beyond ``ENDED_KEPT``; its venv and
+        scratch go."""
         self._ended_file(name).parent.mkdir(parents=True, exist_ok=True)
         self._ended_file(name).touch()
+        self._forget_ended()
         local_env.remove(self.envs / run)
         shutil.rmtree(self.scratch / run, ignore_errors=True)
 
