@@ -64,7 +64,7 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def children(args: argparse.Namespace, home: Path, local: bool) -> list[Child]:
+def children(args: argparse.Namespace, local: bool) -> list[Child]:
     """The processes of the service."""
     python = sys.executable
     celery = [python, "-m", "celery", "--app", "simrun_site", "--quiet"]
@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    found = children(args, home, local=settings.SIMRUN_BACKEND == "local")
+    found = children(args, local=settings.SIMRUN_BACKEND == "local")
     for child in found:
         start(child, home)
     try:
