@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from harness.report import PROGRESS_UNIT
 from runs import store
 from runs.models import Run, Task, TaskKind, TaskState
 
@@ -44,10 +45,11 @@ class NotInOutputs(Exception):
 
 
 def units_progressed(task_dir: Path, *, done: int, total: int, counted_bytes: int) -> int:
-    """Units done: the recorded count plus the lines of ``progress.jsonl`` written since.
+    """Units done: the recorded count plus the units of ``progress.jsonl`` written since.
 
     The controller counted ``counted_bytes`` of the file into ``done``; only what follows is
-    read, and at most ``PROGRESS_READ_BYTES`` of it, so a live page stays cheap.
+    read, and at most ``PROGRESS_READ_BYTES`` of it, so a live page stays cheap. Its whole
+    lines are counted as the controller counts them: distinct units by the harness's pattern.
     """
     try:
         with (task_dir / "progress.jsonl").open("rb") as file:
@@ -55,7 +57,8 @@ def units_progressed(task_dir: Path, *, done: int, total: int, counted_bytes: in
             fresh = file.read(PROGRESS_READ_BYTES)
     except OSError:
         return min(done, total)
-    return min(total, done + fresh.count(b"\n"))
+    units = set(PROGRESS_UNIT.findall(fresh, 0, fresh.rfind(b"\n") + 1))
+    return min(total, done + len(units))
 
 
 @dataclass(frozen=True)
