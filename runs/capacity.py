@@ -109,11 +109,6 @@ def cluster_for(user: Any) -> list[NodeUse]:
     return sorted(uses.values(), key=lambda u: (u.node is None, u.name))
 
 
-def placements_for(user: Any) -> list[PlacedPod]:
-    """The pods of the runs a user may see (staff: every pod)."""
-    return [pod for use in cluster_for(user) for pod in use.pods]
-
-
 def _runs_by_workflow_and_id(
     workflows: set[str], run_ids: set[str]
 ) -> dict[str, dict[str, tuple[str, int]]]:
