@@ -354,20 +354,20 @@ def _failures(
     """
     kills = {worker: list(attempts) for worker, attempts in run.oom_kills.items()}
     rows: list[Attempt] = []
+    listed: dict[str, dict[tuple[str, int], Path]] = {}
     for key, failed in status.failed.items():
         task_id = task_of(key, stored)
         if task_id is None:
             log.warning("run %s: failed attempts of %s, a pod of no task", run.id, key)
             continue
-        found: dict[tuple[str, int], Path] | None = None
         evidence: dict[int, str] = {}
         for attempt in failed:
             if attempt.oom_killed:
                 evidence[attempt.attempt] = "OOMKilled"
             elif attempt.exit_code == 137:
-                if found is None:
-                    found = observations.reports(store.task_dir(run.id, task_id))
-                path = found.get((key, attempt.attempt))
+                if task_id not in listed:
+                    listed[task_id] = observations.reports(store.task_dir(run.id, task_id))
+                path = listed[task_id].get((key, attempt.attempt))
                 report = observations.read_report(path) if path else None
                 if report is not None and report.oom_kills > 0:
                     evidence[attempt.attempt] = (
