@@ -52,12 +52,15 @@ def ensure_user(*, name: str, staff: bool = False, password: str | None = None) 
     return Login(name=name, password=password, token=token.key)
 
 
+def printed(login: Login) -> str:
+    """What ``simrun user`` prints: the password set now, if any, and the API token."""
+    shown = [f"password: {login.password}"] if login.password is not None else []
+    return "\n".join([*shown, f"token: {login.token}"])
+
+
 def run(args: argparse.Namespace) -> int:
     from runs.cli import home
 
     home.prepare()
-    login = ensure_user(name=args.name, staff=args.staff, password=args.password)
-    if login.password is not None:
-        print(f"password: {login.password}")
-    print(f"token: {login.token}")
+    print(printed(ensure_user(name=args.name, staff=args.staff, password=args.password)))
     return 0

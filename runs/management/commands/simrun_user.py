@@ -6,21 +6,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.cli.user import ensure_user
+from runs.cli import user
 
 
 class Command(BaseCommand):
-    help = "Create a user of the service (or find one) and print an API token."
+    help = user.HELP
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("name")
-        parser.add_argument("--staff", action="store_true", help="sees every run")
-        parser.add_argument("--password", help="set this password (else a generated one)")
+        user.add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        login = ensure_user(
+        login = user.ensure_user(
             name=options["name"], staff=options["staff"], password=options["password"]
         )
-        if login.password is not None:
-            self.stdout.write(f"password: {login.password}")
-        self.stdout.write(f"token: {login.token}")
+        self.stdout.write(user.printed(login))
