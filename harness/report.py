@@ -1,7 +1,8 @@
 """What a worker did: its report, and the progress the controller reads.
 
 A report is ``task_dir/workers/<worker>-<attempt>.json``; ``progress.jsonl`` has one line per
-unit done. The service reads both through ``read_report`` and ``units_done``.
+unit done. The service reads reports through ``read_report`` and counts the distinct units of
+``progress.jsonl`` by ``PROGRESS_UNIT``.
 """
 
 from __future__ import annotations
