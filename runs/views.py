@@ -242,7 +242,6 @@ def task_log_page(request: HttpRequest, run_id: str, task_id: str) -> HttpRespon
     context = {"task": task, "run": task.run, "logs": logs, "log": None, "tail": _tail(request)}
     if name:
         context |= _log_context(request, task, name)
-    context["logs"] = logs
     return render(request, "runs/task_logs.html", context)
 
 
