@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from harness.tasktypes import task_types
 from runs.backends.base import ClusterConfig, RunRecord, TaskRecord
@@ -14,9 +14,6 @@ from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import read_json
 from runs.planner import TaskPlan
 from tests.polling import wait_for
-
-T = TypeVar("T")
-TIMEOUT_S = 60.0
 
 
 def plan(
@@ -35,6 +32,12 @@ def plan(
 
 def shell(script: str) -> list[str]:
     return ["sh", "-c", script]
+
+
+def until_flag(flag: Path, before: str = "", after: str = "") -> list[str]:
+    """A command that runs ``before``, waits until ``flag`` exists, then runs ``after``."""
+    wait = f"until [ -e {flag} ]; do sleep 0.05; done"
+    return shell("; ".join(part for part in (before, wait, after) if part))
 
 
 def submit(
@@ -57,6 +60,10 @@ def submit(
 def phase(backend: LocalBackend, run_id: str, node: str | None = None) -> str | None:
     status = backend.status(workflow_name(run_id))
     return status.tasks.get(node) if node else status.phase
+
+
+def ended(backend: LocalBackend, run_id: str) -> bool:
+    return phase(backend, run_id) in {"Succeeded", "Failed"}
 
 
 def log_of(backend: LocalBackend, run_id: str, task: str, node: str, attempt: int = 0) -> Path:

@@ -15,6 +15,7 @@ from runs.backends.base import PREEMPTED_PHASE
 from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import process_start
 from tests.backends.local_fixtures import (
+    ended,
     phase,
     plan,
     process_of,
@@ -22,6 +23,7 @@ from tests.backends.local_fixtures import (
     shell,
     stepping,
     submit,
+    until_flag,
 )
 from tests.polling import wait_for
 
@@ -35,17 +37,13 @@ def backend(tmp_path: Path) -> LocalBackend:
     )
 
 
-def ended(backend: LocalBackend, run_id: str) -> bool:
-    return phase(backend, run_id) in {"Succeeded", "Failed"}
-
-
 def test_a_command_task_runs_with_its_log_and_a_pid_file_while_it_runs(backend):
     flag = backend.store.parent / "go"
     with stepping(backend):
         submit(
             backend,
             "r1",
-            {"hello": {"command": shell(f"echo hello; until [ -e {flag} ]; do sleep 0.05; done")}},
+            {"hello": {"command": until_flag(flag, before="echo hello")}},
         )
         wait_for(lambda: phase(backend, "r1", "hello") == "Running", what="running")
         logs = backend.store / "runs/r1/tasks/hello/logs"
@@ -195,7 +193,7 @@ def test_runs_take_the_cores_in_the_order_of_their_submission(backend, owner):
 
     first, second = (Run.objects.create(owner=owner, spec={}, backend="local") for _ in range(2))
     flag = backend.store.parent / "go"
-    wait = shell(f"until [ -e {flag} ]; do sleep 0.05; done")
+    wait = until_flag(flag)
     with stepping(backend):
         submit(backend, "hold", {"t": {"command": wait}}, {"t": plan(cores=2)})
         wait_for(lambda: phase(backend, "hold", "t") == "Running")
@@ -261,9 +259,7 @@ def test_subscribers_are_called_after_a_start_and_after_an_end(backend):
     backend.subscribe(lambda: calls.append(phase(backend, "r11", "t") or ""))
     flag = backend.store.parent / "go"
     with stepping(backend):
-        submit(
-            backend, "r11", {"t": {"command": shell(f"until [ -e {flag} ]; do sleep 0.05; done")}}
-        )
+        submit(backend, "r11", {"t": {"command": until_flag(flag)}})
         wait_for(
             lambda: any(c in {"Pending", "Running"} for c in calls), what="a call at the start"
         )
@@ -329,7 +325,7 @@ def test_logs_nodes_and_placements(backend):
         submit(
             backend,
             "r13",
-            {"t": {"command": shell(f"seq 5; until [ -e {flag} ]; do sleep 0.05; done")}},
+            {"t": {"command": until_flag(flag, before="seq 5")}},
             {"t": plan(cores=2, memory_gb=1.5)},
         )
         wait_for(lambda: "5" in read_log(backend, "r13", "t", "t"))

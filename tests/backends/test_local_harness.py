@@ -12,11 +12,13 @@ import pytest
 from runs.backends import cgroups
 from runs.backends.local import LocalBackend, workflow_name
 from tests.backends.local_fixtures import (
+    ended,
     phase,
     plan,
     read_log,
     stepping,
     submit,
+    until_flag,
 )
 from tests.polling import wait_for
 
@@ -26,10 +28,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def backend(tmp_path: Path) -> LocalBackend:
     return LocalBackend(tmp_path / "store", tmp_path / "scratch", cores=2, memory_gb=8)
-
-
-def ended(backend: LocalBackend, run_id: str) -> bool:
-    return phase(backend, run_id) in {"Succeeded", "Failed"}
 
 
 def split(settings: dict[str, object], type_name: str = "squares") -> dict[str, object]:
@@ -175,7 +173,7 @@ def test_a_run_with_a_snapshot_gets_a_venv_of_its_own_removed_at_its_end(backend
     flag = backend.store.parent / "go"
     tasks = {
         "use": {"command": ["python", "-c", code]},
-        "hold": {"command": ["sh", "-c", f"until [ -e {flag} ]; do sleep 0.05; done"]},
+        "hold": {"command": until_flag(flag)},
     }
     with stepping(backend):
         submit(backend, "h5", tasks, sources=["ab" * 32])

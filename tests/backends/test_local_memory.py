@@ -10,12 +10,14 @@ from runs.backends import cgroups
 from runs.backends.base import RETRYING_PHASE
 from runs.backends.local import LocalBackend, workflow_name
 from tests.backends.local_fixtures import (
+    ended,
     phase,
     plan,
     process_of,
     read_log,
     stepping,
     submit,
+    until_flag,
 )
 from tests.polling import wait_for
 
@@ -42,9 +44,9 @@ def backend(tmp_path: Path) -> LocalBackend:
 
 def test_each_process_runs_in_a_memory_cgroup_of_its_own_with_the_plan_as_limit(backend):
     flag = backend.store.parent / "go"
-    script = f"cat /proc/self/cgroup; until [ -e {flag} ]; do sleep 0.05; done"
+    command = until_flag(flag, before="cat /proc/self/cgroup")
     with stepping(backend):
-        submit(backend, "m0", {"t": {"command": ["sh", "-c", script]}}, {"t": plan(memory_gb=0.25)})
+        submit(backend, "m0", {"t": {"command": command}}, {"t": plan(memory_gb=0.25)})
         pid = process_of(backend, "m0", "t", "t")
         cgroup = backend.hierarchy.parent / "m0.t.0"
         assert pid in cgroups.pids(cgroup)
@@ -60,7 +62,7 @@ def test_a_kill_for_memory_is_proven_and_retried_once_with_the_retry_memory(back
     plans = {"alloc": plan(memory_gb=0.2, retry_memory_gb=0.6)}
     with stepping(backend):
         submit(backend, "m1", {"alloc": {"command": ["python", "-c", ALLOC, "350"]}}, plans)
-        wait_for(lambda: phase(backend, "m1") in {"Succeeded", "Failed"})
+        wait_for(lambda: ended(backend, "m1"))
     status = backend.status(workflow_name("m1"))
     assert status.phase == "Succeeded"
     [killed] = status.failed["alloc"]
@@ -80,7 +82,7 @@ def test_a_second_kill_for_memory_with_the_retry_memory_fails_the_node(backend):
     backend.step()
     wait_for(lambda: backend.status(workflow_name("m2")).tasks["alloc"] == RETRYING_PHASE)
     with stepping(backend):
-        wait_for(lambda: phase(backend, "m2") in {"Succeeded", "Failed"})
+        wait_for(lambda: ended(backend, "m2"))
     status = backend.status(workflow_name("m2"))
     assert status.phase == "Failed"
     assert status.tasks == {"alloc": "Failed"}

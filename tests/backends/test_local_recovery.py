@@ -19,6 +19,7 @@ from tests.backends.local_fixtures import (
     read_log,
     stepping,
     submit,
+    until_flag,
 )
 from tests.polling import wait_for
 
@@ -30,15 +31,11 @@ def new_backend(tmp_path: Path) -> LocalBackend:
     return LocalBackend(tmp_path / "store", tmp_path / "scratch", cores=2, memory_gb=8, grace_s=2)
 
 
-def wait_flag(path: Path) -> list[str]:
-    return ["sh", "-c", f"until [ -e {path} ]; do sleep 0.05; done; echo done"]
-
-
 def test_a_restarted_backend_adopts_the_processes_of_live_runs(tmp_path):
     before = new_backend(tmp_path)
     flag = tmp_path / "go"
     before.step()
-    submit(before, "a1", {"t": {"command": wait_flag(flag)}})
+    submit(before, "a1", {"t": {"command": until_flag(flag, after="echo done")}})
     before.step()
     pid = process_of(before, "a1", "t", "t")
     after = new_backend(tmp_path)
@@ -54,8 +51,8 @@ def test_a_restarted_backend_adopts_the_processes_of_live_runs(tmp_path):
 def test_kill_orphans_kills_the_processes_of_unknown_and_ended_runs(tmp_path):
     before = new_backend(tmp_path)
     before.step()
-    submit(before, "o1", {"t": {"command": wait_flag(tmp_path / "never")}})
-    submit(before, "o2", {"t": {"command": wait_flag(tmp_path / "never")}})
+    submit(before, "o1", {"t": {"command": until_flag(tmp_path / "never")}})
+    submit(before, "o2", {"t": {"command": until_flag(tmp_path / "never")}})
     before.step()
     pids = [process_of(before, run, "t", "t") for run in ("o1", "o2")]
     (before.state / "runs" / "simrun-o1.json").unlink()  # forgotten: an unknown run
