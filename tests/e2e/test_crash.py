@@ -42,7 +42,7 @@ def attempts(service: Service, run_id: str) -> list[str]:
     return sorted(p.stem for p in logs.glob("*.launch"))
 
 
-def running(service: Service, api, run_id: str) -> bool:
+def running(service: Service, run_id: str) -> bool:
     """Whether the run's first units are done: read from the store, which the API shows only
     after its next reconcile, when a short run may have ended already."""
     progress = service.store / "runs" / run_id / "tasks" / "sq" / "progress.jsonl"
@@ -55,7 +55,7 @@ def test_a_run_survives_a_sigkill_of_the_celery_worker(tmp_path):
     try:
         with service.client(service.user("alice")) as api:
             run_id = submit(api, SWEEP)
-            wait_for(lambda: running(service, api, run_id), 120, "the first units")
+            wait_for(lambda: running(service, run_id), 120, "the first units")
             worker = celery_worker(service)
             assert worker is not None
             os.kill(worker, signal.SIGKILL)
@@ -74,7 +74,7 @@ def test_a_run_survives_a_sigkill_of_the_whole_service_and_a_start_again(tmp_pat
     try:
         with service.client(service.user("alice")) as api:
             run_id = submit(api, SWEEP)
-            wait_for(lambda: running(service, api, run_id), 120, "the first units")
+            wait_for(lambda: running(service, run_id), 120, "the first units")
         service.crash()
         assert run_processes(service.store, run_id), "the processes of the run go on"
         service.start()
@@ -94,7 +94,7 @@ def test_after_a_crash_the_processes_of_a_run_cancelled_meanwhile_are_killed(tmp
         with service.client(service.user("alice")) as api:
             slow = {"tasks": {"sq": {"type": "squares", "settings": {"n": 500, "delay_s": 1}}}}
             run_id = submit(api, slow)
-            wait_for(lambda: running(service, api, run_id), 120, "the first units")
+            wait_for(lambda: running(service, run_id), 120, "the first units")
         service.crash()
         assert run_processes(service.store, run_id)
         (service.store / "local" / "runs" / f"simrun-{run_id}.json").unlink()  # now unknown
