@@ -23,18 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.e2e.service import Service, run_of, submit  # noqa: E402
+from tests.e2e.service import Service, submit, wait_until_ended  # noqa: E402
 
 POLL_S = 0.01
 
 
 def until_ended(api, run_id: str) -> tuple[float, dict]:
     """Poll a run until it ended; when that was seen and the run."""
-    while True:
-        run = run_of(api, run_id)
-        if run["state"] in {"succeeded", "failed", "cancelled"}:
-            return time.perf_counter(), run
-        time.sleep(POLL_S)
+    run = wait_until_ended(api, run_id, interval_s=POLL_S)
+    return time.perf_counter(), run
 
 
 def own_seconds(service: Service, run_id: str, task: str, node: str) -> float:

@@ -159,11 +159,14 @@ def run_of(client: httpx.Client, run_id: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def wait_until_ended(client: httpx.Client, run_id: str, timeout_s: float = RUN_TIMEOUT_S):
+def wait_until_ended(
+    client: httpx.Client, run_id: str, timeout_s: float = RUN_TIMEOUT_S, interval_s: float = 0.05
+):
     return wait_for(
         lambda: (run := run_of(client, run_id))["state"] in ENDED and run,
         timeout_s,
         f"run {run_id} to end",
+        interval_s=interval_s,
     )
 
 
