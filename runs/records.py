@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from django.conf import settings
 
@@ -77,3 +78,24 @@ def task_records(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, Task
             image=task.image or "",
         )
     return records
+
+
+def spec_record(
+    spec: RunSpec,
+    types: Mapping[str, TaskType],
+    *,
+    run_id: str,
+    image: str,
+    reserved_node: str,
+    store: Path,
+) -> RunRecord:
+    """The record a validated spec would become, without a database (render-workflow)."""
+    return RunRecord(
+        id=run_id,
+        name=spec.name,
+        image=image,
+        reserved_node=reserved_node,
+        sources=spec.sources,
+        tasks=task_records(spec, types),
+        store=store,
+    )

@@ -50,10 +50,9 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
     from harness.tasktypes import task_types
     from runs.backends import cluster_config
     from runs.backends.argo_manifest import workflow_manifest
-    from runs.backends.base import RunRecord
     from runs.images import resolve
     from runs.planner import plan_run
-    from runs.records import task_records
+    from runs.records import spec_record
     from runs.spec import parse_spec
 
     if not RUN_ID.match(run_id):
@@ -62,13 +61,12 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
     cluster = cluster_config()
     spec = parse_spec(text, types=types)
     plans = plan_run(spec, types=types, extra_workers=True)
-    record = RunRecord(
-        id=run_id,
-        name=spec.name,
+    record = spec_record(
+        spec,
+        types,
+        run_id=run_id,
         image=resolve(spec.environment.model_dump(), cluster).image,
         reserved_node=RESERVED_PREVIEW if spec.reserve_node else "",
-        sources=spec.sources,
-        tasks=task_records(spec, types),
         store=Path(settings.SIMRUN_STORE),
     )
     return workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)

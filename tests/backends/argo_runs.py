@@ -11,7 +11,7 @@ from typing import Any
 from harness.tasktypes import task_types
 from runs.backends.base import RunRecord
 from runs.planner import ObservedPeak, TaskPlan, plan_run
-from runs.records import task_records
+from runs.records import spec_record
 from runs.spec import parse_spec
 
 IMAGE = "registry.example/simrun-env:0123456789abcdef"
@@ -31,14 +31,8 @@ def run_of(
     types = task_types()
     spec = parse_spec(text, types=types)
     plans = plan_run(spec, types=types, observed=observed, extra_workers=extra_workers)
-    record = RunRecord(
-        id=run_id,
-        name=spec.name,
-        image=image,
-        reserved_node=reserved_node,
-        sources=spec.sources,
-        tasks=task_records(spec, types),
-        store=store,
+    record = spec_record(
+        spec, types, run_id=run_id, image=image, reserved_node=reserved_node, store=store
     )
     return record, plans
 
