@@ -468,21 +468,27 @@ def request_cancel(run: Run) -> None:
     """
     if run.ended:
         raise Conflict(f"run {run.id} has ended ({run.state})")
-    tasks = list(run.tasks.all())
-    current = {t.task_id: TaskState(t.state) for t in tasks}
-    changes, states = closed(
-        run=run, state=RunState.CANCELLED, tasks=current, message="cancelled by the user"
-    )
-    with transaction.atomic():
-        if not Run.objects.write_if_unchanged(run, **changes):
-            raise Conflict(f"run {run.id} changed meanwhile; try again")
-        for task in tasks:
-            fields = task_changes(task, states[task.task_id], task.message)
-            if fields:
-                Task.objects.filter(pk=task.pk).update(**fields)
+    if not _close(run, list(run.tasks.all()), RunState.CANCELLED, "cancelled by the user"):
+        raise Conflict(f"run {run.id} changed meanwhile; try again")
     from runs.tasks import settle as settle_task
 
     transaction.on_commit(lambda: settle_task.delay(run.id))
+
+
+def _close(run: Run, tasks: list[Task], state: RunState, message: str, **update: Any) -> bool:
+    """Write a run terminal, its tasks not final skipped, compare-and-set; whether it was written.
+
+    ``update`` are further fields of the run (see ``closed``).
+    """
+    current = {t.task_id: TaskState(t.state) for t in tasks}
+    changes, states = closed(run=run, state=state, tasks=current, message=message, **update)
+    with transaction.atomic():
+        if not Run.objects.write_if_unchanged(run, **changes):
+            return False
+        for task in tasks:
+            if fields := task_changes(task, states[task.task_id], task.message):
+                Task.objects.filter(pk=task.pk).update(**fields)
+    return True
 
 
 def cancel(run_id: str) -> Run:
@@ -618,21 +624,9 @@ def _fail_submission(run_id: str, message: str, workflow: str, backend: Backend)
             _abandon(run_id, workflow, backend)
             return
         tasks = list(run.tasks.all())
-        changes, states = closed(
-            run=run,
-            state=RunState.FAILED,
-            tasks={t.task_id: TaskState(t.state) for t in tasks},
-            message=message,
-            workflow=workflow,
-        )
-        with transaction.atomic():
-            if not Run.objects.write_if_unchanged(run, **changes):
-                continue
-            for task in tasks:
-                if fields := task_changes(task, states[task.task_id], task.message):
-                    Task.objects.filter(pk=task.pk).update(**fields)
-        settle_run(run, tasks, backend=backend)
-        return
+        if _close(run, tasks, RunState.FAILED, message, workflow=workflow):
+            settle_run(run, tasks, backend=backend)
+            return
 
 
 def _abandon(run_id: str, workflow: str, backend: Backend) -> None:
