@@ -339,8 +339,8 @@ def reconcile_pass(*, backend: Backend | None = None) -> int:
     """One pass over the live runs; the number of runs whose record changed.
 
     Runs go in batches: every run of a batch is polled (the backend's reads), then what the
-    polls decided is written in one transaction, a savepoint a run, so a thousand changed runs
-    cost one commit, not a thousand; then the backend's side (stop, release, logs) follows,
+    polls decided is written in one transaction (``_apply_batch``), so a thousand changed runs
+    cost a few commits, not a thousand; then the backend's side (stop, release, logs) follows,
     outside any transaction. A run whose reconcile raises (e.g. a record that cannot be read)
     is logged and pushed aside for a while, longer each time; the pass goes on with the others.
     """
