@@ -10,7 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from runs.cli.client import EXIT_OK, EXIT_RUN_FAILED, EXIT_UNAVAILABLE, Client, CliError
 
@@ -58,6 +65,10 @@ def _poll(client: Client, run_id: str, sleep: Callable[[float], None]) -> dict[s
             sleep(POLL_S)
 
 
+Show = Callable[[list[dict[str, Any]]], None]
+"""Shows the tasks of a run as polled."""
+
+
 def follow(
     client: Client,
     run_id: str,
@@ -67,10 +78,21 @@ def follow(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Show the progress of a run until it ends; 0 when it succeeded."""
-    if console.is_terminal:
-        run = _follow_bars(client, run_id, console, poll_s, sleep)
-    else:
-        run = _follow_lines(client, run_id, console, poll_s, sleep)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[state]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, disable=not console.is_terminal) as bars:
+        show = _bars(bars) if console.is_terminal else _lines(console)
+        while True:
+            run = _poll(client, run_id, sleep)
+            show(run["tasks"])
+            if run["state"] in ENDED:
+                break
+            sleep(poll_s)
     state = run["state"]
     summary = f"run {run_id} {styled(state)} after {_duration(run.get('duration_s') or 0)}"
     if run.get("message"):
@@ -79,17 +101,12 @@ def follow(
     return EXIT_OK if state == "succeeded" else EXIT_RUN_FAILED
 
 
-def _follow_lines(
-    client: Client,
-    run_id: str,
-    console: Console,
-    poll_s: float,
-    sleep: Callable[[float], None],
-) -> dict[str, Any]:
+def _lines(console: Console) -> Show:
+    """A line per task whose state or units changed: for a pipe or a log file."""
     seen: dict[str, tuple[str, int, int]] = {}
-    while True:
-        run = _poll(client, run_id, sleep)
-        for task in run["tasks"]:
+
+    def show(tasks: list[dict[str, Any]]) -> None:
+        for task in tasks:
             now = (task["state"], task["units_done"], task["units_total"])
             if seen.get(task["id"]) != now:
                 seen[task["id"]] = now
@@ -99,40 +116,25 @@ def _follow_lines(
                     highlight=False,
                     markup=False,
                 )
-        if run["state"] in ENDED:
-            return run
-        sleep(poll_s)
+
+    return show
 
 
-def _follow_bars(
-    client: Client,
-    run_id: str,
-    console: Console,
-    poll_s: float,
-    sleep: Callable[[float], None],
-) -> dict[str, Any]:
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[state]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as bars:
-        rows: dict[str, Any] = {}
-        while True:
-            run = _poll(client, run_id, sleep)
-            for task in run["tasks"]:
-                if task["id"] not in rows:
-                    rows[task["id"]] = bars.add_task(
-                        task["id"], total=task["units_total"] or 1, state=""
-                    )
-                bars.update(
-                    rows[task["id"]],
-                    completed=task["units_done"],
-                    total=task["units_total"] or 1,
-                    state=styled(task["state"]),
+def _bars(bars: Progress) -> Show:
+    """A bar per task, redrawn in place: for a terminal."""
+    rows: dict[str, TaskID] = {}
+
+    def show(tasks: list[dict[str, Any]]) -> None:
+        for task in tasks:
+            if task["id"] not in rows:
+                rows[task["id"]] = bars.add_task(
+                    task["id"], total=task["units_total"] or 1, state=""
                 )
-            if run["state"] in ENDED:
-                return run
-            sleep(poll_s)
+            bars.update(
+                rows[task["id"]],
+                completed=task["units_done"],
+                total=task["units_total"] or 1,
+                state=styled(task["state"]),
+            )
+
+    return show
