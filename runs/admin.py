@@ -149,10 +149,11 @@ class RunAdmin(_RunModelAdmin):
     def settle_now(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         from runs.tasks import settle
 
-        pending = [r for r in queryset if r.ended]
+        runs = list(queryset)
+        pending = [r for r in runs if r.ended]
         for run in pending:
             settle.delay(run.id)
-        skipped = queryset.count() - len(pending)
+        skipped = len(runs) - len(pending)
         self.message_user(request, f"Settling {len(pending)} ended run(s).", messages.SUCCESS)
         if skipped:
             self.message_user(
