@@ -200,12 +200,8 @@ def start_server(port: int, workers: int, threads: int) -> subprocess.Popen[byte
         "--log-level",
         "warning",
     ]
-    # Persistent database connections, as a production server has them: without, every
-    # request opens a PostgreSQL connection (a new backend process), ~10 ms of the answer.
-    persistent = DATABASE + ("&" if "?" in DATABASE else "?") + "conn_max_age=600"
-    server = subprocess.Popen(
-        command, cwd=ROOT, env={**os.environ, **ENV, "DATABASE_URL": persistent}
-    )
+    # The settings keep PostgreSQL connections between requests (CONN_MAX_AGE), as served.
+    server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **ENV})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
