@@ -160,6 +160,7 @@ def closed(
     state: RunState,
     tasks: Mapping[str, TaskState],
     message: str,
+    workflow_exists: bool = True,
     **update: Any,
 ) -> tuple[dict[str, Any], dict[str, TaskState]]:
     """The terminal record: tasks not final are skipped, the node is to release.
@@ -168,8 +169,7 @@ def closed(
     its tasks. The workflow is to stop or cancel and its logs to keep, unless it is gone
     (``workflow_exists=False``) or there is none.
     """
-    workflow = update.get("workflow", run.workflow)
-    exists = update.pop("workflow_exists", True) and bool(workflow)
+    exists = workflow_exists and bool(update.get("workflow", run.workflow))
     changes = {
         "state": state,
         "message": message,
