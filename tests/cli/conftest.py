@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ from runs import controller, store, tasks
 from runs.backends.fake import FakeBackend
 from runs.models import Run, TaskKind
 from tests.api.conftest import backend, queued, settled  # noqa: F401, F811
+from tests.e2e.service import CONFIGURATION, SIMRUN
 
-SIMRUN = str(Path(sys.executable).with_name("simrun"))
 STEPS = 4
 STEP_S = 0.8
 """Slower than the CLI's polls (1 s), so a follower sees the steps between."""
@@ -117,11 +116,7 @@ def simrun(live_server, owner, home):
         stdin: str = "",
         background: bool = False,
     ):
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("SIMRUN_", "DJANGO_", "DATABASE_"))
-        }
+        env = {k: v for k, v in os.environ.items() if not k.startswith(CONFIGURATION)}
         env.update(XDG_CONFIG_HOME=str(home / ".config"), HOME=str(home), COLUMNS="120")
         env["SIMRUN_URL"] = url if url is not None else live_server.url
         if token_ is not None:

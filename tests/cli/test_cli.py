@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import stat
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 
 from runs.models import Run, RunState, Snapshot, Task
 from tests.api.conftest import running, submitted
+from tests.e2e.service import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,12 +22,6 @@ def spec_file(tmp_path, name="sweep-ok", text=None):
     path = tmp_path / f"{name}.yaml"
     path.write_text(text if text is not None else SQUARES.format(name=name))
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_the_client_commands_never_import_django():
