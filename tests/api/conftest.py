@@ -11,6 +11,7 @@ from django.utils import timezone
 from harness.tasktypes import task_types
 from runs import tasks
 from runs.backends import get_backend
+from runs.backends.base import Placement
 from runs.backends.fake import FakeBackend
 from runs.models import Run, RunState, Task, TaskState
 from runs.spec import parse_spec
@@ -71,3 +72,19 @@ def ended(run: Run, state: str = RunState.SUCCEEDED, **changes: Any) -> Run:
     final = TaskState.DONE if state == RunState.SUCCEEDED else TaskState.SKIPPED
     Task.objects.filter(run=run).update(state=final)
     return Run.objects.get(pk=run.pk)
+
+
+def pod(run: Run, task: str = "sweep", node: str | None = "node-a", **extra: Any) -> Placement:
+    """A running pod of a run's task as the backend places it (2 cores, 1.5 GiB unless told)."""
+    fields = {
+        "workflow": f"simrun-{run.id}",
+        "dag_task": f"{task}-w0",
+        "pod": f"simrun-{run.id}-{task}-1",
+        "node": node,
+        "phase": "Running",
+        "cores": 2,
+        "memory_gb": 1.5,
+        "worker": f"{task}-w0",
+        "attempt": 0,
+    }
+    return Placement(**{**fields, **extra})

@@ -4,26 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from runs.backends.base import Placement
 from runs.models import Run, RunState
-from tests.api.conftest import ended, running, submitted
+from tests.api.conftest import ended, pod, running, submitted
 
 pytestmark = pytest.mark.django_db
-
-
-def pod(run: Run, task: str = "sweep", node: str | None = "node-a", **extra) -> Placement:
-    fields = {
-        "workflow": f"simrun-{run.id}",
-        "dag_task": f"{task}-w0",
-        "pod": f"simrun-{run.id}-{task}-1",
-        "node": node,
-        "phase": "Running",
-        "cores": 2,
-        "memory_gb": 1.5,
-        "worker": f"{task}-w0",
-        "attempt": 0,
-    }
-    return Placement(**{**fields, **extra})
 
 
 @pytest.fixture

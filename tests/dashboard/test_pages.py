@@ -8,9 +8,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runs.backends.base import Placement
 from runs.models import Attempt, Observation, Run, RunState, Task
-from tests.api.conftest import ended, running, submitted
+from tests.api.conftest import ended, pod, running, submitted
 
 pytestmark = pytest.mark.django_db
 
@@ -338,19 +337,9 @@ def machines(backend, owner, stranger):
     backend.add_node("node-a", cores=8, memory_gb=32)
     mine, theirs = running(submitted(owner)), running(submitted(stranger))
     backend.reserve("node-a", theirs.id)
-
-    def pod(run, name):
-        return Placement(
-            workflow=f"simrun-{run.id}",
-            dag_task="sweep-w0",
-            pod=name,
-            node="node-a",
-            phase="Running",
-            cores=2,
-            memory_gb=8,
-        )
-
-    backend.set_placements([pod(mine, "pod-mine"), pod(theirs, "pod-theirs")])
+    backend.set_placements(
+        [pod(mine, pod="pod-mine", memory_gb=8), pod(theirs, pod="pod-theirs", memory_gb=8)]
+    )
     return mine, theirs
 
 
