@@ -35,11 +35,7 @@ if TYPE_CHECKING:
         parameters=[
             OpenApiParameter("task_type", OpenApiTypes.STR, description="only of this type")
         ],
-        responses={
-            200: ObservationSerializer(many=True),
-            400: schema.FIELD_ERRORS,
-            404: schema.NO_PAGE,
-        },
+        responses=schema.pages_of(ObservationSerializer),
     )
 )
 class ObservationViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Observation]):
@@ -70,11 +66,7 @@ def task_type_list(request: Request) -> Response:
 @extend_schema_view(
     list=extend_schema(
         summary="Your source snapshots",
-        responses={
-            200: SnapshotSerializer(many=True),
-            400: schema.FIELD_ERRORS,
-            404: schema.NO_PAGE,
-        },
+        responses=schema.pages_of(SnapshotSerializer),
     ),
     retrieve=extend_schema(
         summary="A source snapshot",

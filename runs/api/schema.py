@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework.serializers import Serializer
 
 from runs.api.serializers import ErrorSerializer
 
@@ -37,6 +40,12 @@ NO_PAGE = OpenApiResponse(ErrorSerializer, description="no such page")
 CONFLICT = OpenApiResponse(ErrorSerializer, description="refused in the object's state")
 UNAVAILABLE = OpenApiResponse(ErrorSerializer, description="the backend did not answer")
 FORBIDDEN = OpenApiResponse(ErrorSerializer, description="for staff only")
+
+
+def pages_of(serializer: type[Serializer[Any]]) -> dict[int, Any]:
+    """The answers of a paginated list: a page of rows, a bad parameter, a page past the end."""
+    return {200: serializer(many=True), 400: FIELD_ERRORS, 404: NO_PAGE}
+
 
 EXAMPLE_SPEC = {
     "name": "squares-and-stats",

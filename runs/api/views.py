@@ -41,11 +41,7 @@ def run_detail(request: Request, run_id: str) -> Run:
         summary="List runs",
         description="Your runs (staff: every run), newest first, filtered and paginated.",
         parameters=[RunFilters],
-        responses={
-            200: RunSerializer(many=True),
-            400: schema.FIELD_ERRORS,
-            404: schema.NO_PAGE,
-        },
+        responses=schema.pages_of(RunSerializer),
     ),
     retrieve=extend_schema(
         summary="A run",
