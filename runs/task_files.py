@@ -102,11 +102,6 @@ def log_files(task_dir: Path) -> list[LogFile]:
     return sorted(found, key=lambda log: (log.node, log.attempt))
 
 
-def find_log(task_dir: Path, name: str) -> LogFile | None:
-    """The log ``<node>-<attempt>`` of a task, None when there is none."""
-    return next((log for log in log_files(task_dir) if log.name == name), None)
-
-
 def read_tail(path: Path, lines: int) -> tuple[str, int]:
     """The last ``lines`` lines of a file (at most ``MAX_LOG_READ_BYTES``) and its size."""
     lines = max(1, min(lines, MAX_LOG_TAIL_LINES))
