@@ -79,10 +79,8 @@ class CappedPagination(BasePagination):
             raise NotFound("no such page")
         return self.page.rows
 
-    def _link(self, page: int) -> str | None:
+    def _link(self, page: int) -> str:
         url = self.request.build_absolute_uri()
-        if page < 1:
-            return None
         return (
             remove_query_param(url, "page") if page == 1 else replace_query_param(url, "page", page)
         )
