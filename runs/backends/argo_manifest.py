@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from harness.tasktypes import TaskType
-from runs.backends.base import ClusterConfig, RunRecord, TaskRecord, workflow_name
+from runs.backends.base import RETRY_LIMIT, ClusterConfig, RunRecord, TaskRecord, workflow_name
 from runs.planner import TaskPlan
 
 GROUP = "argoproj.io"
@@ -39,7 +39,6 @@ STALE_S = 120
 """Seconds after which the coordinator releases the claims of a silent worker."""
 RUN_AS_USER = 1000
 """The user of every pod (the harness image's), so the store has one owner."""
-RETRY_LIMIT = "10"
 """Retries of a pod: evictions and preemptions may repeat; a second kill for memory fails the
 run in the controller, which then stops the workflow."""
 RETRY_BACKOFF = "15s"
@@ -405,7 +404,7 @@ def _pod_template(
         "metadata": {"labels": {TASK_LABEL: task.id, DAG_TASK_LABEL: name}},
         **({"inputs": {"parameters": [{"name": p} for p in parameters]}} if parameters else {}),
         "retryStrategy": {
-            "limit": RETRY_LIMIT,
+            "limit": str(RETRY_LIMIT),
             "retryPolicy": "Always",
             "expression": RETRY_EXPRESSION,
             "backoff": {"duration": RETRY_BACKOFF},

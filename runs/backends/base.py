@@ -33,6 +33,10 @@ def worker_of_node(dag_node: str) -> str:
     return dag_node
 
 
+RETRY_LIMIT = 10
+"""Retries of a pod after its first attempt (Argo's ``retryStrategy.limit``): one after a kill
+for memory, the others for evictions; the local backend retries as the cluster does."""
+
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
 
 

@@ -19,11 +19,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from harness.errors import EXIT_TERMINATED
-from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, FailedAttempt
+from runs.backends.base import PREEMPTED_PHASE, RETRY_LIMIT, RETRYING_PHASE, FailedAttempt
 from runs.backends.local_launcher import read_json
 
-EVICTION_RETRIES = 3
-"""The retries of a node whose process was evicted (ended by a signal nobody of simrun sent)."""
+EVICTION_RETRIES = RETRY_LIMIT
+"""The retries of a node whose process was evicted (ended by a signal nobody of simrun sent):
+as many as Argo's limit allows."""
 EVICTING_SIGNALS = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
 
 Outcome = Literal["succeeded", "oom", "evicted", "cancelled", "failed"]
