@@ -59,8 +59,11 @@ def printed(login: Login) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from django.core.management import call_command
+
     from runs.cli import home
 
     home.prepare()
+    call_command("migrate", interactive=False, verbosity=0)  # also before the first serve
     print(printed(ensure_user(name=args.name, staff=args.staff, password=args.password)))
     return 0
