@@ -1,21 +1,17 @@
 """What the planner would size each task type with now, from the same observations it reads.
 
-One query for every type: the latest ``OBSERVATIONS_USED`` observations per type by a window,
-so the page and the API list stay constant in queries however many types are registered.
+The observations are read as a submission reads them (``runs.submission.observed_peaks``), in
+one query however many types are registered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import F, Window
-from django.db.models.functions import RowNumber
-
 from harness.tasktypes import TaskType, task_types
-from runs.models import Observation
-from runs.planner import ObservedPeak, per_worker_memory
+from runs.planner import per_worker_memory
 from runs.spec import TaskSpec
-from runs.submission import OBSERVATIONS_USED
+from runs.submission import observed_peaks
 
 
 @dataclass(frozen=True)
@@ -37,28 +33,12 @@ class PlanningFigure:
         return "split" if self.task_type.splittable else "plugin"
 
 
-def latest_peaks() -> dict[str, list[ObservedPeak]]:
-    """The latest observations of every task type as the planner reads them, newest first."""
-    ranked = (
-        Observation.objects.annotate(
-            rank=Window(RowNumber(), partition_by=[F("task_type")], order_by=F("created_at").desc())
-        )
-        .filter(rank__lte=OBSERVATIONS_USED)
-        .order_by("task_type", "rank")
-    )
-    peaks: dict[str, list[ObservedPeak]] = {}
-    for row in ranked:
-        gb = row.peak_gb_per_process
-        if gb is not None:
-            peaks.setdefault(row.task_type, []).append(ObservedPeak(gb, oom=row.oom))
-    return peaks
-
-
 def planning_figures() -> list[PlanningFigure]:
     """The planning figure of every registered task type, by name."""
-    peaks = latest_peaks()
+    types = task_types()
+    peaks = observed_peaks(set(types))
     figures = []
-    for name, task_type in sorted(task_types().items()):
+    for name, task_type in sorted(types.items()):
         observed = peaks.get(name, [])
         gb, why = per_worker_memory(TaskSpec(type=name), task_type, observed)
         figures.append(

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 
 from harness.tasktypes import TaskType, task_types
 from runs import store
@@ -26,17 +28,23 @@ OBSERVATIONS_USED = 50
 
 
 def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
-    """The latest observations of some task types, newest first, as the planner reads them."""
+    """The latest observations of some task types as the planner reads them, newest first.
+
+    One query however many types: the latest ``OBSERVATIONS_USED`` per type by a window.
+    """
+    ranked = (
+        Observation.objects.filter(task_type__in=type_names)
+        .annotate(
+            rank=Window(RowNumber(), partition_by=[F("task_type")], order_by=F("created_at").desc())
+        )
+        .filter(rank__lte=OBSERVATIONS_USED)
+        .order_by("task_type", "rank")
+    )
     peaks: dict[str, list[ObservedPeak]] = {}
-    for name in sorted(type_names):
-        rows = Observation.objects.filter(task_type=name).order_by("-created_at")[
-            :OBSERVATIONS_USED
-        ]
-        peaks[name] = [
-            ObservedPeak(gb_per_process=gb, oom=o.oom)
-            for o in rows
-            if (gb := o.peak_gb_per_process) is not None
-        ]
+    for row in ranked:
+        gb = row.peak_gb_per_process
+        if gb is not None:
+            peaks.setdefault(row.task_type, []).append(ObservedPeak(gb, oom=row.oom))
     return peaks
 
 
