@@ -57,15 +57,23 @@ class TaskState(models.TextChoices):
 FINAL_TASK_STATES = (TaskState.DONE, TaskState.FAILED, TaskState.SKIPPED)
 
 
+LIVE = (
+    Q(ended_at__isnull=True)
+    | Q(pending_logs=True)
+    | Q(pending_release=True)
+    | Q(pending_cancel=True)
+)
+"""A run the control loop follows: not ended, or with logs, a release or a cancel pending."""
+
+
 class RunQuerySet(models.QuerySet["Run"]):
     def live(self) -> RunQuerySet:
         """Runs the control loop follows: not ended, or with logs, release or cancel pending."""
-        return self.filter(
-            Q(ended_at__isnull=True)
-            | Q(pending_logs=True)
-            | Q(pending_release=True)
-            | Q(pending_cancel=True)
-        )
+        return self.filter(LIVE)
+
+    def settled(self) -> RunQuerySet:
+        """Runs the control loop is done with: ended, nothing pending."""
+        return self.exclude(LIVE)
 
     def ended(self) -> RunQuerySet:
         return self.filter(state__in=ENDED_STATES)
@@ -145,10 +153,7 @@ class Run(models.Model):
             models.Index(
                 fields=["created_at"],
                 name="run_live_idx",
-                condition=Q(ended_at__isnull=True)
-                | Q(pending_logs=True)
-                | Q(pending_release=True)
-                | Q(pending_cancel=True),
+                condition=LIVE,
             ),
             # The runs list of staff (every run), newest first: GET /api/runs/ and the dashboard.
             models.Index(fields=["-created_at"], name="run_created_idx"),

@@ -57,7 +57,5 @@ def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:
     if values.get("live") is True:
         runs = runs.live()
     elif values.get("live") is False:
-        runs = runs.filter(
-            ended_at__isnull=False, pending_logs=False, pending_release=False, pending_cancel=False
-        )
+        runs = runs.settled()
     return runs
