@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from runs import controller, reservations
-from runs.models import Attempt, Observation, Run, Snapshot, Task
+from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 
 if TYPE_CHECKING:
     # The stubs' admin classes take their models; Django's cannot be subscripted at run time.
@@ -178,19 +178,7 @@ class RunAdmin(_RunModelAdmin):
 class AttemptInline(ReadOnlyMixin, _AttemptTabularInline):
     model = Attempt
     extra = 0
-    fields = [
-        "worker",
-        "attempt",
-        "phase",
-        "exit_code",
-        "oom_killed",
-        "oom_evidence",
-        "evicted",
-        "node_name",
-        "memory_gb",
-        "started_at",
-        "ended_at",
-    ]
+    fields = ["worker", "attempt", *ATTEMPT_OUTCOME_FIELDS, "started_at", "ended_at"]
     readonly_fields = cast(list[str], fields)  # the list above, widened by the stub
     can_delete = False
 

@@ -7,12 +7,11 @@ backend writes the same files live; a log file that exists is left as it is.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.files import write_atomic
 from runs.backends.base import PodLog
 
 RETRY_SUFFIX = re.compile(r"\((\d+)\)$")
@@ -47,14 +46,7 @@ def _write(path: Path, data: bytes) -> None:
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data)
 
 
 def kept(task_dir: Path) -> list[Path]:

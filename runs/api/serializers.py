@@ -12,7 +12,7 @@ from typing import Any
 from django.utils import timezone
 from rest_framework import serializers
 
-from runs.models import Attempt, Observation, Run, Snapshot, Task
+from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 
 
 class PlanSerializer(serializers.Serializer[dict[str, Any]]):
@@ -32,19 +32,7 @@ class PlanSerializer(serializers.Serializer[dict[str, Any]]):
 class AttemptSerializer(serializers.ModelSerializer[Attempt]):
     class Meta:
         model = Attempt
-        fields = [
-            "worker",
-            "attempt",
-            "phase",
-            "exit_code",
-            "oom_killed",
-            "oom_evidence",
-            "evicted",
-            "node_name",
-            "memory_gb",
-            "started_at",
-            "ended_at",
-        ]
+        fields = ["worker", "attempt", *ATTEMPT_OUTCOME_FIELDS, "started_at", "ended_at"]
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):
