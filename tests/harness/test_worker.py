@@ -21,6 +21,7 @@ from harness.ledger import Ledger
 from harness.memory import GIB
 from harness.merge import MERGED_MARKER
 from harness.report import units_done
+from harness.tasktypes import TaskType
 
 from .conftest import claims, make_task, progress_units, report_of
 
@@ -241,3 +242,47 @@ def test_run_worker_handles_sigterm_itself_when_no_caller_does(store: Path) -> N
         sender.join()
     assert 0 < len(report_of(paths.task_dir, "sweep-w1").units_done) < 20
     assert claims(paths.task_dir) == []
+
+
+class SetupSettings(SquaresSettings):
+    marks: str
+
+
+def _setup(settings: SetupSettings) -> int:
+    """Mark the setup of this pool process: one file per call, named by its pid."""
+    mark = Path(settings.marks) / f"{os.getpid()}-{time.monotonic_ns()}"
+    mark.write_text("")
+    return os.getpid()
+
+
+def _compute(settings: SetupSettings, context: int, index: int) -> tuple[int, int]:
+    return context, os.getpid()
+
+
+WITH_SETUP = TaskType(
+    name="with-setup",
+    settings=SetupSettings,
+    units=lambda settings: settings.n,
+    compute=_compute,
+    merge=SQUARES.merge,
+    setup=_setup,
+)
+
+
+def test_the_setup_runs_once_in_each_pool_process_and_its_result_reaches_every_unit(
+    store: Path, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    task_dir = make_task(store, "squares", {"n": 300})
+    settings = SetupSettings(n=300, marks=str(marks))
+    options = {"cores": 2, "memory_bytes": None, "base_gb": 0.1, "per_worker_gb": 0.1}
+
+    worker.run_worker(WITH_SETUP, settings, TaskPaths(task_dir, store), "sweep-w1", **options)  # type: ignore[arg-type]
+
+    setups = [mark.name.split("-")[0] for mark in marks.iterdir()]
+    results = Ledger.read(TaskPaths(task_dir, store).ledger).results()
+    assert len(results) == 300
+    computing = {pid for _context, pid in results}
+    assert all(context == pid for context, pid in results), "each unit got its process's setup"
+    assert sorted(setups) == sorted(str(pid) for pid in computing), "one setup per process"
