@@ -201,6 +201,11 @@ def test_a_user_lists_and_reads_their_own_snapshots_only(owner_client, stranger_
     assert stranger_client.get(f"/api/snapshots/{digest}/").status_code == 404
 
 
+def test_observations_and_task_types_are_401_for_anonymous(anonymous_client):
+    assert anonymous_client.get("/api/observations/").status_code == 401
+    assert anonymous_client.get("/api/task-types/").status_code == 401
+
+
 def test_snapshots_are_401_for_anonymous(anonymous_client):
     assert anonymous_client.get("/api/snapshots/").status_code == 401
     assert upload(anonymous_client, archive()).status_code == 401

@@ -236,3 +236,21 @@ def test_outputs_are_served_only_from_inside_out(owner_client, owner, store, tmp
     assert alias.status_code == 200 and b"".join(alias.streaming_content) == b"fine"
     listed = [o["path"] for o in owner_client.get(task_url(run, rest="outputs/")).json()]
     assert listed == ["alias.txt", "inside.txt"]
+
+
+def test_outputs_larger_than_the_inline_caps_are_not_shown_inline(owner_client, owner, store):
+    from runs.task_files import INLINE_IMAGE_BYTES, INLINE_TEXT_BYTES
+
+    run = submitted(owner)
+    out = out_dir(store, run)
+    (out / "small.csv").write_text("a\n" * 10)
+    (out / "big.csv").write_text("x" * (INLINE_TEXT_BYTES + 1))
+    (out / "small.png").write_bytes(b"\x89PNG" + b"\0" * 100)
+    (out / "big.png").write_bytes(b"\x89PNG" + b"\0" * INLINE_IMAGE_BYTES)
+    body = owner_client.get(task_url(run, rest="outputs/")).json()
+    assert {o["path"]: o["inline"] for o in body} == {
+        "big.csv": False,
+        "big.png": False,
+        "small.csv": True,
+        "small.png": True,
+    }
