@@ -372,3 +372,35 @@ def test_stop_ends_a_decided_run_as_cancel_does(backend):
     status = backend.status(workflow_name("r14"))
     assert status.message == "Stopped with strategy 'Stop'"
     assert [(f.exit_code, f.evicted) for f in status.failed["t"]] == [(143, False)]
+
+
+def test_a_step_while_another_process_steps_returns_at_once_and_starts_nothing(backend):
+    import subprocess
+    import sys
+
+    submit(backend, "lock1", {"t": {"command": shell("true")}})
+    backend.state.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)",
+            str(backend.state / "step.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        began = time.monotonic()
+        assert backend.step() is False
+        assert time.monotonic() - began < 1.0, "it does not wait for the other step"
+        launches = backend.store / "runs/lock1/tasks/t/logs"
+        assert not list(launches.glob("*.launch")), "nothing started"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert backend.step() is True
+    assert [p.name for p in launches.glob("*.launch")] == ["t-0.launch"]
+    wait_for(lambda: ended(backend, "lock1"), what="the end")
