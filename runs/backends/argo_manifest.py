@@ -3,10 +3,10 @@
 A run becomes one Workflow ``simrun-<run id>`` whose DAG has, for a split task T, the
 coordinator ``T-w0``, the extra workers ``T-extra`` (fanned out: nodes ``T-extra(<i>:<n>)``
 with ``SIMRUN_WORKER=T-w<n>``) and ``T-merge`` after the coordinator; for an unsplit task the
-node ``T``. Every pod template retries evictions, preemptions and kills for memory (the one
-after a kill with the retry memory, by a ``podSpecPatch`` on ``lastRetry``, Argo ≥ 3.7) and
-never a genuine failure. Quantities and IntOrString fields are strings, so the manifest
-validates against Argo's JSON schema as well as against the CRD.
+node ``T``. Every pod template retries evictions, preemptions, kills and storage errors (the
+attempt right after an exit 137 with the retry memory, by a ``podSpecPatch`` on ``lastRetry``,
+Argo ≥ 3.7) and never a genuine failure. Quantities and IntOrString fields are strings, so
+the manifest validates against Argo's JSON schema as well as against the CRD.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ the workflow's time to live ends."""
 MEMORY_KILL_EXIT = "137"
 """The exit code of a container (or of the harness) killed for memory; also of a pod killed
 after its grace period, which then gets the retry memory too: Argo cannot tell them apart."""
+STORAGE_ERROR_EXIT = "75"
+"""The harness's ``EXIT_STORAGE``: a transient error of the store (a full disk, NFS); retried."""
 EVICTION_PATTERN = (
     "(?i)evict|preempt|low on resource|had condition|node shutdown|terminated in response"
     "|pod deleted"
@@ -56,11 +58,13 @@ EVICTION_PATTERN = (
 """Messages of a pod that was evicted, preempted, drained or deleted (reference §1.4, §5.1);
 matched by Argo (RE2) in the retry expression and by simrun in the status."""
 RETRY_EXPRESSION = (
-    f"lastRetry.status == 'Error' or lastRetry.exitCode in ['{MEMORY_KILL_EXIT}', '143']"
+    f"lastRetry.status == 'Error'"
+    f" or lastRetry.exitCode in ['{MEMORY_KILL_EXIT}', '143', '{STORAGE_ERROR_EXIT}']"
     f" or lastRetry.message matches '{EVICTION_PATTERN}'"
 )
 """Retry a pod deleted or failed by the infrastructure (Error), killed (137: for memory, or
-after its grace period), stopped by SIGTERM (143: evicted) or evicted; not a genuine failure."""
+after its grace period), stopped by SIGTERM (143: evicted), failed on the store (75) or
+evicted; not a genuine failure."""
 
 STAGE_SCRIPT = """\
 import os, shutil, sys
@@ -348,10 +352,13 @@ def _mounts(record: RunRecord, cluster: ClusterConfig) -> list[dict[str, Any]]:
 
 
 def retry_memory_patch(memory_gb: float, retry_memory_gb: float) -> str:
-    """The ``podSpecPatch`` that gives an attempt after a kill for memory the retry memory.
+    """The ``podSpecPatch`` of simrun's one retry rule: an attempt runs with the retry memory
+    exactly when the attempt right before it exited 137, every other one with the plan's.
 
-    Argo substitutes the expressions per attempt; ``lastRetry`` is the attempt before (its
-    exit code is ``"0"`` on the first). The expression avoids ``&``, ``<`` and ``>``, which
+    137 is a proven kill for memory or a SIGKILL after the grace period: ``podSpecPatch`` sees
+    only ``lastRetry``, so it cannot tell them apart, nor look further back. Argo substitutes
+    the expressions per attempt; ``lastRetry`` is the attempt before (its exit code is ``"0"``
+    on the first). The expression avoids ``&``, ``<`` and ``>``, which
     Go's JSON encoding of the template would escape.
     """
     killed = f"lastRetry.exitCode == '{MEMORY_KILL_EXIT}'"

@@ -400,6 +400,10 @@ LAST_ATTEMPTS = {
         {"status": "Failed", "exitCode": "143", "message": "main: Error (exit code 143)"},
         True,
     ),
+    "a transient storage error": (
+        {"status": "Failed", "exitCode": "75", "message": "main: Error (exit code 75)"},
+        True,
+    ),
     "a unit failed": (
         {"status": "Failed", "exitCode": "3", "message": "main: Error (exit code 3)"},
         False,
@@ -443,7 +447,7 @@ def test_an_attempt_after_a_kill_for_memory_gets_the_retry_memory() -> None:
     assert main["env"] == [{"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{retry_gb:g}"}]
 
 
-@pytest.mark.parametrize("exit_code", ["0", "143", "-1"])
+@pytest.mark.parametrize("exit_code", ["0", "143", "-1", "75"])
 def test_the_first_attempt_and_one_after_an_eviction_keep_the_plans_memory(exit_code: str) -> None:
     _, plans = run_of(SPLIT_THREE)
     main = patched({"exitCode": exit_code, "status": "Failed", "message": ""})
