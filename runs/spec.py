@@ -7,6 +7,7 @@ so a user sees what to fix; no document, however malformed, causes anything but 
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Collection, Mapping
@@ -202,10 +203,48 @@ def _path(prefix: str, loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "spec"
 
 
-def _collect(errors: dict[str, list[str]], error: ValidationError, prefix: str = "") -> None:
+def unknown(what: str, name: str, known: Collection[str]) -> str:
+    """The message for an unknown name: the known ones and the closest of them, if any is close."""
+    message = f"unknown {what} {name!r} (known: {', '.join(sorted(known)) or 'none'})"
+    closest = difflib.get_close_matches(name, list(known), n=1)
+    return f"{message}; did you mean {closest[0]!r}?" if closest else message
+
+
+def _fields(model: type[BaseModel]) -> set[str]:
+    """The names a model accepts: its fields and their aliases."""
+    return set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+
+
+def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model that reads the mapping at ``loc`` of a document ``model`` reads, if any."""
+    if model is RunSpec and loc[:1] == ("tasks",) and len(loc) >= 2:
+        return _model_at(TaskSpec, loc[2:])
+    if not loc or model is None:
+        return model
+    field = model.model_fields.get(str(loc[0]))
+    if field is None:
+        return None
+    candidates = [field.annotation, *getattr(field.annotation, "__args__", ())]
+    nested = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return _model_at(nested, loc[1:])
+
+
+def _collect(
+    errors: dict[str, list[str]],
+    error: ValidationError,
+    prefix: str = "",
+    model: type[BaseModel] | None = None,
+) -> None:
     for item in error.errors(include_url=False):
         message = item["msg"].removeprefix("Value error, ")
-        errors.setdefault(_path(prefix, item["loc"]), []).append(message)
+        loc, path = item["loc"], _path(prefix, item["loc"])
+        if item["type"] == "extra_forbidden":
+            if path in errors:
+                continue  # named as unknown already, with the known names
+            parent = _model_at(model, loc[:-1])
+            if parent is not None:
+                message = unknown("field", str(loc[-1]), _fields(parent))
+        errors.setdefault(path, []).append(message)
 
 
 def _cycle(tasks: Mapping[str, TaskSpec]) -> list[str] | None:
@@ -217,8 +256,8 @@ def _cycle(tasks: Mapping[str, TaskSpec]) -> list[str] | None:
         state[task] = 1
         stack.append(task)
         for source in tasks[task].inputs.values():
-            if source not in tasks:
-                continue
+            if source not in tasks or source == task:
+                continue  # reported as an unknown task or as a task reading its own output
             if state.get(source) == 1:
                 return stack[stack.index(source) :] + [source]
             if source not in state and (found := visit(source)):
@@ -234,8 +273,13 @@ def _cycle(tasks: Mapping[str, TaskSpec]) -> list[str] | None:
 
 
 def _check_task(
-    task_id: str, task: TaskSpec, ids: Collection[str], types: Mapping[str, TaskType]
+    task_id: str,
+    task: TaskSpec,
+    ids: Collection[str],
+    types: Mapping[str, TaskType],
+    broken: Collection[str] = (),
 ) -> dict[str, list[str]]:
+    """The problems of one task; ``broken`` names its fields already reported as malformed."""
     errors: dict[str, list[str]] = {}
     at = f"tasks.{task_id}"
     if not TASK_ID.match(task_id):
@@ -243,7 +287,7 @@ def _check_task(
             "a task id must match [a-z][a-z0-9-]*, at most 40 characters "
             "(it names the pods of the task)"
         ]
-    if (task.type is None) == (task.command is None):
+    if (task.type is None) == (task.command is None) and not {"type", "command"} & set(broken):
         errors.setdefault(at, []).append(
             "give either type (a task type) or command (args), not both"
             if task.type is not None
@@ -251,7 +295,7 @@ def _check_task(
         )
     for port, source in task.inputs.items():
         if source not in ids:
-            errors[f"{at}.inputs.{port}"] = [f"unknown task {source!r}"]
+            errors[f"{at}.inputs.{port}"] = [unknown("task", source, set(ids) - {task_id})]
         elif source == task_id:
             errors[f"{at}.inputs.{port}"] = ["a task cannot read its own output"]
     if task.command is not None:
@@ -263,9 +307,7 @@ def _check_task(
         return errors
     task_type = types.get(task.type)
     if task_type is None:
-        errors[f"{at}.type"] = [
-            f"unknown task type {task.type!r} (known: {', '.join(sorted(types))})"
-        ]
+        errors[f"{at}.type"] = [unknown("task type", task.type, types)]
         return errors
     if not task_type.splittable and task.workers is not None and task.workers > 1:
         errors[f"{at}.workers"] = [f"{task.type} is a plugin task type: it runs as one pod"]
@@ -273,14 +315,10 @@ def _check_task(
         errors[f"{at}.settings"] = [f"the settings are larger than {MAX_SETTINGS_BYTES} bytes"]
         return errors
     if task_type.settings.model_config.get("extra") != "allow":
-        known = set(task_type.settings.model_fields) | {
-            f.alias for f in task_type.settings.model_fields.values() if f.alias
-        }
+        known = _fields(task_type.settings)
         for key in task.settings or {}:
             if key not in known:
-                errors[f"{at}.settings.{key}"] = [
-                    f"unknown setting of {task.type} (known: {', '.join(sorted(known))})"
-                ]
+                errors[f"{at}.settings.{key}"] = [unknown(f"setting of {task.type}", key, known)]
     try:
         settings = task_type.parse_settings(task.settings)
     except ValidationError as error:
@@ -298,7 +336,11 @@ def _check_task(
 
 
 def validate_spec(data: Any, *, types: Mapping[str, TaskType]) -> RunSpec:
-    """Validate a parsed document against the schema, the task types and the DAG rules."""
+    """Validate a parsed document against the schema, the task types and the DAG rules.
+
+    Every problem at once: the schema's, then each task's (a malformed task is checked with
+    its well-formed fields), the name collisions and a cycle of the inputs.
+    """
     if not isinstance(data, dict):
         raise SpecError({"spec": ["a run specification is a mapping with at least 'tasks'"]})
     errors: dict[str, list[str]] = {}
@@ -306,50 +348,82 @@ def validate_spec(data: Any, *, types: Mapping[str, TaskType]) -> RunSpec:
     try:
         spec = RunSpec.model_validate(data)
     except ValidationError as error:
-        _collect(errors, error)
+        _collect(errors, error, model=RunSpec)
     except (RecursionError, ValueError, TypeError) as error:
         raise SpecError({"spec": [f"cannot be read: {error}"]}) from None
-    # Every problem at once: the tasks that are well formed are checked further even when
-    # another part of the document is not.
-    tasks = spec.tasks if spec is not None else _well_formed_tasks(data.get("tasks"))
+    broken: dict[str, set[str]] = {}
+    if spec is not None:
+        tasks = dict(spec.tasks)
+    else:
+        tasks, broken = _well_formed_tasks(data.get("tasks"))
     ids = set(tasks) if spec is not None else set(_ids(data.get("tasks")))
     for task_id, task in tasks.items():
-        for path, messages in _check_task(task_id, task, ids, types).items():
+        found = _check_task(task_id, task, ids, types, broken.get(task_id, set()))
+        for path, messages in found.items():
             errors.setdefault(path, []).extend(messages)
-    for task_id in tasks:
-        derived = DERIVED_NODE.match(task_id)
-        if derived is None:
-            continue
-        owner = tasks.get(derived["task"])
-        if (
-            owner is not None
-            and owner.type is not None
-            and owner.type in types
-            and types[owner.type].splittable
-        ):
-            errors.setdefault(f"tasks.{task_id}", []).append(
-                f"the id collides with a pod of the split task {derived['task']!r}"
-            )
-    if not errors and (cycle := _cycle(tasks)):
-        errors[f"tasks.{cycle[0]}.inputs"] = [f"the inputs form a cycle: {' -> '.join(cycle)}"]
+    for path, message in _collisions(tasks, types):
+        errors.setdefault(path, []).append(message)
+    if cycle := _cycle(tasks):
+        errors.setdefault(f"tasks.{cycle[0]}.inputs", []).append(
+            f"the inputs form a cycle: {' -> '.join(cycle)}"
+        )
     if errors or spec is None:
         raise SpecError(errors)
     return spec
+
+
+def _collisions(
+    tasks: Mapping[str, TaskSpec], types: Mapping[str, TaskType]
+) -> list[tuple[str, str]]:
+    """Task ids that name a pod a split task adds to the DAG (``<task>-w1``, ``-merge``)."""
+    found = []
+    for task_id in tasks:
+        derived = DERIVED_NODE.match(task_id)
+        owner = tasks.get(derived["task"]) if derived else None
+        kind = types.get(owner.type) if owner and owner.type else None
+        if derived and kind is not None and kind.splittable:
+            found.append(
+                (
+                    f"tasks.{task_id}",
+                    f"the id collides with a pod of the split task {derived['task']!r}",
+                )
+            )
+    return found
 
 
 def _ids(raw: Any) -> list[str]:
     return [key for key in raw if isinstance(key, str)] if isinstance(raw, dict) else []
 
 
-def _well_formed_tasks(raw: Any) -> dict[str, TaskSpec]:
-    """The tasks of a document that is not valid as a whole which are valid on their own."""
-    found = {}
+def _well_formed_tasks(raw: Any) -> tuple[dict[str, TaskSpec], dict[str, set[str]]]:
+    """The tasks of a document that is not valid as a whole, each without its malformed fields.
+
+    A task with ``workers: "four"`` is still checked for its settings; the fields left out
+    (reported by the schema already) are returned by task id.
+    """
+    found: dict[str, TaskSpec] = {}
+    broken: dict[str, set[str]] = {}
     for task_id in _ids(raw):
-        try:
-            found[task_id] = TaskSpec.model_validate(raw[task_id])
-        except (ValidationError, RecursionError, ValueError, TypeError):
+        fields = raw[task_id]
+        if not isinstance(fields, dict):
             continue
-    return found
+        left_out: set[str] = set()
+        for _ in range(len(fields) + 1):
+            try:
+                found[task_id] = TaskSpec.model_validate(
+                    {k: v for k, v in fields.items() if k not in left_out}
+                )
+            except ValidationError as error:
+                bad = {str(e["loc"][0]) for e in error.errors() if e["loc"]} - left_out
+                if not bad:
+                    break
+                left_out |= bad
+            except (RecursionError, ValueError, TypeError):
+                break
+            else:
+                broken[task_id] = left_out
+                break
+    return found, broken
 
 
 def parse_spec(text: str | bytes, *, types: Mapping[str, TaskType]) -> RunSpec:

@@ -125,7 +125,7 @@ BAD = [
     ("tasks: {s: {type: csv-stats, workers: 3}}", "tasks.s.workers", "plugin"),
     ("tasks: {s: {command: [ls], inputs: {Bad Port: s}}}", "tasks.s.inputs", "port"),
     ("tasks: {s: {command: [ls], image: 'not an image!'}}", "tasks.s.image", "image"),
-    ("tasks: {s: {command: [ls], typo: 1}}", "tasks.s.typo", "xtra"),
+    ("tasks: {s: {command: [ls], typo: 1}}", "tasks.s.typo", "did you mean 'type'"),
     ("tasks: {}", "tasks", "at least 1"),
     ("name: x", "tasks", "required"),
     ("tasks: [a, b]", "tasks", "dictionary"),
@@ -182,10 +182,83 @@ def test_a_malformed_task_does_not_hide_the_problems_of_the_others():
     )
     assert set(errors) == {
         "tasks.plot.command",
+        "tasks.plot.inputs.a",
         "tasks.sweep.settings.n",
         "tasks.stats.inputs.other",
         "reserve_node",
     }
+
+
+def test_a_misspelled_top_level_field_names_the_known_fields_and_the_closest():
+    errors = errors_of("tasks: {s: {command: [ls]}}\nreserve_nodes: true\n")
+    (message,) = errors["reserve_nodes"]
+    assert "unknown field 'reserve_nodes'" in message
+    assert "known: commands, environment, name, reserve_node, sources, tasks" in message
+    assert message.endswith("did you mean 'reserve_node'?")
+
+
+def test_misspelled_fields_of_nested_parts_name_their_own_known_fields():
+    errors = errors_of(
+        "tasks: {s: {type: squares, settings: {n: 2}, memory: {per_workr_gb: 1}}}\n"
+        "environment: {pakages: [numpy]}\n"
+    )
+    assert "did you mean 'per_worker_gb'" in errors["tasks.s.memory.per_workr_gb"][0]
+    assert "known: base_gb, gb, per_worker_gb" in errors["tasks.s.memory.per_workr_gb"][0]
+    assert "did you mean 'packages'" in errors["environment.pakages"][0]
+
+
+def test_unknown_names_give_the_known_ones_and_the_closest_match():
+    errors = errors_of(
+        "tasks:\n"
+        "  sweep: {type: squars, settings: {n: 2}}\n"
+        "  stats: {type: csv-stats, inputs: {table: swep}}\n"
+        "  more: {type: squares, settings: {n: 2, dellay_s: 1}}\n"
+    )
+    assert errors["tasks.sweep.type"] == [
+        "unknown task type 'squars' (known: alloc, csv-stats, ising, squares); "
+        "did you mean 'squares'?"
+    ]
+    assert errors["tasks.stats.inputs.table"] == [
+        "unknown task 'swep' (known: more, sweep); did you mean 'sweep'?"
+    ]
+    assert "did you mean 'delay_s'?" in errors["tasks.more.settings.dellay_s"][0]
+    assert len(errors["tasks.more.settings.dellay_s"]) == 1  # not pydantic's words besides
+
+
+def test_a_name_close_to_none_gives_the_known_ones_without_a_guess():
+    (message,) = errors_of("tasks: {s: {type: zzzzzz}}")["tasks.s.type"]
+    assert "known: alloc" in message and "did you mean" not in message
+
+
+def test_a_typo_does_not_hide_a_cycle():
+    errors = errors_of(
+        "tasks:\n"
+        "  a: {command: [ls], inputs: {x: b}}\n"
+        "  b: {command: [ls], inputs: {y: c}}\n"
+        "  c: {command: [ls], inputs: {z: a, w: nowhere}}\n"
+    )
+    assert "tasks.c.inputs.w" in errors
+    assert errors["tasks.a.inputs"] == ["the inputs form a cycle: a -> b -> c -> a"]
+
+
+def test_a_malformed_field_does_not_hide_the_settings_of_its_task():
+    errors = errors_of(
+        "tasks: {s: {type: ising, workers: four, settings: {points: sixteen}}}\nnmae: x\n"
+    )
+    assert set(errors) == {"tasks.s.workers", "tasks.s.settings.points", "nmae"}
+    assert "did you mean 'name'" in errors["nmae"][0]
+
+
+def test_a_collision_and_a_cycle_are_reported_with_the_other_problems():
+    errors = errors_of(
+        "tasks:\n"
+        "  s: {type: squares, settings: {n: 0}}\n"
+        "  s-merge: {command: [ls], inputs: {x: t}}\n"
+        "  t: {command: [ls], inputs: {y: s-merge}}\n"
+    )
+    assert "collides" in errors["tasks.s-merge"][0]
+    assert "cycle" in " ".join(errors["tasks.s-merge.inputs"] + errors.get("tasks.t.inputs", []))
+    assert "tasks.s.settings.n" in errors
 
 
 def test_a_document_larger_than_the_limit_is_refused_before_parsing():
