@@ -24,6 +24,7 @@ from kubernetes.utils import parse_quantity
 from kubernetes.watch import Watch
 
 from harness.tasktypes import TaskType
+from runs.backends.argo_api import CallPolicy, Resilient, without_pool_retries
 from runs.backends.argo_build import build_pod, build_pod_name
 from runs.backends.argo_manifest import (
     DAG_TASK_LABEL,
@@ -56,6 +57,7 @@ CONFLICT_RETRIES = 10
 """Read-modify-write attempts on a node whose resourceVersion keeps changing."""
 WATCH_TIMEOUT_S = 300
 WATCH_BACKOFF_S = 5.0
+WATCH_SLACK_S = 30
 BUILD_POLL_S = 5.0
 GIB = 2**30
 
@@ -92,11 +94,16 @@ class ArgoBackend:
         store: Path,
         build_poll_s: float = BUILD_POLL_S,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
+        calls: CallPolicy | None = None,
     ) -> None:
         self.cluster = cluster
         self.store = store
-        self.core = CoreV1Api(api)
-        self.custom = CustomObjectsApi(api)
+        self.calls = calls or CallPolicy()
+        without_pool_retries(api)
+        # Every call with a timeout and retried on transient errors; the watch alone is not.
+        self.core = cast(CoreV1Api, Resilient(CoreV1Api(api), self.calls))
+        self.custom = cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), self.calls))
+        self._watch_api = CustomObjectsApi(api)
         self.build_poll_s = build_poll_s
         self.watch_timeout_s = watch_timeout_s
         self._callbacks: list[Callable[[], None]] = []
@@ -378,7 +385,7 @@ class ArgoBackend:
     def _events(self, resource_version: str) -> Iterator[dict[str, Any]]:
         self._watch = Watch()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
         for event in self._watch.stream(  # type: ignore[no-untyped-call]  # unannotated, as above
-            self.custom.list_namespaced_custom_object,
+            self._watch_api.list_namespaced_custom_object,
             GROUP,
             VERSION,
             self.namespace,
@@ -386,6 +393,8 @@ class ArgoBackend:
             label_selector=RUN_LABEL,
             timeout_seconds=self.watch_timeout_s,
             resource_version=resource_version,
+            # The server ends the watch after timeout_seconds; a silent one is cut a bit later.
+            _request_timeout=(self.calls.connect_timeout_s, self.watch_timeout_s + WATCH_SLACK_S),
         ):
             if self._closed.is_set():
                 return
@@ -429,7 +438,12 @@ class ArgoBackend:
         except ApiException as error:
             if error.status != 404:
                 raise
-            self.core.create_namespaced_pod(self.namespace, pod)  # type: ignore[arg-type]  # the client validates a dict
+            try:
+                self.core.create_namespaced_pod(self.namespace, pod)  # type: ignore[arg-type]  # the client validates a dict
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                log.info("the build %s was started meanwhile by another submission: joined", name)
             return "Pending"
         return (current.status.phase if current.status else None) or "Pending"
 

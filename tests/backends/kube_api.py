@@ -34,6 +34,18 @@ POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/lo
 NODES = re.compile(r"^/api/v1/nodes$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 
+STALL = -1
+"""What ``KubeState.intercept`` returns to make the server read a request and never answer."""
+STALL_MAX_S = 30.0
+"""The longest a stalled request is held (the server's shutdown ends it sooner)."""
+REASONS = {
+    409: "AlreadyExists",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
@@ -99,6 +111,9 @@ class KubeState:
     before_node_patch: Callable[[str], None] | None = None
     """Called before a PATCH of a node is applied, e.g. to play a conflicting writer."""
     on_pod_created: Callable[[dict[str, Any]], None] | None = None
+    intercept: Callable[[Request], int | None] | None = None
+    """Called with each request before it is served: a status code to answer it with an error
+    instead, ``STALL`` to never answer it, None to serve it."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     _versions: itertools.count = field(default_factory=lambda: itertools.count(100))
     _watchers: list[tuple[str, queue.Queue]] = field(default_factory=list)
@@ -197,6 +212,16 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.lock:
             state.requests.append(request)
+            answer = state.intercept(request) if state.intercept else None
+        if answer == STALL:
+            self.server.closing.wait(STALL_MAX_S)
+            self.close_connection = True
+            return
+        if answer is not None:
+            request.status = answer
+            reason = REASONS.get(answer, "InternalError")
+            self._send(answer, _status(answer, reason, f"{reason} played by the test"))
+            return
         try:
             if method == "GET" and WORKFLOWS.match(url.path) and query.get("watch") == "true":
                 request.status = 200

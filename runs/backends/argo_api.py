@@ -1,0 +1,152 @@
+"""Calls of the Kubernetes API that neither hang nor give up at the first hiccup.
+
+Every call has a connect and a read timeout; a transient failure (no connection, a timeout,
+429, 5xx) is tried again with a capped exponential backoff; what fails for good is raised
+with a one-sentence message instead of the client's HTTP dump.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class ClusterError(RuntimeError):
+    """The Kubernetes API could not be reached or kept failing; the message is one sentence."""
+
+
+class ClusterUnavailable(ClusterError):
+    """No answer (no connection, a timeout) or a transient error (429, 5xx) after every try."""
+
+
+class ClusterApiError(ApiException):
+    """An answer of the API server that is an error, told in one sentence (its status kept)."""
+
+    def __init__(self, error: ApiException, what: str) -> None:
+        super().__init__(status=error.status, reason=error.reason)
+        self.body = error.body
+        self.headers = error.headers
+        self.what = what
+
+    def __str__(self) -> str:
+        detail = _server_message(self.body) or self.reason or "no reason given"
+        return f"the Kubernetes API answered {self.status} to {self.what}: {detail}"
+
+
+class TransientApiError(ClusterApiError, ClusterUnavailable):
+    """A 429 or 5xx answer that lasted through every try."""
+
+
+@dataclass(frozen=True)
+class CallPolicy:
+    """How long a call may take and how often a transient failure is tried again."""
+
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+    tries: int = 5
+    backoff_s: float = 0.5
+    backoff_cap_s: float = 8.0
+
+    @property
+    def timeout(self) -> tuple[float, float]:
+        return (self.connect_timeout_s, self.read_timeout_s)
+
+    def wait_s(self, attempt: int) -> float:
+        """The pause after failed try ``attempt`` (0, 1, …): doubling, capped."""
+        return float(min(self.backoff_cap_s, self.backoff_s * 2**attempt))
+
+
+class Resilient:
+    """An API object of the client (``CoreV1Api``, ``CustomObjectsApi``) whose every method
+    is called with the policy's timeout and tried again on transient failures."""
+
+    def __init__(
+        self, api: Any, policy: CallPolicy, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self._api = api
+        self._policy = policy
+        self._sleep = sleep
+        self.api_client: ApiClient = api.api_client
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._api, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, method, *args, **kwargs)
+
+        return call
+
+    def _call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        policy = self._policy
+        kwargs.setdefault("_request_timeout", policy.timeout)
+        what = _describe(name, args)
+        for attempt in range(policy.tries):
+            last = attempt == policy.tries - 1
+            try:
+                return method(*args, **kwargs)
+            except ApiException as error:
+                if error.status not in TRANSIENT_STATUSES:
+                    raise ClusterApiError(error, what) from None
+                if last:
+                    raise TransientApiError(error, what) from None
+                log.info("the Kubernetes API answered %s to %s; trying again", error.status, what)
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                if last:
+                    raise ClusterUnavailable(
+                        f"the Kubernetes API did not answer {what} "
+                        f"after {policy.tries} tries: {_reason(error)}"
+                    ) from None
+                log.info("the Kubernetes API did not answer %s (%s); trying again", what, error)
+            self._sleep(policy.wait_s(attempt))
+        raise AssertionError("unreachable: the last try returns or raises")
+
+
+def without_pool_retries(api: ApiClient) -> ApiClient:
+    """Leave retrying to ``Resilient``: urllib3's own retries would multiply every timeout."""
+    api.rest_client.pool_manager.connection_pool_kw["retries"] = False
+    return api
+
+
+def _describe(name: str, args: tuple[Any, ...]) -> str:
+    """What a call does, in words: ``read_namespaced_pod_log("p-1", …)`` is "read pod log p-1",
+    ``get_namespaced_custom_object(group, version, ns, "workflows", "wf")`` "get workflow wf"."""
+    words = [w for w in name.split("_") if w != "namespaced"]
+    target = args[0] if args and isinstance(args[0], str) else ""
+    if words[-2:] == ["custom", "object"] and len(args) >= 4:
+        words = [words[0], str(args[3]).removesuffix("s")]
+        target = args[4] if len(args) > 4 and isinstance(args[4], str) else ""
+    return " ".join([*words, target]).strip()
+
+
+def _server_message(body: Any) -> str:
+    """The ``message`` of the Status object the API server sends with an error, one line."""
+    if not body:
+        return ""
+    try:
+        found = json.loads(body).get("message", "")
+    except (TypeError, ValueError, AttributeError):
+        found = str(body)
+    return " ".join(str(found).split())[:300]
+
+
+def _reason(error: BaseException) -> str:
+    """The innermost reason of a urllib3 error, one line (a timeout, a refused connection)."""
+    reason = getattr(error, "reason", None) or error
+    text = type(reason).__name__ if not str(reason) else str(reason)
+    if "timed out" in text.lower() or "timeout" in type(reason).__name__.lower():
+        return "timed out"
+    return " ".join(text.split())[:200]

@@ -1,0 +1,183 @@
+"""The Argo backend's calls when the Kubernetes API stalls, fails for a while or refuses:
+timeouts, retries with backoff, a build joined, errors in one sentence."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
+
+from harness.tasktypes import task_types
+from runs.backends.argo import ArgoBackend
+from runs.backends.argo_api import CallPolicy, ClusterUnavailable
+from runs.backends.argo_build import build_pod_name
+from runs.backends.base import ClusterConfig
+from tests.backends.argo_runs import run_of
+from tests.backends.argo_workflows import WF, Nodes, argo_pod, workflow
+from tests.backends.kube_api import STALL, KubeApiServer, Request
+
+CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+QUICK = CallPolicy(connect_timeout_s=1.0, read_timeout_s=0.5, tries=3, backoff_s=0.01)
+REF = "registry.example/simrun-env:abc"
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def backend(kube: KubeApiServer, tmp_path: Path) -> ArgoBackend:
+    return ArgoBackend(
+        cluster=CLUSTER, api=kube.client(), store=tmp_path, build_poll_s=0.01, calls=QUICK
+    )
+
+
+def fail_first(kube: KubeApiServer, code: int, times: int, path_end: str = "") -> None:
+    """Answer the first ``times`` requests (whose path ends so) with ``code``."""
+    left = [times]
+
+    def intercept(request: Request) -> int | None:
+        if left[0] and request.path.endswith(path_end):
+            left[0] -= 1
+            return code
+        return None
+
+    kube.state.intercept = intercept
+
+
+def assert_one_sentence(error: BaseException) -> None:
+    text = str(error)
+    assert "\n" not in text
+    assert "HTTP response headers" not in text and "Reason:" not in text
+
+
+def test_a_stalled_api_is_given_up_after_the_read_timeout_of_every_try(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(workflow(Nodes()), "ADDED")
+    kube.state.intercept = lambda request: STALL
+
+    with pytest.raises(ClusterUnavailable) as raised:
+        backend.status(WF)
+
+    assert len(kube.state.requests) == QUICK.tries  # one request a try, no hidden retries
+    assert str(raised.value) == (
+        f"the Kubernetes API did not answer get workflow {WF} after 3 tries: timed out"
+    )
+
+
+def test_a_stalled_pod_log_read_does_not_freeze_the_caller(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Succeeded"), log="x\n")
+    kube.state.intercept = lambda request: STALL if request.path.endswith("/log") else None
+
+    with pytest.raises(ClusterUnavailable, match="read pod log p"):
+        backend.logs(WF, "sweep")
+
+
+@pytest.mark.parametrize("code", [500, 503, 429])
+def test_transient_answers_are_tried_again_until_one_goes_through(
+    backend: ArgoBackend, kube: KubeApiServer, code: int
+) -> None:
+    kube.state.put_workflow(workflow(Nodes()), "ADDED")
+    fail_first(kube, code, times=2)
+
+    assert backend.status(WF).phase == "Running"
+    assert [r.status for r in kube.state.requests] == [code, code, 200]
+
+
+def test_a_submission_the_api_keeps_failing_ends_in_one_sentence_with_its_status(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    fail_first(kube, 500, times=99)
+    record, plans = run_of("tasks: {sweep: {type: squares, settings: {n: 5}}}")
+
+    with pytest.raises(ApiException) as raised:
+        backend.submit(record, plans, task_types(), CLUSTER)
+
+    assert raised.value.status == 500
+    assert isinstance(raised.value, ClusterUnavailable)
+    assert str(raised.value) == (
+        "the Kubernetes API answered 500 to create workflow: InternalError played by the test"
+    )
+    assert len(kube.state.requests) == QUICK.tries
+    assert_one_sentence(raised.value)
+
+
+def test_an_error_that_is_no_hiccup_is_not_tried_again(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    with pytest.raises(KeyError):
+        backend.status(WF)
+
+    assert [r.status for r in kube.state.requests] == [404]
+
+
+def test_a_refused_connection_is_one_sentence(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    api = ApiClient(Configuration(host=f"http://127.0.0.1:{port}"))
+    backend = ArgoBackend(cluster=CLUSTER, api=api, store=tmp_path, calls=QUICK)
+
+    with pytest.raises(ClusterUnavailable) as raised:
+        backend.nodes()
+
+    assert str(raised.value).startswith("the Kubernetes API did not answer list node after 3 tries")
+    assert_one_sentence(raised.value)
+
+
+def test_a_build_another_submission_started_meanwhile_is_joined_not_failed(
+    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+) -> None:
+    name = build_pod_name(REF)
+
+    def other_submission_first(request: Request) -> int | None:
+        if request.method != "POST":
+            return None
+        # Between this submission's read (not found) and its create, another one created it.
+        other = argo_pod(name, node_name="", phase="Succeeded")
+        kube.state.put_pod(other)
+        return 409
+
+    kube.state.intercept = other_submission_first
+
+    backend.build_image(tmp_path / "images" / "abc", REF)
+
+    assert [r.status for r in kube.state.requests if r.method == "POST"] == [409]
+    assert ("simrun", name) not in kube.state.pods  # the joined build was waited for, then done
+
+
+def test_the_backoff_doubles_and_is_capped() -> None:
+    policy = CallPolicy(backoff_s=0.5, backoff_cap_s=3.0)
+
+    assert [policy.wait_s(n) for n in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_a_backoff_really_waits_between_tries(kube: KubeApiServer, tmp_path: Path) -> None:
+    policy = CallPolicy(tries=3, backoff_s=0.05)
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, calls=policy)
+    kube.state.put_workflow(workflow(Nodes()), "ADDED")
+    fail_first(kube, 503, times=2)
+    stamps: list[float] = []
+    original = kube.state.intercept
+    assert original is not None
+
+    def stamp(request: Request) -> int | None:
+        stamps.append(time.monotonic())
+        return original(request)
+
+    kube.state.intercept = stamp
+
+    backend.status(WF)
+
+    waits = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert waits[0] >= 0.05 and waits[1] >= 0.1
