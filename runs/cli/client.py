@@ -134,8 +134,13 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Send a request; raise ``CliError`` for no answer or an answer that is no success."""
+    def request(
+        self, method: str, path: str, *, missing: str = "", **kwargs: Any
+    ) -> httpx.Response:
+        """Send a request; raise ``CliError`` for no answer or an answer that is no success.
+
+        ``missing`` is the message of a 404: what was not found, by its id.
+        """
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.TimeoutException:
@@ -155,7 +160,7 @@ class Client:
         if response.status_code == 403:
             raise CliError(f"not allowed: {_detail(response)}", EXIT_RUN_FAILED)
         if response.status_code == 404:
-            raise CliError(f"not found: {_detail(response)}", EXIT_BAD_INPUT)
+            raise CliError(missing or f"not found: {_detail(response)}", EXIT_BAD_INPUT)
         if response.status_code == 400:
             problems = _detail(response)
             raise CliError(f"refused:\n{problems}", EXIT_BAD_INPUT, problems=problems)
@@ -165,11 +170,11 @@ class Client:
             raise CliError(f"the server failed ({response.status_code}): {_detail(response)}"[:500])
         return response
 
-    def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params=params).json()
+    def get(self, path: str, *, missing: str = "", **params: Any) -> Any:
+        return self.request("GET", path, missing=missing, params=params).json()
 
-    def post(self, path: str, **kwargs: Any) -> httpx.Response:
-        return self.request("POST", path, **kwargs)
+    def post(self, path: str, *, missing: str = "", **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, missing=missing, **kwargs)
 
 
 def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
@@ -186,6 +191,11 @@ def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable[...
             return error.code
 
     return wrapped
+
+
+def no_run(run_id: str) -> str:
+    """The message for a run the server does not know or does not show this user."""
+    return f"not found: no run {run_id!r} among the runs you may see"
 
 
 def run_url(config: Settings, run_id: str) -> str:

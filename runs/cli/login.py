@@ -17,6 +17,7 @@ from rich.console import Console
 from runs.cli.client import (
     EXIT_BAD_INPUT,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
     Client,
     CliError,
     Settings,
@@ -50,10 +51,39 @@ def obtain_token(url: str, username: str, password: str) -> str:
     except httpx.HTTPError as error:
         raise CliError(f"cannot reach the simrun server at {url}: {error}") from None
     if response.status_code == 400:
-        raise CliError("the username or password is wrong", EXIT_BAD_INPUT)
+        raise CliError("the username or password is wrong", EXIT_UNAVAILABLE)
     if response.status_code != 200:
         raise CliError(f"the server at {url} answered {response.status_code} to a login")
     return str(response.json()["token"])
+
+
+NO_TERMINAL = (
+    "no terminal to ask for the {what}: pass -u NAME with the password on standard input "
+    "(--password-stdin), or --token TOKEN"
+)
+
+
+def credentials(args: argparse.Namespace) -> tuple[str, str]:
+    """The username and password: from the arguments, standard input or the terminal."""
+    username = args.username
+    if not username:
+        if not sys.stdin.isatty():
+            raise CliError(NO_TERMINAL.format(what="username"), EXIT_BAD_INPUT)
+        username = input("username: ")
+    if args.password_stdin:
+        return username, sys.stdin.readline().rstrip("\n")
+    if not has_terminal():
+        raise CliError(NO_TERMINAL.format(what="password"), EXIT_BAD_INPUT)
+    return username, getpass.getpass("password: ")
+
+
+def has_terminal() -> bool:
+    """Whether getpass can ask: it reads the controlling terminal, not standard input."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
 
 
 @reports_errors
@@ -62,14 +92,7 @@ def run(args: argparse.Namespace) -> int:
     url = (
         args.url or os.environ.get("SIMRUN_URL") or read_config().get("url") or DEFAULT_URL
     ).rstrip("/")
-    token = args.token
-    if not token:
-        username = args.username or input("username: ")
-        if args.password_stdin:
-            password = sys.stdin.readline().rstrip("\n")
-        else:
-            password = getpass.getpass("password: ")
-        token = obtain_token(url, username, password)
+    token = args.token or obtain_token(url, *credentials(args))
     with Client(Settings(url, token)) as client:
         me = client.get("/api/me/")
     path = write_config(url, token)

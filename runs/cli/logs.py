@@ -31,13 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class LogPrinter:
     """Prints the text of several logs, each line prefixed by its log when there are several."""
 
-    def __init__(self, client: Client, base: str, console: Console, tail: int) -> None:
+    def __init__(
+        self, client: Client, base: str, console: Console, tail: int, missing: str = ""
+    ) -> None:
         self.client, self.base, self.console = client, base, console
+        self.missing = missing
         self.tail = max(1, min(tail, 5000))
         self.offsets: dict[str, int] = {}
 
     def logs(self, only: str | None) -> list[dict[str, Any]]:
-        found = list(self.client.get(f"{self.base}/logs/"))
+        found = list(self.client.get(f"{self.base}/logs/", missing=self.missing))
         if only is not None:
             found = [log for log in found if log["name"] == only]
             if not found:
@@ -66,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     with Client() as client:
         base = f"/api/runs/{args.run_id}/tasks/{args.task}"
-        printer = LogPrinter(client, base, console, args.tail)
+        missing = f"not found: no task {args.task!r} in a run {args.run_id!r} you may see"
+        printer = LogPrinter(client, base, console, args.tail, missing)
         if not args.follow:
             logs = printer.logs(args.log)
             for log in logs:
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 console.print("no logs yet")
             return EXIT_OK
         while True:
-            final = client.get(f"{base}/")["state"] in FINAL_TASK_STATES
+            final = client.get(f"{base}/", missing=missing)["state"] in FINAL_TASK_STATES
             logs = printer.logs(args.log)
             for log in logs:
                 printer.read(log["name"], prefix=len(logs) > 1 and not args.log)

@@ -1,6 +1,8 @@
 """Follow a run until it ends: progress bars per task on a terminal, a line per change otherwise.
 
 The exit code is 0 only when the run succeeded, so a script can ``simrun submit --follow``.
+The elapsed time is the run's own (the server's ``duration_s``, from its creation), not the
+follower's; Ctrl-C stops following only: the run goes on.
 """
 
 from __future__ import annotations
@@ -10,16 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from runs.cli.client import EXIT_OK, EXIT_RUN_FAILED, EXIT_UNAVAILABLE, Client, CliError
+from runs.cli.client import (
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_UNAVAILABLE,
+    Client,
+    CliError,
+    no_run,
+)
 
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
 POLL_S = 1.0
@@ -58,14 +60,17 @@ def _poll(client: Client, run_id: str, sleep: Callable[[float], None]) -> dict[s
     deadline = time.monotonic() + OUTAGE_S
     while True:
         try:
-            return dict(client.get(f"/api/runs/{run_id}/"))
+            return dict(client.get(f"/api/runs/{run_id}/", missing=no_run(run_id)))
         except CliError as error:
             if error.code != EXIT_UNAVAILABLE or time.monotonic() > deadline:
                 raise
             sleep(POLL_S)
 
 
-Show = Callable[[list[dict[str, Any]]], None]
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: the follower stopped, as a shell's 128 + SIGINT."""
+
+Show = Callable[[dict[str, Any]], None]
 """Shows the tasks of a run as polled."""
 
 
@@ -78,21 +83,14 @@ def follow(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Show the progress of a run until it ends; 0 when it succeeded."""
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[state]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, disable=not console.is_terminal) as bars:
-        show = _bars(bars) if console.is_terminal else _lines(console)
-        while True:
-            run = _poll(client, run_id, sleep)
-            show(run["tasks"])
-            if run["state"] in ENDED:
-                break
-            sleep(poll_s)
+    try:
+        run = _follow(client, run_id, console, poll_s=poll_s, sleep=sleep)
+    except KeyboardInterrupt:
+        console.print(
+            f"stopped following run {run_id}; the run goes on "
+            f"(see it with `simrun show {run_id}`, cancel it with `simrun cancel {run_id}`)"
+        )
+        return EXIT_INTERRUPTED
     state = run["state"]
     summary = f"run {run_id} {styled(state)} after {_duration(run.get('duration_s') or 0)}"
     if run.get("message"):
@@ -101,12 +99,38 @@ def follow(
     return EXIT_OK if state == "succeeded" else EXIT_RUN_FAILED
 
 
+def _follow(
+    client: Client,
+    run_id: str,
+    console: Console,
+    *,
+    poll_s: float,
+    sleep: Callable[[float], None],
+) -> dict[str, Any]:
+    """Poll and show a run until it ends; the run as last polled."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[state]}"),
+        TextColumn("{task.fields[elapsed]}", style="progress.elapsed"),
+    )
+    with Progress(*columns, console=console, disable=not console.is_terminal) as bars:
+        show = _bars(bars) if console.is_terminal else _lines(console)
+        while True:
+            run = _poll(client, run_id, sleep)
+            show(run)
+            if run["state"] in ENDED:
+                return run
+            sleep(poll_s)
+
+
 def _lines(console: Console) -> Show:
     """A line per task whose state or units changed: for a pipe or a log file."""
     seen: dict[str, tuple[str, int, int]] = {}
 
-    def show(tasks: list[dict[str, Any]]) -> None:
-        for task in tasks:
+    def show(run: dict[str, Any]) -> None:
+        for task in run["tasks"]:
             now = (task["state"], task["units_done"], task["units_total"])
             if seen.get(task["id"]) != now:
                 seen[task["id"]] = now
@@ -124,17 +148,19 @@ def _bars(bars: Progress) -> Show:
     """A bar per task, redrawn in place: for a terminal."""
     rows: dict[str, TaskID] = {}
 
-    def show(tasks: list[dict[str, Any]]) -> None:
-        for task in tasks:
+    def show(run: dict[str, Any]) -> None:
+        elapsed = _duration(run.get("duration_s") or 0)
+        for task in run["tasks"]:
             if task["id"] not in rows:
                 rows[task["id"]] = bars.add_task(
-                    task["id"], total=task["units_total"] or 1, state=""
+                    task["id"], total=task["units_total"] or 1, state="", elapsed=elapsed
                 )
             bars.update(
                 rows[task["id"]],
                 completed=task["units_done"],
                 total=task["units_total"] or 1,
                 state=styled(task["state"]),
+                elapsed=elapsed,
             )
 
     return show

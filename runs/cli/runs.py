@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -24,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
-    params: dict[str, object] = {"page_size": max(1, min(args.limit, 200))}
+    params: dict[str, Any] = {"page_size": max(1, min(args.limit, 200))}
     if args.state:
         params["state"] = args.state
     if args.name:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from runs.cli.client import EXIT_OK, Client, reports_errors, run_url
+from runs.cli.client import EXIT_OK, Client, no_run, reports_errors, run_url
 from runs.cli.progress import styled
 
 NAME = "show"
@@ -38,6 +39,15 @@ def tasks_table(tasks: list[dict[str, Any]]) -> Table:
     return table
 
 
+def memory_kill(attempt: dict[str, Any]) -> str:
+    """How an attempt was killed for memory, with the evidence when it says more than that."""
+    if not attempt["oom_killed"]:
+        return ""
+    evidence = attempt["oom_evidence"]
+    detail = f" ({evidence})" if evidence and evidence != "OOMKilled" else ""
+    return f"[red]OOM killed[/]{detail}"
+
+
 def attempts_table(tasks: list[dict[str, Any]]) -> Table | None:
     rows = [(t["id"], a) for t in tasks for a in t["attempts"]]
     if not rows:
@@ -46,7 +56,7 @@ def attempts_table(tasks: list[dict[str, Any]]) -> Table | None:
     for column in ("task", "worker", "attempt", "phase", "node", "exit", "memory kill"):
         table.add_column(column)
     for task_id, attempt in rows:
-        kill = f"[red]OOM[/] {attempt['oom_evidence']}" if attempt["oom_killed"] else ""
+        kill = memory_kill(attempt)
         table.add_row(
             task_id,
             attempt["worker"],
@@ -62,7 +72,7 @@ def attempts_table(tasks: list[dict[str, Any]]) -> Table | None:
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client:
-        item = client.get(f"/api/runs/{args.run_id}/")
+        item = client.get(f"/api/runs/{args.run_id}/", missing=no_run(args.run_id))
         url = run_url(client.config, item["id"])
     console = Console(highlight=False)
     title = f"{item['name']} " if item["name"] else ""
@@ -74,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     if item["message"]:
         console.print(f"message: {item['message']}")
     console.print(tasks_table(item["tasks"]))
+    for task in item["tasks"]:
+        if task.get("command"):
+            console.print(f"command of {task['id']}: {shlex.join(task['command'])}", markup=False)
     attempts = attempts_table(item["tasks"])
     if attempts is not None:
         console.print(attempts)

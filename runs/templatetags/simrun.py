@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from django import template
 
@@ -68,3 +69,9 @@ def ratio(value: float | None, by: float | None) -> str:
     if not by or value is None:
         return "–"
     return f"{value / by:.3g}"
+
+
+@register.filter
+def shell(args: list[str] | None) -> str:
+    """A command's args as a shell would take them back (``shlex.join``): quotes kept."""
+    return shlex.join(args or [])

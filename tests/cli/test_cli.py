@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import stat
 import subprocess
 import sys
 
 import pytest
 
-from runs.models import Run, RunState, Snapshot, Task
+from runs.models import Attempt, Run, RunState, Snapshot, Task
 from tests.api.conftest import running, submitted
-from tests.e2e.service import free_port
+from tests.e2e.service import CONFIGURATION, SIMRUN, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,7 +110,7 @@ def test_login_keeps_the_server_and_token_for_later_commands(simrun, live_server
         "login", live_server.url, "-u", "alice", "--password-stdin",
         token_=None, url="", stdin="nope\n",
     )  # fmt: skip
-    assert wrong.code == 2 and "username or password is wrong" in wrong.err
+    assert wrong.code == 3 and "username or password is wrong" in wrong.err
 
 
 def test_submit_uploads_the_local_source_trees_a_spec_names(simrun, tmp_path, live_server):
@@ -162,3 +164,69 @@ def test_logs_print_the_tail_and_follow_until_the_task_is_final(simrun, owner, s
     out, err = follower.communicate(timeout=60)
     assert follower.returncode == 0, err
     assert out == "later\n"
+
+
+def test_login_without_a_terminal_says_how_to_log_in_instead_of_a_traceback(simrun, live_server):
+    result = simrun("login", live_server.url, token_=None, url="")
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "no terminal to ask for the username" in result.err and "--token" in result.err
+
+
+def test_login_without_a_terminal_for_the_password_says_so(live_server, home):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CONFIGURATION)}
+    env.update(XDG_CONFIG_HOME=str(home / ".config"), HOME=str(home))
+    done = subprocess.run(
+        [SIMRUN, "login", live_server.url, "-u", "alice"],
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,  # no controlling terminal for getpass to open
+        check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "no terminal to ask for the password" in done.stderr
+    assert "--password-stdin" in done.stderr
+
+
+def test_not_found_names_the_run_or_task_asked_for(simrun, owner, stranger):
+    theirs = submitted(stranger)
+    for args in (["show", "r-nosuch"], ["cancel", "r-nosuch"], ["show", theirs.id]):
+        result = simrun(*args)
+        assert result.code == 2 and repr(args[1]) in result.err, result.err
+        assert "No Run matches" not in result.err
+    mine = submitted(owner)
+    logs = simrun("logs", mine.id, "nosuch")
+    assert logs.code == 2 and "'nosuch'" in logs.err and repr(mine.id) in logs.err
+
+
+def test_show_names_a_memory_kill_once_and_commands_as_the_shell_quotes_them(simrun, owner):
+    text = (
+        "tasks:\n"
+        "  sweep: {type: squares, settings: {n: 4}}\n"
+        '  say: {command: [echo, "a b", "it\'s"], inputs: {x: sweep}}\n'
+    )
+    run = running(submitted(owner, text), sweep="running")
+    task = run.tasks.get(task_id="sweep")
+    Attempt.objects.create(
+        task=task, worker="sweep-w0", attempt=0, phase="Failed", exit_code=137,
+        oom_killed=True, oom_evidence="OOMKilled", memory_gb=1.0,
+    )  # fmt: skip
+    shown = simrun("show", run.id)
+    assert shown.code == 0, shown.err
+    assert "OOM killed" in shown.out and "OOMKilled" not in shown.out
+    assert "command of say: echo 'a b' 'it'\"'\"'s'" in shown.out
+
+
+def test_ctrl_c_on_follow_says_the_run_goes_on_and_how_to_cancel_it(simrun, tmp_path):
+    follower = simrun("submit", str(spec_file(tmp_path)), "--follow", background=True)
+    first = follower.stdout.readline()
+    assert first.startswith("submitted run "), first
+    run_id = first.split()[2].rstrip(":")
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 130, err
+    assert f"stopped following run {run_id}; the run goes on" in out
+    assert f"simrun cancel {run_id}" in out and "Traceback" not in err
+    assert not Run.objects.get(pk=run_id).ended

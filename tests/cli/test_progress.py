@@ -17,17 +17,17 @@ class ScriptedClient:
     def __init__(self, *answers) -> None:
         self.answers = list(answers)
 
-    def get(self, path: str):
+    def get(self, path: str, missing: str = ""):
         answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
+        if isinstance(answer, BaseException):
             raise answer
         return answer
 
 
-def run(state: str, done: int, message: str = "") -> dict:
+def run(state: str, done: int, message: str = "", duration_s: float = 75) -> dict:
     task = {"id": "sweep", "state": "running" if state == "running" else "done"}
     task |= {"units_done": done, "units_total": 10}
-    return {"state": state, "message": message, "duration_s": 75, "tasks": [task]}
+    return {"state": state, "message": message, "duration_s": duration_s, "tasks": [task]}
 
 
 def test_a_terminal_shows_a_bar_per_task_and_a_success_exits_0():
@@ -56,3 +56,24 @@ def test_a_server_that_stops_answering_for_a_moment_is_waited_for():
     outage = CliError("cannot reach the simrun server", EXIT_UNAVAILABLE)
     client = ScriptedClient(run("running", 1), outage, outage, run("succeeded", 10))
     assert follow(client, "r1", console, sleep=lambda s: None) == 0
+
+
+def test_the_elapsed_time_is_the_runs_own_from_its_creation():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    started_long_ago = [run("running", 3, duration_s=3725), run("succeeded", 10, duration_s=3726)]
+    assert follow(ScriptedClient(*started_long_ago), "r1", console, sleep=lambda s: None) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    bars = [line for line in text.splitlines() if line.startswith("sweep")]
+    assert bars and all("1h 02m" in line for line in bars), bars
+    assert "0:00:0" not in text
+
+
+def test_ctrl_c_stops_following_and_says_the_run_goes_on():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    client = ScriptedClient(run("running", 3), KeyboardInterrupt())
+    assert follow(client, "r1", console, sleep=lambda s: None) == 130
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("stopped following run r1; the run goes on")
+    assert "`simrun cancel r1`" in last
