@@ -139,6 +139,14 @@ class Run(models.Model):
     reconcile_after = models.DateTimeField(
         null=True, blank=True, help_text="A run whose reconcile crashed is pushed aside until then."
     )
+    rerun_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reruns",
+        help_text="The run whose spec this one was submitted again from.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
