@@ -139,6 +139,8 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
     return changes, changed_tasks
 
 
+    if poll.reports_pending != run.reports_pending:
+        changes["reports_pending"] = poll.reports_pending
 def _write(
     run: Run,
     tasks: list[Task],

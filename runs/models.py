@@ -131,6 +131,11 @@ class Run(models.Model):
     memory_enforced = models.BooleanField(
         default=True, help_text="Whether the backend enforces the planned memory."
     )
+    reports_pending = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="<worker>-<attempt> -> first seen, of exits 137 whose report is awaited.",
+    )
     failed_seen = models.PositiveIntegerField(
         default=0, help_text="Failed attempts of the backend's status already recorded."
     )
@@ -263,6 +268,7 @@ class Attempt(models.Model):
     evicted = models.BooleanField(default=False)
     node_name = models.CharField(max_length=253, blank=True)
     memory_gb = models.FloatField(null=True, blank=True, help_text="The memory it ran with.")
+    message = models.CharField(max_length=300, blank=True, help_text="How its end was classed.")
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     log_path = models.CharField(max_length=500, blank=True)
@@ -287,6 +293,7 @@ ATTEMPT_OUTCOME_FIELDS = (
     "evicted",
     "node_name",
     "memory_gb",
+    "message",
 )
 """What a poll learns of an attempt from the backend: a later poll of it rewrites them."""
 

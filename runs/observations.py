@@ -17,8 +17,9 @@ from typing import Any
 
 from harness import report as harness_report
 from harness.report import WorkerReport
+from runs import retry_rule
 from runs.models import Attempt, Observation, Task
-from runs.planner import TaskPlan
+from runs.planner import TaskPlan, observation_key
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +74,27 @@ def reports(task_dir: Path) -> dict[tuple[str, int], Path]:
     }
 
 
-def attempt_memory_gb(plan: TaskPlan, kills: Sequence[int], attempt: int) -> float:
-    """The memory an attempt ran with: the retry memory once an earlier one was killed."""
-    return plan.retry_memory_gb if any(k < attempt for k in kills) else plan.memory_gb
+def attempt_memory_gb(
+    plan: TaskPlan,
+    *,
+    attempt: int,
+    exits: Mapping[int, int | None],
+    known_gb: float | None = None,
+    report: WorkerReport | None = None,
+) -> float:
+    """The memory an attempt ran with: what its backend or its report says it had.
+
+    The backend knows it (the local backend started the process with it); else the report
+    says the limit the worker saw; else it is what the retry rule gave the attempt from the
+    exit codes of the earlier ones (``exits``, by attempt).
+    """
+    if known_gb:
+        return known_gb
+    if report is not None and report.memory_limit_bytes:
+        return round(report.memory_limit_bytes / GIB, 3)
+    return retry_rule.rendered_memory_gb(
+        memory_gb=plan.memory_gb, retry_memory_gb=plan.retry_memory_gb, exits=exits, attempt=attempt
+    )
 
 
 def task_of(worker: str, task_ids: Mapping[str, Any] | set[str]) -> str | None:
@@ -90,9 +109,12 @@ def task_of(worker: str, task_ids: Mapping[str, Any] | set[str]) -> str | None:
 def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, list[int]]) -> int:
     """Record the reports of a task not yet recorded, and its kills without a report.
 
-    Returns the observations written. A command task has no type, so nothing to observe.
+    Returns the observations written. Each carries the memory its attempt ran with, as its
+    attempt row says (``attempt_memory_gb``). A command task is observed by its key
+    (``runs.planner.observation_key``).
     """
-    if not task.type:
+    key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
+    if not key:
         return 0
     marks = task_dir / "recorded"
     try:
@@ -100,6 +122,21 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
     except FileNotFoundError:
         recorded = set()
     found = reports(task_dir)
+    rows = {(a.worker, a.attempt): a for a in Attempt.objects.filter(task=task)}
+    exits: dict[str, dict[int, int | None]] = {}
+    for (worker, number), row in rows.items():
+        exits.setdefault(worker, {})[number] = 137 if row.oom_killed else row.exit_code
+
+    def memory(worker: str, attempt: int, report: WorkerReport | None = None) -> float:
+        row = rows.get((worker, attempt))
+        return attempt_memory_gb(
+            plan,
+            attempt=attempt,
+            exits=exits.get(worker, {}),
+            known_gb=row.memory_gb if row is not None else None,
+            report=report,
+        )
+
     written = 0
     for (worker, attempt), path in sorted(found.items()):
         if f"{worker}-{attempt}" in recorded:
@@ -107,8 +144,9 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
         report = read_report(path)
         if report is None:
             continue
+        gb = memory(worker, attempt, report)
         observation = Observation(
-            task_type=task.type,
+            task_type=key,
             run_id=task.run_id,
             task=task,
             worker=worker,
@@ -116,14 +154,13 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
             processes=max(1, report.processes),
             per_worker_gb=report.per_worker_gb or plan.per_worker_gb,
             peak_bytes=report.peak_memory_bytes,
-            limit_bytes=report.memory_limit_bytes,
+            limit_bytes=int(gb * GIB),
             units=len(report.units_done),
             unit_seconds=report.unit_seconds,
             cpu_seconds=report.cpu_seconds,
             oom=is_oom(report, attempt, kills),
         )
-        memory = attempt_memory_gb(plan, kills.get(worker, []), attempt)
-        _store(observation, marks, node=report.node, memory_gb=memory)
+        _store(observation, marks, node=report.node, memory_gb=gb)
         written += 1
     for worker, attempts in sorted(kills.items()):
         if task_of(worker, {task.task_id}) is None:
@@ -131,20 +168,20 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
         for attempt in attempts:
             if (worker, attempt) in found or f"{worker}-{attempt}" in recorded:
                 continue
-            memory = attempt_memory_gb(plan, attempts, attempt)
+            gb = memory(worker, attempt)
             observation = Observation(
-                task_type=task.type,
+                task_type=key,
                 run_id=task.run_id,
                 task=task,
                 worker=worker,
                 attempt=attempt,
                 processes=plan.processes,
                 per_worker_gb=plan.per_worker_gb,
-                limit_bytes=int(memory * GIB),
+                limit_bytes=int(gb * GIB),
                 oom=True,
                 from_report=False,
             )
-            _store(observation, marks, node="", memory_gb=memory)
+            _store(observation, marks, node="", memory_gb=gb)
             written += 1
     return written
 

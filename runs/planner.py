@@ -2,9 +2,10 @@
 
 Pure functions, no database and no I/O: the caller passes the observations it read. A task's
 memory is ``base_gb + processes × per_worker_gb``; ``per_worker_gb`` comes from the spec if
-given, else from the observations of its type (a high quantile of the peak per process with a
-margin), else the type's default. The retry memory, for the one retry after a kill for
-memory, is larger: at least ``RETRY_FACTOR`` times, more when observed kills say so.
+given, else from the sizing policy (``runs.sizing``) over the observations of its type: clean
+peaks and kills, a kill counting as evidence from the first one on; with no observation, the
+type's default. The retry memory, for the one retry after a kill for memory, is the larger of
+``RETRY_FACTOR`` times the memory and what the policy gives a retry. See docs/memory.md.
 """
 
 from __future__ import annotations
@@ -16,13 +17,11 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.tasktypes import TaskType
+from runs import sizing
 from runs.spec import RunSpec, TaskSpec
 
-MIN_OBSERVATIONS = 3
-"""Fewer observations than this do not override the type's default."""
-QUANTILE = 0.95
-MARGIN = 1.25
 RETRY_FACTOR = 2.0
+"""The retry memory is at least this many times the memory."""
 DEFAULT_SPLIT_CORES = 2
 DEFAULT_UNSPLIT_CORES = 1
 DEFAULT_COMMAND_GB = 1.0
@@ -49,10 +48,37 @@ class TaskPlan(BaseModel):
 
 @dataclass(frozen=True)
 class ObservedPeak:
-    """One observation as the planner needs it: peak GiB per process, and whether it was a kill."""
+    """One observation as the planner needs it: peak GiB per process (the limit per process
+    for a kill), whether it was a kill, and when it was made (seconds since the epoch)."""
 
     gb_per_process: float
     oom: bool = False
+    at: float = 0.0
+
+
+KEY_LENGTH = 100
+"""The length of ``Observation.task_type``: a longer command key is cut there."""
+
+
+@dataclass(frozen=True)
+class PerWorker:
+    """The GiB per process of a task, the GiB per process of its retry, and why."""
+
+    gb: float
+    retry_gb: float
+    why: str
+
+
+def observation_key(*, task_type: str, run_name: str, task_id: str) -> str:
+    """What the observations of a task are stored and read under.
+
+    A task type's name; for a command task ``command:<run name>/<task id>``, so the same task
+    of a workflow submitted again learns from its earlier runs. A command task of a run
+    without a name has no key ("") and is planned at the default.
+    """
+    if task_type:
+        return task_type
+    return f"command:{run_name}/{task_id}"[:KEY_LENGTH] if run_name else ""
 
 
 def round_gb(gb: float) -> float:
@@ -68,48 +94,61 @@ def processes(cores: int, memory_gb: float | None, base_gb: float, per_worker_gb
     return max(1, min(cores, fit))
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile of values by linear interpolation (values not empty)."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+def observation_keys(spec: RunSpec) -> dict[str, str]:
+    """The observation key of every task of a spec, by task id ("" for none)."""
+    return {
+        task_id: observation_key(task_type=task.type or "", run_name=spec.name, task_id=task_id)
+        for task_id, task in spec.tasks.items()
+    }
+
+
+def history(observed: Sequence[ObservedPeak]) -> list[sizing.Sample]:
+    """The observations, newest first as read, as the policy's history: oldest first."""
+    samples = [sizing.Sample(o.gb_per_process, killed=o.oom, at=o.at) for o in observed]
+    return sorted(samples, key=lambda s: s.at)
 
 
 def per_worker_memory(
     task: TaskSpec, task_type: TaskType | None, observed: Sequence[ObservedPeak]
-) -> tuple[float, str]:
-    """The GiB per process and where they came from."""
+) -> PerWorker:
+    """The GiB per process of a task and of its retry, and where they came from.
+
+    From the spec if it says; else from the sizing policy over the observations (a command
+    task's are those of its key), with the type's default (a command's 1 GiB) before any.
+    """
+    default = task_type.per_worker_gb if task_type is not None else DEFAULT_COMMAND_GB
+    past = history(observed)
     if task.memory is not None and task.memory.per_worker_gb is not None:
-        return task.memory.per_worker_gb, "per-worker memory from the spec"
-    peaks = [o.gb_per_process for o in observed if not o.oom]
-    if task_type is not None and len(peaks) >= MIN_OBSERVATIONS:
-        peak = quantile(peaks, QUANTILE)
-        gb = max(MIN_PER_WORKER_GB, round_gb(peak * MARGIN))
-        return gb, (
-            f"per-worker memory from {len(peaks)} observations of {task_type.name}: "
-            f"p{round(QUANTILE * 100)} {peak:.3f} GiB × {MARGIN} margin"
-        )
-    if task_type is not None:
-        note = f" ({len(peaks)} observations, {MIN_OBSERVATIONS} needed)" if peaks else ""
-        return task_type.per_worker_gb, f"per-worker memory: default of {task_type.name}{note}"
-    return DEFAULT_COMMAND_GB, "memory: default of a command task"
+        gb = task.memory.per_worker_gb
+        retry = sizing.DEFAULT.retry(past, killed_gb=gb, default_gb=default)
+        return PerWorker(gb, retry, f"per-worker memory {gb:g} GiB from the spec")
+    what = task_type.name if task_type is not None else "the command"
+    if not past:
+        source = f"default of {task_type.name}" if task_type is not None else "default of a command"
+        retry = sizing.DEFAULT.retry(past, killed_gb=default, default_gb=default)
+        return PerWorker(default, retry, f"per-worker memory {default:g} GiB: {source}")
+    sized = sizing.DEFAULT.size(past, default_gb=default)
+    gb = max(MIN_PER_WORKER_GB, round_gb(sized.gb))
+    floor = f", floor {MIN_PER_WORKER_GB:g}" if gb == MIN_PER_WORKER_GB else ""
+    return PerWorker(
+        gb,
+        sized.retry_gb,
+        f"per-worker memory from {len(past)} observations of {what}: {sized.why}"
+        f" → {gb:g} GiB (rounded up to {GB_STEP:g}{floor})",
+    )
 
 
 def retry_memory(
-    memory_gb: float, base_gb: float, procs: int, observed: Sequence[ObservedPeak]
+    memory_gb: float, base_gb: float, procs: int, retry_gb: float
 ) -> tuple[float, str]:
-    """The memory of the retry after a kill: a factor more, more when kills were seen above."""
+    """The memory of the retry after a kill: the larger of a factor more and the policy's."""
     by_factor = memory_gb * RETRY_FACTOR
-    killed = [o.gb_per_process for o in observed if o.oom]
-    if killed:
-        by_kills = base_gb + procs * max(killed) * RETRY_FACTOR
-        if by_kills > by_factor:
-            return round_gb(by_kills), (
-                f"retry memory from {len(killed)} OOM kills: {RETRY_FACTOR}× the largest"
-            )
-    return round_gb(by_factor), f"retry memory {RETRY_FACTOR}× the memory"
+    by_policy = base_gb + procs * retry_gb
+    if by_policy > by_factor:
+        return round_gb(by_policy), (
+            f"retry memory {base_gb:g} + {procs} × {retry_gb:.3f} GiB = {round_gb(by_policy):g} GiB"
+        )
+    return round_gb(by_factor), f"retry memory {RETRY_FACTOR:g} × {memory_gb:g} GiB"
 
 
 def plan_task(
@@ -133,8 +172,9 @@ def plan_task(
     if max_cores is not None and cores > max_cores:
         why.append(f"cores capped from {cores} to {max_cores}, the largest node")
         cores = max_cores
-    per_worker_gb, source = per_worker_memory(task, task_type, observed)
-    why.append(source)
+    sized = per_worker_memory(task, task_type, observed)
+    per_worker_gb = sized.gb
+    why.append(sized.why)
     if task_type is None:
         base_gb = 0.0 if task.memory is None or task.memory.base_gb is None else task.memory.base_gb
     elif task.memory is not None and task.memory.base_gb is not None:
@@ -147,15 +187,16 @@ def plan_task(
         procs = processes(pool, memory_gb, base_gb, per_worker_gb)
         why.append(f"memory {memory_gb} GiB from the spec")
     elif task_type is None:
-        memory_gb, procs = per_worker_gb + base_gb, 1
+        memory_gb, procs = round_gb(per_worker_gb + base_gb), 1
     else:
         procs = pool
         memory_gb = round_gb(base_gb + procs * per_worker_gb)
+        why.append(f"memory {base_gb:g} + {procs} × {per_worker_gb:g} GiB = {memory_gb:g} GiB")
     if max_memory_gb is not None and memory_gb > max_memory_gb:
         why.append(f"memory capped from {memory_gb} to {max_memory_gb} GiB, the largest node")
         memory_gb = max_memory_gb
         procs = processes(pool, memory_gb, base_gb, per_worker_gb)
-    retry_gb, retry_why = retry_memory(memory_gb, base_gb, procs, observed)
+    retry_gb, retry_why = retry_memory(memory_gb, base_gb, procs, sized.retry_gb)
     if max_memory_gb is not None and retry_gb > max_memory_gb:
         retry_gb = max(memory_gb, max_memory_gb)
         retry_why += f", capped at {retry_gb} GiB, the largest node"
@@ -186,12 +227,13 @@ def plan_run(
     max_cores: int | None = None,
     max_memory_gb: float | None = None,
 ) -> dict[str, TaskPlan]:
-    """The plan of every task of a validated spec, by task id."""
+    """The plan of every task of a validated spec, by task id (``observed`` by their keys)."""
+    keys = observation_keys(spec)
     return {
         task_id: plan_task(
             task,
             types[task.type] if task.type else None,
-            (observed or {}).get(task.type or "", ()),
+            (observed or {}).get(keys[task_id], ()),
             extra_workers=extra_workers,
             max_cores=max_cores,
             max_memory_gb=max_memory_gb,

@@ -40,14 +40,14 @@ def planning_figures() -> list[PlanningFigure]:
     figures = []
     for name, task_type in sorted(types.items()):
         observed = peaks.get(name, [])
-        gb, why = per_worker_memory(TaskSpec(type=name), task_type, observed)
+        sized = per_worker_memory(TaskSpec(type=name), task_type, observed)
         figures.append(
             PlanningFigure(
                 task_type=task_type,
                 observations=len(observed),
                 oom_kills=sum(o.oom for o in observed),
-                per_worker_gb=gb,
-                why=why,
+                per_worker_gb=sized.gb,
+                why=sized.why,
             )
         )
     return figures

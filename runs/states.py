@@ -18,8 +18,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from harness.merge import MERGED_MARKER
-from harness.report import PROGRESS_UNIT
-from runs import observations, store
+from harness.report import PROGRESS_UNIT, WorkerReport
+from runs import observations, retry_rule, store
 from runs.backends.base import (
     PREEMPTED_PHASE,
     RETRYING_PHASE,
@@ -176,8 +176,9 @@ def closed(
         "ended_at": timezone.now(),
         "pending_release": bool(update.get("reserved_node", run.reserved_node)),
         "pending_cancel": exists,
-        "pending_logs": exists,
+        "pending_logs": bool(update.get("workflow", run.workflow)),
         "merge_pending": {},
+        "reports_pending": {},
         **update,
     }
     final = {t: s if s in FINAL_TASK_STATES else TaskState.SKIPPED for t, s in tasks.items()}
@@ -194,6 +195,7 @@ class Poll:
     oom_kills: dict[str, list[int]]
     failed_seen: int
     attempts: list[Attempt] = field(default_factory=list)
+    reports_pending: dict[str, float] = field(default_factory=dict)
     verdict: RunState | None = None
     message: str = ""
     workflow_exists: bool = True
@@ -206,10 +208,12 @@ def observe(
     grace = settings.SIMRUN_MERGE_MARKER_GRACE_S
     stored = {t.task_id: t for t in tasks}
     failed_seen = sum(len(a) for a in status.failed.values())
-    kills = run.oom_kills
-    attempts: list[Attempt] = []
-    if failed_seen != run.failed_seen:
-        kills, attempts = _failures(run, stored, plans, status)
+    found = Failures(kills=run.oom_kills, reports_pending=run.reports_pending)
+    if failed_seen != run.failed_seen or run.reports_pending:
+        found = _failures(run, stored, plans, status, now)
+        # An attempt whose report is awaited is not seen yet: the next poll looks again.
+        failed_seen -= len(found.reports_pending)
+    kills, attempts = found.kills, found.rows
     merge_pending = dict(run.merge_pending)
 
     def merge_state(task_id: str) -> TaskState:
@@ -222,7 +226,7 @@ def observe(
 
     kinds = {t.task_id: t.kind for t in tasks}
     states = task_states(kinds=kinds, status=status, plans=plans, merge_state=merge_state)
-    killed_twice = _killed_twice(kills, stored, plans)
+    killed_twice = found.killed_with_retry
     messages = {}
     for task_id, state in states.items():
         if stored[task_id].state == TaskState.FAILED:
@@ -237,8 +241,9 @@ def observe(
             messages[task_id] = ""
     merge_pending = {t: s for t, s in merge_pending.items() if states[t] not in FINAL_TASK_STATES}
     ending = {t for t, state in states.items() if state == TaskState.DONE and not stored[t].final}
-    attempts += _succeeded(ending, stored, plans, status, kills)
+    attempts += _succeeded(ending, stored, plans, status)
     poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts)
+    poll.reports_pending = found.reports_pending
     _decide(poll, [t.task_id for t in tasks], status)
     return poll
 
@@ -248,48 +253,39 @@ def _succeeded(
     stored: Mapping[str, Task],
     plans: Mapping[str, TaskPlan],
     status: BackendStatus,
-    kills: Mapping[str, list[int]],
 ) -> list[Attempt]:
     """The attempts whose pods succeeded, of the tasks done in this poll: the last attempt of
-    every succeeded node (its earlier ones are in ``status.failed``)."""
+    every succeeded node (its earlier ones are in ``status.failed``), with the memory it had."""
     found = []
+    reports: dict[str, dict[tuple[str, int], Path]] = {}
     for node, phase in status.tasks.items():
         worker = worker_of_node(node)
         task_id = task_of(worker, stored)
         if phase != "Succeeded" or task_id not in ending:
             continue
-        attempt = len(status.failed.get(worker, []))
+        failed = status.failed.get(worker, [])
+        attempt = len(failed)
+        task = stored[task_id]
+        if task_id not in reports:
+            reports[task_id] = observations.reports(store.task_dir(task.run_id, task_id))
+        path = reports[task_id].get((worker, attempt))
+        memory = attempt_memory_gb(
+            plans[task_id],
+            attempt=attempt,
+            exits={a.attempt: 137 if a.oom_killed else a.exit_code for a in failed},
+            report=observations.read_report(path) if path else None,
+        )
         found.append(
             Attempt(
-                task=stored[task_id],
+                task=task,
                 worker=worker,
                 attempt=attempt,
                 phase=phase,
                 exit_code=0,
                 node_name=status.hosts.get(node, ""),
-                memory_gb=attempt_memory_gb(plans[task_id], kills.get(worker, []), attempt),
+                memory_gb=memory,
             )
         )
-    return found
-
-
-def _killed_twice(
-    kills: Mapping[str, list[int]], stored: Mapping[str, Task], plans: Mapping[str, TaskPlan]
-) -> dict[str, str]:
-    """The tasks with a pod killed for memory again with the retry memory (Ruling 35).
-
-    By task id, the message of the failed run, which names the retry memory; whether the
-    backend failed the node itself (its retries exhausted) or would retry it again.
-    """
-    found = {}
-    for worker, killed in kills.items():
-        task_id = task_of(worker, stored)
-        if len(killed) >= 2 and task_id is not None and task_id not in found:
-            retry_gb = plans[task_id].retry_memory_gb
-            found[task_id] = (
-                f"{worker} was killed for memory again with the retry memory {retry_gb:g} GiB "
-                f"(attempts {', '.join(map(str, killed))})"
-            )
     return found
 
 
@@ -344,41 +340,66 @@ def _node_failure(node: str, status: BackendStatus) -> str:
 
 
 def _failures(
-    run: Run, stored: Mapping[str, Task], plans: Mapping[str, TaskPlan], status: BackendStatus
-) -> tuple[dict[str, list[int]], list[Attempt]]:
+    run: Run,
+    stored: Mapping[str, Task],
+    plans: Mapping[str, TaskPlan],
+    status: BackendStatus,
+    now: float,
+) -> Failures:
     """The OOM kills of a run and the rows of its failed attempts.
 
     A kill for memory needs the OOM killer's evidence (Rulings 34, 39): the backend's
     OOMKilled, or the report of an attempt that exited 137 counting kills in its cgroup. An
-    exit 137 without it is a kill after the grace period: an eviction.
+    exit 137 whose report cannot be read yet is decided at a later poll; without a report
+    after ``SIMRUN_REPORT_GRACE_S`` it was a kill after the grace period: an eviction. Each
+    attempt's memory is the one it ran with (``attempt_memory_gb``); a kill of an attempt
+    that had the retry memory fails its task (Ruling 35).
     """
-    kills = {worker: list(attempts) for worker, attempts in run.oom_kills.items()}
-    rows: list[Attempt] = []
+    grace = settings.SIMRUN_REPORT_GRACE_S
+    found = Failures(kills={w: list(a) for w, a in run.oom_kills.items()})
     listed: dict[str, dict[tuple[str, int], Path]] = {}
     for key, failed in status.failed.items():
         task_id = task_of(key, stored)
         if task_id is None:
             log.warning("run %s: failed attempts of %s, a pod of no task", run.id, key)
             continue
-        evidence: dict[int, str] = {}
+        if task_id not in listed:
+            listed[task_id] = observations.reports(store.task_dir(run.id, task_id))
+        plan = plans[task_id]
+        exits = {a.attempt: 137 if a.oom_killed else a.exit_code for a in failed}
         for attempt in failed:
-            if attempt.oom_killed:
-                evidence[attempt.attempt] = "OOMKilled"
-            elif attempt.exit_code == 137:
-                if task_id not in listed:
-                    listed[task_id] = observations.reports(store.task_dir(run.id, task_id))
-                path = listed[task_id].get((key, attempt.attempt))
-                report = observations.read_report(path) if path else None
-                if report is not None and report.oom_kills > 0:
-                    evidence[attempt.attempt] = (
-                        f"exit 137; the report counts {report.oom_kills} OOM kill(s) in its cgroup"
-                    )
-            if attempt.attempt in evidence and attempt.attempt not in kills.get(key, []):
-                kills.setdefault(key, []).append(attempt.attempt)
-                kills[key].sort()
-        for attempt in failed:
-            oom = attempt.attempt in evidence
-            rows.append(
+            path = listed[task_id].get((key, attempt.attempt))
+            report = observations.read_report(path) if path else None
+            evidence, note = _evidence(attempt, report)
+            name = f"{key}-{attempt.attempt}"
+            if attempt.exit_code == 137 and not evidence and report is None:
+                first = run.reports_pending.get(name, now)
+                if now - first < grace:
+                    found.reports_pending[name] = first
+                    continue
+                note = f"no report within {grace:g} s: counted as a kill after the grace period"
+            memory = attempt_memory_gb(
+                plan,
+                attempt=attempt.attempt,
+                exits=exits,
+                known_gb=attempt.memory_gb,
+                report=report,
+            )
+            oom = bool(evidence)
+            if oom and attempt.attempt not in found.kills.get(key, []):
+                found.kills.setdefault(key, []).append(attempt.attempt)
+                found.kills[key].sort()
+            with_retry = retry_rule.ran_with_retry_memory(
+                memory, memory_gb=plan.memory_gb, retry_memory_gb=plan.retry_memory_gb
+            )
+            if oom and with_retry and task_id not in found.killed_with_retry:
+                killed = found.kills[key]
+                found.killed_with_retry[task_id] = (
+                    f"{key} was killed for memory{' again' if len(killed) > 1 else ''} with the "
+                    f"retry memory {memory:g} GiB (attempt{'s' if len(killed) > 1 else ''} "
+                    f"{', '.join(map(str, killed))})"
+                )
+            found.rows.append(
                 Attempt(
                     task=stored[task_id],
                     worker=key,
@@ -386,15 +407,35 @@ def _failures(
                     phase="Failed",
                     exit_code=attempt.exit_code,
                     oom_killed=oom,
-                    oom_evidence=evidence.get(attempt.attempt, ""),
+                    oom_evidence=evidence,
+                    message=note,
                     evicted=attempt.evicted or (attempt.exit_code == 137 and not oom),
                     node_name=attempt.node or "",
-                    memory_gb=attempt_memory_gb(
-                        plans[task_id], kills.get(key, []), attempt.attempt
-                    ),
+                    memory_gb=memory,
                 )
             )
-    return kills, rows
+    return found
+
+
+def _evidence(attempt: FailedAttempt, report: WorkerReport | None) -> tuple[str, str]:
+    """The OOM killer's evidence of a failed attempt ("" without), and a note on what was read."""
+    if attempt.oom_killed:
+        return "OOMKilled", ""
+    if attempt.exit_code != 137 or report is None:
+        return "", ""
+    if report.oom_kills > 0:
+        return f"exit 137; the report counts {report.oom_kills} OOM kill(s) in its cgroup", ""
+    return "", ""
+
+
+@dataclass
+class Failures:
+    """What the failed attempts of a run say: its kills, rows, and what waits for a report."""
+
+    kills: dict[str, list[int]]
+    rows: list[Attempt] = field(default_factory=list)
+    killed_with_retry: dict[str, str] = field(default_factory=dict)
+    reports_pending: dict[str, float] = field(default_factory=dict)
 
 
 def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:

@@ -19,7 +19,7 @@ from runs import store
 from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
 from runs.models import Observation, Run, Task, TaskKind
-from runs.planner import ObservedPeak, plan_run
+from runs.planner import ObservedPeak, observation_keys, plan_run
 from runs.records import task_json, task_records
 from runs.spec import RunSpec, SpecError
 
@@ -44,7 +44,8 @@ def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
     for row in ranked:
         gb = row.peak_gb_per_process
         if gb is not None:
-            peaks.setdefault(row.task_type, []).append(ObservedPeak(gb, oom=row.oom))
+            at = row.created_at.timestamp()
+            peaks.setdefault(row.task_type, []).append(ObservedPeak(gb, oom=row.oom, at=at))
     return peaks
 
 
@@ -76,7 +77,7 @@ def create_run(*, spec: RunSpec, owner: User, backend: Backend | None = None) ->
     types = task_types()
     backend = backend or get_backend()
     check_sources(spec, owner)
-    used = {t.type for t in spec.tasks.values() if t.type}
+    used = {key for key in observation_keys(spec).values() if key}
     plans = plan_run(
         spec,
         types=types,

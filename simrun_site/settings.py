@@ -221,6 +221,8 @@ SIMRUN_LOCAL_COMMANDS = _read("SIMRUN_LOCAL_COMMANDS", env.str, "direct")
 if SIMRUN_LOCAL_COMMANDS not in {"direct", "docker"}:
     raise ImproperlyConfigured(
         f"environment variable SIMRUN_LOCAL_COMMANDS must be direct or docker, "
+SIMRUN_REPORT_GRACE_S = _positive("SIMRUN_REPORT_GRACE_S", 60.0)
+"""How long an exit 137 waits for its report before it is classed without one (an eviction)."""
         f"not {SIMRUN_LOCAL_COMMANDS!r}"
     )
 SIMRUN_SCRATCH = Path(_read("SIMRUN_SCRATCH", env.str, str(SIMRUN_HOME / "scratch"))).resolve()

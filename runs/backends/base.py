@@ -67,6 +67,9 @@ class BackendStatus(BaseModel):
 
     phase: str
     tasks: dict[str, str] = Field(
+    memory_gb: float | None = Field(
+        default=None, description="The memory limit it ran with, when the backend knows it."
+    )
         default_factory=dict,
         description="Phase of every DAG node by name: <task>-w0, <task>-extra(<i>:<item>), "
         "<task>-merge, <task>; a node not yet created is missing.",

@@ -278,7 +278,39 @@ def test_an_exit_137_without_the_oom_killers_evidence_is_no_kill_for_memory(laun
     run = fresh(run)
     assert run.oom_kills == {} and run.state == RunState.RUNNING
     attempts = Attempt.objects.filter(task__run=run).order_by("attempt")
-    assert [(a.oom_killed, a.evicted) for a in attempts] == [(False, True), (False, True)]
+    assert [(a.attempt, a.oom_killed, a.evicted) for a in attempts] == [(0, False, True)]
+
+
+def test_an_exit_137_whose_report_is_not_there_yet_is_decided_when_it_comes(launch, fake):
+    run = launch()
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137)
+    poll(fake)
+    run = fresh(run)
+    assert "sweep-w0-0" in run.reports_pending and run.oom_kills == {}
+    assert not Attempt.objects.filter(task__run=run).exists()
+    write_report(run, "sweep-w0", 0, oom_kills=1)
+    poll(fake)
+    run = fresh(run)
+    assert run.oom_kills == {"sweep-w0": [0]} and run.reports_pending == {}
+    attempt = Attempt.objects.get(task__run=run)
+    assert attempt.oom_killed and not attempt.evicted
+
+
+def test_an_exit_137_without_a_report_after_the_grace_is_an_eviction_that_says_so(
+    launch, fake, settings
+):
+    settings.SIMRUN_REPORT_GRACE_S = 30.0
+    run = launch()
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137)
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        poll(fake)
+        traveller.shift(31)
+        poll(fake)
+    run = fresh(run)
+    assert run.oom_kills == {} and run.reports_pending == {}
+    attempt = Attempt.objects.get(task__run=run)
+    assert attempt.evicted and not attempt.oom_killed
+    assert attempt.message == "no report within 30 s: counted as a kill after the grace period"
 
 
 def test_a_second_oom_kill_with_the_retry_memory_fails_the_run_naming_it(launch, fake):
@@ -371,6 +403,25 @@ def test_a_gone_workflow_is_resolved_from_the_stored_states_and_the_merge_marker
     assert not run.pending_cancel and not run.pending_logs
     assert fake.called("stop") == [] and fake.called("cancel") == []
     assert fake.reserved_by("node-a") is None
+
+
+def test_a_gone_workflow_keeps_its_reports_and_the_kill_observed_at_its_limit(launch, fake):
+    run = launch()
+    memory_gb = plan(run).memory_gb
+    fake.set_nodes(run.workflow, {"sweep-w0": RETRYING_PHASE, "sweep-extra(0:1)": "Succeeded"})
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    write_report(run, "sweep-w1", 0, peak_memory_bytes=200 * 2**20)
+    poll(fake)
+    assert fresh(run).oom_kills == {"sweep-w0": [0]}
+    fake.vanish(run.workflow)
+    poll(fake)
+    run = fresh(run)
+    assert run.state == RunState.FAILED and not run.pending_logs
+    observed = {(o.worker, o.attempt): o for o in Observation.objects.filter(run=run)}
+    assert set(observed) == {("sweep-w0", 0), ("sweep-w1", 0)}
+    kill = observed["sweep-w0", 0]
+    assert kill.oom and not kill.from_report and kill.limit_bytes == int(memory_gb * 2**30)
+    assert observed["sweep-w1", 0].peak_bytes == 200 * 2**20
 
 
 def test_a_gone_workflow_whose_tasks_all_merged_succeeded(launch, fake):

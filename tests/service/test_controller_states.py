@@ -202,12 +202,12 @@ def test_the_terminal_record_skips_tasks_not_final_and_releases_the_node():
     assert changes["merge_pending"] == {}
 
 
-def test_the_terminal_record_of_a_gone_workflow_has_nothing_to_stop_and_no_logs_to_keep():
+def test_the_terminal_record_of_a_gone_workflow_has_nothing_to_stop_but_reports_to_record():
     run = Run(id="r1", workflow="simrun-r1", reserved_node="")
     changes, _ = controller.closed(
         run=run, state=RunState.FAILED, tasks={}, message="gone", workflow_exists=False
     )
-    assert not changes["pending_cancel"] and not changes["pending_logs"]
+    assert not changes["pending_cancel"] and changes["pending_logs"]
     assert not changes["pending_release"]
 
 

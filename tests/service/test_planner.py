@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.tasktypes import task_types
+from runs import sizing
 from runs.planner import (
-    MARGIN,
-    MIN_OBSERVATIONS,
     RETRY_FACTOR,
     ObservedPeak,
     TaskPlan,
+    observation_key,
+    plan_run,
     plan_task,
     processes,
-    quantile,
     round_gb,
 )
-from runs.spec import MemorySpec, TaskSpec
+from runs.spec import MemorySpec, RunSpec, TaskSpec
 
 SQUARES = task_types()["squares"]
 CSV_STATS = task_types()["csv-stats"]
@@ -46,35 +48,83 @@ def test_the_spec_overrides_the_per_worker_and_base_memory():
     assert "from the spec" in plan.why
 
 
-def test_observations_give_a_high_quantile_with_a_margin():
-    peaks = [ObservedPeak(gb) for gb in (0.2, 0.3, 0.4, 0.5, 1.0)]
-    plan = plan_task(split(cores=1), SQUARES, peaks)
-    expected = round_gb(quantile([0.2, 0.3, 0.4, 0.5, 1.0], 0.95) * MARGIN)
-    assert plan.per_worker_gb == pytest.approx(expected)
-    assert plan.per_worker_gb > 0.9 * MARGIN
+def peaks(*gbs: float, kill: float | None = None) -> list[ObservedPeak]:
+    """Observations newest first, as a submission reads them; a kill newest when given."""
+    found = [ObservedPeak(gb, at=float(i)) for i, gb in enumerate(gbs)]
+    if kill is not None:
+        found.append(ObservedPeak(kill, oom=True, at=float(len(gbs))))
+    return found[::-1]
+
+
+def test_observations_size_a_task_with_the_sizing_policy():
+    observed = peaks(0.02, 0.03, 0.04, 0.05, 0.06)
+    plan = plan_task(split(cores=1), SQUARES, observed)
+    history = [sizing.Sample(o.gb_per_process, at=o.at) for o in reversed(observed)]
+    expected = sizing.DEFAULT.size(history, default_gb=SQUARES.per_worker_gb)
+    assert plan.per_worker_gb == max(0.05, round_gb(expected.gb))
     assert "5 observations of squares" in plan.why
-    assert "p95" in plan.why and f"{MARGIN} margin" in plan.why
+    assert expected.why in plan.why
 
 
-def test_too_few_observations_keep_the_default_and_say_so():
-    peaks = [ObservedPeak(3.0)] * (MIN_OBSERVATIONS - 1)
-    plan = plan_task(split(), SQUARES, peaks)
-    assert plan.per_worker_gb == SQUARES.per_worker_gb
-    assert f"{MIN_OBSERVATIONS - 1} observations, {MIN_OBSERVATIONS} needed" in plan.why
+def test_one_kill_at_x_makes_the_next_plan_at_least_x_times_the_bump():
+    killed = 0.25
+    plan = plan_task(split(cores=1), SQUARES, peaks(kill=killed))
+    assert plan.per_worker_gb >= killed * sizing.BUMP
+    assert plan.retry_memory_gb >= plan.memory_gb * RETRY_FACTOR
+    assert f"1 kill × {sizing.BUMP:g}" in plan.why
 
 
-def test_oom_kills_are_not_peaks_but_raise_the_retry_memory():
-    peaks = [ObservedPeak(0.1)] * 5 + [ObservedPeak(2.0, oom=True)]
-    plan = plan_task(split(cores=2), SQUARES, peaks)
-    assert plan.per_worker_gb < 0.2
-    assert plan.retry_memory_gb == pytest.approx(round_gb(plan.base_gb + 2 * 2.0 * RETRY_FACTOR))
-    assert "OOM kills" in plan.why
+def test_a_kill_after_clean_peaks_raises_the_plan_above_the_killed_limit():
+    clean = plan_task(split(cores=2), SQUARES, peaks(0.01, 0.012, 0.011))
+    killed = plan_task(split(cores=2), SQUARES, peaks(0.01, 0.012, 0.011, kill=0.3))
+    assert clean.per_worker_gb < 0.3
+    assert killed.per_worker_gb >= 0.3 * sizing.BUMP
+    assert "3 peaks and 1 kill" in killed.why
+
+
+def test_a_floor_that_makes_the_plan_is_named():
+    plan = plan_task(split(cores=1), SQUARES, peaks(0.001, 0.001, 0.001))
+    assert plan.per_worker_gb == 0.05
+    assert "floor 0.05" in plan.why
+
+
+def test_the_why_of_the_memory_recomputes_to_the_plan():
+    plan = plan_task(split(cores=3), SQUARES, peaks(0.2, 0.3, kill=0.4))
+    found = re.search(r"memory ([\d.]+) \+ (\d+) × ([\d.]+) GiB = ([\d.]+) GiB", plan.why)
+    assert found is not None, plan.why
+    base, procs, per_worker, memory = map(float, found.groups())
+    assert (base, procs, per_worker, memory) == (
+        plan.base_gb,
+        plan.processes,
+        plan.per_worker_gb,
+        plan.memory_gb,
+    )
+    assert round_gb(base + procs * per_worker) == memory
+    retry = re.search(r"retry memory ([\d.]+) × ([\d.]+) GiB", plan.why)
+    assert retry is not None, plan.why
+    factor, of = map(float, retry.groups())
+    assert of == plan.memory_gb
+    assert round_gb(factor * of) == plan.retry_memory_gb
 
 
 def test_the_retry_memory_is_at_least_a_factor_more():
     plan = plan_task(split(cores=3), SQUARES)
     assert plan.retry_memory_gb >= plan.memory_gb * RETRY_FACTOR - 1e-9
-    assert f"{RETRY_FACTOR}× the memory" in plan.why
+    assert f"retry memory {RETRY_FACTOR:g} × {plan.memory_gb:g} GiB" in plan.why
+
+
+def test_a_command_task_learns_from_the_observations_of_its_key():
+    spec = RunSpec.model_validate({"name": "post", "tasks": {"plot": {"command": ["plot"]}}})
+    key = observation_key(task_type="", run_name="post", task_id="plot")
+    assert key == "command:post/plot"
+    plan = plan_run(spec, types={}, observed={key: peaks(kill=1.0)})["plot"]
+    assert plan.memory_gb >= 1.0 * sizing.BUMP
+    assert "observations of the command" in plan.why
+
+
+def test_a_command_task_of_a_run_without_a_name_has_no_key():
+    assert observation_key(task_type="", run_name="", task_id="plot") == ""
+    assert observation_key(task_type="squares", run_name="", task_id="t") == "squares"
 
 
 def test_a_total_memory_from_the_spec_limits_the_processes():

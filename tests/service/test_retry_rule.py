@@ -1,0 +1,167 @@
+"""One retry rule for both backends, proven attempt by attempt (runs.retry_rule).
+
+For each sequence of attempt ends, three places must agree on the memory of every attempt
+and on the end of the run: the Workflow the Argo backend renders (its ``podSpecPatch`` and
+retry expression evaluated as Argo would), the local backend's choice of the next attempt's
+memory and of its retry, and the controller, which records what each attempt ran with and
+fails the run only when an attempt that had the retry memory was killed for memory.
+"""
+# ruff: noqa: F811  (the fixtures are imported from controller_support by name)
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.tasktypes import task_types
+from runs.backends.argo_manifest import RETRY_EXPRESSION, workflow_manifest
+from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig
+from runs.backends.local_state import Attempt as LocalAttempt
+from runs.backends.local_state import NodeSpec, NodeView, next_memory_gb, retry
+from runs.models import Attempt, RunState, Task
+from runs.planner import TaskPlan
+from tests.backends.argo_runs import evaluate, run_of, substitute
+from tests.service.controller_support import (  # noqa: F401
+    SWEEP,
+    fake,
+    fresh,
+    home,
+    launch,
+    poll,
+    sent,
+    write_report,
+)
+
+SPEC = """
+tasks:
+  sweep: {type: squares, settings: {n: 6}, workers: 3}
+"""
+FIRST = {"exitCode": "-1", "status": "", "message": ""}
+"""``lastRetry`` of a first attempt."""
+
+ENDS: dict[str, dict[str, Any]] = {
+    "oom": {
+        "argo": {"exitCode": "137", "status": "Failed", "message": "OOMKilled (exit code 137)"},
+        "fake": {"exit_code": 137, "oom_killed": True},
+        "local": ("oom", {"exit_code": 137, "signal": 9, "oom_kills": 1}),
+    },
+    "grace": {  # a SIGKILL after the grace period: 137, and no OOM kill in the report
+        "argo": {"exitCode": "137", "status": "Failed", "message": ""},
+        "fake": {"exit_code": 137},
+        "local": ("evicted", {"exit_code": 137, "signal": 9, "oom_kills": 0}),
+        "report": {"oom_kills": 0, "memory_limit_bytes": None},
+    },
+    "preempt": {
+        "argo": {"exitCode": "-1", "status": "Error", "message": "pod deleted"},
+        "fake": {"exit_code": None, "evicted": True, "message": "pod deleted"},
+        "local": ("evicted", {"exit_code": 143, "signal": 15, "oom_kills": 0}),
+    },
+    "sigterm": {
+        "argo": {"exitCode": "143", "status": "Failed", "message": ""},
+        "fake": {"exit_code": 143, "evicted": True},
+        "local": ("evicted", {"exit_code": 143, "signal": 15, "oom_kills": 0}),
+    },
+    "fail": {
+        "argo": {"exitCode": "3", "status": "Failed", "message": ""},
+        "fake": {"exit_code": 3},
+        "local": ("failed", {"exit_code": 3, "signal": None, "oom_kills": 0}),
+    },
+}
+
+# The ends of the attempts, the memory each ran with (m: the plan's, R: the retry memory),
+# and the end of the run: succeeded, failed for memory (Ruling 35), failed otherwise.
+SEQUENCES = [
+    (["ok"], "m", "succeeded"),
+    (["oom", "ok"], "mR", "succeeded"),
+    (["oom", "oom"], "mR", "memory"),
+    (["oom", "preempt", "oom", "ok"], "mRmR", "succeeded"),
+    (["oom", "preempt", "oom", "oom"], "mRmR", "memory"),
+    (["grace", "oom"], "mR", "memory"),
+    (["grace", "ok"], "mR", "succeeded"),
+    (["sigterm", "oom", "ok"], "mmR", "succeeded"),
+    (["preempt", "preempt", "ok"], "mmm", "succeeded"),
+    (["oom", "grace", "oom"], "mRR", "memory"),
+    (["oom", "sigterm", "ok"], "mRm", "succeeded"),
+    (["fail"], "m", "failed"),
+]
+IDS = ["-".join(ends) for ends, _, _ in SEQUENCES]
+
+
+def symbols(memories: list[float], plan: TaskPlan) -> str:
+    """``m`` for the plan's memory, ``R`` for the retry memory, ``?`` for anything else."""
+    named = {plan.memory_gb: "m", plan.retry_memory_gb: "R"}
+    return "".join(named.get(round(gb, 3), "?") for gb in memories)
+
+
+@pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
+def test_the_argo_workflow_gives_each_attempt_the_memory_of_the_rule(ends, memories, verdict):
+    record, plans = run_of(SPEC)
+    workflow = workflow_manifest(
+        record=record, plans=plans, types=task_types(), cluster=ClusterConfig()
+    )
+    template = next(t for t in workflow["spec"]["templates"] if t["name"] == "sweep-w0")
+    found = []
+    last = FIRST
+    for number, end in enumerate(ends):
+        patch = json.loads(substitute(template["podSpecPatch"], last))
+        env = {e["name"]: e["value"] for e in patch["containers"][0]["env"]}
+        found.append(float(env["SIMRUN_MEMORY_LIMIT_GB"]))
+        if end == "ok":
+            break
+        last = ENDS[end]["argo"]
+        retried = evaluate(RETRY_EXPRESSION, last) and number < RETRY_LIMIT
+        assert retried == (end != "fail"), f"attempt {number} ({end})"
+    assert symbols(found, plans["sweep"]) == memories
+
+
+@pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
+def test_the_local_backend_gives_each_attempt_the_memory_of_the_rule(ends, memories, verdict):
+    spec = NodeSpec(
+        name="sweep-w0", task="sweep", worker="sweep-w0", kind="split", cores=1,
+        memory_gb=1.0, retry_memory_gb=2.0,
+    )  # fmt: skip
+    view = NodeView(spec)
+    for number, end in enumerate(ends):
+        gb = next_memory_gb(view)
+        attempt = LocalAttempt("sweep-w0", number, Path("."), launch={"memory_gb": gb})
+        view.attempts.append(attempt)
+        if end == "ok":
+            view.outcomes.append("succeeded")
+            break
+        outcome, attempt.exit = ENDS[end]["local"]
+        view.outcomes.append(outcome)
+        last = number == len(ends) - 1
+        assert (retry(view) is None) == (last and verdict != "succeeded"), f"attempt {number}"
+    plan = TaskPlan(cores=1, memory_gb=1.0, base_gb=0, per_worker_gb=1.0, retry_memory_gb=2.0)
+    assert symbols([a.memory_gb for a in view.attempts], plan) == memories
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
+def test_the_controller_records_the_memory_of_each_attempt_and_decides_on_it(
+    launch, fake, ends, memories, verdict
+):
+    run = launch(SWEEP)
+    plan = TaskPlan.model_validate(Task.objects.get(run=run).plan)
+    for number, end in enumerate(ends):
+        if end == "ok":
+            fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+        else:
+            if "report" in ENDS[end]:
+                write_report(run, "sweep-w0", number, **ENDS[end]["report"])
+            phase = "Failed" if end == "fail" else RETRYING_PHASE
+            fake.set_nodes(run.workflow, {"sweep-w0": phase})
+            fake.fail_attempt(run.workflow, "sweep-w0", attempt=number, **ENDS[end]["fake"])
+        poll(fake)
+        if number < len(ends) - 1:
+            assert fresh(run).state == RunState.RUNNING, f"after attempt {number} ({end})"
+    run = fresh(run)
+    rows = Attempt.objects.filter(task__run=run, worker="sweep-w0").order_by("attempt")
+    assert [a.attempt for a in rows] == list(range(len(ends)))
+    assert symbols([a.memory_gb for a in rows], plan) == memories
+    expected = RunState.SUCCEEDED if verdict == "succeeded" else RunState.FAILED
+    assert run.state == expected, run.message
+    assert ("with the retry memory" in run.message) == (verdict == "memory"), run.message
