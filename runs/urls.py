@@ -16,6 +16,7 @@ urlpatterns = [
     path(RUN, views.run_detail, name="run-detail"),
     path(RUN + "live/", views.run_live, name="run-live"),
     path(RUN + "cancel/", views.run_cancel, name="run-cancel"),
+    path(RUN + "rerun/", views.run_rerun, name="run-rerun"),
     path(TASK + "logs/", views.task_log_page, name="task-logs"),
     path(TASK + "logs/<str:name>/", views.task_log_text, name="task-log-text"),
     path(TASK + "out/<path:path>", views.output_file, name="output-file"),

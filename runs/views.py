@@ -37,7 +37,8 @@ from runs.charts import observation_chart
 from runs.dag import layout
 from runs.models import RunState, TaskState
 from runs.planning_figures import planning_figures
-from runs.spec import SpecError, parse_spec
+from runs.reruns import rerun_ids, spec_text, submit_rerun
+from runs.spec import SpecError, parse_spec, validate_spec
 from runs.submission import create_run
 from runs.task_logs import DEFAULT_TAIL
 
@@ -112,14 +113,23 @@ def _examples() -> list[tuple[str, str]]:
 
 @login_required
 def run_new(request: HttpRequest) -> HttpResponse:
-    """Submit a run: a spec in YAML or JSON; problems shown by the path of their field."""
-    text, errors = "", {}
+    """Submit a run: a spec in YAML or JSON; problems shown by the path of their field.
+
+    With ``rerun`` (a run's id) the form starts from that run's spec, and the run submitted
+    from it is linked to it as its re-run.
+    """
+    rerun_id = request.POST.get("rerun_of") or request.GET.get("rerun") or ""
+    source = run_or_404(request.user, rerun_id) if rerun_id else None
+    text, errors = spec_text(source.spec) if source else "", {}
     if request.method == "POST":
         text = request.POST.get("spec", "")
         try:
             spec = parse_spec(text, types=task_types())
             assert isinstance(request.user, User)  # login_required: only users get here
-            run = create_run(spec=spec, owner=request.user)
+            if source is None:
+                run = create_run(spec=spec, owner=request.user)
+            else:
+                run = submit_rerun(source=source, spec=spec, owner=request.user)
         except SpecError as error:
             errors = error.errors
         else:
@@ -127,9 +137,27 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "runs/run_new.html",
-        {"text": text, "errors": errors, "examples": _examples()},
+        {"text": text, "errors": errors, "examples": _examples(), "source": source},
         status=400 if errors else 200,
     )
+
+
+@login_required
+@require_POST
+def run_rerun(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Submit a run's spec again, as it was; the new run's page is shown."""
+    source = run_or_404(request.user, run_id)
+    assert isinstance(request.user, User)  # login_required: only users get here
+    try:
+        run = submit_rerun(
+            source=source, spec=validate_spec(source.spec, types=task_types()), owner=request.user
+        )
+    except SpecError as error:
+        # The spec no longer validates (a task type gone): let the user edit it.
+        messages.warning(request, f"The spec of run {run_id} needs changes: {error}")
+        return redirect(f"{reverse('runs:run-new')}?rerun={run_id}")
+    messages.success(request, f"Run {run.id} re-runs {source.id}.")
+    return redirect("runs:run-detail", run_id=run.id)
 
 
 def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
@@ -143,6 +171,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
         "tasks": tasks,
         "dag": layout(tasks, {t.task_id: t.units_now for t in tasks}),  # type: ignore[attr-defined]
         "live": not run.ended,
+        "reruns": rerun_ids(request.user, run),
     }
 
 

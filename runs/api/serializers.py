@@ -78,6 +78,9 @@ class RunSerializer(serializers.ModelSerializer[Run]):
     duration_s = serializers.FloatField(help_text="from creation to its end, or to now")
     units_done = serializers.IntegerField(source="units_done_sum", help_text="over its tasks")
     units_total = serializers.IntegerField(source="units_total_sum", help_text="over its tasks")
+    rerun_of = serializers.CharField(
+        source="rerun_of_id", allow_null=True, help_text="the run this one re-runs, if any"
+    )
 
     class Meta:
         model = Run
@@ -95,6 +98,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "created_at",
             "submitted_at",
             "ended_at",
+            "rerun_of",
         ]
 
     def to_representation(self, run: Run) -> dict[str, Any]:
@@ -119,11 +123,18 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "created_at": iso(run.created_at),
             "submitted_at": iso(run.submitted_at),
             "ended_at": iso(run.ended_at),
+            "rerun_of": run.rerun_of_id,
         }
 
 
 class RunDetailSerializer(RunSerializer):
     tasks = TaskSerializer(many=True, read_only=True)
+    reruns = serializers.ListField(
+        child=serializers.CharField(),
+        source="rerun_ids",
+        read_only=True,
+        help_text="the runs that re-run this one, newest first (those you may see)",
+    )
 
     class Meta(RunSerializer.Meta):
         fields = [
@@ -137,6 +148,7 @@ class RunDetailSerializer(RunSerializer):
             "pending_logs",
             "spec",
             "tasks",
+            "reruns",
         ]
 
 

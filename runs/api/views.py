@@ -17,22 +17,30 @@ from rest_framework.response import Response
 
 from harness.tasktypes import task_types
 from runs import controller
-from runs.access import listed_runs, run_with_tasks_or_404, visible_runs, with_progress
+from runs.access import (
+    listed_runs,
+    run_or_404,
+    run_with_tasks_or_404,
+    visible_runs,
+    with_progress,
+)
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
 from runs.api.filters import RunFilters, filter_runs
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
 from runs.api.serializers import RunDetailSerializer, RunSerializer
 from runs.models import Run
-from runs.spec import RunSpec, SpecError, parse_spec
+from runs.reruns import rerun_ids, submit_rerun
+from runs.spec import RunSpec, SpecError, parse_spec, validate_spec
 from runs.submission import create_run
 from runs.task_files import attach_progress
 
 
 def run_detail(request: Request, run_id: str) -> Run:
-    """A visible run with its tasks, attempts and progress by now."""
+    """A visible run with its tasks, attempts, progress by now and its visible re-runs."""
     run = run_with_tasks_or_404(request.user, run_id)
     attach_progress(run, list(run.tasks.all()))
+    run.rerun_ids = rerun_ids(request.user, run)  # type: ignore[attr-defined]
     return run
 
 
@@ -116,3 +124,27 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         except controller.Conflict as error:
             return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        summary="Re-run a run",
+        description="Submits the run's spec again as a new run of yours, linked to it "
+        "(rerun_of). A body, if any, is the spec to submit instead (the old one edited).",
+        request={"application/json": RunSpec, "application/yaml": RunSpec},
+        parameters=[schema.RUN],
+        responses={201: RunDetailSerializer, 400: schema.FIELD_ERRORS, 404: schema.NOT_FOUND},
+    )
+    @action(detail=True, methods=["post"])
+    def rerun(self, request: Request, pk: str) -> Response:
+        source = run_or_404(request.user, pk)
+        body = request.data if isinstance(request.data, bytes) else b""
+        try:
+            types = task_types()
+            spec = parse_spec(body, types=types) if body.strip() else None
+            spec = spec or validate_spec(source.spec, types=types)
+            assert isinstance(request.user, User)  # IsAuthenticated: only users get here
+            run = submit_rerun(source=source, spec=spec, owner=request.user)
+        except SpecError as error:
+            raise ValidationError(error.errors) from None
+        return Response(
+            RunDetailSerializer(run_detail(request, run.id)).data, status=status.HTTP_201_CREATED
+        )

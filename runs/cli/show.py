@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         f"by {item['owner']} · {item['backend']} backend · created {item['created_at'][:19]} · "
         f"{item['units_done']}/{item['units_total']} units · {item['duration_s']:.0f}s"
     )
+    if item.get("rerun_of"):
+        console.print(f"re-run of {item['rerun_of']}")
+    if item.get("reruns"):
+        console.print(f"re-run as {', '.join(item['reruns'])}")
     if item["message"]:
         console.print(f"message: {item['message']}")
     console.print(tasks_table(item["tasks"]))

@@ -2,7 +2,8 @@
 
 A spec's ``sources`` may name local folders (relative to the spec file) instead of snapshot
 ids: each is packed, uploaded once (the server keeps it under its sha256) and replaced by its
-id, so a user runs their working copy without building an image.
+id, so a user runs their working copy without building an image. ``--rerun RUN`` submits the
+spec of an earlier run again (or FILE, an edit of it), the new run linked to it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from runs.cli.client import (
     EXIT_OK,
     Client,
     CliError,
+    no_run,
     reports_errors,
     run_url,
 )
@@ -28,12 +30,22 @@ from runs.cli.packing import pack
 from runs.cli.progress import follow
 
 NAME = "submit"
-HELP = "submit a run from a YAML or JSON file (--follow: until it ends)"
+HELP = "submit a run from a YAML or JSON file, or again (--rerun RUN); --follow: until it ends"
 SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="the run specification (YAML or JSON)")
+    parser.add_argument(
+        "file",
+        type=Path,
+        nargs="?",
+        help="the run specification (YAML or JSON); with --rerun, the spec to use instead",
+    )
+    parser.add_argument(
+        "--rerun",
+        metavar="RUN",
+        help="submit the spec of run RUN again (or FILE), as a re-run linked to RUN",
+    )
     parser.add_argument(
         "-f", "--follow", action="store_true", help="show progress until the run ends"
     )
@@ -71,8 +83,15 @@ def upload_sources(client: Client, document: dict[str, Any], base: Path, console
         document["sources"][index] = snapshot["id"]
 
 
-def submit(client: Client, path: Path, console: Console) -> dict[str, Any]:
-    """Submit the spec of a file; the run as the server returned it."""
+def submit(
+    client: Client, path: Path | None, console: Console, *, rerun: str | None = None
+) -> dict[str, Any]:
+    """Submit the spec of a file (or re-run a run); the run as the server returned it."""
+    endpoint = "/api/runs/" if rerun is None else f"/api/runs/{rerun}/rerun/"
+    missing = no_run(rerun) if rerun else ""
+    if path is None:
+        response = client.post(endpoint, missing=missing)
+        return dict(response.json())
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
@@ -86,7 +105,9 @@ def submit(client: Client, path: Path, console: Console) -> dict[str, Any]:
         upload_sources(client, document, path.parent, console)
         body, content_type = json.dumps(document).encode(), "application/json"
     try:
-        response = client.post("/api/runs/", content=body, headers={"Content-Type": content_type})
+        response = client.post(
+            endpoint, missing=missing, content=body, headers={"Content-Type": content_type}
+        )
     except CliError as error:
         if not error.problems:
             raise
@@ -98,11 +119,14 @@ def submit(client: Client, path: Path, console: Console) -> dict[str, Any]:
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
+    if args.file is None and args.rerun is None:
+        raise CliError("give the spec FILE to submit, or --rerun RUN", EXIT_BAD_INPUT)
     with Client() as client:
-        created = submit(client, args.file, console)
+        created = submit(client, args.file, console, rerun=args.rerun)
         label = f" ({created['name']})" if created.get("name") else ""
+        again = f" as a re-run of {args.rerun}" if args.rerun else ""
         console.print(
-            f"submitted run {created['id']}{label}: {run_url(client.config, created['id'])}"
+            f"submitted run {created['id']}{label}{again}: {run_url(client.config, created['id'])}"
         )
         if not args.follow:
             return EXIT_OK

@@ -230,3 +230,19 @@ def test_ctrl_c_on_follow_says_the_run_goes_on_and_how_to_cancel_it(simrun, tmp_
     assert f"stopped following run {run_id}; the run goes on" in out
     assert f"simrun cancel {run_id}" in out and "Traceback" not in err
     assert not Run.objects.get(pk=run_id).ended
+
+
+def test_submit_rerun_submits_the_spec_of_a_run_again_linked_to_it(simrun, owner, tmp_path):
+    source = submitted(owner)
+    result = simrun("submit", "--rerun", source.id)
+    assert result.code == 0, result.err
+    again = Run.objects.exclude(pk=source.pk).get()
+    assert f"submitted run {again.id} (demo) as a re-run of {source.id}" in result.out
+    assert again.spec == source.spec and again.rerun_of == source
+    edited = simrun("submit", str(spec_file(tmp_path, "edited")), "--rerun", source.id)
+    assert edited.code == 0, edited.err
+    assert Run.objects.get(name="edited").rerun_of == source
+    missing = simrun("submit", "--rerun", "r-nosuch")
+    assert missing.code == 2 and "'r-nosuch'" in missing.err
+    nothing = simrun("submit")
+    assert nothing.code == 2 and "--rerun RUN" in nothing.err

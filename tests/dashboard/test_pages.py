@@ -297,6 +297,51 @@ def test_a_bad_spec_is_shown_by_field_path_and_kept_in_the_form(alice):
     assert "settings: {n: 0}}" in body and not Run.objects.exists()
 
 
+# Re-run
+
+
+def test_re_run_submits_the_same_spec_and_both_pages_link_each_other(
+    alice, owner, queued, django_capture_on_commit_callbacks
+):
+    source = ended(submitted(owner, SWEEP_OTHER), RunState.FAILED)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice.post(f"/runs/{source.id}/rerun/")
+    again = Run.objects.exclude(pk=source.pk).get()
+    assert response.status_code == 302 and response["Location"] == f"/runs/{again.id}/"
+    assert again.spec == source.spec and again.rerun_of == source and queued == [again.id]
+    new_page = alice.get(f"/runs/{again.id}/").content.decode()
+    assert f're-run of <a class="mono" href="/runs/{source.id}/">{source.id}</a>' in new_page
+    old_page = alice.get(f"/runs/{source.id}/").content.decode()
+    assert f'href="/runs/{again.id}/">{again.id}</a>' in old_page and "data-reruns" in old_page
+
+
+def test_edit_and_re_run_starts_from_the_spec_and_links_the_edited_run(alice, owner, queued):
+    source = ended(submitted(owner, SWEEP_OTHER))
+    form = alice.get(f"/runs/new/?rerun={source.id}").content.decode()
+    assert f'name="rerun_of" value="{source.id}"' in form and "name: other-sweep" in form
+    edited = SWEEP_OTHER.replace("n: 5", "n: 7")
+    response = alice.post("/runs/new/", {"spec": edited, "rerun_of": source.id})
+    again = Run.objects.exclude(pk=source.pk).get()
+    assert response.status_code == 302 and again.rerun_of == source
+    assert again.spec["tasks"]["sweep"]["settings"] == {"n": 7}
+
+
+def test_another_users_run_cannot_be_re_run_nor_its_spec_read(mallory, owner):
+    source = submitted(owner)
+    assert mallory.post(f"/runs/{source.id}/rerun/").status_code == 404
+    assert mallory.get(f"/runs/new/?rerun={source.id}").status_code == 404
+    assert (
+        mallory.post("/runs/new/", {"spec": SWEEP_OTHER, "rerun_of": source.id}).status_code == 404
+    )
+    assert Run.objects.count() == 1
+
+
+def test_re_run_is_a_post_only(alice, owner):
+    source = submitted(owner)
+    assert alice.get(f"/runs/{source.id}/rerun/").status_code == 405
+    assert Run.objects.count() == 1
+
+
 # Logs
 
 

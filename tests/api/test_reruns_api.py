@@ -1,0 +1,61 @@
+"""Re-run through the API: the same spec (or an edit of it) as a new run, linked both ways."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.models import Run, RunState
+from tests.api.conftest import ended, submitted
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_re_run_submits_the_same_spec_and_the_two_runs_name_each_other(owner_client, owner):
+    source = ended(submitted(owner), RunState.FAILED)
+    response = owner_client.post(f"/api/runs/{source.id}/rerun/")
+    assert response.status_code == 201, response.content
+    again = response.json()
+    assert again["rerun_of"] == source.id and again["spec"] == source.spec
+    assert again["state"] == RunState.SUBMITTING and again["owner"] == "alice"
+    old = owner_client.get(f"/api/runs/{source.id}/").json()
+    assert old["reruns"] == [again["id"]] and old["rerun_of"] is None
+    listed = {r["id"]: r for r in owner_client.get("/api/runs/").json()["results"]}
+    assert listed[again["id"]]["rerun_of"] == source.id
+
+
+def test_a_re_run_with_a_body_submits_the_edited_spec(owner_client, owner):
+    source = submitted(owner)
+    edited = "name: edited\ntasks:\n  sweep: {type: squares, settings: {n: 3}}\n"
+    response = owner_client.post(
+        f"/api/runs/{source.id}/rerun/", data=edited, content_type="application/yaml"
+    )
+    assert response.status_code == 201, response.content
+    run = Run.objects.get(pk=response.json()["id"])
+    assert run.name == "edited" and run.rerun_of_id == source.id
+
+
+def test_an_edited_spec_that_is_not_valid_is_refused_by_field(owner_client, owner):
+    source = submitted(owner)
+    response = owner_client.post(
+        f"/api/runs/{source.id}/rerun/",
+        data="tasks: {sweep: {type: squares, settings: {n: 0}}}",
+        content_type="application/yaml",
+    )
+    assert response.status_code == 400 and "tasks.sweep.settings.n" in response.json()
+    assert Run.objects.count() == 1
+
+
+def test_another_users_run_cannot_be_re_run(stranger_client, owner):
+    source = submitted(owner)
+    assert stranger_client.post(f"/api/runs/{source.id}/rerun/").status_code == 404
+    assert Run.objects.count() == 1
+
+
+def test_staff_re_run_a_users_run_as_their_own_and_the_user_sees_no_link_to_it(
+    staff_client, owner_client, owner
+):
+    source = submitted(owner)
+    again = staff_client.post(f"/api/runs/{source.id}/rerun/").json()
+    assert again["owner"] == "operator"
+    assert again["rerun_of"] == source.id
+    assert owner_client.get(f"/api/runs/{source.id}/").json()["reruns"] == []
