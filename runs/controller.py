@@ -25,6 +25,7 @@ from django.utils import timezone
 from harness.tasktypes import task_types
 from runs import images, locks, logs, observations, store
 from runs.backends import cluster_config, get_backend
+from runs.backends.argo_nodes import choose_node
 from runs.backends.base import Backend, ClusterConfig, workflow_name
 from runs.models import (
     ATTEMPT_OUTCOME_FIELDS,
@@ -139,8 +140,6 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
     return changes, changed_tasks
 
 
-    if poll.reports_pending != run.reports_pending:
-        changes["reports_pending"] = poll.reports_pending
 def _write(
     run: Run,
     tasks: list[Task],
@@ -573,31 +572,41 @@ def _prepare(run: Run, tasks: list[Task], backend: Backend, cluster: ClusterConf
         if environment.image != run.image and not _write_submitting(run, image=environment.image):
             raise _Abandoned
     if run.spec.get("reserve_node"):
-        node = run.reserved_node or _free_node(backend, cluster)
-        if node != run.reserved_node and not _write_submitting(run, reserved_node=node):
-            raise _Abandoned
-        backend.reserve(node, run.id)
-        holder = next((n.reserved_by for n in backend.nodes() if n.name == node), None)
-        if holder != run.id:
-            raise SubmissionError(f"the node {node} was reserved by run {holder} meanwhile")
+        run = _free_node(run, tasks, backend)
     fresh = Run.objects.filter(pk=run.pk).first()
     if fresh is None or fresh.state != RunState.SUBMITTING:
         raise _Abandoned
     return fresh
 
 
-def _free_node(backend: Backend, cluster: ClusterConfig) -> str:
-    """The largest ready node no run holds, of the cluster's node selector."""
-    free = [
-        node
-        for node in backend.nodes()
-        if node.ready
-        and node.reserved_by is None
-        and all(node.labels.get(k) == v for k, v in cluster.node_selector.items())
-    ]
-    if not free:
-        raise SubmissionError("no node is free to reserve for the run")
-    return max(free, key=lambda n: (n.cores, n.memory_gb, n.name)).name
+def _free_node(run: Run, tasks: list[Task], backend: Backend) -> Run:
+    """Reserve a node for the run: the one its record names (a resumed submission), else the
+    smallest free one that fits its largest task (``choose_node``); a node another run took
+    meanwhile is passed over for the next."""
+    taken: set[str] = set()
+    for _ in range(RESERVE_TRIES):
+        node = run.reserved_node if run.reserved_node not in taken else ""
+        if not node:
+            try:
+                node = choose_node(backend.nodes(), task_plans(tasks), taken=taken)
+            except LookupError as error:
+                raise SubmissionError(str(error)) from None
+        if node != run.reserved_node and not _write_submitting(run, reserved_node=node):
+            raise _Abandoned
+        try:
+            backend.reserve(node, run.id)
+        except ValueError:
+            taken.add(node)  # another run holds it
+            continue
+        holder = next((n.reserved_by for n in backend.nodes() if n.name == node), None)
+        if holder == run.id:
+            return run
+        taken.add(node)
+    raise SubmissionError(f"other runs took {len(taken)} free nodes first; submit it again")
+
+
+RESERVE_TRIES = 5
+"""Nodes tried when other runs reserve the chosen one first."""
 
 
 def _write_submitting(run: Run, **changes: Any) -> bool:

@@ -9,6 +9,7 @@ asks the registry for images (``argo_registry``). See docs/cluster.md.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +37,7 @@ from runs.backends.argo_manifest import (
     VERSION,
     workflow_manifest,
 )
+from runs.backends.argo_nodes import reservable, usable
 from runs.backends.argo_registry import has_image, registry_credentials
 from runs.backends.argo_status import NODE_NAME, status_from_workflow
 from runs.backends.base import (
@@ -60,6 +62,8 @@ WATCH_BACKOFF_S = 5.0
 WATCH_SLACK_S = 30
 BUILD_POLL_S = 5.0
 GIB = 2**30
+CAPACITY_TTL_S = 300.0
+"""How long the sizes of the nodes are taken as known: nodes come and go, rarely."""
 
 
 def api_client(kubeconfig: str = "") -> ApiClient:
@@ -83,8 +87,6 @@ class ArgoBackend:
     runs_images = True
     extra_workers = True
     enforces_memory = True
-    max_cores: int | None = None
-    max_memory_gb: float | None = None
 
     def __init__(
         self,
@@ -95,6 +97,7 @@ class ArgoBackend:
         build_poll_s: float = BUILD_POLL_S,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         calls: CallPolicy | None = None,
+        capacity_ttl_s: float = CAPACITY_TTL_S,
     ) -> None:
         self.cluster = cluster
         self.store = store
@@ -104,6 +107,9 @@ class ArgoBackend:
         self.core = cast(CoreV1Api, Resilient(CoreV1Api(api), self.calls))
         self.custom = cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), self.calls))
         self._watch_api = CustomObjectsApi(api)
+        self.capacity_ttl_s = capacity_ttl_s
+        self._sizes: list[tuple[float, float]] = []
+        self._sizes_at: float | None = None
         self.build_poll_s = build_poll_s
         self.watch_timeout_s = watch_timeout_s
         self._callbacks: list[Callable[[], None]] = []
@@ -135,8 +141,12 @@ class ArgoBackend:
         types: dict[str, TaskType],
         cluster: ClusterConfig,
     ) -> str:
-        """Create the run's Workflow; one that exists already is taken as submitted."""
+        """Create the run's Workflow; one that exists already is taken as submitted.
+
+        ValueError when a task cannot run: no image, or more than any node can hold.
+        """
         manifest = workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
+        self._check_fits(plans)
         name: str = manifest["metadata"]["name"]
         try:
             self.custom.create_namespaced_custom_object(
@@ -248,27 +258,79 @@ class ArgoBackend:
     # Nodes
 
     def nodes(self) -> list[NodeInfo]:
-        """The nodes the runs' pods may use (those of the node selector), with their holder."""
-        selector = ",".join(f"{k}={v}" for k, v in sorted(self.cluster.node_selector.items()))
+        """The nodes the runs' pods may use (those of the node selector), with their holder and
+        whether a run may reserve them (``argo_nodes``)."""
         found = []
-        for node in self.core.list_node(label_selector=selector or None).items:
+        for node in self._listed_nodes():
             # What the API server returns has metadata and a name.
             assert node.metadata is not None and node.metadata.name is not None
             labels = node.metadata.labels or {}
-            allocatable = (node.status.allocatable if node.status else None) or {}
+            taints = (node.spec.taints if node.spec else None) or []
+            cores, memory_gb = _allocatable(node)
             conditions = (node.status.conditions if node.status else None) or []
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
             found.append(
                 NodeInfo(
                     name=node.metadata.name,
-                    cores=float(_quantity(allocatable.get("cpu", "0"))),
-                    memory_gb=float(_quantity(allocatable.get("memory", "0"))) / GIB,
+                    cores=cores,
+                    memory_gb=memory_gb,
                     ready=ready and not (node.spec and node.spec.unschedulable),
                     reserved_by=_holder(node),
                     labels=labels,
+                    reservable=reservable(labels, taints, node_selector=self.cluster.node_selector),
                 )
             )
         return found
+
+    def _listed_nodes(self) -> list[Any]:
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.cluster.node_selector.items()))
+        return list(self.core.list_node(label_selector=selector or None).items)
+
+    @property
+    def max_cores(self) -> int | None:
+        """The whole cores of the largest node the runs' pods may use; None when unknown."""
+        sizes = self.node_sizes()
+        return int(max(c for c, _ in sizes)) if sizes else None
+
+    @property
+    def max_memory_gb(self) -> float | None:
+        """The memory in GiB of the largest node the runs' pods may use; None when unknown."""
+        sizes = self.node_sizes()
+        return math.floor(max(m for _, m in sizes) * 100) / 100 if sizes else None
+
+    def node_sizes(self) -> list[tuple[float, float]]:
+        """(cores, GiB) allocatable of each node the runs' pods may use, read at most every
+        ``capacity_ttl_s``; the last known sizes (or none) while the cluster does not answer."""
+        now = time.monotonic()
+        if self._sizes_at is not None and now - self._sizes_at < self.capacity_ttl_s:
+            return self._sizes
+        self._sizes_at = now
+        try:
+            nodes = self._listed_nodes()
+        except Exception as error:
+            log.warning("the sizes of the nodes are unknown for now: %s", error)
+            return self._sizes
+        sizes = [
+            _allocatable(node)
+            for node in nodes
+            if usable(node.metadata.labels or {}, (node.spec.taints if node.spec else None) or [])
+        ]
+        self._sizes = [(c, m) for c, m in sizes if c > 0 and m > 0]  # no status yet: unknown
+        return self._sizes
+
+    def _check_fits(self, plans: Mapping[str, TaskPlan]) -> None:
+        """ValueError, with the numbers, for a task that no node the pods may use can hold."""
+        sizes = self.node_sizes()
+        if not sizes:
+            return
+        for task_id, plan in sorted(plans.items()):
+            if not any(plan.cores <= c and plan.memory_gb <= m for c, m in sizes):
+                cores, memory_gb = max(c for c, _ in sizes), max(m for _, m in sizes)
+                raise ValueError(
+                    f"task {task_id} needs {plan.cores} cores and {plan.memory_gb:g} GiB on one "
+                    f"node, which no node simrun may use has (the largest have {cores:g} cores "
+                    f"and {memory_gb:.1f} GiB)"
+                )
 
     def reserve(self, node: str, run_id: str) -> None:
         """Taint ``simrun/reserved=<run>:NoExecute`` and label the node; other taints are kept.
@@ -505,6 +567,13 @@ def _attempt(pod: Any) -> int | None:
     """The attempt of a pod from its ``SIMRUN_ATTEMPT``, None when it has none."""
     value = _main_env(pod).get("SIMRUN_ATTEMPT", "")
     return int(value) if value.isdigit() else None
+
+
+def _allocatable(node: Any) -> tuple[float, float]:
+    """The cores and GiB a node offers to pods."""
+    allocatable = (node.status.allocatable if node.status else None) or {}
+    cores = float(_quantity(allocatable.get("cpu", "0")))
+    return cores, float(_quantity(allocatable.get("memory", "0"))) / GIB
 
 
 def _holder(node: Any) -> str | None:

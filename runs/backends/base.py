@@ -67,9 +67,6 @@ class BackendStatus(BaseModel):
 
     phase: str
     tasks: dict[str, str] = Field(
-    memory_gb: float | None = Field(
-        default=None, description="The memory limit it ran with, when the backend knows it."
-    )
         default_factory=dict,
         description="Phase of every DAG node by name: <task>-w0, <task>-extra(<i>:<item>), "
         "<task>-merge, <task>; a node not yet created is missing.",
@@ -117,6 +114,11 @@ class NodeInfo(BaseModel):
     ready: bool = True
     reserved_by: str | None = Field(default=None, description="The run holding it, if any.")
     labels: dict[str, str] = Field(default_factory=dict)
+    reservable: bool = Field(
+        default=True,
+        description="A run may reserve it: an operator marked it for simrun, it is no "
+        "control-plane node and has no taint the runs' pods do not tolerate.",
+    )
 
 
 class ClusterConfig(BaseModel):

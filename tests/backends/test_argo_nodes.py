@@ -1,0 +1,310 @@
+"""Nodes on a cluster as operators run one: which a run may reserve, which node it gets, the
+largest task a node can hold, against the loopback API with nodes as the API server writes
+them (a tainted control plane, a GPU pool, a pool marked for simrun)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.tasktypes import task_types
+from runs import controller
+from runs.backends.argo import ArgoBackend
+from runs.backends.argo_nodes import POOL_LABEL, choose_node
+from runs.backends.base import ClusterConfig, NodeInfo
+from runs.models import Run, RunState
+from runs.planner import TaskPlan, plan_run
+from runs.spec import parse_spec
+from runs.submission import create_run
+from tests.backends.argo_runs import run_of
+from tests.backends.kube_api import KubeApiServer, Request
+
+CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+RESERVED = "simrun/reserved"
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+
+
+def node(
+    name: str,
+    *,
+    cpu: str,
+    memory: str,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A node as the API server returns it: labels of the kubelet, allocatable, conditions."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                **(labels or {}),
+            },
+        },
+        "spec": {"podCIDR": "10.244.0.0/24", **({"taints": taints} if taints else {})},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "conditions": [
+                {
+                    "type": "MemoryPressure",
+                    "status": "False",
+                    "reason": "KubeletHasSufficientMemory",
+                },
+                {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+            ],
+        },
+    }
+
+
+def control_plane() -> dict[str, Any]:
+    return node(
+        "cp-1",
+        cpu="16",
+        memory="65856512Ki",
+        labels={CONTROL_PLANE: ""},
+        taints=[{"key": CONTROL_PLANE, "effect": "NoSchedule"}],
+    )
+
+
+def pool(name: str, cpu: str, memory: str, **labels: str) -> dict[str, Any]:
+    return node(name, cpu=cpu, memory=memory, labels={POOL_LABEL: "sims", **labels})
+
+
+def gpu_node() -> dict[str, Any]:
+    return node(
+        "gpu-1",
+        cpu="64",
+        memory="263921664Ki",
+        labels={POOL_LABEL: "sims"},
+        taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    )
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+def backend_of(kube: KubeApiServer, tmp_path: Path, **cluster: Any) -> ArgoBackend:
+    config = CLUSTER.model_copy(update=cluster)
+    return ArgoBackend(cluster=config, api=kube.client(), store=tmp_path, capacity_ttl_s=60)
+
+
+def put(kube: KubeApiServer, *nodes: dict[str, Any]) -> None:
+    for item in nodes:
+        kube.state.put_node(item)
+
+
+# Reservable nodes
+
+
+def test_only_nodes_marked_for_simrun_without_foreign_taints_are_reservable(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    worker = node("worker-1", cpu="8", memory="32Gi")  # not marked: other teams' pods run there
+    drained = pool("pool-2", "8", "32Gi")
+    drained["spec"]["taints"] = [{"key": "maintenance", "effect": "NoExecute"}]
+    soft = pool("pool-3", "8", "32Gi")
+    soft["spec"]["taints"] = [{"key": "spot", "effect": "PreferNoSchedule"}]
+    put(kube, control_plane(), gpu_node(), worker, pool("pool-1", "8", "32Gi"), drained, soft)
+
+    nodes = {n.name: n.reservable for n in backend_of(kube, tmp_path).nodes()}
+
+    assert nodes == {
+        "cp-1": False,
+        "gpu-1": False,
+        "worker-1": False,
+        "pool-1": True,
+        "pool-2": False,
+        "pool-3": True,
+    }
+
+
+def test_with_a_node_selector_its_nodes_are_marked_but_never_a_control_plane(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    untainted_control_plane = node("cp-1", cpu="16", memory="64Gi", labels={CONTROL_PLANE: ""})
+    untainted_control_plane["metadata"]["labels"]["team"] = "sims"
+    put(kube, untainted_control_plane, node("w-1", cpu="8", memory="32Gi", labels={"team": "sims"}))
+
+    nodes = backend_of(kube, tmp_path, node_selector={"team": "sims"}).nodes()
+
+    assert {n.name: n.reservable for n in nodes} == {"cp-1": False, "w-1": True}
+
+
+def test_a_node_reserved_by_another_run_stays_reservable_once_released(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    held = pool("pool-1", "8", "32Gi", **{RESERVED: "run0"})
+    held["spec"]["taints"] = [{"key": RESERVED, "value": "run0", "effect": "NoExecute"}]
+    put(kube, held)
+
+    [info] = backend_of(kube, tmp_path).nodes()
+
+    assert (info.reservable, info.reserved_by) == (True, "run0")
+
+
+# The choice
+
+
+def plans(cores: int, memory_gb: float, retry_gb: float | None = None) -> dict[str, TaskPlan]:
+    plan = TaskPlan(
+        cores=cores,
+        memory_gb=memory_gb,
+        workers=1,
+        base_gb=0,
+        per_worker_gb=memory_gb,
+        processes=1,
+        retry_memory_gb=retry_gb or memory_gb * 2,
+    )
+    small = plan.model_copy(update={"cores": 1, "memory_gb": 1.0, "retry_memory_gb": 2.0})
+    return {"big": plan, "small": small}
+
+
+def info(name: str, cores: float, memory_gb: float, **fields: Any) -> NodeInfo:
+    return NodeInfo(name=name, cores=cores, memory_gb=memory_gb, **fields)
+
+
+def test_the_smallest_free_node_that_fits_the_largest_task_is_chosen() -> None:
+    nodes = [
+        info("huge", 64, 256),
+        info("small", 4, 16),
+        info("medium", 16, 64),
+        info("large", 32, 128),
+        info("cp", 2, 100, reservable=False),
+        info("held", 16, 64, reserved_by="run0"),
+        info("down", 16, 64, ready=False),
+    ]
+
+    assert choose_node(nodes, plans(8, 20, retry_gb=40)) == "medium"
+    assert choose_node(nodes, plans(8, 20, retry_gb=100)) == "large", "room for the retry"
+    assert choose_node(nodes, plans(8, 20, retry_gb=999)) == "medium", "none fits the retry"
+    assert choose_node(nodes, plans(8, 20), taken=["medium"]) == "large"
+
+
+def test_no_node_that_fits_is_refused_with_the_numbers() -> None:
+    with pytest.raises(LookupError) as raised:
+        choose_node([info("a", 8, 32), info("b", 4, 64)], plans(16, 20))
+
+    assert str(raised.value) == (
+        "no free node fits the run's largest task (16 cores, 20 GiB): "
+        "the free nodes have at most 8 cores and 64.0 GiB"
+    )
+
+
+def test_no_reservable_node_is_refused_saying_how_to_mark_one() -> None:
+    with pytest.raises(LookupError, match=POOL_LABEL):
+        choose_node([info("cp", 16, 64, reservable=False)], plans(1, 1))
+
+
+# The largest task a node can hold
+
+
+def test_the_caps_are_the_largest_node_the_pods_may_use_and_read_once_a_while(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    put(kube, control_plane(), gpu_node(), pool("pool-1", "7910m", "31893100Ki"))
+    put(kube, node("worker-1", cpu="4", memory="64Gi"))
+    backend = backend_of(kube, tmp_path)
+
+    assert (backend.max_cores, backend.max_memory_gb) == (7, 64.0)
+    assert backend.max_cores == 7
+    assert len([r for r in kube.state.requests if r.path == "/api/v1/nodes"]) == 1
+
+    kube.state.put_node(pool("pool-2", "32", "128Gi"))
+    backend.capacity_ttl_s = 0  # the next read refreshes
+
+    assert (backend.max_cores, backend.max_memory_gb) == (32, 128.0)
+
+
+def test_the_caps_are_unknown_while_the_cluster_does_not_answer(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kube.state.intercept = lambda request: 403
+
+    assert backend_of(kube, tmp_path).max_memory_gb is None
+
+
+def test_a_plan_is_capped_by_the_nodes_so_its_retry_memory_fits_one(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    put(kube, pool("pool-1", "32", "64Gi"))
+    backend = backend_of(kube, tmp_path)
+    spec = parse_spec(
+        "tasks: {solve: {command: [solve], cores: 64, memory: {gb: 40}}}", types=task_types()
+    )
+
+    plan = plan_run(
+        spec,
+        types=task_types(),
+        max_cores=backend.max_cores,
+        max_memory_gb=backend.max_memory_gb,
+    )["solve"]
+
+    assert (plan.cores, plan.memory_gb, plan.retry_memory_gb) == (32, 40, 64.0)
+
+
+def test_a_task_no_node_can_hold_is_refused_at_submission_with_the_numbers(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    put(kube, pool("wide", "32", "16Gi"), pool("deep", "8", "256Gi"))
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 100}}}")
+
+    with pytest.raises(ValueError) as raised:
+        backend.submit(record, task_plans, task_types(), CLUSTER)
+
+    assert str(raised.value) == (
+        "task solve needs 16 cores and 100 GiB on one node, which no node simrun may use has "
+        "(the largest have 32 cores and 256.0 GiB)"
+    )
+    assert kube.state.workflows == {}
+
+
+# Reserving in a submission
+
+
+@pytest.mark.django_db
+def test_a_submission_that_loses_its_node_to_another_run_reserves_the_next(
+    kube: KubeApiServer, tmp_path: Path, owner: Any, settings: Any
+) -> None:
+    settings.SIMRUN_HOME = tmp_path / "home"
+    settings.SIMRUN_HOME.mkdir()
+    put(kube, control_plane(), pool("pool-small", "4", "16Gi"), pool("pool-big", "16", "64Gi"))
+    backend = backend_of(kube, tmp_path)
+    text = yaml.safe_dump(
+        {"reserve_node": True, "tasks": {"sweep": {"type": "squares", "settings": {"n": 4}}}}
+    )
+    run = create_run(spec=parse_spec(text, types=task_types()), owner=owner, backend=backend)
+
+    def other_run_first(request: Request) -> int | None:
+        if request.method == "GET" and request.path == "/api/v1/nodes/pool-small":
+            taken = kube.state.nodes["pool-small"]
+            if RESERVED not in taken["metadata"]["labels"]:
+                taken["metadata"]["labels"][RESERVED] = "otherrun01"
+                taken["spec"]["taints"] = [
+                    {"key": RESERVED, "value": "otherrun01", "effect": "NoExecute"}
+                ]
+                kube.state.stamp(taken)
+        return None
+
+    kube.state.intercept = other_run_first
+
+    assert controller.submit(run.id, backend=backend)
+
+    run = Run.objects.get(pk=run.pk)
+    assert (run.state, run.reserved_node) == (RunState.RUNNING, "pool-big")
+    assert kube.state.nodes["pool-big"]["metadata"]["labels"][RESERVED] == run.id
+    assert kube.state.nodes["pool-small"]["metadata"]["labels"][RESERVED] == "otherrun01"
+    [(_, workflow)] = kube.state.workflows.items()
+    assert workflow["spec"]["nodeSelector"] == {RESERVED: run.id}
