@@ -18,6 +18,7 @@ urlpatterns = [
     path(RUN + "cancel/", views.run_cancel, name="run-cancel"),
     path(RUN + "rerun/", views.run_rerun, name="run-rerun"),
     path(TASK + "logs/", views.task_log_page, name="task-logs"),
+    path(TASK + "logs/live/", views.task_log_layout, name="task-logs-live"),
     path(TASK + "logs/<str:name>/", views.task_log_text, name="task-log-text"),
     path(TASK + "out/<path:path>", views.output_file, name="output-file"),
     path("placements/", views.placements, name="placements"),

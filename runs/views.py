@@ -35,7 +35,7 @@ from runs.api.pagination import MAX_PAGE, page_of, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.dag import layout
-from runs.models import RunState, TaskState
+from runs.models import FINAL_TASK_STATES, RunState, TaskState
 from runs.planning_figures import planning_figures
 from runs.reruns import rerun_ids, spec_text, submit_rerun
 from runs.spec import SpecError, parse_spec, validate_spec
@@ -257,10 +257,8 @@ def _log_context(request: HttpRequest, task: Any, name: str) -> dict[str, Any]:
     }
 
 
-@login_required
-def task_log_page(request: HttpRequest, run_id: str, task_id: str) -> HttpResponse:
-    """The logs of a task: one per attempt, its tail, following while it runs, searchable."""
-    task = task_or_404(request.user, run_id, task_id)
+def _log_page_context(request: HttpRequest, task: Any) -> dict[str, Any]:
+    """The logs of a task and the one shown; ``waiting`` while none exists yet but may come."""
     logs = task_logs.task_logs(task, tail_lines=1)
     names = [log.name for log in logs]
     name = request.GET.get("log") or next(
@@ -268,10 +266,36 @@ def task_log_page(request: HttpRequest, run_id: str, task_id: str) -> HttpRespon
     )
     if name and name not in names:
         raise Http404(f"no log {name!r}")
-    context = {"task": task, "run": task.run, "logs": logs, "log": None, "tail": _tail(request)}
+    waiting = not logs and (task.state not in FINAL_TASK_STATES or task.run.live)
+    context = {
+        "task": task,
+        "run": task.run,
+        "logs": logs,
+        "log": None,
+        "tail": _tail(request),
+        "waiting": waiting,
+    }
     if name:
         context |= _log_context(request, task, name)
-    return render(request, "runs/task_logs.html", context)
+    return context
+
+
+@login_required
+def task_log_page(request: HttpRequest, run_id: str, task_id: str) -> HttpResponse:
+    """The logs of a task: one per attempt, its tail, following while it runs, searchable.
+
+    Opened before the task's processes start, the page polls until the first log appears,
+    then shows it live.
+    """
+    task = task_or_404(request.user, run_id, task_id)
+    return render(request, "runs/task_logs.html", _log_page_context(request, task))
+
+
+@login_required
+def task_log_layout(request: HttpRequest, run_id: str, task_id: str) -> HttpResponse:
+    task = task_or_404(request.user, run_id, task_id)
+    context = _log_page_context(request, task)
+    return fragment(request, "runs/task_logs.html#layout", context, live=context["waiting"])
 
 
 @login_required

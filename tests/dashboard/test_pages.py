@@ -368,10 +368,61 @@ def test_a_log_is_searchable_and_an_ended_one_stops_polling(alice, owner, store)
     assert "2 lines" in response.content.decode()
 
 
+def test_a_logs_page_opened_before_its_task_starts_polls_and_then_shows_the_live_log(
+    alice, owner, store
+):
+    run = running(submitted(owner), sweep="queued")
+    page = alice.get(f"/runs/{run.id}/tasks/sweep/logs/").content.decode()
+    live = f"/runs/{run.id}/tasks/sweep/logs/live/"
+    assert f'hx-get="{live}" hx-trigger="every 2s"' in page and 'data-waiting="true"' in page
+    assert "Reload" not in page
+    still = alice.get(live, **HTMX)
+    assert still.status_code == 200 and 'data-waiting="true"' in still.content.decode()
+    write_file(store, run, "logs/sweep-w0-0.log", "first unit\n")
+    write_file(store, run, "logs/sweep-w0-0.pid", "{}")
+    started = alice.get(live, **HTMX)
+    body = started.content.decode()
+    assert started.status_code == 286  # the page stops waiting; the log polls on its own
+    assert 'data-waiting="false"' in body and "first unit" in body
+    assert f'hx-get="/runs/{run.id}/tasks/sweep/logs/sweep-w0-0/?q=&amp;tail=200"' in body
+
+
+def test_a_logs_page_of_a_task_that_ended_without_processes_does_not_wait(alice, owner):
+    run = ended(running(submitted(owner), sweep="skipped"), RunState.FAILED)
+    Task.objects.filter(run=run).update(state="skipped")
+    page = alice.get(f"/runs/{run.id}/tasks/sweep/logs/").content.decode()
+    assert 'data-waiting="false"' in page and "logs/live/" not in page
+    assert "the task ran no process" in page
+
+
+def test_the_waiting_logs_fragment_is_404_for_another_user(mallory, owner):
+    run = submitted(owner)
+    assert mallory.get(f"/runs/{run.id}/tasks/sweep/logs/live/", **HTMX).status_code == 404
+
+
 def test_an_unknown_log_is_404(alice, owner):
     run = submitted(owner)
     assert alice.get(f"/runs/{run.id}/tasks/sweep/logs/?log=nosuch-0").status_code == 404
     assert alice.get(f"/runs/{run.id}/tasks/sweep/logs/nosuch-0/", **HTMX).status_code == 404
+
+
+# Error pages
+
+
+def test_a_missing_page_is_the_styled_404_with_the_navigation(alice):
+    response = alice.get("/runs/nosuchrun/")
+    body = response.content.decode()
+    assert response.status_code == 404 and 'data-status="404"' in body
+    assert 'class="mainnav"' in body and "simrun.css" in body and "Your runs" in body
+
+
+def test_a_server_error_is_the_styled_500_without_a_request_context(rf):
+    from django.views.defaults import server_error
+
+    response = server_error(rf.get("/"))
+    body = response.content.decode()
+    assert response.status_code == 500 and 'data-status="500"' in body
+    assert "simrun.css" in body and "Something went wrong on the server" in body
 
 
 # Machines
