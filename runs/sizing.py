@@ -1,0 +1,340 @@
+"""Memory sizing policies: a task type's history of peaks and kills in, an allocation out.
+
+Pure code (stdlib only, no Django, no I/O): the planner sizes tasks with ``DEFAULT`` and the
+replay benchmark (``bench/sizing_replay.py``) plays every policy of ``POLICIES`` against real
+traces. Memory is in plain GiB; callers round to their own steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Protocol
+
+MIB = 1 / 1024
+"""One MiB in GiB."""
+MIN_GB = 0.05
+"""No allocation below this: a process needs some memory whatever its peaks say."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One finished attempt of a task type: its peak GiB, or the limit at which it was killed."""
+
+    gb: float
+    killed: bool = False
+    at: float = 0.0  # when it ended, seconds (any epoch); histories are oldest first, newest last
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The allocation of a task's first attempt and of its retry, with the arithmetic."""
+
+    gb: float  # the first allocation
+    retry_gb: float  # the allocation of the retry after the first is killed for memory
+    why: str  # arithmetic a user can check: source, count, quantile, margin, floor, bump, cap
+
+
+class Policy(Protocol):
+    """A sizing policy: what the first attempt and each retry of a task of one type get."""
+
+    name: str
+
+    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing: ...
+
+    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
+        """The allocation after an attempt at killed_gb was killed for memory."""
+        ...
+
+
+@dataclass(frozen=True)
+class Wastage:
+    """Memory × time of attempts, in GiB·h: what the task used, over- and under-sized."""
+
+    used_gbh: float = 0.0
+    over_gbh: float = 0.0
+    under_gbh: float = 0.0
+
+    @property
+    def wasted_gbh(self) -> float:
+        return self.over_gbh + self.under_gbh
+
+    @property
+    def maq(self) -> float:
+        """Memory allocation quality (Witt et al.): used / (used + over + under)."""
+        total = self.used_gbh + self.wasted_gbh
+        return self.used_gbh / total if total > 0 else 1.0
+
+    def __add__(self, other: Wastage) -> Wastage:
+        return Wastage(
+            self.used_gbh + other.used_gbh,
+            self.over_gbh + other.over_gbh,
+            self.under_gbh + other.under_gbh,
+        )
+
+
+def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) -> Wastage:
+    """One attempt's wastage: a killed attempt wasted its whole limit until the kill."""
+    hours = seconds / 3600
+    if killed:
+        return Wastage(under_gbh=limit_gb * hours)
+    return Wastage(used_gbh=peak_gb * hours, over_gbh=max(0.0, limit_gb - peak_gb) * hours)
+
+
+def _gb(value: float) -> str:
+    return f"{value:.3f} GiB"
+
+
+def _doubled(killed_gb: float) -> float:
+    return killed_gb * 2
+
+
+def _peaks(history: Sequence[Sample]) -> list[float]:
+    return [s.gb for s in history if not s.killed]
+
+
+@dataclass
+class Static:
+    """The type's own static allocation, whatever was seen; a retry doubles."""
+
+    name: str = "static"
+
+    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+        retry = self.retry(history, killed_gb=default_gb, default_gb=default_gb)
+        return Sizing(default_gb, retry, f"static {_gb(default_gb)}; retry 2 × it = {_gb(retry)}")
+
+    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
+        return _doubled(killed_gb)
+
+
+@dataclass
+class MaxSeen:
+    """Tovar et al.'s first allocation: the largest clean peak seen (the default before any)."""
+
+    name: str = "max-seen"
+
+    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+        peaks = _peaks(history)
+        if not peaks:
+            gb, why = default_gb, f"default {_gb(default_gb)} (no peaks)"
+        else:
+            gb, why = max(peaks), f"max of {len(peaks)} peaks {_gb(max(peaks))}"
+        retry = self.retry(history, killed_gb=gb, default_gb=default_gb)
+        return Sizing(gb, retry, f"{why}; retry 2 × {_gb(gb)} = {_gb(retry)}")
+
+    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
+        return _doubled(killed_gb)
+
+
+@dataclass
+class Doubling(MaxSeen):
+    """Max seen, doubled on every failure (Witt et al.'s exponential failure handling, base 2).
+
+    Its first allocation is max-seen's; what differs is that the replay counts it with
+    unlimited retries, as the literature does, where max-seen has simrun's one.
+    """
+
+    name: str = "doubling"
+
+
+VPA_QUANTILE = 0.9
+VPA_MARGIN = 1.15
+VPA_OOM_MIN_BUMP_GB = 100 * MIB
+VPA_OOM_BUMP = 1.2
+VPA_MIN_GB = 250 * MIB
+"""The recommender's ``--pod-recommendation-min-memory-mb`` default."""
+VPA_HALF_LIFE_S = 24 * 3600
+"""The recommender's decaying histogram halves a sample's weight every 24 h."""
+
+
+@dataclass
+class Vpa:
+    """Kubernetes' VPA recommender: p90 of peaks + 15%; a kill counts as max(+100 MiB, ×1.2)."""
+
+    name: str = "vpa"
+
+    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+        if not history:
+            gb = default_gb
+            why = f"default {_gb(gb)} (no peaks)"
+        else:
+            newest = history[-1].at
+            samples = [
+                (
+                    max(s.gb + VPA_OOM_MIN_BUMP_GB, s.gb * VPA_OOM_BUMP) if s.killed else s.gb,
+                    0.5 ** ((newest - s.at) / VPA_HALF_LIFE_S),
+                )
+                for s in history
+            ]
+            p90 = weighted_quantile(samples, VPA_QUANTILE)
+            gb = max(VPA_MIN_GB, p90 * VPA_MARGIN)
+            why = f"p90 of {len(samples)} samples {_gb(p90)} × {VPA_MARGIN} = {_gb(gb)}"
+        retry = self.retry(history, killed_gb=gb, default_gb=default_gb)
+        return Sizing(gb, retry, f"{why}; retry {_gb(retry)}")
+
+    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
+        return max(killed_gb + VPA_OOM_MIN_BUMP_GB, killed_gb * VPA_OOM_BUMP)
+
+
+def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float:
+    """The smallest value whose cumulative weight reaches q of the total (value, weight pairs)."""
+    ordered = sorted(samples)
+    goal = q * sum(weight for _, weight in ordered) - 1e-12
+    running = 0.0
+    for value, weight in ordered:
+        running += weight
+        if running >= goal:
+            return value
+    return ordered[-1][0]
+
+
+# simrun's policy. Each constant is a statement about evidence, not a fit to one trace.
+WINDOW = 100
+"""The newest samples of a type that count: older ones describe inputs that may be gone."""
+HALF_LIFE = 30.0
+"""A sample's weight halves every this many newer samples: the newest evidence leads."""
+TARGET = 0.995
+"""The share of the type's next peaks the first allocation aims to fit."""
+PRIOR_SPREAD = 0.1
+"""The spread (σ of log peaks) assumed of a type before its own peaks show theirs: ±10%."""
+PRIOR_WEIGHT = 2.0
+"""How many samples the prior spread counts as."""
+EMPIRICAL_N = 50
+"""From this many recent peaks on, their top (× MIN_MARGIN) caps the log-normal bound: the
+data show where the tail ends, which a log-normal fitted to a bounded tail overshoots."""
+MIN_MARGIN = 1.05
+"""Never closer than this to a recent peak: peaks vary a little even for one input."""
+BUMP = 1.3
+"""A kill at X proves the need is above X: the next allocation is at least X × BUMP."""
+RETRY_FACTOR = 2.0
+"""The retry gets this many times the killed allocation: a second kill fails the task."""
+
+
+@dataclass
+class Simrun:
+    """simrun's policy: an upper prediction bound of the type's recent evidence.
+
+    Peaks are taken as log-normal: the allocation is the recency-weighted geometric mean of
+    the WINDOW newest samples × a margin exp(t·σ·√(1 + 1/n)), the one-sided TARGET bound
+    for the next peak. σ is the type's own spread pooled with PRIOR_SPREAD, and t is
+    Student's with the pooled degrees of freedom, so few samples give a wide margin (and
+    then the default, which caps the allocation unless a recent kill proved it too small).
+    A kill at X is a censored observation: it counts as X × BUMP in the model and floors
+    the allocation at X × BUMP while it is among the recent samples.
+    """
+
+    name: str = "simrun"
+    target: float = TARGET
+    prior_spread: float = PRIOR_SPREAD
+
+    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+        recent = history[-WINDOW:]
+        if not recent:
+            retry = _up(default_gb * RETRY_FACTOR)
+            return Sizing(
+                default_gb,
+                retry,
+                f"default {_gb(default_gb)} (no history); "
+                f"retry {RETRY_FACTOR:g} × {_gb(default_gb)} = {_gb(retry)}",
+            )
+        kills = [s.gb for s in recent if s.killed]
+        peaks = [s.gb for s in recent if not s.killed]
+        values = [s.gb * BUMP if s.killed else s.gb for s in recent]
+        weights = [0.5 ** ((len(recent) - 1 - i) / HALF_LIFE) for i in range(len(recent))]
+        center, spread, n_eff = log_normal(values, weights, self.prior_spread)
+        t = student_t(self.target, PRIOR_WEIGHT + n_eff - 1)
+        stretch = math.exp(t * spread * math.sqrt(1 + 1 / n_eff))
+        margin = round(max(MIN_MARGIN, stretch), 3)
+        least = ", the least" if stretch < MIN_MARGIN else ""
+        gb = _up(round(center, 3) * margin)
+        steps = [
+            f"p{self.target * 100:g} bound of {_evidence(len(peaks), len(kills))}: "
+            f"geometric mean {_gb(center)} × {margin:.3f} margin (spread {spread:.3f}, "
+            f"t {t:.2f}, n {n_eff:.1f}{least}) = {_gb(gb)}"
+        ]
+        if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * MIN_MARGIN):
+            gb = _up(round(max(peaks), 3) * MIN_MARGIN)
+            steps.append(
+                f"capped at the top of {len(peaks)} peaks {_gb(max(peaks))} × {MIN_MARGIN:g} "
+                f"= {_gb(gb)}"
+            )
+        if not kills and gb > default_gb:
+            gb = default_gb
+            steps.append(f"capped at the default {_gb(default_gb)} (no recent kill)")
+        floor, floor_why = max(_floors(peaks, kills))
+        if floor > gb:
+            gb = floor
+            steps.append(floor_why)
+        retry = _up(gb * RETRY_FACTOR)
+        steps.append(f"→ {_gb(gb)}; retry {RETRY_FACTOR:g} × {_gb(gb)} = {_gb(retry)}")
+        return Sizing(gb, retry, "; ".join(steps))
+
+    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
+        return _up(killed_gb * RETRY_FACTOR)
+
+
+def _up(gb: float) -> float:
+    """Rounded up to the MiB shown in a why (3 decimals of GiB), so its arithmetic checks."""
+    return math.ceil(round(gb * 1000, 6)) / 1000
+
+
+def _floors(peaks: Sequence[float], kills: Sequence[float]) -> list[tuple[float, str]]:
+    """The least allocations the recent evidence allows, each with its arithmetic."""
+    floors = [(MIN_GB, f"floor {_gb(MIN_GB)}")]
+    if peaks:
+        top = round(max(peaks), 3)
+        floor = _up(top * MIN_MARGIN)
+        floors.append((floor, f"floor top peak {_gb(top)} × {MIN_MARGIN:g} = {_gb(floor)}"))
+    if kills:
+        top = round(max(kills), 3)
+        floor = _up(top * BUMP)
+        plural = "s" if len(kills) > 1 else ""
+        floors.append(
+            (
+                floor,
+                f"floor {len(kills)} kill{plural} at up to {_gb(top)} × {BUMP:g} bump "
+                f"= {_gb(floor)}",
+            )
+        )
+    return floors
+
+
+def _evidence(peaks: int, kills: int) -> str:
+    """'12 recent peaks and 1 kill × 1.3': what the model was fitted to."""
+    parts = [f"{peaks} recent peak{'s' if peaks != 1 else ''}"] if peaks else []
+    if kills:
+        parts.append(f"{kills} recent kill{'s' if kills != 1 else ''} × {BUMP:g}")
+    return " and ".join(parts)
+
+
+def log_normal(
+    values: Sequence[float], weights: Sequence[float], prior_spread: float = PRIOR_SPREAD
+) -> tuple[float, float, float]:
+    """Weighted geometric mean, σ of logs pooled with PRIOR_SPREAD, and the effective count."""
+    total = sum(weights)
+    n_eff = total * total / sum(w * w for w in weights)
+    logs = [math.log(v) for v in values]
+    mean = sum(w * x for w, x in zip(weights, logs, strict=True)) / total
+    variance = sum(w * (x - mean) ** 2 for w, x in zip(weights, logs, strict=True)) / total
+    own_dof = n_eff - 1
+    own = variance * n_eff / own_dof if own_dof > 0 else 0.0
+    pooled = (PRIOR_WEIGHT * prior_spread**2 + own_dof * own) / (PRIOR_WEIGHT + own_dof)
+    return math.exp(mean), math.sqrt(pooled), n_eff
+
+
+def student_t(q: float, dof: float) -> float:
+    """Student's t q-quantile (Cornish–Fisher expansion, A&S 26.7.5; close for dof ≥ 2)."""
+    z = NormalDist().inv_cdf(q)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / dof + g2 / dof**2 + g3 / dof**3 + g4 / dof**4
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p for p in (Simrun(), Static(), MaxSeen(), Doubling(), Vpa())
+}
+DEFAULT = POLICIES["simrun"]

@@ -1,0 +1,175 @@
+"""Sizing policies: pure functions from a task type's history to the first and retry memory."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from runs.sizing import (
+    BUMP,
+    DEFAULT,
+    MIB,
+    MIN_GB,
+    POLICIES,
+    RETRY_FACTOR,
+    Sample,
+    wastage,
+)
+
+PRODUCT = re.compile(r"(\d+\.\d+) GiB × (\d+(?:\.\d+)?)[^=;]*= (\d+\.\d+) GiB")
+RETRY = re.compile(r"retry (\d+(?:\.\d+)?) × (\d+\.\d+) GiB = (\d+\.\d+) GiB")
+RESULT = re.compile(r"→ (\d+\.\d+) GiB")
+
+
+def peaks(*gbs: float) -> list[Sample]:
+    return [Sample(gb, at=float(i)) for i, gb in enumerate(gbs)]
+
+
+def ceil_mib(gb: float) -> float:
+    return math.ceil(round(gb * 1000, 6)) / 1000
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_sizes_a_type_without_history_at_its_default(name):
+    sizing = POLICIES[name].size([], default_gb=3.0)
+    assert sizing.gb == 3.0
+    assert sizing.retry_gb > 3.0
+
+
+def test_the_default_policy_is_simruns():
+    assert DEFAULT.name == "simrun"
+    assert set(POLICIES) == {"simrun", "static", "max-seen", "doubling", "vpa"}
+
+
+def test_one_kill_raises_the_next_allocation_and_the_retry_at_once():
+    sizing = DEFAULT.size([Sample(0.25, killed=True)], default_gb=0.25)
+    assert sizing.gb >= 0.25 * BUMP
+    assert sizing.retry_gb >= sizing.gb * RETRY_FACTOR
+    assert "1 recent kill" in sizing.why and f"× {BUMP:g}" in sizing.why
+
+
+def test_a_kill_above_clean_peaks_floors_the_allocation_at_the_kill_times_the_bump():
+    clean = peaks(*[1.0, 1.02, 0.98, 1.01] * 5)
+    alone = DEFAULT.size(clean, default_gb=4.0)
+    killed_at = alone.gb
+    combined = DEFAULT.size([*clean, Sample(killed_at, killed=True, at=30.0)], default_gb=4.0)
+    assert combined.gb >= killed_at * BUMP
+    assert combined.gb > alone.gb
+    assert "20 recent peaks and 1 recent kill" in combined.why
+
+
+def test_kills_and_peaks_are_one_model_a_recent_kill_below_the_peaks_lowers_nothing():
+    clean = peaks(*[1.0, 1.02, 0.98, 1.01] * 5)
+    alone = DEFAULT.size(clean, default_gb=4.0)
+    combined = DEFAULT.size([*clean, Sample(0.5, killed=True, at=30.0)], default_gb=4.0)
+    assert combined.gb >= max(s.gb for s in clean)
+    assert combined.gb >= alone.gb * 0.95
+
+
+def test_without_a_kill_the_allocation_never_exceeds_the_default():
+    sizing = DEFAULT.size(peaks(0.9), default_gb=1.0)
+    assert sizing.gb == 1.0
+    assert "capped at the default" in sizing.why
+
+
+def test_few_peaks_get_a_wider_margin_than_many_of_the_same_spread():
+    few = DEFAULT.size(peaks(1.0, 1.05, 0.95), default_gb=100.0)
+    many = DEFAULT.size(peaks(*[1.0, 1.05, 0.95] * 10), default_gb=100.0)
+    assert few.gb > many.gb > 1.05
+
+
+def test_a_wider_spread_gets_a_wider_margin():
+    tight = DEFAULT.size(peaks(*[1.0, 1.01, 0.99] * 10), default_gb=100.0)
+    loose = DEFAULT.size(peaks(*[1.0, 1.3, 0.7] * 10), default_gb=100.0)
+    assert loose.gb > tight.gb * 1.3
+
+
+def test_tiny_peaks_are_floored():
+    assert DEFAULT.size(peaks(*[0.001] * 20), default_gb=1.0).gb == MIN_GB
+
+
+def test_a_type_whose_peaks_step_up_recovers_within_a_few_tasks_without_a_second_kill():
+    """40 tasks near 1 GiB, then a new input size near 1.6 GiB; each task ends before the next."""
+    history: list[Sample] = []
+    kills_after_step = []
+    for i in range(60):
+        peak = (1.0 if i < 40 else 1.6) * (1 + 0.02 * ((i * 7) % 5 - 2) / 2)
+        sizing = DEFAULT.size(history, default_gb=8.0)
+        if sizing.gb < peak:
+            assert sizing.retry_gb >= peak, f"task {i} killed twice"
+            history.append(Sample(sizing.gb, killed=True, at=2.0 * i))
+            if i >= 40:
+                kills_after_step.append(i)
+        history.append(Sample(peak, at=2.0 * i + 1))
+    assert len(kills_after_step) <= 2
+    assert all(i < 43 for i in kills_after_step)
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        peaks(*[0.4, 0.41, 0.39, 0.42] * 3),
+        [*peaks(*[0.4, 0.41, 0.39, 0.42] * 3), Sample(0.4, killed=True, at=20.0)],
+        [Sample(0.4, killed=True)],
+        peaks(0.3),
+        peaks(*[0.5 + 0.001 * i for i in range(60)]),
+        peaks(*[0.001] * 5),
+    ],
+    ids=["peaks", "peaks-and-a-kill", "a-kill", "one-peak-capped", "many-peaks-capped", "floor"],
+)
+def test_the_why_is_arithmetic_whose_numbers_recompute_to_the_sizing(history):
+    sizing = DEFAULT.size(history, default_gb=1.0)
+    products = PRODUCT.findall(sizing.why)
+    assert products, sizing.why
+    for a, b, result in products:
+        assert float(result) == pytest.approx(ceil_mib(float(a) * float(b)), abs=1e-9), sizing.why
+    ((factor, gb, retry),) = RETRY.findall(sizing.why)
+    assert float(gb) == sizing.gb and float(retry) == sizing.retry_gb
+    assert float(retry) == pytest.approx(ceil_mib(float(factor) * float(gb)), abs=1e-9)
+    assert [float(x) for x in RESULT.findall(sizing.why)] == [sizing.gb]
+
+
+def test_the_margin_in_the_why_is_the_bound_of_its_spread_t_and_count():
+    sizing = DEFAULT.size(peaks(*[0.4, 0.45, 0.35, 0.5] * 5), default_gb=10.0)
+    found = re.search(
+        r"× (\d+\.\d+) margin \(spread (\d+\.\d+), t (\d+\.\d+), n (\d+\.\d+)", sizing.why
+    )
+    assert found, sizing.why
+    margin, spread, t, n = map(float, found.groups())
+    assert margin == pytest.approx(math.exp(t * spread * math.sqrt(1 + 1 / n)), rel=0.01)
+
+
+def test_static_keeps_its_allocation_and_doubles_on_a_kill():
+    static = POLICIES["static"]
+    sizing = static.size(peaks(0.5, 0.6), default_gb=2.0)
+    assert (sizing.gb, sizing.retry_gb) == (2.0, 4.0)
+
+
+def test_max_seen_takes_the_largest_clean_peak_and_doubles_on_a_kill():
+    max_seen = POLICIES["max-seen"]
+    sizing = max_seen.size([*peaks(0.5, 0.7, 0.6), Sample(0.9, killed=True)], default_gb=2.0)
+    assert (sizing.gb, sizing.retry_gb) == (0.7, 1.4)
+    assert POLICIES["doubling"].retry([], killed_gb=1.4, default_gb=2.0) == 2.8
+
+
+def test_vpa_takes_p90_plus_15_percent_and_bumps_a_kill_as_the_recommender_does():
+    vpa = POLICIES["vpa"]
+    sizing = vpa.size(peaks(*[1.0] * 19, 2.0), default_gb=8.0)
+    assert sizing.gb == pytest.approx(1.15)
+    assert vpa.retry([], killed_gb=1.0, default_gb=8.0) == pytest.approx(1.2)
+    assert vpa.retry([], killed_gb=0.1, default_gb=8.0) == pytest.approx(0.1 + 100 * MIB)
+    assert vpa.size(peaks(0.01), default_gb=8.0).gb == pytest.approx(250 * MIB)
+    killed = vpa.size([Sample(1.0, killed=True)], default_gb=8.0)
+    assert killed.gb == pytest.approx(1.2 * 1.15)
+
+
+def test_wastage_counts_used_over_and_under_sized_gib_hours():
+    ok = wastage(peak_gb=1.0, limit_gb=3.0, seconds=1800, killed=False)
+    assert (ok.used_gbh, ok.over_gbh, ok.under_gbh) == (0.5, 1.0, 0.0)
+    killed = wastage(peak_gb=5.0, limit_gb=3.0, seconds=3600, killed=True)
+    assert (killed.used_gbh, killed.over_gbh, killed.under_gbh) == (0.0, 0.0, 3.0)
+    total = ok + killed
+    assert total.wasted_gbh == 4.0
+    assert total.maq == pytest.approx(0.5 / 4.5)
