@@ -349,6 +349,11 @@ class Observation(models.Model):
         peak = self.peak_bytes if self.peak_bytes is not None else self.limit_bytes
         if peak is None:
             return None
+    @property
+    def limit_gb(self) -> float | None:
+        """The memory limit of the attempt observed, the memory it ran with."""
+        return None if self.limit_bytes is None else self.limit_bytes / 2**30
+
         return peak / self.processes / 2**30
 
 

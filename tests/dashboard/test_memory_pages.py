@@ -1,0 +1,62 @@
+"""The memory loop on the pages: kill-driven plans, the memory each attempt really had."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from runs import sizing
+from runs.models import Attempt, Observation
+from tests.api.conftest import running, submitted
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice(owner) -> Client:
+    client = Client()
+    client.force_login(owner)
+    return client
+
+
+def test_a_kill_drives_the_planned_figure_and_the_page_says_so(alice, owner):
+    run = submitted(owner)
+    Observation.objects.create(
+        task_type="squares",
+        run=run,
+        worker="sweep-w0",
+        processes=1,
+        per_worker_gb=0.05,
+        limit_bytes=int(0.4 * 2**30),
+        oom=True,
+        from_report=False,
+        created_at=timezone.now(),
+    )
+    page = alice.get("/observations/?type=squares").content.decode()
+    planned = re.search(r"<strong data-planned>([\d.]+) GiB</strong>", page)
+    assert planned is not None, page
+    assert float(planned[1]) >= 0.4 * sizing.BUMP
+    assert f"kill × {sizing.BUMP:g}" in page
+    assert re.search(r"<td data-limit>0\.4 GiB</td>", page), page
+
+
+def test_a_run_page_shows_the_memory_each_attempt_ran_with_and_how_its_end_was_classed(
+    alice, owner
+):
+    run = running(submitted(owner), sweep="running")
+    task = run.tasks.get(task_id="sweep")
+    Attempt.objects.create(
+        task=task,
+        worker="sweep-w0",
+        attempt=0,
+        exit_code=137,
+        evicted=True,
+        memory_gb=1.35,
+        message="no report within 60 s: counted as a kill after the grace period",
+    )
+    page = alice.get(f"/runs/{run.id}/").content.decode()
+    assert "1.35 GiB" in page
+    assert "no report within 60 s: counted as a kill after the grace period" in page
