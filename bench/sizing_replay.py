@@ -383,7 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table(stem, figures, cold_waste(traces[stem])))
         print()
     cold = sum(cold_waste(tasks) for tasks in traces.values())
-    print(table(f"total of {len(traces)} traces", total, cold))
+    plural = "s" if len(traces) > 1 else ""
+    print(table(f"total of {len(traces)} trace{plural}", total, cold))
     if "simrun" in names and len(names) > 1:
         lines = targets(per_trace, total)
         print()
@@ -398,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(line.startswith("MISSED") for line in lines):
             print()
             print("\n".join(frontier(traces)))
-    print(f"\nelapsed {time.perf_counter() - started:.1f} s")
+    print(f"\nelapsed {time.perf_counter() - started:.2f} s")
     return 0
 
 

@@ -198,9 +198,11 @@ HALF_LIFE = 30.0
 TARGET = 0.995
 """The share of the type's next peaks the first allocation aims to fit."""
 PRIOR_SPREAD = 0.1
-"""The spread (σ of log peaks) assumed of a type before its own peaks show theirs: ±10%."""
+"""The spread (σ of log peaks) assumed of a type before its own peaks show theirs: ±10%,
+about the median type of three nf-core pipelines (0.078 over 98 types of 5 tasks or more)."""
 PRIOR_WEIGHT = 2.0
-"""How many samples the prior spread counts as."""
+"""How many samples the prior spread counts as: few, since types differ widely (a quarter of
+those 98 spread more than 0.23), so a type's own peaks soon outweigh it."""
 EMPIRICAL_N = 50
 """From this many recent peaks on, their top (× MIN_MARGIN) caps the log-normal bound: the
 data show where the tail ends, which a log-normal fitted to a bounded tail overshoots."""
@@ -241,7 +243,7 @@ class Simrun:
             )
         kills = [s.gb for s in recent if s.killed]
         peaks = [s.gb for s in recent if not s.killed]
-        values = [s.gb * BUMP if s.killed else s.gb for s in recent]
+        values = [max(MIB, s.gb * BUMP if s.killed else s.gb) for s in recent]
         weights = [0.5 ** ((len(recent) - 1 - i) / HALF_LIFE) for i in range(len(recent))]
         center, spread, n_eff = log_normal(values, weights, self.prior_spread)
         t = student_t(self.target, PRIOR_WEIGHT + n_eff - 1)

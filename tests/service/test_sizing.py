@@ -90,6 +90,10 @@ def test_tiny_peaks_are_floored():
     assert DEFAULT.size(peaks(*[0.001] * 20), default_gb=1.0).gb == MIN_GB
 
 
+def test_a_peak_measured_as_zero_sizes_at_the_floor_instead_of_failing():
+    assert DEFAULT.size(peaks(0.0, 0.0, 0.0), default_gb=1.0).gb == MIN_GB
+
+
 def test_a_type_whose_peaks_step_up_recovers_within_a_few_tasks_without_a_second_kill():
     """40 tasks near 1 GiB, then a new input size near 1.6 GiB; each task ends before the next."""
     history: list[Sample] = []
