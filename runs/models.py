@@ -321,6 +321,9 @@ class Observation(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
 
+    seconds = models.FloatField(
+        default=0, help_text="Wall-clock seconds of the attempt (0: not known), for GiB·h."
+    )
     class Meta:
         ordering = ["-created_at"]
         indexes = [

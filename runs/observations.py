@@ -158,6 +158,7 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
             units=len(report.units_done),
             unit_seconds=report.unit_seconds,
             cpu_seconds=report.cpu_seconds,
+            seconds=report.prepare_seconds + report.seconds,
             oom=is_oom(report, attempt, kills),
         )
         _store(observation, marks, node=report.node, memory_gb=gb)
@@ -178,12 +179,20 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
                 processes=plan.processes,
                 per_worker_gb=plan.per_worker_gb,
                 limit_bytes=int(gb * GIB),
+                seconds=_seconds(rows.get((worker, attempt))),
                 oom=True,
                 from_report=False,
             )
             _store(observation, marks, node="", memory_gb=gb)
             written += 1
     return written
+
+
+def _seconds(row: Attempt | None) -> float:
+    """The wall-clock seconds of an attempt from its row, 0 when its start or end is unknown."""
+    if row is None or row.started_at is None or row.ended_at is None:
+        return 0.0
+    return max(0.0, (row.ended_at - row.started_at).total_seconds())
 
 
 def _store(observation: Observation, marks: Path, *, node: str, memory_gb: float) -> None:

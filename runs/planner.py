@@ -22,6 +22,9 @@ from runs.spec import RunSpec, TaskSpec
 
 RETRY_FACTOR = 2.0
 """The retry memory is at least this many times the memory."""
+COUNTERFACTUAL = ("simrun", "vpa")
+"""The policies whose allocation of each task is kept beside its plan, to show what sizing
+saves: simrun's own (which a spec's memory overrides) and Kubernetes' VPA recommender's."""
 DEFAULT_SPLIT_CORES = 2
 DEFAULT_UNSPLIT_CORES = 1
 DEFAULT_COMMAND_GB = 1.0
@@ -44,6 +47,11 @@ class TaskPlan(BaseModel):
     retry_memory_gb: float = Field(gt=0, description="per pod, after a kill for memory")
     coordinator_merges: bool = False
     why: str = ""
+    counterfactual_gb: dict[str, float] = Field(
+        default_factory=dict,
+        description="per pod: what these sizing policies would have given it from the same "
+        "observations, whatever the spec said",
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,21 @@ def per_worker_memory(
     )
 
 
+def counterfactual_gb(
+    observed: Sequence[ObservedPeak], *, default: float, base_gb: float, procs: int
+) -> dict[str, float]:
+    """The memory per pod each policy of ``COUNTERFACTUAL`` would give a task of this shape."""
+    past = history(observed)
+    return {
+        name: round_gb(
+            base_gb
+            + procs
+            * max(MIN_PER_WORKER_GB, sizing.POLICIES[name].size(past, default_gb=default).gb)
+        )
+        for name in COUNTERFACTUAL
+    }
+
+
 def retry_memory(
     memory_gb: float, base_gb: float, procs: int, retry_gb: float
 ) -> tuple[float, str]:
@@ -201,6 +224,12 @@ def plan_task(
         retry_gb = max(memory_gb, max_memory_gb)
         retry_why += f", capped at {retry_gb} GiB, the largest node"
     why.append(retry_why)
+    counterfactual = counterfactual_gb(
+        observed,
+        default=task_type.per_worker_gb if task_type else DEFAULT_COMMAND_GB,
+        base_gb=base_gb,
+        procs=procs,
+    )
     workers = (task.workers or 1) if split else 1
     if split and not extra_workers and workers > 1:
         why.append(f"{workers} workers asked; this backend runs one pod per split task")
@@ -215,6 +244,7 @@ def plan_task(
         retry_memory_gb=retry_gb,
         coordinator_merges=split and not extra_workers,
         why="; ".join(why),
+        counterfactual_gb=counterfactual,
     )
 
 

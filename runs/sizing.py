@@ -266,6 +266,14 @@ class Simrun:
             gb = default_gb
             steps.append(f"capped at the default {_gb(default_gb)} (no recent kill)")
         floor, floor_why = max(_floors(peaks, kills))
+        if kills and gb > _up(floor * RETRY_FACTOR):
+            # Peaks far below a kill are of inputs before a step up: their spread is no
+            # evidence of the need, so the bound stops where the floor's own retry would be.
+            gb = _up(floor * RETRY_FACTOR)
+            steps.append(
+                f"capped at {RETRY_FACTOR:g} × the floor {_gb(floor)} = {_gb(gb)} "
+                "(peaks below a kill do not bound its need)"
+            )
         if floor > gb:
             gb = floor
             steps.append(floor_why)

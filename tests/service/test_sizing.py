@@ -177,3 +177,12 @@ def test_wastage_counts_used_over_and_under_sized_gib_hours():
     total = ok + killed
     assert total.wasted_gbh == 4.0
     assert total.maq == pytest.approx(0.5 / 4.5)
+
+
+def test_tiny_peaks_then_a_kill_size_near_the_kill_not_by_the_spread_between_them():
+    history = [Sample(0.010, at=1), Sample(0.012, at=2), Sample(0.011, at=3)]
+    history.append(Sample(0.25, killed=True, at=4))
+    sized = DEFAULT.size(history, default_gb=0.25)
+    floor = math.ceil(0.25 * BUMP * 1000) / 1000
+    assert floor <= sized.gb <= floor * RETRY_FACTOR + 1e-9
+    assert "capped at 2 × the floor" in sized.why
