@@ -40,10 +40,17 @@ def settle(run_id: str | None = None) -> None:
 
 @shared_task(name="runs.tasks.reconcile")  # type: ignore[untyped-decorator]  # celery ships no types
 def reconcile() -> None:
-    """Bring the records of the live runs up to date with the backend."""
-    from runs import controller
+    """Bring the records of the live runs up to date with the backend.
 
-    controller.reconcile()
+    A line at INFO only for a pass that changed a run (DEBUG otherwise): every 5 s.
+    """
+    from runs import controller, metrics
+
+    with metrics.reconcile_timer() as timer:
+        changed = controller.reconcile()
+    metrics.count_changed(changed)
+    level = logging.INFO if changed else logging.DEBUG
+    log.log(level, "reconciled", extra={"changed": changed, "seconds": timer.seconds})
 
 
 @shared_task(name="runs.tasks.recover")  # type: ignore[untyped-decorator]  # celery ships no types

@@ -26,4 +26,5 @@ urlpatterns = [
     path("nodes/", views.nodes, name="nodes"),
     path("nodes/<str:name>/release/", views.node_release, name="node-release"),
     path("observations/", views.observations, name="observations"),
+    path("metrics", views.metrics, name="metrics"),
 ]

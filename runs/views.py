@@ -7,6 +7,7 @@ it shows is live; once nothing is, its view answers 286 and htmx stops polling.
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HTMX_STOP_POLLING
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from harness.tasktypes import task_types
 from runs import capacity, controller, reservations, store, task_files, task_logs
@@ -354,6 +356,35 @@ def node_release(request: HttpRequest, name: str) -> HttpResponse:
         else:
             messages.success(request, f"{name} will be released from run {holder.id}.")
     return redirect("runs:nodes")
+
+
+# Metrics
+
+LOOPBACK = frozenset({"127.0.0.1", "::1"})
+
+
+def _may_scrape(request: HttpRequest) -> bool:
+    """Staff, the bearer of the metrics token, or (when allowed) anyone on this machine."""
+    if request.user.is_staff:
+        return True
+    token = settings.SIMRUN_METRICS_TOKEN
+    offered = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    if token and hmac.compare_digest(offered.encode(), token.encode()):
+        return True
+    return settings.SIMRUN_METRICS_LOOPBACK and request.META.get("REMOTE_ADDR") in LOOPBACK
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The service's metrics for Prometheus (runs/metrics.py)."""
+    if not _may_scrape(request):
+        return HttpResponse(
+            "metrics need a staff login or the bearer token SIMRUN_METRICS_TOKEN\n",
+            status=403,
+            content_type="text/plain",
+        )
+    from runs import metrics as figures  # prometheus-client: only where metrics are asked
+
+    return HttpResponse(figures.exposition(), content_type=CONTENT_TYPE_LATEST)
 
 
 # Observations

@@ -6,6 +6,7 @@ server under ``SIMRUN_HOME`` (``./var``), and the local backend.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
@@ -247,11 +248,30 @@ SIMRUN_CLUSTER = {
     "build_timeout_s": _read("SIMRUN_BUILD_TIMEOUT_S", env.int, 3600),
 }
 
+# /metrics (runs/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with
+# SIMRUN_METRICS_LOOPBACK any scrape from this machine. The worker's measurements reach the web
+# server through prometheus-client's multiprocess files.
+SIMRUN_METRICS_TOKEN = _read("SIMRUN_METRICS_TOKEN", env.str, "")
+SIMRUN_METRICS_LOOPBACK = _bool("SIMRUN_METRICS_LOOPBACK", False)
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(SIMRUN_HOME / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+
+# A line per change as key=value with the run's id (runs/logfmt.py); Celery's processes log the
+# same way (simrun_site/celery.py). Celery's lines per task received and done (a reconcile
+# every 5 s) say nothing an operator needs: runs.tasks logs a pass that changed something.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"()": "runs.logfmt.KeyValueFormatter"}},
+    "filters": {"once": {"()": "runs.logfmt.Once"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["once"]}
+    },
     "root": {"handlers": ["console"], "level": _read("LOG_LEVEL", env.str, "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "celery.app.trace": {"level": "WARNING"},
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.beat": {"level": "WARNING"},
+    },
 }
