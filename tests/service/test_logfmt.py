@@ -70,7 +70,7 @@ def test_celery_says_nothing_per_task_received_or_done():
 
 
 @pytest.mark.django_db
-def test_a_reconcile_logs_at_info_only_when_it_changed_a_run(owner, backend, caplog):
+def test_a_reconcile_logs_at_info_only_when_it_changed_a_run(owner, backend, caplog):  # noqa: F811
     caplog.set_level(logging.DEBUG, logger="runs.tasks")
     tasks.reconcile()
     (idle,) = [r for r in caplog.records if r.getMessage() == "reconciled"]
