@@ -13,20 +13,22 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from harness.tasktypes import task_types
 from runs import images, locks, logs, observations, store
 from runs.backends import cluster_config, get_backend
 from runs.backends.argo_nodes import choose_node
-from runs.backends.base import Backend, ClusterConfig, workflow_name
+from runs.backends.base import Backend, BackendUnavailable, ClusterConfig, workflow_name
 from runs.models import (
     ATTEMPT_OUTCOME_FIELDS,
     FINAL_TASK_STATES,
@@ -57,6 +59,22 @@ WAKE_TTL_S = 60.0
 """A wake-up whose reconcile never started (no worker) stops holding back others after this."""
 PUSH_ASIDE_MAX_S = 600.0
 """The longest a run whose reconcile crashes is left aside before it is tried again."""
+UNAVAILABLE_MAX_S = 30.0
+"""The longest a run is left aside while its backend is unavailable (it will answer again)."""
+SUBMISSION_TRIES = 8
+"""The times the loop hands on a submission that stopped before it fails the run."""
+CANCEL_TRIES = 5
+"""The times a cancel re-reads a run that a reconcile changed meanwhile."""
+
+Schedule = Callable[[str], None]
+"""How a submission is handed on: given a run's id, submit it soon in another process."""
+
+
+def scheduler() -> Schedule:
+    """The service's way of handing on a submission (``SIMRUN_SUBMIT_LATER``: the Celery task)."""
+    schedule: Schedule = import_string(settings.SIMRUN_SUBMIT_LATER)
+    return schedule
+
 
 UNUSED_TASK_FIELDS = ("settings", "inputs", "command")
 """What a poll never reads of a task; not loaded for the live runs."""
@@ -336,7 +354,7 @@ def live_runs(now: datetime) -> list[tuple[Run, list[Task]]]:
     return [(run, tasks[run.pk]) for run in runs]
 
 
-def reconcile_pass(*, backend: Backend | None = None) -> int:
+def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None = None) -> int:
     """One pass over the live runs; the number of runs whose record changed.
 
     Runs go in batches: every run of a batch is polled (the backend's reads), then what the
@@ -344,8 +362,10 @@ def reconcile_pass(*, backend: Backend | None = None) -> int:
     cost a few commits, not a thousand; then the backend's side (stop, release, logs) follows,
     outside any transaction. A run whose reconcile raises (e.g. a record that cannot be read)
     is logged and pushed aside for a while, longer each time; the pass goes on with the others.
+    A submission that stopped is handed on again with ``schedule`` (``resume_submission``).
     """
     backend = backend or get_backend()
+    schedule = schedule or scheduler()
     now = timezone.now()
     found = live_runs(now)
     changed = 0
@@ -354,14 +374,14 @@ def reconcile_pass(*, backend: Backend | None = None) -> int:
         for run, tasks in found[start : start + WRITE_BATCH]:
             try:
                 if run.state == RunState.SUBMITTING:
-                    continue
-                if run.ended:
+                    resume_submission(run, now, schedule=schedule, backend=backend)
+                elif run.ended:
                     changed += settle_run(run, tasks, backend=backend)
                     _recovered(run)
                 else:
                     polled.append((run, tasks, poll_run(run, tasks, backend=backend)))
-            except Exception:
-                _crashed(run, now)
+            except Exception as error:
+                _crashed(run, now, error)
         written = _apply_batch(polled, now)
         for run, tasks, _poll in polled:
             if run.pk not in written:
@@ -369,8 +389,8 @@ def reconcile_pass(*, backend: Backend | None = None) -> int:
             try:
                 follow_up(run, tasks, written=written[run.pk], backend=backend)
                 _recovered(run)
-            except Exception:
-                _crashed(run, now)
+            except Exception as error:
+                _crashed(run, now, error)
             changed += written[run.pk]
     return changed
 
@@ -407,15 +427,20 @@ def _apply_batch(polled: list[tuple[Run, list[Task], Poll]], now: datetime) -> d
         try:
             with transaction.atomic():
                 written[run.pk] = _write(run, tasks, poll, changes, changed_tasks)
-        except Exception:
+        except Exception as error:
             del written[run.pk]
-            _crashed(run, now)
+            _crashed(run, now, error)
     return written
 
 
-def _crashed(run: Run, now: datetime) -> None:
-    log.exception("reconciling run %s failed; it is pushed aside", run.id)
-    _push_aside(run, now)
+def _crashed(run: Run, now: datetime, error: Exception) -> None:
+    """Push aside a run whose reconcile raised: briefly when its backend is unavailable."""
+    unavailable = isinstance(error, BackendUnavailable)
+    if unavailable:
+        log.warning("reconciling run %s: %s; it is tried again soon", run.id, error)
+    else:
+        log.exception("reconciling run %s failed; it is pushed aside", run.id)
+    _push_aside(run, now, unavailable=unavailable)
 
 
 def _recovered(run: Run) -> None:
@@ -424,14 +449,17 @@ def _recovered(run: Run) -> None:
         Run.objects.filter(pk=run.pk).update(reconcile_failures=0, reconcile_after=None)
 
 
-def _push_aside(run: Run, now: datetime) -> None:
+def _push_aside(run: Run, now: datetime, *, unavailable: bool = False) -> None:
     """Leave a run whose reconcile crashed for a while, doubling the wait each time.
 
-    A plain update, not compare-and-set: it is the loop's bookkeeping, not the record, and
-    must not make a user's cancel of the run conflict.
+    Up to ``PUSH_ASIDE_MAX_S`` for a broken record; up to ``UNAVAILABLE_MAX_S`` when the
+    backend was unavailable, so its runs go on soon after it answers again. A plain update,
+    not compare-and-set: it is the loop's bookkeeping, not the record, and must not make a
+    user's cancel of the run conflict.
     """
     failures = run.reconcile_failures + 1
-    wait = min(settings.SIMRUN_POLL_S * 2**failures, PUSH_ASIDE_MAX_S)
+    longest = UNAVAILABLE_MAX_S if unavailable else PUSH_ASIDE_MAX_S
+    wait = min(settings.SIMRUN_POLL_S * 2**failures, longest)
     try:
         Run.objects.filter(pk=run.pk).update(
             reconcile_failures=failures, reconcile_after=now + timedelta(seconds=wait)
@@ -440,7 +468,7 @@ def _push_aside(run: Run, now: datetime) -> None:
         log.exception("cannot push run %s aside", run.id)
 
 
-def reconcile(*, backend: Backend | None = None) -> int | None:
+def reconcile(*, backend: Backend | None = None, schedule: Schedule | None = None) -> int | None:
     """Bring the records of the live runs up to date with the backend.
 
     At most one reconcile runs at a time (a lock in Redis or a file): None when another one
@@ -453,7 +481,7 @@ def reconcile(*, backend: Backend | None = None) -> int | None:
             if not held:
                 return changed
             locks.lower_flag(WAKE_FLAG)
-            changed = (changed or 0) + reconcile_pass(backend=backend)
+            changed = (changed or 0) + reconcile_pass(backend=backend, schedule=schedule)
         if not locks.flag_raised(WAKE_FLAG):
             return changed
 
@@ -465,12 +493,20 @@ def request_cancel(run: Run) -> None:
     """Write a run cancelled (the terminal record first), then hand the backend calls to settle.
 
     Its tasks not final are skipped; the workflow is cancelled and the node released by the
-    settle task after the commit. Raises ``Conflict`` when the run ended or changed meanwhile.
+    settle task after the commit. A run a reconcile changed meanwhile is read again and the
+    cancel retried. Raises ``Conflict`` when the run ended, or kept changing.
     """
-    if run.ended:
-        raise Conflict(f"run {run.id} has ended ({run.state})")
-    if not _close(run, list(run.tasks.all()), RunState.CANCELLED, "cancelled by the user"):
-        raise Conflict(f"run {run.id} changed meanwhile; try again")
+    for _ in range(CANCEL_TRIES):
+        if run.ended:
+            raise Conflict(f"run {run.id} has ended ({run.state})")
+        if _close(run, list(run.tasks.all()), RunState.CANCELLED, "cancelled by the user"):
+            break
+        fresh = Run.objects.filter(pk=run.pk).first()
+        if fresh is None:
+            raise Conflict(f"run {run.id} was deleted meanwhile")
+        run = fresh
+    else:
+        raise Conflict(f"run {run.id} kept changing; try again")
     from runs.tasks import settle as settle_task
 
     transaction.on_commit(lambda: settle_task.delay(run.id))
@@ -528,28 +564,35 @@ def submit(run_id: str, *, backend: Backend | None = None) -> bool:
 
 
 def _submit(run: Run, backend: Backend) -> None:
+    """Submit a run; what failed is failed, or left submitting for the loop to hand on again.
+
+    The backend unavailable and the database failing are left to the loop
+    (``resume_submission``); any other failure fails the run and cancels the workflow by its
+    name, since a process before this one may have created it.
+    """
     tasks = list(run.tasks.order_by("position"))
-    cluster = cluster_config()
+    may_exist = run.workflow or workflow_name(run.id)
     try:
+        cluster = cluster_config()
         run = _prepare(run, tasks, backend, cluster)
-    except _Abandoned:
-        _abandon(run.id, "", backend)
-        return
-    except Exception as error:
-        log.exception("preparing the submission of run %s failed", run.id)
-        message = (
-            str(error) if isinstance(error, SubmissionError) else f"submission failed: {error}"
-        )
-        _fail_submission(run.id, message, "", backend)
-        return
-    try:
         name = backend.submit(run_record(run, tasks), task_plans(tasks), task_types(), cluster)
-    except ValueError as error:
-        _fail_submission(run.id, str(error), "", backend)
+    except _Abandoned:
+        _abandon(run.id, may_exist, backend)
+        return
+    except BackendUnavailable as error:
+        log.warning("submitting run %s: %s; the loop hands it on again", run.id, error)
+        return
+    except DatabaseError:
+        raise
+    except ValueError as error:  # refused: the backend created nothing, nor did one before
+        _fail_submission(run.id, str(error), run.workflow, backend)
         return
     except Exception as error:
         log.exception("submitting run %s failed", run.id)
-        _fail_submission(run.id, f"submission failed: {error}", workflow_name(run.id), backend)
+        message = (
+            str(error) if isinstance(error, SubmissionError) else f"submission failed: {error}"
+        )
+        _fail_submission(run.id, message, may_exist, backend)
         return
     if _write_submitting(run, state=RunState.RUNNING, workflow=name, submitted_at=timezone.now()):
         wake()
@@ -565,6 +608,8 @@ def _prepare(run: Run, tasks: list[Task], backend: Backend, cluster: ClusterConf
             context = images.write_context(environment)
             try:
                 backend.build_image(context, environment.image)
+            except BackendUnavailable:
+                raise
             except Exception as error:
                 raise SubmissionError(
                     f"building the image {environment.image} failed: {error}"
@@ -625,6 +670,31 @@ def _write_submitting(run: Run, **changes: Any) -> bool:
             return False
 
 
+def resume_submission(run: Run, now: datetime, *, schedule: Schedule, backend: Backend) -> None:
+    """Hand on a submission that stopped; fail it after ``SUBMISSION_TRIES``.
+
+    A submission stops when its process died, the database failed after the backend accepted
+    the workflow, or the backend was unavailable. One that is running (its lock is held) is
+    left alone, and a new run for two polls, the time its first submission takes to start.
+    Each hand-on pushes the run aside for a short, capped while (``_push_aside``).
+    """
+    if run.reconcile_after is None and now - run.created_at < _submission_grace():
+        return
+    if locks.held(f"submit-{run.id}"):
+        return
+    if run.reconcile_failures >= SUBMISSION_TRIES:
+        message = f"the submission did not complete after {SUBMISSION_TRIES} tries"
+        _fail_submission(run.id, message, run.workflow or workflow_name(run.id), backend)
+        return
+    log.info("the submission of run %s stopped; it is handed on again", run.id)
+    _push_aside(run, now, unavailable=True)
+    schedule(run.id)
+
+
+def _submission_grace() -> timedelta:
+    return timedelta(seconds=2 * settings.SIMRUN_POLL_S)
+
+
 def _fail_submission(run_id: str, message: str, workflow: str, backend: Backend) -> None:
     """Fail a run whose submission failed; a workflow that may exist is cancelled."""
     while True:
@@ -665,22 +735,31 @@ def recover(*, backend: Backend | None = None) -> list[str]:
 
     A run left submitting resumes its submission (idempotent: an image which was built is
     found, a node reserved for the run is kept, a workflow which was created is taken as
-    submitted); one whose submission runs in another process is retried later by the
-    submission task. A record which is not terminal and has no workflow name fails. The
-    pending logs, releases and cancellations of terminal runs are retried. Returns the runs
-    whose submission this call handled.
+    submitted); one whose submission runs in another process is left to it, and to the loop
+    should it stop (``resume_submission``). A record which is not terminal and has no workflow
+    name fails. The pending logs, releases and cancellations of terminal runs are retried.
+    A run whose recovery raises is logged and the others go on. Returns the runs whose
+    submission this call handled.
     """
-    from runs.tasks import submit_run
-
     backend = backend or get_backend()
     handled = []
     submitting = Run.objects.filter(state=RunState.SUBMITTING).order_by("created_at")
     for run_id in submitting.values_list("pk", flat=True):
-        if submit(run_id, backend=backend):
-            handled.append(run_id)
-        else:
-            submit_run.apply_async((run_id,), countdown=locks.LOCK_TTL_S)
+        with _isolated(f"resuming the submission of run {run_id}"):
+            if submit(run_id, backend=backend):
+                handled.append(run_id)
     for run in Run.objects.filter(state=RunState.RUNNING, workflow="").prefetch_related("tasks"):
-        reconcile_run(run, list(run.tasks.all()), backend=backend)
-    settle_pending(backend=backend)
+        with _isolated(f"recovering run {run.id}"):
+            reconcile_run(run, list(run.tasks.all()), backend=backend)
+    with _isolated("settling the pending work of terminal runs"):
+        settle_pending(backend=backend)
     return handled
+
+
+@contextmanager
+def _isolated(what: str) -> Iterator[None]:
+    """Log what raises in the block instead of raising it, so the steps after it go on."""
+    try:
+        yield
+    except Exception:
+        log.exception("%s failed; the loop retries it", what)

@@ -97,6 +97,15 @@ def _hold_redis(url: str, name: str) -> Iterator[bool]:
             log.warning("lock %s expired while held", name)
 
 
+def held(name: str) -> bool:
+    """Whether a process holds the lock ``name``; a probe that leaves it as it was."""
+    url = redis_url()
+    if url:
+        return bool(_client(url).exists(f"simrun:lock:{name}"))
+    with _hold_file(name) as taken:
+        return not taken
+
+
 def _renew(lock: redis.lock.Lock, stop: threading.Event) -> None:
     """Reset the time to live of a held lock until ``stop`` is set."""
     while not stop.wait(LOCK_TTL_S / 3):

@@ -37,6 +37,8 @@ def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:
             for t in rows
         },
         store=settings.SIMRUN_STORE,
+        created_at=run.created_at.timestamp(),
+        owner=run.owner_id,
     )
 
 

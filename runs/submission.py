@@ -1,8 +1,9 @@
 """Run submission: a validated spec and an owner become a Run with planned Tasks.
 
 The rows and the store files (``run.json``, ``tasks/<task>/task.json``) are written in one
-transaction; after it commits the run is handed to the submission task (``runs.tasks``),
-which resolves the image, reserves a node and creates the workflow.
+transaction; after it commits the run is handed on to its submission (the controller's
+``Schedule``: the Celery task in the service), which resolves the image, reserves a node and
+creates the workflow.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from harness.tasktypes import TaskType, task_types
 from runs import store
 from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
+from runs.controller import Schedule, scheduler
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planner import ObservedPeak, observation_keys, plan_run
 from runs.records import task_json, task_records
@@ -70,10 +72,14 @@ def check_sources(spec: RunSpec, owner: User) -> None:
 
 
 @transaction.atomic
-def create_run(*, spec: RunSpec, owner: User, backend: Backend | None = None) -> Run:
-    """Create a run and its planned tasks, write their store files, submit after commit."""
-    from runs.tasks import submit_run  # the Celery task; imported here to keep the seam thin
+def create_run(
+    *, spec: RunSpec, owner: User, backend: Backend | None = None, schedule: Schedule | None = None
+) -> Run:
+    """Create a run and its planned tasks, write their store files, submit after commit.
 
+    The submission is handed on with ``schedule`` (the service's: the Celery task).
+    """
+    schedule = schedule or scheduler()
     types = task_types()
     backend = backend or get_backend()
     check_sources(spec, owner)
@@ -115,5 +121,5 @@ def create_run(*, spec: RunSpec, owner: User, backend: Backend | None = None) ->
     store.write_json(store.run_dir(run.id) / "run.json", {"id": run.id, **run.spec})
     for task in tasks:
         store.write_json(store.task_dir(run.id, task.task_id) / "task.json", task_json(task))
-    transaction.on_commit(lambda: submit_run.delay(run.id))
+    transaction.on_commit(lambda: schedule(run.id))
     return run

@@ -1,8 +1,9 @@
 """Celery tasks: thin shells that call one function of the controller (runs/controller.py).
 
 ``reconcile`` and ``settle`` run on the beat schedule (``CELERY_BEAT_SCHEDULE``); ``reconcile``
-is also sent by ``controller.wake``. ``submit_run`` is sent per run after its submission
-commits; ``recover`` when a worker starts, which also subscribes the controller's wake-up
+is also sent by ``controller.wake``. ``submit_run`` is sent per run by ``submit_later`` (the
+setting ``SIMRUN_SUBMIT_LATER``) after its submission commits, and again by the loop when a
+submission stopped; ``recover`` when a worker starts, which also subscribes the controller's wake-up
 to the backend, so a backend that sees a change makes the loop reconcile at once.
 """
 
@@ -11,23 +12,27 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import Task, shared_task
+from celery import shared_task
 from celery.signals import worker_ready
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="runs.tasks.submit_run", bind=True, max_retries=None)  # type: ignore[untyped-decorator]  # celery ships no types
-def submit_run(self: Task, run_id: str) -> None:
+@shared_task(name="runs.tasks.submit_run")  # type: ignore[untyped-decorator]  # celery ships no types
+def submit_run(run_id: str) -> None:
     """Resolve the image, reserve a node if asked and create the workflow of a run.
 
-    While another process submits the run (or its lock has not yet expired after that process
-    died), the task retries after the lock's time to live.
+    Nothing is done while another process submits the run; should that one stop, the loop
+    hands the submission on again (``controller.resume_submission``).
     """
-    from runs import controller, locks
+    from runs import controller
 
-    if not controller.submit(run_id):
-        raise self.retry(countdown=locks.LOCK_TTL_S)
+    controller.submit(run_id)
+
+
+def submit_later(run_id: str) -> None:
+    """Hand a run's submission to a worker: the controller's ``Schedule`` in the service."""
+    submit_run.delay(run_id)
 
 
 @shared_task(name="runs.tasks.settle")  # type: ignore[untyped-decorator]  # celery ships no types

@@ -178,10 +178,19 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery: Redis in production; without CELERY_BROKER_URL a filesystem broker under SIMRUN_HOME.
-CELERY_BROKER_URL = _read("CELERY_BROKER_URL", env.str, "filesystem://")
+# Celery: Redis in production; without CELERY_BROKER_URL a broker in one SQLite file under
+# SIMRUN_HOME (simrun_site/broker.py), made with its folder by the first process that uses it.
+CELERY_BROKER_URL = _read(
+    "CELERY_BROKER_URL", env.str, f"sqlite:///{SIMRUN_HOME / 'broker.sqlite3'}"
+)
+CELERY_BROKER_TRANSPORT: str | None = None
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
-if CELERY_BROKER_URL.startswith("filesystem://"):
+if CELERY_BROKER_URL.startswith("sqlite:///"):
+    CELERY_BROKER_TRANSPORT = "simrun_site.broker:Transport"
+    # The engine's options: wait for another process's write lock rather than fail.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_args": {"timeout": 30}}
+    Path(CELERY_BROKER_URL.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+elif CELERY_BROKER_URL.startswith("filesystem://"):
     _broker = SIMRUN_HOME / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker / "queue"),
@@ -213,7 +222,11 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 SIMRUN_MERGE_MARKER_GRACE_S = _positive("SIMRUN_MERGE_MARKER_GRACE_S", 120.0)
+SIMRUN_REPORT_GRACE_S = _positive("SIMRUN_REPORT_GRACE_S", 60.0)
+"""How long an exit 137 waits for its report before it is classed without one (an eviction)."""
 SIMRUN_LOCK_URL = _read("SIMRUN_LOCK_URL", env.str, "")
+# How the domain hands a run's submission to a worker (the Celery task), by its import path.
+SIMRUN_SUBMIT_LATER = "runs.tasks.submit_later"
 
 # The local backend.
 SIMRUN_LOCAL_CORES = _read("SIMRUN_LOCAL_CORES", env.int, None)
@@ -222,8 +235,6 @@ SIMRUN_LOCAL_COMMANDS = _read("SIMRUN_LOCAL_COMMANDS", env.str, "direct")
 if SIMRUN_LOCAL_COMMANDS not in {"direct", "docker"}:
     raise ImproperlyConfigured(
         f"environment variable SIMRUN_LOCAL_COMMANDS must be direct or docker, "
-SIMRUN_REPORT_GRACE_S = _positive("SIMRUN_REPORT_GRACE_S", 60.0)
-"""How long an exit 137 waits for its report before it is classed without one (an eviction)."""
         f"not {SIMRUN_LOCAL_COMMANDS!r}"
     )
 SIMRUN_SCRATCH = Path(_read("SIMRUN_SCRATCH", env.str, str(SIMRUN_HOME / "scratch"))).resolve()

@@ -40,6 +40,13 @@ for memory, the others for evictions; the local backend retries as the cluster d
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
 
 
+class BackendUnavailable(Exception):
+    """The cluster did not answer, or answered that it cannot now (a connection refused, a
+    timeout, 429, 5xx): the call may succeed later, so the controller tries it again soon
+    instead of failing the run or pushing it aside for long. Backends raise it (or a subclass)
+    with a one-sentence message."""
+
+
 def workflow_name(run_id: str) -> str:
     """The name of the workflow of a run in every backend, ``simrun-<run id>``.
 
@@ -171,6 +178,10 @@ class RunRecord(BaseModel):
     sources: list[str] = Field(default_factory=list, description="snapshot digests")
     tasks: dict[str, TaskRecord]
     store: Path = Field(description="The root of the store.")
+    created_at: float | None = Field(
+        default=None, description="When the run was submitted (Unix time): runs queue by it."
+    )
+    owner: int | None = Field(default=None, description="The id of the user who submitted it.")
 
     @property
     def run_dir(self) -> Path:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from harness.tasktypes import TaskType
 from runs.backends.base import (
     BackendStatus,
+    BackendUnavailable,
     ClusterConfig,
     FailedAttempt,
     NodeInfo,
@@ -36,6 +37,7 @@ ERRORS: dict[str, type[Exception]] = {
     "KeyError": KeyError,
     "ValueError": ValueError,
     "RuntimeError": RuntimeError,
+    "BackendUnavailable": BackendUnavailable,
 }
 
 
@@ -136,7 +138,7 @@ class FakeBackend:
         return [args for name, args in self.calls if name == method]
 
     def fail_next(self, method: str, kind: str = "RuntimeError", message: str = "") -> None:
-        """Make the next call of ``method`` raise ``kind`` (KeyError, ValueError, RuntimeError)."""
+        """Make the next call of ``method`` raise ``kind``, a name in ``ERRORS``."""
         with self.state() as state:
             error = message or f"{method} failed (scripted)"
             state.failures.setdefault(method, []).append((kind, error))

@@ -111,14 +111,6 @@ def docker_problem() -> str | None:
     return None
 
 
-def submission_order(run_id: str) -> float:
-    """When a run was created (``Run.created_at``): runs take cores in this order."""
-    from runs.models import Run
-
-    created = Run.objects.filter(pk=run_id).values_list("created_at", flat=True).first()
-    return created.timestamp() if created is not None else time.time()
-
-
 @dataclass
 class RunView:
     """A submitted run with the attempts of its nodes, read from the files."""
@@ -307,7 +299,7 @@ class LocalBackend:
         submission = Submission(
             name=name,
             run=record.id,
-            order=submission_order(record.id),
+            order=time.time() if record.created_at is None else record.created_at,
             store=record.store,
             nodes=self._nodes(record, plans, types),
             snapshots=[str(record.store / "snapshots" / digest) for digest in record.sources],

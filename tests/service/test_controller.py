@@ -747,18 +747,6 @@ def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(laun
     assert isinstance(controller.Conflict("x"), ValueError)
 
 
-def test_a_cancel_of_a_run_that_changed_meanwhile_is_a_conflict(launch, fake):
-    from runs import controller
-
-    run = launch()
-    stale = fresh(run)
-    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
-    poll(fake)
-    with pytest.raises(controller.Conflict, match="changed meanwhile"):
-        controller.request_cancel(stale)
-    assert fresh(run).state == RunState.RUNNING
-
-
 def test_settling_a_run_deleted_meanwhile_is_ignored(launch, fake):
     from runs import controller
 

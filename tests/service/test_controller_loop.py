@@ -63,7 +63,7 @@ def test_wake_ups_do_not_pile_up_until_a_reconcile_starts(fake, sent):
 def test_a_wake_up_during_a_pass_makes_one_more_pass(fake, sent, monkeypatch):
     passes = []
 
-    def one_pass(*, backend):
+    def one_pass(*, backend, schedule):
         passes.append(backend)
         if len(passes) == 1:
             controller.wake()
@@ -105,14 +105,13 @@ def test_a_run_still_submitting_is_left_to_its_submission(launch, fake, django_a
     assert fake.calls == [] and fresh(run).state == RunState.SUBMITTING
 
 
-def test_the_submission_task_retries_while_another_process_submits_the_run(launch, fake):
-    from celery.exceptions import Retry
-
+def test_the_submission_task_does_nothing_while_another_process_submits_the_run(launch, fake):
     from runs import tasks
 
     run = launch(submit=False)
-    with locks.hold(f"submit-{run.id}"), pytest.raises(Retry):
+    with locks.hold(f"submit-{run.id}"):
         tasks.submit_run.run(run.id)
+    assert fresh(run).state == RunState.SUBMITTING and fake.called("submit") == []
     tasks.submit_run.run(run.id)
     assert fresh(run).state == RunState.RUNNING
 
@@ -179,6 +178,48 @@ def test_a_crash_pushes_a_run_aside_without_making_a_cancel_conflict(launch, fak
     assert fresh(run).reconcile_failures == 1
     controller.request_cancel(before)
     assert fresh(run).state == RunState.CANCELLED
+
+
+def test_a_backend_unavailable_pushes_a_run_aside_briefly_and_a_broken_record_for_long(
+    launch, fake, settings, caplog
+):
+    settings.SIMRUN_POLL_S = 5
+    outage, broken = launch(), launch()
+    Run.objects.filter(pk__in=[outage.pk, broken.pk]).update(reconcile_failures=7)
+    Task.objects.filter(run=broken).update(plan={"cores": "many"})
+    fake.fail_next("status", "BackendUnavailable", "the Kubernetes API did not answer")
+    start = timezone.now()
+    with caplog.at_level(logging.WARNING), time_machine.travel(start, tick=False):
+        poll(fake)
+    assert fresh(outage).reconcile_after == start + timedelta(seconds=30), "capped at 30 s"
+    assert fresh(broken).reconcile_after == start + timedelta(seconds=600)
+    assert f"reconciling run {outage.id}: the Kubernetes API did not answer" in caplog.text
+    fake.set_nodes(outage.workflow, {"sweep-w0": "Running"})
+    with time_machine.travel(start + timedelta(seconds=31), tick=False):
+        poll(fake)
+    assert states(outage) == {"sweep": "running"} and fresh(outage).reconcile_failures == 0
+
+
+def test_a_cancel_racing_a_reconcile_retries_instead_of_conflicting(launch, fake):
+    run = launch()
+    stale = fresh(run)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    assert poll(fake) == 1, "the reconcile wrote the run after the cancel read it"
+    controller.request_cancel(stale)
+    run = fresh(run)
+    assert run.state == RunState.CANCELLED and run.pending_cancel
+    assert states(run) == {"sweep": "skipped"}
+
+
+def test_a_cancel_of_a_run_that_ended_meanwhile_conflicts(launch, fake):
+    run = launch()
+    stale = fresh(run)
+    fake.set_nodes(run.workflow, SWEEP_DONE)
+    fake.set_phase(run.workflow, "Succeeded")
+    poll(fake)
+    with pytest.raises(controller.Conflict, match="has ended"):
+        controller.request_cancel(stale)
+    assert fresh(run).state == RunState.SUCCEEDED
 
 
 # Cost

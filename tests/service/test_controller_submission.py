@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+import time_machine
+from django.db import OperationalError
+from django.utils import timezone
 
 from runs import controller, images, locks
 from runs.backends import cluster_config
@@ -66,7 +71,8 @@ def test_a_failed_build_fails_the_run_naming_the_image_and_submits_nothing(launc
     assert run.state == RunState.FAILED
     assert run.message.startswith("building the image simrun-env:")
     assert run.message.endswith("failed: kaniko exited 1")
-    assert fake.called("submit") == [] and fake.called("cancel") == []
+    assert fake.called("submit") == []
+    assert fake.called("cancel") == [[f"simrun-{run.id}"]], "one a process before may have made"
     assert states(run) == {"sweep": "skipped"}
 
 
@@ -104,6 +110,12 @@ def test_the_submission_wakes_the_loop_after_the_workflow_is_created(launch, fak
     locks.lower_flag(controller.WAKE_FLAG)
     controller.wake()
     assert sent["runs.tasks.reconcile"] == [(), ()]
+
+
+def test_the_backend_gets_the_submission_time_and_owner_of_a_run_from_its_record(launch, fake):
+    run = launch()
+    record = fake.submission(run.workflow).record
+    assert record.created_at == run.created_at.timestamp() and record.owner == run.owner_id
 
 
 def test_a_run_the_backend_refuses_fails_with_its_message_and_nothing_to_cancel(launch, fake):
@@ -150,8 +162,9 @@ def test_a_run_cancelled_while_its_image_builds_is_never_submitted(launch, fake)
     run = launch(WITH_PACKAGES, submit=False)
     fake.on_call = lambda m: m == "build_image" and controller.request_cancel(fresh(run))
     assert controller.submit(run.id, backend=fake)
-    assert fresh(run).state == RunState.CANCELLED and fresh(run).workflow == ""
-    assert fake.called("submit") == []
+    assert fresh(run).state == RunState.CANCELLED and fake.called("submit") == []
+    assert fake.called("cancel") == [[f"simrun-{run.id}"]], "one a process before may have made"
+    assert not fresh(run).pending_cancel
 
 
 def test_a_run_no_longer_submitting_is_not_submitted_again(launch, fake):
@@ -215,9 +228,129 @@ def test_recover_retries_the_pending_work_of_terminal_runs(launch, fake):
     assert not fresh(run).live and fake.called("cancel") == [[run.workflow]] * 2
 
 
-def test_recover_leaves_a_submission_running_elsewhere_to_retry_later(launch, fake, sent):
+def test_recover_leaves_a_submission_running_elsewhere_to_it(launch, fake, sent):
     run = launch(submit=False)
     with locks.hold(f"submit-{run.id}"):
         assert controller.recover(backend=fake) == []
-    assert sent["runs.tasks.submit_run"] == [(run.id,)]
+    assert sent["runs.tasks.submit_run"] == [], "the loop hands it on should the other stop"
     assert fresh(run).state == RunState.SUBMITTING
+
+
+def test_recover_goes_on_after_a_run_whose_recovery_raises(launch, fake, monkeypatch):
+    first, second = launch(submit=False), launch(submit=False)
+    ended = launch()
+    fake.fail_next("cancel")
+    controller.request_cancel(fresh(ended))
+    controller.settle(ended.id, backend=fake)
+    assert fresh(ended).pending_cancel
+    real = controller._submit
+
+    def broken_first(run: Run, backend) -> None:
+        if run.pk == first.pk:
+            raise RuntimeError("a record that cannot be read")
+        real(run, backend)
+
+    monkeypatch.setattr(controller, "_submit", broken_first)
+    assert controller.recover(backend=fake) == [second.id]
+    assert fresh(first).state == RunState.SUBMITTING, "left to the loop"
+    assert fresh(second).state == RunState.RUNNING
+    assert not fresh(ended).pending_cancel, "settle_pending ran all the same"
+
+
+# A submission that stopped or failed after the backend accepted it
+
+
+def past_grace(settings) -> time_machine.travel:
+    """A moment after a new run's first submission should have started."""
+    later = timezone.now() + timedelta(seconds=2 * settings.SIMRUN_POLL_S + 1)
+    return time_machine.travel(later, tick=False)
+
+
+def test_a_record_write_failing_after_the_backend_accepted_is_resumed_by_the_loop(
+    launch, fake, monkeypatch, settings
+):
+    run = launch(submit=False)
+    real = controller._write_submitting
+
+    def database_down(run: Run, **changes) -> bool:
+        if changes.get("state") == RunState.RUNNING:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(run, **changes)
+
+    monkeypatch.setattr(controller, "_write_submitting", database_down)
+    with pytest.raises(OperationalError):
+        controller.submit(run.id, backend=fake)
+    monkeypatch.setattr(controller, "_write_submitting", real)
+    assert fresh(run).state == RunState.SUBMITTING and fake.called("submit") == [[run.id]]
+    handed: list[str] = []
+    assert controller.reconcile_pass(backend=fake, schedule=handed.append) == 0
+    assert handed == [], "a new run is left to its first submission"
+    with past_grace(settings):
+        controller.reconcile_pass(backend=fake, schedule=handed.append)
+        controller.reconcile_pass(backend=fake, schedule=handed.append)
+    assert handed == [run.id], "handed on once, then pushed aside for a short while"
+    assert controller.submit(handed[0], backend=fake)
+    run = fresh(run)
+    assert run.state == RunState.RUNNING and run.workflow == f"simrun-{run.id}"
+    assert fake.called("cancel") == []
+
+
+def test_a_resumed_submission_failing_before_the_workflow_cancels_the_one_made_before(
+    launch, fake, monkeypatch
+):
+    run = launch(submit=False)
+    made = fake.submit(controller.run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
+
+    def broken() -> None:
+        raise RuntimeError("SIMRUN_CLUSTER names no namespace")
+
+    monkeypatch.setattr(controller, "cluster_config", broken)
+    assert controller.submit(run.id, backend=fake)
+    run = fresh(run)
+    assert run.state == RunState.FAILED
+    assert run.message == "submission failed: SIMRUN_CLUSTER names no namespace"
+    assert run.workflow == made, "the name is kept, not overwritten with ''"
+    assert fake.called("cancel") == [[made]] and not run.pending_cancel
+
+
+def test_a_submission_the_backend_is_unavailable_for_is_tried_again_soon_not_failed(
+    launch, fake, settings
+):
+    run = launch(submit=False)
+    fake.fail_next("submit", "BackendUnavailable", "the Kubernetes API did not answer")
+    assert controller.submit(run.id, backend=fake)
+    assert fresh(run).state == RunState.SUBMITTING and fake.called("cancel") == []
+    Run.objects.filter(pk=run.pk).update(reconcile_failures=6)
+    handed: list[str] = []
+    with past_grace(settings):
+        controller.reconcile_pass(backend=fake, schedule=handed.append)
+        wait = fresh(run).reconcile_after - timezone.now()
+    assert handed == [run.id]
+    assert timedelta(0) < wait <= timedelta(seconds=controller.UNAVAILABLE_MAX_S)
+    controller.submit(run.id, backend=fake)
+    assert fresh(run).state == RunState.RUNNING
+
+
+def test_a_submission_running_elsewhere_is_not_handed_on(launch, fake, settings):
+    run = launch(submit=False)
+    handed: list[str] = []
+    with locks.hold(f"submit-{run.id}"), past_grace(settings):
+        controller.reconcile_pass(backend=fake, schedule=handed.append)
+    assert handed == [] and fresh(run).state == RunState.SUBMITTING
+
+
+def test_a_submission_that_never_completes_fails_and_its_workflow_is_cancelled(
+    launch, fake, settings
+):
+    run = launch(submit=False)
+    made = fake.submit(controller.run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
+    Run.objects.filter(pk=run.pk).update(reconcile_failures=controller.SUBMISSION_TRIES)
+    handed: list[str] = []
+    with past_grace(settings):
+        controller.reconcile_pass(backend=fake, schedule=handed.append)
+    run = fresh(run)
+    assert handed == [] and run.state == RunState.FAILED
+    tries = controller.SUBMISSION_TRIES
+    assert run.message == f"the submission did not complete after {tries} tries"
+    assert run.workflow == made and fake.called("cancel") == [[made]]
+    assert not run.live
