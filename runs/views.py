@@ -24,7 +24,7 @@ from django_htmx.http import HTMX_STOP_POLLING
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from harness.tasktypes import task_types
-from runs import capacity, controller, reservations, store, task_files, task_logs
+from runs import accounting, capacity, controller, reservations, store, task_files, task_logs
 from runs.access import (
     listed_runs,
     run_or_404,
@@ -43,6 +43,7 @@ from runs.reruns import rerun_ids, spec_text, submit_rerun
 from runs.spec import SpecError, parse_spec, validate_spec
 from runs.submission import create_run
 from runs.task_logs import DEFAULT_TAIL
+from runs.timeline import timeline
 
 RUNS_PER_PAGE = 25
 """Rows of the runs table: what a laptop screen shows without much scrolling."""
@@ -174,6 +175,8 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
         "dag": layout(tasks, {t.task_id: t.units_now for t in tasks}),  # type: ignore[attr-defined]
         "live": not run.ended,
         "reruns": rerun_ids(request.user, run),
+        "timeline": timeline(run, tasks),
+        "usage": accounting.run_usage(run, tasks),
     }
 
 
@@ -410,5 +413,9 @@ def observations(request: HttpRequest) -> HttpResponse:
             "figure": figure,
             "observations": rows,
             "chart": observation_chart(rows[::-1], figure.per_worker_gb) if rows else "",
+            "weeks": accounting.weekly_usage(
+                visible_observations(request.user).filter(task_type=name)
+            ),
+            "last_week": accounting.recent_usage(visible_observations(request.user)),
         },
     )
