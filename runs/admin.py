@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs import controller, reservations
+from runs import accounting, controller, reservations, token_admin  # noqa: F401 (registers)
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class RunAdmin(_RunModelAdmin):
     list_select_related = ["owner"]
     search_fields = ["id", "name", "owner__username", "workflow", "reserved_node"]
     date_hierarchy = "created_at"
-    readonly_fields = [f.name for f in Run._meta.fields] + ["dashboard"]
+    readonly_fields = [f.name for f in Run._meta.fields] + ["dashboard", "memory_use"]
     fieldsets = [
         (None, {"fields": ["id", "name", "owner", "state", "message", "dashboard"]}),
         (
@@ -87,6 +87,7 @@ class RunAdmin(_RunModelAdmin):
                     "pending_cancel",
                     "merge_pending",
                     "oom_kills",
+                    "reports_pending",
                     "failed_seen",
                     "memory_enforced",
                     "version",
@@ -95,6 +96,7 @@ class RunAdmin(_RunModelAdmin):
                 ]
             },
         ),
+        ("Memory", {"fields": ["memory_use"]}),
         ("Times", {"fields": ["created_at", "submitted_at", "ended_at", "updated_at"]}),
         ("Specification", {"classes": ["collapse"], "fields": ["spec"]}),
     ]
@@ -110,6 +112,13 @@ class RunAdmin(_RunModelAdmin):
     @admin.display(description="state", ordering="state")
     def state_badge(self, run: Run) -> str:
         return format_html('<span class="simrun-state state-{}">{}</span>', run.state, run.state)
+
+    @admin.display(description="memory use")
+    def memory_use(self, run: Run) -> str:
+        usage = accounting.run_usage(run).total
+        if not usage.attempts:
+            return "no attempt observed yet"
+        return usage_text(usage)
 
     @admin.display(description="pending")
     def pending(self, run: Run) -> str:
@@ -212,6 +221,17 @@ class AttemptAdmin(ReadOnlyMixin, _AttemptModelAdmin):
     readonly_fields = [f.name for f in Attempt._meta.fields]
 
 
+def usage_text(usage: accounting.Usage) -> str:
+    """A run's memory use in one line, with what VPA's sizing would have wasted."""
+    w = usage.wastage
+    text = (
+        f"{usage.attempts} attempts: used {w.used_gbh:.3f} GiB·h, wasted {w.wasted_gbh:.3f} "
+        f"GiB·h (over-sized {w.over_gbh:.3f}, killed {w.under_gbh:.3f}), MAQ {w.maq:.2f}"
+    )
+    vpa = usage.counterfactual.get("vpa")
+    return text + (f"; VPA's sizing would have wasted {vpa.wasted_gbh:.3f} GiB·h" if vpa else "")
+
+
 @admin.register(Observation)
 class ObservationAdmin(ReadOnlyMixin, _ObservationModelAdmin):
     list_display = [
@@ -222,6 +242,7 @@ class ObservationAdmin(ReadOnlyMixin, _ObservationModelAdmin):
         "processes",
         "per_worker_gb",
         "peak_per_process",
+        "wasted_gbh",
         "oom",
         "from_report",
         "created_at",
@@ -231,6 +252,10 @@ class ObservationAdmin(ReadOnlyMixin, _ObservationModelAdmin):
     search_fields = ["task_type", "run__id", "worker"]
     date_hierarchy = "created_at"
     readonly_fields = [f.name for f in Observation._meta.fields]
+
+    @admin.display(description="wasted GiB·h")
+    def wasted_gbh(self, observation: Observation) -> str:
+        return f"{accounting.Attempted.of(observation).wastage().wasted_gbh:.4f}"
 
     @admin.display(description="peak GiB / process")
     def peak_per_process(self, observation: Observation) -> str:

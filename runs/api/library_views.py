@@ -15,6 +15,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from runs import accounting
 from runs.access import visible_observations
 from runs.api import schema
 from runs.api.pagination import CappedPagination
@@ -124,3 +125,30 @@ class SnapshotViewSet(
             SnapshotSerializer(snapshot).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
+
+
+@extend_schema(
+    summary="Memory use by task type and week",
+    description="GiB·h the observed attempts of your runs (staff: all) used, over-sized and "
+    "lost to kills, per task type and week, newest first, with what Kubernetes' VPA "
+    "recommender's allocations would have wasted on the same attempts: is sizing getting "
+    "better, and what did it save?",
+    parameters=[
+        OpenApiParameter("task_type", OpenApiTypes.STR, description="only of this type"),
+        OpenApiParameter("weeks", OpenApiTypes.INT, description="how far back (1-52, 8)"),
+    ],
+    responses={200: OpenApiTypes.OBJECT, 400: schema.FIELD_ERRORS},
+)
+@api_view(["GET"])
+def usage_list(request: Request) -> Response:
+    weeks = request.query_params.get("weeks", str(accounting.WEEKS_SHOWN))
+    if not weeks.isdigit() or not 1 <= int(weeks) <= 52:
+        raise ValidationError({"weeks": ["a whole number of weeks from 1 to 52"]})
+    rows = visible_observations(request.user)
+    task_type = request.query_params.get("task_type")
+    if task_type:
+        if "\x00" in task_type:
+            raise ValidationError({"task_type": ["a task type name"]})
+        rows = rows.filter(task_type=task_type)
+    found = accounting.weekly_usage(rows, weeks=int(weeks))
+    return Response({"results": [week.as_dict() for week in found]})

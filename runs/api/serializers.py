@@ -10,8 +10,11 @@ from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from runs import accounting
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 
 
@@ -129,6 +132,11 @@ class RunSerializer(serializers.ModelSerializer[Run]):
 
 class RunDetailSerializer(RunSerializer):
     tasks = TaskSerializer(many=True, read_only=True)
+    usage = serializers.SerializerMethodField(
+        help_text="GiB·h its observed attempts used, over-sized and lost to kills (in all "
+        "and by task), the memory each task was given beside what simrun's sizing policy and "
+        "Kubernetes' VPA would have given it, and what VPA's allocation would have wasted"
+    )
     reruns = serializers.ListField(
         child=serializers.CharField(),
         source="rerun_ids",
@@ -149,7 +157,12 @@ class RunDetailSerializer(RunSerializer):
             "spec",
             "tasks",
             "reruns",
+            "usage",
         ]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_usage(self, run: Run) -> dict[str, Any]:
+        return accounting.run_usage(run, run.tasks.all()).as_dict()
 
 
 class LogSerializer(serializers.Serializer[Any]):

@@ -37,6 +37,7 @@ urlpatterns = [
     path("nodes/", cluster_views.node_list, name="api-nodes"),
     path("nodes/<str:name>/release/", cluster_views.node_release, name="api-node-release"),
     path("task-types/", library_views.task_type_list, name="api-task-types"),
+    path("usage/", library_views.usage_list, name="api-usage"),
     path("me/", account_views.me, name="api-me"),
     path("token/", account_views.TokenView.as_view(), name="api-token"),
     *router.urls,

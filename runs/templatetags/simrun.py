@@ -75,3 +75,26 @@ def ratio(value: float | None, by: float | None) -> str:
 def shell(args: list[str] | None) -> str:
     """A command's args as a shell would take them back (``shlex.join``): quotes kept."""
     return shlex.join(args or [])
+
+
+@register.filter
+def gbh(value: float | None) -> str:
+    """Memory × time in GiB·h, with the digits a small figure needs."""
+    if value is None:
+        return "–"
+    if value == 0:
+        return "0 GiB·h"
+    digits = 2 if abs(value) >= 1 else 4
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".") + " GiB·h"
+
+
+@register.filter
+def get(mapping: dict[str, object] | None, key: str) -> object:
+    """``mapping[key]``, None when either is missing: templates cannot index by a variable."""
+    return None if mapping is None else mapping.get(key)
+
+
+@register.filter
+def minus(value: float | None, other: float | None) -> float | None:
+    """``value − other``, None when either is missing."""
+    return None if value is None or other is None else value - other

@@ -60,3 +60,30 @@ def test_a_run_page_shows_the_memory_each_attempt_ran_with_and_how_its_end_was_c
     page = alice.get(f"/runs/{run.id}/").content.decode()
     assert "1.35 GiB" in page
     assert "no report within 60 s: counted as a kill after the grace period" in page
+
+
+def test_the_run_page_and_the_observations_page_show_gib_hours_used_and_wasted(alice, owner):
+    run = running(submitted(owner), sweep="done")
+    task = run.tasks.get(task_id="sweep")
+    task.plan = {**task.plan, "counterfactual_gb": {"simrun": 1.0, "vpa": 3.0}}
+    task.save(update_fields=["plan"])
+    Observation.objects.create(
+        task_type="squares",
+        run=run,
+        task=task,
+        worker="sweep-w0",
+        processes=1,
+        per_worker_gb=1.0,
+        peak_bytes=2**30,
+        limit_bytes=2 * 2**30,
+        seconds=1800,
+    )
+    page = alice.get(f"/runs/{run.id}/").content.decode()
+    row = re.search(r'<tr data-usage-task="sweep">.*?</tr>', page, re.S)
+    assert row is not None, page
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row[0], re.S)
+    assert cells[2:6] == ["0.5 GiB·h", "0.5 GiB·h", "0 GiB·h", "0.5 GiB·h"]
+    assert "1 GiB·h" in cells[-1]  # VPA's 3 GiB for the half hour: 2 GiB over the peak
+    observed = alice.get("/observations/?type=squares").content.decode()
+    assert "Memory use of squares by week" in observed
+    assert re.search(r"Last 7 days: .*squares.* used 0\.5 GiB·h and wasted 0\.5 GiB·h", observed)
