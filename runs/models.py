@@ -269,6 +269,11 @@ class Attempt(models.Model):
     node_name = models.CharField(max_length=253, blank=True)
     memory_gb = models.FloatField(null=True, blank=True, help_text="The memory it ran with.")
     message = models.CharField(max_length=300, blank=True, help_text="How its end was classed.")
+    reason = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Why it was ended from outside (a preemption, a drain, a node's pressure).",
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     log_path = models.CharField(max_length=500, blank=True)
@@ -294,6 +299,7 @@ ATTEMPT_OUTCOME_FIELDS = (
     "node_name",
     "memory_gb",
     "message",
+    "reason",
 )
 """What a poll learns of an attempt from the backend: a later poll of it rewrites them."""
 

@@ -412,6 +412,7 @@ def _failures(
                     evicted=attempt.evicted or (attempt.exit_code == 137 and not oom),
                     node_name=attempt.node or "",
                     memory_gb=memory,
+                    reason=attempt.reason,
                 )
             )
     return found

@@ -257,6 +257,7 @@ SIMRUN_CLUSTER = {
         "SIMRUN_BUILDER_IMAGE", env.str, "gcr.io/kaniko-project/executor:v1.23.2"
     ),
     "build_timeout_s": _read("SIMRUN_BUILD_TIMEOUT_S", env.int, 3600),
+    "build_namespace": _read("SIMRUN_BUILD_NAMESPACE", env.str, ""),
 }
 
 # /metrics (runs/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with

@@ -8,6 +8,7 @@ asks the registry for images (``argo_registry``). See docs/cluster.md.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import config
@@ -26,7 +27,12 @@ from kubernetes.watch import Watch
 
 from harness.tasktypes import TaskType
 from runs.backends.argo_api import CallPolicy, Resilient, without_pool_retries
-from runs.backends.argo_build import build_pod, build_pod_name
+from runs.backends.argo_build import (
+    build_namespace,
+    build_pod,
+    build_pod_name,
+    context_config_map,
+)
 from runs.backends.argo_manifest import (
     DAG_TASK_LABEL,
     GROUP,
@@ -39,7 +45,7 @@ from runs.backends.argo_manifest import (
 )
 from runs.backends.argo_nodes import reservable, usable
 from runs.backends.argo_registry import has_image, registry_credentials
-from runs.backends.argo_status import NODE_NAME, status_from_workflow
+from runs.backends.argo_status import NODE_NAME, status_from_workflow, with_pods
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -55,6 +61,10 @@ log = logging.getLogger(__name__)
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 TERMINATED = frozenset({"Succeeded", "Failed"})
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+"""The label of a Kueue Workload naming the uid of its pod."""
 CONFLICT_RETRIES = 10
 """Read-modify-write attempts on a node whose resourceVersion keeps changing."""
 WATCH_TIMEOUT_S = 300
@@ -159,8 +169,55 @@ class ArgoBackend:
         return name
 
     def status(self, name: str) -> BackendStatus:
-        """The status of a Workflow; KeyError when it is gone (e.g. deleted by its TTL)."""
-        return status_from_workflow(self._workflow(name))
+        """The status of a Workflow; KeyError when it is gone (e.g. deleted by its TTL).
+
+        While a node is pending or an attempt failed, its pods (and their Kueue Workloads) are
+        read too, for why each waits and why each failed attempt was ended; a status without
+        those reasons is better than none, so a failure to read them is only logged.
+        """
+        status = status_from_workflow(self._workflow(name))
+        if not status.failed and "Pending" not in status.tasks.values():
+            return status
+        try:
+            pods = self._pods_of(name)
+            return with_pods(status, name, pods, self._workloads_of(pods))
+        except Exception as error:
+            log.warning("the reasons of the pods of %s are unknown for now: %s", name, error)
+            return status
+
+    def _pods_of(self, name: str) -> list[dict[str, Any]]:
+        """The pods of a workflow as the API server wrote them (its JSON, not the client's
+        models, which refuse a field they do not know or miss)."""
+        response: Any = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
+        )
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return items
+
+    def _workloads_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The Kueue Workloads of the pods Kueue holds back, by pod uid."""
+        gated = sorted(
+            p["metadata"]["uid"]
+            for p in pods
+            if p.get("spec", {}).get("schedulingGates") and p["metadata"].get("uid")
+        )
+        if not gated:
+            return {}
+        listing = cast(
+            dict[str, Any],
+            self.custom.list_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                self.namespace,
+                "workloads",
+                label_selector=f"{JOB_UID_LABEL} in ({','.join(gated)})",
+            ),
+        )
+        return {
+            w["metadata"]["labels"][JOB_UID_LABEL]: w
+            for w in listing.get("items") or []
+            if JOB_UID_LABEL in (w["metadata"].get("labels") or {})
+        }
 
     def cancel(self, name: str) -> None:
         """Terminate a Workflow: no pod runs any more; KeyError when it is gone."""
@@ -465,62 +522,73 @@ class ArgoBackend:
     # Images
 
     def build_image(self, context: Path, ref: str) -> None:
-        """Build a context under the store with a Kaniko pod and push it as ``ref``.
+        """Build a context (a folder of a few small files) with a Kaniko pod and push it as
+        ``ref``; the context goes to the pod as a ConfigMap, in the build namespace.
 
-        A build pod of the same image that exists (a resumed submission) is waited for; a
-        failed one is replaced. RuntimeError with the end of its log when the build fails.
+        A build pod of the same image that exists (a resumed submission, or another one
+        building it too) is waited for; a failed one is replaced. RuntimeError with the end of
+        its log when the build fails.
         """
-        try:
-            inside = PurePosixPath(self.cluster.store_mount) / context.relative_to(self.store)
-        except ValueError:
-            raise ValueError(f"the build context {context} is not in the store") from None
         name = build_pod_name(ref)
-        pod = build_pod(context=inside, ref=ref, cluster=self.cluster)
+        self._create(
+            self.core.create_namespaced_config_map, context_config_map(context, ref, self.cluster)
+        )
+        pod = build_pod(ref=ref, cluster=self.cluster)
         deadline = time.monotonic() + self.cluster.build_timeout_s
-        while True:
-            phase = self._build_phase(name, pod)
-            if phase == "Succeeded":
-                self._delete_pod(name)
-                return
-            if phase == "Failed":
-                tail = self._log_tail(name)
-                self._delete_pod(name)
-                raise RuntimeError(f"the build of {ref} failed:\n{tail}")
-            if time.monotonic() > deadline:
-                self._delete_pod(name)
-                raise RuntimeError(
-                    f"the build of {ref} took longer than {self.cluster.build_timeout_s} s"
-                )
-            time.sleep(self.build_poll_s)
+        try:
+            while True:
+                phase = self._build_phase(name, pod)
+                if phase == "Succeeded":
+                    return
+                if phase == "Failed":
+                    tail = self._log_tail(name)
+                    raise RuntimeError(f"the build of {ref} failed:\n{tail}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the build of {ref} took longer than {self.cluster.build_timeout_s} s"
+                    )
+                time.sleep(self.build_poll_s)
+        finally:
+            self._delete(self.core.delete_namespaced_pod, name)
+            self._delete(self.core.delete_namespaced_config_map, name)
+
+    @property
+    def build_namespace(self) -> str:
+        return build_namespace(self.cluster)
 
     def _build_phase(self, name: str, pod: dict[str, Any]) -> str:
         """The phase of the build pod, created when it does not exist."""
         try:
-            current = self.core.read_namespaced_pod(name, self.namespace)
+            current = self.core.read_namespaced_pod(name, self.build_namespace)
         except ApiException as error:
             if error.status != 404:
                 raise
-            try:
-                self.core.create_namespaced_pod(self.namespace, pod)  # type: ignore[arg-type]  # the client validates a dict
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-                log.info("the build %s was started meanwhile by another submission: joined", name)
+            self._create(self.core.create_namespaced_pod, pod)
             return "Pending"
         return (current.status.phase if current.status else None) or "Pending"
+
+    def _create(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
+        """Create an object of the build; one that exists (made by another submission of the
+        same image) is joined."""
+        try:
+            create(self.build_namespace, body)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            log.info("%s exists already: joined", body["metadata"]["name"])
 
     def _log_tail(self, name: str) -> str:
         try:
             text: str = self.core.read_namespaced_pod_log(
-                name, self.namespace, container="main", tail_lines=50
+                name, self.build_namespace, container="main", tail_lines=50
             )
         except ApiException as error:
             return f"(no log: {error.status} {error.reason})"
         return text
 
-    def _delete_pod(self, name: str) -> None:
+    def _delete(self, delete: Callable[..., Any], name: str) -> None:
         try:
-            self.core.delete_namespaced_pod(name, self.namespace)
+            delete(name, self.build_namespace)
         except ApiException as error:
             if error.status != 404:
                 raise

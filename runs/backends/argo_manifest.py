@@ -39,8 +39,6 @@ STALE_S = 120
 """Seconds after which the coordinator releases the claims of a silent worker."""
 RUN_AS_USER = 1000
 """The user of every pod (the harness image's), so the store has one owner."""
-"""Retries of a pod: evictions and preemptions may repeat; a second kill for memory fails the
-run in the controller, which then stops the workflow."""
 RETRY_BACKOFF = "15s"
 POD_GC_DELAY = "10m"
 """Succeeded pods stay this long, so the controller keeps their logs; failed pods stay until
@@ -175,6 +173,7 @@ def _workflow_spec(
             "runAsUser": RUN_AS_USER,
             "runAsGroup": RUN_AS_USER,
             "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumes": [{"name": "store", "persistentVolumeClaim": {"claimName": cluster.store_claim}}],
         "templates": templates,
@@ -277,6 +276,7 @@ def _unsplit_task(
             "workingDir": SCRATCH,
             "resources": _resources(1, 0.25),
             "volumeMounts": _mounts(record, cluster),
+            "securityContext": _container_security(),
         }
     ]
     return template
@@ -326,6 +326,12 @@ def _env(
     if worker is not None:
         env.insert(5, {"name": "SIMRUN_WORKER", "value": worker})
     return env
+
+
+def _container_security() -> dict[str, Any]:
+    """What Pod Security "restricted" asks of every container (with the pod's
+    ``runAsNonRoot`` and ``seccompProfile``)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def _resources(cores: int, memory_gb: float) -> dict[str, Any]:
@@ -425,5 +431,6 @@ def _pod_template(
             "env": environment,
             "resources": _resources(cores, plan.memory_gb),
             "volumeMounts": _mounts(record, cluster),
+            "securityContext": _container_security(),
         },
     }

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
 from runs.backends.argo_manifest import EVICTION_PATTERN
 from runs.backends.base import (
     FINAL_PHASES,
@@ -155,8 +157,13 @@ def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
     tasks: dict[str, str] = {}
     failed: dict[str, list[FailedAttempt]] = {}
     hosts: dict[str, str] = {}
+    waiting: dict[str, str] = {}
     for name, entry in sorted(_dag_nodes(workflow).items()):
         tasks[name] = _phase(entry)
+        # Argo's message of a pending pod: "Unschedulable: …", "ContainerCreating: …".
+        message = entry.attempts[-1][1].get("message") if entry.attempts else None
+        if tasks[name] == "Pending" and message:
+            waiting[name] = _line(message, None, WAITING_LENGTH)
         if attempts := _failed(entry.attempts):
             failed.setdefault(worker_of_node(name), []).extend(attempts)
         for _, node in reversed(entry.attempts):
@@ -169,4 +176,111 @@ def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
         failed=failed,
         hosts=hosts,
         message=status.get("message") or "",
+        waiting=waiting,
     )
+
+
+# Reasons from the pods: why an attempt was disrupted, why a pod waits.
+
+NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
+DISRUPTIONS = ("DisruptionTarget", "TerminationTarget")
+"""Pod conditions set before a pod is ended from outside: Kubernetes' (PreemptionByScheduler,
+EvictionByEvictionAPI, DeletionByTaintManager, TerminationByKubelet, DeletionByPodGC) and
+Kueue's (WorkloadEvictedDueToPreempted, …), reference §4 and §5.1."""
+KUBELET_REASONS = frozenset({"Evicted", "Terminated", "NodeShutdown"})
+"""``status.reason`` of a pod the kubelet ended (node pressure, node shutdown)."""
+REASON_LENGTH = 200
+"""The longest disruption reason kept (``Attempt.reason``)."""
+WAITING_LENGTH = 500
+GIB = 2**30
+
+
+def pod_node(pod: dict[str, Any], workflow_name: str) -> tuple[str, int] | None:
+    """The DAG node and the attempt of a workflow's pod, from Argo's node-name annotation."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    name = str(annotations.get(NODE_NAME_ANNOTATION, "")).removeprefix(f"{workflow_name}.")
+    match = NODE_NAME.match(name)
+    if match is None:
+        return None
+    return match["node"], int(match["attempt"] or 0)
+
+
+def disruption_reason(pod: dict[str, Any]) -> str:
+    """Why a pod was ended from outside, one line ("" for no disruption): the reason of its
+    ``DisruptionTarget`` or Kueue's ``TerminationTarget`` condition, or the kubelet's."""
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in DISRUPTIONS and condition.get("status") == "True":
+            return _line(condition.get("reason") or condition["type"], condition.get("message"))
+    if status.get("reason") in KUBELET_REASONS:
+        return _line(status["reason"], status.get("message"))
+    return ""
+
+
+def waiting_reason(pod: dict[str, Any], workload: dict[str, Any] | None) -> str:
+    """Why a pending pod waits, one line ("" when it is not known): the scheduler's
+    ``Unschedulable`` message, or the Kueue Workload's ``QuotaReserved``/``Admitted``."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    scheduled: dict[str, Any] = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") != "False":
+        return ""
+    if scheduled.get("reason") == "Unschedulable":
+        return _line("Unschedulable", scheduled.get("message"), WAITING_LENGTH)
+    if scheduled.get("reason") == "SchedulingGated":
+        return kueue_reason(workload) if workload else "waiting for Kueue to admit it"
+    return ""
+
+
+def kueue_reason(workload: dict[str, Any]) -> str:
+    """Where a pod's Kueue Workload stands: no quota yet, quota but no admission, admitted."""
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    quota = conditions.get("QuotaReserved") or {}
+    admitted = conditions.get("Admitted") or {}
+    if admitted.get("status") == "True":
+        return "admitted by Kueue, waiting to be scheduled"
+    if quota.get("status") == "True":
+        reserved = "quota reserved by Kueue, waiting for admission"
+        return _line(reserved, admitted.get("message"), WAITING_LENGTH)
+    return _line("waiting for quota in Kueue", quota.get("message"), WAITING_LENGTH)
+
+
+def main_memory_gb(pod: dict[str, Any]) -> float | None:
+    """The memory limit of a pod's main container in GiB (its podSpecPatch applied)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == "main":
+            limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+            return float(parse_quantity(limit)) / GIB if limit else None  # type: ignore[no-untyped-call]  # kubernetes.utils is unannotated
+    return None
+
+
+def with_pods(
+    status: BackendStatus,
+    workflow_name: str,
+    pods: list[dict[str, Any]],
+    workloads: dict[str, dict[str, Any]],
+) -> BackendStatus:
+    """A status with what the pods tell: each failed attempt's disruption reason and memory,
+    each pending node's reason for waiting (``workloads``: Kueue Workloads by pod uid)."""
+    failed = {key: [a.model_copy() for a in attempts] for key, attempts in status.failed.items()}
+    waiting = dict(status.waiting)
+    for pod in pods:
+        found = pod_node(pod, workflow_name)
+        if found is None:
+            continue
+        node, number = found
+        for attempt in failed.get(worker_of_node(node), []):
+            if attempt.attempt != number:
+                continue
+            attempt.reason = disruption_reason(pod)
+            attempt.memory_gb = attempt.memory_gb or main_memory_gb(pod)
+            attempt.evicted = attempt.evicted or (bool(attempt.reason) and not attempt.oom_killed)
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            uid = (pod.get("metadata") or {}).get("uid", "")
+            if reason := waiting_reason(pod, workloads.get(uid)):
+                waiting[node] = reason
+    return status.model_copy(update={"failed": failed, "waiting": waiting})
+
+
+def _line(reason: str, message: str | None, length: int = REASON_LENGTH) -> str:
+    text = f"{reason}: {message}" if message else reason
+    return " ".join(text.split())[:length]

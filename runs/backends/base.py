@@ -67,6 +67,15 @@ class FailedAttempt(BaseModel):
     evicted: bool = Field(default=False, description="Evicted or preempted, not failed itself.")
     node: str | None = Field(default=None, description="The server the pod ran on.")
     message: str = ""
+    memory_gb: float | None = Field(
+        default=None, description="The memory limit it ran with, when the backend knows it."
+    )
+    reason: str = Field(
+        default="",
+        description="Why it was ended from outside, when the backend knows: a pod's "
+        "DisruptionTarget reason (PreemptionByScheduler, EvictionByEvictionAPI, "
+        "DeletionByTaintManager, TerminationByKubelet), Kueue's preemption, the kubelet's.",
+    )
 
 
 class BackendStatus(BaseModel):
@@ -86,6 +95,11 @@ class BackendStatus(BaseModel):
         default_factory=dict, description="The server of the latest pod of a DAG node."
     )
     message: str = ""
+    waiting: dict[str, str] = Field(
+        default_factory=dict,
+        description="Why a DAG node ready to start waits (cores, memory, the queue's head; "
+        "the scheduler's or Kueue's reason on a cluster), by node.",
+    )
 
 
 class PodLog(BaseModel):
@@ -148,6 +162,9 @@ class ClusterConfig(BaseModel):
         default="", description="A Docker config.json with the registry's credentials."
     )
     builder_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
+    build_namespace: str = Field(
+        default="", description="Where image builds run (as root); empty: the runs' namespace."
+    )
     build_timeout_s: int = 3600
 
 

@@ -37,6 +37,17 @@ def run_of(
     return record, plans
 
 
+def build_context(folder: Path) -> Path:
+    """A build context as ``runs.images.write_context`` writes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Dockerfile").write_text(
+        "FROM ghcr.io/simrun/harness:0.1.0\nCOPY requirements.txt /tmp/\n"
+        "RUN pip install --no-cache-dir -r /tmp/requirements.txt\n"
+    )
+    (folder / "requirements.txt").write_text("numpy==2.1.3\n")
+    return folder
+
+
 def evaluate(expression: str, last: Mapping[str, str]) -> Any:
     """Evaluate the expr-lang subset simrun writes (``==``, ``in [...]``, ``or``, ``matches``,
     ``c ? a : b``) with the ``lastRetry`` variables, as Argo would."""

@@ -30,7 +30,10 @@ WORKFLOW = re.compile(
 )
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$")
 POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
+CONFIG_MAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps$")
+CONFIG_MAP = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps/(?P<name>[^/]+)$")
 POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
+WORKLOADS = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/(?P<ns>[^/]+)/workloads$")
 NODES = re.compile(r"^/api/v1/nodes$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 
@@ -78,9 +81,13 @@ def merge(target: Any, patch: Any) -> Any:
 
 
 def matches(labels: dict[str, str], selector: str | None) -> bool:
-    """Whether labels match a selector of ``k=v``, ``k!=v`` and ``k`` terms."""
-    for term in filter(None, (selector or "").split(",")):
-        if "!=" in term:
+    """Whether labels match a selector of ``k=v``, ``k!=v``, ``k in (a,b)`` and ``k`` terms."""
+    for term in re.findall(r"[^,(]+(?:\([^)]*\))?", selector or ""):
+        term = term.strip()
+        if found := re.fullmatch(r"(\S+) in \(([^)]*)\)", term):
+            if labels.get(found[1]) not in {v.strip() for v in found[2].split(",")}:
+                return False
+        elif "!=" in term:
             key, value = term.split("!=", 1)
             if labels.get(key) == value:
                 return False
@@ -107,6 +114,9 @@ class KubeState:
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    workloads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Kueue's Workloads (one per pod), read-only for simrun."""
     requests: list[Request] = field(default_factory=list)
     before_node_patch: Callable[[str], None] | None = None
     """Called before a PATCH of a node is applied, e.g. to play a conflicting writer."""
@@ -268,6 +278,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, self._list(state.pods, m["ns"], selector, "PodList")
             if m := POD.match(path):
                 return self._item(state.pods, (m["ns"], m["name"]), method, content_type, body)
+            if m := CONFIG_MAPS.match(path):
+                if method == "POST":
+                    return 201, self._create(state.config_maps, m["ns"], body, "configmaps")
+                return 200, self._list(state.config_maps, m["ns"], selector, "ConfigMapList")
+            if m := CONFIG_MAP.match(path):
+                key = (m["ns"], m["name"])
+                return self._item(state.config_maps, key, method, content_type, body)
+            if m := WORKLOADS.match(path):
+                return 200, self._list(state.workloads, m["ns"], selector, "WorkloadList")
             if NODES.match(path):
                 items = [n for n in state.nodes.values() if _labelled(n, selector)]
                 return 200, _list_body("NodeList", items, state.version())
@@ -413,7 +432,8 @@ def _labelled(obj: dict[str, Any], selector: str | None) -> bool:
 
 
 def _list_body(kind: str, items: list[dict[str, Any]], version: str) -> dict[str, Any]:
-    group = "argoproj.io/v1alpha1" if kind == "WorkflowList" else "v1"
+    groups = {"WorkflowList": "argoproj.io/v1alpha1", "WorkloadList": "kueue.x-k8s.io/v1beta2"}
+    group = groups.get(kind, "v1")
     return {
         "kind": kind,
         "apiVersion": group,

@@ -17,7 +17,7 @@ from runs.backends.argo import ArgoBackend
 from runs.backends.argo_api import CallPolicy, ClusterUnavailable
 from runs.backends.argo_build import build_pod_name
 from runs.backends.base import ClusterConfig
-from tests.backends.argo_runs import run_of
+from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import WF, Nodes, argo_pod, workflow
 from tests.backends.kube_api import STALL, KubeApiServer, Request
 
@@ -150,10 +150,11 @@ def test_a_build_another_submission_started_meanwhile_is_joined_not_failed(
 
     kube.state.intercept = other_submission_first
 
-    backend.build_image(tmp_path / "images" / "abc", REF)
+    backend.build_image(build_context(tmp_path / "images" / "abc"), REF)
 
     assert [r.status for r in kube.state.requests if r.method == "POST"] == [409]
     assert ("simrun", name) not in kube.state.pods  # the joined build was waited for, then done
+    assert ("simrun", name) not in kube.state.config_maps
 
 
 def test_the_backoff_doubles_and_is_capped() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import copy
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from runs.backends.argo import ArgoBackend, api_client
 from runs.backends.argo_build import build_pod_name
 from runs.backends.argo_manifest import workflow_manifest
 from runs.backends.base import ClusterConfig, NodeInfo, PodLog
-from tests.backends.argo_runs import run_of
+from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import OOM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 from tests.polling import wait_for
@@ -494,30 +494,44 @@ def test_the_watch_goes_on_from_where_it_was_after_the_server_ends_it(
 # Images
 
 
-def test_build_image_builds_the_context_in_the_store_with_a_kaniko_pod(
-    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+def test_build_image_builds_the_context_with_a_kaniko_pod_in_the_build_namespace(
+    kube: KubeApiServer, tmp_path: Path
 ) -> None:
+    cluster = CLUSTER.model_copy(update={"build_namespace": "simrun-build"})
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
     created = []
 
     def run_it(pod_: dict) -> None:
-        created.append(pod_)
+        created.append(copy.deepcopy(pod_))
+        config_map = kube.state.config_maps[("simrun-build", pod_["metadata"]["name"])]
+        created.append(copy.deepcopy(config_map))
         pod_["status"] = {"phase": "Succeeded"}
 
     kube.state.on_pod_created = run_it
     ref = "registry.example/simrun-env:abc"
 
-    backend.build_image(tmp_path / "store" / "images" / "abc", ref)
+    backend.build_image(build_context(tmp_path / "store" / "images" / "abc"), ref)
 
-    [pod_] = created
+    [pod_, config_map] = created
+    assert pod_["metadata"]["namespace"] == "simrun-build"
+    assert "kueue.x-k8s.io/queue-name" not in pod_["metadata"]["labels"]
     main = pod_["spec"]["containers"][0]
     assert main["image"] == CLUSTER.builder_image
     assert main["args"][:3] == [
-        "--context=dir:///store/images/abc",
-        "--dockerfile=/store/images/abc/Dockerfile",
+        "--context=dir:///workspace",
+        "--dockerfile=/workspace/Dockerfile",
         f"--destination={ref}",
     ]
-    assert main["volumeMounts"][0] == {"name": "store", "mountPath": "/store", "readOnly": True}
-    assert ("simrun", build_pod_name(ref)) not in kube.state.pods  # deleted once done
+    assert main["volumeMounts"][0] == {
+        "name": "context",
+        "mountPath": "/workspace",
+        "readOnly": True,
+    }
+    assert set(config_map["data"]) == {"Dockerfile", "requirements.txt"}
+    assert config_map["data"]["requirements.txt"] == "numpy==2.1.3\n"
+    name = build_pod_name(ref)
+    assert ("simrun-build", name) not in kube.state.pods  # deleted once done, with its context
+    assert ("simrun-build", name) not in kube.state.config_maps
 
 
 def test_a_failed_build_raises_with_the_end_of_its_log(
@@ -532,37 +546,47 @@ def test_a_failed_build_raises_with_the_end_of_its_log(
     kube.state.on_pod_created = fail
 
     with pytest.raises(RuntimeError, match="no matching distribution"):
-        backend.build_image(tmp_path / "store" / "images" / "abc", ref)
+        backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+    assert kube.state.pods == {} and kube.state.config_maps == {}
 
 
 def test_a_build_started_before_is_waited_for_not_started_again(
     backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
 ) -> None:
     ref = "registry.example/simrun-env:abc"
-    kube.state.on_pod_created = lambda pod_: None
+    name = build_pod_name(ref)
     kube.state.put_pod(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": build_pod_name(ref), "namespace": "simrun"},
+            "metadata": {"name": name, "namespace": "simrun"},
             "spec": {"containers": [{"name": "main", "image": CLUSTER.builder_image}]},
             "status": {"phase": "Running"},
         }
     )
+    reads = []
 
-    def finish() -> None:
-        time.sleep(0.3)
-        with kube.state.lock:
-            kube.state.pods[("simrun", build_pod_name(ref))]["status"]["phase"] = "Succeeded"
+    def finish_on_the_third_read(request: Any) -> None:
+        if request.method == "GET" and request.path.endswith(f"/pods/{name}"):
+            reads.append(request)
+            if len(reads) == 3:
+                kube.state.pods[("simrun", name)]["status"]["phase"] = "Succeeded"
 
-    threading.Thread(target=finish).start()
-    backend.build_image(tmp_path / "store" / "images" / "abc", ref)
+    kube.state.intercept = finish_on_the_third_read
 
-    assert [r for r in kube.state.requests if r.method == "POST"] == []
+    backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+
+    assert [r.path for r in kube.state.requests if r.method == "POST"] == [
+        "/api/v1/namespaces/simrun/configmaps"
+    ]
+    assert len(reads) == 3
 
 
-def test_a_build_context_outside_the_store_is_refused(backend: ArgoBackend, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="not in the store"):
+def test_a_build_context_without_a_dockerfile_is_refused(
+    backend: ArgoBackend, tmp_path: Path
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(ValueError, match="no Dockerfile"):
         backend.build_image(tmp_path / "elsewhere", "registry.example/x:1")
 
 

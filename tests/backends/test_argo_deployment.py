@@ -15,9 +15,11 @@ import yaml
 
 from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
+from runs.backends.argo_build import build_pod
 from runs.backends.base import ClusterConfig
-from tests.backends.argo_runs import run_of
-from tests.backends.argo_workflows import WF, Nodes, argo_pod, workflow
+from tests.backends.argo_pod_security import restricted_violations
+from tests.backends.argo_runs import build_context, run_of
+from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 from tests.polling import wait_for
 
@@ -135,10 +137,15 @@ def test_the_service_runs_as_a_user_not_root() -> None:
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def granted(service_account: str) -> set[tuple[str, str, str]]:
-    """(api group, resource, verb) granted to a ServiceAccount by the manifests' RBAC."""
+Grant = tuple[str, str, str, str]
+"""(namespace, api group, resource, verb); the namespace "" for a cluster-wide grant."""
+
+
+def granted(service_account: str) -> set[Grant]:
+    """What the manifests' RBAC grants a ServiceAccount of the namespace simrun."""
     roles = {
-        (d["kind"], d["metadata"]["name"]): d for d in by_kind("Role") + by_kind("ClusterRole")
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in by_kind("Role") + by_kind("ClusterRole")
     }
     found = set()
     for binding in by_kind("RoleBinding") + by_kind("ClusterRoleBinding"):
@@ -146,21 +153,24 @@ def granted(service_account: str) -> set[tuple[str, str, str]]:
             binding["subjects"]
         ):
             continue
-        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        namespace = binding["metadata"].get("namespace", "")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"])]
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
-                    found |= {(group, resource, verb) for verb in rule["verbs"]}
+                    found |= {(namespace, group, resource, verb) for verb in rule["verbs"]}
     return found
 
 
-def used(request: Any) -> tuple[str, str, str]:
-    """The (api group, resource, verb) an API request needs, as the API server authorizes it."""
+def used(request: Any) -> Grant:
+    """The grant an API request needs, as the API server authorizes it."""
     parts = request.path.strip("/").split("/")
     group = "" if parts[0] == "api" else parts[1]
     rest = parts[2:] if parts[0] == "api" else parts[3:]
+    namespace = ""
     if rest[0] == "namespaces":
-        rest = rest[2:]
+        namespace, rest = rest[1], rest[2:]
     resource, named = rest[0], len(rest) > 1
     if len(rest) > 2:
         resource = f"{resource}/{rest[2]}"
@@ -170,51 +180,141 @@ def used(request: Any) -> tuple[str, str, str]:
         verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}[
             request.method
         ]
-    return group, resource, verb
+    return namespace, group, resource, verb
 
 
-def test_the_service_account_is_granted_exactly_the_verbs_the_backend_uses(
-    tmp_path: Path,
+def backend_on(kube: KubeApiServer, tmp_path: Path) -> ArgoBackend:
+    """The backend as the manifests configure it, on a loopback API with a node, a pod that
+    failed (so a status reads the pods) and one Kueue holds back."""
+    state = kube.state
+    state.put_node({"metadata": {"name": "node-a", "labels": {}}, "spec": {}, "status": {}})
+    state.on_pod_created = lambda pod: pod.update(status={"phase": "Succeeded"})
+    state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Running"), log="unit 1\n")
+    gated = argo_pod("q", node_name="sweep-w0(1)", phase="Pending", attempt=1)
+    gated["metadata"]["uid"] = "uid-q"
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    state.put_pod(gated)
+    cluster = ClusterConfig(build_namespace=config()["SIMRUN_BUILD_NAMESPACE"])
+    return ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+
+
+def web_calls(backend: ArgoBackend) -> None:
+    """What the web process asks of the cluster: the nodes page (runs.capacity), the logs of
+    a live task (runs.task_logs), the largest node when a run is planned (runs.submission)."""
+    backend.nodes()
+    backend.placements()
+    backend.logs(WF, "sweep")
+    assert backend.max_cores is None  # node-a has no allocatable: unknown
+
+
+def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
+    """What the Celery worker asks of the cluster: a submission (runs.controller.submit), the
+    loop (status, logs, stop), settling (cancel, release) and the watch (runs.tasks)."""
+    woken = threading.Event()
+    try:
+        backend.subscribe(woken.set)
+        wait_for(lambda: any(r.query.get("watch") for r in state.requests), 10, "the watch")
+        backend.build_image(build_context(tmp_path / "images" / "h"), "registry.example/env:h")
+        state.on_pod_created = lambda pod: pod.update(status={"phase": "Failed"})
+        with pytest.raises(RuntimeError, match="failed"):  # its log is read
+            backend.build_image(build_context(tmp_path / "images" / "i"), "registry.example/e:i")
+        backend.nodes()
+        backend.reserve("node-a", "run1")
+        record, plans = run_of("tasks: {sweep: {type: squares, settings: {n: 5}}}")
+        backend.submit(record, plans, task_types(), ClusterConfig())
+        assert woken.wait(10)
+        nodes = Nodes()
+        nodes.task("sweep-w0", "Running", [pod("Failed", message=SIGTERM), pod("Pending")])
+        state.put_workflow(workflow(nodes))
+        backend.status(WF)
+        backend.logs(WF, "sweep")
+        backend.placements()
+        backend.stop(WF)
+        backend.cancel(WF)
+        backend.unreserve("node-a", "run1")
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("component", ["web", "worker"])
+def test_each_component_is_granted_exactly_the_verbs_of_the_calls_it_makes(
+    tmp_path: Path, component: str
 ) -> None:
     with KubeApiServer() as kube:
-        state = kube.state
-        backend = ArgoBackend(
-            cluster=ClusterConfig(),
-            api=kube.client(),
-            store=tmp_path,
-            build_poll_s=0.01,
-        )
-        state.put_node({"metadata": {"name": "node-a", "labels": {}}, "spec": {}, "status": {}})
-        state.on_pod_created = lambda pod: pod.update(status={"phase": "Succeeded"})
-        state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Running"), log="unit 1\n")
-        record, plans = run_of("tasks: {sweep: {type: squares, settings: {n: 5}}}")
-        woken = threading.Event()
-        try:
-            backend.subscribe(woken.set)
-            wait_for(lambda: any(r.query.get("watch") for r in state.requests), 10, "the watch")
-            backend.submit(record, plans, task_types(), ClusterConfig())
-            assert woken.wait(10)
-            state.put_workflow(workflow(Nodes()))
-            backend.status(WF)
-            backend.stop(WF)
-            backend.cancel(WF)
-            backend.logs(WF, "sweep")
-            backend.placements()
-            backend.nodes()
-            backend.reserve("node-a", "run1")
-            backend.unreserve("node-a", "run1")
-            backend.build_image(tmp_path / "images" / "h", "registry.example/env:h")
-        finally:
-            backend.close()
+        backend = backend_on(kube, tmp_path)
+        if component == "web":
+            web_calls(backend)
+        else:
+            worker_calls(backend, kube.state, tmp_path)
 
-    assert granted("simrun") == {used(r) for r in state.requests}
+    assert granted(f"simrun-{component}") == {used(r) for r in kube.state.requests}
+
+
+def test_beat_calls_nothing_and_gets_no_token() -> None:
+    [account] = [a for a in by_kind("ServiceAccount") if a["metadata"]["name"] == "simrun-beat"]
+    [beat] = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "simrun-beat"]
+
+    assert granted("simrun-beat") == set()
+    assert account["automountServiceAccountToken"] is False
+    assert beat["spec"]["template"]["spec"]["serviceAccountName"] == "simrun-beat"
+
+
+def test_each_deployment_runs_as_its_own_service_account() -> None:
+    accounts = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]["serviceAccountName"]
+        for d in by_kind("Deployment")
+        if d["metadata"]["name"] in {"simrun-web", "simrun-worker", "simrun-beat"}
+    }
+
+    assert accounts == {f"simrun-{c}": f"simrun-{c}" for c in ("web", "worker", "beat")}
 
 
 def test_the_pods_of_the_runs_may_report_their_results_to_argo_and_nothing_more() -> None:
     assert granted("simrun-runner") == {
-        ("argoproj.io", "workflowtaskresults", "create"),
-        ("argoproj.io", "workflowtaskresults", "patch"),
+        ("simrun", "argoproj.io", "workflowtaskresults", "create"),
+        ("simrun", "argoproj.io", "workflowtaskresults", "patch"),
     }
+
+
+# Pod Security
+
+
+def namespace(name: str) -> dict[str, Any]:
+    [found] = [n for n in by_kind("Namespace") if n["metadata"]["name"] == name]
+    return found
+
+
+def test_the_runs_namespace_enforces_the_restricted_pod_security() -> None:
+    labels = namespace("simrun")["metadata"]["labels"]
+
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
+    assert labels["managed-by-kueue"] == "true"
+
+
+@pytest.mark.parametrize(
+    "name", ["simrun-web", "simrun-worker", "simrun-beat", "simrun-redis", "simrun-postgres"]
+)
+def test_every_pod_of_the_service_satisfies_the_restricted_pod_security(name: str) -> None:
+    [workload] = [
+        d for d in by_kind("Deployment") + by_kind("StatefulSet") if d["metadata"]["name"] == name
+    ]
+
+    assert restricted_violations(workload["spec"]["template"]["spec"]) == []
+
+
+def test_the_checker_refuses_what_restricted_refuses() -> None:
+    build = build_pod(ref="registry.example/env:h", cluster=ClusterConfig())["spec"]
+
+    assert "main may run as root (runAsNonRoot)" in restricted_violations(build)
+    assert restricted_violations({"containers": [], "volumes": [{"name": "h", "hostPath": {}}]})
+
+
+def test_image_builds_run_as_root_in_a_namespace_of_their_own_that_allows_it() -> None:
+    labels = namespace(config()["SIMRUN_BUILD_NAMESPACE"])["metadata"]["labels"]
+
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert "managed-by-kueue" not in labels
 
 
 @pytest.mark.parametrize("name", ["service.Dockerfile", "harness.Dockerfile"])
@@ -254,7 +354,7 @@ def test_the_compose_file_runs_web_worker_beat_postgres_and_redis() -> None:
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
 
-    assert set(services) == {"web", "worker", "beat", "postgres", "redis"}
+    assert set(services) == {"web", "worker", "beat", "local", "postgres", "redis"}
     for name in ("web", "worker", "beat"):
         assert services[name]["build"]["dockerfile"] == "docker/service.Dockerfile"
         assert services[name]["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"

@@ -19,6 +19,7 @@ from runs.backends.argo_manifest import (
 )
 from runs.backends.base import ClusterConfig
 from runs.planner import ObservedPeak
+from tests.backends.argo_pod_security import restricted_violations
 from tests.backends.argo_runs import IMAGE, evaluate, run_of, substitute
 from tests.backends.argo_schemas import schema_errors
 
@@ -102,6 +103,22 @@ def test_every_workflow_of_the_corpus_validates_against_the_crd_and_argos_json_s
 ) -> None:
     text, options = CORPUS[case]
     assert schema_errors(manifest(text, **options)) == []
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_every_pod_of_the_corpus_satisfies_the_restricted_pod_security(case: str) -> None:
+    text, options = CORPUS[case]
+    wf = manifest(text, **options)
+    for template_ in wf["spec"]["templates"]:
+        if "container" not in template_:
+            continue
+        pod_spec = {
+            "securityContext": wf["spec"]["securityContext"],
+            "volumes": [*wf["spec"]["volumes"], *template_.get("volumes", [])],
+            "initContainers": template_.get("initContainers", []),
+            "containers": [{"name": "main", **template_["container"]}],
+        }
+        assert restricted_violations(pod_spec) == [], template_["name"]
 
 
 def test_the_strict_crd_refuses_a_misspelt_field_and_the_json_schema_an_integer_quantity() -> None:

@@ -1,0 +1,281 @@
+"""Why a pod waits and why an attempt was ended, read from the pods and Kueue's Workloads as
+the API server writes them, carried in the status the controller polls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runs.backends.argo import ArgoBackend
+from runs.backends.base import ClusterConfig
+from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, pod, workflow
+from tests.backends.kube_api import KubeApiServer
+
+CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+UNSCHEDULABLE = (
+    "0/3 nodes are available: 1 node(s) had untolerated taint "
+    "{node-role.kubernetes.io/control-plane: }, 2 Insufficient memory. preemption: 0/3 nodes "
+    "are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found "
+    "for incoming pod."
+)
+QUOTA = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for memory in flavor "
+    "simrun-flavor, 6Gi more needed"
+)
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def backend(kube: KubeApiServer, tmp_path: Path) -> ArgoBackend:
+    return ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path)
+
+
+def failed_pod(name: str, node_name: str, *, attempt: int, **status: Any) -> dict[str, Any]:
+    """A pod of an attempt that ended Failed, its main container stopped by SIGTERM."""
+    found = argo_pod(name, node_name=node_name, phase="Failed", attempt=attempt, host="node-a")
+    found["status"] = {
+        "phase": "Failed",
+        "conditions": [
+            {"type": "Initialized", "status": "True"},
+            {"type": "Ready", "status": "False", "reason": "PodFailed"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "image": "registry.example/simrun-env:0123456789abcdef",
+                "imageID": "registry.example/simrun-env@sha256:9f2c",
+                "containerID": "containerd://5d1e",
+                "started": False,
+                "lastState": {},
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 143, "reason": "Error"}},
+            }
+        ],
+        **status,
+    }
+    return found
+
+
+def disruption(reason: str, message: str, kind: str = "DisruptionTarget") -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": "True",
+        "lastTransitionTime": "2026-11-29T10:04:00Z",
+        "reason": reason,
+        "message": message,
+    }
+
+
+def gated_pod(name: str, node_name: str, uid: str) -> dict[str, Any]:
+    """A pod Kueue holds back: its scheduling gate and PodScheduled SchedulingGated."""
+    found = argo_pod(name, node_name=node_name, phase="Pending", dag_task=node_name.split("(")[0])
+    found["metadata"]["uid"] = uid
+    found["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    found["status"]["conditions"][0]["message"] = "Scheduling is blocked due to non-empty gates"
+    return found
+
+
+def workload(pod_name: str, uid: str, conditions: list[dict[str, str]]) -> dict[str, Any]:
+    """The Kueue Workload of a pod, as Kueue's pod integration writes it."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"pod-{pod_name}-4f1c2",
+            "namespace": "simrun",
+            "labels": {"kueue.x-k8s.io/job-uid": uid, "kueue.x-k8s.io/queue-name": "simrun"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid}],
+        },
+        "spec": {"queueName": "simrun", "podSets": [{"name": "main", "count": 1}]},
+        "status": {"conditions": conditions},
+    }
+
+
+@pytest.mark.parametrize(
+    ("condition", "reason"),
+    [
+        (
+            disruption("PreemptionByScheduler", "sims: preempting to accommodate a higher pod"),
+            "PreemptionByScheduler: sims: preempting to accommodate a higher pod",
+        ),
+        (
+            disruption("EvictionByEvictionAPI", "Eviction API: evicting"),
+            "EvictionByEvictionAPI: Eviction API: evicting",
+        ),
+        (
+            disruption("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"),
+            "DeletionByTaintManager: Taint manager: deleting due to NoExecute taint",
+        ),
+        (
+            disruption("TerminationByKubelet", "The node was low on resource: memory."),
+            "TerminationByKubelet: The node was low on resource: memory.",
+        ),
+        (
+            disruption(
+                "WorkloadEvictedDueToPreempted",
+                "Preempted to accommodate a workload (UID: 1b2c) due to prioritization",
+                kind="TerminationTarget",
+            ),
+            "WorkloadEvictedDueToPreempted: Preempted to accommodate a workload (UID: 1b2c) "
+            "due to prioritization",
+        ),
+    ],
+    ids=["scheduler", "drain", "taint", "kubelet", "kueue"],
+)
+def test_a_failed_attempt_carries_the_reason_its_pod_was_disrupted(
+    backend: ArgoBackend, kube: KubeApiServer, condition: dict[str, str], reason: str
+) -> None:
+    nodes = Nodes()
+    nodes.task(
+        "sweep-w0", "Running", [pod("Failed", message=SIGTERM, exit_code="143"), pod("Running")]
+    )
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    ended = failed_pod("p0", "sweep-w0(0)", attempt=0)
+    ended["status"]["conditions"].append(condition)
+    kube.state.put_pod(ended)
+
+    [attempt] = backend.status(WF).failed["sweep-w0"]
+
+    assert (attempt.attempt, attempt.reason, attempt.evicted) == (0, reason, True)
+    assert attempt.memory_gb == 0.5  # the limit of its main container
+
+
+def test_a_kubelet_eviction_without_a_condition_is_told_by_the_pods_reason(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Running", [pod("Failed", message="The node was low"), pod("Pending")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    kube.state.put_pod(
+        failed_pod(
+            "p0",
+            "sweep-w0(0)",
+            attempt=0,
+            reason="Evicted",
+            message="The node was low on resource: ephemeral-storage. ",
+        )
+    )
+
+    [attempt] = backend.status(WF).failed["sweep-w0"]
+
+    assert attempt.reason == "Evicted: The node was low on resource: ephemeral-storage."
+
+
+def test_an_attempt_that_failed_itself_has_no_reason(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Failed", [pod("Failed", message="main: Error (exit code 3)")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    kube.state.put_pod(failed_pod("p0", "sweep-w0(0)", attempt=0))
+
+    [attempt] = backend.status(WF).failed["sweep-w0"]
+
+    assert (attempt.reason, attempt.evicted) == ("", False)
+
+
+def test_an_unschedulable_pod_says_why_from_argos_message_and_its_pod(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Pending", [pod("Pending", message=f"Unschedulable: {UNSCHEDULABLE}")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    waiting = argo_pod("p0", node_name="sweep-w0(0)", phase="Pending")
+    waiting["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": UNSCHEDULABLE,
+            "lastTransitionTime": "2026-11-29T10:01:00Z",
+        }
+    ]
+    kube.state.put_pod(waiting)
+
+    status = backend.status(WF)
+
+    assert status.waiting == {"sweep-w0": f"Unschedulable: {UNSCHEDULABLE}"}
+
+
+def test_a_pod_kueue_holds_back_says_where_its_workload_stands(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Running", [pod("Running")])
+    nodes.fan_out(
+        "sweep-extra",
+        "Running",
+        {"(0:1)": ("Pending", [pod("Pending")]), "(1:2)": ("Pending", [pod("Pending")])},
+    )
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    kube.state.put_pod(gated_pod("p1", "sweep-extra(0:1)(0)", "uid-1"))
+    kube.state.put_pod(gated_pod("p2", "sweep-extra(1:2)(0)", "uid-2"))
+    kube.state.workloads[("simrun", "pod-p1")] = workload(
+        "p1",
+        "uid-1",
+        [
+            {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA},
+            {"type": "Admitted", "status": "False", "reason": "NoReservation", "message": ""},
+        ],
+    )
+    kube.state.workloads[("simrun", "pod-p2")] = workload(
+        "p2",
+        "uid-2",
+        [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
+            {
+                "type": "Admitted",
+                "status": "False",
+                "reason": "NoChecks",
+                "message": "The workload has not all checks ready",
+            },
+        ],
+    )
+    kube.state.workloads[("simrun", "pod-other")] = workload("other", "uid-9", [])
+
+    status = backend.status(WF)
+
+    assert status.waiting == {
+        "sweep-extra(0:1)": f"waiting for quota in Kueue: {QUOTA}",
+        "sweep-extra(1:2)": "quota reserved by Kueue, waiting for admission: "
+        "The workload has not all checks ready",
+    }
+    [listing] = [r for r in kube.state.requests if r.path.endswith("/workloads")]
+    assert listing.query["labelSelector"] == "kueue.x-k8s.io/job-uid in (uid-1,uid-2)"
+
+
+def test_a_running_workflow_without_failures_reads_no_pods(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Running", [pod("Running")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+
+    backend.status(WF)
+
+    assert [r.path for r in kube.state.requests] == [
+        f"/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows/{WF}"
+    ]
+
+
+def test_reasons_that_cannot_be_read_leave_the_status_as_it_was(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Running", [pod("Failed", message=SIGTERM, exit_code="143")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    kube.state.intercept = lambda request: 403 if request.path.endswith("/pods") else None
+
+    [attempt] = backend.status(WF).failed["sweep-w0"]
+
+    assert attempt.exit_code == 143 and attempt.reason == ""
