@@ -18,6 +18,8 @@ import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from runs.backends.base import BackendUnavailable
+
 log = logging.getLogger(__name__)
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -27,8 +29,9 @@ class ClusterError(RuntimeError):
     """The Kubernetes API could not be reached or kept failing; the message is one sentence."""
 
 
-class ClusterUnavailable(ClusterError):
-    """No answer (no connection, a timeout) or a transient error (429, 5xx) after every try."""
+class ClusterUnavailable(ClusterError, BackendUnavailable):
+    """No answer (no connection, a timeout) or a transient error (429, 5xx) after every try:
+    the controller tries again soon."""
 
 
 class ClusterApiError(ApiException):

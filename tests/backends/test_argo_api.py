@@ -16,7 +16,7 @@ from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
 from runs.backends.argo_api import CallPolicy, ClusterUnavailable
 from runs.backends.argo_build import build_pod_name
-from runs.backends.base import ClusterConfig
+from runs.backends.base import BackendUnavailable, ClusterConfig
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import WF, Nodes, argo_pod, workflow
 from tests.backends.kube_api import STALL, KubeApiServer, Request
@@ -68,6 +68,7 @@ def test_a_stalled_api_is_given_up_after_the_read_timeout_of_every_try(
         backend.status(WF)
 
     assert len(kube.state.requests) == QUICK.tries  # one request a try, no hidden retries
+    assert isinstance(raised.value, BackendUnavailable)  # the controller tries again soon
     assert str(raised.value) == (
         f"the Kubernetes API did not answer get workflow {WF} after 3 tries: timed out"
     )
