@@ -60,6 +60,36 @@ class Cgroup:
             return stat.get("anon")
         return stat.get("total_rss", stat.get("rss"))
 
+    def page_cache_bytes(self) -> int | None:
+        """The page cache of files charged to the cgroup (tmpfs left in: it is no cache)."""
+        stat = self._stat("memory.stat")
+        if self.version == 2:
+            cache = stat.get("file")
+        else:
+            cache = stat.get("total_cache", stat.get("cache"))
+        shmem = stat.get("shmem", 0) if self.version == 2 else stat.get("total_shmem", 0)
+        return None if cache is None else max(0, cache - shmem)
+
+    def high_water_bytes(self) -> int | None:
+        """The kernel's high-water mark of the memory charged to the cgroup, page cache
+        included: v1 ``memory.max_usage_in_bytes``, v2 ``memory.peak`` (Linux 5.19+)."""
+        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+        try:
+            return int((self.path / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def reset_high_water(self) -> bool:
+        """Start the v1 high-water mark again at the usage now; whether the kernel allowed it
+        (v2 and a read-only cgroup filesystem do not)."""
+        if self.version != 1:
+            return False
+        try:
+            (self.path / "memory.max_usage_in_bytes").write_text("0")
+        except OSError:
+            return False
+        return True
+
     def limit_bytes(self) -> int | None:
         """The memory limit of the cgroup and its ancestors, None without one."""
         try:

@@ -42,6 +42,7 @@ MEMORY_LIMIT_ENV = "SIMRUN_MEMORY_LIMIT_GB"
 STALE_ENV = "SIMRUN_STALE_S"
 GRACE_ENV = "SIMRUN_GRACE_S"
 OUT_ENV = "SIMRUN_OUT"
+UNIT_TIME_LIMIT_ENV = "SIMRUN_UNIT_TIME_LIMIT_S"
 DEFAULT_SCRATCH = "/scratch"
 WORKER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -251,3 +252,8 @@ def grace_s(env: Mapping[str, str]) -> float:
 def stale_s(env: Mapping[str, str], grace: float) -> float:
     """``SIMRUN_STALE_S``: when another worker's heartbeat is stale, grace + 60 by default."""
     return _positive_float(env, STALE_ENV) or grace + STALE_MARGIN_S
+
+
+def unit_time_limit_s(env: Mapping[str, str]) -> float | None:
+    """``SIMRUN_UNIT_TIME_LIMIT_S``: a unit running longer fails; None (no limit) by default."""
+    return _positive_float(env, UNIT_TIME_LIMIT_ENV)

@@ -2,9 +2,13 @@
 
 EXIT_OK = 0
 EXIT_FAILED = 3
-"""A unit, the merge or simrun-exec's command failed."""
+"""A unit (also one past its time limit), the merge or simrun-exec's command failed."""
 EXIT_CONFIGURATION = 4
 """The environment, task.json, the settings or the sources are wrong."""
+EXIT_STORAGE = 75
+"""The shared store failed (a full disk, a transient NFS error, a file where none belongs):
+EX_TEMPFAIL, retried by both backends. Claims were released and the report written where the
+store allowed it."""
 EXIT_KILLED = 137
 """A process of the pool (or simrun-exec's command) was killed: for memory if the report
 counts kills of the OOM killer."""
@@ -23,6 +27,10 @@ class UnitError(RuntimeError):
         super().__init__(f"unit {index} failed" + (f": {reason}" if reason else ""))
         self.index = index
         self.reason = reason
+
+
+class StorageError(Exception):
+    """The store failed while the worker used it; claims were released (exit 75)."""
 
 
 class Terminated(Exception):

@@ -26,6 +26,7 @@ from harness.errors import (
     EXIT_FAILED,
     EXIT_KILLED,
     EXIT_OK,
+    EXIT_STORAGE,
     EXIT_TERMINATED,
     ConfigurationError,
 )
@@ -86,12 +87,16 @@ def run_command(
     """Run the command as a child, pass SIGTERM on, write the report; the exit code.
 
     0 done, 3 the command failed, 4 it cannot be started, 137 it was killed (or exited 137),
-    143 stopped on SIGTERM (unless the command still ended with 0).
+    143 stopped on SIGTERM, whatever the command returned after it.
     """
     started = harness_started()
     began, clock = time.time(), time.perf_counter()
     evidence, sampler = Evidence(memory_source), MemorySampler(memory_source)
-    paths.out.mkdir(parents=True, exist_ok=True)
+    try:
+        paths.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        log.error("the store failed: %s; retried", error)
+        return EXIT_STORAGE
     child_env = {**env, **dict.fromkeys(THREAD_VARIABLES, "1"), OUT_ENV: str(paths.out)}
     argv = [sys.executable, *command[1:]] if command[0] in PYTHON else list(command)
     try:
@@ -115,10 +120,10 @@ def run_command(
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("grace period over: killing the command")
                 _kill_tree(process)
-    if code == 0:
-        status = EXIT_OK
-    elif stop.is_set():
+    if stop.is_set():  # an evicted command that exits 0 (a checkpoint) has not finished
         status = EXIT_TERMINATED
+    elif code == 0:
+        status = EXIT_OK
     elif code in (-signal.SIGKILL, EXIT_KILLED):
         status = EXIT_KILLED
     else:
@@ -128,7 +133,6 @@ def run_command(
         node=node_name(),
         processes=1,
         seconds=time.perf_counter() - clock,
-        peak_memory_bytes=sampler.peak,
         memory_limit_bytes=memory_bytes,
         per_worker_gb=per_worker_gb,
         oom_kills=evidence.oom_kills(),
@@ -138,7 +142,11 @@ def run_command(
         cpu_seconds=cpu_seconds(),
         throttled_seconds=evidence.throttled_seconds(),
     )
-    write_report(report, paths.task_dir, attempt)
+    report.peak_memory_bytes, report.peak_source = sampler.high_water()
+    try:
+        write_report(report, paths.task_dir, attempt)
+    except OSError as error:
+        log.error("the report cannot be written: %s", error)
     log.info("the command exited %s: exit %d", code, status)
     return status
 

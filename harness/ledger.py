@@ -13,21 +13,27 @@ coordinator saw it unchanged for ``stale_s`` by its own clock). Units are groupe
     A claim of one block (units ``block*b`` to ``block*b+b-1``), removed once it is done or
     released, so only claims in progress are listed.
 ``units/done/<start>-<end>``
-    The results of units ``start..end-1``, pickled, written to a temporary file and renamed:
-    a unit is done when a piece covers it. A unit computed twice (a stale worker that was
-    only slow) has two pieces with the same results; the merge takes one.
+    The results of units ``start..end-1``, written to a temporary file and renamed by the pool
+    process that computed them: a unit is done when a piece covers it. A header holds the
+    length and CRC-32 of the body (a pickled list of each unit's pickled result), so a piece
+    the store truncated or damaged is found by the merge, set aside and computed again. A
+    unit computed twice (a stale worker that was only slow) has two pieces with the same
+    results; the merge takes one.
 ``units/heartbeats/<worker>``
     Rewritten every heartbeat with a counter that changes each time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import pickle
 import socket
+import struct
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +43,60 @@ from harness.files import temporary_name, write_atomic
 
 MAX_BLOCKS = 4096
 """Blocks of a ledger at most: bounds its files and the imbalance of the last block."""
+PIECE_MAGIC = b"SIMRUNP1"
+_PIECE_HEADER = struct.Struct("<8sQI")
+"""A piece's header: the magic, the length of the body and its CRC-32."""
+DAMAGED_SUFFIX = ".damaged"
+"""A damaged piece is renamed ``.<name>.damaged``: hidden from listings, kept to look at."""
+
+
+class DamagedPieces(RuntimeError):
+    """Pieces of the ledger were truncated or damaged; they were set aside, their units are
+    not done any more."""
+
+    def __init__(self, names: Sequence[str], missing: Sequence[range]) -> None:
+        super().__init__(f"damaged pieces {', '.join(names)}: units {describe(missing)} not done")
+        self.names = list(names)
+        self.missing = list(missing)
+
+
+def encode_piece(payloads: Sequence[bytes]) -> bytes:
+    """A piece of the pickled results of consecutive units, with its length and checksum."""
+    body = pickle.dumps(list(payloads), pickle.HIGHEST_PROTOCOL)
+    return _PIECE_HEADER.pack(PIECE_MAGIC, len(body), zlib.crc32(body)) + body
+
+
+def decode_piece(data: bytes, count: int) -> list[Any]:
+    """The results of a piece of ``count`` units; ``ValueError`` when it is damaged.
+
+    A piece without the header (of a harness before checksums) is a pickled list.
+    """
+    try:
+        if data.startswith(PIECE_MAGIC):
+            _, length, crc = _PIECE_HEADER.unpack_from(data)
+            body = memoryview(data)[_PIECE_HEADER.size :]
+            if len(body) != length or zlib.crc32(body) != crc:
+                raise ValueError(f"{len(body)} bytes, the header says {length}, or a bad CRC")
+            values = [pickle.loads(payload) for payload in pickle.loads(body)]
+        else:
+            values = pickle.loads(data)
+    except ValueError:
+        raise
+    except Exception as error:  # whatever unpickling garbage raises
+        raise ValueError(f"cannot be read: {error!r}") from None
+    if not isinstance(values, list) or len(values) != count:
+        raise ValueError(f"holds {len(values) if isinstance(values, list) else '?'} results")
+    return values
+
+
+def store_pieces(done: Path, units: Sequence[int], payloads: Sequence[bytes]) -> None:
+    """Store the pickled results of units (in the order computed), a piece per consecutive run."""
+    begin = 0
+    for index in range(1, len(units) + 1):
+        if index == len(units) or units[index] != units[index - 1] + 1:
+            start, end = units[begin], units[index - 1] + 1
+            write_atomic(done / f"{start}-{end}", encode_piece(payloads[begin:index]))
+            begin = index
 
 
 @dataclass(frozen=True)
@@ -125,18 +185,30 @@ class Ledger:
                 self._pieces[name] = (int(first), int(last))
                 new = True
         if new:
-            self._gaps = []
-            position = 0
-            for start, end in sorted(self._pieces.values()):
-                if start > position:
-                    self._gaps.append((position, min(start, self.size)))
-                position = max(position, end)
-            if position < self.size:
-                self._gaps.append((position, self.size))
+            self._find_gaps()
+
+    def _find_gaps(self) -> None:
+        self._gaps = []
+        position = 0
+        for start, end in sorted(self._pieces.values()):
+            if start > position:
+                self._gaps.append((position, min(start, self.size)))
+            position = max(position, end)
+        if position < self.size:
+            self._gaps.append((position, self.size))
 
     def missing(self) -> list[range]:
         """The units no piece covers yet, as ranges (after a ``refresh``)."""
         return [range(start, end) for start, end in self._gaps]
+
+    def covered(self, ranges: Sequence[range]) -> list[int]:
+        """The units of ``ranges`` a piece covers (after a ``refresh``)."""
+        return [
+            unit
+            for r in ranges
+            for unit in r
+            if not any(start <= unit < end for start, end in self._gaps)
+        ]
 
     def is_complete(self) -> bool:
         """Whether every unit is done (refreshes first)."""
@@ -233,13 +305,8 @@ class Ledger:
 
     def write_piece(self, units: Sequence[int], results: Sequence[Any]) -> None:
         """Store the results of units (in the order computed), one piece per contiguous run."""
-        begin = 0
-        for index in range(1, len(units) + 1):
-            if index == len(units) or units[index] != units[index - 1] + 1:
-                start, end = units[begin], units[index - 1] + 1
-                data = pickle.dumps(list(results[begin:index]), pickle.HIGHEST_PROTOCOL)
-                write_atomic(self.directory / "done" / f"{start}-{end}", data)
-                begin = index
+        payloads = [pickle.dumps(result, pickle.HIGHEST_PROTOCOL) for result in results]
+        store_pieces(self.directory / "done", units, payloads)
 
     def heartbeat(self, beat: int) -> None:
         """Rewrite this worker's heartbeat with a new counter."""
@@ -289,19 +356,42 @@ class Ledger:
     # -- the merge -----------------------------------------------------------------------
 
     def results(self) -> list[Any]:
-        """The result of every unit in unit order; ``RuntimeError`` naming units not done."""
+        """The result of every unit in unit order.
+
+        ``RuntimeError`` naming units not done; ``DamagedPieces`` when pieces were damaged
+        and no other piece covers their units (they are set aside first).
+        """
         self.refresh()
         if self._gaps:
             raise RuntimeError(f"units not done: {describe(self.missing())}")
         results: list[Any] = []
+        damaged: list[str] = []
         for (start, end), name in sorted((v, k) for k, v in self._pieces.items()):
             if end <= len(results):
                 continue  # a piece of units merged already (computed twice)
-            values = pickle.loads((self.directory / "done" / name).read_bytes())
-            if len(values) != end - start:
-                raise RuntimeError(f"piece {name} holds {len(values)} results")
+            try:
+                values = decode_piece((self.directory / "done" / name).read_bytes(), end - start)
+            except ValueError:
+                damaged.append(name)
+                continue
+            if start > len(results):
+                continue  # after a damaged piece: read again once it is set aside
             results.extend(values[len(results) - start :])
+        if damaged:
+            for name in damaged:
+                self._set_aside(name)
+            if self._gaps:
+                raise DamagedPieces(damaged, self.missing())
+            return self.results()  # other pieces cover the damaged ones' units
         return results[: self.size]
+
+    def _set_aside(self, name: str) -> None:
+        """Rename a damaged piece out of the listing and forget it."""
+        done = self.directory / "done"
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(done / name, done / f".{name}{DAMAGED_SUFFIX}")
+        self._pieces.pop(name, None)
+        self._find_gaps()
 
 
 def describe(ranges: Sequence[range], limit: int = 20) -> str:

@@ -8,11 +8,13 @@ merges through ``merge_exit`` itself (the local backend has no merge pod).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 
 from pydantic import BaseModel
 
@@ -22,11 +24,12 @@ from harness.errors import (
     EXIT_CONFIGURATION,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_STORAGE,
     EXIT_TERMINATED,
     ConfigurationError,
 )
 from harness.files import write_atomic
-from harness.ledger import Ledger
+from harness.ledger import DamagedPieces, Ledger
 from harness.lifecycle import configure_logging, sigterm_stops
 from harness.report import harness_started
 from harness.sources import install_sources
@@ -34,6 +37,8 @@ from harness.tasktypes import MergeContext, TaskType, get_task_type
 
 MERGED_MARKER = ".simrun-merged"
 """Written into ``out/`` after a successful merge."""
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ESTALE, errno.EROFS})
+"""The errors of the merge that are the store's, not the task type's: retried (exit 75)."""
 
 log = logging.getLogger("simrun.harness")
 
@@ -41,8 +46,9 @@ log = logging.getLogger("simrun.harness")
 def run_merge(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> None:
     """Merge the units of a task once its ledger is complete, then write the marker.
 
-    Raises ``ValueError`` when the task type is not splittable or the ledger has another
-    number of units, ``RuntimeError`` naming the units not done.
+    Units of pieces the store damaged (truncated, a bad checksum) are computed again here
+    first. Raises ``ValueError`` when the task type is not splittable or the ledger has
+    another number of units, ``RuntimeError`` naming the units not done.
     """
     if not task_type.splittable or task_type.units is None or task_type.merge is None:
         raise ValueError(f"task type {task_type.name!r} is not splittable")
@@ -53,7 +59,12 @@ def run_merge(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> Non
     units = task_type.units(settings)
     if ledger.size != units:
         raise ValueError(f"the ledger {paths.ledger} has {ledger.size} units, the task {units}")
-    results = ledger.results()
+    try:
+        results = ledger.results()
+    except DamagedPieces as damaged:
+        log.warning("%s: computing them again", damaged)
+        recompute(task_type, settings, ledger, damaged.missing)
+        results = ledger.results()
     paths.out.mkdir(parents=True, exist_ok=True)
     marker = paths.out / MERGED_MARKER
     marker.unlink(missing_ok=True)  # a merge again: no marker until this one is whole
@@ -61,10 +72,27 @@ def run_merge(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> Non
     write_atomic(marker, json.dumps({"units": units, "merged": time.time()}))
 
 
+def recompute(
+    task_type: TaskType, settings: BaseModel, ledger: Ledger, ranges: Sequence[range]
+) -> None:
+    """Compute units again in this process and store them: the units of damaged pieces."""
+    assert task_type.compute is not None
+    context = task_type.setup(settings) if task_type.setup is not None else None
+    for units in ranges:
+        ledger.write_piece(list(units), [task_type.compute(settings, context, u) for u in units])
+
+
 def merge_exit(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> int:
-    """Run the merge and map its end onto an exit code: 0 merged, 3 it failed."""
+    """Run the merge and map its end onto an exit code: 0 merged, 3 it failed, 75 the store
+    failed (a full disk, a transient NFS error: retried)."""
     try:
         run_merge(task_type, settings, paths)
+    except OSError as error:
+        if error.errno not in STORAGE_ERRNOS:
+            log.exception("the merge of %s failed", paths.task_dir.name)
+            return EXIT_FAILED
+        log.error("the store failed under the merge of %s: %s", paths.task_dir.name, error)
+        return EXIT_STORAGE
     except Exception:
         log.exception("the merge of %s failed", paths.task_dir.name)
         return EXIT_FAILED
@@ -76,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run simrun-merge after the workers of a split task; returns its exit code.
 
     SIGTERM is handled from the start: a merge stopped before it began exits 143. Exit codes:
-    0 merged, 3 the ledger is incomplete or the merge failed, 4 a configuration error,
-    143 stopped on SIGTERM before the merge.
+    0 merged, 3 the ledger is incomplete or the merge failed, 4 a configuration error, 75 the
+    store failed (retried), 143 stopped on SIGTERM before the merge.
     """
     with sigterm_stops() as stop:
         harness_started()

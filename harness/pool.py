@@ -1,20 +1,37 @@
 """What runs in the pool processes of a worker: the setup once, then batches of units.
 
-A pool process ignores SIGTERM (the worker decides when its units stop) and checks a shared
-stop flag between units, so a batch ends at the next unit boundary after a stop or a failure.
+A pool process stores the units it computed itself: every ``FLUSH_S`` (and at the end of a
+batch) it writes their piece to the ledger and their lines to ``progress.jsonl``, so a SIGKILL
+of the process or of its worker loses at most the unit in flight and ``FLUSH_S`` of finished
+work. It ignores SIGTERM (the worker decides when its units stop), dies with its worker, and
+checks a shared stop flag between units, so a batch ends at the next unit boundary after a
+stop or a failure. It marks the unit it runs and since when in its slot of a shared array,
+where the worker finds a unit past its time limit and the process to kill.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import pickle
 import signal
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
+from harness.ledger import append_progress, store_pieces
 from harness.tasktypes import TaskType
+
+FLUSH_S = 0.5
+"""The most seconds of finished units a pool process keeps before it stores them: the work a
+SIGKILL may lose besides the unit in flight."""
+SLOT = 3
+"""Numbers per process in the shared slots: its pid, its unit, since when (0 when idle)."""
+_PR_SET_PDEATHSIG = 1
 
 
 class Flag(Protocol):
@@ -23,59 +40,141 @@ class Flag(Protocol):
     value: int
 
 
+class Counter(Protocol):
+    """A shared integer with a lock (``multiprocessing.Value("i")``): hands out the slots."""
+
+    value: int
+
+    def get_lock(self) -> Any: ...
+
+
+class Store(NamedTuple):
+    """Where the units of a worker are stored."""
+
+    done: Path
+    """The ledger's ``done/``."""
+    progress: Path
+    worker: str
+
+
 class Batch(NamedTuple):
-    """What a batch of units gave: the results and seconds of the units computed, in order."""
+    """What a batch of units gave: the units stored, in order, and how it ended."""
 
     units: list[int]
-    results: list[Any]
     seconds: list[float]
     cpu_seconds: float
     failed: tuple[int, str] | None
-    """The unit that raised and its traceback."""
+    """The unit that raised (or exited) and its traceback."""
+    storage: str | None = None
+    """Why the units could not be stored (an ``OSError``): the batch stopped there."""
 
 
 class _Process:
     task_type: TaskType
     settings: BaseModel
     stop: Flag
+    store: Store
+    slots: Any = None
+    slot = 0
     context: Any = None
     ready = False
 
 
-def initialize(task_type: TaskType, settings: BaseModel, stop: Flag) -> None:
-    """The initializer of a pool process."""
+def _die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when the worker dies (Linux; else nothing)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
+def initialize(
+    task_type: TaskType, settings: BaseModel, stop: Flag, store: Store, slots: Any, taken: Counter
+) -> None:
+    """The initializer of a pool process: signals, the task, its slot."""
+    parent = os.getppid()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
+    if os.getppid() != parent:  # the worker died before the request was in place
+        os._exit(1)
     _Process.task_type, _Process.settings, _Process.stop = task_type, settings, stop
+    _Process.store, _Process.slots = store, slots
     _Process.context, _Process.ready = None, False
+    with taken.get_lock():
+        _Process.slot, taken.value = taken.value, taken.value + 1
+    slots[_Process.slot * SLOT] = os.getpid()
+
+
+def _store(units: list[int], payloads: list[bytes], seconds: list[float]) -> str | None:
+    """Store units and clear the lists; why it failed, None when it did not."""
+    store = _Process.store
+    try:
+        store_pieces(store.done, units, payloads)
+        append_progress(store.progress, store.worker, units, seconds)
+    except OSError as error:
+        return str(error)
+    units.clear()
+    payloads.clear()
+    seconds.clear()
+    return None
 
 
 def compute_batch(ranges: Sequence[range]) -> Batch:
-    """Compute units in order until done, stopped or failed; the setup in the first unit."""
+    """Compute units in order until done, stopped or failed, storing them every ``FLUSH_S``.
+
+    The setup runs in the first unit of the process. Anything a unit raises, ``SystemExit``
+    (a command line's ``main``) included, fails it.
+    """
     task_type, settings, stop = _Process.task_type, _Process.settings, _Process.stop
     compute = task_type.compute
     assert compute is not None
+    slots, at = _Process.slots, _Process.slot * SLOT
+    stored: list[int] = []
+    stored_seconds: list[float] = []
     units: list[int] = []
-    results: list[Any] = []
+    payloads: list[bytes] = []
     seconds: list[float] = []
-    failed = None
+    failed = storage = None
     cpu = time.process_time()
+    flushed = time.perf_counter()
     for unit in (u for r in ranges for u in r):
         if stop.value:
             break
+        slots[at + 1], slots[at + 2] = unit, time.monotonic()
         began = time.perf_counter()
         try:
             if not _Process.ready:
                 if task_type.setup is not None:
                     _Process.context = task_type.setup(settings)
                 _Process.ready = True
-            result = compute(settings, _Process.context, unit)
-        except Exception:
+            payload = pickle.dumps(
+                compute(settings, _Process.context, unit), pickle.HIGHEST_PROTOCOL
+            )
+        except BaseException:
             failed = (unit, traceback.format_exc())
             break
-        seconds.append(time.perf_counter() - began)
+        finally:
+            slots[at + 2] = 0.0
+        ended = time.perf_counter()
         units.append(unit)
-        results.append(result)
-    return Batch(units, results, seconds, time.process_time() - cpu, failed)
+        payloads.append(payload)
+        seconds.append(ended - began)
+        if ended - flushed >= FLUSH_S:
+            stored += units
+            stored_seconds += seconds
+            storage = _store(units, payloads, seconds)
+            flushed = ended
+            if storage is not None:
+                break
+    if units and storage is None:
+        stored += units
+        stored_seconds += seconds
+        storage = _store(units, payloads, seconds)
+    if storage is not None:  # the units of the failed write are not stored
+        del stored[len(stored) - len(units) :]
+        del stored_seconds[len(stored_seconds) - len(seconds) :]
+    return Batch(stored, stored_seconds, time.process_time() - cpu, failed, storage)
 
 
 def warm_up() -> None:

@@ -39,7 +39,8 @@ class WorkerReport:
     seconds: float = 0.0
     """The duration of the work, from its start (after ``prepare_seconds``) to its end."""
     peak_memory_bytes: int | None = None
-    """The largest sample of the anonymous memory (``MemorySampler``), without page cache."""
+    """The peak of the memory the kernel cannot reclaim at the limit (anonymous memory above
+    all, no page cache): ``MemorySampler.high_water``, from ``peak_source``."""
     memory_limit_bytes: int | None = None
     """The memory limit the worker sized its pool by."""
     per_worker_gb: float = 0.0
@@ -63,6 +64,10 @@ class WorkerReport:
     throttled_seconds: float | None = None
     """Seconds the cgroup waited for its CPU quota during the work; None without a cgroup of
     its own (the local backend)."""
+    peak_source: str = "sampled"
+    """Where ``peak_memory_bytes`` came from: ``cgroup-v1-max-usage``, ``cgroup-v2-peak`` (the
+    kernel's high-water mark of the cgroup less its page cache), ``vmhwm`` (the processes'
+    peaks summed, a lower bound) or ``sampled`` (the largest sample; every report before)."""
 
     def to_json(self) -> str:
         return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})

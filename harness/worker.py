@@ -1,11 +1,13 @@
 """simrun-worker: a pod of a split task computes units of its ledger in a process pool.
 
-The worker claims blocks of units, computes them in a pool of ``processes(...)`` processes
-(the setup of the task type once in each), stores their results in the ledger and appends a
-line per unit to ``progress.jsonl``. The coordinator (``SIMRUN_ROLE=base``, ``<task>-w0``)
-also waits until the ledger is complete, releasing the claims of workers whose heartbeat went
-stale, and merges when its plan says so. A pod is evicted with SIGTERM, killed after its grace
-period and restarted with the same worker id, which releases its earlier incarnation's claims.
+The worker claims blocks of units and computes them in a pool of ``processes(...)``
+processes (the setup of the task type once in each), which store the results in the ledger
+and a line per unit in ``progress.jsonl`` within ``pool.FLUSH_S`` of each unit's end: a
+SIGKILL of any of them loses the units in flight and at most that much finished work. The
+coordinator (``SIMRUN_ROLE=base``, ``<task>-w0``) also waits until the ledger is complete,
+releasing the claims of workers whose heartbeat went stale, and merges when its plan says so.
+A pod is evicted with SIGTERM, killed after its grace period and restarted with the same
+worker id, which releases its earlier incarnation's claims.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import logging
 import multiprocessing
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -21,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -40,15 +44,17 @@ from harness.errors import (
     EXIT_FAILED,
     EXIT_KILLED,
     EXIT_OK,
+    EXIT_STORAGE,
     EXIT_TERMINATED,
     ConfigurationError,
+    StorageError,
     Terminated,
     UnitError,
 )
 from harness.execute import THREAD_VARIABLES
 from harness.execute import main as exec_main
 from harness.heartbeat import Heartbeat
-from harness.ledger import Claim, Ledger, append_progress
+from harness.ledger import Claim, Ledger
 from harness.lifecycle import configure_logging, sigterm_stops
 from harness.memory import (
     MEMORY_SOURCE_ENV,
@@ -119,10 +125,12 @@ COORDINATOR_POLL_S = 1.0
 """Seconds between two looks of a waiting coordinator at the ledger and the heartbeats."""
 BATCH_S = 0.2
 """The seconds a batch of units should take: long enough that the per-batch work (claims,
-the pool's round trip, the piece of results) is a small fraction of it, short enough that the
-last batches spread over the processes."""
+the pool's round trip) is a small fraction of it, short enough that the last batches spread
+over the processes."""
 TICK_S = 0.25
 """The longest the worker waits for its pool before it looks at SIGTERM again."""
+ANSWER_S = 5.0
+"""How long the worker waits for the answers of batches whose processes ended."""
 
 log = logging.getLogger("simrun.harness")
 
@@ -137,7 +145,7 @@ class _Tally:
 
 
 class _Work:
-    """The claim-compute-store loop of one worker over one pool."""
+    """The claim-compute loop of one worker over one pool; the pool processes store units."""
 
     def __init__(
         self,
@@ -145,38 +153,54 @@ class _Work:
         ledger: Ledger,
         executor: ProcessPoolExecutor,
         flag: pool.Flag,
-        paths: TaskPaths,
+        slots: Any,
         processes: int,
         stop: threading.Event,
         grace_s: float,
+        unit_time_limit_s: float | None,
         coordinator: bool,
         stale_s: float,
         poll_s: float,
         tally: _Tally,
     ) -> None:
-        self.ledger, self.executor, self.flag, self.paths = ledger, executor, flag, paths
+        self.ledger, self.executor, self.flag, self.slots = ledger, executor, flag, slots
         self.processes, self.stop, self.grace_s = processes, stop, grace_s
+        self.unit_time_limit_s = unit_time_limit_s
         self.coordinator, self.stale_s, self.poll_s = coordinator, stale_s, poll_s
         self.tally = tally
         self.in_flight: dict[Future[pool.Batch], list[Claim]] = {}
         self.failed: int | None = None
         self.failure = ""
+        self.storage: str | None = None
         self.unit_s: float | None = None
         """Seconds of a unit in the latest batch: a process's setup weighs on its first only."""
         self.next_look = time.monotonic() + poll_s
 
     def run(self) -> None:
-        """Compute until nothing is pending (the coordinator: until the ledger is complete)."""
+        """Compute until nothing is pending (the coordinator: until the ledger is complete).
+
+        Raises ``UnitError``, ``StorageError``, ``BrokenProcessPool`` or ``Terminated`` once
+        the batches in flight ended and their claims were released.
+        """
+        try:
+            self._loop()
+        except OSError as error:  # of the ledger, in this process
+            self._end(f"{error}")
+            raise StorageError(f"the store failed: {error}") from error
+
+    def _loop(self) -> None:
         while True:
             if self.stop.is_set():
                 self._stop()
-            if self.failed is None:
+            if self.failed is None and self.storage is None:
                 self._fill()
             if self.coordinator and time.monotonic() >= self.next_look:
                 self._release_stale()
             if not self.in_flight:
                 if self.failed is not None:
                     raise UnitError(self.failed, self.failure)
+                if self.storage is not None:
+                    raise StorageError(f"the store failed: {self.storage}")
                 if not self.coordinator or self.ledger.is_complete():
                     return
                 self.stop.wait(max(0.0, self.next_look - time.monotonic()))
@@ -184,6 +208,7 @@ class _Work:
             done, _ = wait(self.in_flight, timeout=TICK_S, return_when=FIRST_COMPLETED)
             for future in done:
                 self._collect(future)
+            self._enforce_time_limit()
 
     def _batch_blocks(self) -> int:
         """Blocks for the next batch: about ``BATCH_S`` of units, fewer near the end."""
@@ -206,32 +231,96 @@ class _Work:
         try:
             batch = future.result()
         except BrokenProcessPool:
-            self.ledger.release([c.block for cs in (claims, *self.in_flight.values()) for c in cs])
-            raise
-        except Exception:  # the results could not be sent back, e.g. not picklable
+            self.in_flight[future] = claims
+            self._broken()
+            return
+        except BaseException:  # the batch's answer could not be sent back
             first = claims[0].ranges[0].start
-            log.exception("unit %d failed", first)
-            batch = pool.Batch([], [], [], 0.0, (first, "the batch failed"))
+            log.exception("the batch from unit %d failed", first)
+            batch = pool.Batch([], [], 0.0, (first, "the batch failed"))
         self._record(batch, claims)
 
     def _record(self, batch: pool.Batch, claims: list[Claim]) -> None:
         if batch.units:
-            self.ledger.write_piece(batch.units, batch.results)
-            append_progress(
-                self.paths.progress, str(self.ledger.worker), batch.units, batch.seconds
-            )
             self.tally.units.extend(batch.units)
             self.tally.unit_seconds += sum(batch.seconds)
             self.unit_s = sum(batch.seconds) / len(batch.seconds)
         self.tally.unit_cpu_seconds += batch.cpu_seconds
         self.ledger.release([c.block for c in claims])
-        if batch.failed is not None and self.failed is None:
+        if batch.storage is not None and self.storage is None and self.failed is None:
+            log.error("the units cannot be stored: %s", batch.storage)
+            self.storage = batch.storage
+            self.flag.value = 1
+        if batch.failed is not None and self.failed is None and self.storage is None:
             unit, trace = batch.failed
             log.error("unit %d failed; released:\n%s", unit, trace)
-            self.failed = unit
             # The exception's own line, for the last line of the log: the task's message.
-            self.failure = trace.strip().splitlines()[-1] if trace.strip() else ""
-            self.flag.value = 1  # the other batches end at their next unit
+            self._fail(unit, trace.strip().splitlines()[-1] if trace.strip() else "")
+
+    def _fail(self, unit: int, reason: str) -> None:
+        self.failed, self.failure = unit, reason
+        self.flag.value = 1  # the other batches end at their next unit
+
+    def _enforce_time_limit(self) -> None:
+        """Kill the process of a unit that ran past the time limit: the unit failed."""
+        limit = self.unit_time_limit_s
+        if limit is None or self.failed is not None:
+            return
+        now = time.monotonic()
+        for slot in range(0, len(self.slots), pool.SLOT):
+            pid, unit, since = self.slots[slot : slot + pool.SLOT]
+            if since and now - since > limit:
+                reason = f"it ran longer than its time limit of {limit:g} s"
+                log.error("unit %d failed: %s; its process is killed", unit, reason)
+                self._fail(int(unit), reason)
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+
+    def _broken(self) -> None:
+        """A pool process died: let the others store what they finished, release, raise.
+
+        A process the time limit killed fails its unit instead of breaking the pool.
+        """
+        self._end("a process of the pool died")
+        if self.failed is not None:
+            raise UnitError(self.failed, self.failure)
+        raise BrokenProcessPool("a process of the pool died")
+
+    def _end(self, why: str) -> None:
+        """Stop the batches: ``grace_s`` to end at a unit, then killed; claims released.
+
+        The units a batch that ended without an answer (killed, the pool broken) stored
+        before count as done by this worker: they are in the ledger.
+        """
+        self.flag.value = 1
+        # Before Python 3.14 a pool has no public way to its processes; shutdown forgets them.
+        processes = list((getattr(self.executor, "_processes", None) or {}).values())
+        self.executor.shutdown(wait=False, cancel_futures=True)  # the processes end after it
+        deadline = time.monotonic() + self.grace_s
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        if any(process.is_alive() for process in processes):
+            log.info("%s: the pool is killed after %.0f s", why, self.grace_s)
+            for process in processes:
+                process.kill()
+        wait(self.in_flight, timeout=ANSWER_S)
+        in_flight, self.in_flight = self.in_flight, {}
+        lost: list[Claim] = []
+        try:
+            for future, claims in in_flight.items():
+                try:
+                    batch = future.result(timeout=0)
+                except BaseException:
+                    lost += claims
+                    continue
+                self._record(batch, claims)
+            self.ledger.refresh()
+            self.tally.units.extend(self.ledger.covered([r for c in lost for r in c.ranges]))
+            self.ledger.release([c.block for c in lost])
+        except OSError as error:
+            log.error("claims cannot be released: %s", error)
 
     def _release_stale(self) -> None:
         mine = {c.block for claims in self.in_flight.values() for c in claims}
@@ -243,29 +332,12 @@ class _Work:
     def _stop(self) -> None:
         """Stop claiming, give the running units ``grace_s``, release the rest; raises."""
         log.info("SIGTERM: waiting up to %.0f s for %d batches", self.grace_s, len(self.in_flight))
-        self.flag.value = 1
-        deadline = time.monotonic() + self.grace_s
-        while self.in_flight and (remaining := deadline - time.monotonic()) > 0:
-            done, _ = wait(self.in_flight, timeout=remaining, return_when=FIRST_COMPLETED)
-            for future in done:
-                try:
-                    self._collect(future)
-                except BrokenProcessPool:
-                    self.in_flight.clear()
-        if self.in_flight:
-            log.info("grace period over: killing the pool")
-            _kill(self.executor)
-            self.ledger.release([c.block for cs in self.in_flight.values() for c in cs])
-            self.in_flight.clear()
+        self._end("SIGTERM")
         if self.failed is not None:
             raise UnitError(self.failed, self.failure)
+        if self.storage is not None:
+            raise StorageError(f"the store failed: {self.storage}")
         raise Terminated()
-
-
-def _kill(executor: ProcessPoolExecutor) -> None:
-    """SIGKILL the processes of a pool (before Python 3.14 it has no public way)."""
-    for process in list((getattr(executor, "_processes", None) or {}).values()):
-        process.kill()
 
 
 def _run(
@@ -278,6 +350,7 @@ def _run(
     units: int,
     stop: threading.Event,
     grace_s: float,
+    unit_time_limit_s: float | None,
     heartbeat_s: float,
     coordinator: bool,
     stale_s: float,
@@ -295,11 +368,13 @@ def _run(
         raise Terminated()
     context = multiprocessing.get_context("fork")
     flag: pool.Flag = context.RawValue("b", 0)
+    slots = context.RawArray("d", size * pool.SLOT)
+    store = pool.Store(paths.ledger / "done", paths.progress, worker)
     executor = ProcessPoolExecutor(
         size,
         mp_context=context,
         initializer=pool.initialize,
-        initargs=(task_type, settings, flag),
+        initargs=(task_type, settings, flag, store, slots, context.Value("i", 0)),
     )
     try:
         executor.submit(pool.warm_up).result()  # fork before any thread of ours runs
@@ -308,10 +383,11 @@ def _run(
                 ledger=ledger,
                 executor=executor,
                 flag=flag,
-                paths=paths,
+                slots=slots,
                 processes=size,
                 stop=stop,
                 grace_s=grace_s,
+                unit_time_limit_s=unit_time_limit_s,
                 coordinator=coordinator,
                 stale_s=stale_s,
                 poll_s=poll_s,
@@ -339,31 +415,29 @@ def run_worker(
     stale_s: float | None = None,
     poll_s: float = COORDINATOR_POLL_S,
     memory_source: MemorySource = "cgroup",
+    unit_time_limit_s: float | None = None,
 ) -> WorkerReport:
     """Compute units of the ledger of a task until none is pending.
 
     Releases the claims of an earlier incarnation of ``worker``, creates the ledger, keeps
     ``processes(...)`` batches of units in flight in a pool whose processes run the setup of
-    the task type once, stores each unit's result and appends a line per unit to
-    ``progress.jsonl``. The heartbeat is touched every ``heartbeat_s`` from start to end. A
-    coordinator does not return when nothing is pending: until the ledger is complete it
-    releases, every ``poll_s``, the claims of workers whose heartbeat did not change for
+    the task type once and store each unit's result and its ``progress.jsonl`` line within
+    ``pool.FLUSH_S`` of its end. The heartbeat is touched every ``heartbeat_s`` from start to
+    end. A coordinator does not return when nothing is pending: until the ledger is complete
+    it releases, every ``poll_s``, the claims of workers whose heartbeat did not change for
     ``stale_s`` (``grace_s + 60`` by default) and computes them. On SIGTERM (``stop`` set, also
     before the first claim) it stops claiming, waits up to ``grace_s`` for the running units
-    and releases the rest. The report ``workers/<worker>-<attempt>.json`` is written in every
-    case once the arguments are valid.
+    and releases the rest. A unit running longer than ``unit_time_limit_s`` is killed with its
+    process and fails. The report ``workers/<worker>-<attempt>.json`` is written in every case
+    but an invalid worker id (and a store that cannot take it).
 
     Raises ``ValueError`` (not splittable, too little memory for one process, an invalid
     worker id, a ledger of another size), ``UnitError`` (a unit failed; it was released),
-    ``BrokenProcessPool`` (a pool process died, e.g. killed for memory), ``Terminated``.
+    ``BrokenProcessPool`` (a pool process died, e.g. killed for memory), ``StorageError`` (the
+    store failed; the claims were released), ``Terminated``.
     """
-    if not task_type.splittable or task_type.units is None:
-        raise ValueError(f"task type {task_type.name!r} is not splittable")
-    if not WORKER_ID.match(worker):
+    if not WORKER_ID.match(worker):  # the report is named by it: none for a bad one
         raise ValueError(f"{worker!r} is not a valid worker id")
-    size = processes(cores, memory_bytes, base_gb, per_worker_gb)
-    units = task_type.units(settings)
-    size = max(1, min(size, units))
     stale = grace_s + STALE_MARGIN_S if stale_s is None else stale_s
     started = harness_started()
     began, clock = time.time(), time.perf_counter()
@@ -372,13 +446,18 @@ def run_worker(
     report = WorkerReport(
         worker=worker,
         node=node_name(),
-        processes=size,
+        processes=0,
         memory_limit_bytes=memory_bytes,
         per_worker_gb=per_worker_gb,
         started=started,
         prepare_seconds=max(0.0, began - started),
     )
     try:
+        if not task_type.splittable or task_type.units is None:
+            raise ValueError(f"task type {task_type.name!r} is not splittable")
+        size = processes(cores, memory_bytes, base_gb, per_worker_gb)
+        units = task_type.units(settings)
+        report.processes = size = max(1, min(size, units))
         with ExitStack() as stack:
             if stop is None:  # no caller handles SIGTERM: handle it here, while the work runs
                 stop = stack.enter_context(sigterm_stops())
@@ -391,6 +470,7 @@ def run_worker(
                 units=units,
                 stop=stop,
                 grace_s=grace_s,
+                unit_time_limit_s=unit_time_limit_s,
                 heartbeat_s=heartbeat_s,
                 coordinator=coordinator,
                 stale_s=stale,
@@ -401,16 +481,21 @@ def run_worker(
     except UnitError:
         report.failed = True
         raise
+    except OSError as error:  # opening the ledger, before the work
+        raise StorageError(f"the store failed: {error}") from error
     finally:
         sampler.sample()
-        report.units_done = sorted(tally.units)
+        report.units_done = sorted(set(tally.units))
         report.unit_seconds = tally.unit_seconds
         report.seconds = time.perf_counter() - clock
-        report.peak_memory_bytes = sampler.peak
+        report.peak_memory_bytes, report.peak_source = sampler.high_water()
         report.oom_kills = evidence.oom_kills()
         report.cpu_seconds = own_cpu_seconds() - cpu_before + tally.unit_cpu_seconds
         report.throttled_seconds = evidence.throttled_seconds()
-        write_report(report, paths.task_dir, attempt)
+        try:
+            write_report(report, paths.task_dir, attempt)
+        except OSError as error:
+            log.error("the report cannot be written: %s", error)
     return report
 
 
@@ -447,6 +532,7 @@ def _work(stop: threading.Event) -> int:
             stale_s=stale,
             poll_s=min(COORDINATOR_POLL_S, stale / 4),
             memory_source=memory_source(env),
+            unit_time_limit_s=config.unit_time_limit_s(env),
         )
     except (ConfigurationError, ValueError) as error:
         log.error("configuration error: %s", error)
@@ -457,6 +543,9 @@ def _work(stop: threading.Event) -> int:
     except BrokenProcessPool:
         log.error("a process of the pool died (killed for its memory?)")
         return EXIT_KILLED
+    except StorageError as error:
+        log.error("%s: the claims were released; retried", error)
+        return EXIT_STORAGE
     except Terminated:
         log.info("stopped on SIGTERM")
         return EXIT_TERMINATED
@@ -472,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
 
     SIGTERM is handled from the start, so a pod evicted while it prepares stops before its
     first claim. Exit codes: 0 done, 3 a unit failed (logged and released), 4 a configuration
-    error, 137 a process of the pool died (retried with more memory), 143 stopped on SIGTERM.
+    error, 75 the store failed (retried), 137 a process of the pool died (retried with more
+    memory), 143 stopped on SIGTERM.
     """
     with sigterm_stops() as stop:
         harness_started()

@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness import execute
 from harness.execute import THREAD_VARIABLES
 from tests.polling import wait_for
@@ -131,24 +133,28 @@ TRAP = (
     "import signal, sys, time, pathlib\n"
     "def stop(*_):\n"
     "    pathlib.Path('got-sigterm').write_text('yes')\n"
-    "    sys.exit(1)\n"
+    "    sys.exit({code})\n"
     "signal.signal(signal.SIGTERM, stop)\n"
-    "print('ready', flush=True)\n"
+    "pathlib.Path('handler-installed').write_text('')\n"
     "time.sleep(60)"
 )
 
 
-def test_a_sigterm_is_passed_on_to_the_command_and_the_exec_exits_143(
-    store: Path, tmp_path: Path, logs: Path
+@pytest.mark.parametrize("code", [1, 0])
+def test_a_sigterm_is_passed_on_to_the_command_and_the_exec_exits_143_whatever_it_returns(
+    store: Path, tmp_path: Path, logs: Path, code: int
 ) -> None:
     task_dir = make_task(store, "csv-stats", {}, task="trap", kind="plugin")
     scratch = tmp_path / "scratch"
     env = clean_environ(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_SCRATCH=str(scratch))
-    process = spawn("exec", env, logs / "exec.log", "python", "-c", TRAP)
-    wait_for(lambda: "ready" in (logs / "exec.log").read_text(), 30, "the command")
+    process = spawn("exec", env, logs / "exec.log", "python", "-c", TRAP.format(code=code))
+    # A file only the command writes, once its handler is in place (the harness's own
+    # "started …" line quotes the command, so no word of it is a signal).
+    wait_for(lambda: (scratch / "handler-installed").exists(), 30, "the command's handler")
 
     os.kill(process.pid, signal.SIGTERM)
 
+    # A command that checkpoints and exits 0 on SIGTERM has not finished its task.
     assert finish(process, logs / "exec.log") == 143
     assert (scratch / "got-sigterm").read_text() == "yes"
     report = report_of(task_dir, "trap")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import cgroups
 from harness.errors import ConfigurationError
 from harness.memory import (
     GIB,
@@ -18,9 +19,10 @@ from harness.memory import (
     process_tree_anon,
     processes,
 )
-from harness.report import cpu_seconds
+from harness.report import WorkerReport, cpu_seconds
 
 from .cgroup import child_cgroup
+from .conftest import clean_environ, finish, make_task, report_of, spawn
 
 MIB = 1 << 20
 ALLOCATE = """
@@ -170,3 +172,97 @@ def test_cpu_seconds_include_the_children_reaped() -> None:
     )
 
     assert cpu_seconds() - before >= 0.3
+
+
+# -- peaks: the kernel's high-water marks ---------------------------------------------------
+
+
+def _spike_worker(
+    store: Path, logs: Path, name: str, hold_s: float, watch: bool
+) -> tuple[int, WorkerReport]:
+    """A worker whose one unit holds 100 MiB for ``hold_s`` in a child cgroup of its own; the
+    largest charge less page cache the test saw (when it ``watch``es) and the report."""
+    task_dir = make_task(
+        store, "alloc", {"units": 1, "mb": 100, "hold_s": hold_s}, task=name, per_worker_gb=0.2
+    )
+    env = clean_environ(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_ROLE="base", SIMRUN_CORES="1")
+    seen = 0
+    with child_cgroup(1 * GIB) as group:
+        cgroup = cgroups.Cgroup(group.path, 1 if group.version == 1 else 2, group.path)
+        usage = "memory.usage_in_bytes" if group.version == 1 else "memory.current"
+        process = spawn("worker", env, logs / f"{name}.log", preexec_fn=group.enter)
+        while watch and process.poll() is None:
+            try:
+                charged = int((group.path / usage).read_text())
+            except (OSError, ValueError):
+                continue
+            seen = max(seen, charged - (cgroup.page_cache_bytes() or 0))
+        code = finish(process, logs / f"{name}.log")
+    assert code == 0, (logs / f"{name}.log").read_text()
+    return seen, report_of(task_dir, f"{name}-w0")
+
+
+def test_a_spike_of_100_mib_for_20_ms_is_reported_within_5_percent_of_its_true_peak(
+    store: Path, logs: Path
+) -> None:
+    # The true peak: the same unit holding its 100 MiB for 2 s, watched all along.
+    true_peak, held = _spike_worker(store, logs, "held", hold_s=2.0, watch=True)
+
+    _, spike = _spike_worker(store, logs, "spike", hold_s=0.02, watch=False)
+
+    assert spike.peak_source in ("cgroup-v1-max-usage", "cgroup-v2-peak")
+    assert spike.peak_memory_bytes is not None and true_peak > 100 * MIB
+    assert abs(spike.peak_memory_bytes - true_peak) <= 0.05 * true_peak, (
+        spike.peak_memory_bytes / MIB,
+        true_peak / MIB,
+    )
+    assert held.peak_source == spike.peak_source
+
+
+def test_a_page_cache_that_grew_leaves_the_peak_to_the_samples(tmp_path: Path) -> None:
+    script = f"""
+import json, os
+from harness.memory import MemorySampler
+sampler = MemorySampler("cgroup")
+sampler.sample()
+with open({str(tmp_path / "big")!r}, "wb") as handle:
+    for _ in range(100):
+        handle.write(os.urandom(1 << 20))
+sampler.sample()
+peak, source = sampler.high_water()
+print(json.dumps({{"peak": peak, "sampled": sampler.peak, "source": source}}))
+"""
+    with child_cgroup(1 * GIB) as group:
+        seen = json.loads(group.python(script))
+
+    # The cgroup's mark holds the 100 MiB of page cache the kernel would have reclaimed.
+    assert seen["source"] == "sampled" and seen["peak"] == seen["sampled"] < 60 * MIB
+
+
+SPIKE = """
+import sys
+block = bytearray(100 << 20)
+for offset in range(0, len(block), 4096):
+    block[offset] = 1
+del block
+print("freed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_process_tree_peak_keeps_a_spike_no_sample_saw() -> None:
+    sampler = MemorySampler("process")
+    sampler.sample()
+    child = subprocess.Popen(
+        [sys.executable, "-c", SPIKE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "freed\n"
+        sampler.sample()
+    finally:
+        child.communicate("\n")
+
+    peak, source = sampler.high_water()
+    assert source == "vmhwm"
+    assert peak is not None and sampler.peak is not None
+    assert peak - sampler.peak >= 90 * MIB  # the freed 100 MiB, which no sample saw

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,67 @@ def test_a_merge_that_fails_again_leaves_no_marker_of_the_merge_before(store: Pa
     assert merge_exit(broken, settings, paths) == 3
 
     assert not (paths.out / MERGED_MARKER).exists()
+
+
+def _pieces(task_dir: Path) -> list[str]:
+    return sorted((task_dir / "units" / "done").iterdir())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip a byte", "empty"])
+def test_a_damaged_piece_is_set_aside_and_its_units_computed_again(
+    store: Path, harness_env, caplog, damage: str
+) -> None:
+    task_dir = make_task(store, "squares", {"n": 6})
+    ledger = Ledger.open(task_dir / "units", 6, "sweep-w0")
+    ledger.write_piece([0, 1, 2], [0, 1, 4])
+    ledger.write_piece([3, 4, 5], [9, 16, 25])
+    piece = task_dir / "units" / "done" / "3-6"
+    data = piece.read_bytes()
+    damaged = {
+        "truncate": data[: len(data) // 2],
+        "flip a byte": data[:-1] + bytes([data[-1] ^ 0xFF]),
+        "empty": b"",
+    }[damage]
+    piece.write_bytes(damaged)
+    harness_env(SIMRUN_TASK_DIR=str(task_dir))
+
+    assert merge.main([]) == 0  # not failing on every try
+
+    assert json.loads((task_dir / "out" / "squares.json").read_text()) == [0, 1, 4, 9, 16, 25]
+    assert "damaged pieces 3-6: units 3-5 not done" in caplog.text
+    assert (task_dir / "units" / "done" / ".3-6.damaged").read_bytes() == damaged
+    assert Ledger.read(task_dir / "units").results() == [0, 1, 4, 9, 16, 25]
+
+
+def test_a_damaged_piece_whose_units_other_pieces_hold_is_only_set_aside(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger.open(tmp_path, 4, "sweep-w0")
+    ledger.write_piece([0, 1], [0, 1])
+    ledger.write_piece([2, 3], [4, 9])
+    (tmp_path / "done" / "0-4").write_bytes(b"SIMRUNP1")  # computed twice, then damaged
+
+    assert Ledger.read(tmp_path).results() == [0, 1, 4, 9]
+    assert (tmp_path / "done" / ".0-4.damaged").exists()
+
+
+def test_a_piece_of_a_harness_before_checksums_is_read(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path, 3, "sweep-w0")
+    (tmp_path / "done" / "0-3").write_bytes(pickle.dumps([0, 1, 4]))
+
+    assert ledger.results() == [0, 1, 4]
+
+
+def test_a_full_disk_under_the_outputs_exits_75_without_a_marker(
+    store: Path, harness_env, caplog
+) -> None:
+    task_dir = make_task(store, "squares", {"n": 2})
+    _ledger(task_dir, 2, [0, 1])
+    (task_dir / "out").mkdir()
+    (task_dir / "out" / "squares.json").symlink_to("/dev/full")
+    harness_env(SIMRUN_TASK_DIR=str(task_dir))
+
+    assert merge.main([]) == 75
+
+    assert "No space left on device" in caplog.text
+    assert not (task_dir / "out" / MERGED_MARKER).exists()

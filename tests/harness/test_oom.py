@@ -22,8 +22,8 @@ from .conftest import claims, clean_environ, finish, make_task, report_of, spawn
 LIMIT = 256 << 20
 GREEDY = "b = bytearray(600 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"
 STUBBORN = (
-    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "print('ready', flush=True)\ntime.sleep(60)"
+    "import pathlib, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "pathlib.Path('sigterm-ignored').write_text('')\ntime.sleep(60)"
 )
 
 
@@ -79,7 +79,7 @@ def test_a_command_killed_for_memory_exits_137_and_a_stubborn_one_stopped_report
         process = spawn(
             "exec", env, logs / "stubborn.log", "python", "-c", STUBBORN, preexec_fn=group.enter
         )
-        wait_for(lambda: "ready" in (logs / "stubborn.log").read_text(), 30, "the command")
+        wait_for(lambda: (store / "scratch" / "sigterm-ignored").exists(), 30, "the command")
         os.kill(process.pid, signal.SIGTERM)
         stubborn_code = finish(process, logs / "stubborn.log", timeout=20)
 

@@ -108,18 +108,24 @@ def test_a_ledger_of_another_size_is_an_error(store: Path) -> None:
         run(paths, settings)
 
 
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"name": "bad/id"}, "worker id"),
-        ({"memory_bytes": int(0.15 * GIB)}, "fit no process"),
-    ],
-)
-def test_invalid_arguments_are_value_errors(store: Path, change: dict, message: str) -> None:
+def test_a_memory_too_small_for_one_process_is_an_error_with_a_report(store: Path) -> None:
     paths, settings = squares_paths(store, 5)
 
-    with pytest.raises(ValueError, match=message):
-        run(paths, settings, **change)
+    with pytest.raises(ValueError, match="fit no process"):
+        run(paths, settings, memory_bytes=int(0.15 * GIB))
+
+    report = report_of(paths.task_dir, "sweep-w1")
+    assert report.units_done == [] and report.processes == 0 and not report.failed
+    assert report.memory_limit_bytes == int(0.15 * GIB)
+
+
+def test_an_invalid_worker_id_is_an_error_without_a_report(store: Path) -> None:
+    paths, settings = squares_paths(store, 5)
+
+    with pytest.raises(ValueError, match="worker id"):
+        run(paths, settings, name="bad/id")
+
+    assert not (paths.task_dir / "workers").exists()
 
 
 def test_a_plugin_type_is_not_run_by_the_worker(store: Path) -> None:
@@ -206,6 +212,15 @@ def test_a_configuration_error_exits_4_with_a_message_naming_it(
 
     assert worker.main([]) == 4
     assert message in caplog.text
+
+
+def test_a_memory_too_small_exits_4_with_a_report(store: Path, harness_env, caplog) -> None:
+    task_dir = make_task(store, "squares", {"n": 3})
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_ROLE="base", SIMRUN_MEMORY_LIMIT_GB="0.1")
+
+    assert worker.main([]) == 4
+    assert "fit no process" in caplog.text
+    assert report_of(task_dir, "sweep-w0").memory_limit_bytes == int(0.1 * GIB)
 
 
 def test_a_worker_without_a_task_directory_exits_4(harness_env, caplog) -> None:
