@@ -1,0 +1,140 @@
+"""The run page and the logs page in a real browser against ``simrun serve``: a logs page opened
+before its task starts follows it once it does, the timeline grows as tasks run, re-run links
+both runs, and the pages fit a phone's width."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.test_scenario import PASSWORD, log_in
+from tests.e2e.service import SIMRUN, Service
+
+pytestmark = pytest.mark.slow
+
+RUN_TIMEOUT_MS = 120_000
+GREETING = "the second task says hello"
+
+
+def waiting_spec(go: Path) -> str:
+    """A run whose first task waits for the file ``go``, the test's signal, then a second one."""
+    until = f"lambda: os.path.exists({str(go)!r})"
+    wait = f"import os, time; [time.sleep(0.2) for _ in iter({until}, True)]"
+    return (
+        "name: waits-for-a-file\n"
+        "tasks:\n"
+        f"  first: {{command: [python3, -c, {wait!r}]}}\n"
+        f"  second: {{command: [python3, -c, \"print('{GREETING}')\"], inputs: {{x: first}}}}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory) -> Iterator[Service]:
+    started = Service(home=tmp_path_factory.mktemp("browser-run-page") / "home")
+    started.start()
+    subprocess.run(
+        [SIMRUN, "user", "alice", "--password", PASSWORD],
+        env=started.env(),
+        check=True,
+        capture_output=True,
+    )
+    yield started
+    assert started.stop() == 0
+
+
+def submit_text(page: Page, service: Service, text: str) -> str:
+    page.goto(service.url + "/runs/new/")
+    page.fill("#spec", text)
+    page.click("button:has-text('Submit run')")
+    page.wait_for_url(re.compile(r"/runs/[a-z0-9]+/$"))
+    return page.url.rstrip("/").rsplit("/", 1)[1]
+
+
+@pytest.fixture
+def signal_folder() -> Iterator[Path]:
+    """A folder the run's processes can read: they may run as a user of their own."""
+    folder = Path(tempfile.mkdtemp(prefix="simrun-signal-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_logs_page_opened_before_its_task_follows_it_and_the_timeline_grows(
+    page: Page, service: Service, shoot, signal_folder
+):
+    go = signal_folder / "go"
+    log_in(page, service)
+    run_id = submit_text(page, service, waiting_spec(go))
+    timeline = page.locator("svg.timeline")
+    expect(timeline.locator('[data-row="first"][data-drawn]')).to_have_count(
+        1, timeout=RUN_TIMEOUT_MS
+    )
+    expect(timeline.locator('[data-row="second"][data-drawn]')).to_have_count(0)
+    shoot("20-timeline-first-running")
+
+    page.goto(f"{service.url}/runs/{run_id}/tasks/second/logs/")
+    expect(page.locator("#logs-page")).to_have_attribute("data-waiting", "true")
+    expect(page.locator("[data-no-logs]")).to_contain_text("No logs yet")
+    page.evaluate("window.simrunMarker = 'not reloaded'")
+    shoot("21-logs-waiting")
+    go.write_text("go")  # the first task ends, the second starts
+    go.chmod(0o644)
+    expect(page.locator("#log .log-text")).to_contain_text(GREETING, timeout=RUN_TIMEOUT_MS)
+    expect(page.locator("#logs-page")).to_have_attribute("data-waiting", "false")
+    assert page.evaluate("window.simrunMarker") == "not reloaded"
+    shoot("22-logs-followed")
+
+    page.goto(f"{service.url}/runs/{run_id}/")
+    page.evaluate("window.simrunMarker = 'not reloaded'")
+    expect(page.locator("#run-live")).to_have_attribute(
+        "data-state", "succeeded", timeout=RUN_TIMEOUT_MS
+    )
+    expect(timeline.locator("[data-kind=task][data-drawn]")).to_have_count(2)
+    first = timeline.locator('[data-row="first"] rect.bar').bounding_box()
+    second = timeline.locator('[data-row="second"] rect.bar').bounding_box()
+    assert first and second and second["x"] >= first["x"] + first["width"] - 2, (first, second)
+    assert page.evaluate("window.simrunMarker") == "not reloaded"
+    shoot("23-timeline-succeeded")
+
+
+def test_re_run_from_the_page_links_the_two_runs(page: Page, service: Service, shoot):
+    log_in(page, service)
+    source = submit_text(page, service, "name: once-more\ntasks:\n  hi: {command: [echo, hi]}\n")
+    page.click("button:has-text('Re-run')")
+    page.wait_for_url(re.compile(r"/runs/[a-z0-9]+/$"))
+    again = page.url.rstrip("/").rsplit("/", 1)[1]
+    assert again != source
+    expect(page.locator("[data-rerun-of] a")).to_have_text(source)
+    shoot("24-rerun")
+    page.click("[data-rerun-of] a")
+    expect(page.locator("[data-reruns] a")).to_have_text(again)
+    page.click("a:has-text('Edit and re-run')")
+    expect(page.locator("h1")).to_contain_text("Re-run once-more")
+    assert "echo" in page.input_value("#spec")
+    page.fill("#spec", page.input_value("#spec").replace("once-more", "edited"))
+    page.click("button:has-text('Submit run')")
+    page.wait_for_url(re.compile(r"/runs/[a-z0-9]+/$"))
+    expect(page.locator("h1")).to_contain_text("edited")
+    expect(page.locator("[data-rerun-of] a")).to_have_text(source)
+
+
+def test_the_pages_fit_a_phone_width(page: Page, service: Service, shoot):
+    page.set_viewport_size({"width": 420, "height": 860})
+    log_in(page, service)
+    run_id = submit_text(page, service, "name: narrow\ntasks:\n  hi: {command: [echo, hi]}\n")
+    for path in ("/", f"/runs/{run_id}/", "/runs/new/", "/placements/"):
+        page.goto(service.url + path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 420, f"{path} is {width} px wide at 420"
+        for link in page.locator(".mainnav a").all():
+            box = link.bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= 420, (path, box)
+    page.goto(service.url + "/")
+    shoot("25-runs-at-420px")
