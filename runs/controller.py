@@ -230,7 +230,8 @@ def follow_up(run: Run, tasks: list[Task], *, written: bool, backend: Backend) -
 
 
 def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
-    """Keep the logs of the final tasks' terminated pods and record their reports.
+    """Keep the logs of the final tasks' terminated pods and record their reports; of a live
+    task, the logs of the pods that ended so far.
 
     Once every pod of a task terminated its task is marked ``logs_kept`` and not asked
     again. Returns whether nothing is left to keep: every final task kept, or the workflow
@@ -239,6 +240,8 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     complete = True
     for task in tasks:
         if task.state not in FINAL_TASK_STATES or task.logs_kept:
+            if task.state in LIVE_POD_STATES and run.backend != "local":
+                _keep_ended_pods(run, task, backend=backend)
             continue
         task_dir = store.task_dir(run.id, task.task_id)
         try:
@@ -257,6 +260,21 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
             task.logs_kept = True
         complete = complete and kept
     return complete
+
+
+LIVE_POD_STATES = (TaskState.RUNNING, TaskState.PREEMPTED, TaskState.RETRYING)
+"""States of a task whose ended pods a cluster's pod GC may delete before the task is final."""
+
+
+def _keep_ended_pods(run: Run, task: Task, *, backend: Backend) -> None:
+    """Keep the logs of a live task's pods that ended, before a pod GC outruns them (the local
+    backend writes its logs into the store itself)."""
+    try:
+        logs.keep(store.task_dir(run.id, task.task_id), backend.logs(run.workflow, task.task_id))
+    except KeyError:
+        return
+    except Exception:
+        log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
 
 
 # The terminal record and its pending work (Ruling 25).

@@ -1,7 +1,8 @@
 """Pod logs kept in the store, ``tasks/<task>/logs/<node>-<attempt>.log`` (spec/000).
 
-Once a task is final the logs of its terminated pods are copied from the backend into the
-store, so they outlive the pods (and the workflow, deleted by its time to live). The local
+The logs of terminated pods are copied from the backend into the store as the pods end
+(a cluster's pod GC deletes succeeded pods soon), so they outlive the pods (and the workflow,
+deleted by its time to live). The local
 backend writes the same files live; a log file that exists is left as it is.
 """
 
@@ -30,14 +31,16 @@ def log_name(log: PodLog) -> str:
 
 
 def keep(task_dir: Path, logs: Iterable[PodLog]) -> bool:
-    """Write the logs of the pods that terminated; whether every pod had terminated."""
+    """Write the logs of the pods that terminated (a line saying why for a log that cannot be
+    read any more); whether every pod had terminated."""
     folder = task_dir / "logs"
     complete = True
     for log in logs:
         if not log.done:
             complete = False
             continue
-        _write(folder / log_name(log), log.text.encode())
+        text = f"[simrun] no log was kept: {log.missing}\n" if log.missing else log.text
+        _write(folder / log_name(log), text.encode())
     return complete
 
 

@@ -54,11 +54,16 @@ from runs.backends.base import (
     PodLog,
     RunRecord,
 )
+from runs.logs import log_name
 from runs.planner import TaskPlan
 
 log = logging.getLogger(__name__)
 
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+MISSING_LOGS = {
+    404: "its pod was deleted (by the pod GC or a preemption) before its log was kept",
+    400: "its container never started",
+}
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 TERMINATED = frozenset({"Succeeded", "Failed"})
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -247,10 +252,17 @@ class ArgoBackend:
     # Pods
 
     def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
-        """The logs of the ``main`` container of every pod of a task still there, oldest first."""
+        """The logs of the ``main`` container of every pod of a task still there, oldest first.
+
+        A terminated pod whose log the store keeps already comes without its text (the store
+        has it), so keeping logs as pods end reads each log once. A terminated pod whose log
+        cannot be read any more (deleted, never started) comes with ``missing`` saying why;
+        one that cannot be read now is left for a later call: one pod never stops the others.
+        """
         selector = f"{WORKFLOW_LABEL}={name},{TASK_LABEL}={task_id}"
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
         pods.sort(key=_created)
+        kept = self.store / "runs" / name.removeprefix("simrun-") / "tasks" / task_id / "logs"
         found = []
         for pod in pods:
             # What the API server returns has metadata and a name.
@@ -259,26 +271,26 @@ class ArgoBackend:
             node = node.removeprefix(f"{name}.")
             match = NODE_NAME.match(node)
             attempt = int(match["attempt"]) if match and match["attempt"] else _attempt(pod)
+            phase = pod.status.phase if pod.status else None
+            entry = PodLog(
+                node=node, pod=pod.metadata.name, text="", done=phase in TERMINATED, attempt=attempt
+            )
+            if entry.done and (kept / log_name(entry)).exists():
+                found.append(entry)
+                continue
             try:
-                text = self.core.read_namespaced_pod_log(
+                entry.text = self.core.read_namespaced_pod_log(
                     pod.metadata.name, self.namespace, container="main", tail_lines=tail_lines
                 )
             except ApiException as error:
-                if error.status == 404:
+                if error.status in (400, 404) and entry.done:
+                    entry.missing = MISSING_LOGS[error.status]
+                elif error.status == 404:
                     continue  # deleted since the list
-                if error.status != 400:
-                    raise
-                text = ""  # its container has not started
-            phase = pod.status.phase if pod.status else None
-            found.append(
-                PodLog(
-                    node=node,
-                    pod=pod.metadata.name,
-                    text=text,
-                    done=phase in TERMINATED,
-                    attempt=attempt,
-                )
-            )
+                elif error.status != 400:  # 400: its container has not started yet
+                    log.warning("the log of pod %s is not readable now: %s", entry.pod, error)
+                    entry.done = False  # not kept yet: asked again at the next call
+            found.append(entry)
         return found
 
     def placements(self) -> list[Placement]:

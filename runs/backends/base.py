@@ -110,6 +110,9 @@ class PodLog(BaseModel):
     text: str
     done: bool
     attempt: int | None = None
+    missing: str = Field(
+        default="", description="Why the log of a terminated pod cannot be read any more."
+    )
 
 
 class Placement(BaseModel):

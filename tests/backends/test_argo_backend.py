@@ -204,10 +204,10 @@ def test_logs_keep_the_last_lines_asked_for(backend: ArgoBackend, kube: KubeApiS
     ]
 
 
-def test_a_pod_deleted_between_the_list_and_its_log_is_skipped(
+def test_a_running_pod_deleted_between_the_list_and_its_log_is_skipped(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Succeeded"), log="x\n")
+    kube.state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Running"), log="x\n")
     original = kube.state.pods
 
     class Vanishing(dict):

@@ -574,9 +574,10 @@ def test_the_logs_of_a_final_tasks_terminated_pods_are_kept_in_the_store(launch,
     assert (folder / "sweep-w0-0.log").read_text() == "first\n"
     assert (folder / "sweep-w0-1.log").read_text() == "second\n"
     assert Task.objects.get(run=run, task_id="sweep").logs_kept
-    calls = len(fake.called("logs"))
+    calls = fake.called("logs").count([run.workflow, "sweep"])
     poll(fake)
-    assert len(fake.called("logs")) == calls, "kept once"
+    assert fake.called("logs").count([run.workflow, "sweep"]) == calls, "kept once"
+    assert [run.workflow, "summary"] in fake.called("logs"), "a running task's ended pods"
 
 
 def test_the_logs_of_pods_still_running_are_kept_once_they_terminated(launch, fake):

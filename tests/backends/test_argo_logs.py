@@ -1,0 +1,156 @@
+"""Logs kept as pods end, before the pod GC outruns them; a log that cannot be read kept as
+missing with its reason; one failing pod never stops the others."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.tasktypes import task_types
+from runs import controller, store
+from runs.backends.argo import ArgoBackend
+from runs.backends.base import ClusterConfig
+from runs.models import Run, Task, TaskState
+from runs.spec import parse_spec
+from runs.submission import create_run
+from tests.backends.argo_workflows import WF, argo_pod
+from tests.backends.kube_api import KubeApiServer, Request
+
+CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+RUN = "abc123def0"
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def backend(kube: KubeApiServer, tmp_path: Path) -> ArgoBackend:
+    return ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path / "store")
+
+
+def kept_dir(root: Path, run_id: str = RUN) -> Path:
+    return root / "runs" / run_id / "tasks" / "sweep" / "logs"
+
+
+def log_reads(kube: KubeApiServer) -> list[str]:
+    return [r.path.split("/")[-2] for r in kube.state.requests if r.path.endswith("/log")]
+
+
+def test_a_log_the_store_keeps_already_is_not_read_again(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_pod(argo_pod("p0", node_name="sweep-w0(0)", phase="Failed"), log="first\n")
+    kube.state.put_pod(
+        argo_pod("p1", node_name="sweep-w0(1)", phase="Running", attempt=1), log="second\n"
+    )
+    folder = kept_dir(backend.store)
+    folder.mkdir(parents=True)
+    (folder / "sweep-w0-0.log").write_text("first\n")
+
+    logs = {log.pod: log for log in backend.logs(WF, "sweep")}
+
+    assert (logs["p0"].done, logs["p0"].text) == (True, "")
+    assert logs["p1"].text == "second\n"
+    assert log_reads(kube) == ["p1"]
+
+
+@pytest.mark.parametrize(
+    ("phase", "expected"),
+    [
+        ("Pending", "its container never started"),
+        ("Failed", "its pod was deleted (by the pod GC or a preemption) before its log was kept"),
+    ],
+)
+def test_a_log_that_cannot_be_read_any_more_is_missing_with_its_reason(
+    backend: ArgoBackend, kube: KubeApiServer, phase: str, expected: str
+) -> None:
+    ended = argo_pod("p0", node_name="sweep-w0(0)", phase="Failed")
+    kube.state.put_pod(ended)
+    # The log endpoint answers as for a pod that never ran, or one deleted since the list.
+    code = 400 if phase == "Pending" else 404
+    kube.state.intercept = lambda request: code if request.path.endswith("/log") else None
+
+    [log] = backend.logs(WF, "sweep")
+
+    assert (log.done, log.missing) == (True, expected)
+
+
+def test_a_pod_whose_log_fails_now_does_not_stop_the_others(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    from runs.backends.argo_api import CallPolicy
+
+    backend = ArgoBackend(
+        cluster=CLUSTER,
+        api=kube.client(),
+        store=tmp_path,
+        calls=CallPolicy(tries=2, backoff_s=0.01),
+    )
+    for n in range(3):
+        kube.state.put_pod(
+            argo_pod(f"p{n}", node_name=f"sweep-w0({n})", phase="Failed", attempt=n),
+            log=f"attempt {n}\n",
+        )
+    kube.state.intercept = lambda r: 500 if r.path.endswith("/p1/log") else None
+
+    logs = {log.pod: log for log in backend.logs(WF, "sweep")}
+
+    assert (logs["p0"].text, logs["p2"].text) == ("attempt 0\n", "attempt 2\n")
+    assert (logs["p1"].done, logs["p1"].missing) == (False, "")  # asked again later
+
+
+@pytest.mark.django_db
+def test_the_controller_keeps_each_log_as_its_pod_ends_so_the_pod_gc_cannot_outrun_it(
+    kube: KubeApiServer, tmp_path: Path, owner: Any, settings: Any
+) -> None:
+    settings.SIMRUN_HOME = tmp_path / "home"
+    settings.SIMRUN_HOME.mkdir()
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=settings.SIMRUN_STORE)
+    text = yaml.safe_dump({"tasks": {"sweep": {"type": "squares", "settings": {"n": 40}}}})
+    run = create_run(spec=parse_spec(text, types=task_types()), owner=owner, backend=backend)
+    assert controller.submit(run.id, backend=backend)
+    run = Run.objects.get(pk=run.pk)
+    Task.objects.filter(run=run).update(state=TaskState.RUNNING)
+    tasks = list(run.tasks.all())
+    labels = {"workflows.argoproj.io/workflow": run.workflow, "simrun/run": run.id}
+
+    def pod_of(name: str, node: str, phase: str, attempt: int) -> dict[str, Any]:
+        found = argo_pod(name, node_name=node, phase=phase, attempt=attempt)
+        found["metadata"]["labels"].update(labels)
+        found["metadata"]["annotations"]["workflows.argoproj.io/node-name"] = (
+            f"{run.workflow}.{node}"
+        )
+        return found
+
+    kube.state.put_pod(pod_of("p0", "sweep-w0(0)", "Failed", 0), log="killed\n")
+    kube.state.put_pod(pod_of("p1", "sweep-w0(1)", "Running", 1), log="working\n")
+
+    controller.keep_logs(run, tasks, backend=backend)
+    controller.keep_logs(run, tasks, backend=backend)
+
+    folder = store.task_dir(run.id, "sweep") / "logs"
+    assert sorted(p.name for p in folder.iterdir()) == ["sweep-w0-0.log"]
+    assert (folder / "sweep-w0-0.log").read_text() == "killed\n"
+    assert log_reads(kube).count("p0") == 1, "a kept log is read once"
+
+    kube.state.pods.pop(("simrun", "p0"))  # the pod GC, or the workflow's retry strategy
+
+    def gone(request: Request) -> int | None:
+        return 404 if request.path.endswith("/p1/log") else None
+
+    kube.state.pods[("simrun", "p1")]["status"]["phase"] = "Succeeded"
+    kube.state.intercept = gone
+    controller.keep_logs(run, tasks, backend=backend)
+
+    assert (folder / "sweep-w0-0.log").read_text() == "killed\n"
+    assert (folder / "sweep-w0-1.log").read_text() == (
+        "[simrun] no log was kept: its pod was deleted (by the pod GC or a preemption) "
+        "before its log was kept\n"
+    )
