@@ -163,16 +163,17 @@ def credentials(username: str) -> tuple[str, str]:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import User
     from django.contrib.sessions.backends.db import SessionStore
-    from rest_framework.authtoken.models import Token
+
+    from runs.api.authentication import create_token
 
     user = User.objects.get(username=username)
-    token, _ = Token.objects.get_or_create(user=user)
+    _, token = create_token(user)
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
     session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
-    return token.key, f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+    return token, f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
 
 
 def free_port() -> int:

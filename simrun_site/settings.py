@@ -73,7 +73,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "runs",
@@ -155,7 +155,7 @@ WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "runs.api.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -164,6 +164,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# API tokens are stored hashed (django-rest-knox) and live SIMRUN_TOKEN_DAYS (0: for ever).
+SIMRUN_TOKEN_DAYS = _read("SIMRUN_TOKEN_DAYS", env.int, 90)
+REST_KNOX = {"AUTO_REFRESH": False}
 SPECTACULAR_SETTINGS = {
     "TITLE": "simrun API",
     "DESCRIPTION": "Submit and follow simulation runs: DAGs of sweeps, plugins and commands.",
@@ -238,6 +241,9 @@ if SIMRUN_LOCAL_COMMANDS not in {"direct", "docker"}:
         f"not {SIMRUN_LOCAL_COMMANDS!r}"
     )
 SIMRUN_SCRATCH = Path(_read("SIMRUN_SCRATCH", env.str, str(SIMRUN_HOME / "scratch"))).resolve()
+# A service running as root runs the processes of user N's runs as user id BASE + N
+# (runs/backends/local_user.py); 0 runs them as the service's own user.
+SIMRUN_TASK_UID_BASE = _read("SIMRUN_TASK_UID_BASE", env.int, 200000) or None
 
 # The Argo backend (see runs/backends/argo*.py and docs/cluster.md).
 SIMRUN_CLUSTER = {

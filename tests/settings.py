@@ -10,6 +10,8 @@ import tempfile
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key")
 os.environ.setdefault("DATABASE_URL", "postgres://simrun:simrun@127.0.0.1:5432/simrun")
 os.environ.setdefault("SIMRUN_BACKEND", "fake")
+# Tasks run as the test's user: pytest's folders let no other user pass.
+os.environ.setdefault("SIMRUN_TASK_UID_BASE", "0")
 os.environ.setdefault("SIMRUN_HOME", tempfile.mkdtemp(prefix="simrun-tests-"))
 
 from simrun_site.settings import *  # noqa: E402, F403

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.decorators import api_view
+from rest_framework.exceptions import ParseError
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
+from runs.api.authentication import create_token
 from runs.api.schema import FIELD_ERRORS
 from runs.api.serializers import MeSerializer
 
@@ -19,15 +23,33 @@ def me(request: Request) -> Response:
     return Response(MeSerializer(request.user).data)
 
 
-@extend_schema_view(
-    post=extend_schema(
+class TokenView(APIView):
+    """``POST username`` and ``password``: a new API token of that user (``simrun login``),
+    shown this once; only its digest is stored."""
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+    serializer_class = AuthTokenSerializer
+
+    @extend_schema(
         summary="A token for scripts",
-        description="The API token of a user, from their username and password.",
+        description="A new API token of a user, from their username and password. It is "
+        "shown only in this answer and expires at `expiry` (null: never).",
+        request=AuthTokenSerializer,
         responses={
-            200: inline_serializer("Token", {"token": serializers.CharField()}),
+            200: inline_serializer(
+                "Token",
+                {"token": serializers.CharField(), "expiry": serializers.DateTimeField()},
+            ),
             400: FIELD_ERRORS,
         },
     )
-)
-class TokenView(ObtainAuthToken):
-    """``POST username`` and ``password``: the API token of that user (``simrun login``)."""
+    def post(self, request: Request) -> Response:
+        try:
+            data = request.data
+        except ParseError as error:  # answered as field errors, as the schema says
+            return Response({"body": [str(error.detail)]}, status=400)
+        serializer = AuthTokenSerializer(data=data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        record, token = create_token(serializer.validated_data["user"])
+        return Response({"token": token, "expiry": record.expiry})

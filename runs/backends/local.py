@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.config import GRACE_S, STOP_MARGIN_S
 from harness.tasktypes import TaskType
-from runs.backends import cgroups, local_env
+from runs.backends import cgroups, local_env, local_user
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -45,7 +45,9 @@ from runs.backends.base import (
     TaskRecord,
     workflow_name,
 )
+from runs.backends.local_admission import Demand, Held, admit
 from runs.backends.local_launcher import (
+    STARTING_EXIT,
     notify,
     process_start,
     read_json,
@@ -75,11 +77,9 @@ POLL_S = 0.5
 LOST_AFTER_S = 60.0
 """A launch whose launcher never wrote its pid file within this is lost."""
 LAUNCHER = Path(__file__).with_name("local_launcher.py")
-SERVICE_ENV_PREFIXES = ("SIMRUN_", "CELERY_", "DJANGO_")
-SERVICE_ENV = frozenset(
-    {"DATABASE_URL", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "KUBECONFIG"}
-)
-"""The service's configuration, which its processes do not get."""
+PASSED_ENV = ("LANG", "LC_ALL", "TZ")
+"""The only variables of the service's environment its processes get (besides SIMRUN_*)."""
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def physical_memory_gb() -> float:
@@ -143,11 +143,14 @@ class RunView:
             if view.running is not None:
                 continue
             if view.attempts:
-                if view.outcomes[-1] != "succeeded" and retry(view.outcomes) is not None:
+                if view.outcomes[-1] != "succeeded" and retry(view) is not None:
                     ready.append(view)
             elif not failed and all(self.phase_of(n) == "Succeeded" for n in view.spec.after):
                 ready.append(view)
         return ready
+
+    def running_node(self, node: str) -> bool:
+        return node not in self.nodes or self.nodes[node].running is not None
 
     def phase_of(self, node: str) -> str | None:
         return node_phase(self.nodes[node], self.stopped)
@@ -190,11 +193,14 @@ class LocalBackend:
         *,
         enforce_memory: bool = True,
         grace_s: float = GRACE_S,
+        task_uid_base: int | None = None,
     ) -> None:
         """Create the backend.
 
         ``enforce_memory=False`` never creates memory cgroups; ``grace_s`` is the time from
-        the SIGTERM of a cancel to the SIGKILL (the harness's grace period by default).
+        the SIGTERM of a cancel to the SIGKILL (the harness's grace period by default);
+        ``task_uid_base`` runs the processes of a user's runs as the user of that id plus the
+        owner's (``local_user``, only as root), None as the service's own user.
         """
         self.store = Path(store)
         self.scratch = Path(scratch)
@@ -206,6 +212,7 @@ class LocalBackend:
         self.max_memory_gb: float | None = self.memory_gb
         self.hostname = socket.gethostname()
         self.grace_s = grace_s
+        self.task_uid_base = task_uid_base if os.geteuid() == 0 else None
         self.hierarchy = cgroups.detect() if enforce_memory else None
         self.enforces_memory = self.hierarchy is not None
         self.state = self.store / "local"
@@ -226,6 +233,7 @@ class LocalBackend:
             commands=settings.SIMRUN_LOCAL_COMMANDS,
             cores=settings.SIMRUN_LOCAL_CORES,
             memory_gb=settings.SIMRUN_LOCAL_MEMORY_GB,
+            task_uid_base=settings.SIMRUN_TASK_UID_BASE,
         )
 
     # The files of the backend.
@@ -235,6 +243,9 @@ class LocalBackend:
 
     def _stop_file(self, name: str) -> Path:
         return self.state / "runs" / f"{name}.stop"
+
+    def _waiting_file(self) -> Path:
+        return self.state / "waiting.json"
 
     def _ended_file(self, name: str) -> Path:
         return self.state / "ended" / name
@@ -268,10 +279,15 @@ class LocalBackend:
             tasks.setdefault(spec.task, []).append(spec)
         nodes: dict[str, NodeView] = {}
         for task, specs in tasks.items():
-            attempts = read_attempts(submission.task_dir(task) / "logs", [s.name for s in specs])
+            logs = submission.task_dir(task) / "logs"
+            attempts = read_attempts(logs, [s.name for s in specs], self.task_uid_base)
             for spec in specs:
                 found = attempts[spec.name]
-                results = [outcome(a.exit, cancelled_at) for a in found if a.exit is not None]
+                results = [
+                    outcome(a.exit, cancelled_at, memory_enforced=memory_watched(a))
+                    for a in found
+                    if a.exit is not None
+                ]
                 nodes[spec.name] = NodeView(spec, found, results)
         return RunView(submission, stop, nodes)
 
@@ -296,10 +312,13 @@ class LocalBackend:
         path = self._submission_file(name)
         if path.exists():
             return name
+        order = time.time() if record.created_at is None else record.created_at
+        owner = record.owner
         submission = Submission(
             name=name,
             run=record.id,
-            order=time.time() if record.created_at is None else record.created_at,
+            order=order,
+            owner=owner,
             store=record.store,
             nodes=self._nodes(record, plans, types),
             snapshots=[str(record.store / "snapshots" / digest) for digest in record.sources],
@@ -387,7 +406,7 @@ class LocalBackend:
             image=image,
             env=env,
             stage=stage,
-            cores=min(plan.cores, self.cores),
+            cores=plan.cores,
             memory_gb=plan.memory_gb,
             retry_memory_gb=plan.retry_memory_gb,
         )
@@ -428,24 +447,17 @@ class LocalBackend:
     def _step(self) -> bool:
         now = time.time()
         self._launchers = [p for p in self._launchers if p.poll() is None]
-        views = [self._view(s) for s in self._live()]
-        free = self.cores - sum(a.cores for v in views for _, a in v.running())
-        started = blocked = False
-        for view in views:
+        views = []
+        for view in map(self._view, self._live()):
             if self._reap_lost(view, now):
                 view = self._view(view.submission)
             if view.stop is not None and now - view.stop["at"] >= self.grace_s:
                 for _, attempt in view.running():
                     signal_process(attempt.pid or {}, signal.SIGKILL)
-            starting = [] if blocked else view.startable()
-            for node in starting:
-                if node.spec.cores > free:
-                    blocked = True  # runs take cores in the order of their submission
-                    break
-                self._start(view.submission, node, now)
-                free -= node.spec.cores
-                started = True
-            if not starting and view.ended():
+            views.append(view)
+        started = self._admit(views, now)
+        for view in views:
+            if view.ended():
                 self._end(view.submission.name, view.submission.run)
         ends = {
             a.path("exit") for v in views for n in v.nodes.values() for a in n.attempts if a.ended
@@ -453,6 +465,52 @@ class LocalBackend:
         ended = bool(ends - self._ends_seen)
         self._ends_seen = ends
         return started or ended
+
+    def _admit(self, views: list[RunView], now: float) -> bool:
+        """Start what the machine's free cores and memory allow (``local_admission``), refuse
+        what it can never hold, and keep why the others wait; whether anything started."""
+        ready: dict[Demand, tuple[RunView, NodeView]] = {}
+        for view in views:
+            for node in view.startable():
+                demand = Demand(
+                    view.submission.run, node.spec.name, node.spec.cores, next_memory_gb(node)
+                )
+                ready[demand] = (view, node)
+        held = [
+            Held(view.submission.run, attempt.cores, attempt.memory_gb)
+            for view in views
+            for _, attempt in view.running()
+        ]
+        found = admit(list(ready), held, self.cores, self.memory_gb)
+        for demand in found.start:
+            view, node = ready[demand]
+            if problem := self.isolation_problem(view.submission.owner):
+                self._refuse(view.submission, node, problem, now)
+            else:
+                self._start(view.submission, node, now)
+        for demand, reason in found.refused.items():
+            view, node = ready[demand]
+            self._refuse(view.submission, node, reason, now)
+        waiting: dict[str, dict[str, str]] = {}
+        for demand, reason in found.waiting.items():
+            name = ready[demand][0].submission.name
+            waiting.setdefault(name, {})[demand.node] = reason
+        if read_json(self._waiting_file()) != waiting:
+            write_json(self._waiting_file(), waiting)
+        return bool(found.start or found.refused)
+
+    def _refuse(self, submission: Submission, node: NodeView, reason: str, now: float) -> None:
+        """End a node that can never start here as an attempt that failed, saying why."""
+        logs = submission.task_dir(node.spec.task) / "logs"
+        attempt = Attempt(node.spec.name, len(node.attempts), logs)
+        attempt.directory.mkdir(parents=True, exist_ok=True)
+        message = f"not started: {reason}"
+        attempt.path("log").write_text(f"simrun: {message}\n")
+        write_json(attempt.path("launch"), {"started": now, "cores": 0, "memory_gb": 0})
+        write_json(
+            attempt.path("exit"),
+            {"exit_code": STARTING_EXIT, "signal": None, "ended": now, "message": message},
+        )
 
     def _reap_lost(self, view: RunView, now: float) -> bool:
         """Record the end of attempts whose launcher died without recording it."""
@@ -493,13 +551,14 @@ class LocalBackend:
         attempt.directory.mkdir(parents=True, exist_ok=True)
         (task_dir / "out").mkdir(exist_ok=True)
         scratch = self.scratch / submission.run / f"{spec.name}-{number}"
+        user = self._isolate(submission, attempt.directory)
         cgroup = None
         if self.hierarchy is not None and not spec.image:
             name = f"{submission.run}.{spec.name}.{number}"
             cgroup = cgroups.create(self.hierarchy, name, math.ceil(memory_gb * 2**30))
         venv = self.envs / submission.run if submission.snapshots else None
         env = {
-            **process_env(venv),
+            **task_env(venv, scratch, user),
             **spec.env,
             "SIMRUN_ATTEMPT": str(number),
             "SIMRUN_SCRATCH": str(scratch),
@@ -511,7 +570,7 @@ class LocalBackend:
         container = f"simrun-{submission.run}-{spec.name}-{number}" if spec.image else None
         argv = spec.argv
         if container is not None:
-            argv = docker_argv(spec, container, memory_gb, env, scratch, submission.store)
+            argv = docker_argv(spec, container, memory_gb, env, scratch, submission.store, user)
         launch = {
             "argv": argv,
             "env": env,
@@ -528,8 +587,13 @@ class LocalBackend:
             "cores": spec.cores,
             "memory_gb": memory_gb,
             "started": now,
+            # docker runs as the service (its socket is root's); the container as the user.
+            "user": None
+            if user is None or container is not None
+            else {"uid": user.uid, "gid": user.gid, "umask": local_user.UMASK},
         }
         write_json(attempt.path("launch"), launch)
+        attempt.path("launch").chmod(0o640)  # the service's group reads it, never a task
         with open(attempt.path("log"), "ab") as log:
             self._launchers.append(
                 subprocess.Popen(
@@ -538,8 +602,29 @@ class LocalBackend:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    env=launcher_env(),
                 )
             )
+
+    def isolation_problem(self, owner: int | None = 0) -> str | None:
+        """Why the processes of an owner's runs cannot run as their task user, None if they
+        can (or run as the service's user)."""
+        if local_user.for_owner(owner, self.task_uid_base) is None:
+            return None
+        return local_user.unreachable(self.store, self.scratch, self.envs)
+
+    def _isolate(self, submission: Submission, logs: Path) -> local_user.TaskUser | None:
+        """The task user of a run's processes, with the run's directory handed to it and the
+        roots it crosses made passable; None when processes run as the service's user."""
+        user = local_user.for_owner(submission.owner, self.task_uid_base)
+        if user is None:
+            return None
+        store_runs = submission.store / "runs"
+        local_user.pass_only(submission.store, store_runs, self.scratch, self.envs)
+        local_user.pass_only(self.scratch / submission.run)
+        local_user.give(store_runs / submission.run, user, skip=frozenset({"logs"}))
+        local_user.keep(logs, user)
+        return user
 
     def _end(self, name: str, run: str) -> None:
         """Remember that a run ended, forgetting the oldest beyond ``ENDED_KEPT``; its venv and
@@ -593,12 +678,18 @@ class LocalBackend:
                 if result != "succeeded":
                     record = failed_attempt(attempt, result, self.hostname)
                     failed.setdefault(node.spec.worker, []).append(record)
+        waiting = (read_json(self._waiting_file()) or {}).get(name, {})
         message = ""
         if view.stop is not None:
             strategy = "Terminate" if view.stop.get("how") == "cancel" else "Stop"
             message = f"Stopped with strategy '{strategy}'"
         return BackendStatus(
-            phase=view.phase(), tasks=view.phases(), failed=failed, hosts=hosts, message=message
+            phase=view.phase(),
+            tasks=view.phases(),
+            failed=failed,
+            hosts=hosts,
+            message=message,
+            waiting={n: r for n, r in waiting.items() if not view.running_node(n)},
         )
 
     def cancel(self, name: str) -> None:
@@ -726,14 +817,20 @@ def process_alive(names: dict[str, Any]) -> bool:
 
 
 def signal_process(names: dict[str, Any], signum: int) -> bool:
-    """Signal the process group of a pid file (and its container); whether one was.
+    """Signal the process of a pid file with its descendants (and its container); whether one
+    was.
 
-    An attempt whose launcher has not started its process yet (it creates the run's venv):
-    a SIGTERM keeps the launcher from starting it, a SIGKILL kills the launcher's group.
+    A SIGTERM goes to the launcher, which passes it to every descendant of the process (a
+    ``setsid`` child too) and records that simrun sent it; a SIGKILL to the process's group,
+    after which the launcher kills what is left. An attempt whose launcher has not started its
+    process yet: a SIGTERM keeps the launcher from starting it, a SIGKILL kills its group.
     """
     if container := names.get("container"):
         kill = ["docker", "kill", "--signal", signal.Signals(signum).name, container]
         subprocess.run(kill, capture_output=True, timeout=30, check=False)
+    if signum == signal.SIGTERM and launcher_alive(names):
+        os.kill(names["launcher"], signum)
+        return True
     if "pid" in names:
         if not process_alive(names):
             return False
@@ -748,19 +845,36 @@ def signal_process(names: dict[str, Any], signum: int) -> bool:
     return False
 
 
-def process_env(venv: Path | None) -> dict[str, str]:
-    """The environment of a process: the service's, without its configuration, and a PATH on
-    which ``python`` and ``simrun-*`` are the run's venv or the service's interpreter."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in SERVICE_ENV and not k.startswith(SERVICE_ENV_PREFIXES)
-    }
+def task_env(venv: Path | None, scratch: Path, user: local_user.TaskUser | None) -> dict[str, str]:
+    """The environment of a process besides its ``SIMRUN_*``: the service's PATH after the
+    run's venv or the service's interpreter (for ``python`` and ``simrun-*``), its scratch as
+    home and temporary directory, the language; nothing else of the service's environment."""
     bins = [str(venv / "bin")] if venv is not None else []
     bins.append(str(Path(sys.executable).parent))
-    env["PATH"] = os.pathsep.join([*bins, env.get("PATH", os.defpath)])
-    env["PYTHONUNBUFFERED"] = "1"
+    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    env.setdefault("LANG", "C.UTF-8")
+    env |= {
+        "PATH": os.pathsep.join([*bins, os.environ.get("PATH", BASE_PATH)]),
+        "HOME": str(scratch),
+        "TMPDIR": str(scratch),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if user is not None:
+        env["USER"] = env["LOGNAME"] = user.name
     return env
+
+
+def launcher_env() -> dict[str, str]:
+    """The launcher's environment: enough to run Python, none of the service's configuration
+    (a process running as the service's own user could read it from /proc)."""
+    env = {k: os.environ[k] for k in (*PASSED_ENV, "PATH") if k in os.environ}
+    return env | {"PYTHONUNBUFFERED": "1"}
+
+
+def memory_watched(attempt: Attempt) -> bool:
+    """Whether a cgroup or a container watched an attempt's memory (so a kill is proven)."""
+    launch = attempt.launch or {}
+    return bool(launch.get("cgroup") or launch.get("container"))
 
 
 def docker_argv(
@@ -770,10 +884,14 @@ def docker_argv(
     env: dict[str, str],
     scratch: Path,
     store: Path,
+    user: local_user.TaskUser | None = None,
 ) -> list[str]:
-    """``docker run`` of a command in its image, with the store and its scratch mounted."""
+    """``docker run`` of a command in its image, with the store and its scratch mounted (as
+    the run's task user when there is one)."""
     memory = f"{int(memory_gb * 2**30)}b"
     argv = ["docker", "run", "--name", container, "--memory", memory, "--memory-swap", memory]
+    if user is not None:
+        argv += ["--user", f"{user.uid}:{user.gid}"]
     argv += ["--cpus", str(spec.cores), "--volume", f"{store}:{store}"]
     argv += ["--volume", f"{scratch}:{scratch}", "--workdir", str(scratch)]
     for key, value in sorted(env.items()):

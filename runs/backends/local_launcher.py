@@ -17,6 +17,7 @@ directory, and it uses nothing else of the service (only the harness's stdlib mo
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -34,6 +35,10 @@ from harness.files import write_atomic
 
 STARTING_EXIT = 4
 """The exit code recorded when the process could not be prepared or started."""
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl: orphaned descendants of the launcher become its children, not init's."""
+REAP_ROUNDS = 50
+"""The rounds of killing what is left of a process tree before the launcher gives up."""
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -108,34 +113,102 @@ def _docker(*args: str) -> str:
 
 
 def _prepare(launch: dict[str, Any]) -> None:
-    """Create the venv of the run and stage the inputs of a command."""
-    if launch.get("venv"):
+    """Create the venv of the run, the scratch directory with the staged inputs of a command,
+    and hand both to the task user."""
+    venv = launch.get("venv")
+    if venv:
         import local_env  # the sibling module, see the docstring of this module
 
-        venv = launch["venv"]
         local_env.ensure(Path(venv["dir"]), [Path(s) for s in venv["snapshots"]])
+    scratch = Path(launch["cwd"])
+    scratch.mkdir(parents=True, exist_ok=True)
     if launch.get("stage"):
         from harness.sources import stage
 
-        stage([tuple(pair) for pair in launch["stage"]], Path(launch["store"]), Path(launch["cwd"]))
+        stage([tuple(pair) for pair in launch["stage"]], Path(launch["store"]), scratch)
+    if user := launch.get("user"):
+        for directory, _, files in os.walk(scratch):
+            for path in [directory, *(os.path.join(directory, f) for f in files)]:
+                os.chown(path, user["uid"], user["gid"], follow_symlinks=False)
+        os.chmod(scratch, 0o700)
+        if venv:
+            os.chown(venv["dir"], user["uid"], user["gid"])
+            os.chmod(venv["dir"], 0o700)
 
 
-def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
-    """Start the process in a session of its own (and its cgroup) with the launcher's output."""
-    enter_cgroup = None
+def _enter(launch: dict[str, Any]) -> None:
+    """In the child before its exec: join its cgroup (as root), then become its task user."""
     if launch.get("cgroup"):
         import cgroups  # the sibling module, see the docstring of this module
 
-        enter_cgroup = functools.partial(cgroups.join, Path(launch["cgroup"]))
-    Path(launch["cwd"]).mkdir(parents=True, exist_ok=True)
+        cgroups.join(Path(launch["cgroup"]))
+    if user := launch.get("user"):
+        os.setgroups([])
+        os.setgid(user["gid"])
+        os.setuid(user["uid"])
+        os.umask(user["umask"])
+
+
+def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Start the process in a session of its own (its cgroup, its user) with the launcher's
+    output."""
     return subprocess.Popen(
         launch["argv"],
         cwd=launch["cwd"],
         env=launch["env"],
         stdin=subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=enter_cgroup,  # safe: the launcher has no threads
+        preexec_fn=functools.partial(_enter, launch),  # safe: the launcher has no threads
     )
+
+
+def descendants(root: int, proc: Path = Path("/proc")) -> list[int]:
+    """Every process below ``root`` in the process tree (children, theirs, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rpartition(")")[2].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def signal_tree(signum: int) -> None:
+    """Signal every descendant of the launcher, wherever its session or group."""
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def end_tree() -> None:
+    """Kill every descendant left (a ``setsid``/``nohup`` child too) and reap them: the
+    launcher is their subreaper, so none escapes to init."""
+    for _ in range(REAP_ROUNDS):
+        left = descendants(os.getpid())
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        time.sleep(0.01)
+
+
+def become_subreaper() -> None:
+    """Make the orphans of the process tree children of the launcher (Linux prctl)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def run(launch_file: Path) -> int:
@@ -143,17 +216,26 @@ def run(launch_file: Path) -> int:
     launch = read_json(launch_file)
     pid_file, exit_file = Path(launch["pid_file"]), Path(launch["exit_file"])
     started = time.time()
-    result: dict[str, Any] = {"started": started, "signal": None, "oom_kills": 0, "message": ""}
+    result: dict[str, Any] = {
+        "started": started,
+        "signal": None,
+        "oom_kills": 0,
+        "message": "",
+        "stopped_by_simrun": False,
+    }
 
     stopping = False
 
-    def stop_before_start(signum: int, frame: object) -> None:
-        # The backend signals the process group of the process itself; a SIGTERM to the
-        # launcher only keeps it from starting a process it has not started yet.
+    def stop(signum: int, frame: object) -> None:
+        # Only the backend signals the launcher (a cancel or a stop): the whole tree of the
+        # process gets the SIGTERM, wherever its session; one not started yet never starts.
         nonlocal stopping
         stopping = True
+        result["stopped_by_simrun"] = True
+        signal_tree(signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, stop_before_start)
+    become_subreaper()
+    signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     me = os.getpid()
@@ -196,9 +278,11 @@ def run(launch_file: Path) -> int:
 
 
 def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:
-    """Kill what the process left in its group, read the OOM evidence, remove the cgroup."""
+    """Kill what the process left (its group and every descendant), read the OOM evidence,
+    remove the cgroup."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    end_tree()
     shutil.rmtree(launch["cwd"], ignore_errors=True)  # the scratch goes with the process
     if launch.get("cgroup"):
         import cgroups  # the sibling module, see the docstring of this module

@@ -18,16 +18,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from harness.errors import EXIT_TERMINATED
+from runs import retry_rule
 from runs.backends.base import PREEMPTED_PHASE, RETRY_LIMIT, RETRYING_PHASE, FailedAttempt
 from runs.backends.local_launcher import read_json
 
-EVICTION_RETRIES = RETRY_LIMIT
-"""The retries of a node whose process was evicted (ended by a signal nobody of simrun sent):
-as many as Argo's limit allows."""
-EVICTING_SIGNALS = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
-
-Outcome = Literal["succeeded", "oom", "evicted", "cancelled", "failed"]
+Outcome = Literal["succeeded", "oom", "killed", "evicted", "cancelled", "failed"]
+"""What an attempt's end means: ``killed`` is a SIGKILL that no cgroup can explain (memory is
+not enforced), retried once with the retry memory as a kill for memory would be."""
 
 
 class NodeSpec(BaseModel):
@@ -59,6 +56,7 @@ class Submission(BaseModel):
     store: Path
     nodes: list[NodeSpec]
     snapshots: list[str] = Field(default_factory=list, description="Directories of snapshots")
+    owner: int | None = Field(default=None, description="The id of the user who owns the run")
 
     def task_dir(self, task: str) -> Path:
         """The directory of a task in the store, as ``RunRecord.task_dir``."""
@@ -107,8 +105,14 @@ class NodeView:
         return last if last is not None and not last.ended else None
 
 
-def read_attempts(logs: Path, nodes: Iterable[str]) -> dict[str, list[Attempt]]:
-    """The attempts of some nodes of a task from its ``logs/`` directory, oldest first."""
+def read_attempts(
+    logs: Path, nodes: Iterable[str], untrusted_from: int | None = None
+) -> dict[str, list[Attempt]]:
+    """The attempts of some nodes of a task from its ``logs/`` directory, oldest first.
+
+    Files owned by a user id from ``untrusted_from`` on (the task users) are ignored: a task
+    that replaced ``logs/`` cannot make the service signal a process of its choosing.
+    """
     found: dict[tuple[str, int], Attempt] = {}
     wanted = set(nodes)
     try:
@@ -121,6 +125,8 @@ def read_attempts(logs: Path, nodes: Iterable[str]) -> dict[str, list[Attempt]]:
         if not (dot and dash and number.isdigit()) or node not in wanted:
             continue
         if suffix in {"launch", "pid", "exit"}:
+            if untrusted_from is not None and _owner(logs / name) >= untrusted_from:
+                continue
             attempt = found.setdefault((node, int(number)), Attempt(node, int(number), logs))
             setattr(attempt, suffix, read_json(logs / name))
     by_node: dict[str, list[Attempt]] = {node: [] for node in wanted}
@@ -130,12 +136,23 @@ def read_attempts(logs: Path, nodes: Iterable[str]) -> dict[str, list[Attempt]]:
     return by_node
 
 
-def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
+def _owner(path: Path) -> int:
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return -1
+
+
+def outcome(
+    exit: dict[str, Any], cancelled_at: float | None, memory_enforced: bool = False
+) -> Outcome:
     """What the end of an attempt means for its node.
 
-    Only the count of the out of memory killer proves a kill for memory; a process ended by a
-    signal that simrun did not send (or stopped on SIGTERM, 143) was evicted; one that ended
-    after its run was cancelled was cancelled, not evicted.
+    Only the count of the out of memory killer proves a kill for memory. One that ended after
+    its run was cancelled was cancelled. Only what simrun did is an eviction: a SIGTERM it
+    sent without cancelling, or a launcher lost with the end unrecorded. A SIGKILL (137) that
+    no cgroup watched may be the kernel's for memory: ``killed``. Any other end, a signal
+    the task sent itself included, is a failure.
     """
     if exit.get("exit_code") == 0:
         return "succeeded"
@@ -143,13 +160,11 @@ def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
         return "oom"
     if cancelled_at is not None and exit.get("ended", 0) >= cancelled_at:
         return "cancelled"
-    code, signum = exit.get("exit_code"), exit.get("signal")
-    if (
-        code is None
-        or code == EXIT_TERMINATED
-        or (signum is not None and signum in EVICTING_SIGNALS)
-    ):
+    code = exit.get("exit_code")
+    if code is None or exit.get("stopped_by_simrun"):
         return "evicted"
+    if code == retry_rule.KILLED_EXIT and not memory_enforced:
+        return "killed"
     return "failed"
 
 
@@ -159,6 +174,11 @@ def _message(exit: dict[str, Any], result: Outcome) -> str:
         return str(exit["message"])
     if result == "oom":
         return f"killed for memory: {exit.get('oom_kills')} kill(s) of the out of memory killer"
+    if result == "killed":
+        return (
+            f"ended by SIGKILL (exit code {code}) with memory not enforced, maybe for memory: "
+            "retried once with the retry memory"
+        )
     if result == "cancelled":
         return f"stopped by the cancellation of its run (exit code {code})"
     if exit.get("signal"):
@@ -179,20 +199,31 @@ def failed_attempt(attempt: Attempt, result: Outcome, host: str) -> FailedAttemp
         evicted=result == "evicted",
         node=host,
         message=_message(exit, result),
+        memory_gb=attempt.memory_gb or None,
     )
 
 
-def retry(outcomes: list[Outcome]) -> str | None:
-    """The phase of a node whose retry waits after these outcomes, None when it gets none.
+def retry(view: NodeView) -> str | None:
+    """The phase of a node whose retry waits after its attempts, None when it gets none.
 
-    As on the cluster: a kill for memory is retried once (with the retry memory), an eviction
-    up to ``EVICTION_RETRIES`` times; a failure, a cancellation or a second kill for memory
-    end the node.
+    As on the cluster: a kill for memory is retried (the next attempt has the retry memory,
+    ``runs.retry_rule``) unless the killed attempt had the retry memory already (Ruling 35);
+    a SIGKILL no cgroup explains, once; an eviction is retried; no more than ``RETRY_LIMIT``
+    retries in all, as Argo's limit. A failure or a cancellation ends the node.
     """
-    last = outcomes[-1]
-    if last == "oom" and outcomes.count("oom") == 1:
+    last = view.outcomes[-1]
+    if len(view.outcomes) > RETRY_LIMIT:
+        return None
+    if last == "killed":
+        # No evidence of memory: one retry with the retry memory, never more.
+        return RETRYING_PHASE if view.outcomes.count("killed") == 1 else None
+    if last == "oom" and not retry_rule.ran_with_retry_memory(
+        view.attempts[len(view.outcomes) - 1].memory_gb,
+        memory_gb=view.spec.memory_gb,
+        retry_memory_gb=view.spec.retry_memory_gb,
+    ):
         return RETRYING_PHASE
-    if last == "evicted" and outcomes.count("evicted") <= EVICTION_RETRIES:
+    if last == "evicted":
         return PREEMPTED_PHASE
     return None
 
@@ -206,10 +237,19 @@ def node_phase(view: NodeView, stopped: bool) -> str | None:
         return None
     if view.outcomes[-1] == "succeeded":
         return "Succeeded"
-    waiting = retry(view.outcomes)
+    waiting = retry(view)
     return waiting if waiting is not None and not stopped else "Failed"
 
 
 def next_memory_gb(view: NodeView) -> float:
-    """The memory of the next attempt: the retry memory once a kill for memory was proven."""
-    return view.spec.retry_memory_gb if "oom" in view.outcomes else view.spec.memory_gb
+    """The memory of the next attempt: the retry memory right after an attempt that exited 137.
+
+    The one rule of both backends (``runs.retry_rule``): Argo's ``podSpecPatch`` sees only the
+    attempt before, so an attempt gets the retry memory exactly when that one was killed.
+    """
+    last = view.attempts[-1].exit if view.attempts else None
+    return retry_rule.next_memory_gb(
+        memory_gb=view.spec.memory_gb,
+        retry_memory_gb=view.spec.retry_memory_gb,
+        previous_exit=None if last is None else last.get("exit_code"),
+    )

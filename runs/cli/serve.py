@@ -129,27 +129,56 @@ def prepare_broker() -> None:
             Path(str(options[key])).mkdir(parents=True, exist_ok=True)
 
 
+def protect_home(home: Path) -> None:
+    """Keep the service's files from the processes of the runs: the home can be crossed (to
+    the store) but not listed, and all in it but the store, scratch, venvs and static files
+    (the database, the secret key, the broker, the demo login) is the service's alone."""
+    from django.conf import settings
+
+    shared = {
+        Path(settings.SIMRUN_STORE),
+        Path(settings.SIMRUN_SCRATCH),
+        Path(settings.STATIC_ROOT),
+    }
+    shared.add(Path(settings.SIMRUN_SCRATCH).parent / "envs")
+    broker = str(settings.CELERY_BROKER_URL)
+    if broker.startswith("sqlite:///"):  # made now, so its journals take its mode
+        path = Path(broker.removeprefix("sqlite:///"))
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    home.chmod(0o711)
+    for entry in home.iterdir():
+        if entry not in shared and not entry.is_symlink():
+            entry.chmod(entry.stat().st_mode & 0o7700)
+
+
 def demo(home: Path) -> str:
     """The demo user (its login kept in the home) with the example sweep submitted once."""
+    from django.contrib.auth.models import User
+
     from harness.tasktypes import task_types
     from runs.cli.user import ensure_user
     from runs.spec import parse_spec
     from runs.submission import create_run
 
     kept = home / "demo-login"
-    login = ensure_user(name=DEMO_USER)
+    first = not User.objects.filter(username=DEMO_USER).exists()
+    login = ensure_user(name=DEMO_USER, token=first)
     if login.password is not None:
         kept.write_text(login.password)
         kept.chmod(0o600)
     password = kept.read_text() if kept.exists() else "(set before: simrun user demo --password)"
-    from django.contrib.auth.models import User
-
     user = User.objects.get(username=DEMO_USER)
     if not user.runs.exists():
         spec = parse_spec(DEMO_SPEC.read_text(), types=task_types())
         run = create_run(spec=spec, owner=user)
         print(f"simrun: submitted the example sweep {DEMO_SPEC.name} as run {run.id}")
-    return f"log in as {DEMO_USER} / {password}; API token {login.token} (simrun login --token)"
+    token = (
+        f"API token {login.token} (shown only now; simrun login --token)"
+        if login.token
+        else f"API token: shown at the first start only (`simrun user {DEMO_USER}` makes one)"
+    )
+    return f"log in as {DEMO_USER} / {password}; {token}"
 
 
 def wait_until_listening(host: str, port: int, web: Child) -> bool:
@@ -189,7 +218,28 @@ def banner(args: argparse.Namespace, home: Path, login: str | None) -> str:
         "Ctrl-C stops the service; the processes of live runs go on and the next start "
         "adopts them.",
     ]
+    if backend.name == "local":
+        lines.insert(3, isolation(backend))
     return "\n".join(lines)
+
+
+def isolation(backend: object) -> str:
+    """What the banner says of who the processes of the runs run as, and their memory."""
+    memory = (
+        ""
+        if getattr(backend, "enforces_memory", True)
+        else "memory is not enforced (no memory cgroups: run as root): a task may use more "
+        "than its plan; "
+    )
+    base = getattr(backend, "task_uid_base", None)
+    if base is not None:
+        if problem := backend.isolation_problem():  # type: ignore[attr-defined]
+            return f"{memory}no task can start: {problem}"
+        return f"{memory}tasks run as user id {base} + their owner's id, apart from the service"
+    return (
+        f"{memory}tasks run as this service's own user (not root, or SIMRUN_TASK_UID_BASE=0): "
+        "they can read what the service can (docs/cli.md)"
+    )
 
 
 def supervise(found: list[Child], home: Path, stop: threading.Event) -> int:
@@ -239,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise serves from it
     call_command("migrate", interactive=False, verbosity=0)
     login = demo(home) if args.demo else None
+    protect_home(home)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -247,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
         start(child, home)
     try:
         if wait_until_listening(args.host, args.port, found[0]):
+            protect_home(home)  # what the children made meanwhile
             print(banner(args, home, login), flush=True)
         elif not stop.is_set():
             print(f"simrun: the web server did not start on {args.host}:{args.port}")

@@ -1,7 +1,8 @@
-"""``simrun user NAME``: create a user (or find one) and print an API token for it.
+"""``simrun user NAME``: create a user (or find one) and print a new API token for it.
 
 Runs against the service's database (``SIMRUN_HOME`` or ``DATABASE_URL``), like ``serve``.
-A new user gets a generated password, printed once, unless ``--password`` gives one.
+A new user gets a generated password, printed once, unless ``--password`` gives one. Tokens
+are stored hashed: each is printed once, when it is made; ``--revoke`` revokes them all.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ import secrets
 from dataclasses import dataclass
 
 NAME = "user"
-HELP = "create a user of the service (or find one) and print an API token"
+HELP = "create a user of the service (or find one) and print a new API token, or revoke them"
 
 
 @dataclass(frozen=True)
 class Login:
-    """A user's name, the password set now (None when it was not changed) and API token."""
+    """A user's name, the password set now (None when it was not changed), the API token made
+    now (None when none was) and when it expires (None: never)."""
 
     name: str
     password: str | None
-    token: str
+    token: str | None
+    expiry: str | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,16 +32,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--password", help="set this password (a new user gets a generated one otherwise)"
     )
+    parser.add_argument(
+        "--days",
+        type=int,
+        help="the new token expires after this many days (0: never; SIMRUN_TOKEN_DAYS by default)",
+    )
+    parser.add_argument(
+        "--revoke", action="store_true", help="revoke every API token of the user, make none"
+    )
 
 
-def ensure_user(*, name: str, staff: bool = False, password: str | None = None) -> Login:
-    """The user ``name``, created when missing, and its API token (created when missing).
+def ensure_user(
+    *,
+    name: str,
+    staff: bool = False,
+    password: str | None = None,
+    token: bool = True,
+    days: int | None = None,
+) -> Login:
+    """The user ``name``, created when missing, with a new API token unless ``token`` is false.
 
     A new user gets ``password`` or a generated one; an existing user's password changes only
     when ``password`` is given; ``staff`` makes a user staff and superuser, never the reverse.
     """
     from django.contrib.auth.models import User
-    from rest_framework.authtoken.models import Token
+
+    from runs.api.authentication import create_token
 
     user, created = User.objects.get_or_create(username=name)
     if created and password is None:
@@ -48,14 +67,20 @@ def ensure_user(*, name: str, staff: bool = False, password: str | None = None) 
     if staff:
         user.is_staff = user.is_superuser = True
     user.save()
-    token, _ = Token.objects.get_or_create(user=user)
-    return Login(name=name, password=password, token=token.key)
+    if not token:
+        return Login(name=name, password=password, token=None)
+    record, key = create_token(user, days)
+    expiry = record.expiry.isoformat(timespec="seconds") if record.expiry else None
+    return Login(name=name, password=password, token=key, expiry=expiry)
 
 
 def printed(login: Login) -> str:
-    """What ``simrun user`` prints: the password set now, if any, and the API token."""
+    """What ``simrun user`` prints: the password set now, if any, and the token made now."""
     shown = [f"password: {login.password}"] if login.password is not None else []
-    return "\n".join([*shown, f"token: {login.token}"])
+    if login.token is not None:
+        until = f"expires {login.expiry}" if login.expiry else "never expires"
+        shown.append(f"token: {login.token}  ({until}; shown only now)")
+    return "\n".join(shown)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,5 +90,17 @@ def run(args: argparse.Namespace) -> int:
 
     home.prepare()
     call_command("migrate", interactive=False, verbosity=0)  # also before the first serve
-    print(printed(ensure_user(name=args.name, staff=args.staff, password=args.password)))
+    if args.revoke:
+        from django.contrib.auth.models import User
+
+        from runs.api.authentication import revoke_tokens
+
+        user = User.objects.filter(username=args.name).first()
+        if user is None:
+            print(f"simrun: no user {args.name}")
+            return 1
+        print(f"revoked {revoke_tokens(user)} token(s) of {args.name}")
+        return 0
+    login = ensure_user(name=args.name, staff=args.staff, password=args.password, days=args.days)
+    print(printed(login))
     return 0

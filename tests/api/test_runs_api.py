@@ -6,13 +6,12 @@ import json
 
 import pytest
 import time_machine
-from django.core.management import call_command
 from django.utils import timezone
 from rest_framework import serializers
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from runs.access import listed_runs
+from runs.api.authentication import create_token
 from runs.api.serializers import RunSerializer
 from runs.models import Attempt, Run, RunState, Task
 
@@ -329,14 +328,13 @@ def test_cancelling_an_ended_run_is_a_conflict(owner_client, owner):
 # Authentication
 
 
-def test_a_token_from_drf_create_token_authenticates(owner, capsys):
-    call_command("drf_create_token", owner.username)
-    token = Token.objects.get(user=owner).key
-    assert token in capsys.readouterr().out
+@pytest.mark.parametrize("scheme", ["Token", "Bearer", "bearer"])
+def test_a_token_authenticates_under_either_scheme(owner, scheme):
+    _, token = create_token(owner)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    client.credentials(HTTP_AUTHORIZATION=f"{scheme} {token}")
     assert client.get("/api/runs/").status_code == 200
-    client.credentials(HTTP_AUTHORIZATION="Token wrong")
+    client.credentials(HTTP_AUTHORIZATION=f"{scheme} wrong")
     assert client.get("/api/runs/").status_code == 401
 
 

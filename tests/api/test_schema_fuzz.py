@@ -14,7 +14,6 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
-from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -23,6 +22,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from runs.api.authentication import create_token
 from runs.api.schema import EXAMPLE_SPEC
 from runs.models import RunState
 from runs.snapshots import save_snapshot
@@ -61,7 +61,7 @@ def known(transactional_db, owner, store, backend):
     owner.is_staff = True  # staff reach every operation, releases included
     owner.save()
     return {
-        "token": Token.objects.create(user=owner).key,
+        "token": create_token(owner)[1],
         "path": {
             "id": run.id,
             "run_id": run.id,

@@ -82,6 +82,15 @@ def process_of(backend: LocalBackend, run_id: str, task: str, node: str, attempt
     return wait_for(lambda: (read_json(pid_file) or {}).get("pid"), what=f"{pid_file.name}")
 
 
+def gone(pid: int) -> bool:
+    """Whether a process ended: no longer in /proc, or a zombie nobody reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
 @contextmanager
 def stepping(backend: LocalBackend, poll_s: float = 0.1) -> Iterator[LocalBackend]:
     """The backend with its step running in a thread, as ``simrun serve`` runs it.

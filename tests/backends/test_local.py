@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from runs.backends import local
-from runs.backends.base import PREEMPTED_PHASE
 from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import process_start
 from tests.backends.local_fixtures import (
     ended,
+    gone,
     phase,
     plan,
     process_of,
@@ -115,42 +115,42 @@ def test_an_exit_137_without_evidence_of_the_oom_killer_is_no_kill_for_memory(ba
     assert not failure.evicted
 
 
-def test_an_evicted_process_is_retried_as_its_next_attempt(backend):
-    script = 'echo "attempt $SIMRUN_ATTEMPT"; [ "$SIMRUN_ATTEMPT" = 1 ] || sleep 60'
+def test_a_process_ended_by_a_signal_simrun_did_not_send_fails_without_a_retry(backend):
     with stepping(backend):
-        submit(backend, "r5", {"t": {"command": shell(script)}})
+        submit(backend, "r5", {"t": {"command": shell("sleep 60")}})
         pid = process_of(backend, "r5", "t", "t")
         os.killpg(pid, signal.SIGTERM)
         wait_for(lambda: ended(backend, "r5"), what="the end")
     status = backend.status(workflow_name("r5"))
-    assert status.phase == "Succeeded"
-    [evicted] = status.failed["t"]
-    assert (evicted.attempt, evicted.exit_code, evicted.evicted, evicted.oom_killed) == (
+    assert status.phase == "Failed"
+    [failed] = status.failed["t"]
+    assert (failed.attempt, failed.exit_code, failed.evicted, failed.oom_killed) == (
         0,
         143,
-        True,
+        False,
         False,
     )
-    assert read_log(backend, "r5", "t", "t", 1) == "attempt 1\n"
+    assert not (backend.store / "runs/r5/tasks/t/logs/t-1.launch").exists()
 
 
-def test_an_evicted_node_is_preempted_until_its_retry_starts(backend):
+def test_a_process_whose_launcher_was_lost_is_evicted_and_retried(backend):
     backend.step()  # the step of this test is taken by hand, one at a time
-    submit(backend, "r6", {"t": {"command": shell("sleep 60")}})
+    script = 'echo "attempt $SIMRUN_ATTEMPT"; [ "$SIMRUN_ATTEMPT" = 1 ] || sleep 60'
+    submit(backend, "r6", {"t": {"command": shell(script)}})
     assert backend.step()
     logs = backend.store / "runs/r6/tasks/t/logs"
     pid = process_of(backend, "r6", "t", "t")
+    launcher = json.loads((logs / "t-0.pid").read_text())["launcher"]
+    os.kill(launcher, signal.SIGKILL)
     os.killpg(pid, signal.SIGKILL)
-    wait_for(lambda: (logs / "t-0.exit").exists(), what="the launcher to record the end")
-    status = backend.status(workflow_name("r6"))
-    assert status.tasks == {"t": PREEMPTED_PHASE}
-    assert status.phase == "Running"
-    [evicted] = status.failed["t"]
-    assert (evicted.exit_code, evicted.evicted, evicted.oom_killed) == (137, True, False)
+    wait_for(lambda: gone(launcher) and gone(pid), what="the launcher and its process to end")
     assert backend.step()
-    assert phase(backend, "r6", "t") in {"Pending", "Running"}
+    [evicted] = backend.status(workflow_name("r6")).failed["t"]
+    assert (evicted.exit_code, evicted.evicted, evicted.oom_killed) == (None, True, False)
     assert (logs / "t-1.launch").exists()
-    backend.cancel(workflow_name("r6"))
+    wait_for(lambda: (backend.step(), ended(backend, "r6"))[1], what="the end")
+    assert phase(backend, "r6") == "Succeeded"
+    assert read_log(backend, "r6", "t", "t", 1) == "attempt 1\n"
 
 
 def test_cancel_ends_every_process_with_sigterm_then_sigkill_after_the_grace(backend):
@@ -197,8 +197,15 @@ def test_runs_take_the_cores_in_the_order_of_their_submission(backend, owner):
     with stepping(backend):
         submit(backend, "hold", {"t": {"command": wait}}, {"t": plan(cores=2)})
         wait_for(lambda: phase(backend, "hold", "t") == "Running")
-        submit(backend, second.id, {"t": {"command": ["true"]}}, {"t": plan(cores=2)})
-        submit(backend, first.id, {"t": {"command": ["true"]}}, {"t": plan(cores=2)})
+        for run in (second, first):
+            created = run.created_at.timestamp()
+            submit(
+                backend,
+                run.id,
+                {"t": {"command": ["true"]}},
+                {"t": plan(cores=2)},
+                created_at=created,
+            )
         assert phase(backend, first.id, "t") == phase(backend, second.id, "t") == "Pending"
         flag.touch()
         wait_for(lambda: ended(backend, first.id) and ended(backend, second.id))

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
 from runs import controller, store, tasks
+from runs.api.authentication import create_token
 from runs.backends.fake import FakeBackend
 from runs.models import Run, TaskKind
 from tests.api.conftest import backend, queued, settled  # noqa: F401, F811
@@ -107,7 +107,7 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def simrun(live_server, owner, home):
     """Run ``simrun`` as alice would, against the live server."""
-    token = Token.objects.create(user=owner).key
+    _, token = create_token(owner)
 
     def run(
         *args: str,

@@ -58,7 +58,9 @@ class Service:
 
     def env(self) -> dict[str, str]:
         clean = {k: v for k, v in os.environ.items() if not k.startswith(CONFIGURATION)}
-        return {**clean, "SIMRUN_HOME": str(self.home), **self.extra_env}
+        # Tasks run as the service's user: the test's home is in a folder only root passes.
+        defaults = {"SIMRUN_HOME": str(self.home), "SIMRUN_TASK_UID_BASE": "0"}
+        return {**clean, **defaults, **self.extra_env}
 
     def start(self) -> None:
         """Start ``simrun serve`` and wait until it says where it runs."""

@@ -1,0 +1,63 @@
+"""API tokens: stored hashed (django-rest-knox), with an expiry, sent as ``Token`` or ``Bearer``.
+
+A token is shown once, when it is made (``simrun user``, ``simrun login``, ``serve --demo``,
+the admin); the database keeps only its digest, so a copy of the database gives no token.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from knox.auth import TokenAuthentication as KnoxTokenAuthentication
+from knox.models import AuthToken
+from rest_framework import exceptions
+from rest_framework.authentication import get_authorization_header
+from rest_framework.request import Request
+
+SCHEMES = (b"token", b"bearer")
+
+
+class TokenAuthentication(KnoxTokenAuthentication):  # type: ignore[misc]  # knox is untyped
+    """Knox's hashed tokens under either scheme: ``Authorization: Token …`` or ``Bearer …``."""
+
+    def authenticate(self, request: Request) -> Any:
+        auth = get_authorization_header(request).split()
+        if not auth or auth[0].lower() not in SCHEMES:
+            return None  # another scheme (or none): the session may authenticate
+        if len(auth) != 2:
+            raise exceptions.AuthenticationFailed("Give one token after the scheme.")
+        return self.authenticate_credentials(auth[1])
+
+
+class TokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """The scheme in the OpenAPI schema: a bearer token (``Token`` works the same)."""
+
+    target_class = "runs.api.authentication.TokenAuthentication"
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token: `Authorization: Bearer <token>` (or `Token <token>`).",
+        }
+
+
+def create_token(user: AbstractBaseUser, days: int | None = None) -> tuple[AuthToken, str]:
+    """A new token of a user, expiring after ``days`` (``SIMRUN_TOKEN_DAYS`` by default; 0:
+    never): its record and the token itself, which only the caller ever sees."""
+    days = settings.SIMRUN_TOKEN_DAYS if days is None else days
+    record, token = AuthToken.objects.create(
+        user=user, expiry=timedelta(days=days) if days else None
+    )
+    return record, str(token)
+
+
+def revoke_tokens(user: AbstractBaseUser) -> int:
+    """Revoke every token of a user; how many there were."""
+    deleted, _ = AuthToken.objects.filter(user=user).delete()
+    return int(deleted)

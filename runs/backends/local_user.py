@@ -1,0 +1,108 @@
+"""Who the processes of the local backend run as, and the file modes that keep them apart.
+
+A service that runs as root starts each process as an unprivileged user of its own: the
+user with the id ``SIMRUN_TASK_UID_BASE + the owner's id`` (and a group of the same id), so
+the tasks of two users never share one. Nothing needs to exist in ``/etc/passwd``: the
+process gets ``HOME``, ``USER`` and ``LOGNAME`` in its environment. The run's directory in
+the store belongs to that user (group: the service's, so the service reads it), the store
+and scratch roots let it pass without listing them, and the files of the backend
+(``logs/``: launch, pid, exit files and logs) stay the service's, out of the task's reach.
+
+A service that does not run as root cannot change users: its processes run as the service's
+own user, with only the environment and working directory kept to what they need
+(docs/cli.md says what that leaves reachable).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_DIR_MODE = 0o2770
+"""A run's directories: its task user and the service's group; new entries keep the group."""
+RUN_FILE_MODE = 0o660
+PASS_ONLY = 0o711
+"""The roots every task crosses (store, its runs, scratch, venvs): passable, not listable."""
+UMASK = 0o007
+"""What a task creates is its own and the service's group's, nobody else's."""
+
+
+@dataclass(frozen=True)
+class TaskUser:
+    """The user and group ids a process runs as, and the group the service reads through."""
+
+    uid: int
+    gid: int
+    service_gid: int
+
+    @property
+    def name(self) -> str:
+        return f"simrun-task-{self.uid}"
+
+
+def for_owner(owner_id: int | None, uid_base: int | None) -> TaskUser | None:
+    """The task user of a run's owner; None when the service cannot change users (not root)
+    or isolation is off (no ``uid_base``)."""
+    if uid_base is None or owner_id is None or os.geteuid() != 0:
+        return None
+    uid = uid_base + owner_id
+    return TaskUser(uid=uid, gid=uid, service_gid=os.getegid())
+
+
+def unreachable(*roots: Path) -> str | None:
+    """Why a task user cannot reach these roots (a folder above one lets no other user pass),
+    None when it can."""
+    for root in roots:
+        for folder in root.resolve().parents:
+            if folder.exists() and not folder.stat().st_mode & 0o001:
+                return (
+                    f"{folder} lets no other user pass, so the tasks' users cannot reach "
+                    f"{root}: chmod o+x {folder}, move SIMRUN_HOME (or SIMRUN_STORE and "
+                    "SIMRUN_SCRATCH), or set SIMRUN_TASK_UID_BASE=0 to run tasks as the service"
+                )
+    return None
+
+
+def pass_only(*roots: Path) -> None:
+    """Let others cross these directories without listing or reading them."""
+    for root in roots:
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, (root.stat().st_mode & 0o7770) | 0o001)
+        os.chmod(root, root.stat().st_mode & ~0o006)
+
+
+def give(path: Path, user: TaskUser, *, skip: frozenset[str] = frozenset(), depth: int = 3) -> None:
+    """Hand a directory and what the service made in it (``depth`` levels) to a task user;
+    entries named in ``skip`` stay the service's."""
+    _own(path, user)
+    if depth == 0:
+        return
+    for entry in path.iterdir():
+        if entry.name in skip or entry.is_symlink():
+            continue
+        if entry.is_dir():
+            give(entry, user, skip=skip, depth=depth - 1)
+        else:
+            _own(entry, user)
+
+
+def _own(path: Path, user: TaskUser) -> None:
+    stat = path.lstat()
+    if stat.st_uid == user.uid and stat.st_gid == user.service_gid:
+        return
+    os.chown(path, user.uid, user.service_gid, follow_symlinks=False)
+    os.chmod(path, RUN_DIR_MODE if path.is_dir() else RUN_FILE_MODE)
+
+
+def keep(path: Path, user: TaskUser) -> None:
+    """A directory of the service inside a task's: the service's group reads it, no task."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, os.geteuid(), user.service_gid)
+    os.chmod(path, 0o750)
+
+
+def private(path: Path, user: TaskUser) -> None:
+    """A directory only the task user reaches (its scratch, its run's venv)."""
+    os.chown(path, user.uid, user.gid)
+    os.chmod(path, 0o700)

@@ -1,0 +1,94 @@
+"""API tokens: hashed at rest, shown once, expiring, revocable from the CLI and the admin."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import time_machine
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from knox.models import AuthToken
+from rest_framework.test import APIClient
+
+from runs.api.authentication import create_token, revoke_tokens
+from runs.cli.user import ensure_user, printed
+
+pytestmark = pytest.mark.django_db
+
+
+def bearer(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def test_the_database_keeps_no_token_only_its_digest(owner):
+    _, token = create_token(owner)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM knox_authtoken")
+        rows = [" ".join(map(str, row)) for row in cursor.fetchall()]
+    assert rows
+    assert not any(token in row for row in rows)
+    assert bearer(token).get("/api/me/").status_code == 200
+
+
+def test_a_token_expires_after_its_days(owner, settings):
+    settings.SIMRUN_TOKEN_DAYS = 30
+    _, token = create_token(owner)
+    assert bearer(token).get("/api/me/").status_code == 200
+
+    with time_machine.travel(dt.datetime.now(tz=dt.UTC) + dt.timedelta(days=31)):
+        assert bearer(token).get("/api/me/").status_code == 401
+
+
+def test_a_revoked_token_is_refused(owner):
+    _, token = create_token(owner)
+
+    assert revoke_tokens(owner) == 1
+    assert bearer(token).get("/api/me/").status_code == 401
+
+
+def test_simrun_user_prints_a_new_token_each_time_once(db):
+    first = ensure_user(name="bob", days=7)
+    second = ensure_user(name="bob")
+
+    assert first.token and second.token and first.token != second.token
+    assert f"token: {first.token}  (expires " in printed(first)
+    assert AuthToken.objects.filter(user__username="bob").count() == 2
+    never = ensure_user(name="bob", days=0)
+    assert AuthToken.objects.get(digest__startswith="", user__username="bob", expiry=None)
+    assert "never expires" in printed(never)
+
+
+def test_the_admin_never_shows_a_token_but_the_one_it_just_made(db):
+    operator = User.objects.create_superuser("root", password="root-password")
+    _, token = create_token(operator)
+    client = Client()
+    client.force_login(operator)
+    record = AuthToken.objects.get()
+
+    pages = [
+        client.get("/admin/knox/authtoken/").content.decode(),
+        client.get(f"/admin/knox/authtoken/{record.pk}/change/").content.decode(),
+    ]
+    assert record.digest[:12] in pages[0]
+    assert not any(token[:8] in page for page in pages)  # nor the token_key knox keeps
+
+    made = client.post(
+        "/admin/knox/authtoken/add/",
+        {"user": operator.pk, "expiry_0": "2099-01-01", "expiry_1": "00:00:00"},
+        follow=True,
+    )
+    new = next(t for t in AuthToken.objects.filter(user=operator) if t.digest != record.digest)
+    shown = made.content.decode().split("shown only now: ")[1].split("<")[0].strip()
+    assert bearer(shown).get("/api/me/").status_code == 200
+    assert new.expiry is not None and new.expiry.year == 2099
+
+    client.post(
+        "/admin/knox/authtoken/",
+        {"action": "revoke", "_selected_action": [new.pk]},
+    )
+    assert bearer(shown).get("/api/me/").status_code == 401
