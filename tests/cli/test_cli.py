@@ -239,6 +239,8 @@ def test_submit_rerun_submits_the_spec_of_a_run_again_linked_to_it(simrun, owner
     again = Run.objects.exclude(pk=source.pk).get()
     assert f"submitted run {again.id} (demo) as a re-run of {source.id}" in result.out
     assert again.spec == source.spec and again.rerun_of == source
+    assert f"re-run of {source.id}" in simrun("show", again.id).out
+    assert f"re-run as {again.id}" in simrun("show", source.id).out
     edited = simrun("submit", str(spec_file(tmp_path, "edited")), "--rerun", source.id)
     assert edited.code == 0, edited.err
     assert Run.objects.get(name="edited").rerun_of == source
