@@ -183,3 +183,14 @@ def test_a_wake_up_reconciles_sooner_than_the_poll(owner, service, no_submission
         details=found.logs,
     )
     assert time.monotonic() - woken < poll_s / 2
+
+
+def test_a_submission_whose_message_was_lost_is_handed_on_by_the_loop(
+    owner, service, no_submission_on_commit
+):
+    """The worker that took the submission died with it: beat's loop sends it again."""
+    found = service(1.0)
+    spec = parse_spec(yaml.safe_dump(SWEEP), types=task_types())
+    run = create_run(spec=spec, owner=owner, backend=found.backend)  # its message goes nowhere
+    wait_for(lambda: state(run) == RunState.RUNNING, 60, "the loop's hand-on", details=found.logs)
+    assert Run.objects.get(pk=run.pk).workflow == workflow_name(run.id)
