@@ -5,15 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0004_attempt_memory_facts'),
+        ("runs", "0004_attempt_memory_facts"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='rerun_of',
-            field=models.ForeignKey(blank=True, help_text='The run whose spec this one was submitted again from.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='reruns', to='runs.run'),
+            model_name="run",
+            name="rerun_of",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="The run whose spec this one was submitted again from.",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="reruns",
+                to="runs.run",
+            ),
         ),
     ]
