@@ -237,8 +237,8 @@ def observe(
             messages[task_id] = _failure(task_id, kinds[task_id], status, plans[task_id], grace)
         elif task_id in merge_pending and state == TaskState.RUNNING:
             messages[task_id] = f"waiting for out/{MERGED_MARKER} of the coordinator's merge"
-        else:
-            messages[task_id] = ""
+        else:  # a task ready to start says why it waits, if its backend says
+            messages[task_id] = status.waiting.get(task_id, status.waiting.get(f"{task_id}-w0", ""))
     merge_pending = {t: s for t, s in merge_pending.items() if states[t] not in FINAL_TASK_STATES}
     ending = {t for t, state in states.items() if state == TaskState.DONE and not stored[t].final}
     attempts += _succeeded(ending, stored, plans, status)

@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     for task in item["tasks"]:
         if task.get("command"):
             console.print(f"command of {task['id']}: {shlex.join(task['command'])}", markup=False)
+        if task.get("message"):  # why it waits, or why it failed
+            console.print(f"{task['id']}: {task['message']}", markup=False)
     attempts = attempts_table(item["tasks"])
     if attempts is not None:
         console.print(attempts)

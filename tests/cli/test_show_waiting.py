@@ -1,0 +1,19 @@
+"""``simrun show`` says why a task waits (or failed): its message."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import running, submitted
+
+pytestmark = pytest.mark.django_db
+
+
+def test_show_says_why_a_task_waits(simrun, owner):
+    run = running(submitted(owner, "tasks:\n  sweep: {type: squares, settings: {n: 4}}\n"))
+    run.tasks.filter(task_id="sweep").update(message="waits for 4 cores; runs a and b hold 2 of 2")
+
+    shown = simrun("show", run.id)
+
+    assert shown.code == 0, shown.err
+    assert "sweep: waits for 4 cores; runs a and b hold 2 of 2" in shown.out
