@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -79,6 +80,8 @@ BUILD_POLL_S = 5.0
 GIB = 2**30
 CAPACITY_TTL_S = 300.0
 """How long the sizes of the nodes are taken as known: nodes come and go, rarely."""
+CAPACITY_RETRY_S = 30.0
+"""How soon the sizes are asked again after the cluster did not answer."""
 
 
 def api_client(kubeconfig: str = "") -> ApiClient:
@@ -101,6 +104,7 @@ class ArgoBackend:
     name = "argo"
     runs_images = True
     extra_workers = True
+    reserves_nodes = True
     enforces_memory = True
 
     def __init__(
@@ -122,6 +126,8 @@ class ArgoBackend:
         self.core = cast(CoreV1Api, Resilient(CoreV1Api(api), self.calls))
         self.custom = cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), self.calls))
         self._watch_api = CustomObjectsApi(api)
+        once = replace(self.calls, tries=1, read_timeout_s=min(self.calls.read_timeout_s, 5.0))
+        self._core_once = cast(CoreV1Api, Resilient(CoreV1Api(api), once))
         self.capacity_ttl_s = capacity_ttl_s
         self._sizes: list[tuple[float, float]] = []
         self._sizes_at: float | None = None
@@ -351,9 +357,9 @@ class ArgoBackend:
             )
         return found
 
-    def _listed_nodes(self) -> list[Any]:
+    def _listed_nodes(self, core: CoreV1Api | None = None) -> list[Any]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(self.cluster.node_selector.items()))
-        return list(self.core.list_node(label_selector=selector or None).items)
+        return list((core or self.core).list_node(label_selector=selector or None).items)
 
     @property
     def max_cores(self) -> int | None:
@@ -369,15 +375,19 @@ class ArgoBackend:
 
     def node_sizes(self) -> list[tuple[float, float]]:
         """(cores, GiB) allocatable of each node the runs' pods may use, read at most every
-        ``capacity_ttl_s``; the last known sizes (or none) while the cluster does not answer."""
+        ``capacity_ttl_s``; the last known sizes (or none) while the cluster does not answer.
+
+        One quick try: a web request planning a run must not wait for a cluster that is away.
+        """
         now = time.monotonic()
         if self._sizes_at is not None and now - self._sizes_at < self.capacity_ttl_s:
             return self._sizes
         self._sizes_at = now
         try:
-            nodes = self._listed_nodes()
+            nodes = self._listed_nodes(self._core_once)
         except Exception as error:
             log.warning("the sizes of the nodes are unknown for now: %s", error)
+            self._sizes_at = now - self.capacity_ttl_s + min(CAPACITY_RETRY_S, self.capacity_ttl_s)
             return self._sizes
         sizes = [
             _allocatable(node)

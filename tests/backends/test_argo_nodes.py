@@ -227,12 +227,20 @@ def test_the_caps_are_the_largest_node_the_pods_may_use_and_read_once_a_while(
     assert (backend.max_cores, backend.max_memory_gb) == (32, 128.0)
 
 
-def test_the_caps_are_unknown_while_the_cluster_does_not_answer(
+def test_the_caps_are_unknown_while_the_cluster_does_not_answer_after_one_try(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
-    kube.state.intercept = lambda request: 403
+    put(kube, pool("pool-1", "8", "32Gi"))
+    backend = backend_of(kube, tmp_path)
+    kube.state.intercept = lambda request: 503
 
-    assert backend_of(kube, tmp_path).max_memory_gb is None
+    assert backend.max_memory_gb is None
+    assert len(kube.state.requests) == 1, "a web request planning a run does not wait"
+
+    kube.state.intercept = None
+    backend._sizes_at = (backend._sizes_at or 0) - 30  # the short wait after a failure
+
+    assert backend.max_memory_gb == 32.0
 
 
 def test_a_plan_is_capped_by_the_nodes_so_its_retry_memory_fits_one(
