@@ -100,12 +100,12 @@ class Usage:
 
 
 def figures(w: Wastage) -> dict[str, float]:
-    """GiB·h rounded to what a page shows, and the memory allocation quality."""
+    """GiB·h rounded to a tenth of a GiB·s, and the memory allocation quality."""
     return {
-        "used_gbh": round(w.used_gbh, 4),
-        "over_gbh": round(w.over_gbh, 4),
-        "under_gbh": round(w.under_gbh, 4),
-        "wasted_gbh": round(w.wasted_gbh, 4),
+        "used_gbh": round(w.used_gbh, 7),
+        "over_gbh": round(w.over_gbh, 7),
+        "under_gbh": round(w.under_gbh, 7),
+        "wasted_gbh": round(w.wasted_gbh, 7),
         "maq": round(w.maq, 3),
     }
 

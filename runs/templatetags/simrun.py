@@ -84,6 +84,8 @@ def gbh(value: float | None) -> str:
         return "–"
     if value == 0:
         return "0 GiB·h"
+    if abs(value) < 0.01:
+        return f"{value * 3600:.3g} GiB·s"  # a short run's figures read better in seconds
     digits = 2 if abs(value) >= 1 else 4
     return f"{value:.{digits}f}".rstrip("0").rstrip(".") + " GiB·h"
 
