@@ -189,6 +189,16 @@ def test_a_run_page_shows_plans_why_attempts_and_oom_evidence(alice, owner):
     assert '<span class="mono bad">137</span>' in page
 
 
+def test_a_memory_kill_is_named_once_when_its_evidence_says_no_more(alice, owner):
+    run = running(submitted(owner), sweep="running")
+    Attempt.objects.create(
+        task=run.tasks.get(task_id="sweep"), worker="sweep-w0", attempt=0,
+        oom_killed=True, oom_evidence="OOMKilled", exit_code=137,
+    )  # fmt: skip
+    page = alice.get(f"/runs/{run.id}/").content.decode()
+    assert "OOM killed" in page and "OOMKilled" not in page
+
+
 def test_a_run_page_shows_the_message_and_that_memory_is_not_enforced(alice, owner):
     run = ended(submitted(owner), RunState.FAILED, message="task sweep: unit 3 failed")
     Run.objects.filter(pk=run.pk).update(memory_enforced=False)
