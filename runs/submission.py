@@ -83,6 +83,9 @@ def create_run(
     types = task_types()
     backend = backend or get_backend()
     check_sources(spec, owner)
+    if spec.reserve_node and not backend.reserves_nodes:
+        message = f"the {backend.name} backend has no nodes to reserve: submit without it"
+        raise SpecError({"reserve_node": [message]})
     used = {key for key in observation_keys(spec).values() if key}
     plans = plan_run(
         spec,

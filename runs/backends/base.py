@@ -220,6 +220,8 @@ class Backend(Protocol):
     """Whether runs are containers: the service resolves and builds the environment's image."""
     extra_workers: bool
     """Whether a split task may run as several pods; False: one pod that also merges."""
+    reserves_nodes: bool
+    """Whether a run may reserve a node (``reserve_node``); refused at submission otherwise."""
     enforces_memory: bool
     """Whether a pod's memory limit is enforced (a kill for memory is real)."""
     max_cores: int | None

@@ -181,6 +181,7 @@ class LocalBackend:
     name = "local"
     runs_images = False
     extra_workers = False
+    reserves_nodes = False
 
     def __init__(
         self,
