@@ -564,7 +564,8 @@ class ArgoBackend:
                     return
                 if phase == "Failed":
                     tail = self._log_tail(name)
-                    raise RuntimeError(f"the build of {ref} failed:\n{tail}")
+                    log.warning("the build of %s failed; the end of its log:\n%s", ref, tail)
+                    raise RuntimeError(f"the build of {ref} failed: {_build_error(tail)}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the build of {ref} took longer than {self.cluster.build_timeout_s} s"
@@ -632,6 +633,14 @@ def _missing_as_key_error(name: str) -> Iterator[None]:
         if error.status == 404:
             raise KeyError(name) from None
         raise
+
+
+def _build_error(tail: str) -> str:
+    """The line of a build log that says what went wrong: pip's last ``ERROR:``, else the
+    last line, so a user reads one line, not a log."""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors or lines or ["its log is empty"])[-1][:300]
 
 
 def _quantity(value: str) -> Decimal:

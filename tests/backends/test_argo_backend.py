@@ -541,12 +541,22 @@ def test_a_failed_build_raises_with_the_end_of_its_log(
 
     def fail(pod_: dict) -> None:
         pod_["status"] = {"phase": "Failed"}
-        kube.state.logs[("simrun", pod_["metadata"]["name"])] = "error: no matching distribution\n"
+        kube.state.logs[("simrun", pod_["metadata"]["name"])] = (
+            "INFO[0003] RUN pip install --no-cache-dir -r /tmp/requirements.txt\n"
+            "ERROR: Could not find a version that satisfies the requirement numpy==99\n"
+            "ERROR: No matching distribution found for numpy==99\n"
+            "error building image: error building stage: failed to execute command: "
+            "waiting for process to exit: exit status 1\n"
+        )
 
     kube.state.on_pod_created = fail
 
-    with pytest.raises(RuntimeError, match="no matching distribution"):
+    with pytest.raises(RuntimeError) as raised:
         backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+
+    assert str(raised.value) == (
+        f"the build of {ref} failed: ERROR: No matching distribution found for numpy==99"
+    )
     assert kube.state.pods == {} and kube.state.config_maps == {}
 
 
