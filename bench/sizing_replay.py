@@ -1,6 +1,6 @@
 """Benchmark: memory sizing policies replayed on real workflow traces, side by side.
 
-    .venv/bin/python bench/sizing_replay.py TRACE.csv... [--policy NAME] [--json]
+    .venv/bin/python bench/sizing_replay.py TRACE.csv... [--policy NAME] [--json] [--frontier]
 
 Each trace (Nextflow trace format, see ../shared/traces/README.md) is replayed in submission
 order. Every policy keeps its own history per task type and sizes each task from the attempts
@@ -11,9 +11,14 @@ task); doubling and vpa with unlimited retries, as the literature counts them ("
 VPA under simrun's rules). Wastage as Witt et al. count it: over = (limit − peak) × time,
 under = limit × time of a killed attempt, MAQ = used / (used + over + under).
 
+A task submitted before any task of its type had ended has no history: the baselines size
+it at its default; simrun from the prior of the other types (``runs.sizing.Prior``), built
+from the attempts of every type that ended before the task was submitted, as for histories.
+
 Targets: on every trace simrun wastes less than the best baseline, ≥ 25% less over all
 traces, < 1 OOM retry per 100 tasks, ≤ 1 failed task per 1,000. When they are not all met,
-the frontier of simrun's knobs (waste against retries) is printed with the default marked.
+or with ``--frontier``, the frontier of the prior's knobs (waste against retries) is printed
+with the default marked.
 """
 
 from __future__ import annotations
@@ -32,13 +37,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runs.sizing import (  # noqa: E402
+    BUMP,
     POLICIES,
-    PRIOR_SPREAD,
-    TARGET,
+    PRIOR_DEFAULT_TYPES,
+    PRIOR_MARGIN,
     Policy,
+    Prior,
     Sample,
     Simrun,
     Wastage,
+    prior_from,
     wastage,
 )
 
@@ -82,12 +90,18 @@ class Figures:
     wastage: Wastage = field(default_factory=Wastage)
     retries: int = 0
     failed: int = 0
+    unseen_tasks: int = 0  # submitted before any task of their type had ended
+    unseen: Wastage = field(default_factory=Wastage)  # their attempts' wastage
+    retries_in_unseen: int = 0
 
     def add(self, other: Figures) -> None:
         self.tasks += other.tasks
         self.wastage = self.wastage + other.wastage
         self.retries += other.retries
         self.failed += other.failed
+        self.unseen_tasks += other.unseen_tasks
+        self.unseen = self.unseen + other.unseen
+        self.retries_in_unseen += other.retries_in_unseen
 
     @property
     def retries_per_100(self) -> float:
@@ -154,42 +168,70 @@ def parse_row(row: dict[str, str]) -> tuple[Task | None, str]:
 
 
 class Histories:
-    """Each task type's samples, made visible once their attempt has ended."""
+    """Each task type's samples, made visible once their attempt has ended.
+
+    Beside each type's history it keeps the type's default and its most demanding sample,
+    so the prior of a type without history sees the other types' evidence of the moment.
+    """
 
     def __init__(self) -> None:
-        self.pending: dict[str, list[tuple[float, int, Sample]]] = defaultdict(list)
+        self.pending: list[tuple[float, int, str, Sample]] = []
         self.visible: dict[str, list[Sample]] = defaultdict(list)
+        self.defaults: dict[str, float] = {}
+        self.top: dict[str, Sample] = {}
         self.order = 0
 
-    def add(self, type: str, sample: Sample) -> None:
+    def add(self, type: str, sample: Sample, default_gb: float) -> None:
         self.order += 1
-        heapq.heappush(self.pending[type], (sample.at, self.order, sample))
+        self.defaults[type] = default_gb
+        heapq.heappush(self.pending, (sample.at, self.order, type, sample))
 
     def before(self, type: str, at: float) -> list[Sample]:
-        """The type's samples that ended before ``at``, oldest first."""
-        pending, visible = self.pending[type], self.visible[type]
-        while pending and pending[0][0] < at:
-            visible.append(heapq.heappop(pending)[2])
-        return visible
+        """The type's samples that ended before ``at``, oldest first; ``at`` never decreases."""
+        while self.pending and self.pending[0][0] < at:
+            _, _, ended_type, sample = heapq.heappop(self.pending)
+            self.visible[ended_type].append(sample)
+            top = self.top.get(ended_type)
+            if top is None or need(sample) > need(top):
+                self.top[ended_type] = sample
+        return self.visible[type]
+
+    def prior(self) -> Prior:
+        """The prior from every type's samples visible now (a type being sized has none)."""
+        return prior_from({name: (self.defaults[name], (top,)) for name, top in self.top.items()})
 
 
-def replay(tasks: Iterable[Task], policy: Policy, retries: int | None) -> Figures:
-    """Play every task's attempts as ``policy`` sizes them; ``retries`` None is unlimited."""
+def need(sample: Sample) -> float:
+    """What a sample says a task of its type needed: its peak, or above its kill."""
+    return sample.gb * BUMP if sample.killed else sample.gb
+
+
+def replay(
+    tasks: Iterable[Task], policy: Policy, retries: int | None, *, prior: bool = True
+) -> Figures:
+    """Play every task's attempts as ``policy`` sizes them; ``retries`` None is unlimited.
+
+    A task without history gets the prior of the other types' evidence unless ``prior`` is
+    False (the policy as it was before the prior).
+    """
     figures = Figures()
     histories = Histories()
     limit = MAX_ATTEMPTS if retries is None else retries + 1
     for task in tasks:
         history = histories.before(task.type, task.submit)
-        sizing = policy.size(history, default_gb=task.static_gb)
+        given = histories.prior() if prior and not history else None
+        sizing = policy.size(history, default_gb=task.static_gb, prior=given)
         figures.tasks += 1
         gb = sizing.gb
         for attempt in range(limit):
             ended = task.complete + attempt * task.seconds
             killed = gb < task.peak_gb
-            figures.wastage = figures.wastage + wastage(
-                peak_gb=task.peak_gb, limit_gb=gb, seconds=task.seconds, killed=killed
-            )
-            histories.add(task.type, Sample(gb if killed else task.peak_gb, killed, ended))
+            spent = wastage(peak_gb=task.peak_gb, limit_gb=gb, seconds=task.seconds, killed=killed)
+            figures.wastage = figures.wastage + spent
+            if not history:
+                figures.unseen = figures.unseen + spent
+            sample = Sample(gb if killed else task.peak_gb, killed, ended)
+            histories.add(task.type, sample, task.static_gb)
             if not killed:
                 break
             if attempt + 1 == limit:
@@ -201,6 +243,9 @@ def replay(tasks: Iterable[Task], policy: Policy, retries: int | None) -> Figure
                 if attempt == 0
                 else policy.retry(history, killed_gb=gb, default_gb=task.static_gb)
             )
+        if not history:
+            figures.unseen_tasks += 1
+            figures.retries_in_unseen += attempt
     return figures
 
 
@@ -230,7 +275,7 @@ def saving(figures: dict[str, Figures]) -> tuple[str, float] | None:
     return best, 100 * (1 - figures["simrun"].wastage.wasted_gbh / baselines[best])
 
 
-def table(title: str, figures: dict[str, Figures], cold: float) -> str:
+def table(title: str, figures: dict[str, Figures]) -> str:
     """One trace's (or the total's) figures, a column per policy."""
     names = list(figures)
     rows: list[tuple[str, Callable[[Figures], str]]] = [
@@ -242,6 +287,9 @@ def table(title: str, figures: dict[str, Figures], cold: float) -> str:
         ("MAQ", lambda f: f"{f.wastage.maq:.3f}"),
         ("OOM retries/100", lambda f: f"{f.retries_per_100:.2f}"),
         ("failed tasks", lambda f: f"{f.failed}"),
+        ("no-history tasks", lambda f: f"{f.unseen_tasks}"),
+        ("  wasted GiB·h", lambda f: f"{f.unseen.wasted_gbh:.1f}"),
+        ("  OOM retries", lambda f: f"{f.retries_in_unseen}"),
     ]
     width = 11
     lines = [f"== {title}", f"{'':17}" + "".join(f"{n:>{width}}" for n in names)]
@@ -257,19 +305,22 @@ def table(title: str, figures: dict[str, Figures], cold: float) -> str:
         lines.append(
             f"simrun saves {percent:.1f}% of the wasted GiB·h of the best baseline ({best})"
         )
-    lines.append(
-        f"no history at submission: {cold:.1f} GiB·h of static over-sizing that every policy "
-        "repeats (it sizes a type's first tasks at the default)"
-    )
-    if result is not None:
-        best_gbh = figures[best].wastage.wasted_gbh - cold
-        if best_gbh > 0:
-            own = figures["simrun"].wastage.wasted_gbh - cold
-            change = 100 * (own / best_gbh - 1)
-            lines.append(
-                f"beyond that floor: simrun {own:.1f} against {best_gbh:.1f} GiB·h "
-                f"({abs(change):.1f}% {'more' if change > 0 else 'less'})"
-            )
+        lines.append(
+            "no-history tasks were submitted before any task of their type had ended: the "
+            "baselines size them at the default, simrun from the other types' prior"
+        )
+        parts: list[tuple[str, Callable[[Figures], float]]] = [
+            ("no-history tasks", lambda f: f.unseen.wasted_gbh),
+            ("tasks with a history", lambda f: f.wastage.wasted_gbh - f.unseen.wasted_gbh),
+        ]
+        for what, part in parts:
+            own, theirs = part(figures["simrun"]), part(figures[best])
+            if theirs > 0:
+                change = 100 * (own / theirs - 1)
+                lines.append(
+                    f"on the {what}: simrun {own:.1f} against {theirs:.1f} GiB·h "
+                    f"({abs(change):.1f}% {'more' if change > 0 else 'less'})"
+                )
     return "\n".join(lines)
 
 
@@ -320,28 +371,31 @@ def targets(per_trace: dict[str, dict[str, Figures]], total: dict[str, Figures])
     return lines
 
 
-FRONTIER_TARGETS = (0.98, 0.99, TARGET, 0.998)
-FRONTIER_SPREADS = (0.05, PRIOR_SPREAD, 0.2)
+FRONTIER_MARGINS = (1.25, PRIOR_MARGIN, 2.0)
+FRONTIER_DEFAULT_TYPES = (8, 10, PRIOR_DEFAULT_TYPES, 16, 24)
 
 
 def frontier(traces: dict[str, list[Task]]) -> list[str]:
-    """simrun's waste against its retries over its main knobs: TARGET and PRIOR_SPREAD."""
+    """simrun's waste against its retries over the prior's knobs, and without the prior."""
     default = Simrun()
     lines = [
         "frontier of simrun over all traces",
-        "  target  prior spread → wasted GiB·h  retries/100  failed",
+        "  prior margin  default types → wasted GiB·h  retries/100  failed",
     ]
-    for target in FRONTIER_TARGETS:
-        for spread in FRONTIER_SPREADS:
-            policy = Simrun(target=target, prior_spread=spread)
-            figures = Figures()
-            for tasks in traces.values():
-                figures.add(replay(tasks, policy, ONE_RETRY))
-            mark = "  ← default" if policy == default else ""
-            lines.append(
-                f"  {target:<7g} {spread:<12g} → {figures.wastage.wasted_gbh:12.1f} "
-                f"{figures.retries_per_100:12.2f} {figures.failed:7d}{mark}"
-            )
+    knobs: list[tuple[float, int | None]] = [
+        (m, k) for m in FRONTIER_MARGINS for k in FRONTIER_DEFAULT_TYPES
+    ]
+    for margin, weight in [*knobs, (PRIOR_MARGIN, None)]:
+        policy = Simrun(prior_margin=margin, prior_default_types=weight or PRIOR_DEFAULT_TYPES)
+        figures = Figures()
+        for tasks in traces.values():
+            figures.add(replay(tasks, policy, ONE_RETRY, prior=weight is not None))
+        mark = "  ← default" if policy == default and weight is not None else ""
+        shown = ("no prior", "") if weight is None else (f"{margin:g}", f"{weight}")
+        lines.append(
+            f"  {shown[0]:<13} {shown[1]:<13} → {figures.wastage.wasted_gbh:12.1f} "
+            f"{figures.retries_per_100:12.2f} {figures.failed:7d}{mark}"
+        )
     return lines
 
 
@@ -350,6 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("traces", nargs="+", type=Path, metavar="TRACE.csv")
     parser.add_argument("--policy", choices=sorted(POLICIES), help="replay this policy only")
     parser.add_argument("--json", action="store_true", help="print one JSON object for tools")
+    parser.add_argument(
+        "--frontier", action="store_true", help="print the frontier of the prior's knobs"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     traces: dict[str, list[Task]] = {}
@@ -380,11 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stem, figures in per_trace.items():
         reasons = ", ".join(f"{n} {why}" for why, n in skipped[stem].most_common()) or "none"
         print(f"{stem}: {len(traces[stem])} tasks replayed; rows skipped: {reasons}")
-        print(table(stem, figures, cold_waste(traces[stem])))
+        print(table(stem, figures))
         print()
     cold = sum(cold_waste(tasks) for tasks in traces.values())
     plural = "s" if len(traces) > 1 else ""
-    print(table(f"total of {len(traces)} trace{plural}", total, cold))
+    print(table(f"total of {len(traces)} trace{plural}", total))
     if "simrun" in names and len(names) > 1:
         lines = targets(per_trace, total)
         print()
@@ -393,10 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if result is not None and total[result[0]].wastage.wasted_gbh > 0:
             ceiling = 100 * (1 - cold / total[result[0]].wastage.wasted_gbh)
             print(
-                f"ceiling: sizing every task that has a history at its exact peak would save "
-                f"{ceiling:.1f}% over all traces, no more"
+                f"ceiling without a prior: a policy that sized a type's first tasks at the "
+                f"default and every other task at its exact peak would save {ceiling:.1f}%"
             )
-        if any(line.startswith("MISSED") for line in lines):
+        if args.frontier or any(line.startswith("MISSED") for line in lines):
             print()
             print("\n".join(frontier(traces)))
     print(f"\nelapsed {time.perf_counter() - started:.2f} s")

@@ -2,13 +2,14 @@
 
 Pure code (stdlib only, no Django, no I/O): the planner sizes tasks with ``DEFAULT`` and the
 replay benchmark (``bench/sizing_replay.py``) plays every policy of ``POLICIES`` against real
-traces. Memory is in plain GiB; callers round to their own steps.
+traces. A type without history can be sized from the other types' evidence (``prior_from``).
+Memory is in plain GiB; callers round to their own steps.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Protocol
@@ -37,12 +38,29 @@ class Sizing:
     why: str  # arithmetic a user can check: source, count, quantile, margin, floor, bump, cap
 
 
+@dataclass(frozen=True)
+class Prior:
+    """How much of its default the most demanding of the deployment's other types needed.
+
+    Built by ``prior_from`` from the peaks of types other than the one being sized; simrun's
+    policy starts a type without history of its own from it (the baselines ignore it).
+    """
+
+    types: int  # how many other types have evidence
+    top_share: float  # the largest peak / default among them (a kill at X counts as X × BUMP)
+    top_type: str = ""  # the type it came from
+
+
 class Policy(Protocol):
     """A sizing policy: what the first attempt and each retry of a task of one type get."""
 
     name: str
 
-    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing: ...
+    def size(
+        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+    ) -> Sizing:
+        """The first allocation and its retry; ``prior`` serves a type without history."""
+        ...
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
         """The allocation after an attempt at killed_gb was killed for memory."""
@@ -101,7 +119,9 @@ class Static:
 
     name: str = "static"
 
-    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+    def size(
+        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+    ) -> Sizing:
         retry = self.retry(history, killed_gb=default_gb, default_gb=default_gb)
         return Sizing(default_gb, retry, f"static {_gb(default_gb)}; retry 2 × it = {_gb(retry)}")
 
@@ -115,7 +135,9 @@ class MaxSeen:
 
     name: str = "max-seen"
 
-    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+    def size(
+        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+    ) -> Sizing:
         peaks = _peaks(history)
         if not peaks:
             gb, why = default_gb, f"default {_gb(default_gb)} (no peaks)"
@@ -155,7 +177,9 @@ class Vpa:
 
     name: str = "vpa"
 
-    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+    def size(
+        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+    ) -> Sizing:
         if not history:
             gb = default_gb
             why = f"default {_gb(gb)} (no peaks)"
@@ -212,6 +236,34 @@ BUMP = 1.3
 """A kill at X proves the need is above X: the next allocation is at least X × BUMP."""
 RETRY_FACTOR = 2.0
 """The retry gets this many times the killed allocation: a second kill fails the task."""
+PRIOR_MARGIN = 1.5
+"""The prior's evidence is the top share of the other types × this: room for a type half again
+as demanding as any seen, since a miss kills every task of a type's first wave at once."""
+PRIOR_FLOOR = 0.25
+"""The prior's evidence never says less than this share of the default, whatever the other
+types needed: one tiny type cannot pull a new type far below what its author set."""
+PRIOR_DEFAULT_TYPES = 12
+"""The type's own default counts as this many types that needed all of theirs. With K other
+types the next one needs more than the most demanding of them with probability 1/(K + 1)
+(types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
+few types, halfway (in log) at 12, three quarters at 36."""
+
+
+def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]]) -> Prior:
+    """The prior from other types' evidence: type → (its default GiB, its samples).
+
+    A type's share is its largest need over its default: a clean peak counts as itself, a
+    kill at X as X × BUMP (the need was above X). Types without samples or default are skipped.
+    """
+    shares = {
+        name: max(s.gb * BUMP if s.killed else s.gb for s in samples) / default_gb
+        for name, (default_gb, samples) in others.items()
+        if samples and default_gb > 0
+    }
+    if not shares:
+        return Prior(0, 0.0)
+    top = max(shares, key=lambda name: shares[name])
+    return Prior(len(shares), shares[top], top)
 
 
 @dataclass
@@ -224,23 +276,22 @@ class Simrun:
     Student's with the pooled degrees of freedom, so few samples give a wide margin (and
     then the default, which caps the allocation unless a recent kill proved it too small).
     A kill at X is a censored observation: it counts as X × BUMP in the model and floors
-    the allocation at X × BUMP while it is among the recent samples.
+    the allocation at X × BUMP while it is among the recent samples. A type without history
+    starts from how much of their defaults the deployment's other types needed (``Prior``).
     """
 
     name: str = "simrun"
     target: float = TARGET
     prior_spread: float = PRIOR_SPREAD
+    prior_margin: float = PRIOR_MARGIN
+    prior_default_types: int = PRIOR_DEFAULT_TYPES
 
-    def size(self, history: Sequence[Sample], *, default_gb: float) -> Sizing:
+    def size(
+        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+    ) -> Sizing:
         recent = history[-WINDOW:]
         if not recent:
-            retry = _up(default_gb * RETRY_FACTOR)
-            return Sizing(
-                default_gb,
-                retry,
-                f"default {_gb(default_gb)} (no history); "
-                f"retry {RETRY_FACTOR:g} × {_gb(default_gb)} = {_gb(retry)}",
-            )
+            return self.unseen(default_gb, prior)
         kills = [s.gb for s in recent if s.killed]
         peaks = [s.gb for s in recent if not s.killed]
         values = [max(MIB, s.gb * BUMP if s.killed else s.gb) for s in recent]
@@ -283,6 +334,54 @@ class Simrun:
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
         return _up(killed_gb * RETRY_FACTOR)
+
+    def unseen(self, default_gb: float, prior: Prior | None) -> Sizing:
+        """A type without history: its default, shrunk toward what the other types needed.
+
+        The share of the default is (top share × margin) ^ (K / (K + PRIOR_DEFAULT_TYPES)):
+        a weighted geometric mean of the evidence and the default (share 1). The retry is what
+        the type would get without the prior, 2 × its default: a miss costs one attempt.
+        """
+        retry = _up(default_gb * RETRY_FACTOR)
+        if prior is None or prior.types == 0:
+            return Sizing(
+                default_gb,
+                retry,
+                f"default {_gb(default_gb)} (no history); "
+                f"retry {RETRY_FACTOR:g} × {_gb(default_gb)} = {_gb(retry)}",
+            )
+        top = round(prior.top_share, 3)
+        evidence = round(top * self.prior_margin, 3)
+        steps = [
+            f"no history; prior of {prior.types} other type{'s' if prior.types > 1 else ''}: "
+            f"top peak/default {top:.3f} ({prior.top_type}) × {self.prior_margin:g} margin "
+            f"= {evidence:.3f}"
+        ]
+        if evidence < PRIOR_FLOOR:
+            evidence = PRIOR_FLOOR
+            steps.append(f"floored at {PRIOR_FLOOR:g}")
+        elif evidence > 1:
+            evidence = 1.0
+            steps.append("capped at 1, the default")
+        weight = round(prior.types / (prior.types + self.prior_default_types), 3)
+        share = round(evidence**weight, 3)
+        steps.append(
+            f"the default weighs as {self.prior_default_types} types: {evidence:.3f} ^ "
+            f"({prior.types}/{prior.types + self.prior_default_types} = {weight:.3f}) "
+            f"= {share:.3f} of the default"
+        )
+        gb = default_gb
+        if share < 1:
+            gb = _up(default_gb * share)
+            steps.append(f"default {_gb(default_gb)} × {share:.3f} = {_gb(gb)}")
+        if gb < MIN_GB <= default_gb:
+            gb = MIN_GB
+            steps.append(f"floor {_gb(MIN_GB)}")
+        steps.append(
+            f"→ {_gb(gb)}; retry {RETRY_FACTOR:g} × the default {_gb(default_gb)} "
+            f"= {_gb(retry)} (as without the prior)"
+        )
+        return Sizing(gb, retry, "; ".join(steps))
 
 
 def _up(gb: float) -> float:

@@ -13,8 +13,11 @@ from runs.sizing import (
     MIB,
     MIN_GB,
     POLICIES,
+    PRIOR_FLOOR,
     RETRY_FACTOR,
+    Prior,
     Sample,
+    prior_from,
     wastage,
 )
 
@@ -186,3 +189,95 @@ def test_tiny_peaks_then_a_kill_size_near_the_kill_not_by_the_spread_between_the
     floor = math.ceil(0.25 * BUMP * 1000) / 1000
     assert floor <= sized.gb <= floor * RETRY_FACTOR + 1e-9
     assert "capped at 2 × the floor" in sized.why
+
+
+def lean_types(count: int, share: float, default_gb: float = 4.0) -> Prior:
+    """The prior of ``count`` other types whose peaks used ``share`` of their default."""
+    return prior_from(
+        {
+            f"T{i}": (default_gb, peaks(share * default_gb, share * default_gb / 2))
+            for i in range(count)
+        }
+    )
+
+
+def test_other_types_far_below_their_defaults_lower_a_new_types_first_allocation():
+    prior = lean_types(24, 0.1)
+    sized = DEFAULT.size([], default_gb=8.0, prior=prior)
+    assert sized.gb < 8.0 * 0.75
+    assert sized.retry_gb == 8.0 * RETRY_FACTOR, "a miss of the prior retries as without it"
+
+
+def test_the_prior_never_raises_a_new_type_above_its_default():
+    greedy = prior_from({"big": (1.0, [Sample(3.0)]), "killed": (1.0, [Sample(2.0, killed=True)])})
+    assert greedy.top_share == pytest.approx(3.0)
+    for prior in (greedy, lean_types(50, 0.9)):
+        sized = DEFAULT.size([], default_gb=2.0, prior=prior)
+        assert (sized.gb, sized.retry_gb) == (2.0, 4.0), sized.why
+
+
+def test_with_too_few_other_types_the_prior_stays_at_or_near_the_default():
+    assert DEFAULT.size([], default_gb=4.0, prior=prior_from({})).gb == 4.0
+    assert DEFAULT.size([], default_gb=4.0, prior=None).gb == 4.0
+    sized = [DEFAULT.size([], default_gb=4.0, prior=lean_types(k, 0.01)).gb for k in (1, 4, 12, 36)]
+    assert sized[0] >= 4.0 * 0.85, "one tiny type barely moves a new type"
+    assert sized == sorted(sized, reverse=True) and len(set(sized)) == 4
+    assert sized[-1] >= 4.0 * PRIOR_FLOOR, "the evidence is floored"
+
+
+def test_prior_from_takes_each_types_largest_need_over_its_default_a_kill_bumped():
+    prior = prior_from(
+        {
+            "a": (2.0, [Sample(0.5), Sample(0.4, killed=True, at=1.0)]),
+            "b": (1.0, [Sample(0.2)]),
+            "no samples": (1.0, []),
+            "no default": (0.0, [Sample(5.0)]),
+        }
+    )
+    assert prior == Prior(2, pytest.approx(0.4 * BUMP / 2.0), "a")
+
+
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"simrun"}))
+def test_the_baselines_ignore_the_prior(name):
+    policy = POLICIES[name]
+    for history in ([], peaks(0.5, 0.6)):
+        alone = policy.size(history, default_gb=4.0)
+        assert policy.size(history, default_gb=4.0, prior=lean_types(30, 0.01)) == alone
+
+
+def test_the_prior_applies_to_a_type_without_history_only():
+    history = peaks(*[1.0, 1.02, 0.98] * 5)
+    prior = lean_types(30, 0.01)
+    assert DEFAULT.size(history, default_gb=4.0, prior=prior) == DEFAULT.size(
+        history, default_gb=4.0
+    )
+
+
+PRIOR_WHY = re.compile(
+    r"prior of (\d+) other types: top peak/default (\d+\.\d+) \((\w+)\) × (\d+(?:\.\d+)?) margin "
+    r"= (\d+\.\d+)(?:; floored at (\d+(?:\.\d+)?))?; the default weighs as (\d+) types: "
+    r"(\d+\.\d+) \^ \((\d+)/(\d+) = (\d+\.\d+)\) = (\d+\.\d+) of the default; "
+    r"default (\d+\.\d+) GiB × (\d+\.\d+) = (\d+\.\d+) GiB; → (\d+\.\d+) GiB; "
+    r"retry (\d+(?:\.\d+)?) × the default (\d+\.\d+) GiB = (\d+\.\d+) GiB"
+)
+
+
+@pytest.mark.parametrize("share", [0.3, 0.01], ids=["margin", "floored"])
+def test_the_why_states_the_priors_arithmetic_and_it_recomputes(share):
+    prior = lean_types(9, share, default_gb=10.0)
+    sized = DEFAULT.size([], default_gb=6.0, prior=prior)
+    found = PRIOR_WHY.search(sized.why)
+    assert found, sized.why
+    k, top, top_type, margin, evidence, floor, weighs = found.groups()[:7]
+    used, k2, n, weight, got, default, share_again, gb, result = found.groups()[7:16]
+    retry_factor, retry_of, retry = found.groups()[16:]
+    assert (int(k), float(top), top_type) == (9, share, "T0")
+    assert float(evidence) == pytest.approx(round(float(top) * float(margin), 3))
+    assert float(used) == (float(floor) if floor else float(evidence))
+    assert (floor is not None) == (share == 0.01)
+    assert int(k2) == 9 and int(n) == 9 + int(weighs)
+    assert float(weight) == pytest.approx(round(9 / int(n), 3))
+    assert float(got) == pytest.approx(round(float(used) ** float(weight), 3))
+    assert float(share_again) == float(got) and float(default) == 6.0
+    assert float(gb) == pytest.approx(ceil_mib(6.0 * float(got))) == sized.gb == float(result)
+    assert float(retry) == pytest.approx(float(retry_factor) * float(retry_of)) == sized.retry_gb
