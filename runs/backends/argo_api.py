@@ -44,8 +44,10 @@ class ClusterApiError(ApiException):
         self.what = what
 
     def __str__(self) -> str:
-        detail = _server_message(self.body) or self.reason or "no reason given"
-        return f"the Kubernetes API answered {self.status} to {self.what}: {detail}"
+        detail = _server_message(self.body) or " ".join(str(self.reason or "").split())
+        if not self.status:  # the client's own failure, e.g. TLS
+            return f"the Kubernetes API could not be asked to {self.what}: {detail[:300]}"
+        return f"the Kubernetes API answered {self.status} to {self.what}: {detail or 'no reason'}"
 
 
 class TransientApiError(ClusterApiError, ClusterUnavailable):

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
-from runs.backends.argo_api import CallPolicy, ClusterUnavailable
+from runs.backends.argo_api import CallPolicy, ClusterApiError, ClusterUnavailable
 from runs.backends.argo_build import build_pod_name
 from runs.backends.base import BackendUnavailable, ClusterConfig
 from tests.backends.argo_runs import build_context, run_of
@@ -183,3 +183,11 @@ def test_a_backoff_really_waits_between_tries(kube: KubeApiServer, tmp_path: Pat
 
     waits = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     assert waits[0] >= 0.05 and waits[1] >= 0.1
+
+
+def test_a_failure_of_the_client_itself_is_one_sentence_too() -> None:
+    error = ClusterApiError(ApiException(status=0, reason="SSLError\nbad certificate"), "list pod")
+
+    assert str(error) == (
+        "the Kubernetes API could not be asked to list pod: SSLError bad certificate"
+    )
