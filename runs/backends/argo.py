@@ -27,7 +27,7 @@ from kubernetes.utils import parse_quantity
 from kubernetes.watch import Watch
 
 from harness.tasktypes import TaskType
-from runs.backends.argo_api import CallPolicy, Resilient, without_pool_retries
+from runs.backends.argo_api import CallPolicy, Resilient, Silence, without_pool_retries
 from runs.backends.argo_build import (
     build_namespace,
     build_pod,
@@ -123,11 +123,12 @@ class ArgoBackend:
         self.calls = calls or CallPolicy()
         without_pool_retries(api)
         # Every call with a timeout and retried on transient errors; the watch alone is not.
-        self.core = cast(CoreV1Api, Resilient(CoreV1Api(api), self.calls))
-        self.custom = cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), self.calls))
+        silence = Silence()
+        self.core = cast(CoreV1Api, Resilient(CoreV1Api(api), self.calls, silence))
+        self.custom = cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), self.calls, silence))
         self._watch_api = CustomObjectsApi(api)
         once = replace(self.calls, tries=1, read_timeout_s=min(self.calls.read_timeout_s, 5.0))
-        self._core_once = cast(CoreV1Api, Resilient(CoreV1Api(api), once))
+        self._core_once = cast(CoreV1Api, Resilient(CoreV1Api(api), once, silence))
         self.capacity_ttl_s = capacity_ttl_s
         self._sizes: list[tuple[float, float]] = []
         self._sizes_at: float | None = None

@@ -59,10 +59,15 @@ class CallPolicy:
     """How long a call may take and how often a transient failure is tried again."""
 
     connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
+    read_timeout_s: float = 20.0
     tries: int = 5
+    """Tries of a call the server answers with 429 or 5xx."""
+    silent_tries: int = 2
+    """Tries of a call that gets no answer (no connection, a timeout): each costs a timeout."""
     backoff_s: float = 0.5
     backoff_cap_s: float = 8.0
+    quiet_s: float = 30.0
+    """After a call got no answer, how long further calls fail at once instead of waiting."""
 
     @property
     def timeout(self) -> tuple[float, float]:
@@ -73,15 +78,34 @@ class CallPolicy:
         return float(min(self.backoff_cap_s, self.backoff_s * 2**attempt))
 
 
+@dataclass
+class Silence:
+    """Since when the API server has not answered, shared by a backend's API objects: while
+    it lasts a call fails at once, so a reconcile over many runs does not wait out a timeout
+    for each of them."""
+
+    until: float = 0.0
+    reason: str = ""
+
+    def check(self) -> None:
+        if time.monotonic() < self.until:
+            raise ClusterUnavailable(self.reason)
+
+
 class Resilient:
     """An API object of the client (``CoreV1Api``, ``CustomObjectsApi``) whose every method
     is called with the policy's timeout and tried again on transient failures."""
 
     def __init__(
-        self, api: Any, policy: CallPolicy, sleep: Callable[[float], None] = time.sleep
+        self,
+        api: Any,
+        policy: CallPolicy,
+        silence: Silence | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._api = api
         self._policy = policy
+        self._silence = silence or Silence()
         self._sleep = sleep
         self.api_client: ApiClient = api.api_client
 
@@ -99,6 +123,8 @@ class Resilient:
         policy = self._policy
         kwargs.setdefault("_request_timeout", policy.timeout)
         what = _describe(name, args)
+        self._silence.check()
+        silent = 0
         for attempt in range(policy.tries):
             last = attempt == policy.tries - 1
             try:
@@ -110,11 +136,12 @@ class Resilient:
                     raise TransientApiError(error, what) from None
                 log.info("the Kubernetes API answered %s to %s; trying again", error.status, what)
             except (urllib3.exceptions.HTTPError, OSError) as error:
-                if last:
-                    raise ClusterUnavailable(
-                        f"the Kubernetes API did not answer {what} "
-                        f"after {policy.tries} tries: {_reason(error)}"
-                    ) from None
+                silent += 1
+                if last or silent >= policy.silent_tries:
+                    reason = f"the Kubernetes API did not answer {what} after {silent} tries: "
+                    self._silence.reason = reason + _reason(error)
+                    self._silence.until = time.monotonic() + policy.quiet_s
+                    raise ClusterUnavailable(self._silence.reason) from None
                 log.info("the Kubernetes API did not answer %s (%s); trying again", what, error)
             self._sleep(policy.wait_s(attempt))
         raise AssertionError("unreachable: the last try returns or raises")

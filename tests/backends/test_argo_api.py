@@ -67,11 +67,32 @@ def test_a_stalled_api_is_given_up_after_the_read_timeout_of_every_try(
     with pytest.raises(ClusterUnavailable) as raised:
         backend.status(WF)
 
-    assert len(kube.state.requests) == QUICK.tries  # one request a try, no hidden retries
+    assert len(kube.state.requests) == QUICK.silent_tries  # a request a try, none hidden
     assert isinstance(raised.value, BackendUnavailable)  # the controller tries again soon
     assert str(raised.value) == (
-        f"the Kubernetes API did not answer get workflow {WF} after 3 tries: timed out"
+        f"the Kubernetes API did not answer get workflow {WF} after 2 tries: timed out"
     )
+
+
+def test_after_a_call_got_no_answer_the_next_ones_fail_at_once_for_a_while(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(workflow(Nodes()), "ADDED")
+    kube.state.intercept = lambda request: STALL
+    with pytest.raises(ClusterUnavailable):
+        backend.status(WF)
+    asked = len(kube.state.requests)
+
+    started = time.monotonic()
+    for _ in range(20):  # a reconcile over twenty runs
+        with pytest.raises(ClusterUnavailable, match=f"did not answer get workflow {WF}"):
+            backend.status(WF)
+
+    assert len(kube.state.requests) == asked, "not asked while it is silent"
+    assert time.monotonic() - started < QUICK.read_timeout_s, "no timeout waited out"
+    kube.state.intercept = None
+    backend.core._silence.until = 0  # type: ignore[attr-defined]  # the quiet time is over
+    assert backend.status(WF).phase == "Running"
 
 
 def test_a_stalled_pod_log_read_does_not_freeze_the_caller(
@@ -132,7 +153,7 @@ def test_a_refused_connection_is_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(ClusterUnavailable) as raised:
         backend.nodes()
 
-    assert str(raised.value).startswith("the Kubernetes API did not answer list node after 3 tries")
+    assert str(raised.value).startswith("the Kubernetes API did not answer list node after 2 tries")
     assert_one_sentence(raised.value)
 
 
