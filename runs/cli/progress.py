@@ -86,17 +86,22 @@ def follow(
     try:
         run = _follow(client, run_id, console, poll_s=poll_s, sleep=sleep)
     except KeyboardInterrupt:
-        console.print(
-            f"stopped following run {run_id}; the run goes on "
-            f"(see it with `simrun show {run_id}`, cancel it with `simrun cancel {run_id}`)"
-        )
-        return EXIT_INTERRUPTED
+        return stopped_following(run_id, console)
     state = run["state"]
     summary = f"run {run_id} {styled(state)} after {_duration(run.get('duration_s') or 0)}"
     if run.get("message"):
         summary += f": {run['message']}"
     console.print(summary)
     return EXIT_OK if state == "succeeded" else EXIT_RUN_FAILED
+
+
+def stopped_following(run_id: str, console: Console) -> int:
+    """After Ctrl-C: say that the run goes on and how to cancel it."""
+    console.print(
+        f"stopped following run {run_id}; the run goes on "
+        f"(see it with `simrun show {run_id}`, cancel it with `simrun cancel {run_id}`)"
+    )
+    return EXIT_INTERRUPTED
 
 
 def _follow(

@@ -27,7 +27,7 @@ from runs.cli.client import (
     run_url,
 )
 from runs.cli.packing import pack
-from runs.cli.progress import follow
+from runs.cli.progress import follow, stopped_following
 
 NAME = "submit"
 HELP = "submit a run from a YAML or JSON file, or again (--rerun RUN); --follow: until it ends"
@@ -125,9 +125,11 @@ def run(args: argparse.Namespace) -> int:
         created = submit(client, args.file, console, rerun=args.rerun)
         label = f" ({created['name']})" if created.get("name") else ""
         again = f" as a re-run of {args.rerun}" if args.rerun else ""
-        console.print(
-            f"submitted run {created['id']}{label}{again}: {run_url(client.config, created['id'])}"
-        )
-        if not args.follow:
-            return EXIT_OK
-        return follow(client, created["id"], console)
+        try:  # from the moment the run exists, Ctrl-C leaves it running and says so
+            console.print(
+                f"submitted run {created['id']}{label}{again}: "
+                f"{run_url(client.config, created['id'])}"
+            )
+            return follow(client, created["id"], console) if args.follow else EXIT_OK
+        except KeyboardInterrupt:
+            return stopped_following(created["id"], console)
