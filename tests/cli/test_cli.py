@@ -46,7 +46,8 @@ def test_submit_follow_returns_0_for_a_run_that_succeeds_and_shows_progress(
     assert lines[0].startswith("submitted run ") and "/runs/" in lines[0]
     progress = [line.split()[1:3] for line in lines if line.startswith("sweep ")]
     done = [int(units.split("/")[0]) for _, units in progress]
-    assert progress[0][1] == "0/8" and progress[-1] == ["done", "8/8"]
+    # The first poll may come after the cluster's first step: only "not done yet" is certain.
+    assert done[0] < 8 and progress[-1] == ["done", "8/8"]
     assert any(
         state == "running" and 0 < d < 8 for (state, _), d in zip(progress, done, strict=True)
     )
