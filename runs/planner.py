@@ -117,12 +117,16 @@ def history(observed: Sequence[ObservedPeak]) -> list[sizing.Sample]:
 
 
 def per_worker_memory(
-    task: TaskSpec, task_type: TaskType | None, observed: Sequence[ObservedPeak]
+    task: TaskSpec,
+    task_type: TaskType | None,
+    observed: Sequence[ObservedPeak],
+    prior: sizing.Prior | None = None,
 ) -> PerWorker:
     """The GiB per process of a task and of its retry, and where they came from.
 
     From the spec if it says; else from the sizing policy over the observations (a command
-    task's are those of its key), with the type's default (a command's 1 GiB) before any.
+    task's are those of its key); before any, from the type's default (a command's 1 GiB),
+    lowered by the ``prior`` of the other types when it has any.
     """
     default = task_type.per_worker_gb if task_type is not None else DEFAULT_COMMAND_GB
     past = history(observed)
@@ -131,6 +135,14 @@ def per_worker_memory(
         retry = sizing.DEFAULT.retry(past, killed_gb=gb, default_gb=default)
         return PerWorker(gb, retry, f"per-worker memory {gb:g} GiB from the spec")
     what = task_type.name if task_type is not None else "the command"
+    if not past and prior is not None and prior.types:
+        sized = sizing.DEFAULT.size(past, default_gb=default, prior=prior)
+        gb = max(MIN_PER_WORKER_GB, round_gb(sized.gb))
+        return PerWorker(
+            gb,
+            sized.retry_gb,
+            f"per-worker memory of {what}: {sized.why} → {gb:g} GiB (rounded up to {GB_STEP:g})",
+        )
     if not past:
         source = f"default of {task_type.name}" if task_type is not None else "default of a command"
         retry = sizing.DEFAULT.retry(past, killed_gb=default, default_gb=default)
@@ -147,18 +159,20 @@ def per_worker_memory(
 
 
 def counterfactual_gb(
-    observed: Sequence[ObservedPeak], *, default: float, base_gb: float, procs: int
+    observed: Sequence[ObservedPeak],
+    *,
+    default: float,
+    base_gb: float,
+    procs: int,
+    prior: sizing.Prior | None = None,
 ) -> dict[str, float]:
     """The memory per pod each policy of ``COUNTERFACTUAL`` would give a task of this shape."""
     past = history(observed)
-    return {
-        name: round_gb(
-            base_gb
-            + procs
-            * max(MIN_PER_WORKER_GB, sizing.POLICIES[name].size(past, default_gb=default).gb)
-        )
-        for name in COUNTERFACTUAL
-    }
+    found = {}
+    for name in COUNTERFACTUAL:
+        sized = sizing.POLICIES[name].size(past, default_gb=default, prior=prior)
+        found[name] = round_gb(base_gb + procs * max(MIN_PER_WORKER_GB, sized.gb))
+    return found
 
 
 def retry_memory(
@@ -182,6 +196,7 @@ def plan_task(
     extra_workers: bool = True,
     max_cores: int | None = None,
     max_memory_gb: float | None = None,
+    prior: sizing.Prior | None = None,
 ) -> TaskPlan:
     """Plan one task.
 
@@ -195,7 +210,7 @@ def plan_task(
     if max_cores is not None and cores > max_cores:
         why.append(f"cores capped from {cores} to {max_cores}, the largest node")
         cores = max_cores
-    sized = per_worker_memory(task, task_type, observed)
+    sized = per_worker_memory(task, task_type, observed, prior)
     per_worker_gb = sized.gb
     why.append(sized.why)
     if task_type is None:
@@ -229,6 +244,7 @@ def plan_task(
         default=task_type.per_worker_gb if task_type else DEFAULT_COMMAND_GB,
         base_gb=base_gb,
         procs=procs,
+        prior=prior,
     )
     workers = (task.workers or 1) if split else 1
     if split and not extra_workers and workers > 1:
@@ -253,11 +269,16 @@ def plan_run(
     *,
     types: Mapping[str, TaskType],
     observed: Mapping[str, Sequence[ObservedPeak]] | None = None,
+    evidence: Mapping[str, tuple[float, Sequence[sizing.Sample]]] | None = None,
     extra_workers: bool = True,
     max_cores: int | None = None,
     max_memory_gb: float | None = None,
 ) -> dict[str, TaskPlan]:
-    """The plan of every task of a validated spec, by task id (``observed`` by their keys)."""
+    """The plan of every task of a validated spec, by task id (``observed`` by their keys).
+
+    ``evidence`` is every key's default and largest needs (``runs.evidence``): a task whose
+    key has no observation is sized from the prior of the other keys.
+    """
     keys = observation_keys(spec)
     return {
         task_id: plan_task(
@@ -267,6 +288,14 @@ def plan_run(
             extra_workers=extra_workers,
             max_cores=max_cores,
             max_memory_gb=max_memory_gb,
+            prior=prior_of(keys[task_id], evidence or {}),
         )
         for task_id, task in spec.tasks.items()
     }
+
+
+def prior_of(
+    key: str, evidence: Mapping[str, tuple[float, Sequence[sizing.Sample]]]
+) -> sizing.Prior:
+    """The prior of a key: what the other keys needed of their defaults."""
+    return sizing.prior_from({k: found for k, found in evidence.items() if k != key})

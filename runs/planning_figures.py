@@ -1,7 +1,7 @@
 """What the planner would size each task type with now, from the same observations it reads.
 
-The observations are read as a submission reads them (``runs.submission.observed_peaks``), in
-one query however many types are registered.
+The observations are read as a submission reads them (``runs.submission.observed_peaks`` and
+``runs.evidence.prior_evidence``), in two queries however many types are registered.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.tasktypes import TaskType, task_types
-from runs.planner import per_worker_memory
+from runs.evidence import prior_evidence
+from runs.planner import per_worker_memory, prior_of
 from runs.spec import TaskSpec
 from runs.submission import observed_peaks
 
@@ -37,10 +38,12 @@ def planning_figures() -> list[PlanningFigure]:
     """The planning figure of every registered task type, by name."""
     types = task_types()
     peaks = observed_peaks(set(types))
+    evidence = prior_evidence(types)
     figures = []
     for name, task_type in sorted(types.items()):
         observed = peaks.get(name, [])
-        sized = per_worker_memory(TaskSpec(type=name), task_type, observed)
+        prior = prior_of(name, evidence)
+        sized = per_worker_memory(TaskSpec(type=name), task_type, observed, prior)
         figures.append(
             PlanningFigure(
                 task_type=task_type,

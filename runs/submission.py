@@ -20,6 +20,7 @@ from runs import store
 from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
 from runs.controller import Schedule, scheduler
+from runs.evidence import prior_evidence
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planner import ObservedPeak, observation_keys, plan_run
 from runs.records import task_json, task_records
@@ -91,6 +92,7 @@ def create_run(
         spec,
         types=types,
         observed=observed_peaks(used),
+        evidence=prior_evidence(types),
         extra_workers=backend.extra_workers,
         max_cores=backend.max_cores,
         max_memory_gb=backend.max_memory_gb,

@@ -198,3 +198,18 @@ def test_memory_rounds_up_to_its_step():
     assert round_gb(0.30000000000000004) == 0.3
     assert round_gb(0.31) == 0.35
     assert round_gb(1.0) == 1.0
+
+
+def test_a_type_without_observations_starts_from_the_prior_of_the_other_types():
+    alloc = task_types()["alloc"]
+    spec = RunSpec.model_validate(
+        {"tasks": {"t": {"type": "alloc", "settings": {"units": 2, "mb": 1}}}}
+    )
+    lean = {f"type-{i}": (0.25, [sizing.Sample(0.01)]) for i in range(12)}
+    plan = plan_run(spec, types=task_types(), evidence=lean)["t"]
+    alone = plan_run(spec, types=task_types())["t"]
+    assert alone.per_worker_gb == alloc.per_worker_gb
+    assert plan.per_worker_gb < alloc.per_worker_gb
+    assert "prior of 12 other types" in plan.why
+    own = plan_run(spec, types=task_types(), evidence={"alloc": (0.25, [sizing.Sample(0.01)])})
+    assert own["t"].per_worker_gb == alloc.per_worker_gb  # its own evidence is no prior
