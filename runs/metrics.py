@@ -22,12 +22,14 @@ from django.db.models import (
     DurationField,
     ExpressionWrapper,
     F,
+    FloatField,
     Min,
     OuterRef,
     Q,
     Subquery,
     Sum,
 )
+from django.db.models.functions import Cast, Greatest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -177,15 +179,17 @@ class RecordCollector(Collector):
         An estimate from the observations: a worker's peak (and limit) times its time
         computing, its units' seconds spread over its processes.
         """
-        used = wasted = 0.0
-        rows = Observation.objects.filter(peak_bytes__isnull=False).values_list(
-            "peak_bytes", "limit_bytes", "unit_seconds", "processes"
+        seconds = Cast(F("unit_seconds"), FloatField()) / Greatest(F("processes"), 1)
+        peak = Cast(F("peak_bytes"), FloatField())
+        left = Greatest(Cast(F("limit_bytes"), FloatField()) - peak, 0.0)
+        found = Observation.objects.filter(peak_bytes__isnull=False).aggregate(
+            used=Sum(peak * seconds, output_field=FloatField()),
+            wasted=Sum(
+                left * seconds, filter=Q(limit_bytes__isnull=False), output_field=FloatField()
+            ),
         )
-        for peak, limit, unit_seconds, processes in rows.iterator():
-            hours = unit_seconds / max(processes, 1) / 3600
-            used += (peak or 0) / GIB * hours
-            if limit and peak:
-                wasted += max(limit - peak, 0) / GIB * hours
+        used = (found["used"] or 0.0) / GIB / 3600
+        wasted = (found["wasted"] or 0.0) / GIB / 3600
         gib_hours = GaugeMetricFamily(
             "simrun_memory_gib_hours",
             "GiB·h of memory by workers: used and wasted.",
