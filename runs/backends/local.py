@@ -485,7 +485,7 @@ class LocalBackend:
         found = admit(list(ready), held, self.cores, self.memory_gb)
         for demand in found.start:
             view, node = ready[demand]
-            if problem := self.isolation_problem(view.submission.owner):
+            if problem := self.isolation_problem(view.submission.owner, node.spec.kind):
                 self._refuse(view.submission, node, problem, now)
             else:
                 self._start(view.submission, node, now)
@@ -607,12 +607,16 @@ class LocalBackend:
                 )
             )
 
-    def isolation_problem(self, owner: int | None = 0) -> str | None:
+    def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
         """Why the processes of an owner's runs cannot run as their task user, None if they
-        can (or run as the service's user)."""
+        can (or run as the service's user). A command needs the store and scratch; a split
+        or plugin task the service's interpreter too."""
         if local_user.for_owner(owner, self.task_uid_base) is None:
             return None
-        return local_user.unreachable(self.store, self.scratch, self.envs)
+        roots = [self.store, self.scratch, self.envs]
+        if kind != "command":
+            roots.append(Path(sys.executable).resolve())
+        return local_user.unreachable(*roots)
 
     def _isolate(self, submission: Submission, logs: Path) -> local_user.TaskUser | None:
         """The task user of a run's processes, with the run's directory handed to it and the

@@ -52,7 +52,7 @@ def for_owner(owner_id: int | None, uid_base: int | None) -> TaskUser | None:
 
 def unreachable(*roots: Path) -> str | None:
     """Why a task user cannot reach these roots (a folder above one lets no other user pass),
-    None when it can."""
+    None when it can. A root itself is the backend's to open up (``pass_only``)."""
     for root in roots:
         for folder in root.resolve().parents:
             if folder.exists() and not folder.stat().st_mode & 0o001:
