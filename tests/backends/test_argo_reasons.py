@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from runs.backends.argo import ArgoBackend
 from runs.backends.base import ClusterConfig
+from runs.models import Attempt
+from tests.api.conftest import running, submitted
 from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 
@@ -279,3 +282,25 @@ def test_reasons_that_cannot_be_read_leave_the_status_as_it_was(
     [attempt] = backend.status(WF).failed["sweep-w0"]
 
     assert attempt.exit_code == 143 and attempt.reason == ""
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_why_an_attempt_was_ended(owner: Any) -> None:
+    run = running(submitted(owner), sweep="running")
+    Attempt.objects.create(
+        task=run.tasks.get(task_id="sweep"),
+        worker="sweep-w0",
+        attempt=0,
+        exit_code=143,
+        evicted=True,
+        reason="EvictionByEvictionAPI: Eviction API: evicting",
+    )
+    client = Client()
+    client.force_login(owner)
+
+    page = client.get(f"/runs/{run.id}/").content.decode()
+
+    assert (
+        '<span class="small muted" data-attempt-reason>EvictionByEvictionAPI: Eviction API: '
+        "evicting</span>"
+    ) in page
