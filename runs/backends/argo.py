@@ -198,8 +198,9 @@ class ArgoBackend:
             return status
 
     def _pods_of(self, name: str) -> list[dict[str, Any]]:
-        """The pods of a workflow as the API server wrote them (its JSON, not the client's
-        models, which refuse a field they do not know or miss)."""
+        """The pods of a workflow as the API server wrote them: its JSON, as the pure
+        ``argo_status`` reads it, not the client's models (which refuse a pod that lacks a
+        field they require)."""
         response: Any = self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
         )
