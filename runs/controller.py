@@ -28,7 +28,13 @@ from harness.tasktypes import task_types
 from runs import images, locks, logs, observations, store
 from runs.backends import cluster_config, get_backend
 from runs.backends.argo_nodes import choose_node
-from runs.backends.base import Backend, BackendUnavailable, ClusterConfig, workflow_name
+from runs.backends.base import (
+    FINAL_PHASES,
+    Backend,
+    BackendUnavailable,
+    ClusterConfig,
+    workflow_name,
+)
 from runs.models import (
     ATTEMPT_OUTCOME_FIELDS,
     FINAL_TASK_STATES,
@@ -44,6 +50,7 @@ from runs.records import run_record, task_plans
 from runs.states import (  # noqa: F401 (has_merge_marker, task_states: the spec's names)
     Poll,
     closed,
+    ended_attempts,
     has_merge_marker,
     observe,
     resolve_gone,
@@ -140,6 +147,8 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
         changes["oom_kills"] = poll.oom_kills
     if poll.failed_seen != run.failed_seen:
         changes["failed_seen"] = poll.failed_seen
+    if poll.reports_pending != run.reports_pending:
+        changes["reports_pending"] = poll.reports_pending
     states = poll.states
     if poll.verdict is not None:
         final, states = closed(
@@ -284,23 +293,50 @@ def settle_run(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     """Retry the pending logs, cancellation and release of a terminal run.
 
     The logs are kept before the workflow is stopped (a decided run) or cancelled (a cancelled
-    run, or one whose submission failed). An unknown workflow counts as cancelled and an
+    run, or one whose submission failed); a cancelled run's logs stay pending until the ends
+    of its attempts are recorded (``record_ends``). An unknown workflow counts as cancelled and an
     unknown node as released; a node is released only from this run's reservation. What
     fails stays pending for the next poll. Returns whether a pending flag was cleared.
     """
     cleared: list[str] = []
-    if run.pending_logs and keep_logs(run, tasks, backend=backend):
-        cleared.append("pending_logs")
+    logs_kept = run.pending_logs and keep_logs(run, tasks, backend=backend)
     if run.pending_cancel:
         decided = run.state != RunState.CANCELLED and run.submitted_at is not None
         end = backend.stop if decided else backend.cancel
         if _done(f"ending the workflow {run.workflow} of run {run.id}", end, run.workflow):
             cleared.append("pending_cancel")
+    if logs_kept and record_ends(run, tasks, backend=backend):
+        cleared.append("pending_logs")
     if run.pending_release:
         what = f"releasing the node {run.reserved_node} of run {run.id}"
         if _done(what, backend.unreserve, run.reserved_node, run.id):
             cleared.append("pending_release")
     return bool(cleared) and _clear(run, cleared)
+
+
+def record_ends(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
+    """Record how the attempts of a cancelled run ended (exit code, how, when) once its
+    workflow ended, as no poll reads its status any more; whether nothing is left to wait for.
+    A run that ended otherwise had its attempts recorded by its polls."""
+    if run.state != RunState.CANCELLED or not run.workflow:
+        return True
+    try:
+        status = backend.status(run.workflow)
+    except KeyError:
+        return True
+    except Exception:
+        log.exception("reading the status of the cancelled run %s failed", run.id)
+        return False
+    if status.phase not in FINAL_PHASES:
+        return False  # its processes are still ending
+    if rows := ended_attempts(run, tasks, status):
+        Attempt.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["task", "worker", "attempt"],
+            update_fields=[*ATTEMPT_OUTCOME_FIELDS, "ended_at"],
+        )
+    return True
 
 
 def _done(what: str, call: Callable[..., None], *args: str) -> bool:

@@ -8,9 +8,11 @@ is the service's, not the backend's (Ruling 17b).
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -413,9 +415,20 @@ def _failures(
                     node_name=attempt.node or "",
                     memory_gb=memory,
                     reason=attempt.reason,
+                    ended_at=None
+                    if attempt.ended_at is None
+                    else datetime.fromtimestamp(attempt.ended_at, tz=UTC),
                 )
             )
     return found
+
+
+def ended_attempts(run: Run, tasks: list[Task], status: BackendStatus) -> list[Attempt]:
+    """The rows of a run's failed attempts as they ended, a kill without a report included
+    (its report is awaited no longer): for a run whose status is no longer polled."""
+    stored = {t.task_id: t for t in tasks}
+    plans = {t.task_id: TaskPlan.model_validate(t.plan) for t in tasks}
+    return _failures(run, stored, plans, status, now=math.inf).rows
 
 
 def _evidence(attempt: FailedAttempt, report: WorkerReport | None) -> tuple[str, str]:

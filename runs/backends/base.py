@@ -67,6 +67,9 @@ class FailedAttempt(BaseModel):
     evicted: bool = Field(default=False, description="Evicted or preempted, not failed itself.")
     node: str | None = Field(default=None, description="The server the pod ran on.")
     message: str = ""
+    ended_at: float | None = Field(
+        default=None, description="When it ended (Unix time), when the backend knows."
+    )
     memory_gb: float | None = Field(
         default=None, description="The memory limit it ran with, when the backend knows it."
     )

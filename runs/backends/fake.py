@@ -279,6 +279,7 @@ class FakeBackend:
         with self.state() as state:
             self._call(state, "cancel", name)
             state.workflows[name].message = "Stopped with strategy 'Terminate'"
+            state.workflows[name].phase = "Failed"  # as Argo ends a terminated workflow
 
     def stop(self, name: str) -> None:
         with self.state() as state:

@@ -682,6 +682,7 @@ class LocalBackend:
             for attempt, result in zip(node.attempts, node.outcomes, strict=False):
                 if result != "succeeded":
                     record = failed_attempt(attempt, result, self.hostname)
+                    record.ended_at = (attempt.exit or {}).get("ended")
                     failed.setdefault(node.spec.worker, []).append(record)
         waiting = (read_json(self._waiting_file()) or {}).get(name, {})
         message = ""
