@@ -5,8 +5,9 @@ the states of its tasks as on a cluster. Unlike the spec's backend, no thread of
 process owns a run, since Celery's processes come and go: the state of a run is files (its
 submission under ``<store>/local/`` and the files of its processes beside their logs, see
 ``local_state``), any process reads a status from them, and a periodic ``step`` under a file
-lock (``serve``'s step process, ``run_steps``) starts what the DAG and the free cores allow and
-notices ends. Each process is started detached through ``local_launcher``, which records its
+lock (``serve``'s step process, ``run_steps``) starts what the DAG and the machine's free cores
+and memory allow (``local_admission``), as the run's task user (``local_user``), and notices
+ends. Each process is started detached through ``local_launcher``, which records its
 exit code and end time, so a run survives a restart of the service.
 """
 
@@ -625,7 +626,9 @@ class LocalBackend:
         if user is None:
             return None
         store_runs = submission.store / "runs"
-        local_user.pass_only(submission.store, store_runs, self.scratch, self.envs)
+        snapshots = submission.store / "snapshots"
+        local_user.pass_only(submission.store, store_runs, snapshots, self.scratch, self.envs)
+        self.state.chmod(0o750)  # the submissions: every run's commands, the service's alone
         local_user.pass_only(self.scratch / submission.run)
         local_user.give(store_runs / submission.run, user, skip=frozenset({"logs"}))
         local_user.keep(logs, user)

@@ -4,9 +4,12 @@ The step of the backend writes ``<node>-<attempt>.launch`` (what to run, its env
 cgroup) and starts ``python local_launcher.py <launch file>`` in a session of its own with its
 output into ``<node>-<attempt>.log``. The launcher prepares what the process needs (the venv of
 the run, its staged inputs), starts it in a session and process group of its own (and in its
-memory cgroup), writes ``<node>-<attempt>.pid`` naming it, waits for its end and writes
-``<node>-<attempt>.exit`` (exit code, signal, kills of the out of memory killer, times), then
-removes the pid file and wakes the step. So no process of the service owns a run: any process
+memory cgroup, as its task user), writes ``<node>-<attempt>.pid`` naming it, waits for its
+end and writes ``<node>-<attempt>.exit`` (exit code, signal, kills of the out of memory
+killer, times, whether simrun stopped it), then removes the pid file and wakes the step. The
+launcher is the subreaper of the process's tree: a SIGTERM from the backend goes to every
+descendant, and whatever the process leaves running (a ``setsid`` child too) is killed at its
+end, with or without cgroups. So no process of the service owns a run: any process
 reads the state from these files, and a run survives a restart of the service.
 
 It runs as a script, not as a module of ``runs``, so that it starts in milliseconds without

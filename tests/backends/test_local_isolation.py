@@ -102,6 +102,7 @@ def test_a_task_reads_its_inputs_and_writes_its_task_dir_but_no_secret_or_other_
         alice_out / "result",  # another user's task directory
         store / "runs" / alice_run.id / "tasks" / "t" / "logs" / "t-0.log",
         store / "runs" / mallory_run.id / "tasks" / "probe" / "logs" / "probe-0.launch",
+        store / "local" / "runs" / f"simrun-{alice_run.id}.json",  # alice's commands
     ]
     script = "; ".join(
         [
@@ -109,6 +110,7 @@ def test_a_task_reads_its_inputs_and_writes_its_task_dir_but_no_secret_or_other_
             probe(secrets),
             listing(home, "home"),
             listing(store / "runs", "runs"),
+            listing(store / "snapshots", "snapshots"),
             "cat inputs/table/answer",
             'echo written > "$SIMRUN_OUT/mine" && echo "WROTE out"',
             "env | cut -d= -f1 | sort | tr '\\n' ' '",
@@ -133,9 +135,10 @@ def test_a_task_reads_its_inputs_and_writes_its_task_dir_but_no_secret_or_other_
     assert phase(backend, mallory_run.id) == "Succeeded", lines
     assert int(lines[0]) == UID_BASE + stranger.id
     assert lines[1 : 1 + len(secrets)] == [f"DENIED {p}" for p in secrets]
-    assert lines[1 + len(secrets) :][:5] == [
+    assert lines[1 + len(secrets) :][:6] == [
         "DENIED listing home",
         "DENIED listing runs",
+        "DENIED listing snapshots",
         "42",
         "WROTE out",
         lines[-1],
