@@ -16,6 +16,7 @@ from typing import Any
 from kombu.transport import sqlalchemy as sqla
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 
 PRUNE_EVERY = 500
 """The deliveries between two deletions of the delivered messages."""
@@ -30,6 +31,14 @@ class Channel(sqla.Channel):
     """A channel that sets up the SQLite file and prunes what was delivered."""
 
     _deliveries = 0
+
+    def _open(self) -> Any:
+        """The engine and its sessions; a second try when another process made the tables
+        between this one's look and its create (SQLite: "table kombu_queue already exists")."""
+        try:
+            return super()._open()  # type: ignore[no-untyped-call]
+        except OperationalError:
+            return super()._open()  # type: ignore[no-untyped-call]
 
     def _engine_from_config(self) -> Engine:
         engine: Engine = super()._engine_from_config()  # type: ignore[no-untyped-call]
