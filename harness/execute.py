@@ -86,8 +86,8 @@ def run_command(
 ) -> int:
     """Run the command as a child, pass SIGTERM on, write the report; the exit code.
 
-    0 done, 3 the command failed, 4 it cannot be started, 137 it was killed (or exited 137),
-    143 stopped on SIGTERM, whatever the command returned after it.
+    0 done, 3 the command failed, 4 it cannot be started, 75 the store failed, 137 it was
+    killed (or exited 137), 143 stopped on SIGTERM, whatever the command returned after it.
     """
     started = harness_started()
     began, clock = time.time(), time.perf_counter()
@@ -160,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``simrun-exec <command...>``, the command of an unsplit plugin task.
 
     Exit codes: 0 done, 3 the command failed, 4 a configuration error (also a command which
-    cannot be started), 137 the command was killed (by the OOM killer, retried with more
-    memory) or exited 137, 143 stopped on SIGTERM (retried).
+    cannot be started), 75 the store failed (retried), 137 the command was killed (by the OOM
+    killer, retried with more memory) or exited 137, 143 stopped on SIGTERM (retried), whatever
+    the command returned after it.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--"]:
