@@ -40,7 +40,8 @@ def backend(tmp_path: Path) -> LocalBackend:
 def escaping_child(pid_file: Path, ignore_term: bool = False) -> str:
     """A child in a session of its own (as ``setsid``/``nohup`` make) that writes its pid."""
     trap = "trap '' TERM; " if ignore_term else ""
-    inner = f"{trap}echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 300"
+    # \$\$: the inner shell's pid, not the outer one's (which expands "...").
+    inner = f"{trap}echo \\$\\$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 300"
     return f'setsid sh -c "{inner}" & until [ -e {pid_file} ]; do sleep 0.05; done'
 
 
