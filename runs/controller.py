@@ -742,7 +742,10 @@ def resume_submission(run: Run, now: datetime, *, schedule: Schedule, backend: B
         return
     log.info("the submission of run %s stopped; it is handed on again", run.id)
     _push_aside(run, now, unavailable=True)
-    schedule(run.id)
+    try:
+        schedule(run.id)
+    except Exception:  # the broker: the next hand-on is as soon as for an unavailable backend
+        log.exception("cannot hand on the submission of run %s", run.id)
 
 
 def _submission_grace() -> timedelta:

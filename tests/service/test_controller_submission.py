@@ -331,6 +331,22 @@ def test_a_submission_the_backend_is_unavailable_for_is_tried_again_soon_not_fai
     assert fresh(run).state == RunState.RUNNING
 
 
+def test_a_hand_on_the_broker_refuses_is_tried_again_as_soon_as_for_an_unavailable_backend(
+    launch, fake, settings
+):
+    run = launch(submit=False)
+    Run.objects.filter(pk=run.pk).update(reconcile_failures=6)
+
+    def broker_down(run_id: str) -> None:
+        raise ConnectionError("broker down")
+
+    with past_grace(settings):
+        controller.reconcile_pass(backend=fake, schedule=broker_down)
+        wait = fresh(run).reconcile_after - timezone.now()
+    assert wait <= timedelta(seconds=controller.UNAVAILABLE_MAX_S)
+    assert fresh(run).state == RunState.SUBMITTING and fresh(run).reconcile_failures == 7
+
+
 def test_a_submission_running_elsewhere_is_not_handed_on(launch, fake, settings):
     run = launch(submit=False)
     handed: list[str] = []
