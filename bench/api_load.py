@@ -1,20 +1,32 @@
 """Benchmark: the runs list and a run's detail under load, on a real server and PostgreSQL.
 
     .venv/bin/python bench/api_load.py [--runs 100000] [--clients 16] [--seconds 30]
+        [--baseline DIR] [--repeat 3] [--only list,table]
 
 Fills a database of its own (``simrun_bench`` by default, ``BENCH_DATABASE_URL`` to change
 it) with generated runs of 3 tasks each, unless it holds that many already; starts gunicorn
 as ``simrun serve`` does (gthread workers) against it; then, for each page, ``--clients``
 threads call it for ``--seconds`` over keep-alive connections, each waiting for its answer
 before the next request (closed loop). Prints requests per second, p50, p95 and p99 in
-milliseconds. The pages: the API's runs list and a run's detail (token), and the
-dashboard's runs table and run page (session), as a staff user who sees every run and as
-a user who sees their own. Target: p95 <= 50 ms for the list.
+milliseconds, and the server's CPU per request: the gunicorn workers' and their PostgreSQL
+backends' CPU time over the phase (from /proc) divided by the requests answered, a figure
+that other load on the machine disturbs far less than latency. The pages: the API's runs
+list (bare and filtered) and a run's detail (token), and the dashboard's runs table and run
+page (session), as a staff user who sees every run and as a user who sees their own.
+Target: p95 <= 50 ms for the lists, or <= 2 ms of server CPU a request where two cores
+cannot give that latency.
+
+``--baseline DIR`` compares with another checkout of the code (``git archive`` of a commit,
+unpacked): its own server runs beside this one, on a database of its own (the bench
+database's name with ``_baseline``) that its code migrates and that gets the same rows;
+each of ``--repeat`` repetitions runs every page on both servers in turn, the order
+alternating, and the medians over the repetitions are printed side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
 import random
@@ -28,6 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,9 +177,11 @@ def credentials(username: str) -> tuple[str, str]:
     from django.contrib.auth.models import User
     from django.contrib.sessions.backends.db import SessionStore
 
-    from runs.api.authentication import create_token
+    from runs.api.authentication import create_token, revoke_tokens
 
     user = User.objects.get(username=username)
+    # One token, as a user has: knox reads every token of the user on each request.
+    revoke_tokens(user)
     _, token = create_token(user)
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
@@ -182,7 +197,77 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(port: int, workers: int, threads: int) -> subprocess.Popen[bytes]:
+def admin_url(database: str, name: str = "postgres") -> str:
+    """``database`` as a psycopg URL, on the database ``name``."""
+    parts = urlsplit(database)._replace(path=f"/{name}")
+    return parts.geturl().replace("postgres://", "postgresql://", 1)
+
+
+def database_name(database: str) -> str:
+    return urlsplit(database).path.lstrip("/")
+
+
+def copy_table(source: Any, target: Any, table: str) -> None:
+    """Replace ``table``'s rows in ``target`` by ``source``'s, for the columns both have."""
+
+    def columns(conn: Any) -> list[str]:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s", [table]
+        )
+        return [r[0] for r in rows]
+
+    shared = ", ".join(f'"{c}"' for c in columns(source) if c in set(columns(target)))
+    target.execute(f'TRUNCATE "{table}" CASCADE')
+    with (
+        source.cursor().copy(f'COPY "{table}" ({shared}) TO STDOUT') as rows,
+        target.cursor().copy(f'COPY "{table}" ({shared}) FROM STDIN') as into,
+    ):
+        for data in rows:
+            into.write(data)
+
+
+def prepare_baseline(root: Path, database: str, runs: int) -> None:
+    """The baseline's database: migrated by its own code, holding the bench database's rows."""
+    import psycopg
+
+    name = database_name(database)
+    with psycopg.connect(admin_url(database), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    env = {**os.environ, **ENV, "DATABASE_URL": database}
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--verbosity", "0"], cwd=root, env=env, check=True
+    )
+    with (
+        psycopg.connect(admin_url(DATABASE, database_name(DATABASE))) as source,
+        psycopg.connect(admin_url(database, name)) as target,
+    ):
+        held = target.execute("SELECT count(*) FROM runs_run").fetchone()
+        if held and held[0] == runs:
+            return
+        print(f"copying {runs} runs to the baseline's database ...", flush=True)
+        for table in ["auth_user", "runs_run", "runs_task", "runs_attempt"]:
+            copy_table(source, target, table)
+        target.commit()
+        target.autocommit = True
+        target.execute("VACUUM ANALYZE")
+
+
+def share_credentials(database: str) -> None:
+    """The tokens and sessions of the bench database, copied to the baseline's."""
+    import psycopg
+
+    with (
+        psycopg.connect(admin_url(DATABASE, database_name(DATABASE))) as source,
+        psycopg.connect(admin_url(database, database_name(database))) as target,
+    ):
+        for table in ["knox_authtoken", "django_session"]:
+            copy_table(source, target, table)
+
+
+def start_server(
+    port: int, workers: int, threads: int, root: Path = ROOT, database: str = DATABASE
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -202,7 +287,8 @@ def start_server(port: int, workers: int, threads: int) -> subprocess.Popen[byte
         "warning",
     ]
     # The settings keep PostgreSQL connections between requests (CONN_MAX_AGE), as served.
-    server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **ENV})
+    env = {**os.environ, **ENV, "DATABASE_URL": database}
+    server = subprocess.Popen(command, cwd=root, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -214,42 +300,149 @@ def start_server(port: int, workers: int, threads: int) -> subprocess.Popen[byte
     raise SystemExit("gunicorn did not start")
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> float | None:
+    """User and system CPU seconds of a process, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+class ServerCpu:
+    """CPU seconds spent by a server's workers and by its PostgreSQL backends, sampled.
+
+    Backends are found in ``pg_stat_activity`` by database, every half second, and the
+    last sample of each kept, so one that closes during a phase still counts.
+    """
+
+    def __init__(self, server: subprocess.Popen[bytes], database: str) -> None:
+        self.server = server
+        self.database = database
+        self.workers: dict[int, float] = {}
+        self.backends: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def sample(self, conn: Any) -> None:
+        for pid in children(self.server.pid):
+            if (cpu := cpu_of(pid)) is not None:
+                self.workers[pid] = cpu
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [database_name(self.database)],
+        )
+        for (pid,) in rows:
+            if (cpu := cpu_of(pid)) is not None:
+                self.backends[pid] = cpu
+
+    def __enter__(self) -> ServerCpu:
+        import psycopg
+
+        self.conn = psycopg.connect(admin_url(self.database, "postgres"), autocommit=True)
+        self.sample(self.conn)
+        self.before = (dict(self.workers), dict(self.backends))
+        self.thread = threading.Thread(target=self.poll)
+        self.thread.start()
+        return self
+
+    def poll(self) -> None:
+        while not self.stop.wait(0.5):
+            self.sample(self.conn)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sample(self.conn)
+        self.conn.close()
+
+    def spent(self) -> tuple[float, float]:
+        """Seconds of the workers and of the backends since entering."""
+
+        def delta(now: dict[int, float], then: dict[int, float]) -> float:
+            return sum(cpu - then.get(pid, 0.0) for pid, cpu in now.items())
+
+        return delta(self.workers, self.before[0]), delta(self.backends, self.before[1])
+
+
 @dataclass
 class Result:
     name: str
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     seconds: float = 0.0
+    python_cpu: float = 0.0
+    postgres_cpu: float = 0.0
 
-    def line(self) -> str:
+    def quantile(self, q: float) -> float:
         ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else 0.0
 
-        def quantile(q: float) -> float:
-            return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+    def figures(self) -> dict[str, float]:
+        """Rate, latency quantiles (ms) and server CPU per request (ms) of the phase."""
+        answered = max(1, len(self.latencies) + self.errors)
+        return {
+            "req/s": len(self.latencies) / self.seconds,
+            "p50": self.quantile(0.5),
+            "p95": self.quantile(0.95),
+            "p99": self.quantile(0.99),
+            "cpu": (self.python_cpu + self.postgres_cpu) * 1000 / answered,
+            "django": self.python_cpu * 1000 / answered,
+            "pg": self.postgres_cpu * 1000 / answered,
+            "errors": self.errors,
+        }
 
-        rate = len(ordered) / self.seconds
-        return (
-            f"{self.name:<34} {rate:8.0f} req/s  p50 {quantile(0.5):6.1f} ms  "
-            f"p95 {quantile(0.95):6.1f} ms  p99 {quantile(0.99):6.1f} ms  "
-            f"mean {statistics.fmean(ordered) * 1000:6.1f} ms  errors {self.errors}"
-        )
+
+@dataclass
+class Side:
+    """One server under test: the code it runs, its database, its port."""
+
+    label: str
+    root: Path
+    database: str
+    port: int = 0
+    server: subprocess.Popen[bytes] | None = None
+
+
+def line(name: str, figures: dict[str, float]) -> str:
+    return (
+        f"{name:<40} {figures['req/s']:6.0f} req/s  p50 {figures['p50']:6.1f}  "
+        f"p95 {figures['p95']:6.1f}  p99 {figures['p99']:6.1f} ms  "
+        f"CPU/req {figures['cpu']:5.2f} ms (django {figures['django']:5.2f} + "
+        f"pg {figures['pg']:5.2f})  errors {figures['errors']:.0f}"
+    )
 
 
 def load(
-    name: str, port: int, paths: list[str], headers: dict[str, str], clients: int, seconds: float
+    name: str, side: Side, paths: list[str], headers: dict[str, str], clients: int, seconds: float
 ) -> Result:
     """``clients`` threads, each on a keep-alive connection, calling ``paths`` in turn."""
     result = Result(name)
     lock = threading.Lock()
     stop = time.monotonic() + seconds
     warm = time.monotonic() + min(2.0, seconds / 10)
+    measured = threading.Barrier(clients + 1)
 
     def client(number: int) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection = http.client.HTTPConnection("127.0.0.1", side.port, timeout=30)
         mine: list[float] = []
         errors = 0
         i = number
+        crossed = False
         while (now := time.monotonic()) < stop:
+            if now >= warm and not crossed:
+                measured.wait()  # the CPU meter starts once every client is warm
+                crossed = True
             path = paths[i % len(paths)]
             i += 1
             began = time.perf_counter()
@@ -260,14 +453,16 @@ def load(
                 ok = response.status in (200, 286)
             except (OSError, http.client.HTTPException):
                 connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                connection = http.client.HTTPConnection("127.0.0.1", side.port, timeout=30)
                 ok = False
             elapsed = time.perf_counter() - began
-            if now >= warm:
+            if crossed:
                 if ok:
                     mine.append(elapsed)
                 else:
                     errors += 1
+        if not crossed:
+            measured.wait()
         connection.close()
         with lock:
             result.latencies.extend(mine)
@@ -276,10 +471,39 @@ def load(
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
-    result.seconds = seconds - (warm - (stop - seconds))
+    measured.wait()
+    began = time.monotonic()
+    assert side.server is not None
+    with ServerCpu(side.server, side.database) as cpu:
+        for thread in threads:
+            thread.join()
+    result.seconds = time.monotonic() - began
+    result.python_cpu, result.postgres_cpu = cpu.spent()
     return result
+
+
+def cases(
+    staff_token: str, user_token: str, staff_cookie: str, run_ids: list[str], own_ids: list[str]
+) -> list[tuple[str, list[str], dict[str, str]]]:
+    staff = {"Authorization": f"Token {staff_token}"}
+    user = {"Authorization": f"Token {user_token}"}
+    session = {"Cookie": staff_cookie}
+    return [
+        ("API runs list (staff, 100k)", ["/api/runs/"], staff),
+        ("API runs list (user, 5k)", ["/api/runs/"], user),
+        ("API runs list, filtered (staff)", ["/api/runs/?state=failed&name=sweep-9"], staff),
+        ("API runs list, by name (staff)", ["/api/runs/?name=sweep-4242"], staff),
+        ("API runs list, by name (user)", ["/api/runs/?name=sweep-42"], user),
+        ("API run detail (staff)", [f"/api/runs/{i}/" for i in run_ids], staff),
+        ("API run detail (user)", [f"/api/runs/{i}/" for i in own_ids], user),
+        ("dashboard runs table (staff)", ["/runs/table/"], session),
+        (
+            "dashboard runs table, filtered (staff)",
+            ["/runs/table/?state=failed&name=sweep-9"],
+            session,
+        ),
+        ("dashboard run page (staff)", [f"/runs/{i}/" for i in run_ids], session),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,7 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn process")
-    parser.add_argument("--only", help="run only the pages whose name contains this")
+    parser.add_argument(
+        "--only", help="run only the pages whose name contains one of these (comma-separated)"
+    )
+    parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved repetitions")
     args = parser.parse_args(argv)
 
     create_database()
@@ -298,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     from runs.models import Run
 
     staff_token, staff_cookie = credentials("bench0")
-    user_token, user_cookie = credentials("bench1")
+    user_token, _ = credentials("bench1")
     run_ids = list(Run.objects.order_by("?").values_list("id", flat=True)[:200])
     own_ids = list(
         Run.objects.filter(owner__username="bench1")
@@ -309,42 +537,48 @@ def main(argv: list[str] | None = None) -> int:
 
     connections.close_all()
 
-    port = free_port()
-    server = start_server(port, args.workers, args.threads)
-    cases = [
-        ("API runs list (staff, 100k)", ["/api/runs/"], {"Authorization": f"Token {staff_token}"}),
-        ("API runs list (user, 5k)", ["/api/runs/"], {"Authorization": f"Token {user_token}"}),
-        (
-            "API runs list, filtered (staff)",
-            ["/api/runs/?state=failed&name=sweep-9"],
-            {"Authorization": f"Token {staff_token}"},
-        ),
-        (
-            "API run detail (staff)",
-            [f"/api/runs/{i}/" for i in run_ids],
-            {"Authorization": f"Token {staff_token}"},
-        ),
-        (
-            "API run detail (user)",
-            [f"/api/runs/{i}/" for i in own_ids],
-            {"Authorization": f"Token {user_token}"},
-        ),
-        ("dashboard runs table (staff)", ["/runs/table/"], {"Cookie": staff_cookie}),
-        ("dashboard run page (staff)", [f"/runs/{i}/" for i in run_ids], {"Cookie": staff_cookie}),
+    sides = [Side("this", ROOT, DATABASE)]
+    if args.baseline:
+        baseline = Side("baseline", args.baseline.resolve(), f"{DATABASE}_baseline")
+        prepare_baseline(baseline.root, baseline.database, args.runs)
+        share_credentials(baseline.database)
+        sides.insert(0, baseline)
+    for side in sides:
+        side.port = free_port()
+        side.server = start_server(side.port, args.workers, args.threads, side.root, side.database)
+    wanted = [w for w in (args.only or "").split(",") if w]
+    chosen = [
+        case
+        for case in cases(staff_token, user_token, staff_cookie, run_ids, own_ids)
+        if not wanted or any(w in case[0] for w in wanted)
     ]
     print(
-        f"{args.runs} runs, {args.clients} clients, {args.seconds:.0f} s each, gunicorn "
-        f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs",
+        f"{args.runs} runs, {args.clients} clients, {args.seconds:.0f} s a phase, gunicorn "
+        f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f}, {args.repeat} repetition(s) of {len(sides)} side(s)",
         flush=True,
     )
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
     try:
-        for name, paths, headers in cases:
-            if args.only and args.only not in name:
-                continue
-            print(load(name, port, paths, headers, args.clients, args.seconds).line(), flush=True)
+        for repetition in range(args.repeat):
+            for name, paths, headers in chosen:
+                order = sides if repetition % 2 == 0 else sides[::-1]
+                for side in order:
+                    result = load(name, side, paths, headers, args.clients, args.seconds)
+                    figures = result.figures()
+                    results.setdefault((name, side.label), []).append(figures)
+                    print(f"[{repetition + 1} {side.label:>8}] {line(name, figures)}", flush=True)
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+        for side in sides:
+            if side.server is not None:
+                side.server.send_signal(signal.SIGTERM)
+                side.server.wait(timeout=30)
+    print(f"\nmedians of {args.repeat} interleaved repetition(s):")
+    for name, _, _ in chosen:
+        for side in sides:
+            runs = results[(name, side.label)]
+            median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            print(f"{side.label:>8}  {line(name, median)}")
     return 0
 
 

@@ -6,6 +6,9 @@ helpers, so the check is never left to a template.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import F, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
@@ -14,8 +17,50 @@ from django.shortcuts import get_object_or_404
 
 from runs.models import Attempt, Observation, Run, RunQuerySet, Task
 
-LIST_DEFERRED = ("spec", "merge_pending", "oom_kills")
-"""JSON fields a list of runs never shows: not read, not decoded."""
+LIST_COLUMNS = (
+    "id",
+    "name",
+    "state",
+    "message",
+    "backend",
+    "pending_logs",
+    "pending_release",
+    "pending_cancel",
+    "created_at",
+    "submitted_at",
+    "ended_at",
+    "rerun_of_id",
+)
+"""The columns of a run a list shows (or needs for ``live`` and ``duration_s``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRun:
+    """A run as a list shows it: its columns, its owner's name and its progress.
+
+    A tuple of a page's row rather than a model instance: no JSON document decoded, no
+    instance built, about a third of the time a model row costs.
+    """
+
+    id: str
+    name: str
+    state: str
+    message: str
+    backend: str
+    pending_logs: bool
+    pending_release: bool
+    pending_cancel: bool
+    created_at: datetime
+    submitted_at: datetime | None
+    ended_at: datetime | None
+    rerun_of_id: str | None
+    owner_name: str
+    units_done_sum: int
+    units_total_sum: int
+
+    ended = Run.ended
+    live = Run.live
+    duration_s = Run.duration_s
 
 
 def visible_runs(user: Any) -> RunQuerySet:
@@ -24,13 +69,19 @@ def visible_runs(user: Any) -> RunQuerySet:
 
 
 def listed_runs(user: Any) -> RunQuerySet:
-    """The runs a user may see as a list shows them: with progress and the owner's name.
+    """The runs a user may see, to filter and count; ``listed_rows`` reads a page of them.
 
-    Without their specs, and the owner a name rather than a user object: a page of a list
-    builds 50 runs, and the fewer objects and JSON documents the faster it answers.
+    Nothing joined nor annotated, so counting the runs a filter matches reads one index.
     """
-    runs = Run.objects.visible_to(user).defer(*LIST_DEFERRED)
-    return with_progress(runs.annotate(owner_name=F("owner__username")))
+    return Run.objects.visible_to(user)
+
+
+def listed_rows(runs: RunQuerySet) -> Iterator[ListedRun]:
+    """The runs as a list shows them, with their owner's name and progress: one query."""
+    rows = with_progress(runs.annotate(owner_name=F("owner__username"))).values_list(
+        *LIST_COLUMNS, "owner_name", "units_done_sum", "units_total_sum"
+    )
+    return (ListedRun(*row) for row in rows)
 
 
 def with_progress(runs: RunQuerySet) -> RunQuerySet:

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from harness.tasktypes import task_types
 from runs import accounting, capacity, controller, reservations, store, task_files, task_logs
 from runs.access import (
+    listed_rows,
     listed_runs,
     run_or_404,
     run_with_tasks_or_404,
@@ -73,7 +74,8 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     filters = RunFilters(data=request.GET)
     values = filters.validated_data if filters.is_valid() else {}
     number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
-    page = page_of(apply_filters(listed_runs(request.user), values), number, RUNS_PER_PAGE)
+    runs = apply_filters(listed_runs(request.user), values)
+    page = page_of(runs, number, RUNS_PER_PAGE, read=listed_rows)
     query = request.GET.copy()
     query.pop("page", None)
     return {

@@ -6,7 +6,7 @@ attached to the objects by the views before they are serialized.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 
 from django.utils import timezone
@@ -65,11 +65,14 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         ]
 
 
-def iso(value: datetime | None) -> str | None:
-    """A time as DRF's DateTimeField writes it (current time zone, ``Z`` for UTC), cheaper."""
+def iso(value: datetime | None, zone: tzinfo | None = None) -> str | None:
+    """A time as DRF's DateTimeField writes it (current time zone, ``Z`` for UTC), cheaper.
+
+    ``zone`` is the current time zone when the caller has it already (once for a row).
+    """
     if value is None:
         return None
-    text = timezone.localtime(value).isoformat()
+    text = value.astimezone(zone or timezone.get_current_timezone()).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
@@ -112,6 +115,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
         """
         if type(self) is not RunSerializer:
             return super().to_representation(run)
+        zone = timezone.get_current_timezone()
         return {
             "id": run.id,
             "name": run.name,
@@ -123,9 +127,9 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "units_done": run.units_done_sum,  # type: ignore[attr-defined]
             "units_total": run.units_total_sum,  # type: ignore[attr-defined]
             "duration_s": run.duration_s,
-            "created_at": iso(run.created_at),
-            "submitted_at": iso(run.submitted_at),
-            "ended_at": iso(run.ended_at),
+            "created_at": iso(run.created_at, zone),
+            "submitted_at": iso(run.submitted_at, zone),
+            "ended_at": iso(run.ended_at, zone),
             "rerun_of": run.rerun_of_id,
         }
 

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from harness.tasktypes import task_types
 from runs import controller
 from runs.access import (
+    listed_rows,
     listed_runs,
     run_or_404,
     run_with_tasks_or_404,
@@ -71,8 +72,10 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
 
     def list(self, request: Request) -> Response:
         runs = filter_runs(listed_runs(request.user), request)
-        page = self.paginate_queryset(runs)
-        return self.get_paginated_response(RunSerializer(page, many=True).data)
+        assert isinstance(self.paginator, CappedPagination)
+        page = self.paginator.paginate_queryset(runs, request, self, read=listed_rows)
+        serializer = RunSerializer()
+        return self.get_paginated_response([serializer.to_representation(r) for r in page])
 
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(RunDetailSerializer(run_detail(request, pk)).data)
