@@ -159,7 +159,6 @@ def test_beat_reconciles_a_submitted_run_to_succeeded(owner, service, no_submiss
     settled = lambda: not Run.objects.get(pk=run.pk).live  # noqa: E731
     wait_for(settled, 60, "the settling of the ended run", details=found.logs)
     assert ["stop", [workflow]] in [[n, a] for n, a in found.backend.calls]
-    assert "Sending due task reconcile (runs.tasks.reconcile)" in found.logs()
 
 
 def test_a_wake_up_reconciles_sooner_than_the_poll(owner, service, no_submission_on_commit):
