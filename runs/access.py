@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import F, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
@@ -76,10 +77,27 @@ def listed_runs(user: Any) -> RunQuerySet:
     return Run.objects.visible_to(user)
 
 
+def units_sum(column: str) -> RawSQL:
+    """The sum of a column over the tasks of the run of the row: a correlated subquery.
+
+    Written out rather than built from querysets: the same SQL as ``with_progress``, for a
+    fraction of the time Django takes to build and compile nested querysets on each request.
+    """
+    tasks, runs = Task._meta.db_table, Run._meta.db_table
+    sql = f'SELECT COALESCE(SUM("{column}"), 0) FROM "{tasks}" WHERE "run_id" = "{runs}"."id"'
+    return RawSQL(sql, [], output_field=IntegerField())
+
+
+LISTED_UNITS = {
+    "units_done_sum": units_sum("units_done"),
+    "units_total_sum": units_sum("units_total"),
+}
+
+
 def listed_rows(runs: RunQuerySet) -> Iterator[ListedRun]:
     """The runs as a list shows them, with their owner's name and progress: one query."""
-    rows = with_progress(runs.annotate(owner_name=F("owner__username"))).values_list(
-        *LIST_COLUMNS, "owner_name", "units_done_sum", "units_total_sum"
+    rows = runs.annotate(owner_name=F("owner__username"), **LISTED_UNITS).values_list(
+        *LIST_COLUMNS, "owner_name", *LISTED_UNITS
     )
     return (ListedRun(*row) for row in rows)
 
