@@ -178,6 +178,18 @@ def test_the_runs_list_with_tasks_sums_their_units_in_the_same_queries(
     assert {(r["units_done"], r["units_total"]) for r in body["results"]} == {(2, 6)}
 
 
+def test_a_list_longer_than_its_page_takes_its_page_and_a_capped_count(
+    staff_client, owner, django_assert_max_num_queries
+):
+    Run.objects.bulk_create(
+        Run(owner=owner, name=f"run-{i}", spec={"tasks": {}}, backend="fake") for i in range(60)
+    )
+    with django_assert_max_num_queries(2):
+        body = staff_client.get("/api/runs/?owner=alice&name=RUN-&page_size=10").json()
+    assert len(body["results"]) == 10 and body["count"] == 60 and body["next"]
+    assert body["results"][0]["owner"] == "alice"
+
+
 def test_counting_stops_at_the_cap_and_says_so(owner_client, owner, monkeypatch):
     monkeypatch.setattr("runs.api.pagination.COUNT_CAP", 10)
     for i in range(12):
