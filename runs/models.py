@@ -321,15 +321,15 @@ class Observation(models.Model):
     units = models.PositiveIntegerField(default=0)
     unit_seconds = models.FloatField(default=0)
     cpu_seconds = models.FloatField(default=0)
+    seconds = models.FloatField(
+        default=0, help_text="Wall-clock seconds of the attempt (0: not known), for GiB·h."
+    )
     oom = models.BooleanField(default=False, help_text="Killed for memory.")
     from_report = models.BooleanField(
         default=True, help_text="False: an OOM kill without a report, observed at its limit."
     )
     created_at = models.DateTimeField(default=timezone.now)
 
-    seconds = models.FloatField(
-        default=0, help_text="Wall-clock seconds of the attempt (0: not known), for GiB·h."
-    )
     class Meta:
         ordering = ["-created_at"]
         indexes = [
@@ -353,16 +353,16 @@ class Observation(models.Model):
         return f"{self.task_type} {self.worker}#{self.attempt}"
 
     @property
+    def limit_gb(self) -> float | None:
+        """The memory limit of the attempt observed, the memory it ran with."""
+        return None if self.limit_bytes is None else self.limit_bytes / 2**30
+
+    @property
     def peak_gb_per_process(self) -> float | None:
         """The peak anonymous memory of one process in GiB (the limit for an OOM kill)."""
         peak = self.peak_bytes if self.peak_bytes is not None else self.limit_bytes
         if peak is None:
             return None
-    @property
-    def limit_gb(self) -> float | None:
-        """The memory limit of the attempt observed, the memory it ran with."""
-        return None if self.limit_bytes is None else self.limit_bytes / 2**30
-
         return peak / self.processes / 2**30
 
 
