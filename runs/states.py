@@ -43,6 +43,7 @@ STARTED_STATES = ACTIVE_STATES | {TaskState.DONE}
 EXIT_MEANINGS = {
     3: "a unit or the merge failed",
     4: "a configuration error",
+    75: "the store failed; retried",
     137: "killed",
     143: "stopped on SIGTERM",
 }

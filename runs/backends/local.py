@@ -285,11 +285,7 @@ class LocalBackend:
             attempts = read_attempts(logs, [s.name for s in specs], self.task_uid_base)
             for spec in specs:
                 found = attempts[spec.name]
-                results = [
-                    outcome(a.exit, cancelled_at, memory_enforced=memory_watched(a))
-                    for a in found
-                    if a.exit is not None
-                ]
+                results = [outcome(a.exit, cancelled_at) for a in found if a.exit is not None]
                 nodes[spec.name] = NodeView(spec, found, results)
         return RunView(submission, stop, nodes)
 
@@ -878,12 +874,6 @@ def launcher_env() -> dict[str, str]:
     (a process running as the service's own user could read it from /proc)."""
     env = {k: os.environ[k] for k in (*PASSED_ENV, "PATH") if k in os.environ}
     return env | {"PYTHONUNBUFFERED": "1"}
-
-
-def memory_watched(attempt: Attempt) -> bool:
-    """Whether a cgroup or a container watched an attempt's memory (so a kill is proven)."""
-    launch = attempt.launch or {}
-    return bool(launch.get("cgroup") or launch.get("container"))
 
 
 def docker_argv(

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from harness.errors import EXIT_STORAGE
 from runs import retry_rule
 from runs.backends.base import PREEMPTED_PHASE, RETRY_LIMIT, RETRYING_PHASE, FailedAttempt
 from runs.backends.local_launcher import read_json
@@ -143,15 +144,15 @@ def _owner(path: Path) -> int:
         return -1
 
 
-def outcome(
-    exit: dict[str, Any], cancelled_at: float | None, memory_enforced: bool = False
-) -> Outcome:
+def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
     """What the end of an attempt means for its node.
 
     Only the count of the out of memory killer proves a kill for memory. One that ended after
     its run was cancelled was cancelled. Only what simrun did is an eviction: a SIGTERM it
-    sent without cancelling, or a launcher lost with the end unrecorded. A SIGKILL (137) that
-    no cgroup watched may be the kernel's for memory: ``killed``. Any other end, a signal
+    sent without cancelling, a launcher lost with the end unrecorded, or a transient error of
+    the store (exit 75), retried as Argo retries it. A SIGKILL (137) without the OOM killer's
+    count is ``killed``: retried once with the retry memory, as Argo retries an exit 137 (a
+    SIGKILL of one process of a pool loses only its units in flight). Any other end, a signal
     the task sent itself included, is a failure.
     """
     if exit.get("exit_code") == 0:
@@ -161,9 +162,9 @@ def outcome(
     if cancelled_at is not None and exit.get("ended", 0) >= cancelled_at:
         return "cancelled"
     code = exit.get("exit_code")
-    if code is None or exit.get("stopped_by_simrun"):
+    if code is None or exit.get("stopped_by_simrun") or code == EXIT_STORAGE:
         return "evicted"
-    if code == retry_rule.KILLED_EXIT and not memory_enforced:
+    if code == retry_rule.KILLED_EXIT:
         return "killed"
     return "failed"
 

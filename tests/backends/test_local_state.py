@@ -10,11 +10,10 @@ from runs.backends.local_state import Attempt, NodeSpec, NodeView, outcome, retr
 
 def test_only_the_count_of_the_oom_killer_proves_a_kill_for_memory():
     assert outcome({"exit_code": 137, "signal": 9, "oom_kills": 1, "ended": 5}, None) == "oom"
-    watched = {"exit_code": 137, "signal": None, "oom_kills": 0}
-    assert outcome(watched, None, memory_enforced=True) == "failed"
+    assert outcome({"exit_code": 75, "signal": None, "ended": 5}, None) == "evicted"
 
 
-def test_a_sigkill_no_cgroup_watched_is_a_kill_that_may_be_for_memory():
+def test_a_sigkill_without_the_oom_killers_count_is_retried_once_as_argo_retries_137():
     assert outcome({"exit_code": 137, "signal": 9, "oom_kills": 0, "ended": 5}, None) == "killed"
     assert outcome({"exit_code": 137, "signal": None, "ended": 5}, None) == "killed"
 

@@ -13,21 +13,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 ROUNDS = 1
 
 
-PENDING = {
-    "kill-harness": "a SIGKILL of a pool process fails its task (exit 137) and loses the units "
-    "its pool finished until the harness completes units one by one (issue 12, harness items)"
-}
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(kind, marks=pytest.mark.xfail(reason=PENDING[kind], strict=False))
-        if kind in PENDING
-        else kind
-        for kind in sorted(HARMS)
-    ],
-)
+@pytest.mark.parametrize("kind", sorted(HARMS))
 def test_a_run_survives_the_harm_with_no_unit_lost_and_the_clean_run_s_output(
     kind: str, tmp_path: Path
 ):
