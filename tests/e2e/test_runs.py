@@ -110,7 +110,13 @@ def test_runs_whose_tasks_need_every_core_run_one_after_the_other_in_order(sqlit
 
 
 def alloc(mb: int) -> dict[str, object]:
-    return {"type": "alloc", "cores": 1, "settings": {"units": 2, "mb": mb, "hold_s": 0.2}}
+    """An alloc task sized by its spec, so what earlier runs taught the planner changes nothing."""
+    return {
+        "type": "alloc",
+        "cores": 1,
+        "memory": {"per_worker_gb": 0.25},
+        "settings": {"units": 2, "mb": mb, "hold_s": 0.2},
+    }
 
 
 def test_alloc_past_its_plan_is_killed_for_memory_retried_and_succeeds(sqlite_service, token):
