@@ -99,6 +99,9 @@ def start(child: Child, home: Path) -> None:
     )
 
 
+TASK_UID_BASE = "SIMRUN_TASK_UID_BASE"
+
+
 def allowed_hosts(host: str) -> None:
     """Let the web server answer on the address it listens on (unless ALLOWED_HOSTS is set)."""
     if host in LOOPBACK or os.environ.get("ALLOWED_HOSTS"):
@@ -274,6 +277,20 @@ def stop_children(found: list[Child]) -> None:
             process.wait()
 
 
+def demo_isolation() -> None:
+    """Let the demo run on any machine, as the README promises: where the tasks' users could
+    not reach this Python or the home (a folder above lets only root pass), and isolation was
+    not asked for, the demo's tasks run as the service's user; the banner says so."""
+    from runs.backends.local_user import unreachable
+
+    if TASK_UID_BASE in os.environ or os.geteuid() != 0:
+        return
+    home = Path(os.environ.get("SIMRUN_HOME") or "var").absolute()
+    if problem := unreachable(Path(sys.executable).resolve(), home):
+        os.environ[TASK_UID_BASE] = "0"
+        print(f"simrun: the demo runs its tasks as this service's user: {problem}")
+
+
 def run(args: argparse.Namespace) -> int:
     from runs.cli import home as service_home
 
@@ -281,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"simrun: {problem} (choose another with --port)", file=sys.stderr)
         return 1
     allowed_hosts(args.host)
+    if args.demo:
+        demo_isolation()
     home = service_home.prepare()
     from django.conf import settings
     from django.core.management import call_command

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from runs.backends.local import LocalBackend
+from runs.cli import serve
 from runs.cli.serve import isolation
 
 
@@ -29,3 +30,18 @@ def test_a_root_service_whose_store_no_task_user_reaches_says_why_no_task_starts
 
     # pytest's folders below /tmp/pytest-of-root let no other user pass
     assert "no task can start: " in said and "lets no other user pass" in said
+
+
+def test_the_demo_runs_its_tasks_as_the_service_where_task_users_cannot_reach_it(
+    tmp_path, monkeypatch, capsys
+):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    monkeypatch.setenv("SIMRUN_HOME", str(locked / "var"))
+    monkeypatch.delenv("SIMRUN_TASK_UID_BASE", raising=False)
+    serve.demo_isolation()
+    assert os.environ["SIMRUN_TASK_UID_BASE"] == "0"
+    assert "the demo runs its tasks as this service's user" in capsys.readouterr().out
+    monkeypatch.setenv("SIMRUN_TASK_UID_BASE", "300000")
+    serve.demo_isolation()
+    assert os.environ["SIMRUN_TASK_UID_BASE"] == "300000"  # isolation asked for is kept
