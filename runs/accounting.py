@@ -164,6 +164,16 @@ class Week:
         return {"task_type": self.task_type, "week": self.week.date(), **self.usage.as_dict()}
 
 
+VALUES = ("task_type", "created_at", "peak_bytes", "limit_bytes", "seconds", "oom", "task__plan")
+"""What the summaries read of an observation, its task's plan included."""
+
+
+def _add(usage: Usage, row: Mapping[str, Any]) -> None:
+    """Count an observation row (``VALUES``) with the allocations its task's plan kept."""
+    plan = row.get("task__plan") or {}
+    usage.add(Attempted.of(row), plan.get("counterfactual_gb", {}))
+
+
 def weekly(rows: Iterable[Mapping[str, Any]]) -> list[Week]:
     """The use of observation rows (values with their task's plan) by type and week, newest
     week first: is sizing getting better?"""
@@ -173,8 +183,7 @@ def weekly(rows: Iterable[Mapping[str, Any]]) -> list[Week]:
         monday = (created - timedelta(days=created.weekday())).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
-        plan = row.get("task__plan") or {}
-        found[row["task_type"], monday].add(Attempted.of(row), plan.get("counterfactual_gb", {}))
+        _add(found[row["task_type"], monday], row)
     return [
         Week(task_type, week, usage)
         for (task_type, week), usage in sorted(found.items(), key=_newest_first)
@@ -189,20 +198,13 @@ def _newest_first(item: tuple[tuple[str, datetime], Usage]) -> tuple[float, str]
 def weekly_usage(rows: QuerySet[Observation], *, weeks: int = WEEKS_SHOWN) -> list[Week]:
     """The weekly use of the observations of the last ``weeks`` weeks: one query."""
     since = timezone.now() - timedelta(weeks=weeks)
-    values = rows.filter(created_at__gte=since).values(
-        "task_type", "created_at", "peak_bytes", "limit_bytes", "seconds", "oom", "task__plan"
-    )
-    return weekly(values)
+    return weekly(rows.filter(created_at__gte=since).values(*VALUES))
 
 
 def recent_usage(rows: QuerySet[Observation], *, days: int = 7) -> list[tuple[str, Usage]]:
     """The use of the observations of the last ``days`` days by task type, most wasted first."""
     since = timezone.now() - timedelta(days=days)
-    values = rows.filter(created_at__gte=since).values(
-        "task_type", "peak_bytes", "limit_bytes", "seconds", "oom", "task__plan"
-    )
     found: dict[str, Usage] = defaultdict(Usage)
-    for row in values:
-        plan = row.get("task__plan") or {}
-        found[row["task_type"]].add(Attempted.of(row), plan.get("counterfactual_gb", {}))
+    for row in rows.filter(created_at__gte=since).values(*VALUES):
+        _add(found[row["task_type"]], row)
     return sorted(found.items(), key=lambda item: -item[1].wastage.wasted_gbh)

@@ -371,7 +371,10 @@ def _failures(
         plan = plans[task_id]
         exits = {a.attempt: 137 if a.oom_killed else a.exit_code for a in failed}
         for attempt in failed:
-            path = listed[task_id].get((key, attempt.attempt))
+            # The report is read only where it decides something: the evidence of an exit
+            # 137, or the memory of an attempt its backend does not know.
+            needed = (attempt.exit_code == 137 and not attempt.oom_killed) or not attempt.memory_gb
+            path = listed[task_id].get((key, attempt.attempt)) if needed else None
             report = observations.read_report(path) if path else None
             evidence, note = _evidence(attempt, report)
             name = f"{key}-{attempt.attempt}"
