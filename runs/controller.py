@@ -35,6 +35,7 @@ from runs.backends.base import (
     ClusterConfig,
     workflow_name,
 )
+from runs.handoff import after_commit
 from runs.models import (
     ATTEMPT_OUTCOME_FIELDS,
     FINAL_TASK_STATES,
@@ -563,7 +564,7 @@ def request_cancel(run: Run) -> None:
         raise Conflict(f"run {run.id} kept changing; try again")
     from runs.tasks import settle as settle_task
 
-    transaction.on_commit(lambda: settle_task.delay(run.id))
+    after_commit(lambda: settle_task.delay(run.id), f"the settling of run {run.id}")
 
 
 def _close(run: Run, tasks: list[Task], state: RunState, message: str, **update: Any) -> bool:

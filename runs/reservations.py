@@ -7,8 +7,7 @@ the node and retries until that succeeds (Ruling 25).
 
 from __future__ import annotations
 
-from django.db import transaction
-
+from runs.handoff import after_commit
 from runs.models import Run
 
 
@@ -39,5 +38,5 @@ def release_reservation(*, run: Run, node: str | None = None) -> Run:
         raise ReleaseRefused(f"run {run.id} changed meanwhile; try again")
     from runs.tasks import settle
 
-    transaction.on_commit(lambda: settle.delay(run.id))
+    after_commit(lambda: settle.delay(run.id), f"the release of run {run.id}'s node")
     return run

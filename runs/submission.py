@@ -21,6 +21,7 @@ from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
 from runs.controller import Schedule, scheduler
 from runs.evidence import prior_evidence
+from runs.handoff import after_commit
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planner import ObservedPeak, observation_keys, plan_run
 from runs.records import task_json, task_records
@@ -126,5 +127,5 @@ def create_run(
     store.write_json(store.run_dir(run.id) / "run.json", {"id": run.id, **run.spec})
     for task in tasks:
         store.write_json(store.task_dir(run.id, task.task_id) / "task.json", task_json(task))
-    transaction.on_commit(lambda: schedule(run.id))
+    after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
     return run

@@ -10,6 +10,7 @@ from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
+from runs import tasks
 from runs.access import listed_rows, listed_runs, visible_runs, with_progress
 from runs.api.authentication import create_token
 from runs.api.serializers import RunSerializer
@@ -72,6 +73,23 @@ def test_the_run_is_handed_to_submission_only_after_commit(owner_client, queued)
     assert response.status_code == 201
     # The test transaction never commits, so nothing may have been handed over.
     assert queued == []
+
+
+def test_a_broker_that_refuses_the_hand_on_still_gives_the_committed_run_a_201(
+    owner_client, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    """The run is written before the broker is asked; the loop hands it on later."""
+
+    def refuse(run_id: str) -> None:
+        raise OSError("broker locked")
+
+    monkeypatch.setattr(tasks.submit_run, "delay", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = submit(owner_client)
+    assert response.status_code == 201
+    run = Run.objects.get(pk=response.json()["id"])
+    assert run.state == RunState.SUBMITTING
+    assert f"the submission of run {run.id} waits" in caplog.text
 
 
 def test_json_submissions_work_as_well(owner_client):

@@ -103,3 +103,60 @@ def _answers(api: httpx.Client) -> bool:
         return api.get("runs/").status_code == 200
     except httpx.TransportError:
         return False
+
+
+RACE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import django; django.setup()
+    from simrun_site.celery import app
+    go = Path(sys.argv[1])
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        channel.session  # the engine and the tables, before the start
+        Path(sys.argv[2]).touch()
+        while not go.exists():
+            time.sleep(0.001)
+        connection.SimpleQueue("race").put({"from": sys.argv[2]})
+    """
+)
+
+
+def test_processes_that_make_the_same_queue_at_once_all_send(tmp_path: Path):
+    """The web's first message and the worker's start make the queue at the same moment."""
+    home = tmp_path / "home"
+    env = {**embedded(home), "DJANGO_SETTINGS_MODULE": "simrun_site.settings"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup()\nfrom simrun_site.celery import app\n"
+            "app.connection_for_write().default_channel.session",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{i}" for i in range(8)]
+    senders = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, str(go), str(mark)],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for mark in ready
+    ]
+    wait_for(lambda: all(mark.exists() for mark in ready), 120, "the senders to be ready")
+    go.touch()
+    errors = [sender.communicate(timeout=120)[1] for sender in senders]
+    assert [sender.returncode for sender in senders] == [0] * len(senders), errors
+    with sqlite3.connect(home / "broker.sqlite3") as db:
+        queues = db.execute("SELECT id FROM kombu_queue WHERE name = 'race'").fetchall()
+        sent = db.execute(
+            "SELECT count(*) FROM kombu_message WHERE queue_id = ?", queues[0]
+        ).fetchone()[0]
+    assert len(queues) == 1 and sent == len(senders)

@@ -1,0 +1,28 @@
+"""Work handed to a worker once a transaction commits, without failing what was committed.
+
+The request that made a run, a cancel or a release has already written it; a broker that
+refuses the message then (locked, restarting) must not turn that into an error. The control
+loop hands such work on again: a submission that did not start (``resume_submission``), the
+settling of terminal runs (beat's ``settle``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+def after_commit(send: Callable[[], object], what: str) -> None:
+    """Call ``send`` once the transaction commits; log its failure as a warning, not raise."""
+
+    def send_or_wait() -> None:
+        try:
+            send()
+        except Exception:  # the broker: the control loop hands the work on again
+            log.warning("%s waits: the broker did not take it", what, exc_info=True)
+
+    transaction.on_commit(send_or_wait)
