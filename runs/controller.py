@@ -55,6 +55,7 @@ from runs.states import (  # noqa: F401 (has_merge_marker, task_states: the spec
     has_merge_marker,
     observe,
     resolve_gone,
+    stopped_messages,
     task_changes,
     task_states,
 )
@@ -150,8 +151,9 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
         changes["failed_seen"] = poll.failed_seen
     if poll.reports_pending != run.reports_pending:
         changes["reports_pending"] = poll.reports_pending
-    states = poll.states
+    states, messages = poll.states, poll.messages
     if poll.verdict is not None:
+        messages = stopped_messages(states, messages, poll.message)
         final, states = closed(
             run=run,
             state=poll.verdict,
@@ -163,7 +165,7 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
     changed_tasks = {
         task.pk: found
         for task in tasks
-        if (found := task_changes(task, states[task.task_id], poll.messages[task.task_id]))
+        if (found := task_changes(task, states[task.task_id], messages[task.task_id]))
     }
     return changes, changed_tasks
 
@@ -573,12 +575,13 @@ def _close(run: Run, tasks: list[Task], state: RunState, message: str, **update:
     ``update`` are further fields of the run (see ``closed``).
     """
     current = {t.task_id: TaskState(t.state) for t in tasks}
+    messages = stopped_messages(current, {t.task_id: t.message for t in tasks}, message)
     changes, states = closed(run=run, state=state, tasks=current, message=message, **update)
     with transaction.atomic():
         if not Run.objects.write_if_unchanged(run, **changes):
             return False
         for task in tasks:
-            if fields := task_changes(task, states[task.task_id], task.message):
+            if fields := task_changes(task, states[task.task_id], messages[task.task_id]):
                 Task.objects.filter(pk=task.pk).update(**fields)
     return True
 

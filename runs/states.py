@@ -188,6 +188,17 @@ def closed(
     return changes, final
 
 
+def stopped_messages(
+    tasks: Mapping[str, TaskState], messages: Mapping[str, str], why: str
+) -> dict[str, str]:
+    """The task messages of a run's end: a task it stops while running says so, so a skipped
+    task that ran (its units done kept) is not taken for one that never started."""
+    return {
+        task_id: f"stopped while it ran: {why}" if state in ACTIVE_STATES else messages[task_id]
+        for task_id, state in tasks.items()
+    }
+
+
 @dataclass
 class Poll:
     """What one poll decided about a live run: the record to write."""

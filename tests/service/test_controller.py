@@ -7,6 +7,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from runs import store
 from runs.backends.base import RETRYING_PHASE
 from runs.models import Attempt, Observation, Run, RunState, Task
 from runs.planner import TaskPlan
@@ -734,6 +735,26 @@ def test_a_cancelled_run_is_written_first_then_its_workflow_cancelled_and_node_r
     assert fake.called("cancel") == [[run.workflow]] and fake.called("stop") == []
     assert not run.pending_cancel and not run.pending_release
     assert fake.reserved_by("node-a") is None
+
+
+def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(launch, fake):
+    """Skipped, as the spec's terminal record says, but not taken for one that never started."""
+    from runs import controller
+
+    run = launch(PIPELINE)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    done = 3  # of 6
+    progress = store.task_dir(run.id, "sweep") / "progress.jsonl"
+    progress.write_text("".join(f'{{"unit": {i}}}\n' for i in range(done)))
+
+    controller.cancel(run.id)
+
+    sweep, summary = (fresh(run).tasks.get(task_id=t) for t in ("sweep", "summary"))
+    assert sweep.state == "skipped" and summary.state == "skipped"
+    assert sweep.message == "stopped while it ran: cancelled by the user"
+    assert sweep.started_at is not None and sweep.units_done == done
+    assert summary.message == "" and summary.started_at is None
 
 
 def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(launch, fake):
