@@ -33,7 +33,14 @@ from harness.errors import (
 from harness.heartbeat import Heartbeat
 from harness.lifecycle import configure_logging, sigterm_stops
 from harness.memory import Evidence, MemorySampler, MemorySource, descendants, memory_source
-from harness.report import WorkerReport, cpu_seconds, harness_started, node_name, write_report
+from harness.report import (
+    WorkerReport,
+    cpu_seconds,
+    harness_started,
+    live_path,
+    node_name,
+    write_report,
+)
 from harness.sources import install_sources, stage
 
 THREAD_VARIABLES = (
@@ -106,7 +113,7 @@ def run_command(
         return EXIT_CONFIGURATION
     log.info("started %s (pid %d)", " ".join(argv), process.pid)
     deadline: float | None = None
-    with Heartbeat(sampler):
+    with Heartbeat(sampler, live=live_path(paths.task_dir, worker, attempt)):
         while True:
             try:
                 code = process.wait(timeout=TICK_S)

@@ -2,7 +2,8 @@
 
 A report is ``task_dir/workers/<worker>-<attempt>.json``; ``progress.jsonl`` has one line per
 unit done. The service reads reports through ``read_report`` and counts the distinct units of
-``progress.jsonl`` by ``PROGRESS_UNIT``.
+``progress.jsonl`` by ``PROGRESS_UNIT``. While a worker runs, ``task_dir/live/<worker>-
+<attempt>.json`` holds its recent memory samples (``LiveMemory``), for the run page.
 """
 
 from __future__ import annotations
@@ -95,6 +96,50 @@ def write_report(report: WorkerReport, task_dir: Path, attempt: int = 0) -> Path
 def read_report(path: Path) -> WorkerReport:
     """A report written by ``write_report`` (of this or a newer harness)."""
     return WorkerReport.from_json(path.read_text())
+
+
+LIVE_SAMPLES = 120
+"""Memory samples a live file keeps: the latest, one per heartbeat."""
+
+
+@dataclass
+class LiveMemory:
+    """The recent memory of a running worker, ``task_dir/live/<worker>-<attempt>.json``.
+
+    Rewritten (temp file + rename) at every heartbeat, so the service can show a worker's
+    memory while it runs; the report, written at its end, stays the record.
+    """
+
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    """(Unix time, bytes): the largest sample of each heartbeat, the last ``LIVE_SAMPLES``."""
+    peak_bytes: int | None = None
+    """The largest sample so far (the report's peak may be higher: the kernel's mark)."""
+    updated: float = 0.0
+    """When it was written (Unix time)."""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"samples": self.samples, "peak_bytes": self.peak_bytes, "updated": self.updated}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> LiveMemory:
+        """Read a live file; ValueError for one that is not what ``to_json`` writes."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a live file is a JSON object")
+        samples = [(float(t), int(b)) for t, b in data.get("samples", [])[-LIVE_SAMPLES:]]
+        peak = data.get("peak_bytes")
+        return cls(
+            samples=samples,
+            peak_bytes=None if peak is None else int(peak),
+            updated=float(data.get("updated", 0.0)),
+        )
+
+
+def live_path(task_dir: Path, worker: str, attempt: int = 0) -> Path:
+    """Where the live memory of an attempt of a worker is."""
+    return task_dir / "live" / f"{worker}-{attempt}.json"
 
 
 def units_done(task_dir: Path) -> int:

@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -71,6 +72,7 @@ from harness.report import (
     WorkerReport,
     cpu_seconds,
     harness_started,
+    live_path,
     node_name,
     own_cpu_seconds,
     write_report,
@@ -357,6 +359,7 @@ def _run(
     poll_s: float,
     sampler: MemorySampler,
     tally: _Tally,
+    live: Path,
 ) -> None:
     """Open the ledger, start the pool and the heartbeat, and work until done."""
     ledger = Ledger.open(paths.ledger, units, worker)
@@ -378,7 +381,7 @@ def _run(
     )
     try:
         executor.submit(pool.warm_up).result()  # fork before any thread of ours runs
-        with Heartbeat(sampler, ledger.heartbeat, heartbeat_s):
+        with Heartbeat(sampler, ledger.heartbeat, heartbeat_s, live=live):
             _Work(
                 ledger=ledger,
                 executor=executor,
@@ -477,6 +480,7 @@ def run_worker(
                 poll_s=poll_s,
                 sampler=sampler,
                 tally=tally,
+                live=live_path(paths.task_dir, worker, attempt),
             )
     except UnitError:
         report.failed = True
