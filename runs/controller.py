@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from harness.tasktypes import task_types
-from runs import images, locks, logs, observations, store
+from runs import images, locks, logs, observations, store, unchanged
 from runs.backends import cluster_config, get_backend
 from runs.backends.argo_nodes import choose_node
 from runs.backends.base import (
@@ -400,13 +400,22 @@ def settle_pending(run_id: str | None = None, *, backend: Backend | None = None)
 # The loop.
 
 
-def live_runs(now: datetime) -> list[tuple[Run, list[Task]]]:
-    """The live runs not pushed aside, with their tasks: two queries whatever their number."""
+def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, list[Task]]]:
+    """The live runs not pushed aside, with their tasks: a few queries whatever their number.
+
+    Given a backend that signals changes, the runs unchanged since their last poll in this
+    process are left out, their tasks unread (``runs.unchanged``).
+    """
     due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
     runs = list(due.defer("spec").order_by("created_at"))
+    rows = Task.objects.filter(run__in=due.values("pk"))
+    memory = unchanged.memory_of(backend)
+    skipped = memory.unchanged(runs, due, backend) if memory and backend else set()
+    if skipped:
+        runs = [run for run in runs if run.pk not in skipped]
+        rows = Task.objects.filter(run_id__in=[run.pk for run in runs])
     tasks: dict[str, list[Task]] = defaultdict(list)
-    rows = Task.objects.filter(run__in=due.values("pk")).defer(*UNUSED_TASK_FIELDS)
-    for task in rows.order_by("run_id", "position"):
+    for task in rows.defer(*UNUSED_TASK_FIELDS).order_by("run_id", "position"):
         tasks[task.run_id].append(task)
     return [(run, tasks[run.pk]) for run in runs]
 
@@ -420,11 +429,13 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
     outside any transaction. A run whose reconcile raises (e.g. a record that cannot be read)
     is logged and pushed aside for a while, longer each time; the pass goes on with the others.
     A submission that stopped is handed on again with ``schedule`` (``resume_submission``).
+    A running run unchanged since its last poll is skipped (``live_runs``).
     """
     backend = backend or get_backend()
     schedule = schedule or scheduler()
     now = timezone.now()
-    found = live_runs(now)
+    found = live_runs(now, backend)
+    memory = unchanged.memory_of(backend)
     changed = 0
     for start in range(0, len(found), WRITE_BATCH):
         polled: list[tuple[Run, list[Task], Poll]] = []
@@ -446,6 +457,8 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
             try:
                 follow_up(run, tasks, written=written[run.pk], backend=backend)
                 _recovered(run)
+                if memory is not None:
+                    memory.remember([run])
             except Exception as error:
                 _crashed(run, now, error)
             changed += written[run.pk]

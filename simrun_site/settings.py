@@ -211,6 +211,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(SIMRUN_HOME / "celerybeat-schedule")
 # The control loop.
 SIMRUN_POLL_S = _positive("SIMRUN_POLL_S", 5.0)
 SIMRUN_SETTLE_S = _positive("SIMRUN_SETTLE_S", 30.0)
+# A live run whose record and workflow did not change is skipped by a pass, but polled in full
+# at least this often, as informers resync (runs/unchanged.py).
+SIMRUN_RESYNC_S = _positive("SIMRUN_RESYNC_S", 60.0)
 # A pass slower than the poll must not queue up beat's messages: stale ones expire.
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {

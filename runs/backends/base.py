@@ -290,3 +290,16 @@ class Backend(Protocol):
     def has_image(self, ref: str) -> bool:
         """Whether the registry has the image ref."""
         ...
+
+
+@runtime_checkable
+class ChangeSignal(Protocol):
+    """A backend that says cheaply which workflows changed, so the control loop polls only
+    those (``runs.unchanged``): a backend without it has every live run polled each pass."""
+
+    def versions(self, names: list[str]) -> dict[str, str]:
+        """The version of each named workflow the backend knows without asking per workflow
+        (a resourceVersion, a digest of its status): a workflow whose status changed gets
+        another version. A name left out is unknown (not seen yet, gone): it is polled. One
+        call for all names, answered from what the backend holds, never a request per name."""
+        ...

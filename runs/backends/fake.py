@@ -11,6 +11,7 @@ that scripts it share one backend.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -274,6 +275,19 @@ class FakeBackend:
         with self.state() as state:
             self._call(state, "status", name)
             return state.workflows[name].model_copy(deep=True)
+
+    def versions(self, names: list[str]) -> dict[str, str]:
+        """A digest of each known workflow's status (``ChangeSignal``): one call for all, and
+        a status a test changed in any way, even in ``state()`` directly, has another."""
+        with self.state() as state:
+            self._call(state, "versions", len(names))
+            workflows = state.workflows
+            return {
+                name: hashlib.blake2b(workflows[name].model_dump_json().encode(), digest_size=8)
+                .hexdigest()
+                for name in names
+                if name in workflows
+            }
 
     def cancel(self, name: str) -> None:
         with self.state() as state:

@@ -1,0 +1,139 @@
+"""Which live runs a reconcile pass may leave alone: nothing changed since their last poll.
+
+A poll decides from a run's record, its workflow's status, files of the store and the time.
+A running run whose record (its ``version``) and workflow (the backend's ``versions``, see
+``ChangeSignal``) are as at its last poll, whose unfinished split tasks' ``progress.jsonl``
+did not change size, and which waits for nothing in time (a merge marker or a report within its
+grace, the logs of a final task to keep, a reconcile that crashed) would be decided the same:
+the pass skips it, reading neither its status nor its tasks. Ended pods of a live task change
+its workflow, so their logs are kept by the poll that sees the change. Every run is still
+polled in full at least every ``SIMRUN_RESYNC_S``, as informers resync, each at its own
+point of that interval so the full polls spread over passes.
+
+What this remembers lives in the memory of one process and is safe to lose (the service
+keeps no state in memory, spec/000): a run not remembered, after a restart or in another
+worker process, is polled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+
+from runs import store
+from runs.backends.base import Backend, ChangeSignal
+from runs.models import FINAL_TASK_STATES, Run, RunState, Task, TaskKind
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a poll of a run read, besides its record: its workflow's version and the sizes
+    of its unfinished split tasks' progress files (-1 for none). Split tasks not yet running
+    count too, so a task that starts does not change the signature by itself."""
+
+    workflow: str | None
+    progress: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A run's last poll: what it read, the record it left, when it is to be polled in full."""
+
+    signature: Signature
+    record: int
+    resync_at: float
+
+
+class PollMemory:
+    """The last poll of each live run of one backend, in this process."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._seen: dict[str, Seen] = {}
+        self.signatures: dict[str, Signature] = {}
+        """What this pass read before its polls, by run id: kept by ``remember``."""
+
+    def unchanged(self, runs: list[Run], due: QuerySet[Run], backend: Backend) -> set[str]:
+        """The ids of the runs a pass may skip; reads the signature of every running run.
+
+        One backend call (``versions``) and one query of the tasks that make a poll needed
+        (final without kept logs, unfinished split), whatever the number of runs.
+        """
+        running = [r for r in runs if r.state == RunState.RUNNING and r.workflow]
+        self.signatures = {}
+        if not running:
+            return set()
+        versions: dict[str, str] = {}
+        if isinstance(backend, ChangeSignal):
+            versions = backend.versions([r.workflow for r in running])
+        progress: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        pending_logs: set[str] = set()
+        for run_id, task_id, state in _watched_tasks(due):
+            if state in FINAL_TASK_STATES:
+                pending_logs.add(run_id)
+            else:
+                progress[run_id].append((task_id, _size(run_id, task_id)))
+        now = self.clock()
+        self.signatures = {
+            r.pk: Signature(versions.get(r.workflow), tuple(progress.get(r.pk, ())))
+            for r in running
+        }
+        self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
+        return {
+            run.pk
+            for run in running
+            if run.pk not in pending_logs
+            and not (run.merge_pending or run.reports_pending or run.reconcile_failures)
+            and (seen := self._seen.get(run.pk)) is not None
+            and now < seen.resync_at
+            and seen.record == run.version
+            and seen.signature.workflow is not None
+            and seen.signature == self.signatures[run.pk]
+        }
+
+    def remember(self, runs: Iterable[Run]) -> None:
+        """Remember the polls of runs that went through, with the records they left."""
+        resync_s = settings.SIMRUN_RESYNC_S
+        now = self.clock()
+        for run in runs:
+            if (signature := self.signatures.get(run.pk)) is not None:
+                # Each run at its own point of the last quarter of the interval.
+                share = 1 - (zlib.crc32(run.pk.encode()) % 1024) / 4096
+                self._seen[run.pk] = Seen(signature, run.version, now + resync_s * share)
+
+
+_memories: weakref.WeakKeyDictionary[Backend, PollMemory] = weakref.WeakKeyDictionary()
+
+
+def memory_of(backend: Backend | None) -> PollMemory | None:
+    """The poll memory of a backend that signals changes; None for one that does not."""
+    if backend is None or not isinstance(backend, ChangeSignal):
+        return None
+    if backend not in _memories:
+        _memories[backend] = PollMemory()
+    return _memories[backend]
+
+
+def _watched_tasks(due: QuerySet[Run]) -> list[tuple[str, str, str]]:
+    """(run id, task id, state) of the due runs' tasks that make a poll needed or whose
+    progress a poll may read: final ones whose logs are not kept, unfinished split ones."""
+    final = Q(state__in=FINAL_TASK_STATES)
+    watched = (final & Q(logs_kept=False)) | (Q(kind=TaskKind.SPLIT) & ~final)
+    rows = Task.objects.filter(watched, run__in=due.values("pk"))
+    return list(rows.order_by("run_id", "position").values_list("run_id", "task_id", "state"))
+
+
+def _size(run_id: str, task_id: str) -> int:
+    """The size of a task's ``progress.jsonl``, -1 without one."""
+    try:
+        return os.stat(f"{store.task_dir(run_id, task_id)}/progress.jsonl").st_size
+    except OSError:
+        return -1

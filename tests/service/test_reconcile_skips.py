@@ -1,0 +1,164 @@
+# ruff: noqa: F811  (the fixtures are imported from controller_support by name)
+"""A pass skips the live runs unchanged since their last poll (runs/unchanged.py).
+
+A run is polled again when its workflow or its record changed, when a split task's progress
+grew, while it waits for something in time (a merge marker, a report, logs to keep), at the
+resync interval, and after the memory of the polls is lost (a restarted service).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs import unchanged
+from runs.backends.fake import FakeBackend
+from runs.models import Run, RunState, Task, TaskState
+from tests.service.controller_support import (  # noqa: F401 (fixtures)
+    PIPELINE,
+    fake,
+    fresh,
+    home,
+    launch,
+    poll,
+    sent,
+    task_dir,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def statuses(fake: FakeBackend) -> list[str]:
+    """The workflows whose status was read since the last call, and forget the calls."""
+    with fake.state() as state:
+        read = [args[0] for name, args in state.calls if name == "status"]
+        state.calls.clear()
+    return read
+
+
+@pytest.fixture
+def steady(launch, fake: FakeBackend) -> list[Run]:
+    """Three running runs, polled once since their last change."""
+    runs = [launch(PIPELINE) for _ in range(3)]
+    for run in runs:
+        fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    poll(fake)  # the first poll wrote the tasks running: its record changed
+    statuses(fake)
+    return [fresh(run) for run in runs]
+
+
+def test_a_steady_pass_reads_no_status_and_no_task_whatever_the_number_of_runs(
+    steady, launch, fake
+):
+    with CaptureQueriesContext(connection) as few:
+        assert poll(fake) == 0
+    assert statuses(fake) == []
+    more = [launch(PIPELINE) for _ in range(6)]
+    for run in more:
+        fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    poll(fake)
+    statuses(fake)
+    with CaptureQueriesContext(connection) as many:
+        assert poll(fake) == 0
+    assert fake.calls == [("versions", [9])]
+    assert len(many.captured_queries) == len(few.captured_queries) == 2
+    tables = " ".join(q["sql"] for q in many.captured_queries)
+    assert '"runs_task"."plan"' not in tables  # the tasks themselves are not loaded
+
+
+def test_a_changed_workflow_is_polled_and_written(steady, fake):
+    changed = steady[0]
+    fake.set_nodes(changed.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+    assert poll(fake) == 1
+    assert statuses(fake) == [changed.workflow]
+    assert Task.objects.get(run=changed, task_id="sweep").state == TaskState.DONE
+    assert poll(fake) == 0
+
+
+def test_a_record_another_writer_changed_is_polled(steady, fake):
+    changed = steady[1]
+    assert Run.objects.write_if_unchanged(changed, name="renamed")
+    poll(fake)
+    assert statuses(fake) == [changed.workflow]
+
+
+def test_a_growing_progress_file_is_read_without_a_change_of_the_workflow(steady, fake):
+    run = steady[0]
+    progress = task_dir(run, "sweep") / "progress.jsonl"
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    progress.write_text('{"unit": 0}\n{"unit": 1}\n')
+    assert poll(fake) == 1
+    assert statuses(fake) == [run.workflow]
+    assert Task.objects.get(run=run, task_id="sweep").units_done == 2
+
+
+def test_a_run_waiting_for_a_report_is_polled_each_pass_beside_skipped_ones(steady, fake):
+    waiting = steady[2]
+    fake.fail_attempt(waiting.workflow, "sweep-w0", attempt=0, exit_code=137)
+    poll(fake)
+    assert fresh(waiting).reports_pending
+    statuses(fake)
+    poll(fake)
+    poll(fake)
+    assert statuses(fake) == [waiting.workflow, waiting.workflow]
+
+
+def test_a_run_waiting_for_a_merge_marker_is_polled_each_pass(launch, fake):
+    fake.extra_workers = False  # the coordinator merges
+    run, other = launch(), launch()
+    fake.set_nodes(other.workflow, {"sweep-w0": "Running"})
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded"})
+    poll(fake)
+    poll(fake)
+    assert fresh(run).merge_pending
+    statuses(fake)
+    poll(fake)
+    assert statuses(fake) == [run.workflow]
+
+
+def test_a_final_task_whose_logs_are_not_kept_keeps_its_run_polled(steady, fake):
+    run = steady[0]
+    fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+    fake.fail_next("logs")  # keeping the logs of the task done fails once
+    poll(fake)
+    assert not Task.objects.get(run=run, task_id="sweep").logs_kept
+    statuses(fake)
+    poll(fake)
+    assert statuses(fake) == [run.workflow]
+    assert Task.objects.get(run=run, task_id="sweep").logs_kept
+    poll(fake)
+    assert statuses(fake) == []
+
+
+def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settings):
+    settings.SIMRUN_RESYNC_S = 60
+    memory = unchanged.memory_of(fake)
+    assert memory is not None
+    now = memory.clock()
+    memory.clock = lambda: now + 44  # each run resyncs within the interval's last quarter
+    poll(fake)
+    assert statuses(fake) == []
+    memory.clock = lambda: now + 61
+    poll(fake)
+    assert sorted(statuses(fake)) == sorted(run.workflow for run in steady)
+    poll(fake)
+    assert statuses(fake) == []
+
+
+def test_a_restarted_service_polls_every_run_once_then_skips_them(steady, fake):
+    unchanged._memories.clear()  # what a new process has
+    poll(fake)
+    assert sorted(statuses(fake)) == sorted(run.workflow for run in steady)
+    poll(fake)
+    assert statuses(fake) == []
+
+
+def test_a_run_that_ends_is_seen_at_once(steady, fake):
+    run = steady[0]
+    fake.finish(run.workflow)
+    poll(fake)
+    assert fresh(run).state == RunState.SUCCEEDED
+    assert statuses(fake) == [run.workflow]
