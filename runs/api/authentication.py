@@ -6,19 +6,25 @@ the admin); the database keeps only its digest, so a copy of the database gives 
 
 from __future__ import annotations
 
+import binascii
 from datetime import timedelta
+from hmac import compare_digest
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
+from knox.crypto import hash_token
 from knox.models import AuthToken
+from knox.settings import CONSTANTS
 from rest_framework import exceptions
 from rest_framework.authentication import get_authorization_header
 from rest_framework.request import Request
 
 SCHEMES = (b"token", b"bearer")
+INVALID = "Invalid token."
 
 
 class TokenAuthentication(KnoxTokenAuthentication):  # type: ignore[misc]  # knox is untyped
@@ -31,6 +37,30 @@ class TokenAuthentication(KnoxTokenAuthentication):  # type: ignore[misc]  # kno
         if len(auth) != 2:
             raise exceptions.AuthenticationFailed("Give one token after the scheme.")
         return self.authenticate_credentials(auth[1])
+
+    def authenticate_credentials(self, token: bytes) -> Any:
+        """The user of a token in one query: its row by the token's key, then its digest.
+
+        Knox also reads all the user's other tokens on every request to delete the expired
+        ones; here an expired token is refused (and deleted) when it is used, and the others
+        wait for theirs: the cost of a request does not grow with the tokens a user made.
+        """
+        try:
+            text = token.decode()
+            digest = hash_token(text)
+        except (UnicodeDecodeError, TypeError, binascii.Error):
+            raise exceptions.AuthenticationFailed(INVALID) from None
+        now = timezone.now()
+        for record in AuthToken.objects.filter(
+            token_key=text[: CONSTANTS.TOKEN_KEY_LENGTH]
+        ).select_related("user"):
+            if not compare_digest(digest, record.digest):
+                continue
+            if record.expiry is not None and record.expiry < now:
+                record.delete()
+                break
+            return self.validate_user(record)
+        raise exceptions.AuthenticationFailed(INVALID)
 
 
 class TokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]

@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from knox.models import AuthToken
-from rest_framework.test import APIClient
+from rest_framework.test import APIClient, APIRequestFactory
 
-from runs.api.authentication import create_token, revoke_tokens
+from runs.api.authentication import TokenAuthentication, create_token, revoke_tokens
 from runs.cli.user import ensure_user, printed
 
 pytestmark = pytest.mark.django_db
@@ -42,6 +42,36 @@ def test_a_token_expires_after_its_days(owner, settings):
 
     with time_machine.travel(dt.datetime.now(tz=dt.UTC) + dt.timedelta(days=31)):
         assert bearer(token).get("/api/me/").status_code == 401
+
+
+def test_a_token_is_checked_in_one_query_however_many_tokens_its_user_made(
+    owner, django_assert_num_queries
+):
+    for _ in range(5):
+        create_token(owner, days=1)
+    _, token = create_token(owner)
+    request = APIRequestFactory().get("/api/me/", HTTP_AUTHORIZATION=f"Token {token}")
+
+    with django_assert_num_queries(1):
+        user, _record = TokenAuthentication().authenticate(request)
+    assert user == owner
+
+
+def test_an_expired_token_is_refused_and_deleted_when_used_a_live_one_of_its_user_kept(
+    owner, settings
+):
+    _, old = create_token(owner, days=1)
+    _, live = create_token(owner, days=30)
+
+    with time_machine.travel(dt.datetime.now(tz=dt.UTC) + dt.timedelta(days=2)):
+        assert bearer(old).get("/api/me/").status_code == 401
+        assert bearer(live).get("/api/me/").status_code == 200
+    assert AuthToken.objects.filter(user=owner).count() == 1
+
+
+@pytest.mark.parametrize("token", ["\u00e9t\u00e9", "x" * 300, "abc"])
+def test_a_malformed_token_is_a_401_not_a_500(db, token):
+    assert bearer(token).get("/api/me/").status_code == 401
 
 
 def test_a_revoked_token_is_refused(owner):
