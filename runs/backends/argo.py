@@ -47,6 +47,7 @@ from runs.backends.argo_manifest import (
 from runs.backends.argo_nodes import reservable, usable
 from runs.backends.argo_registry import has_image, registry_credentials
 from runs.backends.argo_status import NODE_NAME, status_from_workflow, with_pods
+from runs.backends.argo_watch import PAGE_SIZE, WorkflowCache
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -82,6 +83,9 @@ CAPACITY_TTL_S = 300.0
 """How long the sizes of the nodes are taken as known: nodes come and go, rarely."""
 CAPACITY_RETRY_S = 30.0
 """How soon the sizes are asked again after the cluster did not answer."""
+REASONS_TTL_S = 60.0
+"""How long the reasons of a workflow's pods read for its status are taken as known while the
+workflow does not change (the control loop's resync, ``SIMRUN_RESYNC_S``)."""
 
 
 def api_client(kubeconfig: str = "") -> ApiClient:
@@ -117,6 +121,7 @@ class ArgoBackend:
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         calls: CallPolicy | None = None,
         capacity_ttl_s: float = CAPACITY_TTL_S,
+        reasons_ttl_s: float = REASONS_TTL_S,
     ) -> None:
         self.cluster = cluster
         self.store = store
@@ -139,6 +144,11 @@ class ArgoBackend:
         self._watch: Watch | None = None
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        self.reasons_ttl_s = reasons_ttl_s
+        self._informer_watch: Watch | None = None
+        self._cache = WorkflowCache(
+            self._list_page, self._watch_from, status_from_workflow, backoff_s=WATCH_BACKOFF_S
+        )
 
     @classmethod
     def from_settings(cls) -> ArgoBackend:
@@ -183,19 +193,40 @@ class ArgoBackend:
     def status(self, name: str) -> BackendStatus:
         """The status of a Workflow; KeyError when it is gone (e.g. deleted by its TTL).
 
+        Once ``versions`` started the watch's cache (``argo_watch``), a Workflow it holds is
+        read from it, without a request; one it has not seen (just created) is read by a GET.
         While a node is pending or an attempt failed, its pods (and their Kueue Workloads) are
-        read too, for why each waits and why each failed attempt was ended; a status without
-        those reasons is better than none, so a failure to read them is only logged.
+        read too, for why each waits and why each failed attempt was ended: from the cache,
+        once per version of the Workflow and ``reasons_ttl_s``. A status without those reasons
+        is better than none, so a failure to read them is only logged.
         """
-        status = status_from_workflow(self._workflow(name))
+        cached = self._cache.get(name)
+        if cached is None or cached.status is None:
+            return self._with_reasons(name, status_from_workflow(self._workflow(name)))[0]
+        now = time.monotonic()
+        if cached.reasons is None or now - cached.reasons_at >= self.reasons_ttl_s:
+            status, complete = self._with_reasons(name, cached.status)
+            if not complete:
+                return status
+            cached.reasons, cached.reasons_at = status, now
+        return cached.reasons.model_copy(deep=True)
+
+    def versions(self, names: list[str]) -> dict[str, str]:
+        """The ``resourceVersion`` of each named Workflow from the watch's cache, started by the
+        first call in a process (``ChangeSignal``): none until its first list went through."""
+        self._cache.start()
+        return self._cache.versions(names)
+
+    def _with_reasons(self, name: str, status: BackendStatus) -> tuple[BackendStatus, bool]:
+        """The status with the reasons of its pending and failed pods; whether they were read."""
         if not status.failed and "Pending" not in status.tasks.values():
-            return status
+            return status, True
         try:
             pods = self._pods_of(name)
-            return with_pods(status, name, pods, self._workloads_of(pods))
+            return with_pods(status, name, pods, self._workloads_of(pods)), True
         except Exception as error:
             log.warning("the reasons of the pods of %s are unknown for now: %s", name, error)
-            return status
+            return status, False
 
     def _pods_of(self, name: str) -> list[dict[str, Any]]:
         """The pods of a workflow as the API server wrote them: its JSON, as the pure
@@ -485,10 +516,12 @@ class ArgoBackend:
                 self._watcher.start()
 
     def close(self) -> None:
-        """End the watch of ``subscribe``."""
+        """End the watch of ``subscribe`` and the one of the status cache."""
         self._closed.set()
-        if self._watch is not None:
-            self._watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
+        self._cache.close()
+        for watch in (self._watch, self._informer_watch):
+            if watch is not None:
+                watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
         if self._watcher is not None:
             self._watcher.join(timeout=10)
 
@@ -542,6 +575,37 @@ class ArgoBackend:
             if self._closed.is_set():
                 return
             yield event
+
+    def _list_page(self, token: str | None) -> dict[str, Any]:
+        """A page of the Workflows of the runs, for the status cache."""
+        return cast(
+            dict[str, Any],
+            self.custom.list_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                self.namespace,
+                PLURAL,
+                label_selector=RUN_LABEL,
+                limit=PAGE_SIZE,
+                _continue=token,
+            ),
+        )
+
+    def _watch_from(self, resource_version: str) -> Iterator[dict[str, Any]]:
+        """The events of the Workflows of the runs since a version, for the status cache."""
+        self._informer_watch = watch = Watch()  # type: ignore[no-untyped-call]  # unannotated, as above
+        yield from watch.stream(  # type: ignore[no-untyped-call]  # unannotated, as above
+            self._watch_api.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            label_selector=RUN_LABEL,
+            timeout_seconds=self.watch_timeout_s,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            _request_timeout=(self.calls.connect_timeout_s, self.watch_timeout_s + WATCH_SLACK_S),
+        )
 
     # Images
 

@@ -1,0 +1,166 @@
+"""The latest status of every Workflow of a run, kept from a list and a watch (an informer).
+
+As Kubernetes' own controllers do, the cache lists the Workflows once (in pages), then
+watches from the list's ``resourceVersion``: every change comes as an event, so reading a
+status costs no request. A watch the server ends (its timeout) or that drops is started
+again from the last version seen; a version too old for the server (410 Gone) makes it list
+again. Only the parsed status of a Workflow is kept, not the object (whose node map can be
+large), with its ``resourceVersion``: the version the control loop compares
+(``ChangeSignal``). Each process keeps its own cache, started by its first ``start``: a
+Celery worker's children fork from a parent, and a thread does not survive a fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from runs.backends.base import BackendStatus
+
+log = logging.getLogger(__name__)
+
+HTTP_GONE = 410
+PAGE_SIZE = 500
+"""Workflows per page of a list: a large list in one answer weighs on the API server."""
+
+
+@dataclass
+class Cached:
+    """One Workflow as the cache holds it."""
+
+    version: str
+    """Its ``resourceVersion``: another one is another status."""
+    status: BackendStatus | None
+    """Its status; None when the object cannot say it (its nodes offloaded): read by a GET."""
+    reasons: BackendStatus | None = None
+    """Its status with the reasons of its pods, once read (``ArgoBackend.status``)."""
+    reasons_at: float = 0.0
+
+
+ListPage = Callable[[str | None], dict[str, Any]]
+"""Lists a page of the Workflows from a ``continue`` token (None: the first page)."""
+WatchFrom = Callable[[str], Iterator[dict[str, Any]]]
+"""Watches the Workflows from a ``resourceVersion``: its events until the server ends it."""
+
+
+class WorkflowCache:
+    """The Workflows of the runs by name, as the last list and the watch since said."""
+
+    def __init__(
+        self,
+        list_page: ListPage,
+        watch_from: WatchFrom,
+        parse: Callable[[dict[str, Any]], BackendStatus],
+        *,
+        backoff_s: float,
+    ) -> None:
+        self._list_page = list_page
+        self._watch_from = watch_from
+        self._parse = parse
+        self.backoff_s = backoff_s
+        self._items: dict[str, Cached] = {}
+        self._synced = False
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start listing and watching in this process, unless it does already."""
+        if self._pid == os.getpid() or self._closed.is_set():
+            return
+        # A fork's child: what the parent held is a copy no watch updates any more.
+        self._lock = threading.Lock()
+        self._items, self._synced, self._pid = {}, False, os.getpid()
+        self._thread = threading.Thread(
+            target=self._follow, name="simrun-argo-informer", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the watch (its thread ends at its next event or timeout)."""
+        self._closed.set()
+
+    @property
+    def synced(self) -> bool:
+        """Whether a list went through: from then on, the cache answers."""
+        return self._synced and self._pid == os.getpid()
+
+    def get(self, name: str) -> Cached | None:
+        """The cached Workflow of a name; None when the cache does not know it (yet)."""
+        if not self.synced:
+            return None
+        with self._lock:
+            return self._items.get(name)
+
+    def versions(self, names: list[str]) -> dict[str, str]:
+        """The ``resourceVersion`` of each named Workflow the cache holds; none before its list."""
+        if not self.synced:
+            return {}
+        with self._lock:
+            items = self._items
+            return {name: items[name].version for name in names if name in items}
+
+    def _follow(self) -> None:
+        version: str | None = None
+        while not self._closed.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                for event in self._watch_from(version):
+                    if self._closed.is_set():
+                        return
+                    version = self._apply(event) or version
+            except ApiException as error:
+                if error.status == HTTP_GONE:
+                    log.info("the watch of workflows is too old (410 Gone): listing them again")
+                    version = None
+                    continue
+                log.warning("the watch of workflows failed: %s; trying again", error)
+                self._closed.wait(self.backoff_s)
+            except Exception as error:
+                if not self._closed.is_set():
+                    log.warning("the watch of workflows failed: %s; trying again", error)
+                self._closed.wait(self.backoff_s)
+
+    def _list(self) -> str:
+        """List every Workflow, page by page, as the new content; the list's version."""
+        items: dict[str, Cached] = {}
+        token: str | None = None
+        while True:
+            page = self._list_page(token)
+            for workflow in page.get("items") or []:
+                self._put(items, workflow)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                break
+        with self._lock:
+            self._items, self._synced = items, True
+        return str(metadata["resourceVersion"])
+
+    def _apply(self, event: dict[str, Any]) -> str | None:
+        """Apply a watch event; the version it brings."""
+        workflow = event.get("raw_object") or event.get("object") or {}
+        metadata = workflow.get("metadata") or {}
+        with self._lock:
+            if event.get("type") == "DELETED":
+                self._items.pop(metadata.get("name", ""), None)
+            elif event.get("type") in ("ADDED", "MODIFIED"):
+                self._put(self._items, workflow)
+        return metadata.get("resourceVersion")
+
+    def _put(self, items: dict[str, Cached], workflow: dict[str, Any]) -> None:
+        metadata = workflow["metadata"]
+        try:
+            status: BackendStatus | None = self._parse(workflow)
+        except Exception as error:  # e.g. offloaded nodes: a GET tells it as status() does
+            log.debug("the status of %s is not read from the watch: %s", metadata["name"], error)
+            status = None
+        items[metadata["name"]] = Cached(str(metadata["resourceVersion"]), status)

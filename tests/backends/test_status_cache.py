@@ -1,0 +1,193 @@
+"""The Argo backend's status cache (runs/backends/argo_watch.py): it lists the workflows once,
+then follows their watch, so statuses cost no request; against a Kubernetes API on loopback,
+with the real ``kubernetes`` client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runs.backends.argo import ArgoBackend
+from runs.backends.base import ClusterConfig
+from tests.backends.argo_workflows import WF, Nodes, argo_pod, pod, workflow
+from tests.backends.kube_api import KubeApiServer, Request
+from tests.polling import wait_for
+
+CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def backend(kube: KubeApiServer, tmp_path: Path) -> Iterator[ArgoBackend]:
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, watch_timeout_s=5)
+    yield backend
+    backend.close()
+
+
+def named(name: str, phase: str = "Running", sweep: str = "Running") -> dict[str, Any]:
+    """The Workflow of a run named ``name`` whose coordinator is in phase ``sweep``."""
+    nodes = Nodes(phase)
+    nodes.task("sweep-w0", sweep, [pod(sweep)])
+    return json.loads(json.dumps(workflow(nodes, phase)).replace(WF, name))
+
+
+def names(count: int) -> list[str]:
+    return [f"simrun-run{i:05d}" for i in range(count)]
+
+
+def lists(kube: KubeApiServer) -> list[Request]:
+    return [
+        r
+        for r in kube.state.requests
+        if r.method == "GET" and r.path == WORKFLOWS and r.query.get("watch") != "true"
+    ]
+
+
+def watches(kube: KubeApiServer) -> list[Request]:
+    return [r for r in kube.state.requests if r.query.get("watch") == "true"]
+
+
+def per_workflow(kube: KubeApiServer) -> list[Request]:
+    """Requests about one workflow or its pods: a GET of it, a list of its pods."""
+    return [
+        r
+        for r in kube.state.requests
+        if r.path.startswith(f"{WORKFLOWS}/") or r.path.endswith("/pods")
+    ]
+
+
+def synced(backend: ArgoBackend, wanted: list[str]) -> dict[str, str]:
+    """The versions of the wanted workflows, once the cache holds them all."""
+    return wait_for(
+        lambda: (found := backend.versions(wanted)) and len(found) == len(wanted) and found,
+        10,
+        "the status cache to hold every workflow",
+    )
+
+
+def test_statuses_of_many_workflows_come_from_one_list_and_the_watch(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    wanted = names(50)
+    for name in wanted:
+        kube.state.put_workflow(named(name), "ADDED")
+
+    synced(backend, wanted)
+    for _ in range(3):  # three steady passes
+        assert backend.versions(wanted).keys() == set(wanted)
+        assert all(backend.status(name).tasks == {"sweep-w0": "Running"} for name in wanted)
+
+    assert per_workflow(kube) == []
+    assert len(lists(kube)) == 1 and lists(kube)[0].query["limit"] == "500"
+    assert watches(kube)[0].query["resourceVersion"]
+
+
+def test_a_change_the_watch_delivers_is_seen_with_a_new_version(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(named(WF), "ADDED")
+    before = synced(backend, [WF])[WF]
+    wait_for(lambda: watches(kube), 10, "the watch")
+
+    kube.state.put_workflow(named(WF, "Succeeded", sweep="Succeeded"))
+
+    wait_for(lambda: backend.versions([WF])[WF] != before, 10, "the change")
+    status = backend.status(WF)
+    assert status.phase == "Succeeded" and status.tasks == {"sweep-w0": "Succeeded"}
+    assert per_workflow(kube) == [] and len(lists(kube)) == 1
+
+
+def test_a_deleted_workflow_leaves_the_cache_and_is_unknown(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(named(WF), "ADDED")
+    synced(backend, [WF])
+    wait_for(lambda: watches(kube), 10, "the watch")
+
+    kube.state.delete_workflow("simrun", WF)
+
+    wait_for(lambda: not backend.versions([WF]), 10, "the deletion")
+    with pytest.raises(KeyError):
+        backend.status(WF)
+
+
+def test_a_watch_too_old_for_the_server_lists_again(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(named(WF), "ADDED")
+    gone = {"left": 1}
+
+    def too_old(request: Request) -> int | None:
+        if request.query.get("watch") == "true" and gone["left"]:
+            gone["left"] -= 1
+            # What the server missed while the watch was refused: the relist must bring it.
+            kube.state.put_workflow(named(WF, "Succeeded", sweep="Succeeded"))
+            return 410
+        return None
+
+    kube.state.intercept = too_old
+    backend.versions([WF])  # starts the cache
+    wait_for(lambda: len(lists(kube)) == 2, 10, "a second list after the 410")
+    wait_for(lambda: backend.status(WF).phase == "Succeeded", 10, "the relisted status")
+    assert [r.status for r in watches(kube)][0] == 410
+    assert [r for r in per_workflow(kube) if r.method == "GET"] == []
+
+
+def test_a_watch_the_server_ends_goes_on_from_its_version_without_a_list(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, watch_timeout_s=1)
+    try:
+        kube.state.put_workflow(named(WF), "ADDED")
+        before = synced(backend, [WF])[WF]
+        wait_for(lambda: len(watches(kube)) >= 2, 10, "a second watch")
+        kube.state.put_workflow(named(WF, "Failed", sweep="Failed"))
+        wait_for(lambda: backend.versions([WF])[WF] != before, 10, "the change")
+    finally:
+        backend.close()
+    assert len(lists(kube)) == 1
+    assert all(r.query.get("resourceVersion") for r in watches(kube))
+
+
+def test_a_workflow_the_cache_has_not_seen_is_read_by_a_get(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(named("simrun-other"), "ADDED")
+    synced(backend, ["simrun-other"])
+    new = named(WF)
+    new["metadata"]["namespace"] = "simrun"
+    with kube.state.lock:  # on the server, but not (yet) told to the watch
+        kube.state.workflows[("simrun", WF)] = kube.state.stamp(new)
+
+    assert backend.versions([WF]) == {}
+    assert backend.status(WF).phase == "Running"
+    assert [r.path for r in per_workflow(kube)] == [f"{WORKFLOWS}/{WF}"]
+
+
+def test_the_reasons_of_pending_pods_are_read_once_per_version_of_the_workflow(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Pending", [pod("Pending")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    kube.state.put_pod(
+        argo_pod("simrun-abc123def0-sweep-w0-1", node_name=f"{WF}.sweep-w0(0)", phase="Pending")
+    )
+    synced(backend, [WF])
+
+    first = backend.status(WF)
+    for _ in range(3):
+        assert backend.status(WF) == first
+    pod_lists = [r for r in kube.state.requests if r.path.endswith("/pods")]
+    assert len(pod_lists) == 1
+    assert first.tasks == {"sweep-w0": "Pending"}
