@@ -25,8 +25,10 @@ process tree in /proc, the local backend, whose processes share the cgroup of th
 GIB = 1 << 30
 
 MemorySource = Literal["cgroup", "process"]
-PeakSource = Literal["cgroup-v1-max-usage", "cgroup-v2-peak", "vmhwm", "sampled"]
-"""Where a report's peak came from (``MemorySampler.high_water``)."""
+PeakSource = Literal["cgroup-v1-max-usage", "cgroup-v2-peak", "vmhwm", "rusage-maxrss", "sampled"]
+"""Where a report's peak came from (``MemorySampler.high_water``; ``rusage-maxrss``: the
+largest resident memory of one process of a plain command, which the local launcher reports
+when there is no cgroup)."""
 CACHE_TOLERANCE = 8 << 20
 """Bytes the page cache may change while the work runs for a cgroup's high-water mark to count."""
 CACHE_SHARE = 0.02

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import GRACE_S, STOP_MARGIN_S
+from harness.report import report_path
 from harness.tasktypes import TaskType
 from runs.backends import cgroups, local_env, local_user
 from runs.backends.base import (
@@ -585,6 +586,10 @@ class LocalBackend:
             "cores": spec.cores,
             "memory_gb": memory_gb,
             "started": now,
+            # A plain command writes no report: the launcher writes its measured peak.
+            "report": str(report_path(task_dir, spec.worker, number))
+            if spec.kind == "command" and container is None
+            else None,
             # docker runs as the service (its socket is root's); the container as the user.
             "user": None
             if user is None or container is not None

@@ -24,6 +24,7 @@ import ctypes
 import functools
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -31,10 +32,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from harness.cgroups import Cgroup
 from harness.errors import EXIT_TERMINATED
 from harness.files import write_atomic
+from harness.memory import PeakSource
+from harness.report import WorkerReport
 
 STARTING_EXIT = 4
 """The exit code recorded when the process could not be prepared or started."""
@@ -269,6 +273,8 @@ def run(launch_file: Path) -> int:
         if stopping:  # a SIGTERM came while it started, before the backend could know it
             os.killpg(pid, signal.SIGTERM)
         result["exit_code"], result["signal"] = _exit_code(child.wait())
+        if launch.get("report"):
+            _report(launch, result)
         _clean_up(launch, child.pid, result)
         if result["exit_code"] != 0 and launch.get("log"):
             result["last_line"] = last_line(Path(launch["log"]))
@@ -278,6 +284,47 @@ def run(launch_file: Path) -> int:
     if launch.get("notify"):
         notify(launch["notify"])
     return int(result["exit_code"])
+
+
+def command_peak(cgroup: Path | None) -> tuple[int | None, PeakSource]:
+    """The peak of a plain command that ended: its cgroup's high-water mark less the page
+    cache left at its end, else the largest resident memory of one of its processes."""
+    if cgroup is not None:
+        version: Literal[1, 2] = 1 if (cgroup / "memory.max_usage_in_bytes").exists() else 2
+        found = Cgroup(cgroup, version, cgroup.parent)
+        mark = found.high_water_bytes()
+        if mark is not None:
+            cache = found.page_cache_bytes() or 0
+            return max(0, mark - cache), "cgroup-v1-max-usage" if version == 1 else "cgroup-v2-peak"
+    kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (kib * 1024 if kib else None), "rusage-maxrss"
+
+
+def _report(launch: dict[str, Any], result: dict[str, Any]) -> None:
+    """Write the report a plain command cannot write itself, so the planner learns its peak,
+    not only its kills; a report already there (the command wrote one) is kept."""
+    path = Path(launch["report"])
+    if path.exists():
+        return
+    cgroup = Path(launch["cgroup"]) if launch.get("cgroup") else None
+    peak, source = command_peak(cgroup)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    memory = int(launch["memory_gb"] * 2**30)
+    report = WorkerReport(
+        worker=path.stem.rsplit("-", 1)[0],
+        node=socket.gethostname(),
+        processes=1,
+        seconds=time.time() - result["started"],
+        peak_memory_bytes=peak,
+        memory_limit_bytes=memory,
+        per_worker_gb=launch["memory_gb"],
+        failed=result["exit_code"] != 0 and result["signal"] is None,
+        started=result["started"],
+        cpu_seconds=usage.ru_utime + usage.ru_stime,
+        peak_source=source,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, report.to_json())
 
 
 def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.report import read_report
 from runs.backends import local
 from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import process_start
@@ -251,6 +252,26 @@ def test_the_process_gets_the_simrun_environment_and_none_of_the_service_configu
     assert env["SIMRUN_MEMORY_SOURCE"] == ("cgroup" if backend.enforces_memory else "process")
     assert env["SIMRUN_SCRATCH"] == str(backend.scratch / "r9" / "env-0")
     assert env["PATH"].split(":")[0] == str(Path(local.sys.executable).parent)
+
+
+def test_without_memory_cgroups_a_plain_command_reports_its_largest_process(tmp_path):
+    backend = LocalBackend(tmp_path / "store", tmp_path / "scratch", enforce_memory=False)
+    touch = "import sys; block = b'x' * (int(sys.argv[1]) * 2**20)"
+    with stepping(backend):
+        submit(backend, "r11", {"alloc": {"command": ["python", "-c", touch, "120"]}})
+        wait_for(lambda: ended(backend, "r11"))
+    report = read_report(backend.store / "runs/r11/tasks/alloc/workers/alloc-0.json")
+    assert report.peak_source == "rusage-maxrss"
+    assert 120 * 2**20 <= report.peak_memory_bytes < 400 * 2**20
+
+
+def test_a_report_a_command_wrote_itself_is_kept(tmp_path):
+    backend = LocalBackend(tmp_path / "store", tmp_path / "scratch", enforce_memory=False)
+    own = shell('cd "$SIMRUN_TASK_DIR" && mkdir -p workers && echo mine > workers/own-0.json')
+    with stepping(backend):
+        submit(backend, "r12", {"own": {"command": own}})
+        wait_for(lambda: ended(backend, "r12"))
+    assert (backend.store / "runs/r12/tasks/own/workers/own-0.json").read_text() == "mine\n"
 
 
 def test_without_memory_cgroups_the_harness_reads_the_memory_of_its_process_tree(tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.report import read_report
 from runs.backends import cgroups
 from runs.backends.base import RETRYING_PHASE
 from runs.backends.local import LocalBackend, workflow_name
@@ -88,3 +89,23 @@ def test_a_second_kill_for_memory_with_the_retry_memory_fails_the_node(backend):
     assert status.tasks == {"alloc": "Failed"}
     assert [(f.attempt, f.oom_killed) for f in status.failed["alloc"]] == [(0, True), (1, True)]
     assert not (backend.store / "runs/m2/tasks/alloc/logs/alloc-2.launch").exists()
+
+
+def test_a_plain_command_gets_a_report_of_its_peak_from_its_cgroup(backend):
+    """A plain command writes no report; the launcher writes its cgroup's high-water mark."""
+    with stepping(backend):
+        submit(
+            backend,
+            "m9",
+            {"alloc": {"command": ["python", "-c", ALLOC, "200"]}},
+            {"alloc": plan(memory_gb=0.5)},
+        )
+        wait_for(lambda: ended(backend, "m9"))
+    assert phase(backend, "m9") == "Succeeded"
+    report = read_report(backend.store / "runs/m9/tasks/alloc/workers/alloc-0.json")
+    assert report.peak_source == f"cgroup-v{backend.hierarchy.version}-" + (
+        "max-usage" if backend.hierarchy.version == 1 else "peak"
+    )
+    assert 200 * 2**20 <= report.peak_memory_bytes < 0.5 * 2**30
+    assert report.memory_limit_bytes == 0.5 * 2**30 and report.processes == 1
+    assert not report.failed and report.worker == "alloc"

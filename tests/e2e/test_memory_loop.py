@@ -93,3 +93,27 @@ def test_a_real_runs_page_and_api_show_what_it_used_and_wasted(sqlite_service):
     page = browser.get(f"/runs/{run['id']}/").text
     assert 'id="memory-use"' in page and 'data-usage-task="mem"' in page
     assert "GiB·s" in page or "GiB·h" in page
+
+
+TOUCH = "import sys; block = b'x' * (int(sys.argv[1]) * 2**20)"
+
+
+def test_a_plain_command_is_observed_by_its_measured_peak_and_the_next_run_plans_from_it(
+    sqlite_service, token
+):
+    spec = {"name": "cmdloop", "tasks": {"mem": {"command": ["python", "-c", TOUCH, "200"]}}}
+    with sqlite_service.client(token) as api:
+        first = wait_until_ended(api, submit(api, spec))
+        assert first["state"] == "succeeded", first["message"]
+
+        def observed() -> list[dict]:
+            params = {"task_type": "command:cmdloop/mem"}
+            rows = api.get("observations/", params=params).json()["results"]
+            return len(rows) == 1 and rows
+
+        [row] = wait_for(observed, 30, "the command's peak to be observed")
+        assert not row["oom"] and 200 * 2**20 <= row["peak_bytes"] < 2**30
+        second = wait_until_ended(api, submit(api, spec))
+    assert second["state"] == "succeeded", second["message"]
+    before, after = first["tasks"][0]["plan"], second["tasks"][0]["plan"]
+    assert "1 observation" in after["why"] and after["why"] != before["why"], after["why"]
