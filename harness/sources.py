@@ -22,6 +22,10 @@ from harness.config import EDITABLE_ENV
 
 SOURCES_DIR = "simrun-sources"
 """The directory of the shadow trees below the temporary directory."""
+PIP_LOG = "pip.log"
+"""The file of pip's output below the root of the shadow trees."""
+PIP_TAIL_LINES = 20
+"""The lines of pip's output a failed install shows in the log."""
 SOURCES_INSTALLED = "SIMRUN_SOURCES_INSTALLED"
 """Set before the restart, so the new interpreter does not install again."""
 
@@ -63,7 +67,8 @@ def install_editable(
     Without build isolation and without an index: the image has the dependencies and the
     build backends. Each snapshot (mounted read-only) is installed from a writable shadow tree
     below ``root`` (``SOURCES_DIR`` in the temporary directory by default). Nothing is done
-    without a snapshot. Raises ``CalledProcessError`` when pip fails.
+    without a snapshot. pip's output goes to ``root/PIP_LOG``; the log gets one line, or the
+    tail of that output when pip fails: a ``CalledProcessError`` whose ``output`` is that tail.
     """
     if not snapshots:
         return
@@ -75,7 +80,18 @@ def install_editable(
         digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
         shadow = shadow_tree(path, root / f"{path.name}-{digest}")
         command += ["-e", str(shadow)]
-    subprocess.run(command, check=True)
+    output = root / PIP_LOG
+    with open(output, "wb") as handle:
+        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        lines = output.read_text(errors="replace").splitlines()
+        tail = "\n".join(lines[-PIP_TAIL_LINES:])
+        print(f"pip failed to install the sources (all of its output: {output}):\n{tail}")
+        sys.stdout.flush()
+        raise subprocess.CalledProcessError(done.returncode, command, output=tail)
+    names = ", ".join(Path(s).name[:12] for s in snapshots)
+    print(f"installed the sources {names} editable (pip's output: {output})")
+    sys.stdout.flush()
 
 
 def install_sources(env: Mapping[str, str], stop: threading.Event) -> None:

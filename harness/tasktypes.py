@@ -3,7 +3,9 @@
 A task type is a name, a pydantic settings model and either the split functions (how many
 units, a per-process setup, the computation of one unit, the merge) or a command (a plugin
 type, run through ``simrun-exec``). Types are registered by entry points in the group
-``simrun.task_types``; the examples that ship with simrun are always known.
+``simrun.task_types``; the examples that ship with simrun are always known. The service also
+knows the types a run's sources ship (``TYPE_PROVIDERS``): by name only, as a ``ShippedType``
+whose code runs in the pods, where the sources are installed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.errors import ConfigurationError
 
@@ -102,12 +104,65 @@ def _load(target: str) -> TaskType:
 
 
 @cache
-def task_types() -> dict[str, TaskType]:
-    """Every known task type by name: the built-ins, then the registered entry points."""
+def registered_types() -> dict[str, TaskType]:
+    """The task types of this interpreter by name: the built-ins, then the entry points."""
     found = {name: _load(target) for name, target in BUILTIN_TYPES.items()}
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name not in found:
             found[point.name] = _load(point.value)
+    return found
+
+
+class _AnySettings(BaseModel):
+    """The settings of a ``ShippedType``: whatever the service validated at submission."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def runs_in_the_pods(*_: Any) -> Any:
+    """The functions of a ``ShippedType``: its code is in the pods, never called here."""
+    raise RuntimeError("a type the sources ship runs its code in the pods, not in the service")
+
+
+PLUGIN_COMMAND = ["python", "-m", "harness.plugin"]
+"""The command of a plugin type the sources ship: it runs the type's own command in the pod."""
+
+
+@dataclass(frozen=True)
+class ShippedType(TaskType):
+    """A type some run's sources ship, as a backend sees it: a name, its code in the pods.
+
+    The service validated the task's settings and counted its units at submission with the
+    type the run's own sources define; a backend needs no more than the task's kind (from
+    its record): a split task runs ``simrun-worker``, a plugin task ``PLUGIN_COMMAND``, which
+    finds the type where the pod installed the sources. So the one stand-in serves both kinds,
+    whichever run's sources ship a type of that name.
+    """
+
+    settings: type[BaseModel] = _AnySettings
+    units: Callable[[Any], int] | None = runs_in_the_pods
+    compute: Callable[[Any, Any, int], Any] | None = runs_in_the_pods
+    merge: Callable[[Any, MergeContext], None] | None = runs_in_the_pods
+    command: Callable[[Any], list[str]] | None = lambda _: list(PLUGIN_COMMAND)
+
+    def __post_init__(self) -> None:
+        """Both kinds at once, unlike an author's type (see the class)."""
+
+    @property
+    def splittable(self) -> bool:
+        return True
+
+
+TYPE_PROVIDERS: list[Callable[[], Mapping[str, TaskType]]] = []
+"""Functions giving more types by name (the service's: the types runs' sources ship)."""
+
+
+def task_types() -> dict[str, TaskType]:
+    """Every known task type by name: the registered ones, then those of ``TYPE_PROVIDERS``."""
+    found = dict(registered_types())
+    for provider in TYPE_PROVIDERS:
+        for name, task_type in provider().items():
+            found.setdefault(name, task_type)
     return found
 
 

@@ -5,3 +5,9 @@ class RunsConfig(AppConfig):
     name = "runs"
     verbose_name = "simrun"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The backends know the types runs' sources ship by name (runs.learned_types).
+        from runs import learned_types
+
+        learned_types.register()

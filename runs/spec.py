@@ -27,7 +27,7 @@ from pydantic import (
     field_validator,
 )
 
-from harness.tasktypes import TaskType
+from harness.tasktypes import ShippedType, TaskType
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_TASKS = 500
@@ -272,14 +272,25 @@ def _cycle(tasks: Mapping[str, TaskSpec]) -> list[str] | None:
     return None
 
 
+def known_type(types: Mapping[str, TaskType], name: str) -> TaskType | None:
+    """The type of a name the spec may use as it is: a ``ShippedType`` is a name some run's
+    sources ship, which this run uses only once its own sources are learned."""
+    task_type = types.get(name)
+    return None if isinstance(task_type, ShippedType) else task_type
+
+
 def _check_task(
     task_id: str,
     task: TaskSpec,
     ids: Collection[str],
     types: Mapping[str, TaskType],
     broken: Collection[str] = (),
+    shipped: bool = False,
 ) -> dict[str, list[str]]:
-    """The problems of one task; ``broken`` names its fields already reported as malformed."""
+    """The problems of one task; ``broken`` names its fields already reported as malformed.
+
+    With ``shipped`` an unknown type is left to the run's sources (``runs.learned_types``).
+    """
     errors: dict[str, list[str]] = {}
     at = f"tasks.{task_id}"
     if not TASK_ID.match(task_id):
@@ -305,9 +316,11 @@ def _check_task(
             errors[f"{at}.workers"] = ["only a split task has several workers"]
     if task.type is None:
         return errors
-    task_type = types.get(task.type)
+    task_type = known_type(types, task.type)
     if task_type is None:
-        errors[f"{at}.type"] = [unknown("task type", task.type, types)]
+        if not shipped:
+            names = [name for name in types if known_type(types, name)]
+            errors[f"{at}.type"] = [unknown("task type", task.type, names)]
         return errors
     if not task_type.splittable and task.workers is not None and task.workers > 1:
         errors[f"{at}.workers"] = [f"{task.type} is a plugin task type: it runs as one pod"]
@@ -335,11 +348,15 @@ def _check_task(
     return errors
 
 
-def validate_spec(data: Any, *, types: Mapping[str, TaskType]) -> RunSpec:
+def validate_spec(
+    data: Any, *, types: Mapping[str, TaskType], sources_learned: bool = False
+) -> RunSpec:
     """Validate a parsed document against the schema, the task types and the DAG rules.
 
     Every problem at once: the schema's, then each task's (a malformed task is checked with
-    its well-formed fields), the name collisions and a cycle of the inputs.
+    its well-formed fields), the name collisions and a cycle of the inputs. A type ``types``
+    lacks is left to the spec's ``sources`` when it has some, unless ``sources_learned`` (the
+    types they ship are among ``types``): the submission learns and checks it.
     """
     if not isinstance(data, dict):
         raise SpecError({"spec": ["a run specification is a mapping with at least 'tasks'"]})
@@ -357,8 +374,10 @@ def validate_spec(data: Any, *, types: Mapping[str, TaskType]) -> RunSpec:
     else:
         tasks, broken = _well_formed_tasks(data.get("tasks"))
     ids = set(tasks) if spec is not None else set(_ids(data.get("tasks")))
+    sources = spec.sources if spec is not None else data.get("sources")
+    shipped = bool(sources) and not sources_learned
     for task_id, task in tasks.items():
-        found = _check_task(task_id, task, ids, types, broken.get(task_id, set()))
+        found = _check_task(task_id, task, ids, types, broken.get(task_id, set()), shipped)
         for path, messages in found.items():
             errors.setdefault(path, []).extend(messages)
     for path, message in _collisions(tasks, types):
@@ -380,7 +399,7 @@ def _collisions(
     for task_id in tasks:
         derived = DERIVED_NODE.match(task_id)
         owner = tasks.get(derived["task"]) if derived else None
-        kind = types.get(owner.type) if owner and owner.type else None
+        kind = known_type(types, owner.type) if owner and owner.type else None
         if derived and kind is not None and kind.splittable:
             found.append(
                 (
@@ -427,7 +446,7 @@ def _well_formed_tasks(raw: Any) -> tuple[dict[str, TaskSpec], dict[str, set[str
 
 
 def parse_spec(text: str | bytes, *, types: Mapping[str, TaskType]) -> RunSpec:
-    """Parse and validate a submitted document."""
+    """Parse and validate a submitted document (a type its sources may ship is left to them)."""
     return validate_spec(parse_document(text), types=types)
 
 

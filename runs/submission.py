@@ -15,13 +15,14 @@ from django.db import transaction
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
-from harness.tasktypes import TaskType, task_types
+from harness.tasktypes import TaskType
 from runs import store
 from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
 from runs.controller import Schedule, scheduler
 from runs.evidence import prior_evidence
 from runs.handoff import after_commit
+from runs.learned_types import run_types
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planner import ObservedPeak, observation_keys, plan_run
 from runs.records import task_json, task_records
@@ -73,18 +74,33 @@ def check_sources(spec: RunSpec, owner: User) -> None:
         raise SpecError(errors)
 
 
-@transaction.atomic
 def create_run(
     *, spec: RunSpec, owner: User, backend: Backend | None = None, schedule: Schedule | None = None
 ) -> Run:
     """Create a run and its planned tasks, write their store files, submit after commit.
 
-    The submission is handed on with ``schedule`` (the service's: the Celery task).
+    A type only the run's sources define is learned from them first (``run_types``), before
+    the transaction: an install of the sources takes seconds, and SQLite's transactions hold
+    the write lock from their start. The submission is handed on with ``schedule`` (the
+    service's: the Celery task).
     """
-    schedule = schedule or scheduler()
-    types = task_types()
-    backend = backend or get_backend()
     check_sources(spec, owner)
+    spec, types = run_types(spec)
+    return _create_run(spec=spec, types=types, owner=owner, backend=backend, schedule=schedule)
+
+
+@transaction.atomic
+def _create_run(
+    *,
+    spec: RunSpec,
+    types: Mapping[str, TaskType],
+    owner: User,
+    backend: Backend | None,
+    schedule: Schedule | None,
+) -> Run:
+    """``create_run`` once the types are known: the rows, the store files, the hand-on."""
+    schedule = schedule or scheduler()
+    backend = backend or get_backend()
     if spec.reserve_node and not backend.reserves_nodes:
         message = f"the {backend.name} backend has no nodes to reserve: submit without it"
         raise SpecError({"reserve_node": [message]})

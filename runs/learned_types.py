@@ -1,0 +1,288 @@
+"""The task types a run's sources ship, learned from its snapshots without installing them here.
+
+A spec may name a type that only its ``sources`` define. At submission the service installs
+the snapshots into a venv of their own (on the service's packages, as the local backend does
+for a run: ``local_env``), asks the harness there what its types are and what they make of the
+spec's settings (``python -m harness.describe``), and validates and plans with what it was
+told: a ``LearnedType`` per type. What it learned is kept under
+``<store>/learned-types/<key>/`` (``types.json``, beside the venv), the key being the digests
+of the snapshots, which never change: a later submission of the same sources and settings
+costs no build and no process, new settings one process in the kept venv.
+
+The backends know such a type by its name only (``harness.tasktypes.ShippedType``, from
+``stand_ins``): its code runs in the pods, which install the sources.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import logging
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import PydanticCustomError
+
+from harness.tasktypes import (
+    PLUGIN_COMMAND,
+    TYPE_PROVIDERS,
+    ShippedType,
+    TaskType,
+    registered_types,
+    runs_in_the_pods,
+    task_types,
+)
+from runs import store
+from runs.backends import local_env
+from runs.spec import RunSpec, SpecError, validate_spec
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_TIMEOUT_S = 20.0
+"""How long the harness may take to tell the types of the sources, their imports included
+(less than a client waits for the answer to its submission: `simrun submit` 30 s)."""
+TAIL_LINES = 15
+"""The lines of a failed install's or description's output a 400 quotes."""
+TYPES_FILE = "types.json"
+
+
+class LearnError(Exception):
+    """The types of a run's sources cannot be learned; the message says why, with the output."""
+
+
+def canonical(settings: Mapping[str, Any] | None) -> str:
+    """The settings as one text, the key of what a type made of them."""
+    return json.dumps(dict(settings or {}), sort_keys=True, separators=(",", ":"))
+
+
+def learned_dir(digests: list[str]) -> Path:
+    """Where what the snapshots ``digests`` ship is kept: their venv and ``types.json``."""
+    key = hashlib.sha256(",".join(digests).encode()).hexdigest()[:32]
+    return store.root() / "learned-types" / key
+
+
+def names_dir() -> Path:
+    """A file per type name any sources shipped: the names ``stand_ins`` gives the backends."""
+    return store.root() / "learned-types" / "names"
+
+
+class _Settings(BaseModel):
+    """Settings a ``LearnedType`` validated: the values its type gave, as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _shape(name: str, info: Mapping[str, Any]) -> type[BaseModel]:
+    """A model with the fields of a learned type's settings (by alias) and its ``extra``.
+
+    It answers what the spec's validation asks of a settings model (the names it accepts);
+    the values are validated by the type itself, in the venv of the sources.
+    """
+    fields: dict[str, Any] = {
+        f"field{i}": (Any, Field(default=None, alias=field_name))
+        for i, field_name in enumerate(info.get("fields", []))
+    }
+    extra: Literal["allow", "forbid", "ignore"] = "ignore"
+    if info.get("extra") in {"allow", "forbid"}:
+        extra = info["extra"]
+    return create_model(f"{name} settings", __config__=ConfigDict(extra=extra), **fields)
+
+
+def _units(outcomes: Mapping[str, Mapping[str, Any]], settings: BaseModel) -> int:
+    """The units the type counted for settings it validated."""
+    outcome = outcomes[canonical(settings.model_dump(mode="json"))]
+    if "units_error" in outcome:
+        raise ValueError(outcome["units_error"])
+    units = outcome.get("units")
+    return units if isinstance(units, int) else 0
+
+
+@dataclass(frozen=True)
+class LearnedType(TaskType):
+    """A task type the run's sources ship, as the service learned it from them.
+
+    Its settings are judged by the type itself, in the venv of the sources: ``outcomes``
+    holds what it made of each settings the spec gives (by ``canonical``), and of the
+    validated settings themselves.
+    """
+
+    outcomes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def parse_settings(self, raw: Mapping[str, Any] | None) -> BaseModel:
+        """The settings as the type validated them; its ``ValidationError`` otherwise."""
+        outcome = self.outcomes.get(canonical(raw))
+        if outcome is None:
+            raise KeyError(f"task type {self.name!r} was not asked about {canonical(raw)}")
+        if "errors" in outcome:
+            raise ValidationError.from_exception_data(
+                self.name,
+                [
+                    {
+                        "type": PydanticCustomError(str(e["type"]), str(e["msg"])),
+                        "loc": tuple(e["loc"]),
+                        "input": None,
+                    }
+                    for e in outcome["errors"]
+                ],
+            )
+        return _Settings.model_validate(outcome["settings"])
+
+
+def learned_type(name: str, info: Mapping[str, Any], judged: Mapping[str, Any]) -> LearnedType:
+    """The type ``name`` of a ``types.json``: ``info`` from its types, ``judged`` its settings."""
+    outcomes = dict(judged)
+    for outcome in judged.values():
+        if "settings" in outcome:  # the validated settings validate as themselves
+            outcomes.setdefault(canonical(outcome["settings"]), outcome)
+    split = info.get("kind") == "split"
+    return LearnedType(
+        name=name,
+        settings=_shape(name, info),
+        units=functools.partial(_units, outcomes) if split else None,
+        compute=runs_in_the_pods if split else None,
+        merge=runs_in_the_pods if split else None,
+        command=None if split else lambda _: list(PLUGIN_COMMAND),
+        base_gb=float(info.get("base_gb", 0.25)),
+        per_worker_gb=float(info.get("per_worker_gb", 0.5)),
+        description=str(info.get("description", "")),
+        outcomes=outcomes,
+    )
+
+
+def _tail(text: str | bytes | None) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return "\n".join(lines[-TAIL_LINES:])
+
+
+def _describe(python: Path, asked: Mapping[str, list[Any]], cwd: Path) -> dict[str, Any]:
+    """Ask the harness in the venv of the sources; ``LearnError`` with its output if it fails."""
+    try:
+        done = subprocess.run(
+            [str(python), "-m", "harness.describe"],
+            input=json.dumps({"settings": asked}),
+            capture_output=True,
+            text=True,
+            timeout=DESCRIBE_TIMEOUT_S,
+            cwd=cwd,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise LearnError(
+            f"the types of the sources did not answer within {DESCRIBE_TIMEOUT_S:g} s "
+            f"(python -m harness.describe): {_tail(error.stderr)}"
+        ) from None
+    if done.returncode != 0:
+        raise LearnError(
+            f"the types of the sources cannot be loaded (python -m harness.describe exited "
+            f"{done.returncode}):\n{_tail(done.stderr)}"
+        )
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        raise LearnError(
+            f"python -m harness.describe printed no JSON: {_tail(done.stdout)}"
+        ) from None
+    if not isinstance(answer, dict):
+        raise LearnError("python -m harness.describe printed no JSON object")
+    return answer
+
+
+def learn(digests: list[str], asked: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """What the snapshots ``digests`` ship: their types and what those made of ``asked``
+    (settings by type name); built, described and kept only as far as it is not kept yet.
+
+    One process at a time learns the same snapshots (a file lock). ``LearnError`` when the
+    snapshots cannot be installed or their types cannot be described.
+    """
+    home = learned_dir(digests)
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home.with_name(home.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = home / TYPES_FILE
+        known: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        judged = known.get("settings", {})
+        missing = {
+            name: [raw for raw in settings if canonical(raw) not in judged.get(name, {})]
+            for name, settings in asked.items()
+            if not known or name in known.get("types", {})
+        }
+        missing = {name: settings for name, settings in missing.items() if settings}
+        if known and not missing:
+            return known
+        log.info("learning the task types of the sources %s", ", ".join(d[:12] for d in digests))
+        try:
+            python = local_env.ensure(home / "venv", [store.snapshot_dir(d) for d in digests])
+        except subprocess.CalledProcessError as error:
+            raise LearnError(
+                f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
+                f"{_tail(error.output)}"
+            ) from None
+        answer = _describe(python, missing, home)
+        for name, outcomes in answer.get("settings", {}).items():
+            by_key = judged.setdefault(name, {})
+            for raw, outcome in zip(missing.get(name, []), outcomes, strict=False):
+                by_key[canonical(raw)] = outcome
+        known = {"types": answer.get("types", {}), "settings": judged}
+        store.write_json(path, known)
+    names_dir().mkdir(parents=True, exist_ok=True)
+    for name in known["types"]:
+        if name not in registered_types():
+            (names_dir() / name).touch()
+    return known
+
+
+def shipped(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, list[Any]]:
+    """The settings of the spec's tasks whose type is none of ``types``, by type: those only
+    its sources may define."""
+    asked: dict[str, list[Any]] = {}
+    for task in spec.tasks.values():
+        if task.type is not None and task.type not in types:
+            asked.setdefault(task.type, []).append(task.settings or {})
+    return asked
+
+
+def run_types(spec: RunSpec) -> tuple[RunSpec, dict[str, TaskType]]:
+    """The types a run is validated and planned with, and its spec validated with them.
+
+    Without a type its sources must define, the service's own (none a ``ShippedType``: those
+    are the backends') and the spec as it is. Else
+    the types the sources ship join them (``learn``) and the spec is validated again, now
+    with them: a ``SpecError`` under ``sources`` when they cannot be learned.
+    """
+    types = {name: t for name, t in task_types().items() if not isinstance(t, ShippedType)}
+    asked = shipped(spec, types)
+    if not spec.sources or not asked:
+        return spec, types
+    try:
+        known = learn(list(spec.sources), asked)
+    except LearnError as error:
+        raise SpecError({"sources": [str(error)]}) from None
+    own = registered_types()
+    learned = {
+        name: learned_type(name, info, known["settings"].get(name, {}))
+        for name, info in known["types"].items()
+        if name not in own
+    }
+    types = {**types, **learned}
+    return validate_spec(spec.dump(), types=types, sources_learned=True), types
+
+
+def stand_ins() -> dict[str, TaskType]:
+    """A ``ShippedType`` for every type name some run's sources shipped (the backends')."""
+    directory = names_dir()
+    names = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    return {name: ShippedType(name=name) for name in names}
+
+
+def register() -> None:
+    """Make ``task_types`` give the types runs' sources ship (``stand_ins``), once."""
+    if stand_ins not in TYPE_PROVIDERS:
+        TYPE_PROVIDERS.append(stand_ins)

@@ -1,0 +1,149 @@
+"""Task types a run's sources ship: learned at submission, cached, never installed here."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
+from runs import learned_types
+from runs.backends import local_env
+from runs.models import Run
+from tests.walkthrough import PACKAGE, upload_package, write_walkthrough
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    """The walkthrough's package (docs/task-types.md), written as a user writes it."""
+    write_walkthrough(tmp_path)
+    return tmp_path / PACKAGE
+
+
+@pytest.fixture
+def calls(monkeypatch) -> dict[str, int]:
+    """How often a venv of sources was built and the harness asked about their types."""
+    counted = {"build": 0, "describe": 0}
+
+    def counting(name: str, function: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counted[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(local_env, "_create", counting("build", local_env._create))
+    monkeypatch.setattr(learned_types, "_describe", counting("describe", learned_types._describe))
+    return counted
+
+
+def decay_spec(digest: str, **settings: Any) -> dict[str, Any]:
+    return {
+        "tasks": {"decay": {"type": "decay", "settings": settings or {"rates": [0.1, 0.2, 0.5]}}},
+        "sources": [digest],
+    }
+
+
+def test_a_type_shipped_in_the_sources_is_learned_validated_and_planned(
+    owner, owner_client, package, calls
+) -> None:
+    digest = upload_package(owner, package)
+    response = owner_client.post("/api/runs/", decay_spec(digest), format="json")
+    assert response.status_code == 201, response.json()
+    task = Run.objects.get(pk=response.json()["id"]).tasks.get()
+    assert (task.kind, task.units_total) == ("split", 3)
+    assert task.settings == {"rates": [0.1, 0.2, 0.5], "steps": 1000}  # the type's default
+    assert task.plan["per_worker_gb"] == pytest.approx(0.3)  # the type's memory default
+    assert calls == {"build": 1, "describe": 1}
+    with pytest.raises(PackageNotFoundError):
+        distribution("decay-sim")  # nothing was installed into the service's environment
+
+    again = owner_client.post("/api/runs/", decay_spec(digest), format="json")
+    assert again.status_code == 201, again.json()
+    assert calls == {"build": 1, "describe": 1}  # the same sources and settings: all cached
+
+    other = owner_client.post("/api/runs/", decay_spec(digest, rates=[1.0]), format="json")
+    assert other.status_code == 201, other.json()
+    assert Run.objects.get(pk=other.json()["id"]).tasks.get().units_total == 1
+    assert calls == {"build": 1, "describe": 2}  # new settings: asked in the kept venv
+
+
+def test_the_types_problems_are_reported_by_field(owner, owner_client, package) -> None:
+    digest = upload_package(owner, package)
+    response = owner_client.post(
+        "/api/runs/",
+        {
+            "tasks": {
+                "low": {"type": "decay", "settings": {"rates": [0.1], "steps": 0}},
+                "typo": {"type": "decay", "settings": {"rates": [0.1], "step": 5}},
+                "empty": {"type": "decay", "settings": {"rates": []}},
+                "other": {"type": "decai", "settings": {}},
+            },
+            "sources": [digest],
+        },
+        format="json",
+    )
+    assert response.status_code == 400
+    errors = response.json()
+    assert "greater than or equal to 1" in errors["tasks.low.settings.steps"][0]
+    assert "did you mean 'steps'" in errors["tasks.typo.settings.step"][0]
+    assert "at least 1 item" in errors["tasks.empty.settings.rates"][0]
+    assert "unknown task type 'decai'" in errors["tasks.other.type"][0]
+    assert "did you mean 'decay'" in errors["tasks.other.type"][0]
+
+
+def test_a_learned_name_is_no_type_of_a_run_without_those_sources(
+    owner, owner_client, package
+) -> None:
+    digest = upload_package(owner, package)
+    assert owner_client.post("/api/runs/", decay_spec(digest), format="json").status_code == 201
+    shipped = task_types()["decay"]  # what the backends are given: the name, its code in pods
+    assert isinstance(shipped, ShippedType) and shipped.splittable
+    assert shipped.command is not None and shipped.command({}) == PLUGIN_COMMAND
+
+    alone = {"tasks": {"decay": {"type": "decay", "settings": {"rates": [0.1]}}}}
+    response = owner_client.post("/api/runs/", alone, format="json")
+    assert response.status_code == 400
+    assert "unknown task type 'decay'" in response.json()["tasks.decay.type"][0]
+
+
+def test_sources_that_cannot_be_learned_are_a_400_at_sources(
+    owner, owner_client, package, calls
+) -> None:
+    sweep = package / "decay_sim" / "sweep.py"
+    sweep.write_text(sweep.read_text() + "\nimport no_such_module_anywhere\n")
+    response = owner_client.post(
+        "/api/runs/", decay_spec(upload_package(owner, package)), format="json"
+    )
+    assert response.status_code == 400
+    assert "no_such_module_anywhere" in response.json()["sources"][0]
+
+    (package / "pyproject.toml").write_text("[project]\nname = 'decay-sim'\nversion = 'x y'\n")
+    response = owner_client.post(
+        "/api/runs/", decay_spec(upload_package(owner, package)), format="json"
+    )
+    assert response.status_code == 400
+    message = response.json()["sources"][0]
+    assert "cannot be installed" in message and "version" in message.lower()
+    assert Run.objects.count() == 0
+
+
+def test_the_sources_are_learned_before_the_transaction_of_the_submission(
+    transactional_db, owner, owner_client, package, monkeypatch
+) -> None:
+    """A build takes seconds; SQLite's transactions hold the write lock from their start."""
+    in_transaction: list[bool] = []
+    create = local_env._create
+
+    def build(*args: Any) -> None:
+        in_transaction.append(connection.in_atomic_block)
+        create(*args)
+
+    monkeypatch.setattr(local_env, "_create", build)
+    spec = decay_spec(upload_package(owner, package))
+    response = owner_client.post("/api/runs/", spec, format="json")
+    assert response.status_code == 201, response.json()
+    assert in_transaction == [False]

@@ -1,0 +1,41 @@
+"""The files of docs/task-types.md's walkthrough of a task type shipped in a run's sources.
+
+The tests build the package and the spec from the document's own code blocks (each starts
+with a comment naming its file), so the walkthrough is what they test.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+from django.contrib.auth.models import User
+
+from runs.cli.packing import pack
+from runs.snapshots import save_snapshot
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "task-types.md"
+BLOCK = re.compile(r"^```[a-z]*\n# (?P<path>decay[-a-z_./]*)\n(?P<body>.*?)^```$", re.M | re.S)
+PACKAGE = "decay-pkg"
+SPEC = "decay.yaml"
+
+
+def walkthrough_files() -> dict[str, str]:
+    """The files of the walkthrough by path, as the document shows them."""
+    return {m["path"]: f"# {m['path']}\n{m['body']}" for m in BLOCK.finditer(DOC.read_text())}
+
+
+def write_walkthrough(directory: Path) -> Path:
+    """Write the walkthrough's package and spec into ``directory``; the spec's path."""
+    for path, text in walkthrough_files().items():
+        target = directory / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return directory / SPEC
+
+
+def upload_package(owner: User, package: Path) -> str:
+    """Upload a package folder as ``simrun submit`` does; the snapshot's digest."""
+    snapshot, _ = save_snapshot(owner=owner, archive=io.BytesIO(pack(package)), name=package.name)
+    return snapshot.digest
