@@ -77,6 +77,8 @@ ENDED_KEPT = 64
 POLL_S = 0.5
 """Seconds between two steps when nothing wakes the step earlier."""
 LOST_AFTER_S = 60.0
+VERSIONS_STALE_S = 10 * POLL_S
+"""Versions no step rewrote within this are no signal: no step runs, so none is current."""
 """A launch whose launcher never wrote its pid file within this is lost."""
 LAUNCHER = Path(__file__).with_name("local_launcher.py")
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
@@ -414,6 +416,28 @@ class LocalBackend:
         """Call ``callback`` after every start and end of a process that a step noticed."""
         self._callbacks.append(callback)
 
+    def versions(self, names: list[str]) -> dict[str, str]:
+        """A digest of the status of each named live run as the last step read it
+        (``ChangeSignal``): one file read for all; empty while no step rewrote it lately."""
+        path = self.state / "versions.json"
+        try:
+            if time.time() - path.stat().st_mtime > VERSIONS_STALE_S:
+                return {}
+        except OSError:
+            return {}
+        known = read_json(path) or {}
+        return {name: known[name] for name in names if name in known}
+
+    def _write_versions(self, views: list[RunView]) -> None:
+        """Write the digest of the status of every live run, at every step (``versions``)."""
+        found = {}
+        for view in views:
+            name = view.submission.name
+            with contextlib.suppress(KeyError):  # forgotten meanwhile: no version
+                text = self.status(name).model_dump_json()
+                found[name] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+        write_json(self.state / "versions.json", found)
+
     # The step.
 
     @contextlib.contextmanager
@@ -463,6 +487,7 @@ class LocalBackend:
         }
         ended = bool(ends - self._ends_seen)
         self._ends_seen = ends
+        self._write_versions(views)
         return started or ended
 
     def _admit(self, views: list[RunView], now: float) -> bool:
