@@ -151,6 +151,8 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
         changes["failed_seen"] = poll.failed_seen
     if poll.reports_pending != run.reports_pending:
         changes["reports_pending"] = poll.reports_pending
+    if poll.attempts_seen is not None and poll.attempts_seen != run.attempts_seen:
+        changes["attempts_seen"] = poll.attempts_seen
     states, messages = poll.states, poll.messages
     if poll.verdict is not None:
         messages = stopped_messages(states, messages, poll.message)
@@ -187,7 +189,7 @@ def _write(
             poll.attempts,
             update_conflicts=True,
             unique_fields=["task", "worker", "attempt"],
-            update_fields=ATTEMPT_OUTCOME_FIELDS,
+            update_fields=[*ATTEMPT_OUTCOME_FIELDS, "ended_at"],  # a running row's end
         )
     for task in tasks:
         for name, value in changed_tasks.get(task.pk, {}).items():

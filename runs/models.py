@@ -139,6 +139,12 @@ class Run(models.Model):
     failed_seen = models.PositiveIntegerField(
         default=0, help_text="Failed attempts of the backend's status already recorded."
     )
+    attempts_seen = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Worker id -> '<attempt> <phase>' of its latest attempt recorded running or "
+        "succeeded.",
+    )
     version = models.PositiveIntegerField(default=0)
     reconcile_failures = models.PositiveIntegerField(default=0)
     reconcile_after = models.DateTimeField(
@@ -268,6 +274,9 @@ class Attempt(models.Model):
     evicted = models.BooleanField(default=False)
     node_name = models.CharField(max_length=253, blank=True)
     memory_gb = models.FloatField(null=True, blank=True, help_text="The memory it ran with.")
+    peak_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="The peak memory its report measured."
+    )
     message = models.CharField(max_length=300, blank=True, help_text="How its end was classed.")
     reason = models.CharField(
         max_length=200,

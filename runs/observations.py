@@ -110,12 +110,11 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
     """Record the reports of a task not yet recorded, and its kills without a report.
 
     Returns the observations written. Each carries the memory its attempt ran with, as its
-    attempt row says (``attempt_memory_gb``). A command task is observed by its key
-    (``runs.planner.observation_key``).
+    attempt row says (``attempt_memory_gb``), and gives the row its measured peak. A command
+    task is observed by its key (``runs.planner.observation_key``); one without a key only
+    has its attempts' peaks recorded.
     """
     key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
-    if not key:
-        return 0
     marks = task_dir / "recorded"
     try:
         recorded = set(os.listdir(marks))
@@ -161,8 +160,10 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
             seconds=report.prepare_seconds + report.seconds,
             oom=is_oom(report, attempt, kills),
         )
-        _store(observation, marks, node=report.node, memory_gb=gb)
-        written += 1
+        _store(observation, marks, node=report.node, memory_gb=gb, observed=bool(key))
+        written += bool(key)
+    if not key:
+        return written
     for worker, attempts in sorted(kills.items()):
         if task_of(worker, {task.task_id}) is None:
             continue
@@ -195,21 +196,26 @@ def _seconds(row: Attempt | None) -> float:
     return max(0.0, (row.ended_at - row.started_at).total_seconds())
 
 
-def _store(observation: Observation, marks: Path, *, node: str, memory_gb: float) -> None:
-    """Write an observation (at most once per attempt), then its mark in ``recorded/``."""
-    Observation.objects.bulk_create([observation], ignore_conflicts=True)
-    Attempt.objects.bulk_create(
-        [
-            Attempt(
-                task=observation.task,
-                worker=observation.worker,
-                attempt=observation.attempt,
-                node_name=node,
-                memory_gb=memory_gb,
-                oom_killed=observation.oom,
-            )
-        ],
-        ignore_conflicts=True,
+def _store(
+    observation: Observation, marks: Path, *, node: str, memory_gb: float, observed: bool = True
+) -> None:
+    """Write an observation (at most once per attempt; not ``observed``: none) and its
+    attempt's peak, then its mark in ``recorded/``."""
+    if observed:
+        Observation.objects.bulk_create([observation], ignore_conflicts=True)
+    row = Attempt(
+        task=observation.task,
+        worker=observation.worker,
+        attempt=observation.attempt,
+        node_name=node,
+        memory_gb=memory_gb,
+        oom_killed=observation.oom,
+        peak_bytes=observation.peak_bytes,
     )
+    Attempt.objects.bulk_create([row], ignore_conflicts=True)
+    if observation.peak_bytes is not None:
+        Attempt.objects.filter(
+            task=observation.task, worker=observation.worker, attempt=observation.attempt
+        ).update(peak_bytes=observation.peak_bytes)
     marks.mkdir(parents=True, exist_ok=True)
     (marks / f"{observation.worker}-{observation.attempt}").touch()

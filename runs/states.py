@@ -213,6 +213,8 @@ class Poll:
     verdict: RunState | None = None
     message: str = ""
     workflow_exists: bool = True
+    attempts_seen: dict[str, str] | None = None
+    """``Run.attempts_seen`` after the poll; None: unchanged."""
 
 
 def observe(
@@ -254,40 +256,53 @@ def observe(
         else:  # a task ready to start says why it waits, if its backend says
             messages[task_id] = status.waiting.get(task_id, status.waiting.get(f"{task_id}-w0", ""))
     merge_pending = {t: s for t, s in merge_pending.items() if states[t] not in FINAL_TASK_STATES}
-    ending = {t for t, state in states.items() if state == TaskState.DONE and not stored[t].final}
-    attempts += _succeeded(ending, stored, plans, status)
-    poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts)
+    started, poll_seen = _started(run, stored, plans, status, now)
+    poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts + started)
     poll.reports_pending = found.reports_pending
+    poll.attempts_seen = poll_seen
     _decide(poll, [t.task_id for t in tasks], status)
     return poll
 
 
-def _succeeded(
-    ending: set[str],
+def _started(
+    run: Run,
     stored: Mapping[str, Task],
     plans: Mapping[str, TaskPlan],
     status: BackendStatus,
-) -> list[Attempt]:
-    """The attempts whose pods succeeded, of the tasks done in this poll: the last attempt of
-    every succeeded node (its earlier ones are in ``status.failed``), with the memory it had."""
+    now: float,
+) -> tuple[list[Attempt], dict[str, str]]:
+    """The rows of the attempts that started or succeeded since the last poll, and what is
+    seen now (``Run.attempts_seen``: worker -> ``"<attempt> <phase>"``).
+
+    A node running or succeeded is its latest attempt, the one after its failed ones. A
+    running attempt gets its row at once: its node, start and the memory it was given; one
+    that succeeded, its end and the memory its report says it had.
+    """
+    seen = dict(run.attempts_seen)
     found = []
     reports: dict[str, dict[tuple[str, int], Path]] = {}
     for node, phase in status.tasks.items():
         worker = worker_of_node(node)
         task_id = task_of(worker, stored)
-        if phase != "Succeeded" or task_id not in ending:
+        if phase not in SEEN_PHASES or task_id is None:
             continue
         failed = status.failed.get(worker, [])
         attempt = len(failed)
+        if seen.get(worker) == f"{attempt} {phase}":
+            continue
+        seen[worker] = f"{attempt} {phase}"
         task = stored[task_id]
-        if task_id not in reports:
-            reports[task_id] = observations.reports(store.task_dir(task.run_id, task_id))
-        path = reports[task_id].get((worker, attempt))
+        report = None
+        if phase == "Succeeded":
+            if task_id not in reports:
+                reports[task_id] = observations.reports(store.task_dir(task.run_id, task_id))
+            path = reports[task_id].get((worker, attempt))
+            report = observations.read_report(path) if path else None
         memory = attempt_memory_gb(
             plans[task_id],
             attempt=attempt,
             exits={a.attempt: 137 if a.oom_killed else a.exit_code for a in failed},
-            report=observations.read_report(path) if path else None,
+            report=report,
         )
         found.append(
             Attempt(
@@ -295,12 +310,26 @@ def _succeeded(
                 worker=worker,
                 attempt=attempt,
                 phase=phase,
-                exit_code=0,
+                exit_code=0 if phase == "Succeeded" else None,
                 node_name=status.hosts.get(node, ""),
                 memory_gb=memory,
+                started_at=_time(status.started.get(node)),
+                ended_at=_ended(report, task, now) if phase == "Succeeded" else None,
             )
         )
-    return found
+    return found, seen
+
+
+SEEN_PHASES = frozenset({"Running", "Succeeded"})
+"""The phases of a node whose latest attempt gets its row (failed ones: ``_failures``)."""
+
+
+def _ended(report: WorkerReport | None, task: Task, now: float) -> datetime:
+    """When a succeeded attempt ended: as its report says, else its task's end, else now."""
+    if report is not None and report.started is not None:
+        end = report.started + report.prepare_seconds + report.seconds
+        return datetime.fromtimestamp(min(end, now), tz=UTC)
+    return task.ended_at or datetime.fromtimestamp(now, tz=UTC)
 
 
 def _decide(poll: Poll, order: list[str], status: BackendStatus) -> None:
@@ -430,12 +459,15 @@ def _failures(
                     node_name=attempt.node or "",
                     memory_gb=memory,
                     reason=attempt.reason,
-                    ended_at=None
-                    if attempt.ended_at is None
-                    else datetime.fromtimestamp(attempt.ended_at, tz=UTC),
+                    started_at=_time(attempt.started_at),
+                    ended_at=_time(attempt.ended_at),
                 )
             )
     return found
+
+
+def _time(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
 
 
 def ended_attempts(run: Run, tasks: list[Task], status: BackendStatus) -> list[Attempt]:

@@ -14,6 +14,7 @@ import gzip
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubernetes.utils import parse_quantity
@@ -142,10 +143,22 @@ def _failed(attempts: list[tuple[int, dict[str, Any]]]) -> list[FailedAttempt]:
             evicted=is_eviction(node),
             node=node.get("hostNodeName") or None,
             message=node.get("message") or "",
+            started_at=epoch(node.get("startedAt")),
+            ended_at=epoch(node.get("finishedAt")),
         )
         for number, node in attempts
         if node.get("phase") in FAILED_PHASES
     ]
+
+
+def epoch(value: Any) -> float | None:
+    """Unix time of an RFC 3339 time of the Workflow (``startedAt``), None when unset or bad."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
@@ -157,9 +170,12 @@ def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
     tasks: dict[str, str] = {}
     failed: dict[str, list[FailedAttempt]] = {}
     hosts: dict[str, str] = {}
+    started: dict[str, float] = {}
     waiting: dict[str, str] = {}
     for name, entry in sorted(_dag_nodes(workflow).items()):
         tasks[name] = _phase(entry)
+        if entry.attempts and (start := epoch(entry.attempts[-1][1].get("startedAt"))):
+            started[name] = start
         # Argo's message of a pending pod: "Unschedulable: …", "ContainerCreating: …".
         message = entry.attempts[-1][1].get("message") if entry.attempts else None
         if tasks[name] == "Pending" and message:
@@ -175,6 +191,7 @@ def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
         tasks=tasks,
         failed=failed,
         hosts=hosts,
+        started=started,
         message=status.get("message") or "",
         waiting=waiting,
     )

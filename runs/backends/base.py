@@ -70,6 +70,9 @@ class FailedAttempt(BaseModel):
     ended_at: float | None = Field(
         default=None, description="When it ended (Unix time), when the backend knows."
     )
+    started_at: float | None = Field(
+        default=None, description="When its pod started (Unix time), when the backend knows."
+    )
     memory_gb: float | None = Field(
         default=None, description="The memory limit it ran with, when the backend knows it."
     )
@@ -96,6 +99,10 @@ class BackendStatus(BaseModel):
     )
     hosts: dict[str, str] = Field(
         default_factory=dict, description="The server of the latest pod of a DAG node."
+    )
+    started: dict[str, float] = Field(
+        default_factory=dict,
+        description="When the latest pod of a DAG node started (Unix time), by node.",
     )
     message: str = ""
     waiting: dict[str, str] = Field(

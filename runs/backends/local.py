@@ -704,10 +704,12 @@ class LocalBackend:
         """The phases of the nodes of a run; KeyError for an unknown run."""
         view = self._view(self._submission(name))
         failed: dict[str, list[FailedAttempt]] = {}
-        hosts = {}
+        hosts, started = {}, {}
         for node in view.nodes.values():
             if node.attempts:
                 hosts[node.spec.name] = self.hostname
+                if (start := node.attempts[-1].started) is not None:
+                    started[node.spec.name] = start
             for attempt, result in zip(node.attempts, node.outcomes, strict=False):
                 if result != "succeeded":
                     record = failed_attempt(attempt, result, self.hostname)
@@ -723,6 +725,7 @@ class LocalBackend:
             tasks=view.phases(),
             failed=failed,
             hosts=hosts,
+            started=started,
             message=message,
             waiting={n: r for n, r in waiting.items() if not view.running_node(n)},
         )

@@ -90,6 +90,12 @@ class Attempt:
     def cores(self) -> int:
         return int((self.launch or {}).get("cores", 0))
 
+    @property
+    def started(self) -> float | None:
+        """When the step started it (Unix time), from its launch file."""
+        value = (self.launch or {}).get("started")
+        return float(value) if isinstance(value, int | float) else None
+
 
 @dataclass
 class NodeView:
@@ -201,6 +207,7 @@ def failed_attempt(attempt: Attempt, result: Outcome, host: str) -> FailedAttemp
         node=host,
         message=_message(exit, result),
         memory_gb=attempt.memory_gb or None,
+        started_at=attempt.started,
     )
 
 

@@ -33,6 +33,9 @@ from tests.backends.argo_workflows import (
     workflow,
 )
 
+STARTED, FINISHED = 1795946400.0, 1795946700.0
+"""The fixture's startedAt and finishedAt (10:00 and 10:05 UTC)."""
+
 
 def realistic(wf: dict) -> dict:
     """The fixture's nodes are valid NodeStatus objects of Argo's schema, ids as Argo's."""
@@ -93,7 +96,15 @@ def test_an_oom_kill_then_a_retry_that_succeeds_is_one_failed_attempt_killed_for
     assert status.tasks == {"sweep-w0": "Succeeded"}
     assert status.failed == {
         "sweep-w0": [
-            FailedAttempt(attempt=0, exit_code=137, oom_killed=True, node="node-a", message=OOM)
+            FailedAttempt(
+                attempt=0,
+                exit_code=137,
+                oom_killed=True,
+                node="node-a",
+                message=OOM,
+                started_at=STARTED,
+                ended_at=FINISHED,
+            )
         ]
     }
     assert status.hosts == {"sweep-w0": "node-c"}
@@ -158,6 +169,8 @@ def test_an_extra_worker_preempted_by_kueue_is_preempted_and_its_attempt_kept_by
                 oom_killed=False,
                 node="node-c",
                 message=POD_DELETED,
+                started_at=STARTED,
+                ended_at=FINISHED,
             )
         ]
     }

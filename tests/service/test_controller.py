@@ -106,7 +106,7 @@ def test_when_a_task_failed_the_run_failed_with_its_reason_and_the_workflow_is_s
     assert states(run) == {"sweep": "failed", "summary": "skipped", "plot": "skipped"}
     assert fake.called("stop") == [[run.workflow]] and fake.called("cancel") == []
     assert fake.reserved_by("node-a") is None
-    attempt = Attempt.objects.get(task__run=run)
+    attempt = Attempt.objects.get(task__run=run, worker="sweep-w0")
     assert (attempt.worker, attempt.attempt, attempt.exit_code) == ("sweep-w0", 0, 3)
     assert not attempt.oom_killed and not attempt.evicted
 
@@ -152,7 +152,7 @@ def test_a_failed_extra_worker_does_not_fail_the_run(launch, fake):
     fake.fail_attempt(run.workflow, "sweep-w1", attempt=0, exit_code=3)
     poll(fake)
     assert fresh(run).state == RunState.RUNNING and states(run) == {"sweep": "running"}
-    assert Attempt.objects.get(task__run=run).worker == "sweep-w1"
+    assert Attempt.objects.get(task__run=run, phase="Failed").worker == "sweep-w1"
     fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
     poll(fake)
     assert fresh(run).state == RunState.SUCCEEDED
