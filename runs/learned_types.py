@@ -15,9 +15,11 @@ The backends know such a type by its name only (``harness.tasktypes.ShippedType`
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
+import io
 import json
 import logging
 import subprocess
@@ -218,13 +220,18 @@ def learn(digests: list[str], asked: Mapping[str, list[Any]]) -> dict[str, Any]:
         if known and not missing:
             return known
         log.info("learning the task types of the sources %s", ", ".join(d[:12] for d in digests))
+        said = io.StringIO()  # the install's line is for a run's log: here, the service's
         try:
-            python = local_env.ensure(home / "venv", [store.snapshot_dir(d) for d in digests])
+            with contextlib.redirect_stdout(said):
+                python = local_env.ensure(home / "venv", [store.snapshot_dir(d) for d in digests])
         except subprocess.CalledProcessError as error:
             raise LearnError(
                 f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
                 f"{_tail(error.output)}"
             ) from None
+        finally:
+            if said.getvalue().strip():
+                log.info("%s", said.getvalue().strip())
         answer = _describe(python, missing, home)
         for name, outcomes in answer.get("settings", {}).items():
             by_key = judged.setdefault(name, {})

@@ -39,3 +39,49 @@ def upload_package(owner: User, package: Path) -> str:
     """Upload a package folder as ``simrun submit`` does; the snapshot's digest."""
     snapshot, _ = save_snapshot(owner=owner, archive=io.BytesIO(pack(package)), name=package.name)
     return snapshot.digest
+
+
+PLUGIN_FILES = {
+    "pyproject.toml": """[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "tally-sim"
+version = "0.1.0"
+
+[project.entry-points."simrun.task_types"]
+tally = "tally_sim:TASK_TYPE"
+""",
+    "tally_sim/__init__.py": """from pydantic import BaseModel
+
+from harness.tasktypes import TaskType
+
+
+class TallySettings(BaseModel):
+    word: str = "decay"
+
+
+TASK_TYPE = TaskType(
+    name="tally",
+    settings=TallySettings,
+    command=lambda s: ["python", "-m", "tally_sim.write", s.word],
+)
+""",
+    "tally_sim/write.py": """import os
+import sys
+from pathlib import Path
+
+Path(os.environ["SIMRUN_OUT"], "tally.txt").write_text(sys.argv[1] + "\\n")
+""",
+}
+"""A package shipping a plugin type ``tally``: its command writes ``out/tally.txt``."""
+
+
+def write_plugin_package(directory: Path) -> Path:
+    """Write the package of ``PLUGIN_FILES`` into ``directory/tally-pkg``; its folder."""
+    package = directory / "tally-pkg"
+    for path, text in PLUGIN_FILES.items():
+        (package / path).parent.mkdir(parents=True, exist_ok=True)
+        (package / path).write_text(text)
+    return package

@@ -51,15 +51,16 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
     from runs.backends import cluster_config
     from runs.backends.argo_manifest import workflow_manifest
     from runs.images import resolve
+    from runs.learned_types import run_types
     from runs.planner import plan_run
     from runs.records import spec_record
     from runs.spec import parse_spec
 
     if not RUN_ID.match(run_id):
         raise ValueError(f"run id {run_id!r} must match [a-z][a-z0-9]*, at most 16 characters")
-    types = task_types()
     cluster = cluster_config()
-    spec = parse_spec(text, types=types)
+    # A type the spec's sources ship is learned from them, as the submission learns it.
+    spec, types = run_types(parse_spec(text, types=task_types()))
     plans = plan_run(spec, types=types, extra_workers=True)
     record = spec_record(
         spec,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ from django.db import connection
 from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
 from runs import learned_types
 from runs.backends import local_env
+from runs.cli import main
 from runs.models import Run
-from tests.walkthrough import PACKAGE, upload_package, write_walkthrough
+from tests.walkthrough import PACKAGE, upload_package, write_plugin_package, write_walkthrough
 
 
 @pytest.fixture
@@ -147,3 +149,29 @@ def test_the_sources_are_learned_before_the_transaction_of_the_submission(
     response = owner_client.post("/api/runs/", spec, format="json")
     assert response.status_code == 201, response.json()
     assert in_transaction == [False]
+
+
+def test_render_workflow_learns_the_types_of_the_sources(owner, package, tmp_path, capsys) -> None:
+    sources = [
+        upload_package(owner, package),
+        upload_package(owner, write_plugin_package(tmp_path)),
+    ]
+    spec = tmp_path / "run.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "tasks": {
+                    "decay": {"type": "decay", "settings": {"rates": [0.1, 0.2]}, "workers": 2},
+                    "tally": {"type": "tally", "settings": {"word": "two"}},
+                },
+                "environment": {"image": "registry.example/simrun-harness:0.1"},
+                "sources": sources,
+            }
+        )
+    )
+
+    assert main(["render-workflow", str(spec), "-o", "json"]) == 0
+
+    templates = {t["name"]: t for t in json.loads(capsys.readouterr().out)["spec"]["templates"]}
+    assert {"decay-w0", "decay-extra", "decay-merge", "tally"} <= set(templates)
+    assert templates["tally"]["container"]["command"] == ["simrun-exec", *PLUGIN_COMMAND]

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.service import SIMRUN, Service
-from tests.walkthrough import write_walkthrough
+from runs.cli.packing import pack
+from tests.e2e.service import SIMRUN, Service, submit, wait_until_ended
+from tests.walkthrough import write_plugin_package, write_walkthrough
 
 SUBMIT_TIMEOUT_S = 300
 
@@ -64,3 +65,26 @@ def test_a_task_type_shipped_in_the_sources_runs_without_an_install(
     assert (learned.stat().st_mtime_ns, ready.stat().st_mtime_ns) == before  # no second build
     with pytest.raises(PackageNotFoundError):
         distribution("decay-sim")
+
+
+def test_a_plugin_type_shipped_in_the_sources_runs_its_command(
+    sqlite_service: Service, token: str, tmp_path: Path
+) -> None:
+    package = write_plugin_package(tmp_path)
+    with sqlite_service.client(token) as client:
+        uploaded = client.post(
+            "snapshots/",
+            params={"name": package.name},
+            content=pack(package),
+            headers={"Content-Type": "application/gzip"},
+        )
+        assert uploaded.status_code in {200, 201}, uploaded.text
+        spec = {
+            "tasks": {"tally": {"type": "tally", "settings": {"word": "two"}}},
+            "sources": [uploaded.json()["id"]],
+        }
+        run = wait_until_ended(client, submit(client, spec))
+
+    assert run["state"] == "succeeded", run
+    out = sqlite_service.store / "runs" / run["id"] / "tasks" / "tally" / "out" / "tally.txt"
+    assert out.read_text() == "two\n"
