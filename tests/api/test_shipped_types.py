@@ -106,6 +106,9 @@ def test_a_learned_name_is_no_type_of_a_run_without_those_sources(
     assert isinstance(shipped, ShippedType) and shipped.splittable
     assert shipped.command is not None and shipped.command({}) == PLUGIN_COMMAND
 
+    library = owner_client.get("/api/task-types/")
+    assert library.status_code == 200 and "decay" not in {t["name"] for t in library.json()}
+
     alone = {"tasks": {"decay": {"type": "decay", "settings": {"rates": [0.1]}}}}
     response = owner_client.post("/api/runs/", alone, format="json")
     assert response.status_code == 400
