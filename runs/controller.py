@@ -409,13 +409,22 @@ def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, 
     process are left out, their tasks unread (``runs.unchanged``).
     """
     due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
-    runs = list(due.defer("spec").order_by("created_at"))
+    found = due.defer("spec").order_by("created_at")
     rows = Task.objects.filter(run__in=due.values("pk"))
     memory = unchanged.memory_of(backend)
-    skipped = memory.unchanged(runs, due, backend) if memory and backend else set()
-    if skipped:
-        runs = [run for run in runs if run.pk not in skipped]
-        rows = Task.objects.filter(run_id__in=[run.pk for run in runs])
+    if memory is None or backend is None:
+        runs = list(found)
+    elif memory.remembers:  # decide on a few fields of each run, load only those polled
+        live = unchanged.live_rows(due)
+        skipped = memory.unchanged(live, due, backend)
+        polled = [row.pk for row in live if row.pk not in skipped]
+        runs = list(found.filter(pk__in=polled)) if polled else []
+        rows = Task.objects.filter(run_id__in=polled)
+    else:
+        runs = list(found)
+        memory.unchanged(runs, due, backend)  # what the polls read, to remember
+    if not runs:
+        return []
     tasks: dict[str, list[Task]] = defaultdict(list)
     for task in rows.defer(*UNUSED_TASK_FIELDS).order_by("run_id", "position"):
         tasks[task.run_id].append(task)

@@ -22,8 +22,9 @@ import time
 import weakref
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
@@ -61,7 +62,12 @@ class PollMemory:
         self.signatures: dict[str, Signature] = {}
         """What this pass read before its polls, by run id: kept by ``remember``."""
 
-    def unchanged(self, runs: list[Run], due: QuerySet[Run], backend: Backend) -> set[str]:
+    @property
+    def remembers(self) -> bool:
+        """Whether a run may be skipped: a poll went through since this process started."""
+        return bool(self._seen)
+
+    def unchanged(self, runs: Sequence[Live], due: QuerySet[Run], backend: Backend) -> set[str]:
         """The ids of the runs a pass may skip; reads the signature of every running run.
 
         One backend call (``versions``) and one query of the tasks that make a poll needed
@@ -76,11 +82,12 @@ class PollMemory:
             versions = backend.versions([r.workflow for r in running])
         progress: dict[str, list[tuple[str, int]]] = defaultdict(list)
         pending_logs: set[str] = set()
+        root = str(store.root())
         for run_id, task_id, state in _watched_tasks(due):
             if state in FINAL_TASK_STATES:
                 pending_logs.add(run_id)
             else:
-                progress[run_id].append((task_id, _size(run_id, task_id)))
+                progress[run_id].append((task_id, _size(root, run_id, task_id)))
         now = self.clock()
         self.signatures = {
             r.pk: Signature(versions.get(r.workflow), tuple(progress.get(r.pk, ())))
@@ -110,6 +117,35 @@ class PollMemory:
                 self._seen[run.pk] = Seen(signature, run.version, now + resync_s * share)
 
 
+class Live(Protocol):
+    """What decides whether a live run may be skipped: a ``Run`` or a row of ``FIELDS``."""
+
+    pk: str
+    state: str
+    workflow: str
+    version: int
+    merge_pending: dict[str, float]
+    reports_pending: dict[str, float]
+    reconcile_failures: int
+
+
+FIELDS = (
+    "pk",
+    "state",
+    "workflow",
+    "version",
+    "merge_pending",
+    "reports_pending",
+    "reconcile_failures",
+)
+"""The fields of a ``Live`` row: a pass reads these of every run, the rest of those it polls."""
+
+
+def live_rows(due: QuerySet[Run]) -> list[Any]:
+    """The ``FIELDS`` of the due runs as rows, oldest first: what deciding the skips needs."""
+    return list(due.order_by("created_at").values_list(*FIELDS, named=True))
+
+
 _memories: weakref.WeakKeyDictionary[Backend, PollMemory] = weakref.WeakKeyDictionary()
 
 
@@ -131,9 +167,9 @@ def _watched_tasks(due: QuerySet[Run]) -> list[tuple[str, str, str]]:
     return list(rows.order_by("run_id", "position").values_list("run_id", "task_id", "state"))
 
 
-def _size(run_id: str, task_id: str) -> int:
-    """The size of a task's ``progress.jsonl``, -1 without one."""
+def _size(root: str, run_id: str, task_id: str) -> int:
+    """The size of a task's ``progress.jsonl`` (``store.task_dir``), -1 without one."""
     try:
-        return os.stat(f"{store.task_dir(run_id, task_id)}/progress.jsonl").st_size
+        return os.stat(f"{root}/runs/{run_id}/tasks/{task_id}/progress.jsonl").st_size
     except OSError:
         return -1
