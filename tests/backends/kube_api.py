@@ -193,6 +193,7 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers then body: no 40 ms wait for a delayed ACK
     server: KubeApiServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
