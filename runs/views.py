@@ -41,6 +41,7 @@ from runs.api.pagination import MAX_PAGE, page_of, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.dag import layout
+from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.models import FINAL_TASK_STATES, RunState, TaskState
 from runs.planning_figures import planning_figures
 from runs.reruns import rerun_ids, spec_text, submit_rerun
@@ -195,6 +196,9 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     task_files.attach_progress(run, tasks)
     for task in tasks:
         task.outputs = _outputs(task) if task.state == TaskState.DONE else []  # type: ignore[attr-defined]
+        for attempt in task.attempts.all():
+            attempt.live = live_figures(attempt)  # type: ignore[attr-defined]
+            attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]
     return {
         "run": run,
         "tasks": tasks,
@@ -202,6 +206,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
         "live": not run.ended,
         "reruns": rerun_ids(request.user, run),
         "timeline": timeline(run, tasks),
+        "spark": {"width": SPARK_WIDTH, "height": SPARK_HEIGHT},
         "usage": accounting.run_usage(run, tasks),
     }
 

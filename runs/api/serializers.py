@@ -15,6 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs import accounting
+from runs.live_attempts import live_figures
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 
 
@@ -33,9 +34,51 @@ class PlanSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class AttemptSerializer(serializers.ModelSerializer[Attempt]):
+    phase = serializers.SerializerMethodField(
+        help_text="its pod's phase as last polled; Stopped: it was running when its task or "
+        "run ended"
+    )
+    running = serializers.SerializerMethodField(help_text="its pod runs now")
+    duration_s = serializers.SerializerMethodField(
+        help_text="from its start to its end, or to now while it runs; null without a start"
+    )
+    peak_bytes = serializers.SerializerMethodField(
+        help_text="the peak memory its report measured, or the largest of its live samples so "
+        "far; null before any (memory_gb is its limit)"
+    )
+    memory_samples = serializers.SerializerMethodField(
+        help_text="while it runs: its recent memory as [Unix time, bytes], one per heartbeat"
+    )
+
     class Meta:
         model = Attempt
-        fields = ["worker", "attempt", *ATTEMPT_OUTCOME_FIELDS, "started_at", "ended_at"]
+        fields = [
+            "worker",
+            "attempt",
+            *ATTEMPT_OUTCOME_FIELDS,
+            "started_at",
+            "ended_at",
+            "running",
+            "duration_s",
+            "peak_bytes",
+            "memory_samples",
+        ]
+
+    def get_phase(self, attempt: Attempt) -> str:
+        return live_figures(attempt).phase
+
+    def get_running(self, attempt: Attempt) -> bool:
+        return live_figures(attempt).running
+
+    def get_duration_s(self, attempt: Attempt) -> float | None:
+        return live_figures(attempt).duration_s
+
+    def get_peak_bytes(self, attempt: Attempt) -> int | None:
+        return live_figures(attempt).peak_bytes
+
+    @extend_schema_field({"type": "array", "items": {"type": "array", "items": {"type": "number"}}})
+    def get_memory_samples(self, attempt: Attempt) -> list[list[float]]:
+        return [[t, b] for t, b in live_figures(attempt).samples]
 
 
 class TaskSerializer(serializers.ModelSerializer[Task]):

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runs.cli.client import EXIT_OK, Client, no_run, reports_errors, run_url
-from runs.cli.progress import styled
+from runs.cli.progress import _duration, styled
 
 NAME = "show"
 HELP = "show a run: its tasks, plans, attempts"
@@ -49,11 +49,14 @@ def memory_kill(attempt: dict[str, Any]) -> str:
 
 
 def attempts_table(tasks: list[dict[str, Any]]) -> Table | None:
+    """Every attempt from the moment it runs: where, since when, how long, its measured peak
+    beside the limit it had, and how it ended."""
     rows = [(t["id"], a) for t in tasks for a in t["attempts"]]
     if not rows:
         return None
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("task", "worker", "attempt", "phase", "node", "exit", "memory kill"):
+    columns = ("task", "worker", "attempt", "phase", "node", "started", "duration", "exit")
+    for column in (*columns, "peak / limit", "memory kill"):
         table.add_column(column)
     for task_id, attempt in rows:
         kill = memory_kill(attempt)
@@ -61,12 +64,34 @@ def attempts_table(tasks: list[dict[str, Any]]) -> Table | None:
             task_id,
             attempt["worker"],
             str(attempt["attempt"]),
-            attempt["phase"],
+            "[cyan]Running[/]" if attempt.get("running") else attempt["phase"],
             attempt["node_name"],
+            started(attempt.get("started_at")),
+            lasted(attempt),
             "" if attempt["exit_code"] is None else str(attempt["exit_code"]),
+            peak_of(attempt),
             kill + (" evicted" if attempt["evicted"] else ""),
         )
     return table
+
+
+def started(at: str | None) -> str:
+    """The start of an attempt as the server wrote it, to the second (date and time)."""
+    return "" if not at else at[:19].replace("T", " ")
+
+
+def lasted(attempt: dict[str, Any]) -> str:
+    seconds = attempt.get("duration_s")
+    if seconds is None:
+        return ""
+    return _duration(seconds) + (" so far" if attempt.get("running") else "")
+
+
+def peak_of(attempt: dict[str, Any]) -> str:
+    """``<peak> / <limit> GiB``: the peak measured (so far, while it runs) beside its limit."""
+    peak, limit = attempt.get("peak_bytes"), attempt.get("memory_gb")
+    shown = "–" if peak is None else f"{peak / 2**30:.2f}"
+    return f"{shown} / {limit:g} GiB" if limit else ("" if peak is None else f"{shown} GiB")
 
 
 @reports_errors

@@ -138,3 +138,39 @@ def test_the_pages_fit_a_phone_width(page: Page, service: Service, shoot):
             assert box and box["x"] >= 0 and box["x"] + box["width"] <= 420, (path, box)
     page.goto(service.url + "/")
     shoot("25-runs-at-420px")
+
+
+HOLDING = (
+    "name: live-rows\ntasks:\n  hold: {type: alloc, settings: {units: 1, mb: 96, hold_s: 600}}\n"
+)
+"""One worker whose unit holds 96 MiB until the run is cancelled."""
+
+
+def test_a_running_worker_has_a_live_row_with_a_ticking_duration_and_a_sparkline(
+    page: Page, service: Service, shoot
+):
+    log_in(page, service)
+    submit_text(page, service, HOLDING)
+    row = page.locator('tr[data-attempt="hold-w0-0"]')
+    expect(row).to_have_attribute("data-running", "", timeout=RUN_TIMEOUT_MS)
+    expect(row.locator("[data-col=phase]")).to_have_text("Running")
+    expect(row.locator("[data-col=node]")).not_to_have_text("–")
+    expect(row.locator("[data-col=started]")).to_have_text(re.compile(r"^\d\d:\d\d:\d\d$"))
+    duration = row.locator("[data-col=duration]")
+    first = duration.inner_text()
+    expect(duration).not_to_have_text(first)  # it ticks while the worker runs
+
+    line = row.locator("svg[data-sparkline] polyline")
+    expect(line).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+    points = line.get_attribute("points")
+    expect(line).not_to_have_attribute("points", points or "")  # new samples come in
+    expect(row.locator("[data-peak]")).to_have_text(re.compile(r"^0\.\d+ GiB$"))
+    shoot("26-live-attempt-row")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button:has-text('Cancel run')")
+    expect(page.locator("#run-live")).to_have_attribute("data-state", "cancelled")
+    expect(row).not_to_have_attribute("data-running", "")
+    expect(row.locator("[data-col=phase]")).to_have_text("Stopped")
+    expect(row.locator("[data-peak]")).to_have_text(re.compile(r"^0\.\d+ GiB$"))
+    shoot("27-live-attempt-cancelled")
