@@ -122,6 +122,7 @@ class ArgoBackend:
         calls: CallPolicy | None = None,
         capacity_ttl_s: float = CAPACITY_TTL_S,
         reasons_ttl_s: float = REASONS_TTL_S,
+        watch_backoff_s: float = WATCH_BACKOFF_S,
     ) -> None:
         self.cluster = cluster
         self.store = store
@@ -147,7 +148,7 @@ class ArgoBackend:
         self.reasons_ttl_s = reasons_ttl_s
         self._informer_watch: Watch | None = None
         self._cache = WorkflowCache(
-            self._list_page, self._watch_from, status_from_workflow, backoff_s=WATCH_BACKOFF_S
+            self._list_page, self._watch_from, status_from_workflow, backoff_s=watch_backoff_s
         )
 
     @classmethod

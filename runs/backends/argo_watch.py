@@ -2,12 +2,14 @@
 
 As Kubernetes' own controllers do, the cache lists the Workflows once (in pages), then
 watches from the list's ``resourceVersion``: every change comes as an event, so reading a
-status costs no request. A watch the server ends (its timeout) or that drops is started
-again from the last version seen; a version too old for the server (410 Gone) makes it list
-again. Only the parsed status of a Workflow is kept, not the object (whose node map can be
-large), with its ``resourceVersion``: the version the control loop compares
-(``ChangeSignal``). Each process keeps its own cache, started by its first ``start``: a
-Celery worker's children fork from a parent, and a thread does not survive a fork.
+status costs no request. A watch the server ends (its timeout) is started again from the
+last version seen; a version too old for the server (410 Gone) makes it list again, and so
+does a watch that failed twice in a row (a dropped connection, an error), the cache
+answering nothing meanwhile: nothing stale is read while no watch follows the changes.
+Only the parsed status of a Workflow is kept, not the object (whose node map can be large),
+with its ``resourceVersion``: the version the control loop compares (``ChangeSignal``). Each
+process keeps its own cache, started by its first ``start``: a Celery worker's children fork
+from a parent, and a thread does not survive a fork.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class WorkflowCache:
 
     def _follow(self) -> None:
         version: str | None = None
+        failures = 0
         while not self._closed.is_set():
             try:
                 if version is None:
@@ -117,17 +120,31 @@ class WorkflowCache:
                     if self._closed.is_set():
                         return
                     version = self._apply(event) or version
+                    failures = 0
+                failures = 0  # the server ended it: watch on from the version
             except ApiException as error:
                 if error.status == HTTP_GONE:
                     log.info("the watch of workflows is too old (410 Gone): listing them again")
                     version = None
                     continue
-                log.warning("the watch of workflows failed: %s; trying again", error)
-                self._closed.wait(self.backoff_s)
+                version, failures = self._failed(version, failures, error)
             except Exception as error:
-                if not self._closed.is_set():
-                    log.warning("the watch of workflows failed: %s; trying again", error)
-                self._closed.wait(self.backoff_s)
+                version, failures = self._failed(version, failures, error)
+
+    def _failed(
+        self, version: str | None, failures: int, error: Exception
+    ) -> tuple[str | None, int]:
+        """After a failed list or watch: once, try again at once from the same version (a
+        connection the server closed meanwhile); then answer nothing, wait and list again."""
+        if self._closed.is_set():
+            return version, failures
+        if failures == 0:
+            log.info("the watch of workflows failed: %s; trying again", error)
+            return version, 1
+        self._synced = False
+        log.warning("the watch of workflows failed again: %s; listing them again", error)
+        self._closed.wait(self.backoff_s)
+        return None, failures + 1
 
     def _list(self) -> str:
         """List every Workflow, page by page, as the new content; the list's version."""

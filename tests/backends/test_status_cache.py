@@ -143,6 +143,39 @@ def test_a_watch_too_old_for_the_server_lists_again(
     assert [r for r in per_workflow(kube) if r.method == "GET"] == []
 
 
+def test_a_failed_watch_makes_the_cache_answer_nothing_until_it_listed_again(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = ArgoBackend(
+        cluster=CLUSTER, api=kube.client(), store=tmp_path, watch_timeout_s=1, watch_backoff_s=0.2
+    )
+    failing = {"on": False}
+    answered: list[dict[str, str]] = []
+
+    def watch_fails(request: Request) -> int | None:
+        if not failing["on"]:
+            return None
+        if request.query.get("watch") == "true":
+            return 500
+        if request.path == WORKFLOWS:  # the list after the failure
+            answered.append(backend.versions([WF]))
+            failing["on"] = False
+        return None
+
+    try:
+        kube.state.put_workflow(named(WF), "ADDED")
+        synced(backend, [WF])
+        kube.state.intercept = watch_fails
+        failing["on"] = True  # the next watch (the server ends each within 1 s) fails
+        wait_for(lambda: answered, 10, "a list after the failed watch")
+        kube.state.put_workflow(named(WF, "Failed", sweep="Failed"))
+        wait_for(lambda: backend.status(WF).phase == "Failed", 10, "the change")
+    finally:
+        backend.close()
+    assert answered == [{}]  # nothing was answered from a cache no watch followed
+    assert 500 in [r.status for r in watches(kube)]
+
+
 def test_a_watch_the_server_ends_goes_on_from_its_version_without_a_list(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
