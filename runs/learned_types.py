@@ -9,6 +9,11 @@ told: a ``LearnedType`` per type. What it learned is kept under
 of the snapshots, which never change: a later submission of the same sources and settings
 costs no build and no process, new settings one process in the kept venv.
 
+Learning runs the code of the sources (their build and import), so it runs as a task would:
+without the service's environment, as the owner's task user where tasks run as their owners'
+(``builder``), kept per owner; off where ``SIMRUN_LEARN_SOURCES`` is (Argo by default, whose
+service pod holds its secrets).
+
 The backends know such a type by its name only (``harness.tasktypes.ShippedType``, from
 ``stand_ins``): its code runs in the pods, which install the sources.
 """
@@ -23,11 +28,13 @@ import io
 import json
 import logging
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
@@ -41,7 +48,7 @@ from harness.tasktypes import (
     task_types,
 )
 from runs import store
-from runs.backends import local_env
+from runs.backends import local_env, local_user
 from runs.spec import RunSpec, SpecError, validate_spec
 
 log = logging.getLogger(__name__)
@@ -63,10 +70,34 @@ def canonical(settings: Mapping[str, Any] | None) -> str:
     return json.dumps(dict(settings or {}), sort_keys=True, separators=(",", ":"))
 
 
-def learned_dir(digests: list[str]) -> Path:
-    """Where what the snapshots ``digests`` ship is kept: their venv and ``types.json``."""
-    key = hashlib.sha256(",".join(digests).encode()).hexdigest()[:32]
+def learned_dir(digests: list[str], owner_id: int | None = None) -> Path:
+    """Where what the snapshots ``digests`` of an owner ship is kept: their venv (the owner's
+    task user's) and ``types.json``."""
+    key = hashlib.sha256(f"{owner_id}:{','.join(digests)}".encode()).hexdigest()[:32]
     return store.root() / "learned-types" / key
+
+
+def builder(owner_id: int | None, home: Path) -> local_env.Builder:
+    """Who runs the code of an owner's sources here, and with what: the owner's task user
+    where the service runs tasks as their owners' (root, ``SIMRUN_TASK_UID_BASE``), else the
+    service's user, never
+    with the service's environment (its secret key, its database). ``LearnError`` where the
+    service must not run it (``SIMRUN_LEARN_SOURCES``) or its task user cannot run Python."""
+    if not settings.SIMRUN_LEARN_SOURCES:
+        raise LearnError(
+            "this service does not run the code of a run's sources to learn their task types "
+            "(SIMRUN_LEARN_SOURCES is off): install the package of the types into the "
+            "service's image, or ask an operator to turn it on"
+        )
+    env = local_env.build_env(home)
+    user = local_user.for_owner(owner_id, settings.SIMRUN_TASK_UID_BASE)
+    if user is None:
+        return local_env.Builder(env=env)
+    root = store.root()
+    local_user.pass_only(root, root / "learned-types", root / "snapshots")
+    if problem := local_user.unreachable(Path(sys.executable).resolve(), home):
+        raise LearnError(f"the sources' types cannot be learned as your task user: {problem}")
+    return local_env.Builder(env=env, uid=user.uid, gid=user.gid)
 
 
 def names_dir() -> Path:
@@ -164,8 +195,11 @@ def _tail(text: str | bytes | None) -> str:
     return "\n".join(lines[-TAIL_LINES:])
 
 
-def _describe(python: Path, asked: Mapping[str, list[Any]], cwd: Path) -> dict[str, Any]:
-    """Ask the harness in the venv of the sources; ``LearnError`` with its output if it fails."""
+def _describe(
+    python: Path, asked: Mapping[str, list[Any]], cwd: Path, user: local_env.Builder
+) -> dict[str, Any]:
+    """Ask the harness in the venv of the sources, as ``user``; ``LearnError`` with its
+    output if it fails."""
     try:
         done = subprocess.run(
             [str(python), "-m", "harness.describe"],
@@ -174,6 +208,10 @@ def _describe(python: Path, asked: Mapping[str, list[Any]], cwd: Path) -> dict[s
             text=True,
             timeout=DESCRIBE_TIMEOUT_S,
             cwd=cwd,
+            env=dict(user.env),
+            user=user.uid,
+            group=user.gid,
+            extra_groups=[] if user.uid is not None else None,
             check=False,
         )
     except subprocess.TimeoutExpired as error:
@@ -197,14 +235,17 @@ def _describe(python: Path, asked: Mapping[str, list[Any]], cwd: Path) -> dict[s
     return answer
 
 
-def learn(digests: list[str], asked: Mapping[str, list[Any]]) -> dict[str, Any]:
+def learn(
+    digests: list[str], asked: Mapping[str, list[Any]], owner_id: int | None = None
+) -> dict[str, Any]:
     """What the snapshots ``digests`` ship: their types and what those made of ``asked``
     (settings by type name); built, described and kept only as far as it is not kept yet.
+    Their code runs as ``builder`` says, never as the service with its environment.
 
     One process at a time learns the same snapshots (a file lock). ``LearnError`` when the
     snapshots cannot be installed or their types cannot be described.
     """
-    home = learned_dir(digests)
+    home = learned_dir(digests, owner_id)
     home.mkdir(parents=True, exist_ok=True)
     with open(home.with_name(home.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -220,10 +261,13 @@ def learn(digests: list[str], asked: Mapping[str, list[Any]]) -> dict[str, Any]:
         if known and not missing:
             return known
         log.info("learning the task types of the sources %s", ", ".join(d[:12] for d in digests))
+        user = builder(owner_id, home)
         said = io.StringIO()  # the install's line is for a run's log: here, the service's
         try:
             with contextlib.redirect_stdout(said):
-                python = local_env.ensure(home / "venv", [store.snapshot_dir(d) for d in digests])
+                python = local_env.ensure(
+                    home / "venv", [store.snapshot_dir(d) for d in digests], user=user
+                )
         except subprocess.CalledProcessError as error:
             raise LearnError(
                 f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
@@ -232,7 +276,7 @@ def learn(digests: list[str], asked: Mapping[str, list[Any]]) -> dict[str, Any]:
         finally:
             if said.getvalue().strip():
                 log.info("%s", said.getvalue().strip())
-        answer = _describe(python, missing, home)
+        answer = _describe(python, missing, home, user)
         for name, outcomes in answer.get("settings", {}).items():
             by_key = judged.setdefault(name, {})
             for raw, outcome in zip(missing.get(name, []), outcomes, strict=False):
@@ -256,7 +300,7 @@ def shipped(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, list[Any]
     return asked
 
 
-def run_types(spec: RunSpec) -> tuple[RunSpec, dict[str, TaskType]]:
+def run_types(spec: RunSpec, owner_id: int | None = None) -> tuple[RunSpec, dict[str, TaskType]]:
     """The types a run is validated and planned with, and its spec validated with them.
 
     Without a type its sources must define, the service's own (none a ``ShippedType``: those
@@ -269,7 +313,7 @@ def run_types(spec: RunSpec) -> tuple[RunSpec, dict[str, TaskType]]:
     if not spec.sources or not asked:
         return spec, types
     try:
-        known = learn(list(spec.sources), asked)
+        known = learn(list(spec.sources), asked, owner_id)
     except LearnError as error:
         raise SpecError({"sources": [str(error)]}) from None
     own = registered_types()

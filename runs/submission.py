@@ -85,7 +85,7 @@ def create_run(
     service's: the Celery task).
     """
     check_sources(spec, owner)
-    spec, types = run_types(spec)
+    spec, types = run_types(spec, owner.pk)
     return _create_run(spec=spec, types=types, owner=owner, backend=backend, schedule=schedule)
 
 

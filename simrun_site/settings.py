@@ -247,6 +247,9 @@ SIMRUN_SCRATCH = Path(_read("SIMRUN_SCRATCH", env.str, str(SIMRUN_HOME / "scratc
 # A service running as root runs the processes of user N's runs as user id BASE + N
 # (runs/backends/local_user.py); 0 runs them as the service's own user.
 SIMRUN_TASK_UID_BASE = _read("SIMRUN_TASK_UID_BASE", env.int, 200000) or None
+# A type only a run's sources define is learned by running their code here (as the owner's
+# task user on the local backend); on Argo that would be in the service's pod: off by default.
+SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND != "argo")
 
 # The Argo backend (see runs/backends/argo*.py and docs/cluster.md).
 SIMRUN_CLUSTER = {

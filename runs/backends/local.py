@@ -508,7 +508,8 @@ class LocalBackend:
         found = admit(list(ready), held, self.cores, self.memory_gb)
         for demand in found.start:
             view, node = ready[demand]
-            if problem := self.isolation_problem(view.submission.owner, node.spec.kind):
+            kind = "split" if view.submission.snapshots else node.spec.kind
+            if problem := self.isolation_problem(view.submission.owner, kind):
                 self._refuse(view.submission, node, problem, now)
             else:
                 self._start(view.submission, node, now)
@@ -637,7 +638,8 @@ class LocalBackend:
     def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
         """Why the processes of an owner's runs cannot run as their task user, None if they
         can (or run as the service's user). A command needs the store and scratch; a split
-        or plugin task the service's interpreter too."""
+        or plugin task, or any task of a run with sources (their venv is built as the task
+        user), the service's interpreter too."""
         if local_user.for_owner(owner, self.task_uid_base) is None:
             return None
         roots = [self.store, self.scratch, self.envs]

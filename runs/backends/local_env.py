@@ -11,16 +11,21 @@ Only the standard library and the harness: the launcher imports this module.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import site
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.metadata import distribution
 from pathlib import Path
 
 READY = ".simrun-ready"
 """The marker of a venv whose snapshots are installed."""
 SERVICE_PTH = "simrun-service.pth"
+KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+"""The variables of the service's environment that building sources keeps."""
 
 
 def python(directory: Path) -> Path:
@@ -65,19 +70,77 @@ def _create(directory: Path, snapshots: list[Path]) -> None:
     )
 
 
-def ensure(directory: Path, snapshots: list[Path]) -> Path:
-    """The interpreter of the venv of a run, created with its snapshots on first use."""
+def ensure(directory: Path, snapshots: list[Path], *, user: Builder | None = None) -> Path:
+    """The interpreter of the venv of a run, created with its snapshots on first use.
+
+    Installing sources runs their build code: with ``user`` the venv is made by a process of
+    its own as that user, with only that user's environment (``isolated``)."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (directory / READY).exists():
             shutil.rmtree(directory, ignore_errors=True)
-            _create(directory, snapshots)
+            if user is None:
+                _create(directory, snapshots)
+            else:
+                isolated(directory, snapshots, user)
             (directory / READY).touch()
     return python(directory)
+
+
+@dataclass(frozen=True)
+class Builder:
+    """Who makes a venv from sources: a user id (None: the service's) and an environment."""
+
+    env: Mapping[str, str]
+    uid: int | None = None
+    gid: int | None = None
+
+
+def build_env(home: Path) -> dict[str, str]:
+    """The environment code of a user's sources runs with outside a task: enough to run
+    Python and pip, none of the service's configuration."""
+    env = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
+    env.setdefault("LANG", "C.UTF-8")
+    return env | {
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "PIP_NO_CACHE_DIR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def isolated(directory: Path, snapshots: list[Path], user: Builder) -> None:
+    """Make the venv in a child process as ``user``, printing its one line of output; a
+    ``CalledProcessError`` whose ``output`` is the tail of pip's output when it fails."""
+    directory.mkdir(parents=True)
+    if user.uid is not None:
+        os.chown(directory, user.uid, user.gid if user.gid is not None else -1)
+    done = subprocess.run(
+        [sys.executable, __file__, str(directory), *map(str, snapshots)],
+        env=dict(user.env),
+        cwd=directory,
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[] if user.uid is not None else None,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    said = done.stdout.strip()
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(
+            done.returncode, done.args, output="\n".join([said, done.stderr.strip()]).strip()
+        )
+    if said:
+        print(said, flush=True)
 
 
 def remove(directory: Path) -> None:
     """Remove the venv of a run (at its end) and its lock."""
     shutil.rmtree(directory, ignore_errors=True)
     directory.with_name(directory.name + ".lock").unlink(missing_ok=True)
+
+
+if __name__ == "__main__":  # ``isolated``: make the venv DIR with the snapshots SNAPSHOT...
+    _create(Path(sys.argv[1]), [Path(arg) for arg in sys.argv[2:]])

@@ -126,7 +126,12 @@ def _prepare(launch: dict[str, Any]) -> None:
     if venv:
         import local_env  # the sibling module, see the docstring of this module
 
-        local_env.ensure(Path(venv["dir"]), [Path(s) for s in venv["snapshots"]])
+        venv_dir = Path(venv["dir"])
+        builder = None
+        if user := launch.get("user"):  # the sources' build code runs as the task user
+            env = local_env.build_env(venv_dir)
+            builder = local_env.Builder(env=env, uid=user["uid"], gid=user["gid"])
+        local_env.ensure(venv_dir, [Path(s) for s in venv["snapshots"]], user=builder)
     scratch = Path(launch["cwd"])
     scratch.mkdir(parents=True, exist_ok=True)
     if launch.get("stage"):

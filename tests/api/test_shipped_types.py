@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
+import tempfile
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
@@ -12,10 +16,16 @@ from django.db import connection
 
 from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
 from runs import learned_types
-from runs.backends import local_env
+from runs.backends import local_env, local_user
 from runs.cli import main
 from runs.models import Run
-from tests.walkthrough import PACKAGE, upload_package, write_plugin_package, write_walkthrough
+from tests.walkthrough import (
+    PACKAGE,
+    PLUGIN_FILES,
+    upload_package,
+    write_plugin_package,
+    write_walkthrough,
+)
 
 
 @pytest.fixture
@@ -37,7 +47,7 @@ def calls(monkeypatch) -> dict[str, int]:
 
         return wrapper
 
-    monkeypatch.setattr(local_env, "_create", counting("build", local_env._create))
+    monkeypatch.setattr(local_env, "isolated", counting("build", local_env.isolated))
     monkeypatch.setattr(learned_types, "_describe", counting("describe", learned_types._describe))
     return counted
 
@@ -141,13 +151,13 @@ def test_the_sources_are_learned_before_the_transaction_of_the_submission(
 ) -> None:
     """A build takes seconds; SQLite's transactions hold the write lock from their start."""
     in_transaction: list[bool] = []
-    create = local_env._create
+    create = local_env.isolated
 
     def build(*args: Any) -> None:
         in_transaction.append(connection.in_atomic_block)
         create(*args)
 
-    monkeypatch.setattr(local_env, "_create", build)
+    monkeypatch.setattr(local_env, "isolated", build)
     spec = decay_spec(upload_package(owner, package))
     response = owner_client.post("/api/runs/", spec, format="json")
     assert response.status_code == 201, response.json()
@@ -178,3 +188,97 @@ def test_render_workflow_learns_the_types_of_the_sources(owner, package, tmp_pat
     templates = {t["name"]: t for t in json.loads(capsys.readouterr().out)["spec"]["templates"]}
     assert {"decay-w0", "decay-extra", "decay-merge", "tally"} <= set(templates)
     assert templates["tally"]["container"]["command"] == ["simrun-exec", *PLUGIN_COMMAND]
+
+
+SNOOP_FILES = {
+    "pyproject.toml": PLUGIN_FILES["pyproject.toml"].replace("tally", "snoop"),
+    "setup.py": """import json, os
+from pathlib import Path
+seen = {"uid": os.getuid(), "env": dict(os.environ)}
+Path(SEEN, "build.json").write_text(json.dumps(seen))
+from setuptools import setup
+setup()
+""",
+    "snoop_sim/__init__.py": """import json, os
+from pathlib import Path
+seen = {"uid": os.getuid(), "env": dict(os.environ)}
+Path(SEEN, "describe.json").write_text(json.dumps(seen))
+"""
+    + PLUGIN_FILES["tally_sim/__init__.py"].replace("tally", "snoop").replace("Tally", "Snoop"),
+}
+"""A package whose build (setup.py) and import write down the user and environment they ran
+with into the folder ``SEEN``."""
+
+
+def write_snoop_package(directory: Path, seen: Path) -> Path:
+    package = directory / "snoop-pkg"
+    for path, text in SNOOP_FILES.items():
+        (package / path).parent.mkdir(parents=True, exist_ok=True)
+        (package / path).write_text(f"SEEN = {str(seen)!r}\n" + text)
+    return package
+
+
+@pytest.fixture
+def seen(tmp_path: Path) -> Path:
+    """A folder any user may write into, for what the sources' code saw."""
+    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_sources_code_runs_without_the_services_environment(
+    owner, owner_client, tmp_path, seen, monkeypatch, settings
+) -> None:
+    """Their build and import would otherwise read the secret key or the database's URL."""
+    monkeypatch.setenv("SECRET_KEY", "the-service-secret")
+    monkeypatch.setenv("DATABASE_URL", "postgres://simrun:the-db-password@db/simrun")
+    settings.SIMRUN_TASK_UID_BASE = None  # as the service's user: isolation is the env's
+    digest = upload_package(owner, write_snoop_package(tmp_path, seen))
+    spec = {"tasks": {"s": {"type": "snoop", "settings": {"word": "x"}}}, "sources": [digest]}
+
+    response = owner_client.post("/api/runs/", spec, format="json")
+
+    assert response.status_code == 201, response.json()
+    for step in ("build", "describe"):
+        env = json.loads((seen / f"{step}.json").read_text())["env"]
+        assert "SECRET_KEY" not in env and "DATABASE_URL" not in env, (step, sorted(env))
+        assert not any("the-service-secret" in v or "the-db-password" in v for v in env.values())
+
+
+def test_with_task_users_the_sources_code_runs_as_the_owners(
+    owner, owner_client, tmp_path, seen, settings
+) -> None:
+    """As root with task users, the build and the import run as the owner's task user; where
+    that user cannot reach the service's Python, the submission says so (a 400 at sources)."""
+    if os.geteuid() != 0:
+        pytest.skip("only root can run code as another user")
+    settings.SIMRUN_TASK_UID_BASE = 200000
+    digest = upload_package(owner, write_snoop_package(tmp_path, seen))
+    spec = {"tasks": {"s": {"type": "snoop", "settings": {"word": "x"}}}, "sources": [digest]}
+
+    response = owner_client.post("/api/runs/", spec, format="json")
+
+    problem = local_user.unreachable(Path(sys.executable).resolve())
+    if problem is not None:
+        assert response.status_code == 400
+        assert response.json()["sources"] == [
+            f"the sources' types cannot be learned as your task user: {problem}"
+        ]
+        assert not (seen / "build.json").exists()  # nothing of theirs ran as the service
+        return
+    assert response.status_code == 201, response.json()
+    for step in ("build", "describe"):
+        assert json.loads((seen / f"{step}.json").read_text())["uid"] == 200000 + owner.pk
+
+
+def test_a_service_that_does_not_learn_sources_says_so_at_sources(
+    owner, owner_client, package, settings, calls
+) -> None:
+    settings.SIMRUN_LEARN_SOURCES = False
+    response = owner_client.post(
+        "/api/runs/", decay_spec(upload_package(owner, package)), format="json"
+    )
+    assert response.status_code == 400
+    assert "SIMRUN_LEARN_SOURCES" in response.json()["sources"][0]
+    assert calls == {"build": 0, "describe": 0}
