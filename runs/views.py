@@ -196,6 +196,9 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     task_files.attach_progress(run, tasks)
     for task in tasks:
         task.outputs = _outputs(task) if task.state == TaskState.DONE else []  # type: ignore[attr-defined]
+        if task.started_at is not None:
+            end = task.ended_at or run.ended_at or timezone.now()
+            task.duration_s = (end - task.started_at).total_seconds()  # type: ignore[attr-defined]
         for attempt in task.attempts.all():
             attempt.live = live_figures(attempt)  # type: ignore[attr-defined]
             attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]

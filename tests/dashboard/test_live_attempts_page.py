@@ -4,10 +4,13 @@ beside its limit and its memory sparkline; an ended one with its measured peak."
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
+from runs.models import Task
 from tests.api.conftest import running, submitted
 from tests.api.live_attempts import with_live_attempts
 
@@ -38,3 +41,20 @@ def test_a_running_attempt_has_a_live_row_with_its_sparkline(owner, store):
     ended = row(page, "sweep-w0-0")
     assert "data-running" not in ended and "data-ticking" not in ended and "<polyline" not in ended
     assert "1m 30s" in ended and "<span data-peak>0.68 GiB</span>" in ended
+
+
+def test_a_started_task_shows_when_it_started_and_for_how_long_it_runs(owner, store):
+    client = Client()
+    client.force_login(owner)
+    run = running(submitted(owner), sweep="running")
+    started = timezone.now() - timedelta(seconds=75)
+    Task.objects.filter(run=run, task_id="sweep").update(started_at=started)
+
+    page = client.get(f"/runs/{run.id}/").content.decode()
+
+    card = page[page.index('id="task-sweep"') : page.index('id="task-summary"')]
+    shown = re.search(r"<span [^>]*data-task-time[^>]*>(.*?)</span></span>", card, re.S)
+    assert shown, card[:400]
+    assert f"started {started:%H:%M:%S} · running for" in shown.group(1)
+    assert re.search(r'data-ticking="7[5-9]\.\d+">1m 1[5-9]s', shown.group(1))
+    assert "data-task-time" not in page[page.index('id="task-summary"') :]
