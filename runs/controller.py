@@ -167,14 +167,7 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
     changed_tasks = {
         task.pk: found
         for task in tasks
-        if (
-            found := task_changes(
-                task,
-                states[task.task_id],
-                messages[task.task_id],
-                started=poll.task_starts.get(task.task_id),
-            )
-        )
+        if (found := task_changes(task, states[task.task_id], messages[task.task_id]))
     }
     return changes, changed_tasks
 

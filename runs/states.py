@@ -215,8 +215,6 @@ class Poll:
     workflow_exists: bool = True
     attempts_seen: dict[str, str] | None = None
     """``Run.attempts_seen`` after the poll; None: unchanged."""
-    task_starts: dict[str, datetime] = field(default_factory=dict)
-    """When the first pod of each task the backend knows of started, by task."""
 
 
 def observe(
@@ -262,7 +260,6 @@ def observe(
     poll = Poll(states, messages, merge_pending, kills, failed_seen, attempts + started)
     poll.reports_pending = found.reports_pending
     poll.attempts_seen = poll_seen
-    poll.task_starts = _task_starts(stored, status)
     _decide(poll, [t.task_id for t in tasks], status)
     return poll
 
@@ -321,23 +318,6 @@ def _started(
             )
         )
     return found, seen
-
-
-def _task_starts(stored: Mapping[str, Task], status: BackendStatus) -> dict[str, datetime]:
-    """The earliest start the backend gives of a pod of each task: of a failed attempt, or of
-    a node's latest pod once it is no longer pending."""
-    starts: dict[str, float] = {}
-    found = [(w, a.started_at) for w, attempts in status.failed.items() for a in attempts]
-    found += [
-        (worker_of_node(node), start)
-        for node, start in status.started.items()
-        if status.tasks.get(node, "Pending") != "Pending"
-    ]
-    for worker, start in found:
-        task_id = task_of(worker, stored)
-        if task_id is not None and start is not None:
-            starts[task_id] = min(start, starts.get(task_id, start))
-    return {task_id: datetime.fromtimestamp(at, tz=UTC) for task_id, at in starts.items()}
 
 
 SEEN_PHASES = frozenset({"Running", "Succeeded"})
@@ -562,22 +542,15 @@ def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
     return poll
 
 
-def task_changes(
-    task: Task, state: TaskState, message: str, started: datetime | None = None
-) -> dict[str, Any]:
-    """The fields of a task to write for its new state, units done included.
-
-    A task seen started for the first time started when its first pod did (``started``, from
-    its backend), else now.
-    """
+def task_changes(task: Task, state: TaskState, message: str) -> dict[str, Any]:
+    """The fields of a task to write for its new state, units done included."""
     changes: dict[str, Any] = {}
     if state != task.state:
         changes["state"] = state
     if message != task.message:
         changes["message"] = message
     if state in STARTED_STATES and task.started_at is None:
-        now = timezone.now()
-        changes["started_at"] = min(started, now) if started else now
+        changes["started_at"] = timezone.now()
     if state in FINAL_TASK_STATES and task.ended_at is None:
         changes["ended_at"] = timezone.now()
     if state == TaskState.DONE:

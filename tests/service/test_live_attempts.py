@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -171,15 +170,3 @@ def test_the_controller_keeps_the_peak_of_a_done_tasks_attempts(launch, fake):
     poll(fake)
     controller.settle_pending(backend=fake)
     assert rows(run)[("sweep-w0", 0)].peak_bytes == 456 << 20
-
-
-def test_a_task_started_when_its_first_pod_did_not_when_a_poll_saw_it(launch, fake):
-    run = launch()
-    first = time.time() - 40
-    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=143, evicted=True)
-    with fake.state() as state:
-        state.workflows[run.workflow].failed["sweep-w0"][0].started_at = first
-        state.workflows[run.workflow].started.update({"sweep-w0": first + 30, "sweep-merge": 1})
-    fake.set_nodes(run.workflow, {"sweep-w0": "Running", "sweep-merge": "Pending"})
-    poll(fake)
-    assert Task.objects.get(run=run).started_at == at(first)
