@@ -466,7 +466,8 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
             if run.pk not in written:
                 continue
             try:
-                follow_up(run, tasks, written=written[run.pk], backend=backend)
+                if memory is None or not memory.resync_only(run, written[run.pk]):
+                    follow_up(run, tasks, written=written[run.pk], backend=backend)
                 _recovered(run)
                 if memory is not None:
                     memory.remember([run])

@@ -61,6 +61,8 @@ class PollMemory:
         self._seen: dict[str, Seen] = {}
         self.signatures: dict[str, Signature] = {}
         """What this pass read before its polls, by run id: kept by ``remember``."""
+        self.resyncing: set[str] = set()
+        """The runs this pass polls only because their resync is due: nothing changed."""
 
     @property
     def remembers(self) -> bool:
@@ -74,7 +76,7 @@ class PollMemory:
         (final without kept logs, unfinished split), whatever the number of runs.
         """
         running = [r for r in runs if r.state == RunState.RUNNING and r.workflow]
-        self.signatures = {}
+        self.signatures, self.resyncing = {}, set()
         if not running:
             return set()
         versions: dict[str, str] = {}
@@ -94,17 +96,24 @@ class PollMemory:
             for r in running
         }
         self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
-        return {
+        same = {
             run.pk
             for run in running
             if run.pk not in pending_logs
             and not (run.merge_pending or run.reports_pending or run.reconcile_failures)
             and (seen := self._seen.get(run.pk)) is not None
-            and now < seen.resync_at
             and seen.record == run.version
             and seen.signature.workflow is not None
             and seen.signature == self.signatures[run.pk]
         }
+        self.resyncing = {pk for pk in same if now >= self._seen[pk].resync_at}
+        return same - self.resyncing
+
+    def resync_only(self, run: Run, written: bool) -> bool:
+        """Whether a run was polled only for its resync and its poll wrote nothing: its
+        backend's side (keeping the logs of ended pods) has nothing new to do, as a pod that
+        ends changes its workflow, so it is left out (an informer's resync calls no API)."""
+        return not written and run.pk in self.resyncing
 
     def remember(self, runs: Iterable[Run]) -> None:
         """Remember the polls of runs that went through, with the records they left."""

@@ -143,6 +143,7 @@ def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settin
     assert statuses(fake) == []
     memory.clock = lambda: now + 61
     poll(fake)
+    assert fake.called("logs") == []  # nothing changed: no pod ended, no log to keep
     assert sorted(statuses(fake)) == sorted(run.workflow for run in steady)
     poll(fake)
     assert statuses(fake) == []
