@@ -283,8 +283,9 @@ class FakeBackend:
             self._call(state, "versions", len(names))
             workflows = state.workflows
             return {
-                name: hashlib.blake2b(workflows[name].model_dump_json().encode(), digest_size=8)
-                .hexdigest()
+                name: hashlib.blake2b(
+                    workflows[name].model_dump_json().encode(), digest_size=8
+                ).hexdigest()
                 for name in names
                 if name in workflows
             }
