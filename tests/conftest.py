@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
+
+
+@pytest.fixture(autouse=True)
+def argo_backends_closed(monkeypatch) -> Iterator[None]:
+    """Every Argo backend a test made is closed after it: its watch threads end, instead of
+    calling a Kubernetes API that is gone for the rest of the session."""
+    from runs.backends.argo import ArgoBackend
+
+    made: list[ArgoBackend] = []
+    init = ArgoBackend.__init__
+
+    def recorded(self: ArgoBackend, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(ArgoBackend, "__init__", recorded)
+    yield
+    for backend in made:
+        backend.close()
 
 
 @pytest.fixture(autouse=True)

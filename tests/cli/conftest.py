@@ -9,6 +9,7 @@ name asks (a name with ``fail`` fails), and reconciles after every step.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -121,9 +122,14 @@ def simrun(live_server, owner, home):
         env["SIMRUN_URL"] = url if url is not None else live_server.url
         if token_ is not None:
             env["SIMRUN_TOKEN"] = token_
-        if background:
+        if background:  # with Ctrl-C as a terminal gives it, whatever this process ignores
             return subprocess.Popen(
-                [SIMRUN, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                [SIMRUN, *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
         done = subprocess.run(
             [SIMRUN, *args],
