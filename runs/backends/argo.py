@@ -561,18 +561,7 @@ class ArgoBackend:
 
     def _events(self, resource_version: str) -> Iterator[dict[str, Any]]:
         self._watch = Watch()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
-        for event in self._watch.stream(  # type: ignore[no-untyped-call]  # unannotated, as above
-            self._watch_api.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            self.namespace,
-            PLURAL,
-            label_selector=RUN_LABEL,
-            timeout_seconds=self.watch_timeout_s,
-            resource_version=resource_version,
-            # The server ends the watch after timeout_seconds; a silent one is cut a bit later.
-            _request_timeout=(self.calls.connect_timeout_s, self.watch_timeout_s + WATCH_SLACK_S),
-        ):
+        for event in self._stream(self._watch, resource_version):
             if self._closed.is_set():
                 return
             yield event
@@ -594,18 +583,31 @@ class ArgoBackend:
 
     def _watch_from(self, resource_version: str) -> Iterator[dict[str, Any]]:
         """The events of the Workflows of the runs since a version, for the status cache."""
-        self._informer_watch = watch = Watch()  # type: ignore[no-untyped-call]  # unannotated, as above
-        yield from watch.stream(  # type: ignore[no-untyped-call]  # unannotated, as above
-            self._watch_api.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            self.namespace,
-            PLURAL,
-            label_selector=RUN_LABEL,
-            timeout_seconds=self.watch_timeout_s,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            _request_timeout=(self.calls.connect_timeout_s, self.watch_timeout_s + WATCH_SLACK_S),
+        self._informer_watch = watch = Watch()  # type: ignore[no-untyped-call]  # unannotated
+        yield from self._stream(watch, resource_version, bookmarks=True)
+
+    def _stream(
+        self, watch: Watch, resource_version: str, *, bookmarks: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """The events of the Workflows of the runs since a version, on ``watch``; the server
+        ends it after ``watch_timeout_s``, and a silent one is cut a bit later."""
+        return cast(
+            Iterator[dict[str, Any]],
+            watch.stream(  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
+                self._watch_api.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.namespace,
+                PLURAL,
+                label_selector=RUN_LABEL,
+                timeout_seconds=self.watch_timeout_s,
+                resource_version=resource_version,
+                allow_watch_bookmarks=bookmarks,
+                _request_timeout=(
+                    self.calls.connect_timeout_s,
+                    self.watch_timeout_s + WATCH_SLACK_S,
+                ),
+            ),
         )
 
     # Images
