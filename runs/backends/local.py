@@ -429,13 +429,14 @@ class LocalBackend:
         return {name: known[name] for name in names if name in known}
 
     def _write_versions(self, views: list[RunView]) -> None:
-        """Write the digest of the status of every live run, at every step (``versions``)."""
+        """Write the digest of the status of every live run, at every step (``versions``),
+        from the views the step read (no run's files are read again)."""
+        waiting = read_json(self._waiting_file()) or {}
         found = {}
         for view in views:
             name = view.submission.name
-            with contextlib.suppress(KeyError):  # forgotten meanwhile: no version
-                text = self.status(name).model_dump_json()
-                found[name] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+            text = self._status_of(view, waiting.get(name, {})).model_dump_json()
+            found[name] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
         write_json(self.state / "versions.json", found)
 
     # The step.
@@ -487,7 +488,8 @@ class LocalBackend:
         }
         ended = bool(ends - self._ends_seen)
         self._ends_seen = ends
-        self._write_versions(views)
+        # What the step started is in its runs' files, not yet in the views it read first.
+        self._write_versions([self._view(v.submission) for v in views] if started else views)
         return started or ended
 
     def _admit(self, views: list[RunView], now: float) -> bool:
@@ -704,7 +706,11 @@ class LocalBackend:
 
     def status(self, name: str) -> BackendStatus:
         """The phases of the nodes of a run; KeyError for an unknown run."""
-        view = self._view(self._submission(name))
+        waiting = (read_json(self._waiting_file()) or {}).get(name, {})
+        return self._status_of(self._view(self._submission(name)), waiting)
+
+    def _status_of(self, view: RunView, waiting: dict[str, str]) -> BackendStatus:
+        """The status of a run as ``view`` shows it, with why its ready nodes wait."""
         failed: dict[str, list[FailedAttempt]] = {}
         hosts, started = {}, {}
         for node in view.nodes.values():
@@ -717,7 +723,6 @@ class LocalBackend:
                     record = failed_attempt(attempt, result, self.hostname)
                     record.ended_at = (attempt.exit or {}).get("ended")
                     failed.setdefault(node.spec.worker, []).append(record)
-        waiting = (read_json(self._waiting_file()) or {}).get(name, {})
         message = ""
         if view.stop is not None:
             strategy = "Terminate" if view.stop.get("how") == "cancel" else "Stop"
