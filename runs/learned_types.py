@@ -80,9 +80,9 @@ def learned_dir(digests: list[str], owner_id: int | None = None) -> Path:
 def builder(owner_id: int | None, home: Path) -> local_env.Builder:
     """Who runs the code of an owner's sources here, and with what: the owner's task user
     where the service runs tasks as their owners' (root, ``SIMRUN_TASK_UID_BASE``), else the
-    service's user, never
-    with the service's environment (its secret key, its database). ``LearnError`` where the
-    service must not run it (``SIMRUN_LEARN_SOURCES``) or its task user cannot run Python."""
+    service's user; never with the service's environment (its secret key, its database).
+    ``LearnError`` where the service must not run it (``SIMRUN_LEARN_SOURCES``) or the task
+    user cannot run Python."""
     if not settings.SIMRUN_LEARN_SOURCES:
         raise LearnError(
             "this service does not run the code of a run's sources to learn their task types "
@@ -181,8 +181,8 @@ def learned_type(name: str, info: Mapping[str, Any], judged: Mapping[str, Any]) 
         compute=runs_in_the_pods if split else None,
         merge=runs_in_the_pods if split else None,
         command=None if split else lambda _: list(PLUGIN_COMMAND),
-        base_gb=float(info.get("base_gb", 0.25)),
-        per_worker_gb=float(info.get("per_worker_gb", 0.5)),
+        base_gb=float(info.get("base_gb", TaskType.base_gb)),
+        per_worker_gb=float(info.get("per_worker_gb", TaskType.per_worker_gb)),
         description=str(info.get("description", "")),
         outcomes=outcomes,
     )

@@ -301,7 +301,7 @@ def _started(
         memory = attempt_memory_gb(
             plans[task_id],
             attempt=attempt,
-            exits={a.attempt: 137 if a.oom_killed else a.exit_code for a in failed},
+            exits=exit_codes(failed),
             report=report,
         )
         found.append(
@@ -409,7 +409,7 @@ def _failures(
         if task_id not in listed:
             listed[task_id] = observations.reports(store.task_dir(run.id, task_id))
         plan = plans[task_id]
-        exits = {a.attempt: 137 if a.oom_killed else a.exit_code for a in failed}
+        exits = exit_codes(failed)
         for attempt in failed:
             # The report is read only where it decides something: the evidence of an exit
             # 137, or the memory of an attempt its backend does not know.
@@ -464,6 +464,11 @@ def _failures(
                 )
             )
     return found
+
+
+def exit_codes(failed: list[FailedAttempt]) -> dict[int, int | None]:
+    """The exit code of each failed attempt, a kill for memory as 137 (the retry rule's)."""
+    return {a.attempt: 137 if a.oom_killed else a.exit_code for a in failed}
 
 
 def _time(epoch: float | None) -> datetime | None:
