@@ -45,7 +45,6 @@ from harness.tasktypes import (
     TaskType,
     registered_types,
     runs_in_the_pods,
-    task_types,
 )
 from runs import store
 from runs.backends import local_env, local_user
@@ -303,12 +302,12 @@ def shipped(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, list[Any]
 def run_types(spec: RunSpec, owner_id: int | None = None) -> tuple[RunSpec, dict[str, TaskType]]:
     """The types a run is validated and planned with, and its spec validated with them.
 
-    Without a type its sources must define, the service's own (none a ``ShippedType``: those
-    are the backends') and the spec as it is. Else
-    the types the sources ship join them (``learn``) and the spec is validated again, now
+    Without a type its sources must define, the service's own (``registered_types``: not the
+    ``ShippedType`` stand-ins, which are the backends') and the spec as it is. Else the types
+    the sources ship join them (``learn``) and the spec is validated again, now
     with them: a ``SpecError`` under ``sources`` when they cannot be learned.
     """
-    types = {name: t for name, t in task_types().items() if not isinstance(t, ShippedType)}
+    types = dict(registered_types())
     asked = shipped(spec, types)
     if not spec.sources or not asked:
         return spec, types

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.tasktypes import ShippedType, TaskType, task_types
+from harness.tasktypes import TaskType, registered_types
 from runs.evidence import prior_evidence
 from runs.planner import per_worker_memory, prior_of
 from runs.spec import TaskSpec
@@ -37,7 +37,7 @@ class PlanningFigure:
 def planning_figures() -> list[PlanningFigure]:
     """The planning figure of every registered task type, by name (not the stand-ins of the
     types runs' sources ship: their kind and defaults are their sources')."""
-    types = {name: t for name, t in task_types().items() if not isinstance(t, ShippedType)}
+    types = registered_types()
     peaks = observed_peaks(set(types))
     evidence = prior_evidence(types)
     figures = []
