@@ -43,7 +43,8 @@ def styled(state: str) -> str:
     return f"[{style}]{state}[/]" if style else state
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """Seconds as a person reads them: ``42s``, ``3m 07s``, ``2h 05m``."""
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return (
@@ -88,7 +89,7 @@ def follow(
     except KeyboardInterrupt:
         return stopped_following(run_id, console)
     state = run["state"]
-    summary = f"run {run_id} {styled(state)} after {_duration(run.get('duration_s') or 0)}"
+    summary = f"run {run_id} {styled(state)} after {duration_text(run.get('duration_s') or 0)}"
     if run.get("message"):
         summary += f": {run['message']}"
     console.print(summary)
@@ -154,7 +155,7 @@ def _bars(bars: Progress) -> Show:
     rows: dict[str, TaskID] = {}
 
     def show(run: dict[str, Any]) -> None:
-        elapsed = _duration(run.get("duration_s") or 0)
+        elapsed = duration_text(run.get("duration_s") or 0)
         for task in run["tasks"]:
             if task["id"] not in rows:
                 rows[task["id"]] = bars.add_task(

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runs.cli.client import EXIT_OK, Client, no_run, reports_errors, run_url
-from runs.cli.progress import _duration, styled
+from runs.cli.progress import duration_text, styled
 
 NAME = "show"
 HELP = "show a run: its tasks, plans, attempts"
@@ -84,7 +84,7 @@ def lasted(attempt: dict[str, Any]) -> str:
     seconds = attempt.get("duration_s")
     if seconds is None:
         return ""
-    return _duration(seconds) + (" so far" if attempt.get("running") else "")
+    return duration_text(seconds) + (" so far" if attempt.get("running") else "")
 
 
 def peak_of(attempt: dict[str, Any]) -> str:
