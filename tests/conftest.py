@@ -10,6 +10,15 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
+from tests.backends.kube_api import KubeApiServer
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    """A local HTTP server that speaks the Kubernetes API, for the real kubernetes client."""
+    with KubeApiServer() as server:
+        yield server
+
 
 @pytest.fixture(autouse=True)
 def argo_backends_closed(monkeypatch) -> Iterator[None]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +23,6 @@ from tests.backends.kube_api import STALL, KubeApiServer, Request
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 QUICK = CallPolicy(connect_timeout_s=1.0, read_timeout_s=0.5, tries=3, backoff_s=0.01)
 REF = "registry.example/simrun-env:abc"
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    with KubeApiServer() as server:
-        yield server
 
 
 @pytest.fixture

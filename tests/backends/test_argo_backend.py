@@ -27,12 +27,6 @@ RESERVED = "simrun/reserved"
 
 
 @pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    with KubeApiServer() as server:
-        yield server
-
-
-@pytest.fixture
 def backend(kube: KubeApiServer, tmp_path: Path) -> Iterator[ArgoBackend]:
     backend = ArgoBackend(
         cluster=CLUSTER,

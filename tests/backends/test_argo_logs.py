@@ -3,7 +3,6 @@ missing with its reason; one failing pod never stops the others."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,6 @@ from tests.backends.kube_api import KubeApiServer, Request
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 RUN = "abc123def0"
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    with KubeApiServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ them (a tainted control plane, a GPU pool, a pool marked for simrun)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +86,6 @@ def gpu_node() -> dict[str, Any]:
         labels={POOL_LABEL: "sims"},
         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
     )
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    with KubeApiServer() as server:
-        yield server
 
 
 def backend_of(kube: KubeApiServer, tmp_path: Path, **cluster: Any) -> ArgoBackend:

@@ -3,7 +3,6 @@ the API server writes them, carried in the status the controller polls."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,6 @@ QUOTA = (
     "couldn't assign flavors to pod set main: insufficient unused quota for memory in flavor "
     "simrun-flavor, 6Gi more needed"
 )
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    with KubeApiServer() as server:
-        yield server
 
 
 @pytest.fixture

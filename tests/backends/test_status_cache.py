@@ -22,12 +22,6 @@ WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
 
 
 @pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    with KubeApiServer() as server:
-        yield server
-
-
-@pytest.fixture
 def backend(kube: KubeApiServer, tmp_path: Path) -> Iterator[ArgoBackend]:
     backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, watch_timeout_s=5)
     yield backend

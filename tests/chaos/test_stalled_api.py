@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,12 +41,6 @@ CALLS = CallPolicy(connect_timeout_s=1.0, read_timeout_s=0.5, backoff_s=0.01, qu
 PASS_LIMIT_S = CALLS.silent_tries * (CALLS.connect_timeout_s + CALLS.read_timeout_s) * 2
 """The longest a pass over a run may take while the API is silent: its calls' timeouts."""
 SPEC = {"name": "stall", "tasks": {"t": {"command": ["true"]}}}
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    with KubeApiServer() as server:
-        yield server
 
 
 @pytest.fixture
