@@ -8,7 +8,9 @@ it shows is live; once nothing is, its view answers 286 and htmx stops polling.
 from __future__ import annotations
 
 import hmac
-from datetime import tzinfo
+import json
+from datetime import datetime, tzinfo
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from harness.tasktypes import task_types
 from runs import accounting, capacity, controller, reservations, store, task_files, task_logs
 from runs.access import (
-    ListedRun,
-    listed_rows,
     listed_runs,
     run_or_404,
     run_with_tasks_or_404,
@@ -37,12 +37,13 @@ from runs.access import (
     visible_observations,
 )
 from runs.api.filters import RunFilters, apply_filters
+from runs.api.listed_json import listed_json
 from runs.api.pagination import MAX_PAGE, page_of, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.dag import layout
 from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
-from runs.models import FINAL_TASK_STATES, RunState, TaskState
+from runs.models import ENDED_STATES, FINAL_TASK_STATES, RunState, TaskState
 from runs.planning_figures import planning_figures
 from runs.reruns import rerun_ids, spec_text, submit_rerun
 from runs.spec import SpecError, parse_spec, validate_spec
@@ -76,19 +77,26 @@ def fragment(
 
 
 def _run_list_context(request: HttpRequest) -> dict[str, Any]:
-    filters = RunFilters(data=request.GET)
-    values = filters.validated_data if filters.is_valid() else {}
+    values: dict[str, Any] = {}
+    errors: dict[str, Any] = {}
+    if request.GET:  # no parameters: nothing to validate
+        filters = RunFilters(data=request.GET)
+        if filters.is_valid():
+            values = filters.validated_data
+        else:
+            errors = filters.errors
     number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
     runs = apply_filters(listed_runs(request.user), values)
-    page = page_of(runs, number, RUNS_PER_PAGE, read=listed_rows)
+    page = page_of(runs, number, RUNS_PER_PAGE, read=partial(listed_json, now=timezone.now()))
+    shown = [json.loads(row) for row in page.rows]
     query = request.GET.copy()
     query.pop("page", None)
     zone = timezone.get_current_timezone()
     return {
-        "runs": [_table_row(run, zone) for run in page.rows],
-        "any_live": any(not r.ended for r in page.rows),
+        "runs": [_table_row(run, zone) for run in shown],
+        "any_live": any(run["state"] not in ENDED_STATES for run in shown),
         "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
-        "filter_errors": {} if filters.is_valid() else filters.errors,
+        "filter_errors": errors,
         "states": RunState.choices,
         "count": page.count,
         "count_exact": page.count_exact,
@@ -102,22 +110,23 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def _table_row(run: ListedRun, zone: tzinfo) -> dict[str, str]:
-    """What a row of the runs table shows, formatted here once: the template only places it.
+def _table_row(run: dict[str, Any], zone: tzinfo) -> dict[str, str]:
+    """What a row of the runs table shows of a run as the API lists it, formatted here once.
 
     Numbers and times given as text skip the template's localization, half its time.
     """
-    done, total = run.units_done_sum, run.units_total_sum
+    done, total = run["units_done"], run["units_total"]
+    created = datetime.fromisoformat(run["created_at"]).astimezone(zone)
     return {
-        "id": run.id,
-        "name": run.name or run.id,
-        "state": run.state,
+        "id": run["id"],
+        "name": run["name"] or run["id"],
+        "state": run["state"],
         "done": str(done),
         "total": str(total),
         "width": f"{percent(done, total):.1f}",
-        "duration": duration(run.duration_s),
-        "owner": run.owner_name,
-        "created": run.created_at.astimezone(zone).strftime("%Y-%m-%d %H:%M"),
+        "duration": duration(run["duration_s"]),
+        "owner": run["owner"],
+        "created": created.strftime("%Y-%m-%d %H:%M"),
     }
 
 

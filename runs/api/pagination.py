@@ -8,6 +8,7 @@ the rows in the list's order, so it walks the same index as the page instead of 
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 
 from django.db import connections
 from django.db.models import QuerySet
+from django.http import HttpResponse
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import BasePagination
 from rest_framework.request import Request
@@ -108,21 +110,25 @@ class CappedPagination(BasePagination):
             remove_query_param(url, "page") if page == 1 else replace_query_param(url, "page", page)
         )
 
-    def get_paginated_response(self, data: Any) -> Response:
-        return Response(
-            OrderedDict(
-                [
-                    ("count", self.page.count),
-                    ("count_exact", self.page.count_exact),
-                    ("next", self._link(self.page.number + 1) if self.page.has_next else None),
-                    (
-                        "previous",
-                        self._link(self.page.number - 1) if self.page.number > 1 else None,
-                    ),
-                    ("results", data),
-                ]
-            )
+    def _envelope(self) -> OrderedDict[str, Any]:
+        """The page's fields before its results."""
+        return OrderedDict(
+            [
+                ("count", self.page.count),
+                ("count_exact", self.page.count_exact),
+                ("next", self._link(self.page.number + 1) if self.page.has_next else None),
+                ("previous", self._link(self.page.number - 1) if self.page.number > 1 else None),
+            ]
         )
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response(OrderedDict([*self._envelope().items(), ("results", data)]))
+
+    def json_response(self, rows: list[str]) -> HttpResponse:
+        """The page as ``get_paginated_response`` renders it, its results JSON texts already."""
+        head = json.dumps(self._envelope(), ensure_ascii=False, separators=(",", ":"))
+        body = f'{head[:-1]},"results":[{",".join(rows)}]}}'
+        return HttpResponse(body.encode(), content_type="application/json")
 
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {

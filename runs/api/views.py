@@ -6,8 +6,13 @@ Views validate, call one domain function and return; a user reaches only their o
 
 from __future__ import annotations
 
+import json
+from functools import partial
+
 from django.contrib.auth.models import User
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -18,7 +23,6 @@ from rest_framework.response import Response
 from harness.tasktypes import task_types
 from runs import controller
 from runs.access import (
-    listed_rows,
     listed_runs,
     run_or_404,
     run_with_tasks_or_404,
@@ -27,6 +31,7 @@ from runs.access import (
 )
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
 from runs.api.filters import RunFilters, filter_runs
+from runs.api.listed_json import listed_json
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
 from runs.api.serializers import RunDetailSerializer, RunSerializer
@@ -70,12 +75,14 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     def get_queryset(self):  # type: ignore[no-untyped-def]
         return visible_runs(self.request.user)
 
-    def list(self, request: Request) -> Response:
+    def list(self, request: Request) -> HttpResponse:
         runs = filter_runs(listed_runs(request.user), request)
         assert isinstance(self.paginator, CappedPagination)
-        page = self.paginator.paginate_queryset(runs, request, self, read=listed_rows)
-        serializer = RunSerializer()
-        return self.get_paginated_response([serializer.to_representation(r) for r in page])
+        read = partial(listed_json, now=timezone.now())
+        rows = self.paginator.paginate_queryset(runs, request, self, read=read)
+        if request.accepted_renderer.format == "json":
+            return self.paginator.json_response(rows)
+        return self.get_paginated_response([json.loads(row) for row in rows])
 
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(RunDetailSerializer(run_detail(request, pk)).data)

@@ -1,0 +1,97 @@
+"""The runs list's rows as PostgreSQL writes them: the representation DRF would build, exactly."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework import serializers
+
+from runs.access import listed_runs, with_progress
+from runs.api.listed_json import built_json, listed_json, writes_json
+from runs.api.serializers import RunSerializer
+from runs.models import Run, RunState, Task
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
+
+
+def awkward_runs(owner) -> list[Run]:
+    """Runs whose fields test the writing: nulls, whole seconds, quotes, newlines, unicode."""
+    made = []
+    cases = [
+        # name, state, message, submitted_at, ended_at, pending_logs
+        ("plain", RunState.RUNNING, "", NOW - timedelta(minutes=3, microseconds=7), None, False),
+        ('quo"te\\back', RunState.FAILED, "line one\nline\ttwo", None, NOW, False),
+        ("ünïcødé ✓", RunState.SUCCEEDED, "done", NOW.replace(microsecond=0), NOW, True),
+        ("", RunState.SUBMITTING, "</script>", None, None, False),
+        ("cancelled", RunState.CANCELLED, "by you", NOW, NOW + timedelta(days=3), False),
+    ]
+    for i, (name, state, message, submitted_at, ended_at, pending_logs) in enumerate(cases):
+        run = Run.objects.create(owner=owner, name=name, spec={"tasks": {}}, backend="fake")
+        created_at = (NOW - timedelta(hours=i + 1)).replace(microsecond=0 if i % 2 else 123456)
+        Run.objects.filter(pk=run.pk).update(
+            state=state,
+            message=message,
+            submitted_at=submitted_at,
+            ended_at=ended_at,
+            pending_logs=pending_logs,
+            created_at=created_at,
+            rerun_of=made[-1] if made else None,
+        )
+        for position in range(i):  # 0 to 4 tasks: the first run's sums are of no task
+            Task.objects.create(
+                run=run,
+                task_id=f"t{position}",
+                kind="command",
+                plan={"cores": 1, "memory_gb": 1},
+                position=position,
+                units_total=10 + position,
+                units_done=position,
+            )
+        made.append(run)
+    return made
+
+
+def drf_representation(run: Run) -> dict:
+    """What DRF's own field machinery makes of a run with its progress."""
+    return dict(serializers.ModelSerializer.to_representation(RunSerializer(run), run))
+
+
+def test_postgresql_writes_each_run_as_drf_represents_it(owner, time_machine):
+    time_machine.move_to(NOW, tick=False)
+    awkward_runs(owner)
+    runs = listed_runs(owner)
+    assert writes_json(runs)  # the tests' database is PostgreSQL: the SQL is what is tested
+    written = [json.loads(text) for text in listed_json(runs, now=timezone.now())]
+    expected = [drf_representation(run) for run in with_progress(runs.select_related("owner"))]
+    assert written == expected
+    assert [run["name"] for run in written][:3] == ["plain", 'quo"te\\back', "ünïcødé ✓"]
+    assert written[0]["duration_s"] == pytest.approx(3600 + 0.250000 - 0.123456, abs=1e-6)
+    assert written[1]["created_at"] == "2026-12-01T10:00:00Z"  # no fraction for whole seconds
+    assert written[2]["live"] is True and written[2]["units_total"] == 10 + 11
+
+
+def test_the_python_writing_for_other_databases_is_the_same(owner, time_machine):
+    time_machine.move_to(NOW, tick=False)
+    awkward_runs(owner)
+    runs = listed_runs(owner)
+    in_python = [json.loads(text) for text in built_json(runs)]
+    in_postgresql = [json.loads(text) for text in listed_json(runs, now=timezone.now())]
+    assert in_python == in_postgresql
+
+
+def test_the_api_list_is_the_same_page_in_json_and_in_the_browsable_api(owner, owner_client):
+    awkward_runs(owner)
+    as_json = owner_client.get("/api/runs/?page_size=2&page=2")
+    assert as_json["Content-Type"] == "application/json"
+    page = as_json.json()
+    assert page["count"] == 5 and page["count_exact"] is True
+    assert page["next"] == "http://testserver/api/runs/?page=3&page_size=2"
+    assert [run["name"] for run in page["results"]] == ["ünïcødé ✓", ""]
+    browsable = owner_client.get("/api/runs/?page_size=2&page=2", HTTP_ACCEPT="text/html")
+    assert browsable["Content-Type"].startswith("text/html")
+    assert "ünïcødé ✓" in browsable.content.decode()
