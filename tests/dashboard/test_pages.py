@@ -145,6 +145,15 @@ def test_the_runs_table_keeps_its_filters_when_it_polls(alice, owner):
     assert alice.get("/?state=failed").content.decode().count("<tr data-run") == 0
 
 
+def test_the_runs_table_escapes_the_names_users_choose(alice, owner):
+    Run.objects.create(owner=owner, name='<img src=x onerror="go()">&', spec={}, backend="fake")
+    owner.username = "al<b>ice"
+    owner.save()
+    body = alice.get("/runs/table/", **HTMX).content.decode()
+    assert "<img" not in body and "<b>" not in body
+    assert "&lt;img src=x onerror=&quot;go()&quot;&gt;&amp;" in body and "al&lt;b&gt;ice" in body
+
+
 @pytest.mark.parametrize("runs", [1, 200])
 def test_the_runs_page_takes_a_constant_number_of_queries(
     alice, owner, runs, django_assert_max_num_queries
