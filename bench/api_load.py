@@ -266,7 +266,12 @@ def share_credentials(database: str) -> None:
 
 
 def start_server(
-    port: int, workers: int, threads: int, root: Path = ROOT, database: str = DATABASE
+    port: int,
+    workers: int,
+    threads: int,
+    root: Path = ROOT,
+    database: str = DATABASE,
+    worker_class: str = "gthread",
 ) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
@@ -278,7 +283,7 @@ def start_server(
         "--workers",
         str(workers),
         "--worker-class",
-        "gthread",
+        worker_class,
         "--threads",
         str(threads),
         "--keep-alive",
@@ -514,6 +519,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn process")
     parser.add_argument(
+        "--worker-class",
+        choices=["gthread", "sync"],
+        default="gthread",
+        help="gthread as simrun serve runs it; sync as docker/ and its Kubernetes manifests "
+        "do, behind a proxy (one request a process at a time, no keep-alive)",
+    )
+    parser.add_argument(
         "--only", help="run only the pages whose name contains one of these (comma-separated)"
     )
     parser.add_argument("--baseline", type=Path, help="a checkout of the code to compare with")
@@ -545,7 +557,9 @@ def main(argv: list[str] | None = None) -> int:
         sides.insert(0, baseline)
     for side in sides:
         side.port = free_port()
-        side.server = start_server(side.port, args.workers, args.threads, side.root, side.database)
+        side.server = start_server(
+            side.port, args.workers, args.threads, side.root, side.database, args.worker_class
+        )
     wanted = [w for w in (args.only or "").split(",") if w]
     chosen = [
         case
@@ -554,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(
         f"{args.runs} runs, {args.clients} clients, {args.seconds:.0f} s a phase, gunicorn "
-        f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs, load average "
+        f"{args.workers} {args.worker_class} workers x {args.threads} threads, "
+        f"{os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f}, {args.repeat} repetition(s) of {len(sides)} side(s)",
         flush=True,
     )
