@@ -10,7 +10,9 @@ threads call it for ``--seconds`` over keep-alive connections, each waiting for 
 before the next request (closed loop). Prints requests per second, p50, p95 and p99 in
 milliseconds, and the server's CPU per request: the gunicorn workers' and their PostgreSQL
 backends' CPU time over the phase (from /proc) divided by the requests answered, a figure
-that other load on the machine disturbs far less than latency. The pages: the API's runs
+that other load on the machine disturbs far less than latency; and the busiest worker's
+share of the workers' CPU (50% with two workers evenly loaded; keep-alive clients can all
+land on one gthread worker, which halves the throughput). The pages: the API's runs
 list (bare and filtered) and a run's detail (token), and the dashboard's runs table and run
 page (session), as a staff user who sees every run and as a user who sees their own.
 Target: p95 <= 50 ms for the lists, or <= 2 ms of server CPU a request where two cores
@@ -379,6 +381,14 @@ class ServerCpu:
 
         return delta(self.workers, self.before[0]), delta(self.backends, self.before[1])
 
+    def busiest_share(self) -> float:
+        """The part of the workers' CPU that the busiest worker spent: 1/workers when even.
+
+        With keep-alive connections a gthread worker may take every client at once.
+        """
+        spent = [cpu - self.before[0].get(pid, 0.0) for pid, cpu in self.workers.items()]
+        return max(spent) / sum(spent) if sum(spent) > 0 else 0.0
+
 
 @dataclass
 class Result:
@@ -388,6 +398,7 @@ class Result:
     seconds: float = 0.0
     python_cpu: float = 0.0
     postgres_cpu: float = 0.0
+    busiest: float = 0.0
 
     def quantile(self, q: float) -> float:
         ordered = sorted(self.latencies)
@@ -404,6 +415,7 @@ class Result:
             "cpu": (self.python_cpu + self.postgres_cpu) * 1000 / answered,
             "django": self.python_cpu * 1000 / answered,
             "pg": self.postgres_cpu * 1000 / answered,
+            "busiest": self.busiest * 100,
             "errors": self.errors,
         }
 
@@ -424,7 +436,8 @@ def line(name: str, figures: dict[str, float]) -> str:
         f"{name:<40} {figures['req/s']:6.0f} req/s  p50 {figures['p50']:6.1f}  "
         f"p95 {figures['p95']:6.1f}  p99 {figures['p99']:6.1f} ms  "
         f"CPU/req {figures['cpu']:5.2f} ms (django {figures['django']:5.2f} + "
-        f"pg {figures['pg']:5.2f})  errors {figures['errors']:.0f}"
+        f"pg {figures['pg']:5.2f})  busiest worker {figures['busiest']:3.0f}%  "
+        f"errors {figures['errors']:.0f}"
     )
 
 
@@ -484,6 +497,7 @@ def load(
             thread.join()
     result.seconds = time.monotonic() - began
     result.python_cpu, result.postgres_cpu = cpu.spent()
+    result.busiest = cpu.busiest_share()
     return result
 
 
