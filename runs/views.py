@@ -10,7 +10,6 @@ from __future__ import annotations
 import hmac
 import json
 from datetime import datetime, tzinfo
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,8 @@ from runs.access import (
     visible_observations,
 )
 from runs.api.filters import RunFilters, apply_filters
-from runs.api.listed_json import listed_json
-from runs.api.pagination import MAX_PAGE, page_of, positive
+from runs.api.listed_json import listed_page
+from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.dag import layout
@@ -89,7 +88,7 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
             errors = filters.errors
     number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
     runs = apply_filters(listed_runs(request.user), values)
-    page = page_of(runs, number, RUNS_PER_PAGE, read=partial(listed_json, now=timezone.now()))
+    page = listed_page(runs, number, RUNS_PER_PAGE, now=timezone.now())
     shown = [json.loads(row) for row in page.rows]
     query = request.GET.copy()
     query.pop("page", None)

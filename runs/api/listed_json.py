@@ -14,9 +14,9 @@ from datetime import datetime
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.models.expressions import RawSQL
 
 from runs.access import listed_rows
+from runs.api.pagination import COUNT_CAP, Page, page_of
 from runs.api.serializers import RunSerializer
 from runs.models import ENDED_STATES, Run, RunQuerySet, Task
 
@@ -87,9 +87,30 @@ def built_json(runs: RunQuerySet) -> list[str]:
     return [json.dumps(run, ensure_ascii=False, separators=(",", ":")) for run in shown]
 
 
-def listed_json(runs: RunQuerySet, now: datetime) -> list[str]:
-    """Each run's JSON text as ``RunSerializer`` writes it, a live run's duration to ``now``."""
+def listed_page(runs: RunQuerySet, number: int, size: int, now: datetime) -> Page:
+    """Page ``number`` of ``runs`` (``size`` rows) as each run's JSON text, as
+    ``RunSerializer`` writes it with a live run's duration to ``now``, and the runs counted up
+    to the cap, as ``page_of`` gives them.
+
+    On PostgreSQL in one statement: the runs matched, in the list's order, up to the cap or
+    to the end of the page, are found once for both the count and the page, and only the
+    page's rows are read and written.
+    """
     if not writes_json(runs):
-        return built_json(runs)
-    documents = runs.annotate(document=RawSQL(DOCUMENT, [now])).values_list("document", flat=True)
-    return list(documents)
+        return page_of(runs, number, size, read=built_json)
+    start = (number - 1) * size
+    reach = max(COUNT_CAP + 1, start + size + 1)
+    matched, params = runs.values("pk", "created_at")[:reach].query.sql_with_params()
+    newest = 'ORDER BY "created_at" DESC'  # the list's order, Run.Meta.ordering
+    sql = (
+        f"WITH matched AS ({matched}), "
+        f"page AS (SELECT * FROM matched {newest} LIMIT %s OFFSET %s) "
+        f"SELECT {DOCUMENT}, (SELECT COUNT(*) FROM matched) "
+        f'FROM page JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
+    )
+    with connections[runs.db].cursor() as cursor:
+        cursor.execute(sql, [*params, size + 1, start, now])
+        found = cursor.fetchall()
+    count = found[0][1] if found else start
+    rows = [document for document, _ in found[:size]]
+    return Page(rows, number, len(found) > size, min(count, COUNT_CAP), count <= COUNT_CAP)

@@ -88,9 +88,9 @@ class CappedPagination(BasePagination):
         queryset: Rows | Sequence[Any],
         request: Request,
         view: Any = None,
-        read: Callable[[Rows], Iterable[Any]] = iter,
+        paged: Callable[[Rows, int, int], Page] = page_of,
     ) -> list[Any]:
-        """The rows of the page asked for, made by ``read`` from its slice (see ``page_of``)."""
+        """The rows of the page asked for, as ``paged`` makes page number, size of a queryset."""
         assert isinstance(queryset, QuerySet)  # the API pages querysets: the count is a query
         page = positive(request.query_params.get("page"), 1, MAX_PAGE)
         size = positive(request.query_params.get("page_size"), DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
@@ -99,7 +99,7 @@ class CappedPagination(BasePagination):
         if page is None:
             raise NotFound(f"page is an integer from 1 to {MAX_PAGE}")
         self.request = request
-        self.page = page_of(queryset, page, size, read)
+        self.page = paged(queryset, page, size)
         if page > 1 and not self.page.rows:
             raise NotFound("no such page")
         return self.page.rows

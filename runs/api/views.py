@@ -31,7 +31,7 @@ from runs.access import (
 )
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
 from runs.api.filters import RunFilters, filter_runs
-from runs.api.listed_json import listed_json
+from runs.api.listed_json import listed_page
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
 from runs.api.serializers import RunDetailSerializer, RunSerializer
@@ -78,8 +78,8 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     def list(self, request: Request) -> HttpResponse:
         runs = filter_runs(listed_runs(request.user), request)
         assert isinstance(self.paginator, CappedPagination)
-        read = partial(listed_json, now=timezone.now())
-        rows = self.paginator.paginate_queryset(runs, request, self, read=read)
+        paged = partial(listed_page, now=timezone.now())
+        rows = self.paginator.paginate_queryset(runs, request, self, paged=paged)
         if request.accepted_renderer.format == "json":
             return self.paginator.json_response(rows)
         return self.get_paginated_response([json.loads(row) for row in rows])

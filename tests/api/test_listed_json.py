@@ -10,7 +10,8 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from runs.access import listed_runs, with_progress
-from runs.api.listed_json import built_json, listed_json, writes_json
+from runs.api.listed_json import built_json, listed_page, writes_json
+from runs.api.pagination import page_of
 from runs.api.serializers import RunSerializer
 from runs.models import Run, RunState, Task
 
@@ -66,7 +67,7 @@ def test_postgresql_writes_each_run_as_drf_represents_it(owner, time_machine):
     awkward_runs(owner)
     runs = listed_runs(owner)
     assert writes_json(runs)  # the tests' database is PostgreSQL: the SQL is what is tested
-    written = [json.loads(text) for text in listed_json(runs, now=timezone.now())]
+    written = [json.loads(text) for text in listed_page(runs, 1, 50, now=timezone.now()).rows]
     expected = [drf_representation(run) for run in with_progress(runs.select_related("owner"))]
     assert written == expected
     assert [run["name"] for run in written][:3] == ["plain", 'quo"te\\back', "ünïcødé ✓"]
@@ -80,7 +81,7 @@ def test_the_python_writing_for_other_databases_is_the_same(owner, time_machine)
     awkward_runs(owner)
     runs = listed_runs(owner)
     in_python = [json.loads(text) for text in built_json(runs)]
-    in_postgresql = [json.loads(text) for text in listed_json(runs, now=timezone.now())]
+    in_postgresql = [json.loads(text) for text in listed_page(runs, 1, 50, now=timezone.now()).rows]
     assert in_python == in_postgresql
 
 
@@ -95,3 +96,29 @@ def test_the_api_list_is_the_same_page_in_json_and_in_the_browsable_api(owner, o
     browsable = owner_client.get("/api/runs/?page_size=2&page=2", HTTP_ACCEPT="text/html")
     assert browsable["Content-Type"].startswith("text/html")
     assert "ünïcødé ✓" in browsable.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("number", "size"), [(1, 2), (2, 2), (3, 2), (1, 5), (1, 9), (4, 1), (2, 4), (3, 4)]
+)
+def test_a_page_in_one_statement_is_the_page_and_the_count_page_of_gives(
+    owner, stranger, number, size, monkeypatch, django_assert_num_queries
+):
+    """The cap at 3, below the 5 runs: pages before, across and after it, full and short."""
+    monkeypatch.setattr("runs.api.pagination.COUNT_CAP", 3)
+    monkeypatch.setattr("runs.api.listed_json.COUNT_CAP", 3)
+    awkward_runs(owner)
+    Run.objects.create(owner=stranger, name="not alice's", spec={}, backend="fake")
+    runs = listed_runs(owner)
+    now = timezone.now()
+    with django_assert_num_queries(1):
+        page = listed_page(runs, number, size, now=now)
+    expected = page_of(runs, number, size, read=built_json)
+    assert [json.loads(row) | {"duration_s": 0} for row in page.rows] == [
+        json.loads(row) | {"duration_s": 0} for row in expected.rows
+    ]
+    assert (page.has_next, page.count, page.count_exact) == (
+        expected.has_next,
+        expected.count,
+        expected.count_exact,
+    )
