@@ -109,8 +109,9 @@ def listed_page(runs: RunQuerySet, number: int, size: int, now: datetime) -> Pag
         f'FROM page JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
     )
     with connections[runs.db].cursor() as cursor:
-        cursor.execute(sql, [*params, size + 1, start, now])
+        cursor.execute(sql, [*params, size, start, now])
         found = cursor.fetchall()
+    # The matched runs reach one past the page: more than its end means a next page.
     count = found[0][1] if found else start
-    rows = [document for document, _ in found[:size]]
-    return Page(rows, number, len(found) > size, min(count, COUNT_CAP), count <= COUNT_CAP)
+    rows = [document for document, _ in found]
+    return Page(rows, number, count > start + size, min(count, COUNT_CAP), count <= COUNT_CAP)
