@@ -288,6 +288,7 @@ def start_server(
         worker_class,
         "--threads",
         str(threads),
+        "--reuse-port",  # as simrun serve runs it: each worker listens itself
         "--keep-alive",
         "30",
         "--log-level",

@@ -74,7 +74,11 @@ def children(args: argparse.Namespace, local: bool) -> list[Child]:
             [python, "-m", "gunicorn", "simrun_site.wsgi:application"]
             + ["--bind", f"{args.host}:{args.port}", "--workers", str(args.web_workers)]
             + ["--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "5"]
-            + ["--no-control-socket"],
+            # Each worker listens itself and the kernel spreads new connections over them:
+            # on one shared socket, the worker that wakes first can take every keep-alive
+            # client at once and leave the other idle. port_problem() still refuses a port
+            # another server holds, a second serve's included.
+            + ["--reuse-port", "--no-control-socket"],
         ),
         Child(
             "worker",

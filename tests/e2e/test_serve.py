@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 
@@ -69,3 +70,27 @@ def test_a_port_another_server_holds_is_a_clear_error(tmp_path):
         )
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_each_web_worker_listens_itself_and_a_second_serve_on_the_port_is_refused(
+    sqlite_service,
+):
+    """The kernel spreads connections over the workers' own sockets (SO_REUSEPORT), so a
+    second serve could share the port unnoticed: the port check refuses it first."""
+    listening = subprocess.run(
+        ["ss", "-Hltnp", f"sport = :{sqlite_service.port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pids = set(re.findall(r"pid=(\d+)", listening))
+    assert len(listening.splitlines()) == 2 and len(pids) == 2, listening
+    done = subprocess.run(
+        [SIMRUN, "serve", "--port", str(sqlite_service.port)],
+        env=Service(home=sqlite_service.home.parent / "second").env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{sqlite_service.port}" in done.stderr
