@@ -69,6 +69,23 @@ def test_an_expired_token_is_refused_and_deleted_when_used_a_live_one_of_its_use
     assert AuthToken.objects.filter(user=owner).count() == 1
 
 
+def test_the_token_of_a_user_made_inactive_is_refused(owner):
+    _, token = create_token(owner)
+    assert bearer(token).get("/api/me/").json()["username"] == owner.username
+    owner.is_active = False
+    owner.save()
+    assert bearer(token).get("/api/me/").status_code == 401
+
+
+def test_two_tokens_that_share_a_key_each_find_their_own_record(owner, stranger):
+    """The key is the token's first characters: the digest tells two of a key apart."""
+    _, mine = create_token(owner)
+    record, theirs = create_token(stranger)
+    AuthToken.objects.filter(digest=record.digest).update(token_key=mine[:15])
+    assert bearer(mine).get("/api/me/").json()["username"] == owner.username
+    assert bearer(theirs).get("/api/me/").status_code == 401  # its key is not its own now
+
+
 @pytest.mark.parametrize("token", ["\u00e9t\u00e9", "x" * 300, "abc"])
 def test_a_malformed_token_is_a_401_not_a_500(db, token):
     assert bearer(token).get("/api/me/").status_code == 401
