@@ -80,7 +80,8 @@ def visible_runs(user: Any) -> RunQuerySet:
 
 
 def listed_runs(user: Any) -> RunQuerySet:
-    """The runs a user may see, to filter and count; ``listed_rows`` reads a page of them.
+    """The runs a user may see, to filter and count; ``runs.api.listed_json.listed_page``
+    reads a page of them (through ``listed_rows`` where the database does not write JSON).
 
     Nothing joined nor annotated, so counting the runs a filter matches reads one index.
     """

@@ -37,7 +37,7 @@ from runs.access import (
     task_or_404,
     visible_observations,
 )
-from runs.api.filters import RunFilters, apply_filters
+from runs.api.filters import apply_filters, filter_values
 from runs.api.listed_json import listed_page
 from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
@@ -78,14 +78,7 @@ def fragment(
 
 
 def _run_list_context(request: HttpRequest) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    errors: dict[str, Any] = {}
-    if request.GET:  # no parameters: nothing to validate
-        filters = RunFilters(data=request.GET)
-        if filters.is_valid():
-            values = filters.validated_data
-        else:
-            errors = filters.errors
+    values, errors = filter_values(request.GET)
     number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
     runs = apply_filters(listed_runs(request.user), values)
     page = listed_page(runs, number, RUNS_PER_PAGE, now=timezone.now())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Subquery
 from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 
 from runs.models import RunQuerySet, RunState
@@ -37,13 +39,25 @@ class RunFilters(serializers.Serializer[dict[str, Any]]):
     )
 
 
+def filter_values(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The validated filters of a query string and the errors by parameter (one is empty).
+
+    No parameters, nothing to validate: the lists' commonest request skips the serializer.
+    """
+    if not query:
+        return {}, {}
+    filters = RunFilters(data=query)
+    if filters.is_valid():
+        return dict(filters.validated_data), {}
+    return {}, dict(filters.errors)
+
+
 def filter_runs(runs: RunQuerySet, request: Request) -> RunQuerySet:
     """Apply the validated filters of a request; a 400 naming the bad parameter otherwise."""
-    if not request.query_params:
-        return runs  # nothing to validate: the list's commonest request skips the serializer
-    filters = RunFilters(data=request.query_params)
-    filters.is_valid(raise_exception=True)
-    return apply_filters(runs, filters.validated_data)
+    values, errors = filter_values(request.query_params)
+    if errors:
+        raise ValidationError(errors)
+    return apply_filters(runs, values)
 
 
 def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:
