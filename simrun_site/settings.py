@@ -139,6 +139,8 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:run-list"
 LOGOUT_REDIRECT_URL = "login"
+# Django's database sessions, read by a written-out query on PostgreSQL (runs/sessions.py).
+SESSION_ENGINE = "runs.sessions"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
