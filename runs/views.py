@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import json
 from datetime import datetime, tzinfo
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import escape
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 from django_htmx.http import HTMX_STOP_POLLING
@@ -115,16 +115,22 @@ def _table_row(run: dict[str, Any], zone: tzinfo) -> dict[str, SafeString]:
     done, total = run["units_done"], run["units_total"]
     created = datetime.fromisoformat(run["created_at"]).astimezone(zone)
     return {
-        "id": escape(run["id"]),
-        "name": escape(run["name"] or run["id"]),
+        "id": _escaped(run["id"]),
+        "name": _escaped(run["name"] or run["id"]),
         "state": SafeString(RunState(run["state"]).value),
         "done": SafeString(done),
         "total": SafeString(total),
         "width": SafeString(f"{percent(done, total):.1f}"),
         "duration": SafeString(duration(run["duration_s"])),
-        "owner": escape(run["owner"]),
+        "owner": _escaped(run["owner"]),
         "created": SafeString(created.strftime("%Y-%m-%d %H:%M")),
     }
+
+
+def _escaped(text: str) -> SafeString:
+    """``text`` escaped as Django's ``escape`` does it, without its wrapper for lazy text:
+    a third of a table row's formatting."""
+    return SafeString(html_escape(text))
 
 
 @login_required
