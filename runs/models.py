@@ -65,6 +65,9 @@ LIVE = (
 )
 """A run the control loop follows: not ended, or with logs, a release or a cancel pending."""
 
+LISTED = ["id", "name"]
+"""What the runs list's indexes carry besides their keys: what it matches, and the name."""
+
 
 class RunQuerySet(models.QuerySet["Run"]):
     def live(self) -> RunQuerySet:
@@ -175,14 +178,16 @@ class Run(models.Model):
                 condition=LIVE,
             ),
             # The runs list, newest first: of staff (every run), of a user, of a state. With
-            # the id, the list finds the runs its page and its count need in the index alone
-            # (runs.api.listed_json), on PostgreSQL.
-            models.Index(fields=["-created_at"], include=["id"], name="run_created_idx"),
+            # the id and the name, the list finds the runs its page and its count need in the
+            # index alone (runs.api.listed_json), on PostgreSQL, a filter by a part of the name
+            # included: a name common enough to fill the count is met sooner walking the index
+            # than gathered from the trigram index and sorted.
+            models.Index(fields=["-created_at"], include=LISTED, name="run_created_idx"),
             models.Index(
-                fields=["owner", "-created_at"], include=["id"], name="run_owner_created_idx"
+                fields=["owner", "-created_at"], include=LISTED, name="run_owner_created_idx"
             ),
             models.Index(
-                fields=["state", "-created_at"], include=["id"], name="run_state_created_idx"
+                fields=["state", "-created_at"], include=LISTED, name="run_state_created_idx"
             ),
         ]
         constraints = [
