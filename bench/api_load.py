@@ -255,9 +255,12 @@ def prepare_baseline(root: Path, database: str, runs: int) -> None:
         target.execute("VACUUM ANALYZE")
 
 
-def share_credentials(database: str) -> None:
-    """The tokens and sessions of the bench database, copied to the baseline's."""
+def share_credentials(database: str, root: Path) -> None:
+    """The tokens and sessions of the bench database, copied to the baseline's; a session
+    names the backend that signed its user in, so the copies name the baseline's own."""
     import psycopg
+    from django.contrib.auth import BACKEND_SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
 
     with (
         psycopg.connect(admin_url(DATABASE, database_name(DATABASE))) as source,
@@ -265,6 +268,34 @@ def share_credentials(database: str) -> None:
     ):
         for table in ["knox_authtoken", "django_session"]:
             copy_table(source, target, table)
+        backend = baseline_backend(root)
+        store = SessionStore()
+        sessions = target.execute("SELECT session_key, session_data FROM django_session")
+        for key, data in sessions.fetchall():
+            decoded = store.decode(data)
+            decoded[BACKEND_SESSION_KEY] = backend
+            target.execute(
+                "UPDATE django_session SET session_data = %s WHERE session_key = %s",
+                [store.encode(decoded), key],
+            )
+
+
+def baseline_backend(root: Path) -> str:
+    """The first authentication backend of the code at ``root``, as its settings give it."""
+    answer = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.AUTHENTICATION_BACKENDS[0])",
+        ],
+        cwd=root,
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return answer.stdout.strip().splitlines()[-1]
 
 
 def start_server(
@@ -568,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         baseline = Side("baseline", args.baseline.resolve(), f"{DATABASE}_baseline")
         prepare_baseline(baseline.root, baseline.database, args.runs)
-        share_credentials(baseline.database)
+        share_credentials(baseline.database, baseline.root)
         sides.insert(0, baseline)
     for side in sides:
         side.port = free_port()

@@ -139,8 +139,9 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:run-list"
 LOGOUT_REDIRECT_URL = "login"
-# Django's database sessions, read by a written-out query on PostgreSQL (runs/sessions.py).
+# Django's database sessions and model backend, their reads written out on PostgreSQL.
 SESSION_ENGINE = "runs.sessions"
+AUTHENTICATION_BACKENDS = ["runs.user_backend.UserBackend"]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -1,12 +1,16 @@
-"""The dashboard's sessions: read as Django's own database store reads them, in one query."""
+"""The dashboard's sessions and their users: read as Django's own store and backend read
+them, each in one query; sessions signed in before the upgrade stay signed in."""
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 
 import pytest
 import time_machine
+from django.apps import apps
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore as DjangoSessionStore
 from django.contrib.sessions.models import Session
@@ -16,6 +20,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs.sessions import SessionStore
+from runs.user_backend import UserBackend
+
+UPGRADE = importlib.import_module("runs.migrations.0012_sessions_signed_in_by_the_user_backend")
 
 pytestmark = pytest.mark.django_db
 
@@ -26,8 +33,9 @@ def signed_in(user: User) -> Client:
     return client
 
 
-def test_the_service_reads_its_sessions_with_this_store():
+def test_the_service_reads_its_sessions_and_their_users_with_these():
     assert settings.SESSION_ENGINE == "runs.sessions"
+    assert settings.AUTHENTICATION_BACKENDS == ["runs.user_backend.UserBackend"]
 
 
 def test_a_session_is_read_in_one_query_with_what_django_stored():
@@ -91,3 +99,49 @@ def test_a_session_past_its_expiry_signs_its_user_out():
     with time_machine.travel(later):
         response = client.get("/runs/table/")
     assert response.status_code == 302 and "login" in response["Location"]
+
+
+def test_the_user_of_a_session_is_read_with_every_field_the_orm_reads():
+    ada = User.objects.create_user("ada", password="a-long-password", is_staff=True)
+    User.objects.filter(pk=ada.pk).update(last_login=timezone.now())
+    expected = User.objects.get(pk=ada.pk)
+
+    with CaptureQueriesContext(connection) as captured:
+        user = UserBackend().get_user(ada.pk)
+
+    assert len(captured.captured_queries) == 1
+    assert isinstance(user, User) and user.pk == ada.pk
+    for field in User._meta.concrete_fields:
+        assert getattr(user, field.attname) == getattr(expected, field.attname), field.name
+    assert user.check_password("a-long-password")
+
+
+def test_an_inactive_or_unknown_user_of_a_session_is_nobody():
+    ada = User.objects.create_user("ada", is_active=False)
+    assert UserBackend().get_user(ada.pk) is None
+    assert UserBackend().get_user(ada.pk + 1000) is None
+
+
+def django_signed_in_session(user: User) -> str:
+    """A session as Django's own model backend signed it in, before this upgrade."""
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return session.session_key
+
+
+def test_a_user_signed_in_before_the_upgrade_stays_signed_in_after_its_migration():
+    ada = User.objects.create_user("ada", password="a-long-password")
+    key = django_signed_in_session(ada)
+    client = Client()
+    client.cookies[settings.SESSION_COOKIE_NAME] = key
+
+    UPGRADE.forwards(apps, None)
+
+    assert client.get("/runs/table/").status_code in (200, 286)
+    UPGRADE.backwards(apps, None)
+    assert SessionStore(key).load()[BACKEND_SESSION_KEY] == (
+        "django.contrib.auth.backends.ModelBackend"
+    )

@@ -1,0 +1,44 @@
+"""Who is signed in: Django's model backend, its user read by a written-out query.
+
+Every dashboard page and polled fragment reads the user of its session. On PostgreSQL the
+query is written out, as the session's is (``runs.sessions``): the ORM building it on each
+request cost more than running it. Elsewhere (the embedded SQLite) the ORM reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import User
+from django.db import connections, router
+
+
+def _user_row() -> tuple[str, list[str]]:
+    """The query of a user by id, and the names of the user's fields it reads, in order."""
+    meta = get_user_model()._meta
+    fields = meta.concrete_fields
+    columns = ", ".join(f'"{field.column}"' for field in fields)
+    sql = f'SELECT {columns} FROM "{meta.db_table}" WHERE "{meta.pk.column}" = %s'
+    return sql, [field.attname for field in fields]
+
+
+USER_ROW, USER_FIELDS = _user_row()
+
+
+class UserBackend(ModelBackend):
+    """Django's model backend; on PostgreSQL a session's user is one written-out query."""
+
+    def get_user(self, user_id: Any) -> User | None:
+        users = get_user_model()
+        connection = connections[router.db_for_read(users)]
+        if connection.vendor != "postgresql":
+            return super().get_user(user_id)
+        with connection.cursor() as cursor:
+            cursor.execute(USER_ROW, [user_id])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        user = users.from_db(connection.alias, USER_FIELDS, row)
+        return user if self.user_can_authenticate(user) else None
