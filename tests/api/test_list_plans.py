@@ -58,6 +58,17 @@ def seed_runs(users: list[User]) -> None:
         cursor.execute("ANALYZE runs_run")
 
 
+def seeded_users() -> list[User]:
+    """``USERS`` users, the first of them staff, and ``RUNS`` runs spread over them."""
+    if connection.vendor != "postgresql":
+        pytest.skip("plans are PostgreSQL's; the embedded SQLite holds one user's runs")
+    users = [User.objects.create_user(f"user{i}") for i in range(USERS)]
+    users[0].is_staff = True
+    users[0].save()
+    seed_runs(users)
+    return users
+
+
 def queries(client: Any, path: str) -> list[str]:
     """The SQL of the queries on runs_run that answering ``path`` made."""
     with CaptureQueriesContext(connection) as captured:
@@ -86,12 +97,7 @@ def query_strings() -> list[str]:
 
 @pytest.mark.django_db
 def test_every_filter_combination_of_the_runs_list_uses_an_index():
-    if connection.vendor != "postgresql":
-        pytest.skip("plans are PostgreSQL's; the embedded SQLite holds one user's runs")
-    users = [User.objects.create_user(f"user{i}") for i in range(USERS)]
-    users[0].is_staff = True
-    users[0].save()
-    seed_runs(users)
+    users = seeded_users()
     api, dashboard = APIClient(), Client()
     failures = []
     for user in [users[0], users[1]]:
@@ -121,12 +127,7 @@ runs the page and its count need are met walking the list's index, which carries
 
 @pytest.mark.django_db(transaction=True)
 def test_a_common_part_of_a_name_is_matched_in_the_lists_index_without_reading_the_table():
-    if connection.vendor != "postgresql":
-        pytest.skip("plans are PostgreSQL's; the embedded SQLite holds one user's runs")
-    users = [User.objects.create_user(f"user{i}") for i in range(USERS)]
-    users[0].is_staff = True
-    users[0].save()
-    seed_runs(users)
+    users = seeded_users()
     with connection.cursor() as cursor:
         # As autovacuum leaves a table of ended runs: its pages marked all-visible, which
         # lets a scan answer from an index alone.
