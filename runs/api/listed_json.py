@@ -9,11 +9,14 @@ the dashboard's table decodes it. Other databases build the same texts in Python
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
+from django.db.backends.utils import CursorWrapper
 
 from runs.access import listed_rows
 from runs.api.pagination import COUNT_CAP, Page, page_of
@@ -21,6 +24,7 @@ from runs.api.serializers import RunSerializer
 from runs.models import ENDED_STATES, Run, RunQuerySet, Task
 
 RUNS, TASKS = Run._meta.db_table, Task._meta.db_table
+SETTLED_KEPT = 20_000  # settled runs' texts kept per process: about 10 MB
 
 
 def _column(name: str) -> str:
@@ -42,19 +46,28 @@ def _units(name: str) -> str:
     return f'COALESCE(SUM("{TASKS}"."{name}"), 0)'
 
 
-def _document() -> str:
-    """The SQL of a row's JSON text; its one parameter is the time a live run lasts to."""
-    owners = get_user_model()._meta.db_table
+def _live() -> str:
+    """The SQL of ``Run.live``: not ended, or something left to do after its end."""
     ended = ", ".join(f"'{state}'" for state in ENDED_STATES)
     pending = " OR ".join(_column(f) for f in ("pending_logs", "pending_release", "pending_cancel"))
+    return f"({_column('state')} NOT IN ({ended}) OR {pending})"
+
+
+def _owner() -> str:
+    owners = get_user_model()._meta.db_table
+    return f'(SELECT "username" FROM "{owners}" WHERE "id" = {_column("owner_id")})'
+
+
+def _document() -> str:
+    """The SQL of a row's JSON text; its one parameter is the time a live run lasts to."""
     fields = {
         "id": _column("id"),
         "name": _column("name"),
-        "owner": f'(SELECT "username" FROM "{owners}" WHERE "id" = {_column("owner_id")})',
+        "owner": _owner(),
         "state": _column("state"),
         "message": _column("message"),
         "backend": _column("backend"),
-        "live": f"({_column('state')} NOT IN ({ended}) OR {pending})",
+        "live": _live(),
         "units_done": _units("units_done"),
         "units_total": _units("units_total"),
         "duration_s": (
@@ -72,6 +85,50 @@ def _document() -> str:
 
 
 DOCUMENT = _document()
+# What a settled run's text is written from: the version of its row (the transaction that
+# wrote it and where: new at each update, even two in one transaction), its owner's name and
+# its tasks' sums. While these are the same, so is the text: a settled run's duration ends.
+VERSION = (
+    f"{_column('id')}, {_column('xmin')}::text || {_column('ctid')}::text, {_owner()}, "
+    f'(SELECT ARRAY[{_units("units_done")}, {_units("units_total")}] FROM "{TASKS}" '
+    f'WHERE "{TASKS}"."run_id" = {_column("id")})'
+)
+# A settled run's text comes from the cache when its version is there; a live one's always
+# from the database (its duration runs on).
+CACHED_OR_DOCUMENT = f"CASE WHEN {_live()} THEN {DOCUMENT} END"
+Version = tuple[str, str, str, list[int]]
+
+
+class SettledTexts:
+    """The JSON texts of settled runs by version, most recently used kept: a settled run's
+    text is written once per process instead of at each list that shows it."""
+
+    def __init__(self, size: int) -> None:
+        self._texts: OrderedDict[str, tuple[Version, str]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, version: Version) -> str | None:
+        """The text of the run of ``version`` written from that version, if kept."""
+        with self._lock:
+            kept = self._texts.get(version[0])
+            if kept is None or kept[0] != version:
+                return None
+            self._texts.move_to_end(version[0])
+            return kept[1]
+
+    def put(self, version: Version, text: str) -> None:
+        with self._lock:
+            self._texts[version[0]] = (version, text)
+            self._texts.move_to_end(version[0])
+            while len(self._texts) > self._size:
+                self._texts.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+
+SETTLED = SettledTexts(SETTLED_KEPT)
 
 
 def writes_json(runs: RunQuerySet) -> bool:
@@ -105,13 +162,32 @@ def listed_page(runs: RunQuerySet, number: int, size: int, now: datetime) -> Pag
     sql = (
         f"WITH matched AS ({matched}), "
         f"page AS (SELECT * FROM matched {newest} LIMIT %s OFFSET %s) "
-        f"SELECT {DOCUMENT}, (SELECT COUNT(*) FROM matched) "
+        f"SELECT {VERSION}, {CACHED_OR_DOCUMENT}, (SELECT COUNT(*) FROM matched) "
         f'FROM page JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
     )
     with connections[runs.db].cursor() as cursor:
         cursor.execute(sql, [*params, size, start, now])
         found = cursor.fetchall()
-    # The matched runs reach one past the page: more than its end means a next page.
-    count = found[0][1] if found else start
-    rows = [document for document, _ in found]
+        # The matched runs reach one past the page: more than its end means a next page.
+        count = found[0][-1] if found else start
+        texts = {row[0]: row[4] or SETTLED.get(row[:4]) for row in found}
+        missing = [run_id for run_id, text in texts.items() if text is None]
+        if missing:
+            texts.update(_written(cursor, missing, now))
+    rows = [texts[row[0]] for row in found]
     return Page(rows, number, count > start + size, min(count, COUNT_CAP), count <= COUNT_CAP)
+
+
+def _written(cursor: CursorWrapper, run_ids: list[str], now: datetime) -> dict[str, str]:
+    """The texts of runs ``run_ids`` written by the database; a settled one's kept by its
+    version, as read in the same statement."""
+    cursor.execute(
+        f'SELECT {VERSION}, {_live()}, {DOCUMENT} FROM "{RUNS}" WHERE {_column("id")} = ANY(%s)',
+        [now, run_ids],
+    )
+    texts = {}
+    for *version, live, text in cursor.fetchall():
+        if not live:
+            SETTLED.put(tuple(version), text)
+        texts[version[0]] = text
+    return texts

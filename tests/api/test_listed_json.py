@@ -10,12 +10,21 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from runs.access import listed_runs, with_progress
-from runs.api.listed_json import built_json, listed_page, writes_json
+from runs.api.listed_json import SettledTexts, built_json, listed_page, writes_json
 from runs.api.pagination import page_of
 from runs.api.serializers import RunSerializer
 from runs.models import Run, RunState, Task
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def settled_texts(monkeypatch) -> SettledTexts:
+    """An empty cache of settled runs' texts for each test."""
+    texts = SettledTexts(100)
+    monkeypatch.setattr("runs.api.listed_json.SETTLED", texts)
+    return texts
+
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
 
@@ -111,14 +120,86 @@ def test_a_page_in_one_statement_is_the_page_and_the_count_page_of_gives(
     Run.objects.create(owner=stranger, name="not alice's", spec={}, backend="fake")
     runs = listed_runs(owner)
     now = timezone.now()
-    with django_assert_num_queries(1):
-        page = listed_page(runs, number, size, now=now)
     expected = page_of(runs, number, size, read=built_json)
-    assert [json.loads(row) | {"duration_s": 0} for row in page.rows] == [
-        json.loads(row) | {"duration_s": 0} for row in expected.rows
-    ]
-    assert (page.has_next, page.count, page.count_exact) == (
-        expected.has_next,
-        expected.count,
-        expected.count_exact,
+    first = listed_page(runs, number, size, now=now)  # writes the settled runs' texts
+    with django_assert_num_queries(1):  # a page seen before: one statement
+        again = listed_page(runs, number, size, now=now)
+    for page in (first, again):
+        assert [json.loads(row) | {"duration_s": 0} for row in page.rows] == [
+            json.loads(row) | {"duration_s": 0} for row in expected.rows
+        ]
+        assert (page.has_next, page.count, page.count_exact) == (
+            expected.has_next,
+            expected.count,
+            expected.count_exact,
+        )
+
+
+def listed(owner) -> dict[str, dict]:
+    """The owner's first page as the API lists it, by run id."""
+    page = listed_page(listed_runs(owner), 1, 50, now=timezone.now())
+    return {run["id"]: run for run in map(json.loads, page.rows)}
+
+
+def settled_run(owner, **fields) -> Run:
+    run = Run.objects.create(owner=owner, name="settled", spec={"tasks": {}}, backend="fake")
+    Run.objects.filter(pk=run.pk).update(state=RunState.SUCCEEDED, ended_at=NOW, **fields)
+    Task.objects.create(
+        run=run, task_id="t", kind="command", plan={}, position=0, units_total=4, units_done=4
     )
+    return run
+
+
+def test_a_settled_run_is_written_once_and_then_read_from_the_process(
+    owner, settled_texts, django_assert_num_queries
+):
+    run = settled_run(owner)
+    with django_assert_num_queries(2):  # the page, then the text of the run not yet kept
+        first = listed(owner)
+    assert len(settled_texts) == 1
+    with django_assert_num_queries(1):
+        assert listed(owner) == first
+    assert first[run.id]["live"] is False and first[run.id]["units_done"] == 4
+
+
+def test_a_settled_run_changed_in_any_way_is_written_again(owner, django_assert_num_queries):
+    """Each update of its row, even two in one transaction (a test is one), its owner's new
+    name and its tasks' new sums are seen at the next list."""
+    run = settled_run(owner, message="first")
+    assert listed(owner)[run.id]["message"] == "first"
+    Run.objects.filter(pk=run.pk).update(message="second")
+    assert listed(owner)[run.id]["message"] == "second"
+    Run.objects.filter(pk=run.pk).update(message="third")
+    assert listed(owner)[run.id]["message"] == "third"
+    owner.username = "renamed"
+    owner.save()
+    assert listed(owner)[run.id]["owner"] == "renamed"
+    Task.objects.filter(run=run).update(units_total=9)
+    assert (listed(owner)[run.id]["units_done"], listed(owner)[run.id]["units_total"]) == (4, 9)
+    Run.objects.filter(pk=run.pk).update(pending_logs=True)  # live again: not from the cache
+    assert listed(owner)[run.id]["live"] is True
+
+
+def test_a_live_run_is_written_in_the_page_statement_each_time(
+    owner, settled_texts, time_machine, django_assert_num_queries
+):
+    time_machine.move_to(NOW, tick=False)
+    run = Run.objects.create(owner=owner, name="live", spec={"tasks": {}}, backend="fake")
+    with django_assert_num_queries(1):
+        assert listed(owner)[run.id]["live"] is True
+    before = listed(owner)[run.id]["duration_s"]
+    time_machine.move_to(NOW + timedelta(seconds=30), tick=False)
+    assert listed(owner)[run.id]["duration_s"] == pytest.approx(before + 30)
+    assert len(settled_texts) == 0
+
+
+def test_the_settled_texts_kept_are_bounded_and_the_least_recently_used_go_first():
+    texts = SettledTexts(2)
+    texts.put(("a", "1", "alice", [1, 1]), "A")
+    texts.put(("b", "1", "alice", [1, 1]), "B")
+    assert texts.get(("a", "1", "alice", [1, 1])) == "A"  # now b is the least recently used
+    texts.put(("c", "1", "alice", [1, 1]), "C")
+    assert len(texts) == 2
+    assert texts.get(("b", "1", "alice", [1, 1])) is None
+    assert texts.get(("a", "1", "alice", [1, 1])) == "A"
+    assert texts.get(("a", "2", "alice", [1, 1])) is None  # another version of a
