@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hmac
 import json
-from datetime import datetime, tzinfo
-from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 from django_htmx.http import HTMX_STOP_POLLING
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -47,10 +44,10 @@ from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.models import ENDED_STATES, FINAL_TASK_STATES, RunState, TaskState
 from runs.planning_figures import planning_figures
 from runs.reruns import rerun_ids, spec_text, submit_rerun
+from runs.run_table import table_row
 from runs.spec import SpecError, parse_spec, validate_spec
 from runs.submission import create_run
 from runs.task_logs import DEFAULT_TAIL
-from runs.templatetags.simrun import duration, percent
 from runs.timeline import timeline
 
 RUNS_PER_PAGE = 25
@@ -86,8 +83,10 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     query = request.GET.copy()
     query.pop("page", None)
     zone = timezone.get_current_timezone()
+    # The rows' links share a prefix: one reverse() for the page, not one per row.
+    base = reverse("runs:run-detail", args=["-"]).removesuffix("-/")
     return {
-        "runs": [_table_row(run, zone) for run in shown],
+        "rows": [table_row(run, zone, base) for run in shown],
         "any_live": any(run["state"] not in ENDED_STATES for run in shown),
         "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
         "filter_errors": errors,
@@ -98,39 +97,8 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
         "previous_page": number - 1 if number > 1 else None,
         "next_page": number + 1 if page.has_next else None,
         "query": query.urlencode(),
-        # The rows' links share a prefix: one reverse() for the page, not one per row.
-        "run_base": reverse("runs:run-detail", args=["-"]).removesuffix("-/"),
         "full_query": request.GET.urlencode(),
     }
-
-
-def _table_row(run: dict[str, Any], zone: tzinfo) -> dict[str, SafeString]:
-    """What a row of the runs table shows of a run as the API lists it, formatted and
-    escaped here once: the template only places it.
-
-    Text given to the template skips its localization; text escaped once (the id, the name
-    and the owner, which users choose) or made of digits and a state's name skips its
-    escaping of each placement. Together they are most of the table's rendering time.
-    """
-    done, total = run["units_done"], run["units_total"]
-    created = datetime.fromisoformat(run["created_at"]).astimezone(zone)
-    return {
-        "id": _escaped(run["id"]),
-        "name": _escaped(run["name"] or run["id"]),
-        "state": SafeString(RunState(run["state"]).value),
-        "done": SafeString(done),
-        "total": SafeString(total),
-        "width": SafeString(f"{percent(done, total):.1f}"),
-        "duration": SafeString(duration(run["duration_s"])),
-        "owner": _escaped(run["owner"]),
-        "created": SafeString(created.strftime("%Y-%m-%d %H:%M")),
-    }
-
-
-def _escaped(text: str) -> SafeString:
-    """``text`` escaped as Django's ``escape`` does it, without its wrapper for lazy text:
-    a third of a table row's formatting."""
-    return SafeString(html_escape(text))
 
 
 @login_required
