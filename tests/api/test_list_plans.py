@@ -143,3 +143,20 @@ def test_a_common_part_of_a_name_is_matched_in_the_lists_index_without_reading_t
         # Besides it, runs_run is read only by id, for the page's rows.
         assert f"Index Only Scan using {index} on runs_run" in plan, (who, query, plan)
         assert "Bitmap Heap Scan on runs_run" not in plan, (who, query, plan)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_users_name_filter_reads_one_index_for_both_the_owner_and_the_name():
+    """A rare part of a name in a user's own list: the runs of that owner with that name are
+    found in one GIN index, not by intersecting the owner's every run with the name's."""
+    users = seeded_users()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE runs_run")
+    api = APIClient()
+    api.force_authenticate(users[1])
+    sql = queries(api, "/api/runs/?name=4242")[0]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Bitmap Index Scan on run_owner_name_trgm_idx" in plan, plan
+    assert "BitmapAnd" not in plan, plan
