@@ -69,7 +69,7 @@ def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:
         owner = get_user_model().objects.filter(username=values["owner"]).values("pk")[:1]
         runs = runs.filter(owner=Subquery(owner))
     if values.get("name"):
-        # Served by the trigram index on UPPER(name) on PostgreSQL (migration 0008).
+        # Served on PostgreSQL by a GIN index of the owner and UPPER(name)'s trigrams (0013).
         runs = runs.filter(name__icontains=values["name"])
     if values.get("created_after"):
         runs = runs.filter(created_at__gte=values["created_after"])
