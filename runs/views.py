@@ -78,7 +78,9 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     values, errors = filter_values(request.GET)
     number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
     runs = apply_filters(listed_runs(request.user), values)
-    page = listed_page(runs, number, RUNS_PER_PAGE, now=timezone.now())
+    page = listed_page(
+        runs, number, RUNS_PER_PAGE, now=timezone.now(), by_name=bool(values.get("name"))
+    )
     shown = [json.loads(row) for row in page.rows]
     query = request.GET.copy()
     query.pop("page", None)

@@ -52,12 +52,12 @@ def filter_values(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return {}, dict(filters.errors)
 
 
-def filter_runs(runs: RunQuerySet, request: Request) -> RunQuerySet:
-    """Apply the validated filters of a request; a 400 naming the bad parameter otherwise."""
+def valid_filters(request: Request) -> dict[str, Any]:
+    """The validated filters of a request; a 400 naming the bad parameter otherwise."""
     values, errors = filter_values(request.query_params)
     if errors:
         raise ValidationError(errors)
-    return apply_filters(runs, values)
+    return values
 
 
 def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:

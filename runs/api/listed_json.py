@@ -144,29 +144,42 @@ def built_json(runs: RunQuerySet) -> list[str]:
     return [json.dumps(run, ensure_ascii=False, separators=(",", ":")) for run in shown]
 
 
-def listed_page(runs: RunQuerySet, number: int, size: int, now: datetime) -> Page:
+def listed_page(
+    runs: RunQuerySet, number: int, size: int, now: datetime, *, by_name: bool = False
+) -> Page:
     """Page ``number`` of ``runs`` (``size`` rows) as each run's JSON text, as
     ``RunSerializer`` writes it with a live run's duration to ``now``, and the runs counted up
     to the cap, as ``page_of`` gives them.
 
-    On PostgreSQL in one statement: the runs matched, in the list's order, up to the cap or
-    to the end of the page, are found once for both the count and the page, and only the
-    page's rows are read and written.
+    On PostgreSQL in one statement, and only the page's rows are read and written. With
+    ``by_name`` (runs filtered by a part of their name) the runs matched, up to the cap or to
+    the end of the page, are found once for both the count and the page: the name's index
+    gives them unordered, to sort once. Otherwise the page and the count each walk a list's
+    index from its newest run, which costs less than keeping the matched runs to sort again.
     """
     if not writes_json(runs):
         return page_of(runs, number, size, read=built_json)
     start = (number - 1) * size
     reach = max(COUNT_CAP + 1, start + size + 1)
-    matched, params = runs.values("pk", "created_at")[:reach].query.sql_with_params()
-    newest = 'ORDER BY "created_at" DESC'  # the list's order, Run.Meta.ordering
-    sql = (
-        f"WITH matched AS ({matched}), "
-        f"page AS (SELECT * FROM matched {newest} LIMIT %s OFFSET %s) "
-        f"SELECT {VERSION}, {CACHED_OR_DOCUMENT}, (SELECT COUNT(*) FROM matched) "
-        f'FROM page JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
-    )
+    shown = f"SELECT {VERSION}, {CACHED_OR_DOCUMENT}"
+    joined = f'JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
+    if by_name:
+        matched, matched_params = runs.values("pk", "created_at")[:reach].query.sql_with_params()
+        newest = 'ORDER BY "created_at" DESC'  # the list's order, Run.Meta.ordering
+        sql = (
+            f"WITH matched AS ({matched}), "
+            f"page AS (SELECT * FROM matched {newest} LIMIT %s OFFSET %s) "
+            f"{shown}, (SELECT COUNT(*) FROM matched) FROM page {joined}"
+        )
+        params = [*matched_params, size, start, now]
+    else:
+        counted, counted_params = runs.values("pk")[:reach].query.sql_with_params()
+        page = runs.values("pk", "created_at")[start : start + size]
+        paged, paged_params = page.query.sql_with_params()
+        sql = f"{shown}, (SELECT COUNT(*) FROM ({counted}) counted) FROM ({paged}) page {joined}"
+        params = [now, *counted_params, *paged_params]
     with connections[runs.db].cursor() as cursor:
-        cursor.execute(sql, [*params, size, start, now])
+        cursor.execute(sql, params)
         found = cursor.fetchall()
         # The matched runs reach one past the page: more than its end means a next page.
         count = found[0][-1] if found else start

@@ -30,7 +30,7 @@ from runs.access import (
     with_progress,
 )
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
-from runs.api.filters import RunFilters, filter_runs
+from runs.api.filters import RunFilters, apply_filters, valid_filters
 from runs.api.listed_json import listed_page
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
@@ -76,9 +76,10 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         return visible_runs(self.request.user)
 
     def list(self, request: Request) -> HttpResponse:
-        runs = filter_runs(listed_runs(request.user), request)
+        values = valid_filters(request)
+        runs = apply_filters(listed_runs(request.user), values)
         assert isinstance(self.paginator, CappedPagination)
-        paged = partial(listed_page, now=timezone.now())
+        paged = partial(listed_page, now=timezone.now(), by_name=bool(values.get("name")))
         rows = self.paginator.paginate_queryset(runs, request, self, paged=paged)
         if request.accepted_renderer.format == "json":
             return self.paginator.json_response(rows)

@@ -107,13 +107,15 @@ def test_the_api_list_is_the_same_page_in_json_and_in_the_browsable_api(owner, o
     assert "ünïcødé ✓" in browsable.content.decode()
 
 
+@pytest.mark.parametrize("by_name", [False, True])
 @pytest.mark.parametrize(
     ("number", "size"), [(1, 2), (2, 2), (3, 2), (1, 5), (1, 9), (4, 1), (2, 4), (3, 4)]
 )
 def test_a_page_in_one_statement_is_the_page_and_the_count_page_of_gives(
-    owner, stranger, number, size, monkeypatch, django_assert_num_queries
+    owner, stranger, number, size, by_name, monkeypatch, django_assert_num_queries
 ):
-    """The cap at 3, below the 5 runs: pages before, across and after it, full and short."""
+    """The cap at 3, below the 5 runs: pages before, across and after it, full and short;
+    the runs matched found once for both (by name) or each walking the list's index."""
     monkeypatch.setattr("runs.api.pagination.COUNT_CAP", 3)
     monkeypatch.setattr("runs.api.listed_json.COUNT_CAP", 3)
     awkward_runs(owner)
@@ -121,9 +123,9 @@ def test_a_page_in_one_statement_is_the_page_and_the_count_page_of_gives(
     runs = listed_runs(owner)
     now = timezone.now()
     expected = page_of(runs, number, size, read=built_json)
-    first = listed_page(runs, number, size, now=now)  # writes the settled runs' texts
+    first = listed_page(runs, number, size, now=now, by_name=by_name)  # writes settled texts
     with django_assert_num_queries(1):  # a page seen before: one statement
-        again = listed_page(runs, number, size, now=now)
+        again = listed_page(runs, number, size, now=now, by_name=by_name)
     for page in (first, again):
         assert [json.loads(row) | {"duration_s": 0} for row in page.rows] == [
             json.loads(row) | {"duration_s": 0} for row in expected.rows
