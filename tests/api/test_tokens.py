@@ -139,3 +139,20 @@ def test_the_admin_never_shows_a_token_but_the_one_it_just_made(db):
         {"action": "revoke", "_selected_action": [new.pk]},
     )
     assert bearer(shown).get("/api/me/").status_code == 401
+
+
+def test_the_user_of_a_token_is_read_with_every_field_the_orm_reads(owner):
+    owner.first_name, owner.email = "Ada", "ada@example.org"
+    owner.save()
+    _, token = create_token(owner)
+    request = APIRequestFactory().get("/api/me/", HTTP_AUTHORIZATION=f"Token {token}")
+
+    user, record = TokenAuthentication().authenticate(request)
+
+    expected = User.objects.get(pk=owner.pk)
+    assert user.get_deferred_fields() == set()
+    assert {f.attname: getattr(user, f.attname) for f in User._meta.concrete_fields} == {
+        f.attname: getattr(expected, f.attname) for f in User._meta.concrete_fields
+    }
+    assert user._state.db == "default" and not user._state.adding
+    assert record.created is not None and record.user_id == owner.pk
