@@ -161,23 +161,24 @@ def listed_page(
         return page_of(runs, number, size, read=built_json)
     start = (number - 1) * size
     reach = max(COUNT_CAP + 1, start + size + 1)
+    # The runs matched, compiled once for the page and the count, unordered: a plain
+    # subquery, which PostgreSQL merges into each, ordered as the list is (Run.Meta.ordering).
+    matched, matched_params = runs.values("pk", "created_at").order_by().query.sql_with_params()
+    newest = f'FROM ({matched}) matched ORDER BY "created_at" DESC'
     shown = f"SELECT {VERSION}, {CACHED_OR_DOCUMENT}"
     joined = f'JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
     if by_name:
-        matched, matched_params = runs.values("pk", "created_at")[:reach].query.sql_with_params()
-        newest = 'ORDER BY "created_at" DESC'  # the list's order, Run.Meta.ordering
         sql = (
-            f"WITH matched AS ({matched}), "
-            f"page AS (SELECT * FROM matched {newest} LIMIT %s OFFSET %s) "
-            f"{shown}, (SELECT COUNT(*) FROM matched) FROM page {joined}"
+            f"WITH found AS (SELECT * {newest} LIMIT {reach}), "
+            'page AS (SELECT * FROM found ORDER BY "created_at" DESC LIMIT %s OFFSET %s) '
+            f"{shown}, (SELECT COUNT(*) FROM found) FROM page {joined}"
         )
         params = [*matched_params, size, start, now]
     else:
-        counted, counted_params = runs.values("pk")[:reach].query.sql_with_params()
-        page = runs.values("pk", "created_at")[start : start + size]
-        paged, paged_params = page.query.sql_with_params()
-        sql = f"{shown}, (SELECT COUNT(*) FROM ({counted}) counted) FROM ({paged}) page {joined}"
-        params = [now, *counted_params, *paged_params]
+        counted = f"SELECT COUNT(*) FROM (SELECT 1 {newest} LIMIT {reach}) counted"
+        page = f"SELECT * {newest} LIMIT %s OFFSET %s"
+        sql = f"{shown}, ({counted}) FROM ({page}) page {joined}"
+        params = [now, *matched_params, *matched_params, size, start]
     with connections[runs.db].cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchall()
