@@ -1,8 +1,9 @@
 """The dashboard's sessions: Django's database sessions, read by a query written out in SQL.
 
 Every page and every polled fragment reads its session first. On PostgreSQL the query is
-written out: the ORM building it on each request cost three times what running it does.
-Elsewhere (the embedded SQLite) the ORM reads it as Django's own store does.
+written out (the ORM building it on each request cost three times what running it does) and
+prepared, planned once per connection (``runs.prepared``). Elsewhere (the embedded SQLite)
+the ORM reads it as Django's own store does.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionS
 from django.contrib.sessions.models import Session
 from django.db import connections, router
 from django.utils import timezone
+
+from runs.prepared import preparing_cursor
 
 
 def _session_row() -> str:
@@ -34,7 +37,7 @@ class SessionStore(DatabaseSessionStore):
             return super()._get_session_from_db()  # type: ignore[misc,no-any-return]
         key = self.session_key
         if key is not None:
-            with connection.cursor() as cursor:
+            with preparing_cursor(connection) as cursor:
                 cursor.execute(SESSION_ROW, [key, timezone.now()])
                 row = cursor.fetchone()
             if row is not None:

@@ -2,7 +2,8 @@
 
 Every dashboard page and polled fragment reads the user of its session. On PostgreSQL the
 query is written out, as the session's is (``runs.sessions``): the ORM building it on each
-request cost more than running it. Elsewhere (the embedded SQLite) the ORM reads it.
+request cost more than running it; and prepared, planned once per connection
+(``runs.prepared``). Elsewhere (the embedded SQLite) the ORM reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.db import connections, router
+
+from runs.prepared import preparing_cursor
 
 
 def _user_row() -> tuple[str, list[str]]:
@@ -35,7 +38,7 @@ class UserBackend(ModelBackend):
         connection = connections[router.db_for_read(users)]
         if connection.vendor != "postgresql":
             return super().get_user(user_id)
-        with connection.cursor() as cursor:
+        with preparing_cursor(connection) as cursor:
             cursor.execute(USER_ROW, [user_id])
             row = cursor.fetchone()
         if row is None:

@@ -109,6 +109,7 @@ TEMPLATES = [
     },
 ]
 
+SIMRUN_PREPARED_STATEMENTS = _bool("SIMRUN_PREPARED_STATEMENTS", True)
 DATABASES = {
     "default": _read("DATABASE_URL", env.db_url, f"sqlite:///{SIMRUN_HOME / 'simrun.sqlite3'}")
 }
@@ -124,6 +125,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A connection per request costs ~10 ms; keep them, checked before reuse.
     DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # The runs lists' statements are prepared on a connection at their second run, so
+    # PostgreSQL plans them once (runs.prepared); off for a pooler that cannot keep them.
+    if SIMRUN_PREPARED_STATEMENTS:
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Several processes (web, worker, beat) share the file: wait for locks, write-ahead log.

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection
+from django.db import connections, router
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
@@ -25,6 +25,8 @@ from knox.settings import CONSTANTS
 from rest_framework import exceptions
 from rest_framework.authentication import get_authorization_header
 from rest_framework.request import Request
+
+from runs.prepared import preparing_cursor
 
 SCHEMES = (b"token", b"bearer")
 INVALID = "Invalid token."
@@ -64,42 +66,45 @@ class TokenAuthentication(KnoxTokenAuthentication):  # type: ignore[misc]  # kno
         raise exceptions.AuthenticationFailed(INVALID)
 
 
-def _token_users() -> str:
-    """The users of the tokens of a key, each with its token's digest, creation and expiry."""
+def _token_users() -> tuple[str, list[str]]:
+    """The users of the tokens of a key, each with its token's digest, creation and expiry;
+    and the names of the user's fields it reads, in order."""
     users, tokens = get_user_model()._meta, AuthToken._meta
+    fields = users.concrete_fields
+    columns = ", ".join(f'"{users.db_table}"."{field.column}"' for field in fields)
     user_id = tokens.get_field("user").column
-    return (
-        f'SELECT "{users.db_table}".*, "{tokens.db_table}"."digest" AS "token_digest", '
-        f'"{tokens.db_table}"."created" AS "token_created", '
-        f'"{tokens.db_table}"."expiry" AS "token_expiry" '
+    sql = (
+        f'SELECT {columns}, "{tokens.db_table}"."digest", "{tokens.db_table}"."created", '
+        f'"{tokens.db_table}"."expiry" '
         f'FROM "{users.db_table}" JOIN "{tokens.db_table}" '
         f'ON "{tokens.db_table}"."{user_id}" = "{users.db_table}"."{users.pk.column}" '
         f'WHERE "{tokens.db_table}"."token_key" = %s'
     )
+    return sql, [field.attname for field in fields]
 
 
-TOKEN_USERS = _token_users()
+TOKEN_USERS, USER_FIELDS = _token_users()
 
 
 def tokens_of_key(key: str) -> Iterator[AuthToken]:
     """The tokens whose key (first characters) is ``key``, each with its user: one query.
 
-    On PostgreSQL the query is written out: building it through the ORM on every request
-    cost twice what running it does. Elsewhere the ORM builds it: SQLite gives the token's
-    columns of a raw query as text, which only the ORM turns into times.
+    On PostgreSQL the query is written out (building it through the ORM on every request
+    cost twice what running it does) and prepared, planned once per connection
+    (``runs.prepared``). Elsewhere the ORM builds it: SQLite gives the token's columns of a
+    written-out query as text, which only the ORM turns into times.
     """
+    users = get_user_model()
+    connection = connections[router.db_for_read(AuthToken)]
     if connection.vendor != "postgresql":
         yield from AuthToken.objects.filter(token_key=key).select_related("user")
         return
-    for user in get_user_model().objects.raw(TOKEN_USERS, [key]):
-        columns = vars(user)  # the user's, and the token's the query added
-        yield AuthToken(
-            digest=columns["token_digest"],
-            token_key=key,
-            user=user,
-            created=columns["token_created"],
-            expiry=columns["token_expiry"],
-        )
+    with preparing_cursor(connection) as cursor:
+        cursor.execute(TOKEN_USERS, [key])
+        rows = cursor.fetchall()
+    for *columns, digest, created, expiry in rows:
+        user = users.from_db(connection.alias, USER_FIELDS, columns)
+        yield AuthToken(digest=digest, token_key=key, user=user, created=created, expiry=expiry)
 
 
 class TokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]

@@ -16,12 +16,13 @@ from datetime import datetime
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.backends.utils import CursorWrapper
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from runs.access import listed_rows
 from runs.api.pagination import COUNT_CAP, Page, page_of
 from runs.api.serializers import RunSerializer
 from runs.models import ENDED_STATES, Run, RunQuerySet, Task
+from runs.prepared import preparing_cursor, with_literals
 
 RUNS, TASKS = Run._meta.db_table, Task._meta.db_table
 SETTLED_KEPT = 20_000  # settled runs' texts kept per process: about 10 MB
@@ -161,46 +162,51 @@ def listed_page(
         return page_of(runs, number, size, read=built_json)
     start = (number - 1) * size
     reach = max(COUNT_CAP + 1, start + size + 1)
+    connection = connections[runs.db]
     # The runs matched, compiled once for the page and the count, unordered: a plain
     # subquery, which PostgreSQL merges into each, ordered as the list is (Run.Meta.ordering).
-    matched, matched_params = runs.values("pk", "created_at").order_by().query.sql_with_params()
+    # Its values are written in: a statement repeated is prepared with the plan of its values.
+    matched = with_literals(
+        connection, *runs.values("pk", "created_at").order_by().query.sql_with_params()
+    )
     newest = f'FROM ({matched}) matched ORDER BY "created_at" DESC'
     shown = f"SELECT {VERSION}, {CACHED_OR_DOCUMENT}"
     joined = f'JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
     if by_name:
         sql = (
             f"WITH found AS (SELECT * {newest} LIMIT {reach}), "
-            'page AS (SELECT * FROM found ORDER BY "created_at" DESC LIMIT %s OFFSET %s) '
+            f'page AS (SELECT * FROM found ORDER BY "created_at" DESC LIMIT {size} OFFSET {start}) '
             f"{shown}, (SELECT COUNT(*) FROM found) FROM page {joined}"
         )
-        params = [*matched_params, size, start, now]
     else:
         counted = f"SELECT COUNT(*) FROM (SELECT 1 {newest} LIMIT {reach}) counted"
-        page = f"SELECT * {newest} LIMIT %s OFFSET %s"
+        page = f"SELECT * {newest} LIMIT {size} OFFSET {start}"
         sql = f"{shown}, ({counted}) FROM ({page}) page {joined}"
-        params = [now, *matched_params, *matched_params, size, start]
-    with connections[runs.db].cursor() as cursor:
-        cursor.execute(sql, params)
+    # The one parameter left is the time a live run's duration runs to: it steers no plan.
+    with preparing_cursor(connection) as cursor:
+        cursor.execute(sql, [now])
         found = cursor.fetchall()
         # The matched runs reach one past the page: more than its end means a next page.
         count = found[0][-1] if found else start
         texts = {row[0]: row[4] or SETTLED.get(row[:4]) for row in found}
         missing = [run_id for run_id, text in texts.items() if text is None]
         if missing:
-            texts.update(_written(cursor, missing, now))
+            texts.update(_written(connection, missing, now))
     rows = [texts[row[0]] for row in found]
     return Page(rows, number, count > start + size, min(count, COUNT_CAP), count <= COUNT_CAP)
 
 
-def _written(cursor: CursorWrapper, run_ids: list[str], now: datetime) -> dict[str, str]:
+def _written(connection: BaseDatabaseWrapper, run_ids: list[str], now: datetime) -> dict[str, str]:
     """The texts of runs ``run_ids`` written by the database; a settled one's kept by its
     version, as read in the same statement."""
-    cursor.execute(
-        f'SELECT {VERSION}, {_live()}, {DOCUMENT} FROM "{RUNS}" WHERE {_column("id")} = ANY(%s)',
-        [now, run_ids],
-    )
+    with connection.cursor() as cursor:
+        by_id = f"{_column('id')} = ANY(%s)"
+        cursor.execute(
+            f'SELECT {VERSION}, {_live()}, {DOCUMENT} FROM "{RUNS}" WHERE {by_id}', [now, run_ids]
+        )
+        rows = cursor.fetchall()
     texts = {}
-    for *version, live, text in cursor.fetchall():
+    for *version, live, text in rows:
         if not live:
             SETTLED.put(tuple(version), text)
         texts[version[0]] = text

@@ -175,3 +175,29 @@ def test_a_users_name_filter_reads_one_index_for_both_the_owner_and_the_name():
     plan = plan_of(api, "/api/runs/?name=4242")
     assert "Bitmap Index Scan on run_owner_name_trgm_idx" in plan, plan
     assert "BitmapAnd" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_list_asked_again_keeps_the_plan_of_its_own_filter_values():
+    """A prepared list's generic plan is made for the values it was asked with: a common part
+    of a name walks the list's index, a rare one reads the name's, as when planned anew."""
+    users = seeded_users()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE runs_run")
+    api = APIClient()
+    api.force_authenticate(users[0])
+    for name, index in [("sweep-9", "run_created_idx"), ("4242", "run_owner_name_trgm_idx")]:
+        for _ in range(8):  # past the five custom plans PostgreSQL makes before a generic one
+            assert api.get(f"/api/runs/?name={name}").status_code == 200
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name, statement, generic_plans FROM pg_prepared_statements")
+            ((prepared, generic),) = [
+                (row[0], row[2]) for row in cursor.fetchall() if f"'%{name}%'" in row[1]
+            ]
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+            cursor.execute(f"EXPLAIN EXECUTE {prepared}(now())")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute("RESET plan_cache_mode")
+        assert generic > 0, name
+        assert index in plan, (name, plan)
+        assert "Seq Scan on runs_run" not in plan, (name, plan)

@@ -51,6 +51,7 @@ def test_debug_runs_without_a_secret_key(tmp_path):
         ("SIMRUN_BACKEND", "slurm"),
         ("SIMRUN_LOCAL_CORES", "many"),
         ("SIMRUN_LOCAL_COMMANDS", "podman"),
+        ("SIMRUN_PREPARED_STATEMENTS", "sometimes"),
     ],
 )
 def test_a_malformed_variable_is_an_error_that_names_it(tmp_path, name, value):
@@ -67,3 +68,29 @@ def test_the_beat_schedule_has_reconcile_and_settle_at_the_configured_periods(se
     assert schedule["reconcile"]["schedule"] == settings.SIMRUN_POLL_S
     assert schedule["settle"]["task"] == "runs.tasks.settle"
     assert schedule["settle"]["schedule"] == settings.SIMRUN_SETTLE_S
+
+
+@pytest.mark.parametrize(
+    ("switch", "threshold"), [({}, "1"), ({"SIMRUN_PREPARED_STATEMENTS": "off"}, "None")]
+)
+def test_prepared_statements_are_on_unless_turned_off_for_a_pooler(tmp_path, switch, threshold):
+    """On, a PostgreSQL connection prepares what it has run once (the lists' statements)."""
+    environment = {
+        "PATH": os.environ["PATH"],
+        "SIMRUN_HOME": str(tmp_path / "home"),
+        "SECRET_KEY": "s",
+        "DATABASE_URL": os.environ["DATABASE_URL"],
+        **switch,
+    }
+    shown = "from django.db import connection as c; c.ensure_connection(); "
+    shown += "print(c.connection.prepare_threshold)"
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", shown],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [threshold]

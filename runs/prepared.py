@@ -1,0 +1,54 @@
+"""Statements PostgreSQL plans once per connection: the hottest ones, prepared by psycopg.
+
+A statement that a connection has run ``prepare_threshold`` times (``DATABASES`` OPTIONS,
+set from ``SIMRUN_PREPARED_STATEMENTS``) is prepared there; after five executions PostgreSQL
+keeps a generic plan, unless it costs more than planning each time. The ORM's cursors bind
+on the client and never prepare: only the statements run here do. So that a generic plan is
+the plan of the values asked for, the values that steer it (a filter's) are written into
+the text as literals, quoted by psycopg, and only those that do not (a time that a
+duration runs to) stay parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.postgresql.base import ServerBindingCursor
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from psycopg import ClientCursor
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import _ExecuteParameters, _ExecuteQuery
+
+
+def with_literals(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> str:
+    """``sql`` with ``params`` written in as quoted literals, its ``%`` doubled again: a
+    part of a statement that is executed with parameters of its own."""
+    connection.ensure_connection()
+    return ClientCursor(connection.connection).mogrify(sql, params).replace("%", "%%")
+
+
+def preparing_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
+    """A cursor of ``connection`` (PostgreSQL) that binds parameters on the server, which
+    lets psycopg prepare what it runs; wrapped as Django's own, so queries are counted and
+    logged alike."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    # Django's stubs type the base cursor as its wrapper: psycopg's cursor is untyped there.
+    cursor: Any = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
+    if connection.queries_logged:
+        return LoggedWithValues(cursor, connection)
+    return connection.make_cursor(cursor)
+
+
+class LoggedWithValues(CursorDebugWrapper):
+    """Django's debug cursor, logging each statement with its values written in, as Django
+    logs those bound on the server: psycopg keeps no text of a prepared statement's run."""
+
+    def execute(self, sql: _ExecuteQuery, params: _ExecuteParameters = None) -> Any:
+        # Django's stubs name psycopg 2's composables, not psycopg 3's.
+        shown = ClientCursor(self.db.connection).mogrify(sql, params)  # type: ignore[arg-type]
+        with self.debug_sql(shown, params):
+            return super(CursorDebugWrapper, self).execute(sql, params)
