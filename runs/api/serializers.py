@@ -7,6 +7,7 @@ attached to the objects by the views before they are serialized.
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
+from functools import cache
 from typing import Any
 
 from django.utils import timezone
@@ -210,6 +211,15 @@ class RunDetailSerializer(RunSerializer):
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_usage(self, run: Run) -> dict[str, Any]:
         return accounting.run_usage(run, run.tasks.all()).as_dict()
+
+
+@cache
+def run_detail_serializer() -> RunDetailSerializer:
+    """One run's serializer per process, its fields (its tasks', attempts' and plan's with
+    them) built at its first answer: DRF builds a serializer's fields anew for each instance,
+    reading the model's fields again, most of the cost of a run's answer. Its
+    ``to_representation`` keeps nothing on it, so every request may share it."""
+    return RunDetailSerializer()
 
 
 class LogSerializer(serializers.Serializer[Any]):

@@ -34,7 +34,7 @@ from runs.api.filters import RunFilters, apply_filters, valid_filters
 from runs.api.listed_json import listed_page
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
-from runs.api.serializers import RunDetailSerializer, RunSerializer
+from runs.api.serializers import RunDetailSerializer, RunSerializer, run_detail_serializer
 from runs.models import Run
 from runs.reruns import rerun_ids, submit_rerun
 from runs.spec import RunSpec, SpecError, parse_spec, validate_spec
@@ -86,7 +86,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         return self.get_paginated_response([json.loads(row) for row in rows])
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(RunDetailSerializer(run_detail(request, pk)).data)
+        return Response(run_detail_serializer().to_representation(run_detail(request, pk)))
 
     @extend_schema(
         summary="Submit a run",
@@ -112,9 +112,8 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             run = create_run(spec=spec, owner=request.user)
         except SpecError as error:
             raise ValidationError(error.errors) from None
-        return Response(
-            RunDetailSerializer(run_detail(request, run.id)).data, status=status.HTTP_201_CREATED
-        )
+        detail = run_detail_serializer().to_representation(run_detail(request, run.id))
+        return Response(detail, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         summary="Cancel a run",
@@ -156,6 +155,5 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             run = submit_rerun(source=source, spec=spec, owner=request.user)
         except SpecError as error:
             raise ValidationError(error.errors) from None
-        return Response(
-            RunDetailSerializer(run_detail(request, run.id)).data, status=status.HTTP_201_CREATED
-        )
+        detail = run_detail_serializer().to_representation(run_detail(request, run.id))
+        return Response(detail, status=status.HTTP_201_CREATED)
