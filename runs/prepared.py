@@ -36,6 +36,7 @@ def preparing_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     logged alike."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
+    connection.validate_thread_sharing()
     # Django's stubs type the base cursor as its wrapper: psycopg's cursor is untyped there.
     cursor: Any = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
     if connection.queries_logged:

@@ -4,12 +4,14 @@ of their filters, which are written into the statement (``runs.prepared``)."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, connections
 from django.test import Client
 
 from runs.models import Run
+from runs.prepared import preparing_cursor
 
 pytestmark = pytest.mark.django_db
 
@@ -69,3 +71,9 @@ def test_a_name_filter_of_quotes_wildcards_and_placeholders_matches_them_as_writ
     for _ in range(2):
         assert named(owner_client, "/api/runs/", name=part) == [f"a{part}b"]
         assert named(dashboard, "/runs/table/", name=part) == [f"a{part}b"]
+
+
+def test_a_preparing_cursor_refuses_another_threads_connection_as_djangos_do():
+    with ThreadPoolExecutor(1) as pool:
+        failed = pool.submit(preparing_cursor, connections["default"]).exception()
+    assert isinstance(failed, DatabaseError) and "same thread" in str(failed)
