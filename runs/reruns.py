@@ -10,7 +10,6 @@ from typing import Any
 
 import yaml
 from django.contrib.auth.models import User
-from django.db import transaction
 
 from runs.access import visible_runs
 from runs.models import Run
@@ -19,12 +18,9 @@ from runs.submission import create_run
 
 
 def submit_rerun(*, source: Run, spec: RunSpec, owner: User) -> Run:
-    """Create a run of ``spec`` as a re-run of ``source``."""
-    with transaction.atomic():
-        run = create_run(spec=spec, owner=owner)
-        Run.objects.filter(pk=run.pk).update(rerun_of=source)
-        run.rerun_of = source
-    return run
+    """Create a run of ``spec`` as a re-run of ``source``: linked as it is created, and its
+    sources learned before any transaction, as every submission's are."""
+    return create_run(spec=spec, owner=owner, rerun_of=source)
 
 
 def rerun_ids(user: Any, run: Run) -> list[str]:

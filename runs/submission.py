@@ -75,9 +75,15 @@ def check_sources(spec: RunSpec, owner: User) -> None:
 
 
 def create_run(
-    *, spec: RunSpec, owner: User, backend: Backend | None = None, schedule: Schedule | None = None
+    *,
+    spec: RunSpec,
+    owner: User,
+    backend: Backend | None = None,
+    schedule: Schedule | None = None,
+    rerun_of: Run | None = None,
 ) -> Run:
-    """Create a run and its planned tasks, write their store files, submit after commit.
+    """Create a run (a re-run of ``rerun_of``, if given) and its planned tasks, write their
+    store files, submit after commit.
 
     A type only the run's sources define is learned from them first (``run_types``), before
     the transaction: an install of the sources takes seconds, and SQLite's transactions hold
@@ -86,7 +92,9 @@ def create_run(
     """
     check_sources(spec, owner)
     spec, types = run_types(spec, owner.pk)
-    return _create_run(spec=spec, types=types, owner=owner, backend=backend, schedule=schedule)
+    return _create_run(
+        spec=spec, types=types, owner=owner, backend=backend, schedule=schedule, rerun_of=rerun_of
+    )
 
 
 @transaction.atomic
@@ -97,6 +105,7 @@ def _create_run(
     owner: User,
     backend: Backend | None,
     schedule: Schedule | None,
+    rerun_of: Run | None,
 ) -> Run:
     """``create_run`` once the types are known: the rows, the store files, the hand-on."""
     schedule = schedule or scheduler()
@@ -122,6 +131,7 @@ def _create_run(
         image=spec.environment.image or "",
         local_commands=spec.commands or "",
         memory_enforced=backend.enforces_memory,
+        rerun_of=rerun_of,
     )
     tasks = [
         Task(

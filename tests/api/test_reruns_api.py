@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
+from runs import submission
 from runs.models import Run, RunState
 from tests.api.conftest import ended, submitted
 
@@ -59,3 +61,22 @@ def test_staff_re_run_a_users_run_as_their_own_and_the_user_sees_no_link_to_it(
     assert again["owner"] == "operator"
     assert again["rerun_of"] == source.id
     assert owner_client.get(f"/api/runs/{source.id}/").json()["reruns"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_re_runs_sources_are_learned_outside_any_transaction(owner_client, owner, monkeypatch):
+    """Learning runs the sources' code, for seconds: a transaction open meanwhile would hold
+    SQLite's write lock against the control loop, as a first submission's does not."""
+    source = ended(submitted(owner), RunState.FAILED)
+    in_transaction = []
+    learn = submission.run_types
+
+    def learned(*args, **kwargs):
+        in_transaction.append(connection.in_atomic_block)
+        return learn(*args, **kwargs)
+
+    monkeypatch.setattr(submission, "run_types", learned)
+    response = owner_client.post(f"/api/runs/{source.id}/rerun/")
+    assert response.status_code == 201, response.content
+    assert in_transaction == [False]
+    assert Run.objects.get(pk=response.json()["id"]).rerun_of_id == source.id
