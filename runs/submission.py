@@ -8,10 +8,10 @@ creates the workflow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
@@ -35,9 +35,30 @@ OBSERVATIONS_USED = 50
 def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
     """The latest observations of some task types as the planner reads them, newest first.
 
-    One query however many types: the latest ``OBSERVATIONS_USED`` per type by a window.
+    One query however many types. On PostgreSQL each type's latest ``OBSERVATIONS_USED`` are
+    read from its index (a lateral top-N): a window over every observation of a type read
+    them all, at each submission, a cost that grew with the history. Elsewhere (the
+    embedded SQLite) the window ranks them.
     """
-    ranked = (
+    peaks: dict[str, list[ObservedPeak]] = {}
+    for row in _latest_observations(sorted(type_names)):
+        gb = row.peak_gb_per_process
+        if gb is not None:
+            at = row.created_at.timestamp()
+            peaks.setdefault(row.task_type, []).append(ObservedPeak(gb, oom=row.oom, at=at))
+    return peaks
+
+
+def _latest_observations(type_names: list[str]) -> Iterable[Observation]:
+    """The latest ``OBSERVATIONS_USED`` observations of each type, by type, newest first."""
+    if connection.vendor == "postgresql":
+        return Observation.objects.raw(LATEST_OBSERVATIONS, [type_names])
+    return latest_by_window(type_names)
+
+
+def latest_by_window(type_names: list[str]) -> Iterable[Observation]:
+    """What ``_latest_observations`` gives, ranked by a window: any database."""
+    return (
         Observation.objects.filter(task_type__in=type_names)
         .annotate(
             rank=Window(RowNumber(), partition_by=[F("task_type")], order_by=F("created_at").desc())
@@ -45,13 +66,20 @@ def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
         .filter(rank__lte=OBSERVATIONS_USED)
         .order_by("task_type", "rank")
     )
-    peaks: dict[str, list[ObservedPeak]] = {}
-    for row in ranked:
-        gb = row.peak_gb_per_process
-        if gb is not None:
-            at = row.created_at.timestamp()
-            peaks.setdefault(row.task_type, []).append(ObservedPeak(gb, oom=row.oom, at=at))
-    return peaks
+
+
+def _latest_observations_sql() -> str:
+    table = Observation._meta.db_table
+    return (
+        f"SELECT latest.* FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(task_type, n) "
+        f'CROSS JOIN LATERAL (SELECT * FROM "{table}" '
+        f'WHERE "task_type" = wanted.task_type ORDER BY "created_at" DESC '
+        f"LIMIT {OBSERVATIONS_USED}) latest "
+        f'ORDER BY wanted.n, latest."created_at" DESC'
+    )
+
+
+LATEST_OBSERVATIONS = _latest_observations_sql()
 
 
 def units_of(record: TaskRecord, types: Mapping[str, TaskType]) -> int:
