@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.postgresql.base import ServerBindingCursor
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-from psycopg import ClientCursor
 
 if TYPE_CHECKING:
     from django.db.backends.utils import _ExecuteParameters, _ExecuteQuery
@@ -26,8 +25,13 @@ if TYPE_CHECKING:
 def with_literals(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> str:
     """``sql`` with ``params`` written in as quoted literals, its ``%`` doubled again: a
     part of a statement that is executed with parameters of its own."""
-    connection.ensure_connection()
-    return ClientCursor(connection.connection).mogrify(sql, params).replace("%", "%%")
+    return quoted(connection, sql, params).replace("%", "%%")
+
+
+def quoted(connection: BaseDatabaseWrapper, sql: str, params: Any) -> str:
+    """``sql`` with ``params`` written in, quoted by psycopg: PostgreSQL's ``compose_sql``,
+    which Django's stubs do not name (their operations are the base's)."""
+    return str(connection.ops.compose_sql(sql, params))  # type: ignore[attr-defined]
 
 
 def preparing_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
@@ -49,7 +53,5 @@ class LoggedWithValues(CursorDebugWrapper):
     logs those bound on the server: psycopg keeps no text of a prepared statement's run."""
 
     def execute(self, sql: _ExecuteQuery, params: _ExecuteParameters = None) -> Any:
-        # Django's stubs name psycopg 2's composables, not psycopg 3's.
-        shown = ClientCursor(self.db.connection).mogrify(sql, params)  # type: ignore[arg-type]
-        with self.debug_sql(shown, params):
+        with self.debug_sql(quoted(self.db, str(sql), params), params):
             return super(CursorDebugWrapper, self).execute(sql, params)

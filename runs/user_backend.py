@@ -18,16 +18,25 @@ from django.db import connections, router
 from runs.prepared import preparing_cursor
 
 
-def _user_row() -> tuple[str, list[str]]:
-    """The query of a user by id, and the names of the user's fields it reads, in order."""
+def _user_columns() -> tuple[str, list[str]]:
+    """Every column of a user, named with its table (a query may join another), and the
+    names of the fields they hold, in order: what ``Model.from_db`` makes a user of."""
     meta = get_user_model()._meta
     fields = meta.concrete_fields
-    columns = ", ".join(f'"{field.column}"' for field in fields)
-    sql = f'SELECT {columns} FROM "{meta.db_table}" WHERE "{meta.pk.column}" = %s'
-    return sql, [field.attname for field in fields]
+    columns = ", ".join(f'"{meta.db_table}"."{field.column}"' for field in fields)
+    return columns, [field.attname for field in fields]
 
 
-USER_ROW, USER_FIELDS = _user_row()
+USER_COLUMNS, USER_FIELDS = _user_columns()
+
+
+def _user_row() -> str:
+    """The query of a user by id."""
+    meta = get_user_model()._meta
+    return f'SELECT {USER_COLUMNS} FROM "{meta.db_table}" WHERE "{meta.pk.column}" = %s'
+
+
+USER_ROW = _user_row()
 
 
 class UserBackend(ModelBackend):

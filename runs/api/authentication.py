@@ -27,6 +27,7 @@ from rest_framework.authentication import get_authorization_header
 from rest_framework.request import Request
 
 from runs.prepared import preparing_cursor
+from runs.user_backend import USER_COLUMNS, USER_FIELDS
 
 SCHEMES = (b"token", b"bearer")
 INVALID = "Invalid token."
@@ -66,24 +67,20 @@ class TokenAuthentication(KnoxTokenAuthentication):  # type: ignore[misc]  # kno
         raise exceptions.AuthenticationFailed(INVALID)
 
 
-def _token_users() -> tuple[str, list[str]]:
-    """The users of the tokens of a key, each with its token's digest, creation and expiry;
-    and the names of the user's fields it reads, in order."""
+def _token_users() -> str:
+    """The users of the tokens of a key, each with its token's digest, creation and expiry."""
     users, tokens = get_user_model()._meta, AuthToken._meta
-    fields = users.concrete_fields
-    columns = ", ".join(f'"{users.db_table}"."{field.column}"' for field in fields)
     user_id = tokens.get_field("user").column
-    sql = (
-        f'SELECT {columns}, "{tokens.db_table}"."digest", "{tokens.db_table}"."created", '
+    return (
+        f'SELECT {USER_COLUMNS}, "{tokens.db_table}"."digest", "{tokens.db_table}"."created", '
         f'"{tokens.db_table}"."expiry" '
         f'FROM "{users.db_table}" JOIN "{tokens.db_table}" '
         f'ON "{tokens.db_table}"."{user_id}" = "{users.db_table}"."{users.pk.column}" '
         f'WHERE "{tokens.db_table}"."token_key" = %s'
     )
-    return sql, [field.attname for field in fields]
 
 
-TOKEN_USERS, USER_FIELDS = _token_users()
+TOKEN_USERS = _token_users()
 
 
 def tokens_of_key(key: str) -> Iterator[AuthToken]:

@@ -186,12 +186,12 @@ def listed_page(
     with preparing_cursor(connection) as cursor:
         cursor.execute(sql, [now])
         found = cursor.fetchall()
-        # The matched runs reach one past the page: more than its end means a next page.
-        count = found[0][-1] if found else start
-        texts = {row[0]: row[4] or SETTLED.get(row[:4]) for row in found}
-        missing = [run_id for run_id, text in texts.items() if text is None]
-        if missing:
-            texts.update(_written(connection, missing, now))
+    # The matched runs reach one past the page: more than its end means a next page.
+    count = found[0][-1] if found else start
+    texts = {row[0]: row[4] or SETTLED.get(row[:4]) for row in found}
+    missing = [run_id for run_id, text in texts.items() if text is None]
+    if missing:
+        texts.update(_written(connection, missing, now))
     rows = [texts[row[0]] for row in found]
     return Page(rows, number, count > start + size, min(count, COUNT_CAP), count <= COUNT_CAP)
 
