@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.postgresql.base import ServerBindingCursor
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
@@ -34,13 +35,55 @@ def quoted(connection: BaseDatabaseWrapper, sql: str, params: Any) -> str:
     return str(connection.ops.compose_sql(sql, params))  # type: ignore[attr-defined]
 
 
+def prepared_rows(
+    connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` run on ``connection`` (PostgreSQL) through a preparing cursor.
+
+    A request's first statement on a kept connection is its health check: instead of
+    Django's ``SELECT 1`` before it, a round trip at every request, it runs at once and, if
+    the connection turns out broken (the server restarted, say), runs again on a new one.
+    A read can be run twice; inside a transaction Django's own check is kept.
+    """
+    db: Any = connection  # Django's stubs do not name the health check's attributes
+    checking = (
+        db.health_check_enabled
+        and not db.health_check_done
+        and db.connection is not None
+        and not db.in_atomic_block
+    )
+    if checking:
+        db.health_check_done = True
+    try:
+        return _rows(connection, sql, params)
+    except DatabaseError:
+        if not checking or not broken(connection):
+            raise
+    connection.close()
+    return _rows(connection, sql, params)
+
+
+def broken(connection: BaseDatabaseWrapper) -> bool:
+    """Whether psycopg found the connection itself lost, not a statement of it failing."""
+    raw = connection.connection
+    return raw is None or bool(raw.closed or raw.broken)
+
+
+def _rows(
+    connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    with preparing_cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
 def preparing_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     """A cursor of ``connection`` (PostgreSQL) that binds parameters on the server, which
     lets psycopg prepare what it runs; wrapped as Django's own, so queries are counted and
     logged alike."""
+    connection.validate_thread_sharing()
     connection.close_if_health_check_failed()
     connection.ensure_connection()
-    connection.validate_thread_sharing()
     # Django's stubs type the base cursor as its wrapper: psycopg's cursor is untyped there.
     cursor: Any = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
     if connection.queries_logged:

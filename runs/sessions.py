@@ -13,7 +13,7 @@ from django.contrib.sessions.models import Session
 from django.db import connections, router
 from django.utils import timezone
 
-from runs.prepared import preparing_cursor
+from runs.prepared import prepared_rows
 
 
 def _session_row() -> str:
@@ -37,11 +37,7 @@ class SessionStore(DatabaseSessionStore):
             return super()._get_session_from_db()  # type: ignore[misc,no-any-return]
         key = self.session_key
         if key is not None:
-            with preparing_cursor(connection) as cursor:
-                cursor.execute(SESSION_ROW, [key, timezone.now()])
-                row = cursor.fetchone()
-            if row is not None:
-                data, expires = row
+            for data, expires in prepared_rows(connection, SESSION_ROW, [key, timezone.now()]):
                 return Session(session_key=key, session_data=data, expire_date=expires)
         self._session_key = None  # as Django's store does: a new session gets a new key
         return None

@@ -15,7 +15,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.db import connections, router
 
-from runs.prepared import preparing_cursor
+from runs.prepared import prepared_rows
 
 
 def _user_columns() -> tuple[str, list[str]]:
@@ -47,10 +47,7 @@ class UserBackend(ModelBackend):
         connection = connections[router.db_for_read(users)]
         if connection.vendor != "postgresql":
             return super().get_user(user_id)
-        with preparing_cursor(connection) as cursor:
-            cursor.execute(USER_ROW, [user_id])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        user = users.from_db(connection.alias, USER_FIELDS, row)
-        return user if self.user_can_authenticate(user) else None
+        for row in prepared_rows(connection, USER_ROW, [user_id]):
+            user = users.from_db(connection.alias, USER_FIELDS, row)
+            return user if self.user_can_authenticate(user) else None
+        return None

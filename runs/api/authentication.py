@@ -26,7 +26,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import get_authorization_header
 from rest_framework.request import Request
 
-from runs.prepared import preparing_cursor
+from runs.prepared import prepared_rows
 from runs.user_backend import USER_COLUMNS, USER_FIELDS
 
 SCHEMES = (b"token", b"bearer")
@@ -96,10 +96,7 @@ def tokens_of_key(key: str) -> Iterator[AuthToken]:
     if connection.vendor != "postgresql":
         yield from AuthToken.objects.filter(token_key=key).select_related("user")
         return
-    with preparing_cursor(connection) as cursor:
-        cursor.execute(TOKEN_USERS, [key])
-        rows = cursor.fetchall()
-    for *columns, digest, created, expiry in rows:
+    for *columns, digest, created, expiry in prepared_rows(connection, TOKEN_USERS, [key]):
         user = users.from_db(connection.alias, USER_FIELDS, columns)
         yield AuthToken(digest=digest, token_key=key, user=user, created=created, expiry=expiry)
 

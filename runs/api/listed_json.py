@@ -22,7 +22,7 @@ from runs.access import listed_rows
 from runs.api.pagination import COUNT_CAP, Page, page_of
 from runs.api.serializers import RunSerializer
 from runs.models import ENDED_STATES, Run, RunQuerySet, Task
-from runs.prepared import preparing_cursor, with_literals
+from runs.prepared import prepared_rows, with_literals
 
 RUNS, TASKS = Run._meta.db_table, Task._meta.db_table
 SETTLED_KEPT = 20_000  # settled runs' texts kept per process: about 10 MB
@@ -183,9 +183,7 @@ def listed_page(
         page = f"SELECT * {newest} LIMIT {size} OFFSET {start}"
         sql = f"{shown}, ({counted}) FROM ({page}) page {joined}"
     # The one parameter left is the time a live run's duration runs to: it steers no plan.
-    with preparing_cursor(connection) as cursor:
-        cursor.execute(sql, [now])
-        found = cursor.fetchall()
+    found = prepared_rows(connection, sql, [now])
     # The matched runs reach one past the page: more than its end means a next page.
     count = found[0][-1] if found else start
     texts = {row[0]: row[4] or SETTLED.get(row[:4]) for row in found}
