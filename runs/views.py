@@ -8,7 +8,6 @@ it shows is live; once nothing is, its view answers 286 and htmx stops polling.
 from __future__ import annotations
 
 import hmac
-import json
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,10 @@ from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.dag import layout
 from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
-from runs.models import ENDED_STATES, FINAL_TASK_STATES, RunState, TaskState
+from runs.models import FINAL_TASK_STATES, RunState, TaskState
 from runs.planning_figures import planning_figures
 from runs.reruns import rerun_ids, spec_text, submit_rerun
-from runs.run_table import table_row
+from runs.run_table import table_rows
 from runs.spec import SpecError, parse_spec, validate_spec
 from runs.submission import create_run
 from runs.task_logs import DEFAULT_TAIL
@@ -81,15 +80,15 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     page = listed_page(
         runs, number, RUNS_PER_PAGE, now=timezone.now(), by_name=bool(values.get("name"))
     )
-    shown = [json.loads(row) for row in page.rows]
     query = request.GET.copy()
     query.pop("page", None)
     zone = timezone.get_current_timezone()
     # The rows' links share a prefix: one reverse() for the page, not one per row.
     base = reverse("runs:run-detail", args=["-"]).removesuffix("-/")
+    rows, any_live = table_rows(page.rows, zone, base)
     return {
-        "rows": [table_row(run, zone, base) for run in shown],
-        "any_live": any(run["state"] not in ENDED_STATES for run in shown),
+        "rows": rows,
+        "any_live": any_live,
         "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
         "filter_errors": errors,
         "states": RunState.choices,
