@@ -79,15 +79,6 @@ def visible_runs(user: Any) -> RunQuerySet:
     return Run.objects.visible_to(user).select_related("owner")
 
 
-def listed_runs(user: Any) -> RunQuerySet:
-    """The runs a user may see, to filter and count; ``runs.api.listed_json.listed_page``
-    reads a page of them (through ``listed_rows`` where the database does not write JSON).
-
-    Nothing joined nor annotated, so counting the runs a filter matches reads one index.
-    """
-    return Run.objects.visible_to(user)
-
-
 def units_sum(column: str) -> RawSQL:
     """The sum of a column over the tasks of the run of the row: a correlated subquery.
 

@@ -27,14 +27,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from harness.tasktypes import task_types
 from runs import accounting, capacity, controller, reservations, store, task_files, task_logs
 from runs.access import (
-    listed_runs,
     run_or_404,
     run_with_tasks_or_404,
     task_or_404,
     visible_observations,
 )
-from runs.api.filters import apply_filters, filter_values
+from runs.api.filters import filter_values
 from runs.api.listed_json import listed_page
+from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
@@ -76,10 +76,7 @@ def fragment(
 def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     values, errors = filter_values(request.GET)
     number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
-    runs = apply_filters(listed_runs(request.user), values)
-    page = listed_page(
-        runs, number, RUNS_PER_PAGE, now=timezone.now(), by_name=bool(values.get("name"))
-    )
+    page = listed_page(Listing.of(request.user, values), number, RUNS_PER_PAGE, timezone.now())
     query = request.GET.copy()
     query.pop("page", None)
     zone = timezone.get_current_timezone()

@@ -12,6 +12,7 @@ import json
 import threading
 from collections import OrderedDict
 from datetime import datetime
+from functools import lru_cache
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -19,10 +20,11 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from runs.access import listed_rows
+from runs.api.listing import KEPT, Listing, matched_sql
 from runs.api.pagination import COUNT_CAP, Page, page_of
 from runs.api.serializers import RunSerializer
 from runs.models import ENDED_STATES, Run, RunQuerySet, Task
-from runs.prepared import prepared_rows, with_literals
+from runs.prepared import prepared_rows
 
 RUNS, TASKS = Run._meta.db_table, Task._meta.db_table
 SETTLED_KEPT = 20_000  # settled runs' texts kept per process: about 10 MB
@@ -132,9 +134,9 @@ class SettledTexts:
 SETTLED = SettledTexts(SETTLED_KEPT)
 
 
-def writes_json(runs: RunQuerySet) -> bool:
-    """Whether the database of ``runs`` writes the rows (PostgreSQL, the times in UTC)."""
-    return connections[runs.db].vendor == "postgresql" and settings.TIME_ZONE == "UTC"
+def writes_json(alias: str) -> bool:
+    """Whether the database ``alias`` writes the rows (PostgreSQL, the times in UTC)."""
+    return connections[alias].vendor == "postgresql" and settings.TIME_ZONE == "UTC"
 
 
 def built_json(runs: RunQuerySet) -> list[str]:
@@ -145,44 +147,48 @@ def built_json(runs: RunQuerySet) -> list[str]:
     return [json.dumps(run, ensure_ascii=False, separators=(",", ":")) for run in shown]
 
 
-def listed_page(
-    runs: RunQuerySet, number: int, size: int, now: datetime, *, by_name: bool = False
-) -> Page:
-    """Page ``number`` of ``runs`` (``size`` rows) as each run's JSON text, as
-    ``RunSerializer`` writes it with a live run's duration to ``now``, and the runs counted up
-    to the cap, as ``page_of`` gives them.
-
-    On PostgreSQL in one statement, and only the page's rows are read and written. With
-    ``by_name`` (runs filtered by a part of their name) the runs matched, up to the cap or to
-    the end of the page, are found once for both the count and the page: the name's index
-    gives them unordered, to sort once. Otherwise the page and the count each walk a list's
-    index from its newest run, which costs less than keeping the matched runs to sort again.
-    """
-    if not writes_json(runs):
-        return page_of(runs, number, size, read=built_json)
-    start = (number - 1) * size
-    reach = max(COUNT_CAP + 1, start + size + 1)
-    connection = connections[runs.db]
+@lru_cache(maxsize=KEPT)
+def page_sql(listing: Listing, start: int, size: int, reach: int, by_name: bool) -> str:
+    """The statement of a page of ``listing`` from its ``start``-th run and of the runs
+    counted up to ``reach``; its one parameter is the time a live run's duration runs to,
+    which steers no plan."""
     # The runs matched, compiled once for the page and the count, unordered: a plain
     # subquery, which PostgreSQL merges into each, ordered as the list is (Run.Meta.ordering).
-    # Its values are written in: a statement repeated is prepared with the plan of its values.
-    matched = with_literals(
-        connection, *runs.values("pk", "created_at").order_by().query.sql_with_params()
-    )
-    newest = f'FROM ({matched}) matched ORDER BY "created_at" DESC'
+    newest = f'FROM ({matched_sql(listing)}) matched ORDER BY "created_at" DESC'
     shown = f"SELECT {VERSION}, {CACHED_OR_DOCUMENT}"
     joined = f'JOIN "{RUNS}" ON {_column("id")} = page."pk" ORDER BY page."created_at" DESC'
     if by_name:
-        sql = (
+        return (
             f"WITH found AS (SELECT * {newest} LIMIT {reach}), "
             f'page AS (SELECT * FROM found ORDER BY "created_at" DESC LIMIT {size} OFFSET {start}) '
             f"{shown}, (SELECT COUNT(*) FROM found) FROM page {joined}"
         )
-    else:
-        counted = f"SELECT COUNT(*) FROM (SELECT 1 {newest} LIMIT {reach}) counted"
-        page = f"SELECT * {newest} LIMIT {size} OFFSET {start}"
-        sql = f"{shown}, ({counted}) FROM ({page}) page {joined}"
-    # The one parameter left is the time a live run's duration runs to: it steers no plan.
+    counted = f"SELECT COUNT(*) FROM (SELECT 1 {newest} LIMIT {reach}) counted"
+    page = f"SELECT * {newest} LIMIT {size} OFFSET {start}"
+    return f"{shown}, ({counted}) FROM ({page}) page {joined}"
+
+
+def listed_page(
+    listing: Listing, number: int, size: int, now: datetime, *, by_name: bool | None = None
+) -> Page:
+    """Page ``number`` of the runs of ``listing`` (``size`` rows) as each run's JSON text, as
+    ``RunSerializer`` writes it with a live run's duration to ``now``, and the runs counted up
+    to the cap, as ``page_of`` gives them.
+
+    On PostgreSQL in one statement, and only the page's rows are read and written. With
+    ``by_name`` (by default: when the runs are filtered by a part of their name) the runs
+    matched, up to the cap or to the end of the page, are found once for both the count and
+    the page: the name's index gives them unordered, to sort once. Otherwise the page and the
+    count each walk a list's index from its newest run, which costs less than keeping the
+    matched runs to sort again.
+    """
+    if not writes_json(listing.alias):
+        return page_of(listing.runs(), number, size, read=built_json)
+    start = (number - 1) * size
+    reach = max(COUNT_CAP + 1, start + size + 1)
+    connection = connections[listing.alias]
+    by_name = listing.by_name if by_name is None else by_name
+    sql = page_sql(listing, start, size, reach, by_name)
     found = prepared_rows(connection, sql, [now])
     # The matched runs reach one past the page: more than its end means a next page.
     count = found[0][-1] if found else start

@@ -12,6 +12,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from django.db import connections
@@ -84,14 +85,15 @@ class CappedPagination(BasePagination):
     """``?page=`` and ``?page_size=``; ``count`` exact up to ``COUNT_CAP`` rows."""
 
     def paginate_queryset(
-        self,
-        queryset: Rows | Sequence[Any],
-        request: Request,
-        view: Any = None,
-        paged: Callable[[Rows, int, int], Page] = page_of,
+        self, queryset: QuerySet[Any] | Sequence[Any], request: Request, view: Any = None
     ) -> list[Any]:
-        """The rows of the page asked for, as ``paged`` makes page number, size of a queryset."""
-        assert isinstance(queryset, QuerySet)  # the API pages querysets: the count is a query
+        """The rows of the page asked for of a queryset (the API pages querysets: the count
+        is a query)."""
+        assert isinstance(queryset, QuerySet)
+        return self.paginate(request, partial(page_of, queryset))
+
+    def paginate(self, request: Request, paged: Callable[[int, int], Page]) -> list[Any]:
+        """The rows of the page asked for, as ``paged`` makes a page of a number and a size."""
         page = positive(request.query_params.get("page"), 1, MAX_PAGE)
         size = positive(request.query_params.get("page_size"), DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         if size is None:
@@ -99,7 +101,7 @@ class CappedPagination(BasePagination):
         if page is None:
             raise NotFound(f"page is an integer from 1 to {MAX_PAGE}")
         self.request = request
-        self.page = paged(queryset, page, size)
+        self.page = paged(page, size)
         if page > 1 and not self.page.rows:
             raise NotFound("no such page")
         return self.page.rows

@@ -23,15 +23,15 @@ from rest_framework.response import Response
 from harness.tasktypes import task_types
 from runs import controller
 from runs.access import (
-    listed_runs,
     run_or_404,
     run_with_tasks_or_404,
     visible_runs,
     with_progress,
 )
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
-from runs.api.filters import RunFilters, apply_filters, valid_filters
+from runs.api.filters import RunFilters, valid_filters
 from runs.api.listed_json import listed_page
+from runs.api.listing import Listing
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
 from runs.api.serializers import RunDetailSerializer, RunSerializer, run_detail_serializer
@@ -76,11 +76,9 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         return visible_runs(self.request.user)
 
     def list(self, request: Request) -> HttpResponse:
-        values = valid_filters(request)
-        runs = apply_filters(listed_runs(request.user), values)
+        listing = Listing.of(request.user, valid_filters(request))
         assert isinstance(self.paginator, CappedPagination)
-        paged = partial(listed_page, now=timezone.now(), by_name=bool(values.get("name")))
-        rows = self.paginator.paginate_queryset(runs, request, self, paged=paged)
+        rows = self.paginator.paginate(request, partial(listed_page, listing, now=timezone.now()))
         if request.accepted_renderer.format == "json":
             return self.paginator.json_response(rows)
         return self.get_paginated_response([json.loads(row) for row in rows])

@@ -9,8 +9,9 @@ import pytest
 from django.utils import timezone
 from rest_framework import serializers
 
-from runs.access import listed_runs, with_progress
+from runs.access import with_progress
 from runs.api.listed_json import SettledTexts, built_json, listed_page, writes_json
+from runs.api.listing import Listing
 from runs.api.pagination import page_of
 from runs.api.serializers import RunSerializer
 from runs.models import Run, RunState, Task
@@ -74,9 +75,10 @@ def drf_representation(run: Run) -> dict:
 def test_postgresql_writes_each_run_as_drf_represents_it(owner, time_machine):
     time_machine.move_to(NOW, tick=False)
     awkward_runs(owner)
-    runs = listed_runs(owner)
-    assert writes_json(runs)  # the tests' database is PostgreSQL: the SQL is what is tested
-    written = [json.loads(text) for text in listed_page(runs, 1, 50, now=timezone.now()).rows]
+    listing = Listing.of(owner, {})
+    runs = listing.runs()
+    assert writes_json(runs.db)  # the tests' database is PostgreSQL: the SQL is what is tested
+    written = [json.loads(text) for text in listed_page(listing, 1, 50, now=timezone.now()).rows]
     expected = [drf_representation(run) for run in with_progress(runs.select_related("owner"))]
     assert written == expected
     assert [run["name"] for run in written][:3] == ["plain", 'quo"te\\back', "ünïcødé ✓"]
@@ -88,9 +90,11 @@ def test_postgresql_writes_each_run_as_drf_represents_it(owner, time_machine):
 def test_the_python_writing_for_other_databases_is_the_same(owner, time_machine):
     time_machine.move_to(NOW, tick=False)
     awkward_runs(owner)
-    runs = listed_runs(owner)
-    in_python = [json.loads(text) for text in built_json(runs)]
-    in_postgresql = [json.loads(text) for text in listed_page(runs, 1, 50, now=timezone.now()).rows]
+    listing = Listing.of(owner, {})
+    in_python = [json.loads(text) for text in built_json(listing.runs())]
+    in_postgresql = [
+        json.loads(text) for text in listed_page(listing, 1, 50, now=timezone.now()).rows
+    ]
     assert in_python == in_postgresql
 
 
@@ -120,12 +124,12 @@ def test_a_page_in_one_statement_is_the_page_and_the_count_page_of_gives(
     monkeypatch.setattr("runs.api.listed_json.COUNT_CAP", 3)
     awkward_runs(owner)
     Run.objects.create(owner=stranger, name="not alice's", spec={}, backend="fake")
-    runs = listed_runs(owner)
+    listing = Listing.of(owner, {})
     now = timezone.now()
-    expected = page_of(runs, number, size, read=built_json)
-    first = listed_page(runs, number, size, now=now, by_name=by_name)  # writes settled texts
+    expected = page_of(listing.runs(), number, size, read=built_json)
+    first = listed_page(listing, number, size, now=now, by_name=by_name)  # writes settled texts
     with django_assert_num_queries(1):  # a page seen before: one statement
-        again = listed_page(runs, number, size, now=now, by_name=by_name)
+        again = listed_page(listing, number, size, now=now, by_name=by_name)
     for page in (first, again):
         assert [json.loads(row) | {"duration_s": 0} for row in page.rows] == [
             json.loads(row) | {"duration_s": 0} for row in expected.rows
@@ -139,7 +143,7 @@ def test_a_page_in_one_statement_is_the_page_and_the_count_page_of_gives(
 
 def listed(owner) -> dict[str, dict]:
     """The owner's first page as the API lists it, by run id."""
-    page = listed_page(listed_runs(owner), 1, 50, now=timezone.now())
+    page = listed_page(Listing.of(owner, {}), 1, 50, now=timezone.now())
     return {run["id"]: run for run in map(json.loads, page.rows)}
 
 
