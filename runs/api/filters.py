@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Subquery
+from django.http import QueryDict
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -39,17 +40,38 @@ class RunFilters(serializers.Serializer[dict[str, Any]]):
     )
 
 
-def filter_values(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+FIELDS = tuple(RunFilters().fields)
+Asked = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def filter_values(query: QueryDict) -> tuple[dict[str, Any], dict[str, Any]]:
     """The validated filters of a query string and the errors by parameter (one is empty).
 
     No parameters, nothing to validate: the lists' commonest request skips the serializer.
+    Validating is a function of the filters' parameters alone: a process validates each
+    combination of them once (the serializer cost a tenth of a filtered list).
     """
     if not query:
         return {}, {}
-    filters = RunFilters(data=query)
-    if filters.is_valid():
-        return dict(filters.validated_data), {}
-    return {}, dict(filters.errors)
+    asked = tuple((name, tuple(query.getlist(name))) for name in FIELDS if name in query)
+    values, errors = validated(asked)
+    return dict(values), dict(errors)
+
+
+@lru_cache(maxsize=1024)
+def validated(asked: Asked) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The filters' values (a set of states frozen) and errors of ``asked``, its parameters
+    by name with their values as given."""
+    data = QueryDict(mutable=True)
+    for name, given in asked:
+        data.setlist(name, list(given))
+    filters = RunFilters(data=data)
+    if not filters.is_valid():
+        return {}, dict(filters.errors)
+    values = dict(filters.validated_data)
+    if "state" in values:
+        values["state"] = frozenset(values["state"])
+    return values, {}
 
 
 def valid_filters(request: Request) -> dict[str, Any]:

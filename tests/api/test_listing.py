@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs.api import listing as listing_module
-from runs.api.filters import apply_filters, filter_values
+from runs.api.filters import RunFilters, apply_filters, filter_values, validated
 from runs.api.listing import Listing, matched_sql
 from runs.models import Run, RunState
 from tests.api.test_list_plans import query_strings
@@ -107,3 +107,37 @@ def test_a_user_made_staff_lists_every_run(users):
     users["owner"].is_staff = True
     users["owner"].save()
     assert names(client) == ["alice-0", "alice-1", "mallory-0", "mallory-1"]
+
+
+@pytest.fixture
+def validations(monkeypatch) -> list[dict]:
+    """The filters the serializer validated, in order; none kept before."""
+    validated.cache_clear()
+    seen: list[dict] = []
+    is_valid = RunFilters.is_valid
+
+    def counted(self, **kwargs):
+        seen.append(dict(self.initial_data.lists()))
+        return is_valid(self, **kwargs)
+
+    monkeypatch.setattr(RunFilters, "is_valid", counted)
+    yield seen
+    validated.cache_clear()
+
+
+def test_the_same_filters_are_validated_once_whatever_the_page(users, validations):
+    client = client_of(users["owner"])
+    for query in ["state=failed&name=a", "name=a&state=failed&page_size=1", "state=failed&name=a"]:
+        assert client.get(f"/api/runs/?{query}").status_code == 200
+    assert validations == [{"name": ["a"], "state": ["failed"]}]
+    for _ in range(2):
+        response = client.get("/api/runs/?state=failed&created_after=yesterday")
+        assert response.status_code == 400 and "created_after" in response.json()
+    assert len(validations) == 2
+
+
+def test_a_callers_change_to_the_values_is_not_kept(validations):
+    values, _ = filter_values(QueryDict("state=failed&name=a"))
+    values["name"] = "changed"
+    again, _ = filter_values(QueryDict("state=failed&name=a"))
+    assert again["name"] == "a" and again["state"] == frozenset({"failed"})
