@@ -99,6 +99,7 @@ def lose_the_connection() -> None:
 
 
 def test_requests_on_a_kept_connection_send_no_select_1_before_their_statements(token, checks):
+    connection.close()  # a new one, far from its CONN_MAX_AGE
     kept = backend_pid()
     for _ in range(3):
         status, body = served("/api/runs/", authorization=f"Token {token}")
