@@ -61,15 +61,14 @@ def shown(body: str) -> dict[str, str]:
     return {run_id: row for row, run_id in found}
 
 
-def test_an_ended_runs_row_is_written_once_and_the_same_after(alice, owner, written):
-    run = Run.objects.create(
-        owner=owner,
-        name="done",
-        spec={},
-        backend="fake",
-        state=RunState.SUCCEEDED,
-        ended_at=timezone.now(),
+def ended_run(owner, name: str, state: str = RunState.SUCCEEDED) -> Run:
+    return Run.objects.create(
+        owner=owner, name=name, spec={}, backend="fake", state=state, ended_at=timezone.now()
     )
+
+
+def test_an_ended_runs_row_is_written_once_and_the_same_after(alice, owner, written):
+    run = ended_run(owner, "done")
     first = shown(table(alice))
     again = shown(table(alice))
     assert written == [run.id]
@@ -92,14 +91,7 @@ def test_a_live_runs_row_is_written_at_every_table_and_not_kept(alice, owner, ke
 
 
 def test_an_ended_run_changed_shows_its_change(alice, owner):
-    run = Run.objects.create(
-        owner=owner,
-        name="before",
-        spec={},
-        backend="fake",
-        state=RunState.FAILED,
-        ended_at=timezone.now(),
-    )
+    run = ended_run(owner, "before", RunState.FAILED)
     assert "before" in shown(table(alice))[run.id]
     Run.objects.filter(pk=run.pk).update(name="after")
     row = shown(table(alice))[run.id]
@@ -107,14 +99,7 @@ def test_an_ended_run_changed_shows_its_change(alice, owner):
 
 
 def test_a_kept_row_is_the_row_written_anew(owner, kept):
-    run = Run.objects.create(
-        owner=owner,
-        name="<b>x</b>",
-        spec={},
-        backend="fake",
-        state=RunState.CANCELLED,
-        ended_at=timezone.now(),
-    )
+    run = ended_run(owner, "<b>x</b>", RunState.CANCELLED)
     text = json.dumps(
         {
             "id": run.id,
