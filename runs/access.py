@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
+from django.db.models import F, IntegerField, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from runs.models import ENDED_STATES, Attempt, Observation, Run, RunQuerySet, Task
+from runs import run_reads
+from runs.models import ENDED_STATES, Observation, Run, RunQuerySet, Task
 
 LIST_COLUMNS = (
     "id",
@@ -131,9 +132,7 @@ def run_or_404(user: Any, run_id: str) -> Run:
 
 def run_with_tasks_or_404(user: Any, run_id: str) -> Run:
     """A run with its tasks in spec order and their attempts: three queries."""
-    attempts = Prefetch("attempts", Attempt.objects.order_by("worker", "attempt"))
-    tasks = Prefetch("tasks", Task.objects.order_by("position").prefetch_related(attempts))
-    return get_object_or_404(visible_runs(user).prefetch_related(tasks), pk=run_id)
+    return run_reads.with_tasks(get_object_or_404(visible_runs(user), pk=run_id))
 
 
 def task_or_404(user: Any, run_id: str, task_id: str) -> Task:

@@ -19,6 +19,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from runs import run_reads
 from runs.models import Observation, Run, Task
 from runs.sizing import Wastage, wastage
 
@@ -136,12 +137,13 @@ def allocations(plan: Mapping[str, Any]) -> dict[str, float]:
 
 def run_usage(run: Run, tasks: Iterable[Task] | None = None) -> RunUsage:
     """The memory use of a run's attempts, by task: one query, two without its tasks."""
-    plans = {t.task_id: t.plan for t in (run.tasks.all() if tasks is None else tasks)}
-    rows = Observation.objects.filter(run=run).select_related("task").order_by("created_at")
+    known = list(run.tasks.all() if tasks is None else tasks)
+    plans = {t.task_id: t.plan for t in known}
+    names: dict[int | None, str] = {t.pk: t.task_id for t in known}
     total = Usage()
     by_task: dict[str, Usage] = {task_id: Usage() for task_id in plans}
-    for row in rows:
-        task_id = row.task.task_id if row.task is not None else ""
+    for row in run_reads.observations(run):
+        task_id = names.get(row.task_id, "")
         plan = plans.get(task_id, {})
         policies = dict(plan.get("counterfactual_gb", {}))
         attempt = Attempted.of(row)

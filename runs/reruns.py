@@ -11,7 +11,6 @@ from typing import Any
 import yaml
 from django.contrib.auth.models import User
 
-from runs.access import visible_runs
 from runs.models import Run
 from runs.spec import RunSpec
 from runs.submission import create_run
@@ -21,11 +20,6 @@ def submit_rerun(*, source: Run, spec: RunSpec, owner: User) -> Run:
     """Create a run of ``spec`` as a re-run of ``source``: linked as it is created, and its
     sources learned before any transaction, as every submission's are."""
     return create_run(spec=spec, owner=owner, rerun_of=source)
-
-
-def rerun_ids(user: Any, run: Run) -> list[str]:
-    """The ids of the re-runs of a run that a user may see, newest first."""
-    return list(visible_runs(user).filter(rerun_of=run).values_list("id", flat=True))
 
 
 def spec_text(spec: dict[str, Any]) -> str:

@@ -42,7 +42,8 @@ from runs.dag import layout
 from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.models import FINAL_TASK_STATES, RunState, TaskState
 from runs.planning_figures import planning_figures
-from runs.reruns import rerun_ids, spec_text, submit_rerun
+from runs.reruns import spec_text, submit_rerun
+from runs.run_reads import rerun_ids
 from runs.run_table import table_rows
 from runs.spec import SpecError, parse_spec, validate_spec
 from runs.submission import create_run

@@ -36,7 +36,8 @@ from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_PARSERS
 from runs.api.serializers import RunDetailSerializer, RunSerializer, run_detail_serializer
 from runs.models import Run
-from runs.reruns import rerun_ids, submit_rerun
+from runs.reruns import submit_rerun
+from runs.run_reads import rerun_ids
 from runs.spec import RunSpec, SpecError, parse_spec, validate_spec
 from runs.submission import create_run
 from runs.task_files import attach_progress

@@ -69,6 +69,17 @@ def test_a_runs_use_is_peak_times_time_its_waste_the_limit_above_it_and_its_kill
     }
 
 
+def test_an_observation_whose_task_is_gone_counts_for_the_run_and_no_task(owner):
+    run = submitted(owner)
+    observe(run, "sweep", peak=1.0, limit=2.0, seconds=3600)
+    observe(run, "summary", peak=0.5, limit=1.0, seconds=3600, worker="summary")
+    Observation.objects.filter(task__task_id="summary").update(task=None)
+    usage = accounting.run_usage(run)
+    assert usage.total.attempts == 2
+    assert usage.total.wastage.used_gbh == pytest.approx(1.5)
+    assert usage.tasks["sweep"].attempts == 1 and usage.tasks["summary"].attempts == 0
+
+
 def test_the_weekly_use_of_a_type_goes_newest_first_and_leaves_out_older_weeks(owner):
     run = submitted(owner)
     observe(run, "sweep", peak=0.5, limit=1.0, seconds=3600)
