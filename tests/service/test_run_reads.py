@@ -48,6 +48,19 @@ def fields(row: object) -> dict[str, object]:
     return {f.attname: getattr(row, f.attname) for f in type(row)._meta.concrete_fields}  # type: ignore[attr-defined]
 
 
+def compiled_models(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The models of the statements the ORM compiles from now on, as it compiles them."""
+    compiled: list[str] = []
+    as_sql = SQLCompiler.as_sql
+
+    def counting(self: SQLCompiler, *args: object, **kwargs: object) -> object:
+        compiled.append(self.query.model.__name__ if self.query.model else "")
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    return compiled
+
+
 def test_a_runs_tasks_and_attempts_are_the_orms_instances_in_the_same_order(owner):
     run = with_attempts(submitted(owner))
     expected = orm_read(run.id)
@@ -85,14 +98,7 @@ def test_a_related_queryset_still_filters_in_the_database(owner):
 
 def test_the_reads_compile_no_statement_with_the_orm(owner, monkeypatch):
     run = Run.objects.get(pk=with_attempts(submitted(owner)).id)
-    compiled: list[str] = []
-    as_sql = SQLCompiler.as_sql
-
-    def counting(self: SQLCompiler, *args: object, **kwargs: object) -> object:
-        compiled.append(self.query.model.__name__ if self.query.model else "")
-        return as_sql(self, *args, **kwargs)
-
-    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    compiled = compiled_models(monkeypatch)
     run_reads.with_tasks(run)
     run_reads.observations(run)
     run_reads.rerun_ids(owner, run)
@@ -134,14 +140,7 @@ def test_a_runs_answer_and_page_compile_only_the_runs_own_statement(owner, path,
     client = Client()
     client.force_login(owner)
     assert client.get(path.format(run.id)).status_code == 200  # sessions, caches: warmed
-    compiled: list[str] = []
-    as_sql = SQLCompiler.as_sql
-
-    def counting(self: SQLCompiler, *args: object, **kwargs: object) -> object:
-        compiled.append(self.query.model.__name__ if self.query.model else "")
-        return as_sql(self, *args, **kwargs)
-
-    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    compiled = compiled_models(monkeypatch)
     assert client.get(path.format(run.id)).status_code == 200
     assert compiled.count("Run") == 1
     assert not {"Task", "Attempt", "Observation"} & set(compiled)
