@@ -52,12 +52,12 @@ def observations(run: Run) -> list[Observation]:
 
 
 def rerun_ids(user: Any, run: Run) -> list[str]:
-    """The ids of the runs that re-run ``run`` that ``user`` may see, newest first."""
-    sql, params = RERUNS_SQL, [run.pk]
-    if not user.is_staff:
-        sql, params = f'{sql} AND "owner_id" = %s', [run.pk, user.pk]
+    """The ids of the runs that re-run ``run`` that ``user`` may see, newest first: the
+    rule of ``RunQuerySet.visible_to`` (their own, every run for staff) written in SQL."""
+    owned = "" if user.is_staff else ' AND "owner_id" = %s'
+    params = [run.pk] if user.is_staff else [run.pk, user.pk]
     with connections[router.db_for_read(Run)].cursor() as cursor:
-        cursor.execute(sql + NEWEST_FIRST, params)
+        cursor.execute(RERUNS_SQL + owned + NEWEST_FIRST, params)
         return [row[0] for row in cursor.fetchall()]
 
 
