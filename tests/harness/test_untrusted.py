@@ -1,0 +1,135 @@
+"""harness.untrusted: paths a task could have written are walked, never resolved."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness import untrusted
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "root" / "runs" / "r1" / "out").mkdir(parents=True)
+    (tmp_path / "secret").write_text("the service's key")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "key").write_text("another user's file")
+    return tmp_path / "root"
+
+
+def test_a_regular_file_below_the_root_is_read(root: Path) -> None:
+    (root / "runs" / "r1" / "out" / "a.txt").write_text("hello")
+    assert untrusted.read_bytes(root, "runs/r1/out/a.txt", 100) == b"hello"
+
+
+@pytest.mark.parametrize("relative", ["../secret", "/etc/passwd", "runs/../../secret", "a\x00b"])
+def test_a_path_that_steps_out_is_refused_before_any_open(root: Path, relative: str) -> None:
+    with pytest.raises(untrusted.Refused):
+        untrusted.read_bytes(root, relative, 100)
+
+
+def test_a_link_as_the_file_is_not_followed(root: Path) -> None:
+    (root / "runs" / "r1" / "out" / "key").symlink_to(root.parent / "secret")
+    with pytest.raises(OSError):
+        untrusted.read_bytes(root, "runs/r1/out/key", 100)
+
+
+@pytest.mark.parametrize("component", ["runs/r1/out", "runs/r1", "runs"])
+def test_a_link_as_any_folder_on_the_way_is_not_followed(root: Path, component: str) -> None:
+    target = root / component
+    target.rename(target.with_name(target.name + ".real"))
+    target.symlink_to(root.parent / "elsewhere")
+    relative = f"{component}/key" if component == "runs/r1/out" else "runs/r1/out/key"
+    with pytest.raises(OSError):
+        untrusted.read_bytes(root, relative, 100)
+    assert untrusted.list_dir(root, component) == []
+
+
+def test_a_fifo_is_refused_without_blocking(root: Path) -> None:
+    fifo = root / "runs" / "r1" / "out" / "report.json"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            untrusted.read_bytes(root, "runs/r1/out/report.json", 100)
+        except BaseException as error:  # noqa: BLE001 - what the reader met is the result
+            outcome.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "the read blocked on a FIFO"
+    assert isinstance(outcome[0], untrusted.Refused)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root makes device nodes")
+def test_a_device_is_refused(root: Path) -> None:
+    os.mknod(root / "runs" / "r1" / "out" / "zero", stat.S_IFCHR | 0o644, os.makedev(1, 5))
+    with pytest.raises(untrusted.Refused):
+        untrusted.read_bytes(root, "runs/r1/out/zero", 100)
+
+
+def test_a_sparse_giant_is_read_only_up_to_its_cap(root: Path) -> None:
+    giant = root / "runs" / "r1" / "progress.jsonl"
+    with open(giant, "wb") as handle:
+        handle.truncate(1 << 30)
+    assert len(untrusted.read_bytes(root, "runs/r1/progress.jsonl", 4096)) == 4096
+    assert untrusted.file_size(root, "runs/r1/progress.jsonl") == 1 << 30
+
+
+def test_a_walk_lists_regular_files_and_never_enters_a_linked_folder(root: Path) -> None:
+    out = root / "runs" / "r1" / "out"
+    (out / "sub").mkdir()
+    (out / "sub" / "b.csv").write_text("x")
+    (out / "a.txt").write_text("y")
+    (out / ".hidden").write_text("z")
+    (out / "link").symlink_to(root.parent / "secret")
+    (out / "dirlink").symlink_to(root.parent / "elsewhere", target_is_directory=True)
+    os.mkfifo(out / "fifo")
+    assert list(untrusted.walk_files(root, "runs/r1/out", 100)) == [("a.txt", 1), ("sub/b.csv", 1)]
+
+
+def test_a_walk_stops_at_its_limit(root: Path) -> None:
+    for i in range(10):
+        (root / "runs" / "r1" / "out" / f"{i}.txt").write_text("x")
+    assert len(list(untrusted.walk_files(root, "runs/r1/out", 3))) == 3
+
+
+def test_a_folder_a_task_planted_for_the_service_is_moved_aside(root: Path) -> None:
+    logs = root / "runs" / "r1" / "logs"
+    logs.mkdir(mode=0o777)
+    os.chmod(logs, 0o777)  # a folder others may write is not the service's
+    (logs / "q-0.log").symlink_to(root.parent / "secret")
+    fd = untrusted.service_dir(root, "runs/r1/logs")
+    try:
+        assert untrusted.entries(fd) == []
+        log = untrusted.open_own(fd, "q-0.log")
+        os.write(log, b"a line\n")
+        os.close(log)
+    finally:
+        os.close(fd)
+    assert (root.parent / "secret").read_text() == "the service's key"
+    assert (logs / "q-0.log").read_bytes() == b"a line\n"
+    assert [p.name for p in logs.parent.iterdir() if p.name.startswith(".logs.planted-")]
+
+
+def test_a_file_of_the_service_is_never_written_through_a_link(root: Path) -> None:
+    with untrusted.directory(root, "runs/r1") as fd:
+        os.symlink(root.parent / "secret", "x.log", dir_fd=fd)
+        with pytest.raises(OSError):
+            untrusted.open_own(fd, "x.log")
+        untrusted.write_atomic_at(fd, "x.log", "replaced")  # a rename replaces the link itself
+    assert (root.parent / "secret").read_text() == "the service's key"
+    assert (root / "runs" / "r1" / "x.log").read_text() == "replaced"
+
+
+def test_create_once_leaves_whatever_is_there(root: Path) -> None:
+    with untrusted.directory(root, "runs/r1") as fd:
+        assert untrusted.create_once_at(fd, "a.log", "first")
+        assert not untrusted.create_once_at(fd, "a.log", "second")
+    assert (root / "runs" / "r1" / "a.log").read_text() == "first"
