@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -34,6 +35,8 @@ MAX_TASKS = 500
 MAX_WORKERS = 1000
 MAX_CORES = 512
 MAX_MEMORY_GB = 4096.0
+MIN_MEMORY_GB = 0.001
+"""About 1 MiB: a smaller memory size means nothing to a pod (Kubernetes would round it to 0)."""
 MAX_UNITS = 10_000_000
 MAX_SETTINGS_BYTES = 64 * 1024
 MAX_COMMAND_ARGS = 1000
@@ -46,7 +49,7 @@ IMAGE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._\-/:@]{0,499}$")
 # Node names a split task adds to the DAG besides its own id.
 DERIVED_NODE = re.compile(r"^(?P<task>[a-z][a-z0-9-]*)-(w\d+|extra|merge)$")
 
-STRICT = ConfigDict(extra="forbid", strict=True)
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def _match(pattern: re.Pattern[str], what: str) -> AfterValidator:
@@ -85,14 +88,28 @@ class SpecError(Exception):
         super().__init__("; ".join(f"{p}: {' '.join(m)}" for p, m in self.errors.items()))
 
 
+def _memory_size(value: float) -> float:
+    if value < MIN_MEMORY_GB:
+        raise ValueError(f"must be at least {MIN_MEMORY_GB} (GiB)")
+    return value
+
+
+def _memory_size_or_zero(value: float) -> float:
+    return value if value == 0 else _memory_size(value)
+
+
+GiB = Annotated[float, Field(le=MAX_MEMORY_GB), AfterValidator(_memory_size)]
+GiBOrZero = Annotated[float, Field(ge=0, le=MAX_MEMORY_GB), AfterValidator(_memory_size_or_zero)]
+
+
 class MemorySpec(BaseModel):
     """Overrides of the planner, per pod of the task."""
 
     model_config = STRICT
 
-    per_worker_gb: float | None = Field(default=None, gt=0, le=MAX_MEMORY_GB)
-    base_gb: float | None = Field(default=None, ge=0, le=MAX_MEMORY_GB)
-    gb: float | None = Field(default=None, gt=0, le=MAX_MEMORY_GB, description="total per pod")
+    per_worker_gb: GiB | None = None
+    base_gb: GiBOrZero | None = None
+    gb: GiB | None = Field(default=None, description="total per pod")
 
 
 Arg = Annotated[StrictStr, Field(max_length=MAX_ARG_LENGTH)]
@@ -382,6 +399,12 @@ def validate_spec(
             errors.setdefault(path, []).extend(messages)
     for path, message in _collisions(tasks, types):
         errors.setdefault(path, []).append(message)
+    try:
+        for path in _non_finite(data):
+            if not any("finite" in message for message in errors.get(path, [])):
+                errors.setdefault(path, []).append("must be a finite number")
+    except RecursionError:
+        raise SpecError({"spec": ["cannot be read: nested too deeply"]}) from None
     if cycle := _cycle(tasks):
         errors.setdefault(f"tasks.{cycle[0]}.inputs", []).append(
             f"the inputs form a cycle: {' -> '.join(cycle)}"
@@ -407,6 +430,24 @@ def _collisions(
                     f"the id collides with a pod of the split task {derived['task']!r}",
                 )
             )
+    return found
+
+
+def _non_finite(data: Any, prefix: str = "") -> list[str]:
+    """The paths of the NaNs and infinities of a document, wherever they are (a task type's
+    settings too): JSON's ``NaN``/``1e999`` and YAML's ``.nan``/``.inf`` parse as floats."""
+    if isinstance(data, float):
+        return [] if math.isfinite(data) else [prefix or "spec"]
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(data, dict):
+        items = data.items()
+    elif isinstance(data, list):
+        items = enumerate(data)
+    else:
+        return []
+    found = []
+    for key, value in items:
+        found += _non_finite(value, f"{prefix}.{key}" if prefix else str(key))
     return found
 
 

@@ -107,6 +107,14 @@ def test_a_bad_spec_is_a_400_with_the_field_errors_and_creates_nothing(owner_cli
     assert not Run.objects.exists() and not (store / "runs").exists()
 
 
+def test_a_memory_size_too_small_to_mean_anything_is_a_400_naming_the_field(owner_client):
+    body = '{"tasks": {"s": {"type": "squares", "settings": {"n": 1}, "memory": {"gb": 1e-300}}}}'
+    response = submit(owner_client, body, "application/json")
+    assert response.status_code == 400
+    assert response.json() == {"tasks.s.memory.gb": ["must be at least 0.001 (GiB)"]}
+    assert not Run.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [

@@ -116,7 +116,7 @@ BAD = [
     (
         "tasks: {s: {type: squares, settings: {n: 1}, memory: {per_worker_gb: -1}}}",
         "tasks.s.memory.per_worker_gb",
-        "greater",
+        "at least 0.001",
     ),
     ("tasks: {s: {type: squares, settings: {n: 1}, workers: 2.5}}", "tasks.s.workers", "integer"),
     ("tasks: {s: {type: squares, settings: {n: 1}, workers: '3'}}", "tasks.s.workers", "integer"),
@@ -317,3 +317,61 @@ def test_a_type_that_counts_absurd_units_or_fails_to_count_is_an_error_of_its_se
     with pytest.raises(SpecError) as caught:
         parse_spec("tasks: {s: {type: counting}}", types=types)
     assert word in caught.value.errors["tasks.s.settings"][0]
+
+
+SIZED = "tasks: {{s: {{type: squares, settings: {{n: 1}}, {field}: {value}}}}}"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path", "message"),
+    [
+        ("memory", "{gb: 1.0e-300}", "memory.gb", "at least 0.001"),
+        ("memory", "{gb: 0.0009}", "memory.gb", "at least 0.001"),
+        ("memory", "{gb: 0}", "memory.gb", "at least 0.001"),
+        ("memory", "{per_worker_gb: 1.0e-9}", "memory.per_worker_gb", "at least 0.001"),
+        ("memory", "{base_gb: 1.0e-9}", "memory.base_gb", "at least 0.001"),
+        ("memory", "{base_gb: -1}", "memory.base_gb", "greater than or equal to 0"),
+        ("memory", "{gb: .nan}", "memory.gb", "finite"),
+        ("memory", "{gb: .inf}", "memory.gb", "finite"),
+        ("memory", "{per_worker_gb: -.inf}", "memory.per_worker_gb", "finite"),
+        ("memory", "{gb: 1.0e+300}", "memory.gb", "less than or equal to 4096"),
+        ("cores", "1000000000", "cores", "less than or equal to 512"),
+        ("cores", "-1", "cores", "greater than or equal to 1"),
+        ("cores", ".nan", "cores", "integer"),
+        ("workers", "1000000000", "workers", "less than or equal to 1000"),
+        ("workers", ".inf", "workers", "integer"),
+    ],
+)
+def test_every_number_of_a_task_is_finite_and_of_a_sensible_size(field, value, path, message):
+    errors = errors_of(SIZED.format(field=field, value=value))
+    assert any(message in text for text in errors[f"tasks.s.{path}"]), errors
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '{"tasks": {"s": {"type": "squares", "settings": {"n": 1}, "memory": {"gb": NaN}}}}',
+        '{"tasks": {"s": {"type": "squares", "settings": {"n": 1}, "memory": {"gb": 1e999}}}}',
+        '{"tasks": {"s": {"type": "squares", "settings": {"n": 1}, "memory": {"gb": -Infinity}}}}',
+    ],
+)
+def test_json_non_finite_numbers_are_refused_by_their_field(document):
+    errors = errors_of(document)
+    assert errors["tasks.s.memory.gb"] == ["Input should be a finite number"]
+
+
+def test_a_non_finite_number_in_a_task_types_settings_is_refused_by_its_path():
+    errors = errors_of("tasks: {s: {type: ising, settings: {t_max: .inf}}}")
+    assert any("finite" in text for text in errors["tasks.s.settings.t_max"]), errors
+
+
+def test_the_smallest_memory_size_is_accepted():
+    spec = parse_spec(SIZED.format(field="memory", value="{gb: 0.001, base_gb: 0}"), types=TYPES)
+    assert spec.tasks["s"].memory.gb == 0.001
+
+
+def test_the_issues_json_memory_of_1e_300_is_refused_with_the_minimum():
+    document = (
+        '{"tasks": {"s": {"type": "squares", "settings": {"n": 1}, "memory": {"gb": 1e-300}}}}'
+    )
+    assert errors_of(document) == {"tasks.s.memory.gb": ["must be at least 0.001 (GiB)"]}
