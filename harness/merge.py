@@ -84,9 +84,13 @@ def recompute(
 
 def merge_exit(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> int:
     """Run the merge and map its end onto an exit code: 0 merged, 3 it failed, 75 the store
-    failed (a full disk, a transient NFS error: retried)."""
+    failed (a full disk, a transient NFS error: retried). A merge that calls ``sys.exit()``,
+    whatever its code, did not finish: it is a failed merge, never a success."""
     try:
         run_merge(task_type, settings, paths)
+    except SystemExit as leaving:
+        log.error("the merge of %s exited (%s) before it finished", paths.task_dir.name, leaving)
+        return EXIT_FAILED
     except OSError as error:
         if error.errno not in STORAGE_ERRNOS:
             log.exception("the merge of %s failed", paths.task_dir.name)

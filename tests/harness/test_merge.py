@@ -164,3 +164,31 @@ def test_a_full_disk_under_the_outputs_exits_75_without_a_marker(
 
     assert "No space left on device" in caplog.text
     assert not (task_dir / "out" / MERGED_MARKER).exists()
+
+
+def _leaving_merge(code: object) -> object:
+    def merge_then_leave(settings: object, context: MergeContext) -> None:
+        (context.out / "half.txt").write_text("half")
+        raise SystemExit(code)
+
+    return merge_then_leave
+
+
+@pytest.mark.parametrize("code", [None, 0, 3, "bye"])
+def test_a_merge_that_calls_sys_exit_is_a_failed_merge_without_its_marker(
+    store: Path, code: object
+) -> None:
+    task_dir = make_task(store, "squares", {"n": 2})
+    _ledger(task_dir, 2, [0, 1])
+    paths = TaskPaths(task_dir, store)
+    leaving = TaskType(
+        name="leaving",
+        settings=SQUARES.settings,
+        units=SQUARES.units,
+        compute=SQUARES.compute,
+        merge=_leaving_merge(code),  # type: ignore[arg-type]
+    )
+
+    assert merge_exit(leaving, SQUARES.parse_settings({"n": 2}), paths) == 3
+
+    assert not (paths.out / MERGED_MARKER).exists()
