@@ -54,6 +54,22 @@ if not SECRET_KEY:
     SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production"
 ALLOWED_HOSTS = _read("ALLOWED_HOSTS", env.list, ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = _read("CSRF_TRUSTED_ORIGINS", env.list, [])
+# SIMRUN_HTTPS=true: the service is reached over HTTPS only (behind a proxy that ends TLS and
+# sets X-Forwarded-Proto): plain HTTP is redirected, browsers are told to use HTTPS for a year
+# (HSTS, subdomains included) and cookies are never sent over plain HTTP. Off by default, as
+# the embedded service listens on plain HTTP.
+SIMRUN_HTTPS = _bool("SIMRUN_HTTPS", False)
+if SIMRUN_HTTPS:
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # A scrape of /metrics comes straight to the service, past the proxy, over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
+    # Preloading binds the domain and its subdomains in browsers for months: its owner's call.
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 SIMRUN_HOME = Path(_read("SIMRUN_HOME", env.str, str(BASE_DIR / "var"))).resolve()
 SIMRUN_STORE = Path(_read("SIMRUN_STORE", env.str, str(SIMRUN_HOME / "store"))).resolve()

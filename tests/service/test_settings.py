@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +96,59 @@ def test_prepared_statements_are_on_unless_turned_off_for_a_pooler(tmp_path, swi
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [threshold]
+
+
+def deploy_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py check --deploy`` as production runs it: no DEBUG, a long random key, hosts."""
+    production = {
+        "PATH": os.environ["PATH"],
+        "SIMRUN_HOME": str(tmp_path / "home"),
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "simrun.example.org",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=production,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_with_simrun_https_the_deploy_check_has_nothing_to_say(tmp_path):
+    result = deploy_check(tmp_path, SIMRUN_HTTPS="true")
+    assert result.returncode == 0, result.stderr
+    assert "WARNINGS" not in result.stderr + result.stdout
+
+
+def test_without_simrun_https_the_deploy_check_names_the_four_https_settings(tmp_path):
+    result = deploy_check(tmp_path)
+    assert result.returncode != 0
+    warnings = set(re.findall(r"\(security\.(W\d+)\)", result.stderr))
+    assert warnings == {"W004", "W008", "W012", "W016"}, result.stderr
+
+
+def test_simrun_https_sets_hsts_redirect_secure_cookies_and_the_proxy_header(tmp_path):
+    code = (
+        "from django.conf import settings as s; "
+        "print(s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, s.SECURE_SSL_REDIRECT,"
+        " s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_PROXY_SSL_HEADER)"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env={
+            "PATH": os.environ["PATH"],
+            "SIMRUN_HOME": str(tmp_path / "home"),
+            "SECRET_KEY": "s",
+            "SIMRUN_HTTPS": "true",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.splitlines()[-1] == (
+        "31536000 True True True True ('HTTP_X_FORWARDED_PROTO', 'https')"
+    ), result.stderr
