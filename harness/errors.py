@@ -1,5 +1,7 @@
 """The exceptions the harness raises and the exit codes it maps them onto."""
 
+import errno
+
 EXIT_OK = 0
 EXIT_FAILED = 3
 """A unit (also one past its time limit), the merge or simrun-exec's command failed."""
@@ -9,6 +11,8 @@ EXIT_STORAGE = 75
 """The shared store failed (a full disk, a transient NFS error, a file where none belongs):
 EX_TEMPFAIL, retried by both backends. Claims were released and the report written where the
 store allowed it."""
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ESTALE, errno.EROFS})
+"""The errors that are the store's or the scratch disk's, not the task's: exit 75, retried."""
 EXIT_KILLED = 137
 """A process of the pool (or simrun-exec's command) was killed: for memory if the report
 counts kills of the OOM killer."""

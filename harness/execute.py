@@ -28,6 +28,7 @@ from harness.errors import (
     EXIT_OK,
     EXIT_STORAGE,
     EXIT_TERMINATED,
+    STORAGE_ERRNOS,
     ConfigurationError,
 )
 from harness.heartbeat import Heartbeat
@@ -41,7 +42,7 @@ from harness.report import (
     node_name,
     write_report,
 )
-from harness.sources import install_sources, stage
+from harness.sources import StagingStorageError, install_sources, stage
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -193,8 +194,15 @@ def main(argv: list[str] | None = None) -> int:
             per_worker_gb = task.plan_gb("per_worker_gb") if task and task.plan else 0.0
             grace, attempt = config.grace_s(env), config.attempt(env)
             source, limit = memory_source(env), config.memory_limit(env)
-            stage_inputs(paths)
         except (ConfigurationError, OSError, subprocess.CalledProcessError) as error:
+            log.error("configuration error: %s", error)
+            return EXIT_CONFIGURATION
+        try:
+            stage_inputs(paths)
+        except (StagingStorageError, OSError) as error:
+            if error.errno in STORAGE_ERRNOS:
+                log.error("the store failed while the inputs were staged: %s", error)
+                return EXIT_STORAGE
             log.error("configuration error: %s", error)
             return EXIT_CONFIGURATION
         if stop.is_set():

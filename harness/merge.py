@@ -8,7 +8,6 @@ merges through ``merge_exit`` itself (the local backend has no merge pod).
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from harness.errors import (
     EXIT_OK,
     EXIT_STORAGE,
     EXIT_TERMINATED,
+    STORAGE_ERRNOS,
     ConfigurationError,
 )
 from harness.files import write_atomic
@@ -37,8 +37,6 @@ from harness.tasktypes import MergeContext, TaskType, get_task_type
 
 MERGED_MARKER = ".simrun-merged"
 """Written into ``out/`` after a successful merge."""
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ESTALE, errno.EROFS})
-"""The errors of the merge that are the store's, not the task type's: retried (exit 75)."""
 
 log = logging.getLogger("simrun.harness")
 

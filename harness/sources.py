@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.config import EDITABLE_ENV
+from harness.errors import STORAGE_ERRNOS
 
 SOURCES_DIR = "simrun-sources"
 """The directory of the shadow trees below the temporary directory."""
@@ -132,20 +133,41 @@ def restart() -> None:
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
+class StagingStorageError(Exception):
+    """The disk failed under a copy (full, EIO, ESTALE): raised through ``copytree``, which
+    would otherwise fold it into a list of strings without its errno."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.errno = error.errno
+
+
+def _copy_file(origin: str | Path, target: str | Path) -> object:
+    try:
+        return shutil.copy2(origin, target)
+    except OSError as error:
+        if error.errno in STORAGE_ERRNOS:
+            raise StagingStorageError(error) from error
+        raise
+
+
 def stage(pairs: list[tuple[str, str]], store: Path, scratch: Path) -> None:
     """Copy inputs to the scratch directory.
 
     ``pairs`` are (source, destination); a relative source is relative to the store, a
     relative destination to the scratch directory. A directory is copied with its tree.
-    Raises ``FileNotFoundError`` naming a source that does not exist.
+    Raises ``FileNotFoundError`` naming a source that does not exist, ``StagingStorageError``
+    when a disk fails under the copy.
     """
     for source, destination in pairs:
         origin = Path(source) if Path(source).is_absolute() else store / source
         target = Path(destination) if Path(destination).is_absolute() else scratch / destination
         if origin.is_dir():
-            shutil.copytree(origin, target, symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(
+                origin, target, symlinks=True, dirs_exist_ok=True, copy_function=_copy_file
+            )
         elif origin.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(origin, target)
+            _copy_file(origin, target)
         else:
             raise FileNotFoundError(f"input {origin} does not exist")

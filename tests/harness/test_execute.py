@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -127,6 +130,49 @@ def test_a_missing_input_is_a_configuration_error(
 
     assert code == 4
     assert "does not exist" in caplog.text
+
+
+@pytest.fixture
+def full_scratch(tmp_path: Path):
+    """A real scratch disk of 64 KiB (a tmpfs mounted by root), umounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small scratch disk needs root, as CI has")
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(scratch)], check=True)
+    yield scratch
+    subprocess.run(["umount", "-l", str(scratch)], check=False)
+
+
+def test_a_full_scratch_disk_while_inputs_are_staged_exits_75_to_be_retried(
+    store: Path, tmp_path: Path, harness_env, full_scratch: Path, caplog
+) -> None:
+    (_upstream(store) / "big.dat").write_bytes(os.urandom(512 * 1024))
+
+    code, _ = _run(
+        store, tmp_path, harness_env, "true", SIMRUN_INPUTS="table=runs/r1/tasks/sweep/out"
+    )
+
+    assert code == 75
+    assert "the store failed while the inputs were staged" in caplog.text
+
+
+@pytest.mark.parametrize("fault", [errno.EIO, errno.ESTALE, errno.EDQUOT, errno.EROFS])
+def test_a_storage_error_while_inputs_are_staged_exits_75(
+    store: Path, tmp_path: Path, harness_env, monkeypatch, fault: int
+) -> None:
+    _upstream(store)
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise OSError(fault, os.strerror(fault))
+
+    monkeypatch.setattr(shutil, "copy2", failing)  # beneath copytree too: a real disk's errno
+
+    code, _ = _run(
+        store, tmp_path, harness_env, "true", SIMRUN_INPUTS="table=runs/r1/tasks/sweep/out"
+    )
+
+    assert code == 75
 
 
 TRAP = (
