@@ -667,8 +667,8 @@ def _submit(run: Run, backend: Backend) -> None:
         return
     except DatabaseError:
         raise
-    except ValueError as error:  # refused: the backend created nothing, nor did one before
-        _fail_submission(run.id, str(error), run.workflow, backend)
+    except ValueError as error:  # refused now; a submission before may have created one
+        _fail_submission(run.id, str(error), _made_before(may_exist, backend), backend)
         return
     except Exception as error:
         log.exception("submitting run %s failed", run.id)
@@ -681,6 +681,17 @@ def _submit(run: Run, backend: Backend) -> None:
         wake()
     else:
         _abandon(run.id, name, backend)
+
+
+def _made_before(name: str, backend: Backend) -> str:
+    """The workflow a refused submission must cancel: the one of this name if a process
+    before made it (a resumed submission refused once the node sizes are known), else none.
+    A backend that cannot tell gets the name: an unknown workflow counts as cancelled."""
+    try:
+        return name if name in backend.versions([name]) else ""
+    except Exception:  # noqa: BLE001 - cancelling a workflow that is not there costs nothing
+        log.warning("cannot tell whether workflow %s exists; it is cancelled", name)
+        return name
 
 
 def _prepare(run: Run, tasks: list[Task], backend: Backend, cluster: ClusterConfig) -> Run:

@@ -313,6 +313,20 @@ def test_a_resumed_submission_failing_before_the_workflow_cancels_the_one_made_b
     assert fake.called("cancel") == [[made]] and not run.pending_cancel
 
 
+def test_a_resumed_submission_the_backend_refuses_cancels_the_workflow_made_before(launch, fake):
+    run = launch(submit=False)
+    made = fake.submit(controller.run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
+    fake.fail_next("submit", "ValueError", "task big needs 64 GiB, the largest node has 32")
+
+    assert controller.submit(run.id, backend=fake)
+
+    run = fresh(run)
+    assert run.state == RunState.FAILED
+    assert run.message == "task big needs 64 GiB, the largest node has 32"
+    assert run.workflow == made
+    assert fake.called("cancel") == [[made]] and not run.pending_cancel
+
+
 def test_a_submission_the_backend_is_unavailable_for_is_tried_again_soon_not_failed(
     launch, fake, settings
 ):
