@@ -86,15 +86,26 @@ def _extract_once(archive: IO[bytes], target: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
+"""Whether tarfile has extraction filters (Python 3.11.4 on; Debian's 3.11.2 has none)."""
+FILTER_ERRORS: tuple[type[Exception], ...] = (tarfile.FilterError,) if HAS_DATA_FILTER else ()
+
+
 def extract(archive: IO[bytes], destination: Path) -> None:
     """Check every member of a tar.gz, then extract it into ``destination``."""
     try:
         with tarfile.open(fileobj=archive, mode="r:gz") as tar:
             members = tar.getmembers()
             check_members(members)
-            tar.extractall(destination, members=members, filter="data")
+            if HAS_DATA_FILTER:
+                tar.extractall(destination, members=members, filter="data")
+            else:
+                for member in members:
+                    _extract_member(tar, member, destination.resolve())
     except SnapshotError:
         raise
+    except FILTER_ERRORS as error:
+        raise SnapshotError(f"refused: {error}") from None
     except (tarfile.TarError, EOFError, OSError, ValueError) as error:
         raise SnapshotError(f"not a readable tar.gz archive: {error}") from None
 
@@ -134,3 +145,45 @@ def _check_link(member: tarfile.TarInfo) -> None:
             depth += 1
         if depth < 0:
             raise SnapshotError(f"{member.name!r}: the link leads out of the tree")
+
+
+def _inside(root: Path, path: str) -> str:
+    """``path`` with its links resolved, which must stay inside ``root``."""
+    real = os.path.realpath(path)
+    if real != str(root) and not real.startswith(str(root) + os.sep):
+        raise SnapshotError(f"{os.path.relpath(path, root)!r} leads out of the tree")
+    return real
+
+
+def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> None:
+    """Extract one checked member as ``filter="data"`` would, without tarfile's filters.
+
+    Where it lands and where a link points are checked with the links already extracted
+    resolved (a link through a link can lead out where its name does not); modes lose their
+    setuid, setgid and sticky bits and group and other write; owners are not kept.
+    """
+    path = os.path.join(root, member.name)
+    parent = _inside(root, os.path.dirname(path))
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    path = os.path.join(parent, os.path.basename(path))
+    if os.path.lexists(path) and not (member.isdir() and os.path.isdir(path)):
+        raise SnapshotError(f"{member.name!r} is in the archive twice")
+    if member.isdir():
+        _inside(root, path)
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    elif member.issym():
+        _inside(root, os.path.join(parent, member.linkname))
+        os.symlink(member.linkname, path)
+    elif member.islnk():
+        os.link(_inside(root, os.path.join(root, member.linkname)), path)
+    elif member.isfile():
+        source = tar.extractfile(member)
+        if source is None:
+            raise SnapshotError(f"{member.name!r} cannot be read")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with source, open(os.open(path, flags, 0o600), "wb") as target:
+            shutil.copyfileobj(source, target, CHUNK)
+            mode = member.mode & 0o755 | 0o600
+            os.fchmod(target.fileno(), mode if mode & 0o100 else mode & ~0o111)
+    else:  # check_members lets nothing else through
+        raise SnapshotError(f"{member.name!r}: only files, directories and links are allowed")
