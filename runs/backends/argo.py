@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ from kubernetes.watch import Watch
 from harness.tasktypes import TaskType
 from runs.backends.argo_api import CallPolicy, Resilient, Silence, without_pool_retries
 from runs.backends.argo_build import (
+    JOINER_PREFIX,
     build_namespace,
     build_pod,
     build_pod_name,
@@ -616,19 +618,21 @@ class ArgoBackend:
         """Build a context (a folder of a few small files) with a Kaniko pod and push it as
         ``ref``; the context goes to the pod as a ConfigMap, in the build namespace.
 
-        A build pod of the same image that exists (a resumed submission, or another one
-        building it too) is waited for; a failed one is replaced. RuntimeError with the end of
-        its log when the build fails.
+        Builds of one image are joined by name: each call marks the ConfigMap as its own
+        (``JOINER_PREFIX``), waits for the one build pod, and on its way out removes its mark;
+        the last one out deletes the pod and the ConfigMap, so another run building the same
+        image meanwhile never finds them gone. RuntimeError with the end of its log when the
+        build fails.
         """
         name = build_pod_name(ref)
-        self._create(
-            self.core.create_namespaced_config_map, context_config_map(context, ref, self.cluster)
-        )
+        config_map = context_config_map(context, ref, self.cluster)
+        joiner = f"{JOINER_PREFIX}{secrets.token_hex(6)}"
         pod = build_pod(ref=ref, cluster=self.cluster)
         deadline = time.monotonic() + self.cluster.build_timeout_s
+        self._join(config_map, joiner)
         try:
             while True:
-                phase = self._build_phase(name, pod)
+                phase = self._build_phase(name, pod, config_map, joiner)
                 if phase == "Succeeded":
                     return
                 if phase == "Failed":
@@ -641,23 +645,74 @@ class ArgoBackend:
                     )
                 time.sleep(self.build_poll_s)
         finally:
-            self._delete(self.core.delete_namespaced_pod, name)
-            self._delete(self.core.delete_namespaced_config_map, name)
+            self._leave(name, joiner)
 
     @property
     def build_namespace(self) -> str:
         return build_namespace(self.cluster)
 
-    def _build_phase(self, name: str, pod: dict[str, Any]) -> str:
-        """The phase of the build pod, created when it does not exist."""
+    def _build_phase(
+        self, name: str, pod: dict[str, Any], config_map: dict[str, Any], joiner: str
+    ) -> str:
+        """The phase of the build pod, created (with its context) when it does not exist."""
         try:
             current = self.core.read_namespaced_pod(name, self.build_namespace)
         except ApiException as error:
             if error.status != 404:
                 raise
+            self._join(config_map, joiner)  # a pod is never made without its context
             self._create(self.core.create_namespaced_pod, pod)
             return "Pending"
         return (current.status.phase if current.status else None) or "Pending"
+
+    def _join(self, config_map: dict[str, Any], joiner: str) -> None:
+        """Mark the build's ConfigMap with this build's mark, creating it when it is missing."""
+        name = config_map["metadata"]["name"]
+        mark = {joiner: f"{time.time():.0f}"}
+        body = {
+            **config_map,
+            "metadata": {**config_map["metadata"], "annotations": mark},
+        }
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                self.core.create_namespaced_config_map(self.build_namespace, body)
+                return
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            try:
+                self.core.patch_namespaced_config_map(
+                    name, self.build_namespace, {"metadata": {"annotations": mark}}
+                )
+                return
+            except ApiException as error:
+                if error.status != 404:  # deleted by the last one out meanwhile: create it
+                    raise
+        raise RuntimeError(f"the build context {name} kept appearing and disappearing")
+
+    def _leave(self, name: str, joiner: str) -> None:
+        """Remove this build's mark; the last one out (no fresh mark left) deletes the pod
+        and its ConfigMap. A mark older than twice the build timeout is a process that died."""
+        try:
+            left = self.core.patch_namespaced_config_map(
+                name, self.build_namespace, {"metadata": {"annotations": {joiner: None}}}
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            left = None
+        marks = (left.metadata.annotations if left is not None and left.metadata else None) or {}
+        oldest = time.time() - 2 * self.cluster.build_timeout_s
+        others = [
+            key
+            for key, since in marks.items()
+            if key.startswith(JOINER_PREFIX) and _number(since) > oldest
+        ]
+        if others:
+            log.info("the build %s goes on for %d other submissions", name, len(others))
+            return
+        self._delete(self.core.delete_namespaced_pod, name)
+        self._delete(self.core.delete_namespaced_config_map, name)
 
     def _create(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
         """Create an object of the build; one that exists (made by another submission of the
@@ -702,6 +757,14 @@ def _missing_as_key_error(name: str) -> Iterator[None]:
         if error.status == 404:
             raise KeyError(name) from None
         raise
+
+
+def _number(text: str) -> float:
+    """A mark's time, 0 when it is none."""
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def _build_error(tail: str) -> str:

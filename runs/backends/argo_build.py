@@ -17,6 +17,9 @@ from runs.backends.argo_manifest import QUEUE_LABEL
 from runs.backends.base import ClusterConfig
 
 BUILD_LABEL = "simrun/build"
+JOINER_PREFIX = "simrun/build-joiner-"
+"""A build's ConfigMap has one annotation per submission waiting for it: the last one out
+cleans up."""
 CONTEXT_MOUNT = "/workspace"
 CONTEXT_LIMIT = 512 * 1024
 """The most a build context may hold (a ConfigMap holds at most 1 MiB)."""

@@ -586,6 +586,63 @@ def test_a_build_started_before_is_waited_for_not_started_again(
     assert len(reads) == 3
 
 
+def test_two_runs_building_one_image_share_the_build_and_the_last_one_out_cleans_up(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    cluster = CLUSTER.model_copy(update={"build_timeout_s": 6})
+    # The second run looks at its pod every 3 s: the first one joins, finds the build done
+    # and leaves while the second one waits, as a long build's submissions do.
+    waiting = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=3)
+    joining = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    ref = "registry.example/simrun-env:abc"
+    key = ("simrun", build_pod_name(ref))
+    made: list[dict] = []
+    kube.state.on_pod_created = made.append  # the pod builds until the test says it is done
+    context = build_context(tmp_path / "images" / "abc")
+    ended: list[BaseException | None] = []
+
+    def wait_for_the_build() -> None:
+        try:
+            waiting.build_image(context, ref)
+        except BaseException as error:  # noqa: BLE001 - what the build met is the result
+            ended.append(error)
+        else:
+            ended.append(None)
+
+    thread = threading.Thread(target=wait_for_the_build)
+    thread.start()
+    wait_for(lambda: made, 10, "the waiting run's build pod")
+    kube.state.pods[key]["status"] = {"phase": "Succeeded"}
+
+    joining.build_image(context, ref)
+
+    assert key in kube.state.pods and key in kube.state.config_maps, "the other one still waits"
+    thread.join(timeout=30)
+    assert ended == [None], "the waiting run saw its build vanish"
+    assert len(made) == 1, "one pod built the image for both"
+    assert key not in kube.state.pods and key not in kube.state.config_maps
+    waiting.close()
+    joining.close()
+
+
+def test_a_build_left_by_a_process_that_died_long_ago_does_not_keep_its_pod(
+    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+) -> None:
+    ref = "registry.example/simrun-env:abc"
+    key = ("simrun", build_pod_name(ref))
+
+    def done_and_a_dead_joiner(pod_: dict) -> None:
+        pod_["status"] = {"phase": "Succeeded"}
+        annotations = kube.state.config_maps[key]["metadata"]["annotations"]
+        annotations["simrun/build-joiner-dead"] = "1000"  # 1970: its process is long gone
+
+    kube.state.on_pod_created = done_and_a_dead_joiner
+
+    backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+
+    assert key not in kube.state.pods and key not in kube.state.config_maps
+
+
 def test_a_build_context_without_a_dockerfile_is_refused(
     backend: ArgoBackend, tmp_path: Path
 ) -> None:
