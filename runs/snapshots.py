@@ -8,6 +8,7 @@ size and file count, so an upload can neither write outside its directory nor fi
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -106,7 +107,11 @@ def extract(archive: IO[bytes], destination: Path) -> None:
         raise
     except FILTER_ERRORS as error:
         raise SnapshotError(f"refused: {error}") from None
-    except (tarfile.TarError, EOFError, OSError, ValueError) as error:
+    except OSError as error:
+        if error.errno in {errno.ENOSPC, errno.EDQUOT, errno.EROFS}:
+            raise  # the disk's fault, not the archive's (runs.middleware answers 507)
+        raise SnapshotError(f"not a readable tar.gz archive: {error}") from None
+    except (tarfile.TarError, EOFError, ValueError) as error:
         raise SnapshotError(f"not a readable tar.gz archive: {error}") from None
 
 
