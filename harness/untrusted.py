@@ -24,6 +24,8 @@ from typing import BinaryIO
 
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+PASS_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+"""A folder only crossed on the way: no read permission needed, no link followed."""
 WRITE_FLAGS = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 SERVICE_DIR_MODE = 0o750
 """A folder of the service inside a task's: its group (the web, the workers) reads it."""
@@ -53,15 +55,19 @@ def parts_of(relative: str | PurePosixPath | Sequence[str]) -> tuple[str, ...]:
 
 def open_dir(base: Path | int, relative: str | PurePosixPath | Sequence[str] = ()) -> int:
     """A descriptor of the directory ``relative`` below ``base`` (a trusted path or descriptor),
-    walked without following any link; the caller closes it."""
+    walked without following any link; the caller closes it. The folders on the way are only
+    crossed (``O_PATH``), so one that may be crossed but not listed (the store for a task's
+    user) is no obstacle."""
     parts = parts_of(relative)
+    last = len(parts) - 1
+    flags = PASS_FLAGS if parts else DIRECTORY_FLAGS
     if isinstance(base, int):
-        fd = os.open(".", DIRECTORY_FLAGS, dir_fd=base)
+        fd = os.open(".", flags, dir_fd=base)
     else:
-        fd = os.open(base, DIRECTORY_FLAGS & ~os.O_NOFOLLOW)  # the service's own setting
+        fd = os.open(base, flags & ~os.O_NOFOLLOW)  # the service's own setting
     try:
-        for part in parts:
-            child = os.open(part, DIRECTORY_FLAGS, dir_fd=fd)
+        for index, part in enumerate(parts):
+            child = os.open(part, DIRECTORY_FLAGS if index == last else PASS_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
     except BaseException:
@@ -265,3 +271,42 @@ def create_once_at(dir_fd: int, name: str, data: bytes | str, mode: int = 0o640)
         write_atomic_at(dir_fd, name, data, mode)
         return True
     return False
+
+
+def make_dirs(
+    base: Path | int, relative: str | PurePosixPath | Sequence[str], mode: int = 0o755
+) -> int:
+    """A descriptor of the directory ``relative`` below ``base``, each missing component made
+    (``mode``), none followed if it is a link; the caller closes it."""
+    fd = open_dir(base)
+    try:
+        for part in parts_of(relative):
+            with suppress(FileExistsError):
+                os.mkdir(part, mode, dir_fd=fd)
+            child = os.open(part, DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def own_dir(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> int:
+    """A descriptor of an existing directory of the service's own (its user, not writable by
+    others), walked without links; ``Refused`` for one a task made or replaced."""
+    fd = open_dir(base, relative)
+    status = os.fstat(fd)
+    if status.st_uid != os.geteuid() or status.st_mode & 0o022:
+        os.close(fd)
+        raise Refused("/".join(parts_of(relative)), "not a folder of the service")
+    return fd
+
+
+def read_own(dir_fd: int, name: str, cap: int) -> bytes:
+    """At most ``cap`` bytes of a regular file of the service's own user in a directory;
+    ``Refused`` for a file of another user (a task's)."""
+    with open_regular(dir_fd, name) as file:
+        if os.fstat(file.fileno()).st_uid != os.geteuid():
+            raise Refused(name, "not a file of the service")
+        return file.read(max(0, cap))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 import threading
 from pathlib import Path
 
@@ -133,3 +135,54 @@ def test_create_once_leaves_whatever_is_there(root: Path) -> None:
         assert untrusted.create_once_at(fd, "a.log", "first")
         assert not untrusted.create_once_at(fd, "a.log", "second")
     assert (root / "runs" / "r1" / "a.log").read_text() == "first"
+
+
+def test_make_dirs_makes_what_is_missing_and_never_follows_a_link(root: Path) -> None:
+    fd = untrusted.make_dirs(root, "runs/r2/tasks/t")
+    os.close(fd)
+    assert (root / "runs" / "r2" / "tasks" / "t").is_dir()
+    (root / "runs" / "r3").symlink_to(root.parent / "elsewhere")
+    with pytest.raises(OSError):
+        untrusted.make_dirs(root, "runs/r3/tasks")
+    assert not (root.parent / "elsewhere" / "tasks").exists()
+
+
+def test_a_folder_or_file_not_of_the_service_is_refused_as_its_own(root: Path) -> None:
+    logs = root / "runs" / "r1" / "logs"
+    logs.mkdir(mode=0o777)
+    logs.chmod(0o777)  # as a task's folder would be: writable by others
+    with pytest.raises(untrusted.Refused):
+        untrusted.own_dir(root, "runs/r1/logs")
+    logs.chmod(0o750)
+    (logs / "t-0.pid").write_text("{}")
+    with untrusted.directory(untrusted.own_dir(root, "runs/r1/logs")) as fd:
+        assert untrusted.read_own(fd, "t-0.pid", 10) == b"{}"
+        if os.geteuid() == 0:
+            os.chown(logs / "t-0.pid", 300001, 300001)
+            with pytest.raises(untrusted.Refused):
+                untrusted.read_own(fd, "t-0.pid", 10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing users needs root")
+def test_a_folder_that_may_be_crossed_but_not_listed_is_crossed() -> None:
+    root = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path lets no other user pass
+    root.chmod(0o711)
+    (root / "runs" / "r1" / "out").mkdir(parents=True)
+    (root / "runs" / "r1" / "out" / "a.txt").write_text("mine")
+    (root / "runs").chmod(0o711)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.setgid(300001)
+        os.setuid(300001)
+        try:
+            found = untrusted.read_bytes(root, "runs/r1/out/a.txt", 10)
+        except OSError as error:
+            found = str(error).encode()
+        os.write(write, found)
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    shutil.rmtree(root)
+    with os.fdopen(read, "rb") as pipe:
+        assert pipe.read() == b"mine"
