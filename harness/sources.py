@@ -7,17 +7,21 @@ then restarts in a fresh interpreter, which imports the installed sources.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
+from harness import untrusted
 from harness.config import EDITABLE_ENV
 from harness.errors import STORAGE_ERRNOS
 
@@ -142,32 +146,71 @@ class StagingStorageError(Exception):
         self.errno = error.errno
 
 
-def _copy_file(origin: str | Path, target: str | Path) -> object:
-    try:
-        return shutil.copy2(origin, target)
-    except OSError as error:
-        if error.errno in STORAGE_ERRNOS:
-            raise StagingStorageError(error) from error
-        raise
-
-
 def stage(pairs: list[tuple[str, str]], store: Path, scratch: Path) -> None:
     """Copy inputs to the scratch directory.
 
     ``pairs`` are (source, destination); a relative source is relative to the store, a
-    relative destination to the scratch directory. A directory is copied with its tree.
-    Raises ``FileNotFoundError`` naming a source that does not exist, ``StagingStorageError``
-    when a disk fails under the copy.
+    relative destination to the scratch directory. A directory is copied with its tree. The
+    source is walked without following any link (``harness.untrusted``): a link in it is copied
+    as a link, a FIFO or a device is left out, and a source that is a link, or has one on its
+    way from the store, is refused. Raises ``FileNotFoundError`` naming a source that does not
+    exist, ``StagingStorageError`` when a disk fails under the copy.
     """
     for source, destination in pairs:
         origin = Path(source) if Path(source).is_absolute() else store / source
         target = Path(destination) if Path(destination).is_absolute() else scratch / destination
-        if origin.is_dir():
-            shutil.copytree(
-                origin, target, symlinks=True, dirs_exist_ok=True, copy_function=_copy_file
-            )
-        elif origin.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _copy_file(origin, target)
+        parts: tuple[str, ...]
+        if Path(source).is_absolute():
+            base, parts = origin.parent, (origin.name,)
         else:
-            raise FileNotFoundError(f"input {origin} does not exist")
+            base, parts = store, untrusted.parts_of(source)
+        try:
+            folder = untrusted.open_dir(base, parts)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"input {origin} does not exist") from None
+        except NotADirectoryError:
+            folder = -1
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise untrusted.Refused(str(origin), "a link, not followed") from None
+            raise
+        if folder < 0:
+            with untrusted.open_file(base, parts) as file:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _copy_file(file, target)
+            continue
+        try:
+            _copy_tree(folder, target)
+        finally:
+            os.close(folder)
+
+
+def _copy_tree(folder: int, target: Path) -> None:
+    """Copy a directory (by descriptor) into ``target``: its folders, regular files and links
+    (as links); nothing else, and no link followed."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in untrusted.entries(folder):
+        destination = target / entry.name
+        if entry.is_dir:
+            with untrusted.directory(folder, [entry.name]) as child:
+                _copy_tree(child, destination)
+        elif entry.is_file:
+            with untrusted.open_regular(folder, entry.name) as file:
+                _copy_file(file, destination)
+        elif stat.S_ISLNK(entry.mode):
+            os.symlink(os.readlink(entry.name, dir_fd=folder), destination)
+
+
+def _copy_file(file: BinaryIO, target: Path) -> None:
+    """Copy an open regular file to ``target`` with its mode and times, as ``copy2`` would;
+    a disk failing under it is a ``StagingStorageError``."""
+    status = os.fstat(file.fileno())
+    try:
+        with open(target, "wb") as copy:
+            shutil.copyfileobj(file, copy)
+        os.chmod(target, stat.S_IMODE(status.st_mode))
+        os.utime(target, ns=(status.st_atime_ns, status.st_mtime_ns))
+    except OSError as error:
+        if error.errno in STORAGE_ERRNOS:
+            raise StagingStorageError(error) from error
+        raise

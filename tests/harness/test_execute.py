@@ -166,7 +166,7 @@ def test_a_storage_error_while_inputs_are_staged_exits_75(
     def failing(*args: object, **kwargs: object) -> None:
         raise OSError(fault, os.strerror(fault))
 
-    monkeypatch.setattr(shutil, "copy2", failing)  # beneath copytree too: a real disk's errno
+    monkeypatch.setattr(shutil, "copyfileobj", failing)  # beneath stage: a real disk's errno
 
     code, _ = _run(
         store, tmp_path, harness_env, "true", SIMRUN_INPUTS="table=runs/r1/tasks/sweep/out"

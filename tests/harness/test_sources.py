@@ -87,6 +87,32 @@ def test_stage_copies_files_and_trees_relative_to_store_and_scratch(tmp_path: Pa
         stage([("missing", "m")], store, scratch)
 
 
+def test_stage_never_follows_a_link_out_of_its_source_nor_opens_a_fifo(tmp_path: Path) -> None:
+    store, scratch = tmp_path / "store", tmp_path / "scratch"
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("root's")
+    out = store / "runs" / "r" / "tasks" / "a" / "out"
+    out.mkdir(parents=True)
+    (out / "kept.txt").write_text("kept")
+    (out / "key").symlink_to(secret / "key")
+    (out / "dir").symlink_to(secret)
+    os.mkfifo(out / "fifo")
+
+    stage([("runs/r/tasks/a/out", "inputs/x")], store, scratch)
+
+    copied = scratch / "inputs" / "x"
+    assert (copied / "kept.txt").read_text() == "kept"
+    assert (copied / "key").is_symlink() and (copied / "dir").is_symlink()
+    assert not (copied / "fifo").exists()
+    linked = store / "runs" / "r" / "tasks" / "b"
+    linked.mkdir()
+    (linked / "out").symlink_to(secret)
+    with pytest.raises(OSError, match="link"):
+        stage([("runs/r/tasks/b/out", "inputs/y")], store, scratch)
+    assert not (scratch / "inputs" / "y").exists()
+
+
 BACKEND = """
 \"\"\"A PEP 517 backend of its own, so the test needs no package beyond pip.\"\"\"
 import base64, hashlib, os, zipfile
