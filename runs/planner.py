@@ -29,6 +29,9 @@ DEFAULT_SPLIT_CORES = 2
 DEFAULT_UNSPLIT_CORES = 1
 DEFAULT_COMMAND_GB = 1.0
 MIN_PER_WORKER_GB = 0.05
+OBSERVATIONS_USED = sizing.WINDOW
+"""The latest observations of a key the planner reads (``runs/submission.py``), the policy's
+window: the replay benchmark hands the planner the same."""
 GB_STEP = 0.05
 """Memory is rounded up to this step, so plans read well and pods get tidy limits."""
 
@@ -47,6 +50,7 @@ class TaskPlan(BaseModel):
     retry_memory_gb: float = Field(gt=0, description="per pod, after a kill for memory")
     coordinator_merges: bool = False
     why: str = ""
+    why_short: str = Field(default="", description="the reason in one plain sentence")
     counterfactual_gb: dict[str, float] = Field(
         default_factory=dict,
         description="per pod: what these sizing policies would have given it from the same "
@@ -75,6 +79,8 @@ class PerWorker:
     gb: float
     retry_gb: float
     why: str
+    short: str = ""
+    """One plain clause, ``{subject}`` and ``{per}`` left open (``sizing.Sizing.short``)."""
 
 
 def observation_key(*, task_type: str, run_name: str, task_id: str) -> str:
@@ -111,9 +117,10 @@ def observation_keys(spec: RunSpec) -> dict[str, str]:
 
 
 def history(observed: Sequence[ObservedPeak]) -> list[sizing.Sample]:
-    """The observations, newest first as read, as the policy's history: oldest first."""
+    """The observations, newest first as read, as the policy's history: the newest
+    ``OBSERVATIONS_USED``, oldest first."""
     samples = [sizing.Sample(o.gb_per_process, killed=o.oom, at=o.at) for o in observed]
-    return sorted(samples, key=lambda s: s.at)
+    return sorted(samples, key=lambda s: s.at)[-OBSERVATIONS_USED:]
 
 
 def per_worker_memory(
@@ -121,33 +128,39 @@ def per_worker_memory(
     task_type: TaskType | None,
     observed: Sequence[ObservedPeak],
     prior: sizing.Prior | None = None,
+    *,
+    shown: Sequence[sizing.Sample] = (),
+    policy: sizing.Policy = sizing.DEFAULT,
 ) -> PerWorker:
     """The GiB per process of a task and of its retry, and where they came from.
 
     From the spec if it says; else from the sizing policy over the observations (a command
     task's are those of its key); before any, from the type's default (a command's 1 GiB),
-    lowered by the ``prior`` of the other types when it has any.
+    lowered by the ``prior`` of the other types when it has any. ``shown`` are the key's
+    largest needs of all time (``runs.evidence``), which the retry never goes below.
     """
     default = task_type.per_worker_gb if task_type is not None else DEFAULT_COMMAND_GB
     past = history(observed)
     if task.memory is not None and task.memory.per_worker_gb is not None:
         gb = task.memory.per_worker_gb
-        retry = sizing.DEFAULT.retry(past, killed_gb=gb, default_gb=default)
-        return PerWorker(gb, retry, f"per-worker memory {gb:g} GiB from the spec")
+        retry = policy.retry([*past, *shown], killed_gb=gb, default_gb=default)
+        why = f"per-worker memory {gb:g} GiB from the spec"
+        return PerWorker(gb, retry, why, "the run's spec sets {subject} " + f"{gb:g} GiB{{per}}")
     what = task_type.name if task_type is not None else "the command"
-    if not past and prior is not None and prior.types:
-        sized = sizing.DEFAULT.size(past, default_gb=default, prior=prior)
+    given = prior if prior is not None and prior.types else None
+    sized = policy.size(past, default_gb=default, prior=given, shown=shown)
+    if not past and given is not None:
         gb = max(MIN_PER_WORKER_GB, round_gb(sized.gb))
         return PerWorker(
             gb,
             sized.retry_gb,
             f"per-worker memory of {what}: {sized.why} → {gb:g} GiB (rounded up to {GB_STEP:g})",
+            sized.short,
         )
     if not past:
         source = f"default of {task_type.name}" if task_type is not None else "default of a command"
-        retry = sizing.DEFAULT.retry(past, killed_gb=default, default_gb=default)
-        return PerWorker(default, retry, f"per-worker memory {default:g} GiB: {source}")
-    sized = sizing.DEFAULT.size(past, default_gb=default)
+        why = f"per-worker memory {default:g} GiB: {source}"
+        return PerWorker(default, sized.retry_gb, why, sized.short)
     gb = max(MIN_PER_WORKER_GB, round_gb(sized.gb))
     floor = f", floor {MIN_PER_WORKER_GB:g}" if gb == MIN_PER_WORKER_GB else ""
     return PerWorker(
@@ -155,6 +168,7 @@ def per_worker_memory(
         sized.retry_gb,
         f"per-worker memory from {len(past)} observations of {what}: {sized.why}"
         f" → {gb:g} GiB (rounded up to {GB_STEP:g}{floor})",
+        sized.short,
     )
 
 
@@ -197,12 +211,18 @@ def plan_task(
     max_cores: int | None = None,
     max_memory_gb: float | None = None,
     prior: sizing.Prior | None = None,
+    shown: Sequence[sizing.Sample] = (),
+    policy: sizing.Policy = sizing.DEFAULT,
+    counterfactual: bool = True,
 ) -> TaskPlan:
     """Plan one task.
 
     ``task_type`` is None for a command task; ``observed`` are the observations of its type,
     newest first; ``extra_workers`` is False on a backend that runs one pod per split task
-    (then the coordinator merges); ``max_cores``/``max_memory_gb`` are the largest node's.
+    (then the coordinator merges); ``max_cores``/``max_memory_gb`` are the largest node's;
+    ``shown`` the key's largest needs of all time. The replay benchmark plans every task of
+    a trace through this function (``policy`` lets it try other constants; it skips the
+    ``counterfactual`` sizes).
     """
     split = task_type is not None and task_type.splittable
     why: list[str] = []
@@ -210,7 +230,7 @@ def plan_task(
     if max_cores is not None and cores > max_cores:
         why.append(f"cores capped from {cores} to {max_cores}, the largest node")
         cores = max_cores
-    sized = per_worker_memory(task, task_type, observed, prior)
+    sized = per_worker_memory(task, task_type, observed, prior, shown=shown, policy=policy)
     per_worker_gb = sized.gb
     why.append(sized.why)
     if task_type is None:
@@ -239,12 +259,21 @@ def plan_task(
         retry_gb = max(memory_gb, max_memory_gb)
         retry_why += f", capped at {retry_gb} GiB, the largest node"
     why.append(retry_why)
-    counterfactual = counterfactual_gb(
-        observed,
-        default=task_type.per_worker_gb if task_type else DEFAULT_COMMAND_GB,
-        base_gb=base_gb,
-        procs=procs,
-        prior=prior,
+    why_short = short_reason(sized, task_type, memory_gb=memory_gb, procs=procs, spec=task)
+    if max_memory_gb is not None and memory_gb == max_memory_gb:
+        why_short = (
+            why_short.removesuffix(".") + f", capped at {memory_gb:g} GiB, the largest node."
+        )
+    others = (
+        counterfactual_gb(
+            observed,
+            default=task_type.per_worker_gb if task_type else DEFAULT_COMMAND_GB,
+            base_gb=base_gb,
+            procs=procs,
+            prior=prior,
+        )
+        if counterfactual
+        else {}
     )
     workers = (task.workers or 1) if split else 1
     if split and not extra_workers and workers > 1:
@@ -260,7 +289,8 @@ def plan_task(
         retry_memory_gb=retry_gb,
         coordinator_merges=split and not extra_workers,
         why="; ".join(why),
-        counterfactual_gb=counterfactual,
+        why_short=why_short,
+        counterfactual_gb=others,
     )
 
 
@@ -289,6 +319,7 @@ def plan_run(
             max_cores=max_cores,
             max_memory_gb=max_memory_gb,
             prior=prior_of(keys[task_id], evidence or {}),
+            shown=(evidence or {}).get(keys[task_id], (0.0, ()))[1],
         )
         for task_id, task in spec.tasks.items()
     }
@@ -299,3 +330,16 @@ def prior_of(
 ) -> sizing.Prior:
     """The prior of a key: what the other keys needed of their defaults."""
     return sizing.prior_from({k: found for k, found in evidence.items() if k != key})
+
+
+def short_reason(
+    sized: PerWorker, task_type: TaskType | None, *, memory_gb: float, procs: int, spec: TaskSpec
+) -> str:
+    """The plan's reason in one plain sentence: "0.4 GiB: 1 earlier run of this command
+    peaked at 0.09 GiB; with so few runs simrun keeps a wide margin"."""
+    if spec.memory is not None and spec.memory.gb is not None:
+        return f"{memory_gb:g} GiB: set by the run's spec."
+    subject = task_type.name if task_type is not None else "this command"
+    per = " per process" if procs > 1 else ""
+    head = f"{memory_gb:g} GiB for {procs} processes" if procs > 1 else f"{memory_gb:g} GiB"
+    return f"{head}: {sized.short.format(subject=subject, per=per)}."

@@ -36,6 +36,9 @@ class Sizing:
     gb: float  # the first allocation
     retry_gb: float  # the allocation of the retry after the first is killed for memory
     why: str  # arithmetic a user can check: source, count, quantile, margin, floor, bump, cap
+    short: str = ""
+    """The same in one plain clause for a scientist, ``{subject}`` and ``{per}`` left for the
+    caller ("the command", " per process"): "3 earlier runs of {subject} peaked at ..."."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,15 @@ class Policy(Protocol):
     name: str
 
     def size(
-        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+        self,
+        history: Sequence[Sample],
+        *,
+        default_gb: float,
+        prior: Prior | None = None,
+        shown: Sequence[Sample] = (),
     ) -> Sizing:
-        """The first allocation and its retry; ``prior`` serves a type without history."""
+        """The first allocation and its retry; ``prior`` serves a type without history, and
+        ``shown`` holds the type's largest needs ever seen, beyond the recent history."""
         ...
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
@@ -120,7 +129,12 @@ class Static:
     name: str = "static"
 
     def size(
-        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+        self,
+        history: Sequence[Sample],
+        *,
+        default_gb: float,
+        prior: Prior | None = None,
+        shown: Sequence[Sample] = (),
     ) -> Sizing:
         retry = self.retry(history, killed_gb=default_gb, default_gb=default_gb)
         return Sizing(default_gb, retry, f"static {_gb(default_gb)}; retry 2 × it = {_gb(retry)}")
@@ -136,7 +150,12 @@ class MaxSeen:
     name: str = "max-seen"
 
     def size(
-        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+        self,
+        history: Sequence[Sample],
+        *,
+        default_gb: float,
+        prior: Prior | None = None,
+        shown: Sequence[Sample] = (),
     ) -> Sizing:
         peaks = _peaks(history)
         if not peaks:
@@ -178,7 +197,12 @@ class Vpa:
     name: str = "vpa"
 
     def size(
-        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+        self,
+        history: Sequence[Sample],
+        *,
+        default_gb: float,
+        prior: Prior | None = None,
+        shown: Sequence[Sample] = (),
     ) -> Sizing:
         if not history:
             gb = default_gb
@@ -202,6 +226,42 @@ class Vpa:
         return max(killed_gb + VPA_OOM_MIN_BUMP_GB, killed_gb * VPA_OOM_BUMP)
 
 
+P95_QUANTILE = 0.95
+P95_MARGIN = 1.25
+
+
+@dataclass
+class P95OneRetry:
+    """A naive rule a reviewer would try: p95 of the clean peaks × 1.25, one retry at 2×.
+
+    The p95 is the nearest rank (the smallest peak with 95% of the peaks at or below it);
+    before any clean peak, the default.
+    """
+
+    name: str = "p95-1retry"
+
+    def size(
+        self,
+        history: Sequence[Sample],
+        *,
+        default_gb: float,
+        prior: Prior | None = None,
+        shown: Sequence[Sample] = (),
+    ) -> Sizing:
+        peaks = _peaks(history)
+        if not peaks:
+            gb, why = default_gb, f"default {_gb(default_gb)} (no peaks)"
+        else:
+            p95 = weighted_quantile([(p, 1.0) for p in peaks], P95_QUANTILE)
+            gb = p95 * P95_MARGIN
+            why = f"p95 of {len(peaks)} peaks {_gb(p95)} × {P95_MARGIN:g} = {_gb(gb)}"
+        retry = self.retry(history, killed_gb=gb, default_gb=default_gb)
+        return Sizing(gb, retry, f"{why}; retry 2 × {_gb(gb)} = {_gb(retry)}")
+
+    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
+        return _doubled(killed_gb)
+
+
 def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float:
     """The smallest value whose cumulative weight reaches q of the total (value, weight pairs)."""
     ordered = sorted(samples)
@@ -214,16 +274,25 @@ def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float
     return ordered[-1][0]
 
 
-# simrun's policy. Each constant is a statement about evidence, not a fit to one trace.
-WINDOW = 100
-"""The newest samples of a type that count: older ones describe inputs that may be gone."""
+# simrun's policy. Each constant is a statement about evidence; the three that trade waste
+# against kills (TARGET, PRIOR_MARGIN, PRIOR_DEFAULT_TYPES) are chosen by the replay's
+# cross-validation (``bench/sizing_replay.py --cross-validate``) by the folds' worst case.
+WINDOW = 50
+"""The newest observations of a type that count, and all the planner reads of a type
+(``runs/submission.py``): older ones describe inputs that may be gone."""
 HALF_LIFE = 30.0
 """A sample's weight halves every this many newer samples: the newest evidence leads."""
-TARGET = 0.995
-"""The share of the type's next peaks the first allocation aims to fit."""
-PRIOR_SPREAD = 0.1
-"""The spread (σ of log peaks) assumed of a type before its own peaks show theirs: ±10%,
-about the median type of three nf-core pipelines (0.078 over 98 types of 5 tasks or more)."""
+TARGET = 0.999
+"""The share of the type's next peaks the first allocation aims to fit (cross-validated)."""
+SPREAD_QUANTILE = 0.9
+"""The spread is read from the upper half of the evidence: (its q0.9 − its median) in log,
+over the normal's. Peaks far below the median (a tiny input, a task that exited early) then
+widen nothing, where a standard deviation grows with them."""
+PRIOR_SPREAD = 0.3
+"""The spread (σ of log peaks) assumed of a type before its own peaks show theirs
+(cross-validated). Not the median type's (about 0.08 in three nf-core pipelines) but a
+spread one: a type's first peaks are often its smallest inputs (a sweep's first tasks to end
+are its shortest), so a few peaks must leave room for a trend they cannot show yet."""
 PRIOR_WEIGHT = 2.0
 """How many samples the prior spread counts as: few, since types differ widely (a quarter of
 those 98 spread more than 0.23), so a type's own peaks soon outweigh it."""
@@ -235,10 +304,14 @@ MIN_MARGIN = 1.05
 BUMP = 1.3
 """A kill at X proves the need is above X: the next allocation is at least X × BUMP."""
 RETRY_FACTOR = 2.0
-"""The retry gets this many times the killed allocation: a second kill fails the task."""
-PRIOR_MARGIN = 1.5
-"""The prior's evidence is the top share of the other types × this: room for a type half again
-as demanding as any seen, since a miss kills every task of a type's first wave at once."""
+"""The retry gets at least this many times the killed allocation: a second kill fails the
+task."""
+SHOWN_MARGIN = 1.25
+"""The retry gets at least the largest need the type ever showed × this."""
+PRIOR_MARGIN = 1.25
+"""The prior's evidence is the top share of the other types × this: room for a type a quarter
+more demanding than any seen (cross-validated); a miss costs the first wave one attempt
+each, since its retry gets twice the default."""
 PRIOR_FLOOR = 0.25
 """The prior's evidence never says less than this share of the default, whatever the other
 types needed: one tiny type cannot pull a new type far below what its author set."""
@@ -247,6 +320,36 @@ PRIOR_DEFAULT_TYPES = 12
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
 (types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
 few types, halfway (in log) at 12, three quarters at 36."""
+FEW_RUNS = 5.0
+"""Below this many effective samples the short reason says the margin is wide for want of
+runs."""
+
+
+def need(sample: Sample) -> float:
+    """What a sample says a task of its type needed: its peak, or more than its kill."""
+    return sample.gb * BUMP if sample.killed else sample.gb
+
+
+def retry_gb(killed_gb: float, *, default_gb: float, needs: Sequence[float] = ()) -> float:
+    """THE RETRY RULE, stated once: what the one retry after a kill for memory gets.
+
+    The largest of RETRY_FACTOR × the killed allocation; the type's default, what a type
+    without history gets (so a type whose early peaks were small never retries below it);
+    and the largest need the type has shown (a peak, or a kill at X as X × BUMP) ×
+    SHOWN_MARGIN. A second kill fails the task, so the retry cannot be small.
+    """
+    top = max(needs, default=0.0)
+    return _up(max(killed_gb * RETRY_FACTOR, default_gb, top * SHOWN_MARGIN))
+
+
+def _retry_why(killed_gb: float, default_gb: float, needs: Sequence[float]) -> str:
+    retry = retry_gb(killed_gb, default_gb=default_gb, needs=needs)
+    top = max(needs, default=0.0)
+    return (
+        f"retry {_gb(retry)}, the largest of {RETRY_FACTOR:g} × {_gb(killed_gb)}, "
+        f"the default {_gb(default_gb)} and the largest need shown "
+        f"{_gb(top)} × {SHOWN_MARGIN:g}"
+    )
 
 
 def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]]) -> Prior:
@@ -256,7 +359,7 @@ def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]]) -> Prior:
     kill at X as X × BUMP (the need was above X). Types without samples or default are skipped.
     """
     shares = {
-        name: max(s.gb * BUMP if s.killed else s.gb for s in samples) / default_gb
+        name: max(need(s) for s in samples) / default_gb
         for name, (default_gb, samples) in others.items()
         if samples and default_gb > 0
     }
@@ -266,18 +369,41 @@ def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]]) -> Prior:
     return Prior(len(shares), shares[top], top)
 
 
+def _short_gb(gb: float) -> str:
+    """A size as a scientist reads it: two significant digits, whole GiB from 10 on."""
+    return f"{gb:.0f} GiB" if gb >= 10 else f"{gb:.2g} GiB"
+
+
+def _runs(peaks: Sequence[float], kills: Sequence[float]) -> str:
+    """'3 earlier runs of {subject} peaked at up to 0.5 GiB{per}': what the plan rests on."""
+    n = len(peaks) + len(kills)
+    said = f"{n} earlier run{'s' if n != 1 else ''} of {{subject}}"
+    peaked = f"peaked at {'up to ' if len(peaks) > 1 else ''}{_short_gb(max(peaks, default=0))}"
+    killed = (
+        f"killed for memory at {'up to ' if len(kills) > 1 else ''}"
+        f"{_short_gb(max(kills, default=0))}"
+    )
+    if not kills:
+        return f"{said} {peaked}{{per}}"
+    were = "was" if len(kills) == 1 else "were"
+    if not peaks:
+        return f"{said} {were} {killed}{{per}}"
+    return f"{said}: {len(peaks)} {peaked}{{per}} and {len(kills)} {were} {killed}"
+
+
 @dataclass
 class Simrun:
-    """simrun's policy: an upper prediction bound of the type's recent evidence.
+    """simrun's policy: a robust upper prediction bound of the type's recent evidence.
 
-    Peaks are taken as log-normal: the allocation is the recency-weighted geometric mean of
-    the WINDOW newest samples × a margin exp(t·σ·√(1 + 1/n)), the one-sided TARGET bound
-    for the next peak. σ is the type's own spread pooled with PRIOR_SPREAD, and t is
-    Student's with the pooled degrees of freedom, so few samples give a wide margin (and
-    then the default, which caps the allocation unless a recent kill proved it too small).
-    A kill at X is a censored observation: it counts as X × BUMP in the model and floors
-    the allocation at X × BUMP while it is among the recent samples. A type without history
-    starts from how much of their defaults the deployment's other types needed (``Prior``).
+    Peaks are taken as log-normal: the allocation is the recency-weighted median of the
+    WINDOW newest samples × a margin exp(t·σ·√(1 + 1/n)), the one-sided TARGET bound for the
+    next peak. σ is read from the upper half of the evidence (SPREAD_QUANTILE), pooled with
+    PRIOR_SPREAD, and t is Student's with the pooled degrees of freedom, so few samples give
+    a wide margin (and then the default, which caps the allocation unless a recent kill
+    proved it too small), while a few tiny peaks widen nothing. A kill at X is a censored
+    observation: it counts as X × BUMP and floors the allocation at X × BUMP while it is
+    among the recent samples. A type without history starts from how much of their defaults
+    the deployment's other types needed (``Prior``). The retry follows ``retry_gb``.
     """
 
     name: str = "simrun"
@@ -287,16 +413,21 @@ class Simrun:
     prior_default_types: int = PRIOR_DEFAULT_TYPES
 
     def size(
-        self, history: Sequence[Sample], *, default_gb: float, prior: Prior | None = None
+        self,
+        history: Sequence[Sample],
+        *,
+        default_gb: float,
+        prior: Prior | None = None,
+        shown: Sequence[Sample] = (),
     ) -> Sizing:
         recent = history[-WINDOW:]
         if not recent:
-            return self.unseen(default_gb, prior)
+            return self.unseen(default_gb, prior, shown)
         kills = [s.gb for s in recent if s.killed]
         peaks = [s.gb for s in recent if not s.killed]
-        values = [max(MIB, s.gb * BUMP if s.killed else s.gb) for s in recent]
+        values = [max(MIB, need(s)) for s in recent]
         weights = [0.5 ** ((len(recent) - 1 - i) / HALF_LIFE) for i in range(len(recent))]
-        center, spread, n_eff = log_normal(values, weights, self.prior_spread)
+        center, spread, n_eff = robust_log_normal(values, weights, self.prior_spread)
         t = student_t(self.target, PRIOR_WEIGHT + n_eff - 1)
         stretch = math.exp(t * spread * math.sqrt(1 + 1 / n_eff))
         margin = round(max(MIN_MARGIN, stretch), 3)
@@ -304,18 +435,30 @@ class Simrun:
         gb = _up(round(center, 3) * margin)
         steps = [
             f"p{self.target * 100:g} bound of {_evidence(len(peaks), len(kills))}: "
-            f"geometric mean {_gb(center)} × {margin:.3f} margin (spread {spread:.3f}, "
-            f"t {t:.2f}, n {n_eff:.1f}{least}) = {_gb(gb)}"
+            f"weighted median {_gb(center)} × {margin:.3f} margin (upper spread "
+            f"{spread:.3f}, t {t:.2f}, n {n_eff:.1f}{least}) = {_gb(gb)}"
         ]
+        if n_eff < FEW_RUNS:
+            reason = "with so few runs simrun keeps a wide margin"
+        elif margin >= 1.5:
+            reason = "their peaks vary widely, so simrun keeps a wide margin"
+        else:
+            reason = f"simrun adds {round(100 * (margin - 1))}% for how much they vary"
         if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * MIN_MARGIN):
             gb = _up(round(max(peaks), 3) * MIN_MARGIN)
             steps.append(
                 f"capped at the top of {len(peaks)} peaks {_gb(max(peaks))} × {MIN_MARGIN:g} "
                 f"= {_gb(gb)}"
             )
+            reason = f"simrun keeps {round(100 * (MIN_MARGIN - 1))}% above the largest"
         if not kills and gb > default_gb:
             gb = default_gb
             steps.append(f"capped at the default {_gb(default_gb)} (no recent kill)")
+            reason = (
+                f"{reason}, up to its default"
+                if n_eff < FEW_RUNS
+                else "without a kill simrun never plans more than the default"
+            )
         floor, floor_why = max(_floors(peaks, kills))
         if kills and gb > _up(floor * RETRY_FACTOR):
             # Peaks far below a kill are of inputs before a step up: their spread is no
@@ -325,30 +468,41 @@ class Simrun:
                 f"capped at {RETRY_FACTOR:g} × the floor {_gb(floor)} = {_gb(gb)} "
                 "(peaks below a kill do not bound its need)"
             )
+            reason = "a kill proves more is needed, so simrun plans well above it"
         if floor > gb:
             gb = floor
             steps.append(floor_why)
-        retry = _up(gb * RETRY_FACTOR)
-        steps.append(f"→ {_gb(gb)}; retry {RETRY_FACTOR:g} × {_gb(gb)} = {_gb(retry)}")
-        return Sizing(gb, retry, "; ".join(steps))
+            reason = (
+                "a kill proves more is needed, so simrun plans above it"
+                if kills and floor == _up(round(max(kills), 3) * BUMP)
+                else "simrun stays a little above the largest"
+            )
+        needs = [need(s) for s in (*recent, *shown)]
+        retry = retry_gb(gb, default_gb=default_gb, needs=needs)
+        steps.append(f"→ {_gb(gb)}; {_retry_why(gb, default_gb, needs)}")
+        return Sizing(gb, retry, "; ".join(steps), f"{_runs(peaks, kills)}; {reason}")
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        return _up(killed_gb * RETRY_FACTOR)
+        return retry_gb(killed_gb, default_gb=default_gb, needs=[need(s) for s in history])
 
-    def unseen(self, default_gb: float, prior: Prior | None) -> Sizing:
+    def unseen(
+        self, default_gb: float, prior: Prior | None, shown: Sequence[Sample] = ()
+    ) -> Sizing:
         """A type without history: its default, shrunk toward what the other types needed.
 
         The share of the default is (top share × margin) ^ (K / (K + PRIOR_DEFAULT_TYPES)):
         a weighted geometric mean of the evidence and the default (share 1). The retry is what
         the type would get without the prior, 2 × its default: a miss costs one attempt.
         """
-        retry = _up(default_gb * RETRY_FACTOR)
+        needs = [need(s) for s in shown]
+        retry = retry_gb(default_gb, default_gb=default_gb, needs=needs)
         if prior is None or prior.types == 0:
             return Sizing(
                 default_gb,
                 retry,
                 f"default {_gb(default_gb)} (no history); "
                 f"retry {RETRY_FACTOR:g} × {_gb(default_gb)} = {_gb(retry)}",
+                f"no earlier run of {{subject}}, so its default of {_short_gb(default_gb)}{{per}}",
             )
         top = round(prior.top_share, 3)
         evidence = round(top * self.prior_margin, 3)
@@ -381,7 +535,13 @@ class Simrun:
             f"→ {_gb(gb)}; retry {RETRY_FACTOR:g} × the default {_gb(default_gb)} "
             f"= {_gb(retry)} (as without the prior)"
         )
-        return Sizing(gb, retry, "; ".join(steps))
+        others = f"{prior.types} other task type{'s' if prior.types > 1 else ''}"
+        short = (
+            f"no earlier run of {{subject}}; the {others} seen so far needed at most "
+            f"{round(100 * prior.top_share)}% of their defaults, so simrun starts at "
+            f"{round(100 * share)}% of its default of {_short_gb(default_gb)}{{per}}"
+        )
+        return Sizing(gb, retry, "; ".join(steps), short)
 
 
 def _up(gb: float) -> float:
@@ -418,19 +578,23 @@ def _evidence(peaks: int, kills: int) -> str:
     return " and ".join(parts)
 
 
-def log_normal(
+def robust_log_normal(
     values: Sequence[float], weights: Sequence[float], prior_spread: float = PRIOR_SPREAD
 ) -> tuple[float, float, float]:
-    """Weighted geometric mean, σ of logs pooled with PRIOR_SPREAD, and the effective count."""
+    """Weighted median, upper spread of the logs pooled with PRIOR_SPREAD, effective count.
+
+    The spread is (the weighted SPREAD_QUANTILE − the weighted median) of the logs over the
+    normal's same distance: what a log-normal's σ would be, read from the upper half only.
+    """
     total = sum(weights)
     n_eff = total * total / sum(w * w for w in weights)
-    logs = [math.log(v) for v in values]
-    mean = sum(w * x for w, x in zip(weights, logs, strict=True)) / total
-    variance = sum(w * (x - mean) ** 2 for w, x in zip(weights, logs, strict=True)) / total
+    logs = [(math.log(v), w) for v, w in zip(values, weights, strict=True)]
+    median = weighted_quantile(logs, 0.5)
+    upper = weighted_quantile(logs, SPREAD_QUANTILE)
+    own = (upper - median) / NormalDist().inv_cdf(SPREAD_QUANTILE)
     own_dof = n_eff - 1
-    own = variance * n_eff / own_dof if own_dof > 0 else 0.0
-    pooled = (PRIOR_WEIGHT * prior_spread**2 + own_dof * own) / (PRIOR_WEIGHT + own_dof)
-    return math.exp(mean), math.sqrt(pooled), n_eff
+    pooled = (PRIOR_WEIGHT * prior_spread**2 + own_dof * own**2) / (PRIOR_WEIGHT + own_dof)
+    return math.exp(median), math.sqrt(pooled), n_eff
 
 
 def student_t(q: float, dof: float) -> float:
@@ -444,6 +608,6 @@ def student_t(q: float, dof: float) -> float:
 
 
 POLICIES: dict[str, Policy] = {
-    p.name: p for p in (Simrun(), Static(), MaxSeen(), Doubling(), Vpa())
+    p.name: p for p in (Simrun(), Static(), MaxSeen(), Doubling(), Vpa(), P95OneRetry())
 }
 DEFAULT = POLICIES["simrun"]

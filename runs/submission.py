@@ -24,12 +24,9 @@ from runs.evidence import prior_evidence
 from runs.handoff import after_commit
 from runs.learned_types import run_types
 from runs.models import Observation, Run, Task, TaskKind
-from runs.planner import ObservedPeak, observation_keys, plan_run
+from runs.planner import OBSERVATIONS_USED, ObservedPeak, observation_keys, plan_run
 from runs.records import task_json, task_records
 from runs.spec import RunSpec, SpecError
-
-OBSERVATIONS_USED = 50
-"""The latest observations of a task type the planner looks at."""
 
 
 def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:

@@ -213,3 +213,24 @@ def test_a_type_without_observations_starts_from_the_prior_of_the_other_types():
     assert "prior of 12 other types" in plan.why
     own = plan_run(spec, types=task_types(), evidence={"alloc": (0.25, [sizing.Sample(0.01)])})
     assert own["t"].per_worker_gb == alloc.per_worker_gb  # its own evidence is no prior
+
+
+def test_a_plan_leads_with_one_plain_sentence_and_keeps_the_arithmetic():
+    """A command with one earlier run: the sentence says the memory, the run, its peak and
+    why the margin is wide; the arithmetic stays in ``why``."""
+    command = TaskSpec(command=["python", "fit.py"])
+    plan = plan_task(command, None, [ObservedPeak(0.09, at=1.0)])
+    assert plan.why_short == (
+        f"{plan.memory_gb:g} GiB: 1 earlier run of this command peaked at 0.09 GiB; "
+        "with so few runs simrun keeps a wide margin, up to its default."
+    )
+    assert "p99.9 bound of 1 recent peak" in plan.why
+
+
+def test_the_planner_hands_the_policy_only_its_window_of_observations():
+    from runs.planner import OBSERVATIONS_USED, history
+
+    observed = [ObservedPeak(1.0, at=float(i)) for i in range(OBSERVATIONS_USED + 30)]
+    kept = history(observed)
+    assert len(kept) == OBSERVATIONS_USED == sizing.WINDOW
+    assert kept[0].at == 30.0

@@ -22,7 +22,10 @@ from runs.sizing import (
 )
 
 PRODUCT = re.compile(r"(\d+\.\d+) GiB × (\d+(?:\.\d+)?)[^=;]*= (\d+\.\d+) GiB")
-RETRY = re.compile(r"retry (\d+(?:\.\d+)?) × (\d+\.\d+) GiB = (\d+\.\d+) GiB")
+RETRY = re.compile(
+    r"retry (\d+\.\d+) GiB, the largest of (\d+(?:\.\d+)?) × (\d+\.\d+) GiB, the default "
+    r"(\d+\.\d+) GiB and the largest need shown (\d+\.\d+) GiB × (\d+(?:\.\d+)?)"
+)
 RESULT = re.compile(r"→ (\d+\.\d+) GiB")
 
 
@@ -43,7 +46,7 @@ def test_every_policy_sizes_a_type_without_history_at_its_default(name):
 
 def test_the_default_policy_is_simruns():
     assert DEFAULT.name == "simrun"
-    assert set(POLICIES) == {"simrun", "static", "max-seen", "doubling", "vpa"}
+    assert set(POLICIES) == {"simrun", "static", "max-seen", "doubling", "vpa", "p95-1retry"}
 
 
 def test_one_kill_raises_the_next_allocation_and_the_retry_at_once():
@@ -132,16 +135,17 @@ def test_the_why_is_arithmetic_whose_numbers_recompute_to_the_sizing(history):
     assert products, sizing.why
     for a, b, result in products:
         assert float(result) == pytest.approx(ceil_mib(float(a) * float(b)), abs=1e-9), sizing.why
-    ((factor, gb, retry),) = RETRY.findall(sizing.why)
+    ((retry, factor, gb, default, top, margin),) = RETRY.findall(sizing.why)
     assert float(gb) == sizing.gb and float(retry) == sizing.retry_gb
-    assert float(retry) == pytest.approx(ceil_mib(float(factor) * float(gb)), abs=1e-9)
+    largest = max(float(factor) * float(gb), float(default), float(top) * float(margin))
+    assert float(retry) == pytest.approx(ceil_mib(largest), abs=1e-9)
     assert [float(x) for x in RESULT.findall(sizing.why)] == [sizing.gb]
 
 
 def test_the_margin_in_the_why_is_the_bound_of_its_spread_t_and_count():
     sizing = DEFAULT.size(peaks(*[0.4, 0.45, 0.35, 0.5] * 5), default_gb=10.0)
     found = re.search(
-        r"× (\d+\.\d+) margin \(spread (\d+\.\d+), t (\d+\.\d+), n (\d+\.\d+)", sizing.why
+        r"× (\d+\.\d+) margin \(upper spread (\d+\.\d+), t (\d+\.\d+), n (\d+\.\d+)", sizing.why
     )
     assert found, sizing.why
     margin, spread, t, n = map(float, found.groups())
@@ -281,3 +285,52 @@ def test_the_why_states_the_priors_arithmetic_and_it_recomputes(share):
     assert float(share_again) == float(got) and float(default) == 6.0
     assert float(gb) == pytest.approx(ceil_mib(6.0 * float(got))) == sized.gb == float(result)
     assert float(retry) == pytest.approx(float(retry_factor) * float(retry_of)) == sized.retry_gb
+
+
+def test_a_type_whose_early_peaks_were_small_retries_a_task_needing_15_times_more_and_passes():
+    """Five early peaks of 0.05 GiB plan the type small; a later task needs 0.75 GiB: its first
+    attempt is killed, and the retry gets at least the type's default (1 GiB), not 2 × the
+    small plan, so the task passes (it failed when the retry was only 2 × the plan)."""
+    history = peaks(*[0.05] * 5)
+    sizing = DEFAULT.size(history, default_gb=1.0)
+    needed = 15 * 0.05
+    assert sizing.gb < needed
+    assert sizing.retry_gb >= needed
+    assert DEFAULT.retry(history, killed_gb=sizing.gb, default_gb=1.0) >= needed
+
+
+def test_the_retry_is_never_below_the_largest_need_the_type_has_shown():
+    """A kill at 3 GiB long ago (beyond the recent window, passed as ``shown``) means a retry
+    of at least 3 × BUMP × SHOWN_MARGIN, whatever the recent small peaks say."""
+    from runs.sizing import SHOWN_MARGIN
+
+    sizing = DEFAULT.size(peaks(*[0.2] * 10), default_gb=1.0, shown=[Sample(3.0, killed=True)])
+    assert sizing.retry_gb >= 3.0 * BUMP * SHOWN_MARGIN - 1e-9
+
+
+def test_a_steady_type_with_three_tiny_outliers_is_planned_within_1_5_times_its_p90():
+    """Thirty peaks of 1 GiB ± 3% and three of 0.01 GiB (a tiny input, an early exit): the
+    spread is read from the upper half, so the outliers widen nothing (a standard deviation
+    of the logs grew with them and planned the default, 8 GiB)."""
+    steady = [1.0 + 0.03 * ((i * 7) % 5 - 2) / 2 for i in range(30)]
+    values = steady[:10] + [0.01] + steady[10:20] + [0.01] + steady[20:] + [0.01]
+    sizing = DEFAULT.size(peaks(*values), default_gb=8.0)
+    ordered = sorted(values)
+    p90 = ordered[math.ceil(0.9 * len(ordered)) - 1]
+    assert max(steady) <= sizing.gb <= 1.5 * p90, sizing.why
+
+
+def test_p95_1retry_takes_the_nearest_rank_p95_times_1_25_and_doubles_on_a_kill():
+    p95 = POLICIES["p95-1retry"]
+    history = peaks(*[1.0] * 19, 2.0)  # the 19th of 20 reaches 95%: 1.0
+    sizing = p95.size([*history, Sample(5.0, killed=True)], default_gb=8.0)
+    assert (sizing.gb, sizing.retry_gb) == (1.25, 2.5)
+    assert p95.size([], default_gb=8.0).gb == 8.0
+
+
+def test_the_plain_reason_names_the_runs_their_peak_and_why_the_margin():
+    sizing = DEFAULT.size(peaks(0.09), default_gb=1.0)
+    assert sizing.short.format(subject="this command", per="") == (
+        "1 earlier run of this command peaked at 0.09 GiB; "
+        "with so few runs simrun keeps a wide margin, up to its default"
+    )
