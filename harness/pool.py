@@ -30,7 +30,11 @@ FLUSH_S = 0.5
 """The most seconds of finished units a pool process keeps before it stores them: the work a
 SIGKILL may lose besides the unit in flight."""
 SLOT = 3
-"""Numbers per process in the shared slots: its pid, its unit, since when (0 when idle)."""
+"""Numbers per process in the shared slots: its pid, its unit (``BETWEEN_BATCHES`` once its
+batch is stored), since when (0 when no unit runs)."""
+BETWEEN_BATCHES = -1.0
+"""The unit of a process whose last batch is stored: it waits for the next one, and may wait
+for ever on a queue lock that a killed process of the pool held."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -104,6 +108,7 @@ def initialize(
     with taken.get_lock():
         _Process.slot, taken.value = taken.value, taken.value + 1
     slots[_Process.slot * SLOT] = os.getpid()
+    slots[_Process.slot * SLOT + 1] = BETWEEN_BATCHES
 
 
 def _store(units: list[int], payloads: list[bytes], seconds: list[float]) -> str | None:
@@ -174,6 +179,7 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
     if storage is not None:  # the units of the failed write are not stored
         del stored[len(stored) - len(units) :]
         del stored_seconds[len(stored_seconds) - len(seconds) :]
+    slots[at + 1] = BETWEEN_BATCHES
     return Batch(stored, stored_seconds, time.process_time() - cpu, failed, storage)
 
 

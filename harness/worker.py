@@ -133,6 +133,8 @@ TICK_S = 0.25
 """The longest the worker waits for its pool before it looks at SIGTERM again."""
 ANSWER_S = 5.0
 """How long the worker waits for the answers of batches whose processes ended."""
+SETTLE_POLL_S = 0.02
+"""How often a stopping worker looks whether its pool processes stored their last batch."""
 
 log = logging.getLogger("simrun.harness")
 
@@ -301,12 +303,14 @@ class _Work:
         processes = list((getattr(self.executor, "_processes", None) or {}).values())
         self.executor.shutdown(wait=False, cancel_futures=True)  # the processes end after it
         deadline = time.monotonic() + self.grace_s
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
+        while time.monotonic() < deadline and not self._settled(processes):
+            time.sleep(SETTLE_POLL_S)
         if any(process.is_alive() for process in processes):
-            log.info("%s: the pool is killed after %.0f s", why, self.grace_s)
+            log.info("%s: what is left of the pool is killed", why)
             for process in processes:
                 process.kill()
+            for process in processes:
+                process.join(ANSWER_S)
         wait(self.in_flight, timeout=ANSWER_S)
         in_flight, self.in_flight = self.in_flight, {}
         lost: list[Claim] = []
@@ -323,6 +327,17 @@ class _Work:
             self.ledger.release([c.block for c in lost])
         except OSError as error:
             log.error("claims cannot be released: %s", error)
+
+    def _settled(self, processes: list[Any]) -> bool:
+        """Whether every pool process ended or stored its last batch: one that waits for
+        another batch may wait for ever on a queue lock a killed process held, so the pool
+        waits no longer for it than for its units in flight."""
+        alive = {process.pid for process in processes if process.is_alive()}
+        for slot in range(0, len(self.slots), pool.SLOT):
+            pid, unit = self.slots[slot], self.slots[slot + 1]
+            if pid in alive and unit != pool.BETWEEN_BATCHES:
+                return False
+        return True
 
     def _release_stale(self) -> None:
         mine = {c.block for claims in self.in_flight.values() for c in claims}
@@ -397,7 +412,28 @@ def _run(
                 tally=tally,
             ).run()
     finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+        close_pool(executor)
+
+
+def close_pool(executor: ProcessPoolExecutor) -> None:
+    """Shut a pool down without ever waiting on it for ever: ``shutdown(wait=True)`` of a
+    pool one of whose processes died can hang (a process left waiting on a queue lock the
+    dead one held, a manager thread waiting for it), so what is left is killed after
+    ``ANSWER_S`` and the manager thread is given as long to end."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)
+    executor.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + ANSWER_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(ANSWER_S)
+    if manager is not None:
+        manager.join(ANSWER_S)
+        if manager.is_alive():
+            log.warning("the pool's manager thread did not end; the worker ends without it")
 
 
 def run_worker(
