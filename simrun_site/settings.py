@@ -271,7 +271,10 @@ if SIMRUN_LOCAL_COMMANDS not in {"direct", "docker"}:
         f"environment variable SIMRUN_LOCAL_COMMANDS must be direct or docker, "
         f"not {SIMRUN_LOCAL_COMMANDS!r}"
     )
-SIMRUN_SCRATCH = Path(_read("SIMRUN_SCRATCH", env.str, str(SIMRUN_HOME / "scratch"))).resolve()
+# The scratch beside the store, <store>/../scratch (spec/004), whatever SIMRUN_STORE says.
+SIMRUN_SCRATCH = Path(
+    _read("SIMRUN_SCRATCH", env.str, str(SIMRUN_STORE.parent / "scratch"))
+).resolve()
 # A service running as root runs the processes of user N's runs as user id BASE + N
 # (runs/backends/local_user.py); 0 runs them as the service's own user.
 SIMRUN_TASK_UID_BASE = _read("SIMRUN_TASK_UID_BASE", env.int, 200000) or None

@@ -152,3 +152,32 @@ def test_simrun_https_sets_hsts_redirect_secure_cookies_and_the_proxy_header(tmp
     assert result.stdout.splitlines()[-1] == (
         "31536000 True True True True ('HTTP_X_FORWARDED_PROTO', 'https')"
     ), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variables", "scratch"),
+    [
+        ({}, "home/scratch"),
+        ({"SIMRUN_STORE": "shared/store"}, "shared/scratch"),
+        ({"SIMRUN_STORE": "shared/store", "SIMRUN_SCRATCH": "fast/tmp"}, "fast/tmp"),
+    ],
+)
+def test_the_scratch_is_beside_the_store_unless_set(tmp_path, variables, scratch):
+    """spec/004: the store is the one of the settings, the scratch ``<store>/../scratch``."""
+    environment = {
+        "PATH": os.environ["PATH"],
+        "SIMRUN_HOME": str(tmp_path / "home"),
+        "SECRET_KEY": "s",
+        **{name: str(tmp_path / value) for name, value in variables.items()},
+    }
+    shown = "from django.conf import settings; print(settings.SIMRUN_SCRATCH)"
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", shown],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str((tmp_path / scratch).resolve())]
