@@ -31,7 +31,12 @@ class PlanSerializer(serializers.Serializer[dict[str, Any]]):
     processes = serializers.IntegerField(required=False)
     retry_memory_gb = serializers.FloatField(required=False, help_text="after a kill for memory")
     coordinator_merges = serializers.BooleanField(required=False)
-    why = serializers.CharField(required=False, allow_blank=True, help_text="how it was decided")
+    why = serializers.CharField(
+        required=False, allow_blank=True, help_text="how it was decided, with the arithmetic"
+    )
+    why_short = serializers.CharField(
+        required=False, allow_blank=True, help_text="the reason in one plain sentence"
+    )
 
 
 class AttemptSerializer(serializers.ModelSerializer[Attempt]):

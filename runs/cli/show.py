@@ -18,6 +18,9 @@ HELP = "show a run: its tasks, plans, attempts"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN", help="the run's id")
+    parser.add_argument(
+        "--why", action="store_true", help="print the arithmetic of each task's plan too"
+    )
 
 
 def tasks_table(tasks: list[dict[str, Any]]) -> Table:
@@ -34,9 +37,18 @@ def tasks_table(tasks: list[dict[str, Any]]) -> Table:
             str(plan["cores"]),
             f"{plan['memory_gb']} GiB",
             str(plan.get("workers", 1)),
-            plan.get("why", ""),
+            plan.get("why_short") or plan.get("why", ""),
         )
     return table
+
+
+def plans_why(tasks: list[dict[str, Any]]) -> list[str]:
+    """The arithmetic of each task's plan, below the table whose column says it plainly."""
+    return [
+        f"{task['id']}: {task['plan']['why']}"
+        for task in tasks
+        if task["plan"].get("why_short") and task["plan"].get("why")
+    ]
 
 
 def memory_kill(attempt: dict[str, Any]) -> str:
@@ -113,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     if item["message"]:
         console.print(f"message: {item['message']}")
     console.print(tasks_table(item["tasks"]))
+    for line in plans_why(item["tasks"]) if getattr(args, "why", False) else []:
+        console.print(line, markup=False)
     for task in item["tasks"]:
         if task.get("command"):
             console.print(f"command of {task['id']}: {shlex.join(task['command'])}", markup=False)
