@@ -5,15 +5,17 @@ time, one submission of a run at a time, and a wake-up flag keeps wake-ups from 
 With Redis (``SIMRUN_LOCK_URL``, else a Redis broker) they are keys with a time to live, a
 held lock renewed by a thread; in the embedded default (SQLite and the filesystem broker, so
 one machine) they are ``flock``\\ s and files under ``SIMRUN_HOME/locks``, which the kernel
-releases when the process holding them dies.
+releases when the process holding them dies. That folder is the service's alone (no access
+for others), and its files are named by a digest of the lock's name keyed with the secret
+key, so a task that reached it still would learn no run id.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -31,7 +33,6 @@ log = logging.getLogger(__name__)
 LOCK_TTL_S = 60.0
 """A Redis lock of a process that died is free after this; a live holder renews it."""
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def redis_url() -> str | None:
@@ -46,9 +47,15 @@ def _client(url: str) -> redis.Redis:
 
 
 def _path(name: str, suffix: str) -> Path:
+    """The file of a lock or flag: in a folder closed to others, named by a keyed digest
+    (a run id in a lock's name is never in a file's name)."""
     folder = Path(settings.SIMRUN_HOME) / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{SAFE_NAME.sub('_', name)}.{suffix}"
+    folder.mkdir(mode=0o770, parents=True, exist_ok=True)
+    if folder.stat().st_mode & 0o007:
+        folder.chmod(0o770)
+    key = hashlib.blake2b(str(settings.SECRET_KEY).encode(), digest_size=32).digest()
+    digest = hashlib.blake2b(name.encode(), key=key, digest_size=16).hexdigest()
+    return folder / f"{digest}.{suffix}"
 
 
 @contextmanager
