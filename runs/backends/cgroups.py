@@ -1,4 +1,5 @@
-"""Memory cgroups for the processes of the local backend: one per process, with its limit.
+"""Memory and pids cgroups for the processes of the local backend: one per process, with its
+limits.
 
 Which hierarchy the machine has is found at run time: the cgroup v2 unified hierarchy, or the
 v1 memory controller. A cgroup of its own per process, below the cgroup of the service, makes
@@ -7,6 +8,10 @@ cgroup (``memory.events`` on v2, ``memory.oom_control`` on v1) is the only evide
 
 Only the standard library (and the harness's own stdlib-only ``harness.cgroups``, for finding
 this process's cgroup): the launcher imports this module without the service's packages.
+
+A pids cgroup (``pids.max``) caps how many processes a task may have, so a fork bomb stays
+inside its task: on cgroup v2 it is the same directory as the memory cgroup; on v1 one of
+the ``pids`` hierarchy. Without a pids controller the launcher sets ``RLIMIT_NPROC``.
 """
 
 from __future__ import annotations
@@ -146,3 +151,68 @@ def remove(path: Path, timeout_s: float = 5.0) -> bool:
             if error.errno != errno.EBUSY or time.monotonic() > deadline:
                 return False
         time.sleep(0.02)
+
+
+def own_pids_cgroup(proc: Path = PROC) -> tuple[int, Path] | None:
+    """This process's cgroup with a pids controller as (version, directory), None without one:
+    the v1 ``pids`` hierarchy where it is mounted, else v2 when it offers ``pids``."""
+    from harness.cgroups import _within, mounts
+
+    try:
+        memberships = (proc / "self" / "cgroup").read_text().splitlines()
+        mounted = mounts(proc)
+    except OSError:
+        return None
+    v2_path = None
+    for line in memberships:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":
+            v2_path = path
+        elif "pids" in controllers.split(","):
+            for mount in mounted:
+                if mount.fstype == "cgroup" and "pids" in mount.options:
+                    return 1, _within(mount, path)
+    for mount in mounted:
+        if v2_path is not None and mount.fstype == "cgroup2":
+            directory = _within(mount, v2_path)
+            if "pids" in _read(directory / "cgroup.controllers").split():
+                return 2, directory
+    return None
+
+
+def detect_pids(proc: Path = PROC) -> Path | None:
+    """The directory in which this process can create pids cgroups with a limit, or None.
+
+    As ``detect``: the subtree ``simrun`` is made and a probe cgroup with a limit is made and
+    removed in it; any refusal means the tasks get ``RLIMIT_NPROC`` instead.
+    """
+    try:
+        own = own_pids_cgroup(proc)
+        if own is None:
+            return None
+        version, directory = own
+        parent = directory / SUBTREE
+        if version == 2:
+            _enable(directory, "pids")
+        parent.mkdir(exist_ok=True)
+        if version == 2:
+            _enable(parent, "pids")
+        remove(create_pids(parent, f"probe-{os.getpid()}", 64))
+    except OSError:
+        return None
+    return parent
+
+
+def _enable(directory: Path, controller: str) -> None:
+    """Let the children of a v2 cgroup use a controller (its subtree control)."""
+    if controller not in _read(directory / "cgroup.subtree_control").split():
+        (directory / "cgroup.subtree_control").write_text(f"+{controller}")
+
+
+def create_pids(parent: Path, name: str, limit: int) -> Path:
+    """A cgroup ``name`` in which at most ``limit`` processes (and threads) may live; an
+    existing one (the memory cgroup of the same name on v2) is reused."""
+    path = parent / name
+    path.mkdir(exist_ok=True)
+    (path / "pids.max").write_text(str(max(1, limit)))
+    return path

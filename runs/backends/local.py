@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import math
 import os
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import untrusted
 from harness.config import GRACE_S, STOP_MARGIN_S
 from harness.report import report_path
 from harness.tasktypes import TaskType
@@ -62,10 +64,12 @@ from runs.backends.local_state import (
     NodeView,
     Submission,
     failed_attempt,
+    logs_parts,
     next_memory_gb,
     node_phase,
     outcome,
     read_attempts,
+    read_service_json,
     retry,
 )
 from runs.planner import TaskPlan
@@ -84,6 +88,10 @@ LAUNCHER = Path(__file__).with_name("local_launcher.py")
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 """The only variables of the service's environment its processes get (besides SIMRUN_*)."""
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+PIDS_MAX = 4096
+"""The processes (and threads) a task may have at once (``SIMRUN_TASK_PIDS_MAX``)."""
+LOG_CAP = 64 << 20
+"""The most of a log ``logs`` reads whole."""
 
 
 def physical_memory_gb() -> float:
@@ -199,13 +207,16 @@ class LocalBackend:
         enforce_memory: bool = True,
         grace_s: float = GRACE_S,
         task_uid_base: int | None = None,
+        pids_max: int = PIDS_MAX,
     ) -> None:
         """Create the backend.
 
         ``enforce_memory=False`` never creates memory cgroups; ``grace_s`` is the time from
         the SIGTERM of a cancel to the SIGKILL (the harness's grace period by default);
         ``task_uid_base`` runs the processes of a user's runs as the user of that id plus the
-        owner's (``local_user``, only as root), None as the service's own user.
+        owner's (``local_user``, only as root), None as the service's own user; ``pids_max``
+        is the most processes a task may have (its pids cgroup, else ``RLIMIT_NPROC`` of its
+        task user).
         """
         self.store = Path(store)
         self.scratch = Path(scratch)
@@ -220,6 +231,8 @@ class LocalBackend:
         self.task_uid_base = task_uid_base if os.geteuid() == 0 else None
         self.hierarchy = cgroups.detect() if enforce_memory else None
         self.enforces_memory = self.hierarchy is not None
+        self.pids_max = pids_max
+        self.pids_parent = cgroups.detect_pids() if os.geteuid() == 0 else None
         self.state = self.store / "local"
         self.address = "\0simrun-local-" + hashlib.sha256(str(self.state).encode()).hexdigest()[:16]
         self._callbacks: list[Callable[[], None]] = []
@@ -239,6 +252,7 @@ class LocalBackend:
             cores=settings.SIMRUN_LOCAL_CORES,
             memory_gb=settings.SIMRUN_LOCAL_MEMORY_GB,
             task_uid_base=settings.SIMRUN_TASK_UID_BASE,
+            pids_max=getattr(settings, "SIMRUN_TASK_PIDS_MAX", PIDS_MAX),
         )
 
     # The files of the backend.
@@ -254,6 +268,12 @@ class LocalBackend:
 
     def _ended_file(self, name: str) -> Path:
         return self.state / "ended" / name
+
+    def _make_state(self) -> None:
+        """The backend's folder: every run's commands, the service's alone (its group reads)."""
+        self.state.mkdir(mode=0o750, parents=True, exist_ok=True)
+        if self.state.stat().st_mode & 0o007:
+            self.state.chmod(0o750)
 
     def _submission(self, name: str) -> Submission:
         try:
@@ -284,8 +304,8 @@ class LocalBackend:
             tasks.setdefault(spec.task, []).append(spec)
         nodes: dict[str, NodeView] = {}
         for task, specs in tasks.items():
-            logs = submission.task_dir(task) / "logs"
-            attempts = read_attempts(logs, [s.name for s in specs], self.task_uid_base)
+            names = [s.name for s in specs]
+            attempts = read_attempts(submission.store, submission.run, task, names)
             for spec in specs:
                 found = attempts[spec.name]
                 results = [outcome(a.exit, cancelled_at) for a in found if a.exit is not None]
@@ -324,6 +344,7 @@ class LocalBackend:
             nodes=self._nodes(record, plans, types),
             snapshots=[str(record.store / "snapshots" / digest) for digest in record.sources],
         )
+        self._make_state()
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, submission.model_dump(mode="json"))
         notify(self.address)
@@ -444,7 +465,7 @@ class LocalBackend:
     @contextlib.contextmanager
     def _lock(self, blocking: bool) -> Iterator[bool]:
         """The lock of the step (a file lock: any process of the service may step)."""
-        self.state.mkdir(parents=True, exist_ok=True)
+        self._make_state()
         with open(self.state / "step.lock", "w") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -528,16 +549,31 @@ class LocalBackend:
 
     def _refuse(self, submission: Submission, node: NodeView, reason: str, now: float) -> None:
         """End a node that can never start here as an attempt that failed, saying why."""
-        logs = submission.task_dir(node.spec.task) / "logs"
-        attempt = Attempt(node.spec.name, len(node.attempts), logs)
-        attempt.directory.mkdir(parents=True, exist_ok=True)
+        stem = f"{node.spec.name}-{len(node.attempts)}"
         message = f"not started: {reason}"
-        attempt.path("log").write_text(f"simrun: {message}\n")
-        write_json(attempt.path("launch"), {"started": now, "cores": 0, "memory_gb": 0})
-        write_json(
-            attempt.path("exit"),
-            {"exit_code": STARTING_EXIT, "signal": None, "ended": now, "message": message},
-        )
+        logs = self._logs_dir(submission, node.spec.task)
+        try:
+            log = untrusted.open_own(logs, f"{stem}.log")
+            with os.fdopen(log, "a") as handle:
+                handle.write(f"simrun: {message}\n")
+            launch = {"started": now, "cores": 0, "memory_gb": 0}
+            untrusted.write_atomic_at(logs, f"{stem}.launch", json.dumps(launch))
+            end = {"exit_code": STARTING_EXIT, "signal": None, "ended": now, "message": message}
+            untrusted.write_atomic_at(logs, f"{stem}.exit", json.dumps(end))
+        finally:
+            os.close(logs)
+
+    def _logs_dir(self, submission: Submission, task: str) -> int:
+        """The ``logs/`` folder of a task, the service's own (a folder a task planted there is
+        moved aside), walked from the store without links: a descriptor the caller closes.
+        The task's folder and its ``out/`` are made if missing, as the service's."""
+        task_fd = untrusted.make_dirs(submission.store, ["runs", submission.run, "tasks", task])
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir("out", 0o755, dir_fd=task_fd)
+            return untrusted.service_dir(task_fd, "logs")
+        finally:
+            os.close(task_fd)
 
     def _reap_lost(self, view: RunView, now: float) -> bool:
         """Record the end of attempts whose launcher died without recording it."""
@@ -549,23 +585,29 @@ class LocalBackend:
                     continue
             elif launcher_alive(names) or process_alive(names):
                 continue
-            if read_json(attempt.path("exit")) is not None:
-                continue  # the launcher recorded the end after all
-            kills = 0
-            if cgroup := attempt.launch.get("cgroup"):  # type: ignore[union-attr]
-                kills = cgroups.oom_kills(Path(cgroup))
-                cgroups.remove(Path(cgroup))
-            write_json(
-                attempt.path("exit"),
-                {
+            logs = self._logs_dir(view.submission, view.nodes[attempt.node].spec.task)
+            try:
+                if read_service_json(logs, attempt.path("exit").name) is not None:
+                    continue  # the launcher recorded the end after all
+                kills = 0
+                launch = attempt.launch or {}
+                if cgroup := launch.get("cgroup"):
+                    kills = cgroups.oom_kills(Path(cgroup))
+                    cgroups.remove(Path(cgroup))
+                if pids_cgroup := launch.get("pids_cgroup"):
+                    cgroups.remove(Path(pids_cgroup))
+                end = {
                     "exit_code": None,
                     "signal": None,
                     "oom_kills": kills,
                     "ended": now,
                     "message": "lost: its launcher ended without recording the end of the process",
-                },
-            )
-            attempt.path("pid").unlink(missing_ok=True)
+                }
+                untrusted.write_atomic_at(logs, attempt.path("exit").name, json.dumps(end))
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(attempt.path("pid").name, dir_fd=logs)
+            finally:
+                os.close(logs)
             lost = True
         return lost
 
@@ -574,15 +616,35 @@ class LocalBackend:
         spec, number = node.spec, len(node.attempts)
         memory_gb = next_memory_gb(node)
         task_dir = submission.task_dir(spec.task)
-        attempt = Attempt(spec.name, number, task_dir / "logs")
-        attempt.directory.mkdir(parents=True, exist_ok=True)
-        (task_dir / "out").mkdir(exist_ok=True)
-        scratch = self.scratch / submission.run / f"{spec.name}-{number}"
-        user = self._isolate(submission, attempt.directory)
+        stem = f"{spec.name}-{number}"
+        logs = self._logs_dir(submission, spec.task)
+        try:
+            self._launch(submission, node, now, memory_gb, task_dir, stem, logs)
+        finally:
+            os.close(logs)
+
+    def _launch(
+        self,
+        submission: Submission,
+        node: NodeView,
+        now: float,
+        memory_gb: float,
+        task_dir: Path,
+        stem: str,
+        logs: int,
+    ) -> None:
+        """Write the launch file of an attempt in its ``logs/`` folder (``logs``, a descriptor)
+        and start its launcher, which inherits the launch file and the folder."""
+        spec, number = node.spec, len(node.attempts)
+        scratch = self.scratch / submission.run / stem
+        user = self._isolate(submission, logs)
         cgroup = None
+        pids_cgroup = None
+        name = f"{submission.run}.{spec.name}.{number}"
         if self.hierarchy is not None and not spec.image:
-            name = f"{submission.run}.{spec.name}.{number}"
             cgroup = cgroups.create(self.hierarchy, name, math.ceil(memory_gb * 2**30))
+        if self.pids_parent is not None and not spec.image:
+            pids_cgroup = cgroups.create_pids(self.pids_parent, name, self.pids_max)
         venv = self.envs / submission.run if submission.snapshots else None
         env = {
             **task_env(venv, scratch, user),
@@ -598,16 +660,17 @@ class LocalBackend:
         argv = spec.argv
         if container is not None:
             argv = docker_argv(spec, container, memory_gb, env, scratch, submission.store, user)
+        report = report_path(task_dir, spec.worker, number).relative_to(submission.store)
         launch = {
+            "name": stem,
             "argv": argv,
             "env": env,
             "cwd": str(scratch),
             "store": str(submission.store),
             "stage": spec.stage,
-            "pid_file": str(attempt.path("pid")),
-            "exit_file": str(attempt.path("exit")),
-            "log": str(attempt.path("log")),
             "cgroup": str(cgroup) if cgroup is not None else None,
+            "pids_cgroup": str(pids_cgroup) if pids_cgroup is not None else None,
+            "pids_max": self.pids_max,
             "venv": {"dir": str(venv), "snapshots": submission.snapshots} if venv else None,
             "container": container,
             "notify": self.address,
@@ -615,27 +678,36 @@ class LocalBackend:
             "memory_gb": memory_gb,
             "started": now,
             # A plain command writes no report: the launcher writes its measured peak.
-            "report": str(report_path(task_dir, spec.worker, number))
-            if spec.kind == "command" and container is None
-            else None,
+            "report": report.as_posix() if spec.kind == "command" and container is None else None,
             # docker runs as the service (its socket is root's); the container as the user.
             "user": None
             if user is None or container is not None
             else {"uid": user.uid, "gid": user.gid, "umask": local_user.UMASK},
+            "stage_user": None
+            if user is None
+            else {"uid": user.uid, "gid": user.gid, "umask": local_user.UMASK},
         }
-        write_json(attempt.path("launch"), launch)
-        attempt.path("launch").chmod(0o640)  # the service's group reads it, never a task
-        with open(attempt.path("log"), "ab") as log:
+        # The service's group reads it, never a task (``logs/`` is the service's).
+        untrusted.write_atomic_at(logs, f"{stem}.launch", json.dumps(launch), mode=0o640)
+        log = untrusted.open_own(logs, f"{stem}.log")
+        launch_fd = os.open(f"{stem}.launch", untrusted.FILE_FLAGS, dir_fd=logs)
+        try:
             self._launchers.append(
                 subprocess.Popen(
-                    [sys.executable, str(LAUNCHER), str(attempt.path("launch"))],
+                    # No path nor run id on the command line (``ps`` shows it to every user):
+                    # the launch file and the logs folder are inherited descriptors.
+                    [sys.executable, str(LAUNCHER), str(launch_fd), str(logs)],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     env=launcher_env(),
+                    pass_fds=(launch_fd, logs),
                 )
             )
+        finally:
+            os.close(launch_fd)
+            os.close(log)
 
     def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
         """Why the processes of an owner's runs cannot run as their task user, None if they
@@ -649,7 +721,7 @@ class LocalBackend:
             roots.append(Path(sys.executable).resolve())
         return local_user.unreachable(*roots)
 
-    def _isolate(self, submission: Submission, logs: Path) -> local_user.TaskUser | None:
+    def _isolate(self, submission: Submission, logs: int) -> local_user.TaskUser | None:
         """The task user of a run's processes, with the run's directory handed to it and the
         roots it crosses made passable; None when processes run as the service's user."""
         user = local_user.for_owner(submission.owner, self.task_uid_base)
@@ -658,9 +730,9 @@ class LocalBackend:
         store_runs = submission.store / "runs"
         snapshots = submission.store / "snapshots"
         local_user.pass_only(submission.store, store_runs, snapshots, self.scratch, self.envs)
-        self.state.chmod(0o750)  # the submissions: every run's commands, the service's alone
         local_user.pass_only(self.scratch / submission.run)
-        local_user.give(store_runs / submission.run, user, skip=frozenset({"logs"}))
+        with untrusted.directory(store_runs, [submission.run]) as run:
+            local_user.give(run, user, skip=frozenset({"logs"}))
         local_user.keep(logs, user)
         return user
 
@@ -761,16 +833,27 @@ class LocalBackend:
         view = self._view(self._submission(name))
         attempts = [a for n in view.nodes.values() if n.spec.task == task_id for a in n.attempts]
         attempts.sort(key=lambda a: a.launch["started"])  # type: ignore[index]
-        return [
-            PodLog(
-                node=f"{a.node}({a.number})",
-                pod=f"{a.node}-{a.number}",
-                text=tail(a.path("log"), tail_lines),
-                done=a.ended,
-                attempt=a.number,
+        if not attempts:
+            return []
+        try:
+            logs = untrusted.own_dir(
+                view.submission.store, logs_parts(view.submission.run, task_id)
             )
-            for a in attempts
-        ]
+        except OSError:
+            return []
+        try:
+            return [
+                PodLog(
+                    node=f"{a.node}({a.number})",
+                    pod=f"{a.node}-{a.number}",
+                    text=tail(logs, a.path("log").name, tail_lines),
+                    done=a.ended,
+                    attempt=a.number,
+                )
+                for a in attempts
+            ]
+        finally:
+            os.close(logs)
 
     def nodes(self) -> list[NodeInfo]:
         """This machine."""
@@ -824,17 +907,43 @@ class LocalBackend:
         """
         killed = 0
         with self._lock(blocking=True):
-            for pid_file in self.store.glob("runs/*/tasks/*/logs/*.pid"):
-                if self._is_live(workflow_name(pid_file.parts[-5])):
+            for run in untrusted.list_dir(self.store, ["runs"]):
+                if not run.is_dir or self._is_live(workflow_name(run.name)):
                     continue  # its processes are adopted
-                names = read_json(pid_file) or {}
-                killed += signal_process(names, signal.SIGKILL)
-                pid_file.unlink(missing_ok=True)
-            if self.hierarchy is not None and self.hierarchy.parent.is_dir():
-                for cgroup in self.hierarchy.parent.iterdir():  # named <run>.<node>.<attempt>
+                for task in untrusted.list_dir(self.store, ["runs", run.name, "tasks"]):
+                    killed += self._kill_left(run.name, task.name)
+            parents = [self.pids_parent]
+            if self.hierarchy is not None:
+                parents.append(self.hierarchy.parent)
+            for parent in parents:
+                if parent is None or not parent.is_dir():
+                    continue
+                for cgroup in parent.iterdir():  # named <run>.<node>.<attempt>
                     name = workflow_name(cgroup.name.partition(".")[0])
                     if cgroup.is_dir() and not self._is_live(name) and not cgroups.pids(cgroup):
                         cgroups.remove(cgroup, timeout_s=0)
+        return killed
+
+    def _kill_left(self, run: str, task: str) -> int:
+        """Kill what the pid files of a task's ``logs/`` name, and remove them; only the
+        service's own files of the service's own folder count, walked without links."""
+        try:
+            logs = untrusted.own_dir(self.store, logs_parts(run, task))
+        except OSError:
+            return 0
+        killed = 0
+        try:
+            for entry in untrusted.entries(logs):
+                if not entry.name.endswith(".pid") or not entry.is_file:
+                    continue
+                names = read_service_json(logs, entry.name)
+                if names is None:
+                    continue  # not the service's
+                killed += signal_process(names, signal.SIGKILL)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=logs)
+        finally:
+            os.close(logs)
         return killed
 
 
@@ -939,12 +1048,13 @@ def docker_argv(
     return [*argv, spec.image, *spec.command]
 
 
-def tail(path: Path, lines: int | None) -> str:
-    """The text of a log, or its last lines."""
+def tail(logs: int, name: str, lines: int | None) -> str:
+    """The text of a log of the service's ``logs/`` folder (a descriptor), or its last lines;
+    empty when it is missing or not a regular file."""
     try:
-        with open(path, "rb") as handle:
+        with untrusted.open_regular(logs, name) as handle:
             if lines is None:
-                return handle.read().decode(errors="replace")
+                return handle.read(LOG_CAP).decode(errors="replace")
             handle.seek(0, os.SEEK_END)
             end = position = handle.tell()
             chunk = b""
@@ -952,7 +1062,7 @@ def tail(path: Path, lines: int | None) -> str:
                 position = max(0, position - 65536)
                 handle.seek(position)
                 chunk = handle.read(end - position)
-    except FileNotFoundError:
+    except OSError:
         return ""
     text = chunk.decode(errors="replace")
     kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []

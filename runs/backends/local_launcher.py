@@ -1,16 +1,20 @@
 """The launcher of one process of the local backend: starts it detached and records its end.
 
 The step of the backend writes ``<node>-<attempt>.launch`` (what to run, its environment, its
-cgroup) and starts ``python local_launcher.py <launch file>`` in a session of its own with its
-output into ``<node>-<attempt>.log``. The launcher prepares what the process needs (the venv of
-the run, its staged inputs), starts it in a session and process group of its own (and in its
-memory cgroup, as its task user), writes ``<node>-<attempt>.pid`` naming it, waits for its
-end and writes ``<node>-<attempt>.exit`` (exit code, signal, kills of the out of memory
-killer, times, whether simrun stopped it), then removes the pid file and wakes the step. The
-launcher is the subreaper of the process's tree: a SIGTERM from the backend goes to every
-descendant, and whatever the process leaves running (a ``setsid`` child too) is killed at its
-end, with or without cgroups. So no process of the service owns a run: any process
-reads the state from these files, and a run survives a restart of the service.
+cgroups) in the task's ``logs/`` folder (the service's own, ``harness.untrusted.service_dir``)
+and starts ``python local_launcher.py LAUNCH_FD LOGS_FD`` in a session of its own with its
+output into ``<node>-<attempt>.log``: the launch file and the folder are inherited descriptors,
+so no command line in ``ps`` names a run, and every file the launcher writes there is made
+relative to the folder's descriptor, never through a link a task planted. The launcher
+prepares what the process needs (the venv of the run, its inputs, staged as the task user),
+starts it in a session and process group of its own (and in its memory and pids cgroups, as
+its task user), writes ``<node>-<attempt>.pid`` naming it, waits for its end and writes
+``<node>-<attempt>.exit`` (exit code, signal, kills of the out of memory killer, times,
+whether simrun stopped it), then removes the pid file and wakes the step. The launcher is the
+subreaper of the process's tree and reaps each orphan as it exits: a SIGTERM from the backend
+goes to every descendant, and whatever the process leaves running (a ``setsid`` child too) is
+killed at its end, with or without cgroups. So no process of the service owns a run: any
+process reads the state from these files, and a run survives a restart of the service.
 
 It runs as a script, not as a module of ``runs``, so that it starts in milliseconds without
 the service's packages: its siblings ``cgroups`` and ``local_env`` are imported from its
@@ -34,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from harness import untrusted
 from harness.cgroups import Cgroup
 from harness.errors import EXIT_TERMINATED
-from harness.files import write_atomic
 from harness.memory import PeakSource
 from harness.report import WorkerReport
 
@@ -48,9 +52,15 @@ REAP_ROUNDS = 50
 """The rounds of killing what is left of a process tree before the launcher gives up."""
 
 
+SERVICE_FILE_CAP = 1 << 20
+"""The most the launcher reads of its launch file."""
+
+
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (``harness.files.write_atomic``)."""
-    write_atomic(path, json.dumps(data))
+    """Write JSON atomically in a folder of the service's own (temp file + rename, no link
+    followed)."""
+    with untrusted.directory(path.parent) as folder:
+        untrusted.write_atomic_at(folder, path.name, json.dumps(data))
 
 
 def read_json(path: Path) -> Any:
@@ -90,12 +100,12 @@ def notify(address: str) -> None:
         sock.sendto(b"1", address)
 
 
-def last_line(log: Path, size: int = 4096) -> str:
+def last_line(logs_fd: int, name: str, size: int = 4096) -> str:
     """The last line of a log that is not empty (as a pod's termination message on error)."""
     try:
-        with open(log, "rb") as handle:
-            handle.seek(max(0, log.stat().st_size - size))
-            lines = handle.read().decode(errors="replace").splitlines()
+        with untrusted.open_regular(logs_fd, name) as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - size))
+            lines = handle.read(size).decode(errors="replace").splitlines()
     except OSError:
         return ""
     return next((line.strip()[:300] for line in reversed(lines) if line.strip()), "")
@@ -120,32 +130,77 @@ def _docker(*args: str) -> str:
 
 
 def _prepare(launch: dict[str, Any]) -> None:
-    """Create the venv of the run, the scratch directory with the staged inputs of a command,
-    and hand both to the task user."""
+    """Create the venv of the run and the scratch directory, hand both to the task user, and
+    stage the inputs of a command into the scratch as that user."""
     venv = launch.get("venv")
+    user = launch.get("user")
     if venv:
         import local_env  # the sibling module, see the docstring of this module
 
         venv_dir = Path(venv["dir"])
         builder = None
-        if user := launch.get("user"):  # the sources' build code runs as the task user
+        if user:  # the sources' build code runs as the task user
             env = local_env.build_env(venv_dir)
             builder = local_env.Builder(env=env, uid=user["uid"], gid=user["gid"])
         local_env.ensure(venv_dir, [Path(s) for s in venv["snapshots"]], user=builder)
     scratch = Path(launch["cwd"])
     scratch.mkdir(parents=True, exist_ok=True)
+    # A container runs as the service's docker client, but stages and works as the task user.
+    owner = user or launch.get("stage_user")
+    if owner:
+        _hand_over(scratch, owner)
+    if user and venv:
+        _hand_over(Path(venv["dir"]), user)
     if launch.get("stage"):
-        from harness.sources import stage
+        pairs = [(str(a), str(b)) for a, b in launch["stage"]]
+        _stage(pairs, Path(launch["store"]), scratch, owner)
 
-        stage([tuple(pair) for pair in launch["stage"]], Path(launch["store"]), scratch)
-    if user := launch.get("user"):
-        for directory, _, files in os.walk(scratch):
-            for path in [directory, *(os.path.join(directory, f) for f in files)]:
-                os.chown(path, user["uid"], user["gid"], follow_symlinks=False)
-        os.chmod(scratch, 0o700)
-        if venv:
-            os.chown(venv["dir"], user["uid"], user["gid"])
-            os.chmod(venv["dir"], 0o700)
+
+def _hand_over(directory: Path, user: dict[str, Any]) -> None:
+    """Give a directory of the service's (the scratch, the venv) to the task user alone,
+    through its descriptor (it is never a link)."""
+    with untrusted.directory(directory.parent, [directory.name]) as fd:
+        os.fchown(fd, user["uid"], user["gid"])
+        os.fchmod(fd, 0o700)
+
+
+def _become(user: dict[str, Any]) -> None:
+    """Drop to the task user for good (in a child of the launcher)."""
+    os.setgroups([])
+    os.setgid(user["gid"])
+    os.setuid(user["uid"])
+    os.umask(user["umask"])
+
+
+def _stage(
+    pairs: list[tuple[str, str]], store: Path, scratch: Path, user: dict[str, Any] | None
+) -> None:
+    """Copy the inputs into the scratch as the task user (a child that dropped to it), so
+    only what that user could read is copied; its error, if any, is raised here."""
+    from harness.sources import stage
+
+    if not user:
+        stage(pairs, store, scratch)
+        return
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child, measured by the tests that stage as a user
+        code = 0
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.close(read)
+            _become(user)
+            stage(pairs, store, scratch)
+        except BaseException as error:  # noqa: BLE001 - told to the launcher, then exit
+            os.write(write, str(error).encode(errors="replace")[:2000])
+            code = 1
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read(4096).decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise OSError(f"staging its inputs failed: {message or os.waitstatus_to_exitcode(status)}")
 
 
 def _enter(launch: dict[str, Any]) -> None:
@@ -154,11 +209,16 @@ def _enter(launch: dict[str, Any]) -> None:
         import cgroups  # the sibling module, see the docstring of this module
 
         cgroups.join(Path(launch["cgroup"]))
+    if launch.get("pids_cgroup"):
+        import cgroups
+
+        cgroups.join(Path(launch["pids_cgroup"]))
     if user := launch.get("user"):
-        os.setgroups([])
-        os.setgid(user["gid"])
-        os.setuid(user["uid"])
-        os.umask(user["umask"])
+        if not launch.get("pids_cgroup") and launch.get("pids_max"):
+            # No pids controller: the limit of the task user's processes, all of its tasks'.
+            limit = int(launch["pids_max"])
+            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+        _become(user)
 
 
 def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
@@ -223,10 +283,29 @@ def become_subreaper() -> None:
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def run(launch_file: Path) -> int:
-    """Run the process of a launch file to its end and record it; returns its exit code."""
-    launch = read_json(launch_file)
-    pid_file, exit_file = Path(launch["pid_file"]), Path(launch["exit_file"])
+def wait_reaping(pid: int) -> int:
+    """Wait for the process ``pid`` (its status as ``Popen.returncode``), reaping every other
+    child as it exits meanwhile: the orphans of its tree, whose subreaper the launcher is."""
+    while True:
+        try:
+            found, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return -signal.SIGKILL.value  # reaped elsewhere: cannot happen in the launcher
+        if found == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+def run(launch_fd: int, logs_fd: int) -> int:
+    """Run the process of a launch file to its end and record it beside it, in the folder of
+    ``logs_fd``; returns its exit code."""
+    with os.fdopen(launch_fd, "rb") as handle:
+        launch = json.loads(handle.read(SERVICE_FILE_CAP))
+    stem = launch["name"]
+    pid_name, exit_name, log_name = f"{stem}.pid", f"{stem}.exit", f"{stem}.log"
+
+    def record(name: str, data: Any) -> None:
+        untrusted.write_atomic_at(logs_fd, name, json.dumps(data))
+
     started = time.time()
     result: dict[str, Any] = {
         "started": started,
@@ -257,7 +336,7 @@ def run(launch_file: Path) -> int:
         "launcher_cmdline": process_cmdline(me),
         "container": launch.get("container"),
     }
-    write_json(pid_file, names)
+    record(pid_name, names)
     try:
         _prepare(launch)
         if stopping:
@@ -274,18 +353,20 @@ def run(launch_file: Path) -> int:
     else:
         pid = child.pid
         names.update(pid=pid, start=process_start(pid), cmdline=process_cmdline(pid))
-        write_json(pid_file, names)
+        record(pid_name, names)
         if stopping:  # a SIGTERM came while it started, before the backend could know it
             os.killpg(pid, signal.SIGTERM)
-        result["exit_code"], result["signal"] = _exit_code(child.wait())
+        child.returncode = wait_reaping(pid)
+        result["exit_code"], result["signal"] = _exit_code(child.returncode)
         if launch.get("report"):
             _report(launch, result)
         _clean_up(launch, child.pid, result)
-        if result["exit_code"] != 0 and launch.get("log"):
-            result["last_line"] = last_line(Path(launch["log"]))
+        if result["exit_code"] != 0:
+            result["last_line"] = last_line(logs_fd, log_name)
     result["ended"] = time.time()
-    write_json(exit_file, result)
-    pid_file.unlink(missing_ok=True)
+    record(exit_name, result)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(pid_name, dir_fd=logs_fd)
     if launch.get("notify"):
         notify(launch["notify"])
     return int(result["exit_code"])
@@ -308,15 +389,32 @@ def command_peak(cgroup: Path | None) -> tuple[int | None, PeakSource]:
 def _report(launch: dict[str, Any], result: dict[str, Any]) -> None:
     """Write the report a plain command cannot write itself, so the planner learns its peak,
     not only its kills; a report already there (the command wrote one) is kept."""
-    path = Path(launch["report"])
-    if path.exists():
-        return
+    parts = untrusted.parts_of(launch["report"])  # below the store: runs/R/tasks/T/workers/W
+    try:
+        task = untrusted.open_dir(Path(launch["store"]), parts[:-2])
+    except OSError:
+        return  # the task's folder is gone or was replaced by a link: nothing is written
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(parts[-2], 0o770, dir_fd=task)
+        with untrusted.directory(task, parts[-2:-1]) as workers:
+            _write_report(launch, result, workers, parts[-1])
+    except OSError:
+        return  # a link or a file as workers/: the report is left out, never written through
+    finally:
+        os.close(task)
+
+
+def _write_report(launch: dict[str, Any], result: dict[str, Any], workers: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.stat(name, dir_fd=workers, follow_symlinks=False)
+        return  # the command wrote one
     cgroup = Path(launch["cgroup"]) if launch.get("cgroup") else None
     peak, source = command_peak(cgroup)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     memory = int(launch["memory_gb"] * 2**30)
     report = WorkerReport(
-        worker=path.stem.rsplit("-", 1)[0],
+        worker=name.removesuffix(".json").rsplit("-", 1)[0],
         node=socket.gethostname(),
         processes=1,
         seconds=time.time() - result["started"],
@@ -328,8 +426,7 @@ def _report(launch: dict[str, Any], result: dict[str, Any]) -> None:
         cpu_seconds=usage.ru_utime + usage.ru_stime,
         peak_source=source,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, report.to_json())
+    untrusted.write_atomic_at(workers, name, report.to_json(), mode=0o660)
 
 
 def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:
@@ -345,6 +442,10 @@ def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:
         path = Path(launch["cgroup"])
         result["oom_kills"] = cgroups.oom_kills(path)
         cgroups.remove(path)
+    if launch.get("pids_cgroup"):
+        import cgroups
+
+        cgroups.remove(Path(launch["pids_cgroup"]))
     if launch.get("container"):
         if _docker("inspect", "--format", "{{.State.OOMKilled}}", launch["container"]) == "true":
             result["oom_kills"] = 1
@@ -353,10 +454,10 @@ def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: local_launcher.py LAUNCH_FILE", file=sys.stderr)
+    if len(args) != 2 or not all(a.isdigit() for a in args):
+        print("usage: local_launcher.py LAUNCH_FD LOGS_FD", file=sys.stderr)
         return 2
-    return run(Path(args[0]))
+    return run(int(args[0]), int(args[1]))
 
 
 if __name__ == "__main__":

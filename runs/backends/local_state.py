@@ -10,6 +10,8 @@ and the retry policy of the cluster, so any process can read them.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,10 +20,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from harness import untrusted
 from harness.errors import EXIT_STORAGE
 from runs import retry_rule
 from runs.backends.base import PREEMPTED_PHASE, RETRY_LIMIT, RETRYING_PHASE, FailedAttempt
-from runs.backends.local_launcher import read_json
 
 Outcome = Literal["succeeded", "oom", "killed", "evicted", "cancelled", "failed"]
 """What an attempt's end means: ``killed`` is a SIGKILL that no cgroup can explain (memory is
@@ -112,42 +114,59 @@ class NodeView:
         return last if last is not None and not last.ended else None
 
 
+SERVICE_FILE_CAP = 1 << 20
+"""The most the service reads of a launch, pid or exit file of its own."""
+
+
+def logs_parts(run: str, task: str) -> tuple[str, ...]:
+    """The ``logs/`` folder of a task below the store, as components to walk."""
+    return ("runs", run, "tasks", task, "logs")
+
+
 def read_attempts(
-    logs: Path, nodes: Iterable[str], untrusted_from: int | None = None
+    store: Path, run: str, task: str, nodes: Iterable[str]
 ) -> dict[str, list[Attempt]]:
     """The attempts of some nodes of a task from its ``logs/`` directory, oldest first.
 
-    Files owned by a user id from ``untrusted_from`` on (the task users) are ignored: a task
-    that replaced ``logs/`` cannot make the service signal a process of its choosing.
+    The folder is walked from the store without links and must be the service's; only its
+    regular files of the service's user count: a task that replaced ``logs/`` or planted a
+    file there cannot make the service read, or signal, what it chose.
     """
     found: dict[tuple[str, int], Attempt] = {}
     wanted = set(nodes)
+    logs = store.joinpath(*logs_parts(run, task))
+    by_node: dict[str, list[Attempt]] = {node: [] for node in wanted}
     try:
-        names = [p.name for p in logs.iterdir()]
-    except FileNotFoundError:
-        names = []
-    for name in names:
-        stem, dot, suffix = name.rpartition(".")
-        node, dash, number = stem.rpartition("-")
-        if not (dot and dash and number.isdigit()) or node not in wanted:
-            continue
-        if suffix in {"launch", "pid", "exit"}:
-            if untrusted_from is not None and _owner(logs / name) >= untrusted_from:
+        fd = untrusted.own_dir(store, logs_parts(run, task))
+    except OSError:
+        return by_node
+    try:
+        for entry in untrusted.entries(fd):
+            stem, dot, suffix = entry.name.rpartition(".")
+            node, dash, number = stem.rpartition("-")
+            if not (dot and dash and number.isdigit()) or node not in wanted:
+                continue
+            if suffix not in {"launch", "pid", "exit"}:
+                continue
+            if not entry.is_file or entry.uid != os.geteuid():
                 continue
             attempt = found.setdefault((node, int(number)), Attempt(node, int(number), logs))
-            setattr(attempt, suffix, read_json(logs / name))
-    by_node: dict[str, list[Attempt]] = {node: [] for node in wanted}
+            setattr(attempt, suffix, read_service_json(fd, entry.name))
+    finally:
+        os.close(fd)
     for (node, _), attempt in sorted(found.items()):
         if attempt.launch is not None:
             by_node[node].append(attempt)
     return by_node
 
 
-def _owner(path: Path) -> int:
+def read_service_json(dir_fd: int, name: str) -> Any:
+    """The JSON of a file of the service's own in a folder, None when it is missing, not the
+    service's, or not (yet) complete."""
     try:
-        return path.stat().st_uid
-    except OSError:
-        return -1
+        return json.loads(untrusted.read_own(dir_fd, name, SERVICE_FILE_CAP))
+    except (OSError, ValueError):
+        return None
 
 
 def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
@@ -215,9 +234,9 @@ def retry(view: NodeView) -> str | None:
     """The phase of a node whose retry waits after its attempts, None when it gets none.
 
     As on the cluster: a kill for memory is retried (the next attempt has the retry memory,
-    ``runs.retry_rule``) unless the killed attempt had the retry memory already (Ruling 35);
-    a SIGKILL no cgroup explains, once; an eviction is retried; no more than ``RETRY_LIMIT``
-    retries in all, as Argo's limit. A failure or a cancellation ends the node.
+    ``runs.retry_rule``) unless it is the second proven kill and hit the retry memory (Ruling
+    35); a SIGKILL no cgroup explains, once; an eviction is retried; no more than
+    ``RETRY_LIMIT`` retries in all, as Argo's limit. A failure or a cancellation ends the node.
     """
     last = view.outcomes[-1]
     if len(view.outcomes) > RETRY_LIMIT:
@@ -225,10 +244,13 @@ def retry(view: NodeView) -> str | None:
     if last == "killed":
         # No evidence of memory: one retry with the retry memory, never more.
         return RETRYING_PHASE if view.outcomes.count("killed") == 1 else None
-    if last == "oom" and not retry_rule.ran_with_retry_memory(
-        view.attempts[len(view.outcomes) - 1].memory_gb,
-        memory_gb=view.spec.memory_gb,
-        retry_memory_gb=view.spec.retry_memory_gb,
+    if last == "oom" and not retry_rule.fails_the_run(
+        proven_kills=view.outcomes.count("oom"),
+        with_retry_memory=retry_rule.ran_with_retry_memory(
+            view.attempts[len(view.outcomes) - 1].memory_gb,
+            memory_gb=view.spec.memory_gb,
+            retry_memory_gb=view.spec.retry_memory_gb,
+        ),
     ):
         return RETRYING_PHASE
     if last == "evicted":

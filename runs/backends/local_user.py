@@ -16,8 +16,11 @@ own user, with only the environment and working directory kept to what they need
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness import untrusted
 
 RUN_DIR_MODE = 0o2770
 """A run's directories: its task user and the service's group; new entries keep the group."""
@@ -72,34 +75,44 @@ def pass_only(*roots: Path) -> None:
         os.chmod(root, root.stat().st_mode & ~0o006)
 
 
-def give(path: Path, user: TaskUser, *, skip: frozenset[str] = frozenset(), depth: int = 3) -> None:
-    """Hand a directory and what the service made in it (``depth`` levels) to a task user;
-    entries named in ``skip`` stay the service's."""
-    _own(path, user)
+def give(
+    dir_fd: int, user: TaskUser, *, skip: frozenset[str] = frozenset(), depth: int = 3
+) -> None:
+    """Hand a directory (by descriptor) and what is in it (``depth`` levels) to a task user;
+    entries named in ``skip`` stay the service's. Every entry is opened without following a
+    link and changed through its descriptor, so a link a task planted changes nothing."""
+    _own(dir_fd, user)
     if depth == 0:
         return
-    for entry in path.iterdir():
-        if entry.name in skip or entry.is_symlink():
+    for entry in untrusted.entries(dir_fd):
+        if entry.name in skip or not (entry.is_dir or entry.is_file):
             continue
-        if entry.is_dir():
-            give(entry, user, skip=skip, depth=depth - 1)
-        else:
-            _own(entry, user)
+        try:
+            fd = os.open(entry.name, untrusted.FILE_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            continue  # replaced meanwhile (by a link, say): not followed
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                give(fd, user, skip=skip, depth=depth - 1)
+            elif stat.S_ISREG(os.fstat(fd).st_mode):
+                _own(fd, user)
+        finally:
+            os.close(fd)
 
 
-def _own(path: Path, user: TaskUser) -> None:
-    stat = path.lstat()
-    if stat.st_uid == user.uid and stat.st_gid == user.service_gid:
+def _own(fd: int, user: TaskUser) -> None:
+    status = os.fstat(fd)
+    if status.st_uid == user.uid and status.st_gid == user.service_gid:
         return
-    os.chown(path, user.uid, user.service_gid, follow_symlinks=False)
-    os.chmod(path, RUN_DIR_MODE if path.is_dir() else RUN_FILE_MODE)
+    os.fchown(fd, user.uid, user.service_gid)
+    os.fchmod(fd, RUN_DIR_MODE if stat.S_ISDIR(status.st_mode) else RUN_FILE_MODE)
 
 
-def keep(path: Path, user: TaskUser) -> None:
-    """A directory of the service inside a task's: the service's group reads it, no task."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chown(path, os.geteuid(), user.service_gid)
-    os.chmod(path, 0o750)
+def keep(dir_fd: int, user: TaskUser) -> None:
+    """A directory of the service inside a task's (by descriptor, ``untrusted.service_dir``):
+    the service's group reads it, no task."""
+    os.fchown(dir_fd, os.geteuid(), user.service_gid)
+    os.fchmod(dir_fd, untrusted.SERVICE_DIR_MODE)
 
 
 def private(path: Path, user: TaskUser) -> None:
