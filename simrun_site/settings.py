@@ -278,6 +278,8 @@ SIMRUN_SCRATCH = Path(
 # A service running as root runs the processes of user N's runs as user id BASE + N
 # (runs/backends/local_user.py); 0 runs them as the service's own user.
 SIMRUN_TASK_UID_BASE = _read("SIMRUN_TASK_UID_BASE", env.int, 200000) or None
+# The processes (and threads) one task may have: its pids cgroup, else RLIMIT_NPROC of its user.
+SIMRUN_TASK_PIDS_MAX = _read("SIMRUN_TASK_PIDS_MAX", env.int, 4096)
 # A type only a run's sources define is learned by running their code here (as the owner's
 # task user on the local backend); on Argo that would be in the service's pod: off by default.
 SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND != "argo")
