@@ -256,6 +256,9 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
         if task.state not in FINAL_TASK_STATES or task.logs_kept:
             if task.state in LIVE_POD_STATES and run.backend != "local":
                 _keep_ended_pods(run, task, backend=backend)
+            if task.state in LIVE_POD_STATES and run.oom_kills:
+                plan = TaskPlan.model_validate(task.plan)
+                observations.record_kills(task=task, plan=plan, kills=run.oom_kills)
             continue
         task_dir = store.task_dir(run.id, task.task_id)
         try:

@@ -219,3 +219,52 @@ def _store(
         ).update(peak_bytes=observation.peak_bytes)
     marks.mkdir(parents=True, exist_ok=True)
     (marks / f"{observation.worker}-{observation.attempt}").touch()
+
+def record_kills(*, task: Task, plan: TaskPlan, kills: Mapping[str, Sequence[int]]) -> int:
+    """Record the kills for memory of a live task's attempts at once, at their limits.
+
+    A kill is evidence for the next plan from the moment its attempt ended, not only once
+    its task is final: a sweep submitted while a task of its type is being retried learns
+    from it. No mark is written: ``record`` still reads the attempt's report once the task
+    is final, and gives the attempt row its peak (the observation stays this one, once per
+    attempt). Returns the kills written (or already there).
+    """
+    key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
+    killed = [
+        (worker, attempt)
+        for worker, attempts in sorted(kills.items())
+        if task_of(worker, {task.task_id}) is not None
+        for attempt in attempts
+    ]
+    if not key or not killed:
+        return 0
+    rows = {(a.worker, a.attempt): a for a in Attempt.objects.filter(task=task)}
+    exits: dict[str, dict[int, int | None]] = {}
+    for (worker, number), seen in rows.items():
+        exits.setdefault(worker, {})[number] = 137 if seen.oom_killed else seen.exit_code
+    found = []
+    for worker, attempt in killed:
+        row = rows.get((worker, attempt))
+        gb = attempt_memory_gb(
+            plan,
+            attempt=attempt,
+            exits=exits.get(worker, {}),
+            known_gb=row.memory_gb if row is not None else None,
+        )
+        found.append(
+            Observation(
+                task_type=key,
+                run_id=task.run_id,
+                task=task,
+                worker=worker,
+                attempt=attempt,
+                processes=plan.processes,
+                per_worker_gb=plan.per_worker_gb,
+                limit_bytes=int(gb * GIB),
+                seconds=_seconds(row),
+                oom=True,
+                from_report=False,
+            )
+        )
+    Observation.objects.bulk_create(found, ignore_conflicts=True)
+    return len(found)
