@@ -252,7 +252,7 @@ class LocalBackend:
             cores=settings.SIMRUN_LOCAL_CORES,
             memory_gb=settings.SIMRUN_LOCAL_MEMORY_GB,
             task_uid_base=settings.SIMRUN_TASK_UID_BASE,
-            pids_max=getattr(settings, "SIMRUN_TASK_PIDS_MAX", PIDS_MAX),
+            pids_max=settings.SIMRUN_TASK_PIDS_MAX,
         )
 
     # The files of the backend.

@@ -14,12 +14,15 @@ import fcntl
 import os
 import shutil
 import site
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import distribution
 from pathlib import Path
+
+from harness import untrusted
 
 READY = ".simrun-ready"
 """The marker of a venv whose snapshots are installed."""
@@ -78,14 +81,27 @@ def ensure(directory: Path, snapshots: list[Path], *, user: Builder | None = Non
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (directory / READY).exists():
+        if not _ready(directory):
             shutil.rmtree(directory, ignore_errors=True)
             if user is None:
                 _create(directory, snapshots)
             else:
                 isolated(directory, snapshots, user)
-            (directory / READY).touch()
+            # The venv is the task user's by now: the mark is made through its folder's
+            # descriptor, never through a link its build code planted.
+            with untrusted.directory(directory.parent, [directory.name]) as folder:
+                flags = untrusted.WRITE_FLAGS | os.O_CREAT
+                os.close(os.open(READY, flags, 0o644, dir_fd=folder))
     return python(directory)
+
+
+def _ready(directory: Path) -> bool:
+    """Whether a venv was made to its end (its mark is there, a link is no mark)."""
+    try:
+        with untrusted.directory(directory.parent, [directory.name]) as folder:
+            return stat.S_ISREG(os.stat(READY, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
