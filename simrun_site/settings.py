@@ -7,6 +7,7 @@ server under ``SIMRUN_HOME`` (``./var``), and the local backend.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -92,6 +93,7 @@ INSTALLED_APPS = [
     "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "runs",
 ]
 
@@ -108,6 +110,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: turns a locked-out login into runs.login_throttle's answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "simrun_site.urls"
@@ -165,7 +169,21 @@ LOGIN_REDIRECT_URL = "runs:run-list"
 LOGOUT_REDIRECT_URL = "login"
 # Django's database sessions and model backend, their reads written out on PostgreSQL.
 SESSION_ENGINE = "runs.sessions"
-AUTHENTICATION_BACKENDS = ["runs.user_backend.UserBackend"]
+# Axes first: a locked-out username or address is refused before its password is checked.
+AUTHENTICATION_BACKENDS = ["runs.login_throttle.ThrottleBackend", "runs.user_backend.UserBackend"]
+
+# Login throttling (runs/login_throttle.py): SIMRUN_LOGIN_FAILURES failed logins of a username,
+# or from an address, lock it out for SIMRUN_LOGIN_LOCKOUT_MIN minutes from the last failure.
+AXES_ENABLED = _bool("SIMRUN_LOGIN_THROTTLE", True)
+AXES_FAILURE_LIMIT = _read("SIMRUN_LOGIN_FAILURES", env.int, 10)
+AXES_COOLOFF_TIME = timedelta(minutes=_positive("SIMRUN_LOGIN_LOCKOUT_MIN", 15.0))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True
+AXES_LOCKOUT_CALLABLE = "runs.login_throttle.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "runs.login_throttle.client_ip"
+# The proxies in front of the service that append the client's address to X-Forwarded-For.
+SIMRUN_PROXY_HOPS = _read("SIMRUN_PROXY_HOPS", env.int, 0)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -330,5 +348,7 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
         "celery.beat": {"level": "WARNING"},
+        # A lockout and each failure past the limit are warnings; a line per failure is not.
+        "axes": {"level": "WARNING"},
     },
 }

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs.api.authentication import create_token
-from runs.api.schema import FIELD_ERRORS
+from runs.api.schema import FIELD_ERRORS, LOCKED_OUT
 from runs.api.serializers import MeSerializer
 
 
@@ -42,6 +42,7 @@ class TokenView(APIView):
                 {"token": serializers.CharField(), "expiry": serializers.DateTimeField()},
             ),
             400: FIELD_ERRORS,
+            429: LOCKED_OUT,
         },
     )
     def post(self, request: Request) -> Response:
@@ -49,7 +50,8 @@ class TokenView(APIView):
             data = request.data
         except ParseError as error:  # answered as field errors, as the schema says
             return Response({"body": [str(error.detail)]}, status=400)
-        serializer = AuthTokenSerializer(data=data, context={"request": request})
+        # Django's request, which login throttling (runs.login_throttle) marks when locked out.
+        serializer = AuthTokenSerializer(data=data, context={"request": request._request})
         serializer.is_valid(raise_exception=True)
         record, token = create_token(serializer.validated_data["user"])
         return Response({"token": token, "expiry": record.expiry})

@@ -40,6 +40,11 @@ NO_PAGE = OpenApiResponse(ErrorSerializer, description="no such page")
 CONFLICT = OpenApiResponse(ErrorSerializer, description="refused in the object's state")
 UNAVAILABLE = OpenApiResponse(ErrorSerializer, description="the backend did not answer")
 FORBIDDEN = OpenApiResponse(ErrorSerializer, description="for staff only")
+LOCKED_OUT = OpenApiResponse(
+    ErrorSerializer,
+    description="too many failed logins of this user or from this address: refused, even with "
+    "the right password, for the seconds of the Retry-After header",
+)
 
 
 def pages_of(serializer: type[Serializer[Any]]) -> dict[int, Any]:

@@ -35,7 +35,11 @@ def signed_in(user: User) -> Client:
 
 def test_the_service_reads_its_sessions_and_their_users_with_these():
     assert settings.SESSION_ENGINE == "runs.sessions"
-    assert settings.AUTHENTICATION_BACKENDS == ["runs.user_backend.UserBackend"]
+    # Login throttling checks a login first; the user of a session is read by UserBackend.
+    assert settings.AUTHENTICATION_BACKENDS == [
+        "runs.login_throttle.ThrottleBackend",
+        "runs.user_backend.UserBackend",
+    ]
 
 
 def test_a_session_is_read_in_one_query_with_what_django_stored():
