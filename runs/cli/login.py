@@ -52,6 +52,9 @@ def obtain_token(url: str, username: str, password: str) -> str:
         raise CliError(f"cannot reach the simrun server at {url}: {error}") from None
     if response.status_code == 400:
         raise CliError("the username or password is wrong", EXIT_UNAVAILABLE)
+    if response.status_code == 429:
+        wait = response.headers.get("Retry-After", "?")
+        raise CliError(f"too many failed logins: try again in {wait} s", EXIT_UNAVAILABLE)
     if response.status_code != 200:
         raise CliError(f"the server at {url} answered {response.status_code} to a login")
     return str(response.json()["token"])

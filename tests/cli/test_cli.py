@@ -114,6 +114,16 @@ def test_login_keeps_the_server_and_token_for_later_commands(simrun, live_server
     assert wrong.code == 3 and "username or password is wrong" in wrong.err
 
 
+def test_login_says_when_to_try_again_after_too_many_failures(simrun, live_server, settings):
+    settings.AXES_FAILURE_LIMIT = 1
+    for _ in range(2):
+        locked = simrun(
+            "login", live_server.url, "-u", "alice", "--password-stdin",
+            token_=None, url="", stdin="nope\n",
+        )  # fmt: skip
+    assert locked.code == 3 and "too many failed logins: try again in 900 s" in locked.err
+
+
 def test_submit_uploads_the_local_source_trees_a_spec_names(simrun, tmp_path, live_server):
     package = tmp_path / "mypkg"
     (package / "mypkg").mkdir(parents=True)
