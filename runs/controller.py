@@ -32,6 +32,7 @@ from runs.backends.base import (
     FINAL_PHASES,
     Backend,
     BackendUnavailable,
+    ChangeSignal,
     ClusterConfig,
     workflow_name,
 )
@@ -690,6 +691,8 @@ def _made_before(name: str, backend: Backend) -> str:
     """The workflow a refused submission must cancel: the one of this name if a process
     before made it (a resumed submission refused once the node sizes are known), else none.
     A backend that cannot tell gets the name: an unknown workflow counts as cancelled."""
+    if not isinstance(backend, ChangeSignal):
+        return name
     try:
         return name if name in backend.versions([name]) else ""
     except Exception:  # noqa: BLE001 - cancelling a workflow that is not there costs nothing

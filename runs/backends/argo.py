@@ -675,7 +675,7 @@ class ArgoBackend:
         }
         for _ in range(CONFLICT_RETRIES):
             try:
-                self.core.create_namespaced_config_map(self.build_namespace, body)
+                self.core.create_namespaced_config_map(self.build_namespace, cast(Any, body))
                 return
             except ApiException as error:
                 if error.status != 409:
