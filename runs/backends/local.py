@@ -138,18 +138,17 @@ class RunView:
     def running(self) -> list[tuple[NodeView, Attempt]]:
         return [(v, a) for v in self.nodes.values() if (a := v.running) is not None]
 
-    def _failed(self) -> bool:
-        return any(node_phase(v, self.stopped) == "Failed" for v in self.nodes.values())
-
     def startable(self) -> list[NodeView]:
         """The nodes whose next attempt may start (cores permitting), in the order of the run.
 
-        A node starts when the nodes it reads from succeeded and no node of the run failed;
-        a node whose attempt ended starts again when its retry waits; nothing of a stopped run.
+        A node starts when the nodes it reads from succeeded, whatever other branches did: the
+        Workflow's DAG has ``failFast: false`` and Argo goes on with independent branches, so
+        the local backend does too and the controller decides the run on both alike (Ruling
+        17b). A node whose attempt ended starts again when its retry waits; nothing of a
+        stopped run.
         """
         if self.stopped:
             return []
-        failed = self._failed()
         ready = []
         for view in self.nodes.values():
             if view.running is not None:
@@ -157,7 +156,7 @@ class RunView:
             if view.attempts:
                 if view.outcomes[-1] != "succeeded" and retry(view) is not None:
                     ready.append(view)
-            elif not failed and all(self.phase_of(n) == "Succeeded" for n in view.spec.after):
+            elif all(self.phase_of(n) == "Succeeded" for n in view.spec.after):
                 ready.append(view)
         return ready
 

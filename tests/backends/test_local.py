@@ -106,6 +106,28 @@ def test_a_failing_command_fails_its_node_and_nothing_after_it_starts(backend):
     assert failure.message == "it broke"  # as a pod's termination message
 
 
+FAIL_ENDED = '"$SIMRUN_TASK_DIR/../fail/logs/fail-0.exit"'
+
+
+def test_a_failed_node_does_not_keep_an_independent_branch_from_running_as_on_argo(backend):
+    with stepping(backend):
+        submit(
+            backend,
+            "r4",
+            {
+                "fail": {"command": shell("exit 3")},
+                "after": {"command": ["true"], "inputs": {"x": "fail"}},
+                # ends once fail has ended, so apart is ready only after the failure
+                "first": {"command": shell(f"until [ -e {FAIL_ENDED} ]; do sleep 0.05; done")},
+                "apart": {"command": ["true"], "inputs": {"x": "first"}},
+            },
+        )
+        wait_for(lambda: ended(backend, "r4"), what="the end")
+    status = backend.status(workflow_name("r4"))
+    assert status.phase == "Failed"
+    assert status.tasks == {"fail": "Failed", "first": "Succeeded", "apart": "Succeeded"}
+
+
 def test_an_exit_137_without_evidence_of_the_oom_killer_is_no_kill_for_memory(backend):
     with stepping(backend):
         submit(backend, "r4", {"t": {"command": shell("exit 137")}})
