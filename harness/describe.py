@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from harness.tasktypes import TaskType, task_types
+from harness.tasktypes import TaskType, input_names, task_types
 
 
 def _jsonable(value: Any) -> Any:
@@ -41,10 +41,10 @@ def describe_type(task_type: TaskType) -> dict[str, Any]:
     fields = task_type.settings.model_fields
     return {
         "kind": "split" if task_type.splittable else "plugin",
-        "fields": sorted(set(fields) | {f.alias for f in fields.values() if f.alias}),
+        "fields": sorted(input_names(task_type.settings)),
         "extra": task_type.settings.model_config.get("extra") or "ignore",
         "defaults": {
-            name: _jsonable(field.get_default(call_default_factory=True))
+            (field.alias or name): _jsonable(field.get_default(call_default_factory=True))
             for name, field in fields.items()
             if not field.is_required()
         },

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError
 
 from harness.errors import ConfigurationError
 
@@ -30,6 +30,26 @@ BUILTIN_TYPES = {
     "ising": "harness.examples.ising:TASK_TYPE",
     "csv-stats": "harness.examples.csv_stats:TASK_TYPE",
 }
+
+
+def input_names(model: type[BaseModel]) -> set[str]:
+    """The names a settings model takes as input: a field's alias where it has one (its own
+    name too only when the model validates by name), else its name."""
+    config = model.model_config
+    by_name = bool(config.get("validate_by_name") or config.get("populate_by_name"))
+    names: set[str] = set()
+    for name, field in model.model_fields.items():
+        aliases: set[str] = set()
+        if isinstance(field.validation_alias, str):
+            aliases.add(field.validation_alias)
+        elif isinstance(field.validation_alias, AliasChoices):
+            aliases |= {c for c in field.validation_alias.choices if isinstance(c, str)}
+        elif field.alias:
+            aliases.add(field.alias)
+        names |= aliases
+        if not aliases or by_name:
+            names.add(name)
+    return names
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
 )
 
-from harness.tasktypes import ShippedType, TaskType
+from harness.tasktypes import ShippedType, TaskType, input_names
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_TASKS = 500
@@ -228,8 +228,9 @@ def unknown(what: str, name: str, known: Collection[str]) -> str:
 
 
 def _fields(model: type[BaseModel]) -> set[str]:
-    """The names a model accepts: its fields and their aliases."""
-    return set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+    """The names a model accepts (``input_names``): a learned type's model names its fields
+    ``field0``, … by their aliases, which no spec may use."""
+    return input_names(model)
 
 
 def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
