@@ -325,6 +325,50 @@ def plan_run(
     }
 
 
+def oversized(
+    spec: RunSpec,
+    *,
+    types: Mapping[str, TaskType],
+    max_cores: int | None,
+    max_memory_gb: float | None,
+    largest: str = "the largest node",
+) -> dict[str, list[str]]:
+    """What a spec asks of one pod beyond the largest node (``largest`` names it), by the
+    field's path: cores, a pod's memory, one process's. The planner only caps what it chose
+    itself; a task that asks for more than there is would run on less than it asked."""
+    errors: dict[str, list[str]] = {}
+    for task_id, task in spec.tasks.items():
+        at = f"tasks.{task_id}"
+        if max_cores is not None and task.cores is not None and task.cores > max_cores:
+            errors[f"{at}.cores"] = [
+                f"task {task_id} asks {task.cores} cores but {largest} has {max_cores}"
+            ]
+        memory = task.memory
+        if max_memory_gb is None or memory is None:
+            continue
+        task_type = types.get(task.type) if task.type else None
+        base_gb = memory.base_gb if memory.base_gb is not None else 0.0
+        if memory.base_gb is None and task_type is not None:
+            base_gb = task_type.base_gb
+        asked = [
+            ("gb", memory.gb, "of memory"),
+            (
+                "per_worker_gb",
+                None if memory.per_worker_gb is None else base_gb + memory.per_worker_gb,
+                "for its base and one process",
+            ),
+            ("base_gb", memory.base_gb, "of base memory"),
+        ]
+        for field, gb, what in asked:
+            if gb is not None and gb > max_memory_gb:
+                errors[f"{at}.memory.{field}"] = [
+                    f"task {task_id} asks {gb:g} GiB {what} but {largest} has "
+                    f"{max_memory_gb:.1f} GiB"
+                ]
+                break
+    return errors
+
+
 def prior_of(
     key: str, evidence: Mapping[str, tuple[float, Sequence[sizing.Sample]]]
 ) -> sizing.Prior:

@@ -24,7 +24,13 @@ from runs.evidence import prior_evidence
 from runs.handoff import after_commit
 from runs.learned_types import run_types
 from runs.models import Observation, Run, Task, TaskKind
-from runs.planner import OBSERVATIONS_USED, ObservedPeak, observation_keys, plan_run
+from runs.planner import (
+    OBSERVATIONS_USED,
+    ObservedPeak,
+    observation_keys,
+    oversized,
+    plan_run,
+)
 from runs.records import task_json, task_records
 from runs.spec import RunSpec, SpecError
 
@@ -138,6 +144,15 @@ def _create_run(
     if spec.reserve_node and not backend.reserves_nodes:
         message = f"the {backend.name} backend has no nodes to reserve: submit without it"
         raise SpecError({"reserve_node": [message]})
+    too_large = oversized(
+        spec,
+        types=types,
+        max_cores=backend.max_cores,
+        max_memory_gb=backend.max_memory_gb,
+        largest="this machine" if backend.name == "local" else "the largest node",
+    )
+    if too_large:
+        raise SpecError(too_large)
     used = {key for key in observation_keys(spec).values() if key}
     plans = plan_run(
         spec,

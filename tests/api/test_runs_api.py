@@ -115,6 +115,39 @@ def test_a_memory_size_too_small_to_mean_anything_is_a_400_naming_the_field(owne
     assert not Run.objects.exists()
 
 
+def test_a_task_asking_more_than_this_machine_has_is_a_400_with_the_numbers(
+    owner_client, backend, monkeypatch, store
+):
+    monkeypatch.setattr(backend, "name", "local")
+    backend.max_cores, backend.max_memory_gb = 2, 23.54
+    body = "tasks: {big: {command: [sleep, '1'], cores: 8, memory: {gb: 100}}}"
+    response = submit(owner_client, body)
+    assert response.status_code == 400
+    assert response.json() == {
+        "tasks.big.cores": ["task big asks 8 cores but this machine has 2"],
+        "tasks.big.memory.gb": ["task big asks 100 GiB of memory but this machine has 23.5 GiB"],
+    }
+    assert not Run.objects.exists() and not (store / "runs").exists()
+
+
+def test_on_a_cluster_the_refusal_names_the_largest_node_and_one_process_too_large(
+    owner_client, backend
+):
+    backend.max_cores, backend.max_memory_gb = 16, 64.0
+    body = "tasks: {sweep: {type: squares, settings: {n: 4}, memory: {per_worker_gb: 80}}}"
+    response = submit(owner_client, body)
+    assert response.status_code == 400
+    [message] = response.json()["tasks.sweep.memory.per_worker_gb"]
+    assert message.endswith("GiB for its base and one process but the largest node has 64.0 GiB")
+
+
+def test_what_the_planner_chose_itself_is_still_capped_at_the_machine(owner_client, backend):
+    backend.max_cores, backend.max_memory_gb = 1, 23.5
+    response = submit(owner_client, "tasks: {sweep: {type: squares, settings: {n: 4}}}")
+    assert response.status_code == 201
+    assert response.json()["tasks"][0]["plan"]["cores"] == 1
+
+
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [
