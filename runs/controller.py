@@ -413,7 +413,7 @@ def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, 
     process are left out, their tasks unread (``runs.unchanged``).
     """
     due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
-    found = due.defer("spec").order_by("created_at")
+    found = due.defer("spec", "spec_text").order_by("created_at")
     rows = Task.objects.filter(run__in=due.values("pk"))
     memory = unchanged.memory_of(backend)
     if memory is None or backend is None:

@@ -111,6 +111,11 @@ class Run(models.Model):
     )
     name = models.CharField(max_length=200, blank=True)
     spec = models.JSONField(help_text="The validated run specification as submitted.")
+    spec_text = models.TextField(
+        blank=True,
+        help_text="The specification's text as submitted (YAML or JSON, comments kept): what "
+        "Edit and re-run starts from. Empty for runs submitted before it was kept.",
+    )
     backend = models.CharField(max_length=20)
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.SUBMITTING)
     message = models.TextField(blank=True)

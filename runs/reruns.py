@@ -6,8 +6,6 @@ transaction that creates the run, so the run is never seen without it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import yaml
 from django.contrib.auth.models import User
 
@@ -16,12 +14,18 @@ from runs.spec import RunSpec
 from runs.submission import create_run
 
 
-def submit_rerun(*, source: Run, spec: RunSpec, owner: User) -> Run:
+def submit_rerun(*, source: Run, spec: RunSpec, owner: User, text: str | None = None) -> Run:
     """Create a run of ``spec`` as a re-run of ``source``: linked as it is created, and its
-    sources learned before any transaction, as every submission's are."""
-    return create_run(spec=spec, owner=owner, rerun_of=source)
+    sources learned before any transaction, as every submission's are. ``text`` is the
+    spec's text as edited; None: the source's, re-run as it was."""
+    if text is None:
+        text = source.spec_text
+    return create_run(spec=spec, owner=owner, rerun_of=source, text=text)
 
 
-def spec_text(spec: dict[str, Any]) -> str:
-    """A run's spec as YAML to edit, in the order it was submitted."""
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
+def spec_text(run: Run) -> str:
+    """A run's spec to edit: its text as submitted (comments, layout, block strings), else,
+    for a run submitted before the text was kept, its spec as YAML in the order submitted."""
+    if run.spec_text:
+        return run.spec_text
+    return yaml.safe_dump(run.spec, sort_keys=False, allow_unicode=True, width=100)

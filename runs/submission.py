@@ -112,9 +112,11 @@ def create_run(
     backend: Backend | None = None,
     schedule: Schedule | None = None,
     rerun_of: Run | None = None,
+    text: str = "",
 ) -> Run:
     """Create a run (a re-run of ``rerun_of``, if given) and its planned tasks, write their
-    store files, submit after commit.
+    store files, submit after commit. ``text`` is the spec as the user wrote it, kept for
+    Edit and re-run.
 
     A type only the run's sources define is learned from them first (``run_types``), before
     the transaction: an install of the sources takes seconds, and SQLite's transactions hold
@@ -124,7 +126,13 @@ def create_run(
     check_sources(spec, owner)
     spec, types = run_types(spec, owner.pk)
     return _create_run(
-        spec=spec, types=types, owner=owner, backend=backend, schedule=schedule, rerun_of=rerun_of
+        spec=spec,
+        types=types,
+        owner=owner,
+        backend=backend,
+        schedule=schedule,
+        rerun_of=rerun_of,
+        text=text,
     )
 
 
@@ -137,6 +145,7 @@ def _create_run(
     backend: Backend | None,
     schedule: Schedule | None,
     rerun_of: Run | None,
+    text: str = "",
 ) -> Run:
     """``create_run`` once the types are known: the rows, the store files, the hand-on."""
     schedule = schedule or scheduler()
@@ -167,6 +176,7 @@ def _create_run(
         owner=owner,
         name=spec.name,
         spec=spec.dump(),
+        spec_text=text,
         backend=backend.name,
         image=spec.environment.image or "",
         local_commands=spec.commands or "",

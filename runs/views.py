@@ -129,16 +129,16 @@ def run_new(request: HttpRequest) -> HttpResponse:
     """
     rerun_id = request.POST.get("rerun_of") or request.GET.get("rerun") or ""
     source = run_or_404(request.user, rerun_id) if rerun_id else None
-    text, errors = spec_text(source.spec) if source else "", {}
+    text, errors = spec_text(source) if source else "", {}
     if request.method == "POST":
         text = request.POST.get("spec", "")
         try:
             spec = parse_spec(text, types=task_types())
             assert isinstance(request.user, User)  # login_required: only users get here
             if source is None:
-                run = create_run(spec=spec, owner=request.user)
+                run = create_run(spec=spec, owner=request.user, text=text)
             else:
-                run = submit_rerun(source=source, spec=spec, owner=request.user)
+                run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
         except SpecError as error:
             errors = error.errors
         else:

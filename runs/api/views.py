@@ -43,6 +43,11 @@ from runs.submission import create_run
 from runs.task_files import attach_progress
 
 
+def submitted_text(body: bytes) -> str:
+    """A spec body as the text to keep for Edit and re-run (``parse_spec`` read it as UTF-8)."""
+    return body.decode("utf-8", errors="replace")
+
+
 def run_detail(request: Request, run_id: str) -> Run:
     """A visible run with its tasks, attempts, progress by now and its visible re-runs."""
     run = run_with_tasks_or_404(request.user, run_id)
@@ -108,7 +113,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             body = request.data if isinstance(request.data, bytes) else b""
             spec = parse_spec(body, types=task_types())
             assert isinstance(request.user, User)  # IsAuthenticated: only users get here
-            run = create_run(spec=spec, owner=request.user)
+            run = create_run(spec=spec, owner=request.user, text=submitted_text(body))
         except SpecError as error:
             raise ValidationError(error.errors) from None
         detail = run_detail_serializer().to_representation(run_detail(request, run.id))
@@ -149,9 +154,10 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         try:
             types = task_types()
             spec = parse_spec(body, types=types) if body.strip() else None
+            text = submitted_text(body) if spec else None
             spec = spec or validate_spec(source.spec, types=types)
             assert isinstance(request.user, User)  # IsAuthenticated: only users get here
-            run = submit_rerun(source=source, spec=spec, owner=request.user)
+            run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
         except SpecError as error:
             raise ValidationError(error.errors) from None
         detail = run_detail_serializer().to_representation(run_detail(request, run.id))

@@ -1,0 +1,71 @@
+"""New run and Edit and re-run: the text as the user wrote it, problems shown in the form."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+from django.test import Client
+
+from runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+COMMENTED = """\
+# the quick sweep, with its notes
+name: noted   # a label
+tasks:
+  sweep:
+    type: squares
+    settings: {n: 5}
+  tail:
+    command:
+      - python3
+      - -c
+      - |
+        import sys
+        print("two lines")
+"""
+
+
+@pytest.fixture
+def alice(owner) -> Client:
+    client = Client()
+    client.force_login(owner)
+    return client
+
+
+def edit_form_text(client: Client, run: Run) -> str:
+    page = client.get(f"/runs/new/?rerun={run.id}").content.decode()
+    start = page.index(">", page.index('<textarea id="spec"')) + 1
+    return html.unescape(page[start : page.index("</textarea>", start)])
+
+
+def test_edit_and_re_run_starts_from_the_text_as_submitted(alice, queued):
+    response = alice.post("/runs/new/", {"spec": COMMENTED})
+    assert response.status_code == 302
+    source = Run.objects.get()
+    assert source.spec_text == COMMENTED
+    assert edit_form_text(alice, source) == COMMENTED  # comments, no inputs: {}, a block string
+
+
+def test_the_edited_text_is_kept_and_a_plain_re_run_keeps_the_sources(alice, queued):
+    alice.post("/runs/new/", {"spec": COMMENTED})
+    source = Run.objects.get()
+    edited = COMMENTED.replace("n: 5}", "n: 7}  # more")
+    alice.post("/runs/new/", {"spec": edited, "rerun_of": source.id})
+    again = Run.objects.get(rerun_of=source)
+    assert again.spec_text == edited and edit_form_text(alice, again) == edited
+    alice.post(f"/runs/{again.id}/rerun/")
+    assert Run.objects.get(rerun_of=again).spec_text == edited
+
+
+def test_a_spec_submitted_through_the_api_is_edited_as_its_text(owner_client, alice, queued):
+    response = owner_client.post("/api/runs/", data=COMMENTED, content_type="application/yaml")
+    assert response.status_code == 201
+    run = Run.objects.get(pk=response.json()["id"])
+    assert edit_form_text(alice, run) == COMMENTED
+    body = COMMENTED.replace("noted", "renamed")
+    again = owner_client.post(f"/api/runs/{run.id}/rerun/", data=body, content_type="text/yaml")
+    assert again.status_code == 201
+    assert Run.objects.get(pk=again.json()["id"]).spec_text == body
