@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from runs.cli.client import EXIT_OK, Client, no_run, reports_errors
+from runs.cli.client import EXIT_OK, Client, reports_errors
 
 NAME = "cancel"
 HELP = "cancel a run"
@@ -19,6 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client:
-        item = client.post(f"/api/runs/{args.run_id}/cancel/", missing=no_run(args.run_id)).json()
-    Console(highlight=False, soft_wrap=True).print(f"run {item['id']} {item['state']}")
+        cancelled = client.cancel(args.run_id)
+    Console(highlight=False, soft_wrap=True).print(f"run {cancelled.id} {cancelled.state}")
     return EXIT_OK

@@ -11,20 +11,20 @@ import getpass
 import os
 import sys
 
-import httpx
 from rich.console import Console
 
 from runs.cli.client import (
     EXIT_BAD_INPUT,
     EXIT_OK,
-    EXIT_UNAVAILABLE,
     Client,
     CliError,
     Settings,
+    as_cli_errors,
     read_config,
     reports_errors,
     write_config,
 )
+from runs.client import api
 
 NAME = "login"
 HELP = "log in to a simrun server and keep its URL and your API token"
@@ -44,20 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def obtain_token(url: str, username: str, password: str) -> str:
     """The API token of a user, from their username and password."""
-    try:
-        response = httpx.post(
-            f"{url}/api/token/", data={"username": username, "password": password}, timeout=30
-        )
-    except httpx.HTTPError as error:
-        raise CliError(f"cannot reach the simrun server at {url}: {error}") from None
-    if response.status_code == 400:
-        raise CliError("the username or password is wrong", EXIT_UNAVAILABLE)
-    if response.status_code == 429:
-        wait = response.headers.get("Retry-After", "?")
-        raise CliError(f"too many failed logins: try again in {wait} s", EXIT_UNAVAILABLE)
-    if response.status_code != 200:
-        raise CliError(f"the server at {url} answered {response.status_code} to a login")
-    return str(response.json()["token"])
+    with as_cli_errors():
+        return api.obtain_token(url, username, password)
 
 
 NO_TERMINAL = (

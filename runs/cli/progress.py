@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from runs.cli.client import (
     EXIT_OK,
@@ -22,38 +21,14 @@ from runs.cli.client import (
     CliError,
     no_run,
 )
+from runs.client.progress import duration_text, shown, styled
+
+__all__ = ["duration_text", "follow", "styled"]
 
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
 POLL_S = 1.0
 OUTAGE_S = 60.0
 """How long a follower waits for a server that stopped answering before it gives up."""
-STATE_STYLE = {
-    "succeeded": "green",
-    "done": "green",
-    "failed": "red",
-    "cancelled": "yellow",
-    "running": "blue",
-    "preempted": "dark_orange",
-    "retrying": "dark_orange",
-}
-
-
-def styled(state: str) -> str:
-    style = STATE_STYLE.get(state)
-    return f"[{style}]{state}[/]" if style else state
-
-
-def duration_text(seconds: float) -> str:
-    """Seconds as a person reads them: ``42s``, ``3m 07s``, ``2h 05m``."""
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return (
-        f"{hours}h {minutes:02d}m"
-        if hours
-        else f"{minutes}m {secs:02d}s"
-        if minutes
-        else f"{secs}s"
-    )
 
 
 def _poll(client: Client, run_id: str, sleep: Callable[[float], None]) -> dict[str, Any]:
@@ -70,9 +45,6 @@ def _poll(client: Client, run_id: str, sleep: Callable[[float], None]) -> dict[s
 
 EXIT_INTERRUPTED = 130
 """Ctrl-C: the follower stopped, as a shell's 128 + SIGINT."""
-
-Show = Callable[[dict[str, Any]], None]
-"""Shows the tasks of a run as polled."""
 
 
 def follow(
@@ -114,59 +86,10 @@ def _follow(
     sleep: Callable[[float], None],
 ) -> dict[str, Any]:
     """Poll and show a run until it ends; the run as last polled."""
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[state]}"),
-        TextColumn("{task.fields[elapsed]}", style="progress.elapsed"),
-    )
-    with Progress(*columns, console=console, disable=not console.is_terminal) as bars:
-        show = _bars(bars) if console.is_terminal else _lines(console)
+    with shown(console) as show:
         while True:
             run = _poll(client, run_id, sleep)
             show(run)
             if run["state"] in ENDED:
                 return run
             sleep(poll_s)
-
-
-def _lines(console: Console) -> Show:
-    """A line per task whose state or units changed: for a pipe or a log file."""
-    seen: dict[str, tuple[str, int, int]] = {}
-
-    def show(run: dict[str, Any]) -> None:
-        for task in run["tasks"]:
-            now = (task["state"], task["units_done"], task["units_total"])
-            if seen.get(task["id"]) != now:
-                seen[task["id"]] = now
-                console.print(
-                    f"{task['id']:<20} {task['state']:<10} "
-                    f"{task['units_done']}/{task['units_total']} units",
-                    highlight=False,
-                    markup=False,
-                )
-
-    return show
-
-
-def _bars(bars: Progress) -> Show:
-    """A bar per task, redrawn in place: for a terminal."""
-    rows: dict[str, TaskID] = {}
-
-    def show(run: dict[str, Any]) -> None:
-        elapsed = duration_text(run.get("duration_s") or 0)
-        for task in run["tasks"]:
-            if task["id"] not in rows:
-                rows[task["id"]] = bars.add_task(
-                    task["id"], total=task["units_total"] or 1, state="", elapsed=elapsed
-                )
-            bars.update(
-                rows[task["id"]],
-                completed=task["units_done"],
-                total=task["units_total"] or 1,
-                state=styled(task["state"]),
-                elapsed=elapsed,
-            )
-
-    return show

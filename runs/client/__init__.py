@@ -1,0 +1,47 @@
+"""A Python client of a simrun server, for notebooks and scripts; the ``simrun`` CLI uses it.
+
+    from runs.client import Client
+
+    client = Client()                     # the server and token `simrun login` saved
+    run = client.submit("sweep.yaml")     # a path, a YAML or JSON text, or a dict
+    run.wait()                            # a bar per task, in a notebook or a terminal
+    table = run.frame("sweep", "squares.csv")
+
+It needs httpx, rich and PyYAML (pandas for ``frame``), never Django. See docs/notebook.md.
+"""
+
+from runs.client.api import Client, Run, obtain_token
+from runs.client.errors import (
+    AuthError,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    LocalFileError,
+    MissingPandas,
+    NotConfigured,
+    NotFound,
+    RunFailed,
+    ServerError,
+    SimrunError,
+    Throttled,
+    Unavailable,
+)
+
+__all__ = [
+    "AuthError",
+    "Client",
+    "Conflict",
+    "Forbidden",
+    "InvalidRequest",
+    "LocalFileError",
+    "MissingPandas",
+    "NotConfigured",
+    "NotFound",
+    "Run",
+    "RunFailed",
+    "ServerError",
+    "SimrunError",
+    "Throttled",
+    "Unavailable",
+    "obtain_token",
+]

@@ -1,0 +1,570 @@
+"""The client of a simrun server's REST API: every call the CLI and a notebook make.
+
+All HTTP goes through ``Client.request``, which turns every answer that is no success into
+one of the exceptions of ``runs.client.errors``. Never imports Django.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import quote
+
+import httpx
+import yaml
+from rich.console import Console
+
+from runs.client import frames
+from runs.client.config import settings, write_config
+from runs.client.errors import (
+    AuthError,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    LocalFileError,
+    NotFound,
+    RunFailed,
+    ServerError,
+    Throttled,
+    Unavailable,
+    field_problems,
+    problem_lines,
+)
+from runs.client.progress import duration_text, shown
+
+TIMEOUT_S = 30.0
+POLL_S = 1.0
+OUTAGE_S = 60.0
+"""How long a follower waits for a server that stopped answering before it gives up."""
+ENDED = frozenset({"succeeded", "failed", "cancelled"})
+SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$")
+Spec = Mapping[str, Any] | str | os.PathLike[str]
+"""A run specification: a mapping, a YAML or JSON text, or the path of a file holding one."""
+
+
+def no_run(run_id: str) -> str:
+    """The message for a run the server does not know or does not show this user."""
+    return f"not found: no run {run_id!r} among the runs you may see"
+
+
+def no_task(run_id: str, task: str) -> str:
+    return f"not found: no task {task!r} in a run {run_id!r} you may see"
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:200] or response.reason_phrase
+    if isinstance(body, Mapping) and "detail" in body:
+        return str(body["detail"])
+    return problem_lines(field_problems(body))
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+def obtain_token(url: str, username: str, password: str, *, timeout: float = TIMEOUT_S) -> str:
+    """The API token of a user, from their username and password (a new one at each call)."""
+    url = url.rstrip("/")
+    try:
+        response = httpx.post(
+            f"{url}/api/token/",
+            data={"username": username, "password": password},
+            timeout=timeout,
+        )
+    except httpx.HTTPError as error:
+        raise Unavailable(f"cannot reach the simrun server at {url}: {error}") from None
+    if response.status_code == 400:
+        raise AuthError("the username or password is wrong")
+    if response.status_code == 429:
+        wait = response.headers.get("Retry-After", "?")
+        raise Throttled(f"too many failed logins: try again in {wait} s", wait)
+    if response.status_code != 200:
+        raise ServerError(f"the server at {url} answered {response.status_code} to a login")
+    return str(response.json()["token"])
+
+
+class Client:
+    """A user's session with a simrun server.
+
+    ``Client()`` uses ``SIMRUN_URL`` and ``SIMRUN_TOKEN``, else what ``simrun login`` saved;
+    ``Client(url, token)`` a server and token of your own. Runs are returned as ``Run``
+    objects that know their client: ``client.submit("sweep.yaml").wait().frame(...)``.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = TIMEOUT_S,
+        console: Console | None = None,
+    ) -> None:
+        self.config = settings(url, token)
+        self.console = console or Console(highlight=False, soft_wrap=True)
+        self.http = httpx.Client(
+            base_url=self.config.url,
+            headers={
+                "Authorization": f"Token {self.config.token}",
+                "Accept": "application/json",
+            },
+            timeout=timeout,
+        )
+
+    @classmethod
+    def login(cls, url: str, username: str, password: str, *, save: bool = False) -> Client:
+        """A client with a new token for a user; ``save=True`` keeps it as ``simrun login``
+        does, for later ``Client()`` and the ``simrun`` commands."""
+        token = obtain_token(url, username, password)
+        client = cls(url, token)
+        if save:
+            write_config(client.config.url, token)
+        return client
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    def __repr__(self) -> str:
+        return f"Client({self.config.url!r})"
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The HTTP layer: the one place requests are sent and answers turned into errors.
+
+    def request(
+        self, method: str, path: str, *, missing: str = "", **kwargs: Any
+    ) -> httpx.Response:
+        """Send a request; raise a ``SimrunError`` for no answer or one that is no success.
+
+        ``missing`` is the message of a 404: what was not found, by its id.
+        """
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise Unavailable(
+                f"the simrun server at {self.config.url} did not answer in time"
+            ) from None
+        except httpx.HTTPError as error:
+            raise Unavailable(
+                f"cannot reach the simrun server at {self.config.url}: {error}. "
+                "Is it running (`simrun serve`)? Check SIMRUN_URL or `simrun login`."
+            ) from None
+        status = response.status_code
+        if status == 401:
+            raise AuthError(
+                f"the server at {self.config.url} refused the token ({_detail(response)}): "
+                "run `simrun login` or set SIMRUN_TOKEN"
+            )
+        if status == 403:
+            raise Forbidden(f"not allowed: {_detail(response)}")
+        if status == 404:
+            raise NotFound(missing or f"not found: {_detail(response)}")
+        if status == 400:
+            problems = _detail(response)
+            fields = field_problems(_json(response))
+            raise InvalidRequest(f"refused:\n{problems}", fields, problems)
+        if status == 409:
+            raise Conflict(_detail(response))
+        if status >= 400:
+            raise ServerError(f"the server failed ({status}): {_detail(response)}"[:500])
+        return response
+
+    def get(self, path: str, *, missing: str = "", **params: Any) -> Any:
+        return self.request("GET", path, missing=missing, params=params).json()
+
+    def post(self, path: str, *, missing: str = "", **kwargs: Any) -> httpx.Response:
+        return self.request("POST", path, missing=missing, **kwargs)
+
+    # Runs.
+
+    def me(self) -> dict[str, Any]:
+        """The user the token belongs to."""
+        return dict(self.get("/api/me/"))
+
+    def submit(self, spec: Spec, *, follow: bool = False, rerun: str | None = None) -> Run:
+        """Submit a run; with ``follow=True`` wait for its end, showing its progress.
+
+        ``spec`` is a mapping, a YAML or JSON text, or the path of a file. Its ``sources``
+        may name local folders (relative to the file, else to the working directory): each
+        is packed and uploaded, and replaced by its snapshot id. ``rerun`` submits it as a
+        re-run of that run. A spec the server refuses raises ``InvalidRequest``, whose
+        ``fields`` hold the problems by the path of their field.
+        """
+        if isinstance(spec, Mapping):
+            text, base = json.dumps(spec), Path.cwd()
+        elif isinstance(spec, os.PathLike) or _names_a_file(spec):
+            path = Path(spec).expanduser()
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError) as error:
+                raise LocalFileError(f"cannot read {path}: {error}") from None
+            base = path.parent
+        else:
+            text, base = str(spec), Path.cwd()
+        run = Run(self, self.submit_text(text, base=base, rerun=rerun))
+        return run.wait() if follow else run
+
+    def submit_text(
+        self,
+        text: str | None,
+        *,
+        base: Path,
+        rerun: str | None = None,
+        report: Callable[[str], None] | None = None,
+    ) -> dict[str, Any]:
+        """Submit a spec's text (YAML or JSON; none to re-run ``rerun`` as it was), its local
+        sources uploaded first from ``base``; the run as the server returned it."""
+        endpoint = "/api/runs/" if rerun is None else f"/api/runs/{rerun}/rerun/"
+        missing = no_run(rerun) if rerun else ""
+        if text is None:
+            return dict(self.post(endpoint, missing=missing).json())
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError:
+            document = None  # the server says what is wrong, by the path of the field
+        body, content_type = text.encode(), "application/yaml"
+        if local_sources(document):
+            self.upload_sources(document, base, report=report or self._say)
+            body, content_type = json.dumps(document).encode(), "application/json"
+        response = self.post(
+            endpoint, missing=missing, content=body, headers={"Content-Type": content_type}
+        )
+        return dict(response.json())
+
+    def upload_sources(
+        self, document: dict[str, Any], base: Path, *, report: Callable[[str], None]
+    ) -> None:
+        """Pack and upload every local source tree of a spec; replace it by its snapshot id."""
+        from runs.cli.packing import pack
+
+        for index, entry in local_sources(document):
+            folder = (base / entry).resolve()
+            if not folder.is_dir():
+                raise LocalFileError(f"sources.{index}: {entry!r} is no folder ({folder})")
+            archive = pack(folder)
+            response = self.post(
+                "/api/snapshots/",
+                params={"name": folder.name},
+                content=archive,
+                headers={"Content-Type": "application/gzip"},
+            )
+            snapshot = response.json()
+            report(
+                f"uploaded {entry} ({len(archive) // 1024} KiB) as snapshot {snapshot['id'][:12]}"
+            )
+            document["sources"][index] = snapshot["id"]
+
+    def run(self, run_id: str) -> Run:
+        """A run with its tasks, their plans, attempts and progress."""
+        return Run(self, self.get(f"/api/runs/{run_id}/", missing=no_run(run_id)))
+
+    def runs(
+        self,
+        *,
+        state: str | list[str] | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        created_after: str | None = None,
+        created_before: str | None = None,
+        live: bool | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        """Your latest runs (staff: anyone's with ``owner``), newest first, filtered as the
+        list API filters them: states, part of the name, dates (``2025-01-31`` or a time),
+        live or ended. Each run is a summary: its ``tasks`` are fetched when first read."""
+        params: dict[str, Any] = {
+            "state": [state] if isinstance(state, str) else state,
+            "name": name,
+            "owner": owner,
+            "created_after": created_after,
+            "created_before": created_before,
+            "live": None if live is None else str(live).lower(),
+        }
+        params = {k: v for k, v in params.items() if v is not None}
+        found: list[Run] = []
+        page = 1
+        while len(found) < limit:
+            size = max(1, min(limit - len(found), 200))
+            answer = self.get("/api/runs/", page=page, page_size=size, **params)
+            found.extend(Run(self, item) for item in answer["results"])
+            if not answer.get("next") or not answer["results"]:
+                break
+            page += 1
+        return found[:limit]
+
+    def cancel(self, run_id: str) -> Run:
+        """Cancel a run: it is written cancelled at once, its processes stopped after."""
+        response = self.post(f"/api/runs/{run_id}/cancel/", missing=no_run(run_id))
+        return Run(self, response.json())
+
+    def wait(
+        self,
+        run_id: str,
+        *,
+        progress: bool = True,
+        check: bool = True,
+        timeout: float | None = None,
+        poll_s: float = POLL_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Run:
+        """Wait for a run to end, showing a bar per task (in a notebook or a terminal).
+
+        Returns the run as it ended; with ``check`` a run that failed or was cancelled raises
+        ``RunFailed``. A server that stops answering is waited for up to a minute. Stopping
+        the wait (Ctrl-C, a notebook's interrupt) leaves the run going on.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if progress:
+            with shown(self.console) as show:
+                item = self._wait(run_id, show, deadline, poll_s, sleep)
+        else:
+            item = self._wait(run_id, lambda run: None, deadline, poll_s, sleep)
+        run = Run(self, item)
+        if progress:
+            self._say(run.summary())
+        if check and run.state != "succeeded":
+            raise RunFailed(run.summary(), run)
+        return run
+
+    def _wait(
+        self,
+        run_id: str,
+        show: Callable[[dict[str, Any]], None],
+        deadline: float | None,
+        poll_s: float,
+        sleep: Callable[[float], None],
+    ) -> dict[str, Any]:
+        while True:
+            item = self.poll(run_id, sleep=sleep)
+            show(item)
+            if item["state"] in ENDED:
+                return item
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} is still {item['state']}; it goes on")
+            sleep(poll_s)
+
+    def poll(self, run_id: str, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+        """The run now; a server that stops answering for a while is waited for."""
+        deadline = time.monotonic() + OUTAGE_S
+        while True:
+            try:
+                return dict(self.get(f"/api/runs/{run_id}/", missing=no_run(run_id)))
+            except Unavailable:
+                if time.monotonic() > deadline:
+                    raise
+                sleep(POLL_S)
+
+    # Tasks: logs and outputs.
+
+    def task(self, run_id: str, task: str) -> dict[str, Any]:
+        """A task with its plan, attempts and progress."""
+        return dict(self.get(_task_path(run_id, task), missing=no_task(run_id, task)))
+
+    def log_list(self, run_id: str, task: str) -> list[dict[str, Any]]:
+        """The logs of a task, one per attempt of each of its processes, oldest first."""
+        path = f"{_task_path(run_id, task)}logs/"
+        return list(self.get(path, missing=no_task(run_id, task)))
+
+    def log_part(
+        self, run_id: str, task: str, name: str, *, tail: int | None = None, offset: int = 0
+    ) -> dict[str, Any]:
+        """Part of a log: its last ``tail`` lines, or what follows byte ``offset``
+        (``text``, the ``offset`` to read on from, whether it is still ``running``)."""
+        params = {"tail": tail} if tail is not None else {"offset": offset}
+        path = f"{_task_path(run_id, task)}logs/{quote(name, safe='')}/"
+        return dict(
+            self.get(path, missing=f"not found: task {task!r} has no log {name!r}", **params)
+        )
+
+    def logs(self, run_id: str, task: str, *, log: str | None = None, tail: int = 200) -> str:
+        """The last ``tail`` lines of each log of a task (or of the log ``log``), each under
+        a ``==> name <==`` line when there are several."""
+        logs = [item["name"] for item in self.log_list(run_id, task)]
+        if log is not None:
+            if log not in logs:
+                raise NotFound(f"no log {log!r} of task {task!r} (it has {', '.join(logs)})")
+            logs = [log]
+        parts = []
+        for name in logs:
+            text = self.log_part(run_id, task, name, tail=tail)["text"]
+            parts.append(f"==> {name} <==\n{text}" if len(logs) > 1 else text)
+        return "".join(parts)
+
+    def outputs(self, run_id: str, task: str) -> list[dict[str, Any]]:
+        """The files of a task's ``out/``: ``path``, ``size``, ``url``."""
+        path = f"{_task_path(run_id, task)}outputs/"
+        return list(self.get(path, missing=no_task(run_id, task)))
+
+    def output(self, run_id: str, task: str, path: str) -> str | bytes:
+        """An output file of a task: text as ``str``, anything else (an image, an archive)
+        as ``bytes``."""
+        response = self._output(run_id, task, path)
+        if response.headers.get("Content-Type", "").startswith("text/"):
+            return response.text
+        return response.content
+
+    def download(
+        self, run_id: str, task: str, path: str, to: str | os.PathLike[str] | None = None
+    ) -> Path:
+        """Save an output file of a task as ``to`` (a file, or a folder to put it in; by
+        default the working directory); its path."""
+        target = Path(to) if to is not None else Path.cwd()
+        if target.is_dir():
+            target = target / path.rsplit("/", 1)[-1]
+        target.write_bytes(self._output(run_id, task, path).content)
+        return target
+
+    def frame(self, run_id: str, task: str, path: str, **read: Any) -> Any:
+        """An output file of a task as a pandas DataFrame: CSV, TSV, JSON or JSON lines.
+
+        ``read`` goes to pandas' reader (``pandas.read_csv`` for CSV and TSV). Needs pandas
+        (``pip install pandas``): ``MissingPandas`` says so when it is missing.
+        """
+        pandas = frames.pandas()
+        text = self._output(run_id, task, path).text
+        return frames.frame(pandas, text, path, **read)
+
+    def _output(self, run_id: str, task: str, path: str) -> httpx.Response:
+        url = f"{_task_path(run_id, task)}outputs/{quote(path.lstrip('/'))}"
+        return self.request(
+            "GET", url, missing=f"not found: task {task!r} of run {run_id!r} has no output {path!r}"
+        )
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, markup=False)
+
+
+class Run:
+    """A run as last read from the server, with the calls that concern it.
+
+    ``run["state"]`` reads any field of the API's answer; ``refresh()`` reads it again.
+    """
+
+    def __init__(self, client: Client, data: Mapping[str, Any]) -> None:
+        self.client = client
+        self.data = dict(data)
+
+    def __getitem__(self, field: str) -> Any:
+        if field == "tasks" and "tasks" not in self.data:
+            self.refresh()
+        return self.data[field]
+
+    def __repr__(self) -> str:
+        name = f" {self.name!r}" if self.name else ""
+        return f"<Run {self.id}{name} {self.state}>"
+
+    @property
+    def id(self) -> str:
+        return str(self.data["id"])
+
+    @property
+    def name(self) -> str:
+        return str(self.data.get("name") or "")
+
+    @property
+    def state(self) -> str:
+        return str(self.data["state"])
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "succeeded"
+
+    @property
+    def message(self) -> str:
+        return str(self.data.get("message") or "")
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        return list(self["tasks"])
+
+    @property
+    def url(self) -> str:
+        """The run's page in the dashboard."""
+        return f"{self.client.config.url}/runs/{self.id}/"
+
+    def summary(self) -> str:
+        """``run <id> <state> after <duration>[: <message>]``."""
+        line = f"run {self.id} {self.state} after {duration_text(self.data.get('duration_s') or 0)}"
+        return f"{line}: {self.message}" if self.message else line
+
+    def refresh(self) -> Run:
+        self.data = self.client.run(self.id).data
+        return self
+
+    def wait(self, **options: Any) -> Run:
+        """Wait for the run's end (see ``Client.wait``); this run, as it ended."""
+        try:
+            ended = self.client.wait(self.id, **options)
+        except RunFailed as failure:
+            self.data = failure.run.data
+            failure.run = self
+            raise
+        self.data = ended.data
+        return self
+
+    def cancel(self) -> Run:
+        self.data.update(self.client.cancel(self.id).data)
+        return self
+
+    def rerun(self, spec: Spec | None = None, *, follow: bool = False) -> Run:
+        """Submit this run's spec again (or ``spec``, an edit of it), linked to this run."""
+        if spec is None:
+            return Run(self.client, self.client.submit_text(None, base=Path.cwd(), rerun=self.id))
+        return self.client.submit(spec, follow=follow, rerun=self.id)
+
+    def logs(self, task: str, **options: Any) -> str:
+        return self.client.logs(self.id, task, **options)
+
+    def outputs(self, task: str) -> list[dict[str, Any]]:
+        return self.client.outputs(self.id, task)
+
+    def output(self, task: str, path: str) -> str | bytes:
+        return self.client.output(self.id, task, path)
+
+    def download(self, task: str, path: str, to: str | os.PathLike[str] | None = None) -> Path:
+        return self.client.download(self.id, task, path, to)
+
+    def frame(self, task: str, path: str, **read: Any) -> Any:
+        return self.client.frame(self.id, task, path, **read)
+
+
+def _task_path(run_id: str, task: str) -> str:
+    return f"/api/runs/{quote(run_id, safe='')}/tasks/{quote(task, safe='')}/"
+
+
+def _names_a_file(spec: str) -> bool:
+    """Whether a string is a file's path rather than a spec's text: one line naming a file."""
+    return "\n" not in spec and len(spec) < 4096 and Path(spec).expanduser().is_file()
+
+
+def local_sources(document: Any) -> list[tuple[int, str]]:
+    """The entries of ``sources`` that are paths, not snapshot ids, with their index."""
+    if not isinstance(document, dict) or not isinstance(document.get("sources"), list):
+        return []
+    return [
+        (i, s)
+        for i, s in enumerate(document["sources"])
+        if isinstance(s, str) and not SNAPSHOT_ID.match(s)
+    ]
