@@ -6,6 +6,8 @@ the API, an archive (``runs.snapshots.MAX_ARCHIVE_BYTES``) for snapshot uploads,
 ``DATA_UPLOAD_MAX_MEMORY_SIZE`` for the forms of the dashboard and the admin. A body with a
 ``Content-Length`` past it gets a 413 unread; a chunked one (no length) is received up to the
 cap before any view runs (Django would read none of it), and gets a 413 as soon as it passes.
+The New run form is the exception: its page answers, with what fits of the body
+(``past_cap``), so a spec pasted too large is shown again with the error instead of lost.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
 
 from runs.snapshots import CHUNK, MAX_ARCHIVE_BYTES
 from runs.spec import MAX_DOCUMENT_BYTES
@@ -34,6 +37,7 @@ SNAPSHOT_BODY_BYTES = MAX_ARCHIVE_BYTES
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 """A write refused by the disk: full, over quota, or mounted read-only."""
 STORAGE_LOG_EVERY_S = 60.0
+PAST_CAP = "_simrun_past_cap"
 
 
 def body_cap(path: str) -> int:
@@ -52,19 +56,60 @@ def too_large(request: HttpRequest, cap: int) -> HttpResponse:
     return HttpResponse(f"<!doctype html><title>Too large</title><p>{message}.", status=413)
 
 
-def received(stream: Any, cap: int) -> IO[bytes] | None:
+def received(stream: Any, cap: int, keep: bool = False) -> IO[bytes] | None:
     """A chunked body read to its end into a spooled file, or None past ``cap`` bytes
-    (reading stops there)."""
+    (reading stops there; with ``keep``, the ``cap`` + 1 bytes read instead)."""
     # Closed when the request that holds it is let go, or here when refused.
     body = tempfile.SpooledTemporaryFile(max_size=CHUNK)  # noqa: SIM115
     size = 0
     while chunk := stream.read(min(CHUNK, cap + 1 - size)):
         size += len(chunk)
+        body.write(chunk)
         if size > cap:
+            if keep:
+                return body
             body.close()
             return None
-        body.write(chunk)
     return body
+
+
+def past_cap(request: HttpRequest) -> tuple[int | None, int] | None:
+    """For a New run form past its cap, cut to it: the body's size (None: chunked, unknown)
+    and the cap; None for a body that was within it."""
+    found: tuple[int | None, int] | None = getattr(request, PAST_CAP, None)
+    return found
+
+
+def keeps_what_fits(request: HttpRequest) -> bool:
+    """Whether a body past its cap is cut to it rather than refused: the New run form, whose
+    page shows the error beside what fits of the spec."""
+    return (
+        request.method == "POST"
+        and request.content_type == "application/x-www-form-urlencoded"
+        and request.path == reverse("runs:run-new")
+    )
+
+
+def cut_to_cap(request: HttpRequest, stream: Any, cap: int, size: int | None) -> HttpRequest:
+    """The request with its body's first ``cap`` bytes only, marked (``past_cap``) and logged
+    in one line. The fields before the spec (the CSRF token, ``rerun_of``) stay whole."""
+    body = tempfile.SpooledTemporaryFile(max_size=CHUNK)  # noqa: SIM115 - the request's now
+    kept = 0
+    while kept < cap and (chunk := stream.read(min(CHUNK, cap - kept))):
+        body.write(chunk)
+        kept += len(chunk)
+    body.seek(0)
+    request.META["CONTENT_LENGTH"] = str(kept)
+    request.META["wsgi.input"] = body
+    request._stream = LimitedStream(body, kept)  # type: ignore[assignment, arg-type]
+    setattr(request, PAST_CAP, (size, cap))
+    logger.warning(
+        "a form to %s is past its cap of %d bytes (%s): shown again with what fits",
+        request.path,
+        cap,
+        f"{size} bytes" if size is not None else "chunked",
+    )
+    return request
 
 
 class BodyLimitMiddleware:
@@ -82,10 +127,17 @@ class BodyLimitMiddleware:
         except ValueError:
             declared = None
         if declared is not None and declared > cap:
+            if keeps_what_fits(request) and "wsgi.input" in request.META:
+                cut = cut_to_cap(request, request.META["wsgi.input"], cap, declared)
+                return self.answer_cut(cut)
             return too_large(request, cap)
         chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
         if declared is None and chunked and "wsgi.input" in request.META:
-            body = received(request.META["wsgi.input"], cap)
+            keep = keeps_what_fits(request)
+            body = received(request.META["wsgi.input"], cap, keep=keep)
+            if body is not None and keep and body.seek(0, os.SEEK_END) > cap:
+                body.seek(0)
+                return self.answer_cut(cut_to_cap(request, body, cap, None))
             if body is None:
                 return too_large(request, cap)
             # Django reads nothing of a body without a length: it gets the one received.
@@ -95,6 +147,12 @@ class BodyLimitMiddleware:
             request.META["wsgi.input"] = body
             request._stream = LimitedStream(body, size)  # type: ignore[assignment, arg-type]
         return self.get_response(request)
+
+    def answer_cut(self, request: HttpRequest) -> HttpResponse:
+        """The New run page's answer to a form cut to its cap (its 413), logged already."""
+        response = self.get_response(request)
+        response._has_been_logged = True  # type: ignore[attr-defined]  # by cut_to_cap
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, RequestDataTooBig):

@@ -40,12 +40,13 @@ from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.dag import layout
 from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
+from runs.middleware import past_cap
 from runs.models import FINAL_TASK_STATES, RunState, TaskState
 from runs.planning_figures import planning_figures
 from runs.reruns import spec_text, submit_rerun
 from runs.run_reads import rerun_ids
 from runs.run_table import table_rows
-from runs.spec import SpecError, parse_spec, validate_spec
+from runs.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
 from runs.submission import create_run
 from runs.task_logs import DEFAULT_TAIL
 from runs.timeline import timeline
@@ -129,8 +130,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
     """
     rerun_id = request.POST.get("rerun_of") or request.GET.get("rerun") or ""
     source = run_or_404(request.user, rerun_id) if rerun_id else None
-    text, errors = spec_text(source) if source else "", {}
-    if request.method == "POST":
+    text = spec_text(source) if source else ""
+    errors: dict[str, list[str]] = {}
+    past = past_cap(request)
+    if request.method == "POST" and past is not None:
+        text, errors = what_fits(request.POST.get("spec", ""), *past)
+    elif request.method == "POST":
         text = request.POST.get("spec", "")
         try:
             spec = parse_spec(text, types=task_types())
@@ -147,8 +152,23 @@ def run_new(request: HttpRequest) -> HttpResponse:
         request,
         "runs/run_new.html",
         {"text": text, "errors": errors, "examples": _examples(), "source": source},
-        status=400 if errors else 200,
+        status=413 if past is not None else 400 if errors else 200,
     )
+
+
+def what_fits(text: str, size: int | None, cap: int) -> tuple[str, dict[str, list[str]]]:
+    """A spec cut off by a form past its cap: its first lines that a spec may hold
+    (``MAX_DOCUMENT_BYTES``), and the error that says so."""
+    kept = text.encode()[:MAX_DOCUMENT_BYTES].decode(errors="ignore")
+    if "\n" in kept:
+        kept = kept[: kept.rindex("\n") + 1]
+    sent = f"{size / 1e6:.1f} MB" if size is not None else "more"
+    message = (
+        f"the form sent {sent}, more than the {cap / 2**20:g} MiB it may, and a specification "
+        f"may hold {MAX_DOCUMENT_BYTES // 2**20} MiB: its first {len(kept.encode()) // 1024} KiB "
+        "are kept below, nothing was submitted. Large inputs belong in settings or sources."
+    )
+    return kept, {"spec": [message]}
 
 
 @login_required

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import logging
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
@@ -35,10 +37,13 @@ def alice(owner) -> Client:
     return client
 
 
-def edit_form_text(client: Client, run: Run) -> str:
-    page = client.get(f"/runs/new/?rerun={run.id}").content.decode()
+def edit_text_of(page: str) -> str:
     start = page.index(">", page.index('<textarea id="spec"')) + 1
     return html.unescape(page[start : page.index("</textarea>", start)])
+
+
+def edit_form_text(client: Client, run: Run) -> str:
+    return edit_text_of(client.get(f"/runs/new/?rerun={run.id}").content.decode())
 
 
 def test_edit_and_re_run_starts_from_the_text_as_submitted(alice, queued):
@@ -69,3 +74,25 @@ def test_a_spec_submitted_through_the_api_is_edited_as_its_text(owner_client, al
     again = owner_client.post(f"/api/runs/{run.id}/rerun/", data=body, content_type="text/yaml")
     assert again.status_code == 201
     assert Run.objects.get(pk=again.json()["id"]).spec_text == body
+
+
+def test_a_spec_too_large_for_the_form_comes_back_in_it_cut_with_the_error_and_one_log_line(
+    alice, caplog
+):
+    lines = [f"    # note {i:07d} {'x' * 60}\n" for i in range(70_000)]  # about 5 MB
+    text = "name: huge\ntasks:\n  sweep:\n    type: squares\n" + "".join(lines)
+    body = urlencode({"csrfmiddlewaretoken": "x", "spec": text})
+    assert len(body) > 5_000_000
+    with caplog.at_level(logging.INFO):
+        response = alice.post(
+            "/runs/new/", data=body, content_type="application/x-www-form-urlencoded"
+        )
+    assert response.status_code == 413
+    page = response.content.decode()
+    assert 'role="alert"' in page and "nothing was submitted" in page
+    kept = edit_text_of(page)
+    assert text.startswith(kept) and kept.endswith("\n") and kept.startswith("name: huge")
+    assert 900_000 < len(kept.encode()) <= 1024 * 1024
+    logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(logged) == 1 and "past its cap" in logged[0].getMessage()
+    assert not logged[0].exc_info and not Run.objects.exists()
