@@ -1,14 +1,20 @@
 """The chaos benchmark: many rounds of each harm ``simrun serve`` must survive, and what they cost.
 
 Each harm gets a serve of its own (tests/chaos/rounds.py): a SIGKILL of a random worker or
-pool process of a sweep (kill-harness); of the Celery worker, of beat, of the web server
-(serve starts them again); of the whole service, then a start (kill-service); a full store
-during a sweep (a tmpfs, root only; full-disk); ``--stalled-api N``: N rounds of a Kubernetes
-API that stops answering under the controller and the Argo backend (tests/chaos/
-test_stalled_api.py, under pytest). Rounds go harm after harm, so a run cut short
-still has figures for each. Prints a line per round and a tally per harm: the runs that
-reached the right end (succeeded, every unit in the merged output, byte-identical to a clean
-run), stuck (not ended after 240 s), units lost, units recorded done twice.
+pool process of a sweep (kill-harness); of the launcher of one of its workers (kill-launcher);
+of serve's step process of the local backend (kill-local), of the Celery worker, of beat, of
+the web server (serve starts them again); of the whole service, then a start (kill-service);
+a full store during a sweep (a tmpfs, root only; full-disk); a full disk under the database
+and the broker (the home on a tmpfs, the store elsewhere; full-home); ``--stalled-api N``: N
+rounds of a Kubernetes API that stops answering under the controller and the Argo backend
+(tests/chaos/test_stalled_api.py, under pytest). Rounds go harm after harm, so a run cut short
+still has figures for each.
+
+A round counts only if its harm landed (found its victim while the run was live); one that
+missed is played again on a new run, at most ``TRIES`` times. Prints a line per round and a
+tally per harm: rounds, harms landed, runs that reached the right end (the harm landed; the
+run succeeded with every unit in the merged output, byte-identical to a clean run, and no unit
+recorded done twice), stuck (not ended after 240 s), units lost, units done twice.
 
 Run: ``.venv/bin/python bench/chaos.py --rounds 20`` (``--kinds kill-web,full-disk`` for some).
 """
@@ -39,12 +45,19 @@ def main() -> None:
     parser.add_argument(
         "--stalled-api", type=int, default=0, help="rounds of a stalled Kubernetes API (pytest)"
     )
+    parser.add_argument(
+        "--folder", type=Path, help="where the services' homes and logs go (kept); a temp dir"
+    )
     args = parser.parse_args()
     kinds = [kind for kind in args.kinds.split(",") if kind]
     tallies = {kind: Tally(kind) for kind in kinds}
     started = time.monotonic()
     with (
-        tempfile.TemporaryDirectory(prefix="simrun-chaos-") as tmp,
+        (
+            contextlib.nullcontext(str(args.folder))
+            if args.folder
+            else tempfile.TemporaryDirectory(prefix="simrun-chaos-")
+        ) as tmp,
         contextlib.ExitStack() as stack,
     ):
         arenas = {
@@ -60,8 +73,8 @@ def main() -> None:
                 tallies[kind].outcomes.append(outcome)
                 print(
                     f"round {number:>2} {kind:<14} {outcome.state:<10} right {outcome.right!s:<5} "
-                    f"lost {outcome.missing} twice {outcome.recomputed} "
-                    f"identical {outcome.identical} ({outcome.note})",
+                    f"landed {outcome.landed!s:<5} (try {outcome.tries}) lost {outcome.missing} "
+                    f"twice {outcome.twice} identical {outcome.identical} ({outcome.note})",
                     flush=True,
                 )
     print(f"\nchaos: {(time.monotonic() - started) / 60:.1f} min")

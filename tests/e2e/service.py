@@ -50,7 +50,7 @@ class Service:
 
     @property
     def store(self) -> Path:
-        return self.home / "store"
+        return Path(self.extra_env.get("SIMRUN_STORE") or self.home / "store")
 
     @property
     def log(self) -> Path:
