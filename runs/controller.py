@@ -261,7 +261,7 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
                 plan = TaskPlan.model_validate(task.plan)
                 observations.record_kills(task=task, plan=plan, kills=run.oom_kills)
             continue
-        task_dir = store.task_dir(run.id, task.task_id)
+        folder = store.task_folder(run.id, task.task_id)
         try:
             pod_logs = backend.logs(run.workflow, task.task_id)
         except KeyError:
@@ -270,9 +270,15 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
             log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
             complete = False
             continue
-        kept = pod_logs is None or logs.keep(task_dir, pod_logs)
+        if pod_logs is None:
+            kept = True
+        elif run.backend == "local":
+            # Its launcher wrote each log into the store as it ran: nothing to copy.
+            kept = all(pod.done for pod in pod_logs)
+        else:
+            kept = logs.keep(folder, pod_logs)
         plan = TaskPlan.model_validate(task.plan)
-        observations.record(task=task, plan=plan, task_dir=task_dir, kills=run.oom_kills)
+        observations.record(task=task, plan=plan, folder=folder, kills=run.oom_kills)
         if kept and pod_logs is not None:
             Task.objects.filter(pk=task.pk).update(logs_kept=True)
             task.logs_kept = True
@@ -288,7 +294,7 @@ def _keep_ended_pods(run: Run, task: Task, *, backend: Backend) -> None:
     """Keep the logs of a live task's pods that ended, before a pod GC outruns them (the local
     backend writes its logs into the store itself)."""
     try:
-        logs.keep(store.task_dir(run.id, task.task_id), backend.logs(run.workflow, task.task_id))
+        logs.keep(store.task_folder(run.id, task.task_id), backend.logs(run.workflow, task.task_id))
     except KeyError:
         return
     except Exception:

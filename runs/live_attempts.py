@@ -4,22 +4,21 @@ Its row is written by the controller from the moment its pod runs (node, start, 
 was given); its measured peak once its task's reports are recorded. Meanwhile the harness's
 live file (``harness.report.live_path``) has the worker's recent memory samples: a running
 attempt's sparkline and its peak so far. A file a task wrote is read with care: no link
-followed, regular files only, at most ``LIVE_READ_BYTES``.
+followed (on the way to it either), regular files only, at most ``LIVE_READ_BYTES``.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from django.utils import timezone
 
-from harness.report import LiveMemory, live_path
+from harness import untrusted
+from harness.report import LiveMemory
 from runs import store
 from runs.models import FINAL_TASK_STATES, Attempt
+from runs.store import TaskFolder
 
 LIVE_READ_BYTES = 64 * 1024
 """A live file is a few KiB: more is not one the harness wrote."""
@@ -60,20 +59,15 @@ class AttemptFigures:
         )
 
 
-def read_live(path: Path) -> LiveMemory | None:
-    """A live file, None when it is missing, too large, not a regular file or not readable."""
+def read_live(folder: TaskFolder, worker: str, attempt: int) -> LiveMemory | None:
+    """The live file of an attempt (``harness.report.live_path``), None when it is missing,
+    too large, not a regular file, reached through a link or not readable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        data = untrusted.read_bytes(
+            folder.base, folder / f"live/{worker}-{attempt}.json", LIVE_READ_BYTES + 1
+        )
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, LIVE_READ_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     if len(data) > LIVE_READ_BYTES:
         return None
     try:
@@ -94,8 +88,8 @@ def live_figures(attempt: Attempt, now: datetime | None = None) -> AttemptFigure
     running = recorded_running and task.state not in FINAL_TASK_STATES and not run.ended
     live = None
     if running or attempt.peak_bytes is None:
-        folder = store.task_dir(run.id, task.task_id)
-        live = read_live(live_path(folder, attempt.worker, attempt.attempt))
+        folder = store.task_folder(run.id, task.task_id)
+        live = read_live(folder, attempt.worker, attempt.attempt)
     end = attempt.ended_at
     if end is None and recorded_running and not running:
         end = task.ended_at or run.ended_at

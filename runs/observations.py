@@ -5,34 +5,154 @@ simrun-exec by the task id). Once the task is final each report becomes an ``Obs
 of its task type, and ``tasks/<task>/recorded/<worker>-<attempt>`` marks it right after, so
 it is never recorded twice. An attempt killed for memory without a report is observed at
 its pod's limit.
+
+A report is the task's word, not a measure: it is read by ``harness.untrusted`` (a regular
+file, no link on the way, at most ``REPORT_READ_BYTES``) and checked before it is believed
+(types, finite numbers in sane ranges); a peak far above the attempt's limit refuses it, CPU
+seconds beyond what its processes could spend are cut down.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
+import stat
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from contextlib import suppress
+from dataclasses import fields
 from typing import Any
 
-from harness import report as harness_report
+from harness import untrusted
 from harness.report import WorkerReport
 from runs import retry_rule
 from runs.models import Attempt, Observation, Task
 from runs.planner import TaskPlan, observation_key
+from runs.store import TaskFolder
 
 log = logging.getLogger(__name__)
 
 GIB = 2**30
+REPORT_READ_BYTES = 16 * 2**20
+"""A report lists the units its worker did: a few MiB for a million units; more is forged."""
+MAX_REPORTS = 10_000
+"""Entries of ``workers/`` looked at."""
+MAX_BYTES = 64 * 2**40
+"""No memory figure of a report above this (64 TiB) is believed."""
+MAX_PROCESSES = 4096
+MAX_SECONDS = 366 * 86400.0
+"""A report's wall seconds: a year at most."""
+PEAK_OVER_LIMIT = 4
+"""A peak above its attempt's limit by more than this factor was never measured: refused."""
+CPU_SLACK = 2.0
+CPU_GRACE_S = 60.0
+"""CPU seconds above cores × wall seconds × ``CPU_SLACK`` + ``CPU_GRACE_S`` are cut there."""
 
 
-def read_report(path: Path) -> WorkerReport | None:
-    """Read a report (of this or a newer harness); None when it is missing or unreadable."""
+def read_report(folder: TaskFolder, name: str) -> WorkerReport | None:
+    """Read a report ``workers/<name>`` (of this or a newer harness); None when it is missing,
+    not a regular file, larger than ``REPORT_READ_BYTES`` or not a sane report."""
     try:
-        return harness_report.read_report(path)
-    except (OSError, ValueError, TypeError):
-        log.warning("cannot read the report %s", path)
+        data = untrusted.read_bytes(folder.base, folder / f"workers/{name}", REPORT_READ_BYTES + 1)
+    except OSError as error:
+        log.warning("cannot read the report %s/workers/%s: %s", folder.path, name, error)
         return None
+    if len(data) > REPORT_READ_BYTES:
+        log.warning(
+            "report %s/workers/%s refused: larger than %d bytes",
+            folder.path,
+            name,
+            REPORT_READ_BYTES,
+        )
+        return None
+    try:
+        fields_ = json.loads(data)
+        if not isinstance(fields_, dict):
+            raise ValueError("not a JSON object")
+        known = {f.name for f in fields(WorkerReport)}
+        report = WorkerReport(**{k: v for k, v in fields_.items() if k in known})
+    except (ValueError, TypeError, RecursionError) as error:
+        log.warning("report %s/workers/%s refused: %s", folder.path, name, error)
+        return None
+    problem = report_problem(report)
+    if problem:
+        log.warning("report %s/workers/%s refused: %s", folder.path, name, problem)
+        return None
+    return report
+
+
+def _number(value: Any, low: float, high: float, *, whole: bool = False) -> bool:
+    """Whether ``value`` is a finite JSON number from ``low`` to ``high`` (an integer if
+    ``whole``); booleans are none."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, float) and (
+        not math.isfinite(value) or (whole and not value.is_integer())
+    ):
+        return False
+    return low <= value <= high
+
+
+def report_problem(report: WorkerReport) -> str | None:
+    """What makes a report unbelievable on its own (a wrong type, NaN, a negative or absurd
+    figure); None for a sane one."""
+    if not isinstance(report.worker, str) or not isinstance(report.node, str):
+        return "worker or node is not a string"
+    if not isinstance(report.peak_source, str) or not isinstance(report.failed, bool):
+        return "peak_source or failed of a wrong type"
+    if not _number(report.processes, 0, MAX_PROCESSES, whole=True):
+        return f"processes {report.processes!r}"
+    if not isinstance(report.units_done, list) or not all(
+        _number(unit, 0, 2**63 - 1, whole=True) for unit in report.units_done
+    ):
+        return "units_done is not a list of units"
+    if not _number(report.oom_kills, 0, 2**31, whole=True):
+        return f"oom_kills {report.oom_kills!r}"
+    for name in ("peak_memory_bytes", "memory_limit_bytes"):
+        value = getattr(report, name)
+        if value is not None and not _number(value, 0, MAX_BYTES, whole=True):
+            return f"{name} {value!r}"
+    if not _number(report.per_worker_gb, 0, MAX_BYTES / GIB):
+        return f"per_worker_gb {report.per_worker_gb!r}"
+    for name in ("seconds", "prepare_seconds"):
+        if not _number(getattr(report, name), 0, MAX_SECONDS):
+            return f"{name} {getattr(report, name)!r}"
+    for name in ("cpu_seconds", "unit_seconds", "throttled_seconds"):
+        value = getattr(report, name)
+        if (value is not None or name != "throttled_seconds") and not _number(
+            value, 0, MAX_SECONDS * MAX_PROCESSES
+        ):
+            return f"{name} {value!r}"
+    if report.started is not None and not _number(report.started, 0, 2**40):
+        return f"started {report.started!r}"
+    return None
+
+
+def believed(report: WorkerReport, *, limit_bytes: int, cores: int) -> WorkerReport | None:
+    """A sane report measured against its attempt: None when its peak is far above the limit
+    the attempt ran with; CPU and unit seconds beyond what its processes could spend cut."""
+    peak = report.peak_memory_bytes
+    if peak is not None and limit_bytes > 0 and peak > limit_bytes * PEAK_OVER_LIMIT:
+        log.warning(
+            "report of %s refused: peak %d bytes, limit %d", report.worker, peak, limit_bytes
+        )
+        return None
+    wall = report.seconds + report.prepare_seconds
+    most = max(1, report.processes, cores) * wall * CPU_SLACK + CPU_GRACE_S
+    if report.cpu_seconds > most or report.unit_seconds > most:
+        log.warning(
+            "report of %s: cpu %.0f s, unit %.0f s over %.0f s of %d processes; cut to %.0f s",
+            report.worker,
+            report.cpu_seconds,
+            report.unit_seconds,
+            wall,
+            report.processes,
+            most,
+        )
+        report.cpu_seconds = min(report.cpu_seconds, most)
+        report.unit_seconds = min(report.unit_seconds, most)
+    return report
 
 
 def attempt_of(name: str) -> int:
@@ -60,17 +180,13 @@ def is_oom(report: WorkerReport, attempt: int, kills: Mapping[str, Sequence[int]
     return attempt in kills.get(report.worker, ()) or report.oom_kills > 0
 
 
-def reports(task_dir: Path) -> dict[tuple[str, int], Path]:
-    """The reports of a task by (worker, attempt), found by listing ``workers/``."""
-    folder = task_dir / "workers"
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return {}
+def reports(folder: TaskFolder) -> dict[tuple[str, int], str]:
+    """The reports of a task by (worker, attempt), their names in ``workers/``, found by
+    listing it by descriptor: regular files only (a FIFO or a link is none)."""
     return {
-        (worker_of(name), attempt_of(name)): folder / name
-        for name in names
-        if name.endswith(".json") and not name.startswith(".")
+        (worker_of(entry.name), attempt_of(entry.name)): entry.name
+        for entry in untrusted.list_dir(folder.base, folder / "workers", limit=MAX_REPORTS)
+        if entry.is_file and entry.name.endswith(".json") and not entry.name.startswith(".")
     }
 
 
@@ -106,7 +222,42 @@ def task_of(worker: str, task_ids: Mapping[str, Any] | set[str]) -> str | None:
     return base if pod and base in task_ids else None
 
 
-def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, list[int]]) -> int:
+class Marks:
+    """The marks of recorded attempts, ``recorded/<worker>-<attempt>``: a folder of the
+    service's own, so a task can neither plant marks (hiding its reports) nor a link to be
+    written through; one it planted is listed as empty and moved aside at the first mark."""
+
+    def __init__(self, folder: TaskFolder) -> None:
+        self.folder = folder
+        self.names = self._listed()
+        self._fd: int | None = None
+
+    def _listed(self) -> set[str]:
+        try:
+            with untrusted.directory(self.folder.base, self.folder / "recorded") as fd:
+                status = os.fstat(fd)
+                if status.st_uid != os.geteuid() or stat.S_IMODE(status.st_mode) & 0o022:
+                    return set()
+                return {e.name for e in untrusted.entries(fd)}
+        except OSError:
+            return set()
+
+    def mark(self, name: str) -> None:
+        if self._fd is None:
+            self._fd = untrusted.service_dir(self.folder.base, self.folder / "recorded")
+        untrusted.create_once_at(self._fd, name, b"")
+        self.names.add(name)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def record(
+    *, task: Task, plan: TaskPlan, folder: TaskFolder, kills: Mapping[str, list[int]]
+) -> int:
     """Record the reports of a task not yet recorded, and its kills without a report.
 
     Returns the observations written. Each carries the memory its attempt ran with, as its
@@ -114,13 +265,24 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
     task is observed by its key (``runs.planner.observation_key``); one without a key only
     has its attempts' peaks recorded.
     """
-    key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
-    marks = task_dir / "recorded"
+    marks = Marks(folder)
     try:
-        recorded = set(os.listdir(marks))
-    except FileNotFoundError:
-        recorded = set()
-    found = reports(task_dir)
+        return _record(task=task, plan=plan, folder=folder, kills=kills, marks=marks)
+    finally:
+        marks.close()
+
+
+def _record(
+    *,
+    task: Task,
+    plan: TaskPlan,
+    folder: TaskFolder,
+    kills: Mapping[str, list[int]],
+    marks: Marks,
+) -> int:
+    key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
+    recorded = marks.names
+    found = reports(folder)
     rows = {(a.worker, a.attempt): a for a in Attempt.objects.filter(task=task)}
     exits: dict[str, dict[int, int | None]] = {}
     for (worker, number), row in rows.items():
@@ -137,13 +299,16 @@ def record(*, task: Task, plan: TaskPlan, task_dir: Path, kills: Mapping[str, li
         )
 
     written = 0
-    for (worker, attempt), path in sorted(found.items()):
+    for (worker, attempt), name in sorted(found.items()):
         if f"{worker}-{attempt}" in recorded:
             continue
-        report = read_report(path)
+        report = read_report(folder, name)
         if report is None:
             continue
         gb = memory(worker, attempt, report)
+        report = believed(report, limit_bytes=int(gb * GIB), cores=plan.cores)
+        if report is None:
+            continue
         observation = Observation(
             task_type=key,
             run_id=task.run_id,
@@ -197,7 +362,7 @@ def _seconds(row: Attempt | None) -> float:
 
 
 def _store(
-    observation: Observation, marks: Path, *, node: str, memory_gb: float, observed: bool = True
+    observation: Observation, marks: Marks, *, node: str, memory_gb: float, observed: bool = True
 ) -> None:
     """Write an observation (at most once per attempt; not ``observed``: none) and its
     attempt's peak, then its mark in ``recorded/``."""
@@ -217,8 +382,8 @@ def _store(
         Attempt.objects.filter(
             task=observation.task, worker=observation.worker, attempt=observation.attempt
         ).update(peak_bytes=observation.peak_bytes)
-    marks.mkdir(parents=True, exist_ok=True)
-    (marks / f"{observation.worker}-{observation.attempt}").touch()
+    marks.mark(f"{observation.worker}-{observation.attempt}")
+
 
 def record_kills(*, task: Task, plan: TaskPlan, kills: Mapping[str, Sequence[int]]) -> int:
     """Record the kills for memory of a live task's attempts at once, at their limits.

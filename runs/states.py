@@ -13,12 +13,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
+from harness import untrusted
 from harness.merge import MERGED_MARKER
 from harness.report import PROGRESS_UNIT, WorkerReport
 from runs import observations, retry_rule, store
@@ -32,6 +32,7 @@ from runs.backends.base import (
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
 from runs.observations import attempt_memory_gb, task_of
 from runs.planner import TaskPlan
+from runs.store import TaskFolder
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ SKIPPED_PHASES = frozenset({"Skipped", "Omitted"})
 ENDED_PHASES = frozenset({"Succeeded", "Failed", "Error"})
 ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.PREEMPTED, TaskState.RETRYING})
 STARTED_STATES = ACTIVE_STATES | {TaskState.DONE}
+PROGRESS_BYTES_PER_UNIT = 512
+PROGRESS_MIN_CAP = 64 * 1024
 EXIT_MEANINGS = {
     3: "a unit or the merge failed",
     4: "a configuration error",
@@ -49,20 +52,19 @@ EXIT_MEANINGS = {
 }
 
 
-def has_merge_marker(task_dir: Path) -> bool:
+def has_merge_marker(folder: TaskFolder) -> bool:
     """Whether the output of a task has the marker of a merge, ``out/.simrun-merged``.
 
     The directories are listed instead of looking the marker up: on NFS a listing
     revalidates a directory, while a lookup may answer from a cached negative entry of a
     lookup before the pod wrote the file. The task directory is listed first, so a cached
-    negative entry of ``out/`` itself does not hide it either. False without ``out/``.
+    negative entry of ``out/`` itself does not hide it either. False without ``out/`` (or
+    with a link in its place: listed by descriptor, nothing is followed).
     """
-    try:
-        if "out" not in os.listdir(task_dir):
-            return False
-        return MERGED_MARKER in os.listdir(task_dir / "out")
-    except (FileNotFoundError, NotADirectoryError):
+    listed = untrusted.list_dir(folder.base, folder.parts)
+    if not any(e.name == "out" and e.is_dir for e in listed):
         return False
+    return any(e.name == MERGED_MARKER for e in untrusted.list_dir(folder.base, folder / "out"))
 
 
 def task_states(
@@ -235,7 +237,7 @@ def observe(
     def merge_state(task_id: str) -> TaskState:
         if stored[task_id].state == TaskState.DONE:
             return TaskState.DONE
-        if has_merge_marker(store.task_dir(run.id, task_id)):
+        if has_merge_marker(store.task_folder(run.id, task_id)):
             return TaskState.DONE
         first = merge_pending.setdefault(task_id, now)
         return TaskState.RUNNING if now - first < grace else TaskState.FAILED
@@ -280,7 +282,7 @@ def _started(
     """
     seen = dict(run.attempts_seen)
     found = []
-    reports: dict[str, dict[tuple[str, int], Path]] = {}
+    reports: dict[str, dict[tuple[str, int], str]] = {}
     for node, phase in status.tasks.items():
         worker = worker_of_node(node)
         task_id = task_of(worker, stored)
@@ -294,10 +296,11 @@ def _started(
         task = stored[task_id]
         report = None
         if phase == "Succeeded":
+            folder = store.task_folder(task.run_id, task_id)
             if task_id not in reports:
-                reports[task_id] = observations.reports(store.task_dir(task.run_id, task_id))
-            path = reports[task_id].get((worker, attempt))
-            report = observations.read_report(path) if path else None
+                reports[task_id] = observations.reports(folder)
+            name = reports[task_id].get((worker, attempt))
+            report = observations.read_report(folder, name) if name else None
         memory = attempt_memory_gb(
             plans[task_id],
             attempt=attempt,
@@ -400,22 +403,24 @@ def _failures(
     """
     grace = settings.SIMRUN_REPORT_GRACE_S
     found = Failures(kills={w: list(a) for w, a in run.oom_kills.items()})
-    listed: dict[str, dict[tuple[str, int], Path]] = {}
+    listed: dict[str, dict[tuple[str, int], str]] = {}
     for key, failed in status.failed.items():
         task_id = task_of(key, stored)
         if task_id is None:
             log.warning("run %s: failed attempts of %s, a pod of no task", run.id, key)
             continue
         if task_id not in listed:
-            listed[task_id] = observations.reports(store.task_dir(run.id, task_id))
+            listed[task_id] = observations.reports(store.task_folder(run.id, task_id))
         plan = plans[task_id]
         exits = exit_codes(failed)
         for attempt in failed:
             # The report is read only where it decides something: the evidence of an exit
             # 137, or the memory of an attempt its backend does not know.
             needed = (attempt.exit_code == 137 and not attempt.oom_killed) or not attempt.memory_gb
-            path = listed[task_id].get((key, attempt.attempt)) if needed else None
-            report = observations.read_report(path) if path else None
+            name = listed[task_id].get((key, attempt.attempt)) if needed else None
+            report = (
+                observations.read_report(store.task_folder(run.id, task_id), name) if name else None
+            )
             evidence, note = _evidence(attempt, report)
             name = f"{key}-{attempt.attempt}"
             if attempt.exit_code == 137 and not evidence and report is None:
@@ -520,7 +525,9 @@ def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
         if task.state in FINAL_TASK_STATES:
             continue
         first = run.merge_pending.get(task.task_id)
-        if task.kind == TaskKind.SPLIT and has_merge_marker(store.task_dir(run.id, task.task_id)):
+        if task.kind == TaskKind.SPLIT and has_merge_marker(
+            store.task_folder(run.id, task.task_id)
+        ):
             states[task.task_id] = TaskState.DONE
         elif first is not None and now - first < grace:
             merge_pending[task.task_id] = first
@@ -566,16 +573,25 @@ def task_changes(task: Task, state: TaskState, message: str) -> dict[str, Any]:
     return changes
 
 
+def progress_cap(units_total: int) -> int:
+    """The most of ``progress.jsonl`` the controller reads: a line per unit is some tens of
+    bytes, so a file beyond this is padded (a sparse giant) and its tail is not believed."""
+    return max(PROGRESS_MIN_CAP, units_total * PROGRESS_BYTES_PER_UNIT)
+
+
 def _progress(task: Task) -> dict[str, Any]:
-    """The units done of a split task from ``progress.jsonl``, read only when it grew."""
-    path = store.task_dir(task.run_id, task.task_id) / "progress.jsonl"
+    """The units done of a split task from ``progress.jsonl``, read only when it grew, and
+    at most ``progress_cap`` bytes of it (a regular file reached without a link)."""
+    folder = store.task_folder(task.run_id, task.task_id)
+    cap = progress_cap(task.units_total)
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
+        with untrusted.open_file(folder.base, folder / "progress.jsonl") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size <= task.progress_bytes or task.progress_bytes >= cap:
+                return {}
+            data = file.read(cap)
+    except OSError:
         return {}
-    if size <= task.progress_bytes:
-        return {}
-    data = path.read_bytes()
     end = data.rfind(b"\n") + 1
     done = min(len(set(PROGRESS_UNIT.findall(data, 0, end))), task.units_total)
     changes: dict[str, Any] = {}

@@ -7,6 +7,7 @@ their environment; every file another process reads is written to a temp file an
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,35 @@ def run_dir(run_id: str) -> Path:
 
 def task_dir(run_id: str, task_id: str) -> Path:
     return run_dir(run_id) / "tasks" / task_id
+
+
+def task_parts(run_id: str, task_id: str) -> tuple[str, ...]:
+    """A task's folder as components below the store's root, for ``harness.untrusted``."""
+    return ("runs", run_id, "tasks", task_id)
+
+
+@dataclass(frozen=True)
+class TaskFolder:
+    """A task's folder named from a folder the service trusts (the store's root): what is
+    below ``base`` is walked by ``harness.untrusted`` component by component, never resolved,
+    since the task's user can replace any of it by a link, a FIFO or a sparse giant."""
+
+    base: Path
+    parts: tuple[str, ...] = ()
+
+    def __truediv__(self, name: str) -> tuple[str, ...]:
+        """The components of ``name`` below this folder (``folder / "out"``)."""
+        return (*self.parts, *name.split("/"))
+
+    @property
+    def path(self) -> Path:
+        """The folder as a path, for what only names it (a pod's environment, a message)."""
+        return self.base.joinpath(*self.parts)
+
+
+def task_folder(run_id: str, task_id: str) -> TaskFolder:
+    """A task's folder below the store's root."""
+    return TaskFolder(root(), task_parts(run_id, task_id))
 
 
 def snapshot_dir(digest: str) -> Path:

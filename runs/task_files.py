@@ -1,23 +1,24 @@
 """Safe reads of a task directory in the store for the web: progress, logs and outputs.
 
-The web only reads here; pods write. A path a request names is resolved and checked to stay
-inside the task's ``out/`` (no ``..``, no link leading out, regular files only), and the check
-is repeated on the opened file descriptor so a link swapped in meanwhile cannot escape.
+The web only reads here; pods write, and a task's user can replace anything of its folder by
+a link, a FIFO or a sparse giant. So nothing is resolved: every path is walked from the
+store's root by ``harness.untrusted`` without following a link (``out/`` itself included),
+only regular files are opened, without blocking, and every read stops at a cap.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import BinaryIO
 
+from harness import untrusted
 from harness.report import PROGRESS_UNIT
 from runs import store
 from runs.models import Run, Task, TaskKind, TaskState
+from runs.store import TaskFolder
 
 LOG_NAME = re.compile(r"^(?P<node>[^./][^/]*)-(?P<attempt>\d+)\.log$")
 """``<node>-<attempt>.log`` as the backends write them into ``tasks/<task>/logs/``."""
@@ -26,6 +27,8 @@ MAX_LOG_READ_BYTES = 1024 * 1024
 """At most this much of a log in one answer: a follow reads the rest on its next call."""
 PROGRESS_READ_BYTES = 4 * 1024 * 1024
 """Unread progress beyond this is left to the controller, which counts it at its next poll."""
+MAX_LOG_ENTRIES = 10_000
+"""Entries of ``logs/`` looked at: a task that fills it with more only hides its own logs."""
 MAX_OUTPUTS_LISTED = 500
 INLINE_TEXT_BYTES = 64 * 1024
 INLINE_IMAGE_BYTES = 5 * 1024 * 1024
@@ -44,7 +47,7 @@ class NotInOutputs(Exception):
     """The path names no regular file inside the task's ``out/``."""
 
 
-def units_progressed(task_dir: Path, *, done: int, total: int, counted_bytes: int) -> int:
+def units_progressed(folder: TaskFolder, *, done: int, total: int, counted_bytes: int) -> int:
     """Units done: the recorded count plus the units of ``progress.jsonl`` written since.
 
     The controller counted ``counted_bytes`` of the file into ``done``; only what follows is
@@ -52,9 +55,12 @@ def units_progressed(task_dir: Path, *, done: int, total: int, counted_bytes: in
     lines are counted as the controller counts them: distinct units by the harness's pattern.
     """
     try:
-        with (task_dir / "progress.jsonl").open("rb") as file:
-            file.seek(counted_bytes)
-            fresh = file.read(PROGRESS_READ_BYTES)
+        fresh = untrusted.read_bytes(
+            folder.base,
+            folder / "progress.jsonl",
+            PROGRESS_READ_BYTES,
+            offset=max(0, counted_bytes),
+        )
     except OSError:
         return min(done, total)
     units = set(PROGRESS_UNIT.findall(fresh, 0, fresh.rfind(b"\n") + 1))
@@ -67,7 +73,8 @@ class LogFile:
 
     node: str
     attempt: int
-    path: Path
+    file: str
+    """Its name in ``logs/``."""
     size: int
     running: bool
 
@@ -76,54 +83,53 @@ class LogFile:
         return f"{self.node}-{self.attempt}"
 
 
-def log_files(task_dir: Path) -> list[LogFile]:
-    """The logs of a task, by node then attempt; ``running`` while a ``.pid`` is beside one."""
-    folder = task_dir / "logs"
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return []
+def log_files(folder: TaskFolder) -> list[LogFile]:
+    """The logs of a task, by node then attempt; ``running`` while a ``.pid`` is beside one.
+    Listed by descriptor: regular files only, a ``logs/`` that is a link lists nothing."""
+    entries = untrusted.list_dir(folder.base, folder / "logs", limit=MAX_LOG_ENTRIES)
     pids = {e.name for e in entries if e.name.endswith(".pid")}
     found = []
     for entry in entries:
         match = LOG_NAME.match(entry.name)
-        if not match or not entry.is_file(follow_symlinks=False):
+        if not match or not entry.is_file:
             continue
         stem = entry.name.removesuffix(".log")
         found.append(
             LogFile(
                 node=match["node"],
                 attempt=int(match["attempt"]),
-                path=Path(entry.path),
-                size=entry.stat(follow_symlinks=False).st_size,
+                file=entry.name,
+                size=entry.size,
                 running=f"{stem}.pid" in pids,
             )
         )
     return sorted(found, key=lambda log: (log.node, log.attempt))
 
 
-def read_tail(path: Path, lines: int) -> tuple[str, int]:
-    """The last ``lines`` lines of a file (at most ``MAX_LOG_READ_BYTES``) and its size."""
+def read_tail(folder: TaskFolder, name: str, lines: int) -> tuple[str, int]:
+    """The last ``lines`` lines of a log of ``logs/`` (at most ``MAX_LOG_READ_BYTES``) and its
+    size; ``OSError`` for one that is not a regular file."""
     lines = max(1, min(lines, MAX_LOG_TAIL_LINES))
-    with path.open("rb") as file:
-        size = file.seek(0, os.SEEK_END)
+    with untrusted.open_file(folder.base, folder / f"logs/{name}") as file:
+        size = os.fstat(file.fileno()).st_size
         start = max(0, size - MAX_LOG_READ_BYTES)
         file.seek(start)
-        data = file.read(size - start)
+        data = file.read(min(size - start, MAX_LOG_READ_BYTES))
     # A trailing newline ends the last line; it starts no new one.
     kept = data.rstrip(b"\n").split(b"\n")[-lines:] if data else []
     text = b"\n".join(kept).decode("utf-8", errors="replace")
     return (text + "\n" if kept else ""), size
 
 
-def read_from(path: Path, offset: int) -> tuple[str, int]:
-    """What a file holds from byte ``offset`` (at most ``MAX_LOG_READ_BYTES``), and the next offset.
+def read_from(folder: TaskFolder, name: str, offset: int) -> tuple[str, int]:
+    """What a log of ``logs/`` holds from byte ``offset`` (at most ``MAX_LOG_READ_BYTES``), and
+    the next offset.
 
     Only whole lines are returned while more may follow, so a follower never splits a line or
     a UTF-8 character between two reads.
     """
-    with path.open("rb") as file:
-        size = file.seek(0, os.SEEK_END)
+    with untrusted.open_file(folder.base, folder / f"logs/{name}") as file:
+        size = os.fstat(file.fileno()).st_size
         offset = max(0, min(offset, size))
         file.seek(offset)
         data = file.read(min(size - offset, MAX_LOG_READ_BYTES))
@@ -168,39 +174,22 @@ class OutputFile:
         return self.is_text and self.size <= INLINE_TEXT_BYTES
 
 
-def output_files(task_dir: Path, limit: int = MAX_OUTPUTS_LISTED) -> list[OutputFile]:
-    """The regular files of ``out/`` (hidden ones and links leading out left aside), sorted."""
-    out = task_dir / "out"
+def output_files(folder: TaskFolder, limit: int = MAX_OUTPUTS_LISTED) -> list[OutputFile]:
+    """The regular files of ``out/``, sorted; hidden ones, links (``out/`` itself one
+    included), FIFOs and devices left aside."""
     try:
-        root = out.resolve(strict=True)
+        found = [
+            OutputFile(path, size)
+            for path, size in untrusted.walk_files(folder.base, folder / "out", limit)
+        ]
     except OSError:
         return []
-    found: list[OutputFile] = []
-    for path in _walk(root):
-        relative = path.relative_to(root).as_posix()
-        try:
-            real = path.resolve(strict=True)
-            size = real.stat().st_size
-        except OSError:
-            continue
-        if real.is_relative_to(root) and real.is_file():
-            found.append(OutputFile(relative, size))
-        if len(found) >= limit:
-            break
     return sorted(found, key=lambda f: f.path)
 
 
-def _walk(root: Path) -> Iterator[Path]:
-    """Non-hidden entries below ``root`` that are files or links, without following dir links."""
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                yield Path(folder) / name
-
-
-def open_output(task_dir: Path, relative: str) -> tuple[BinaryIO, OutputFile]:
-    """Open a file of the task's ``out/`` by its relative path; ``NotInOutputs`` otherwise."""
+def open_output(folder: TaskFolder, relative: str) -> tuple[BinaryIO, OutputFile]:
+    """Open a regular file of the task's ``out/`` by its relative path, walked from the store's
+    root without following a link; ``NotInOutputs`` for anything else."""
     parts = PurePosixPath(relative).parts
     if (
         not relative
@@ -210,27 +199,11 @@ def open_output(task_dir: Path, relative: str) -> tuple[BinaryIO, OutputFile]:
     ):
         raise NotInOutputs(relative)
     try:
-        root = (task_dir / "out").resolve(strict=True)
-        real = root.joinpath(*parts).resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise NotInOutputs(relative) from None
-    if not real.is_relative_to(root):
-        raise NotInOutputs(relative)
-    try:
-        file = real.open("rb")
+        file = untrusted.open_file(folder.base, (*(folder / "out"), *parts))
     except OSError:
         raise NotInOutputs(relative) from None
-    try:
-        # The path may have changed between resolve and open: check what was opened.
-        opened = Path(os.readlink(f"/proc/self/fd/{file.fileno()}"))
-        status = os.fstat(file.fileno())
-    except OSError:
-        file.close()
-        raise NotInOutputs(relative) from None
-    if not opened.is_relative_to(root) or not stat.S_ISREG(status.st_mode):
-        file.close()
-        raise NotInOutputs(relative)
-    return file, OutputFile(PurePosixPath(*parts).as_posix(), status.st_size)
+    size = os.fstat(file.fileno()).st_size
+    return file, OutputFile(PurePosixPath(*parts).as_posix(), size)
 
 
 def content_type(output: OutputFile) -> str:
@@ -247,7 +220,7 @@ def units_now(task: Task) -> int:
     if task.state != TaskState.RUNNING or task.kind != TaskKind.SPLIT:
         return min(task.units_done, task.units_total)
     return units_progressed(
-        store.task_dir(task.run_id, task.task_id),
+        store.task_folder(task.run_id, task.task_id),
         done=task.units_done,
         total=task.units_total,
         counted_bytes=task.progress_bytes,
@@ -262,10 +235,10 @@ def attach_progress(run: Run, tasks: list[Task]) -> None:
     run.units_total_sum = sum(t.units_total for t in tasks)  # type: ignore[attr-defined]
 
 
-def preview(task_dir: Path, relative: str, max_bytes: int = 8192) -> str:
+def preview(folder: TaskFolder, relative: str, max_bytes: int = 8192) -> str:
     """The start of a text output for a page, at most ``max_bytes``; empty when unreadable."""
     try:
-        file, _ = open_output(task_dir, relative)
+        file, _ = open_output(folder, relative)
     except NotInOutputs:
         return ""
     with file:

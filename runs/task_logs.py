@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from runs import store, task_files
 from runs.backends import get_backend
@@ -31,7 +30,8 @@ class TaskLog:
     attempt: int
     size: int
     running: bool
-    path: Path | None = None
+    file: str | None = None
+    """Its name in the task's ``logs/`` when the store has it."""
     pod: PodLog | None = None
 
     @property
@@ -40,7 +40,7 @@ class TaskLog:
 
     @property
     def source(self) -> str:
-        return "store" if self.path is not None else "backend"
+        return "store" if self.file is not None else "backend"
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ def _backend_logs(task: Task, tail_lines: int | None) -> list[PodLog]:
 def task_logs(task: Task, *, tail_lines: int | None = None) -> list[TaskLog]:
     """Every log of a task, by node then attempt."""
     found = {
-        f.name: TaskLog(f.node, f.attempt, f.size, f.running, path=f.path)
-        for f in task_files.log_files(store.task_dir(task.run_id, task.task_id))
+        f.name: TaskLog(f.node, f.attempt, f.size, f.running, file=f.file)
+        for f in task_files.log_files(store.task_folder(task.run_id, task.task_id))
     }
     for pod in _backend_logs(task, tail_lines):
         # Named as the controller names the file it keeps (Argo's retry suffix read as the
@@ -92,12 +92,13 @@ def read_log(
     log = logs.get(name)
     if log is None:
         return None
-    if log.path is not None:
+    if log.file is not None:
+        folder = store.task_folder(task.run_id, task.task_id)
         try:
             if offset is not None:
-                text, end = task_files.read_from(log.path, offset)
+                text, end = task_files.read_from(folder, log.file, offset)
             else:
-                text, end = task_files.read_tail(log.path, tail or DEFAULT_TAIL)
+                text, end = task_files.read_tail(folder, log.file, tail or DEFAULT_TAIL)
         except OSError:
             return None
         return LogText(log, text, end)

@@ -215,7 +215,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
 
 def _outputs(task: Any) -> list[dict[str, Any]]:
     """The outputs of a done task for its card: a URL each, the start of small texts."""
-    folder = store.task_dir(task.run_id, task.task_id)
+    folder = store.task_folder(task.run_id, task.task_id)
     shown = []
     for output in task_files.output_files(folder, limit=OUTPUTS_SHOWN):
         url = reverse("runs:output-file", args=[task.run_id, task.task_id, output.path])

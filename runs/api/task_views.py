@@ -110,7 +110,7 @@ def log_text(request: Request, run_id: str, task_id: str, name: str) -> Response
 @api_view(["GET"])
 def output_list(request: Request, run_id: str, task_id: str) -> Response:
     task = task_or_404(request.user, run_id, task_id)
-    files = task_files.output_files(store.task_dir(task.run_id, task.task_id))
+    files = task_files.output_files(store.task_folder(task.run_id, task.task_id))
     rows = [
         {
             "path": f.path,
@@ -156,7 +156,7 @@ def output_file(request: Request, run_id: str, task_id: str, path: str) -> HttpR
 def serve_output(run_id: str, task_id: str, path: str) -> FileResponse:
     """A file of a task's out/, or a 404 for anything that is not one (shared with the pages)."""
     try:
-        file, output = task_files.open_output(store.task_dir(run_id, task_id), path)
+        file, output = task_files.open_output(store.task_folder(run_id, task_id), path)
     except task_files.NotInOutputs:
         raise Http404(f"no output {path!r}") from None
     response = FileResponse(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+from contextlib import contextmanager
 
 import pytest
 
@@ -230,12 +232,79 @@ def test_outputs_are_served_only_from_inside_out(owner_client, owner, store, tmp
         "%2Fetc%2Fpasswd",
         ".hidden",
         "nosuch.txt",
+        # A link is never followed, even one that stays inside out/ (issue 27).
+        "alias.txt",
     ]:
         assert owner_client.get(task_url(run, rest=f"outputs/{path}")).status_code == 404, path
-    alias = owner_client.get(task_url(run, rest="outputs/alias.txt"))
-    assert alias.status_code == 200 and b"".join(alias.streaming_content) == b"fine"
+    inside = owner_client.get(task_url(run, rest="outputs/inside.txt"))
+    assert inside.status_code == 200 and b"".join(inside.streaming_content) == b"fine"
     listed = [o["path"] for o in owner_client.get(task_url(run, rest="outputs/")).json()]
-    assert listed == ["alias.txt", "inside.txt"]
+    assert listed == ["inside.txt"]
+
+
+def test_an_out_folder_replaced_by_a_link_to_the_services_home_serves_nothing(
+    owner_client, owner, store, tmp_path
+):
+    run = submitted(owner)
+    home = tmp_path / "service-home"
+    home.mkdir()
+    (home / "secret_key").write_text("the service's key")
+    out_dir(store, run).rmdir()
+    (store / "runs" / run.id / "tasks" / "sweep" / "out").symlink_to(home)
+    answer = owner_client.get(task_url(run, rest="outputs/secret_key"))
+    assert answer.status_code == 404
+    assert owner_client.get(task_url(run, rest="outputs/")).json() == []
+
+
+def test_an_out_folder_linked_to_proc_self_serves_no_environment(owner_client, owner, store):
+    run = submitted(owner)
+    out_dir(store, run).rmdir()
+    (store / "runs" / run.id / "tasks" / "sweep" / "out").symlink_to("/proc/self")
+    for path in ["environ", "cmdline", "cwd/manage.py", "root/etc/passwd"]:
+        assert owner_client.get(task_url(run, rest=f"outputs/{path}")).status_code == 404, path
+    assert owner_client.get(task_url(run, rest="outputs/")).json() == []
+
+
+def test_a_fifo_among_the_outputs_and_the_logs_is_answered_without_blocking(
+    owner_client, owner, store
+):
+    run = submitted(owner)
+    fifo = out_dir(store, run) / "pipe.txt"
+    os.mkfifo(fifo)
+    (out_dir(store, run) / "fine.txt").write_text("fine")
+    log = write_log(store, run, "sweep-w0-0", "x\n")
+    log.unlink()
+    os.mkfifo(log)
+    with not_blocked_on(fifo, log):
+        assert owner_client.get(task_url(run, rest="outputs/pipe.txt")).status_code == 404
+        listed = [o["path"] for o in owner_client.get(task_url(run, rest="outputs/")).json()]
+        assert listed == ["fine.txt"]
+        assert owner_client.get(task_url(run, rest="logs/")).json() == []
+        assert owner_client.get(task_url(run, rest="logs/sweep-w0-0/")).status_code == 404
+
+
+class Blocked(BaseException):
+    """A request blocked on a FIFO: not an ``Exception``, which a handler could swallow."""
+
+
+@contextmanager
+def not_blocked_on(*fifos, timeout: float = 10.0):
+    """Fail, instead of hanging, when what runs inside blocks on one of ``fifos``: an alarm
+    interrupts a blocked ``open`` (the request runs in this thread, with the test's database
+    transaction)."""
+
+    def blocked(signum, frame):
+        raise Blocked(f"blocked on a FIFO of {[f.name for f in fifos]}")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)  # again, should one be swallowed
+    try:
+        yield
+    except Blocked as error:
+        pytest.fail(str(error))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_outputs_larger_than_the_inline_caps_are_not_shown_inline(owner_client, owner, store):

@@ -272,6 +272,23 @@ def test_output_files_are_served_only_from_inside_out(alice, owner, store, tmp_p
         assert alice.get(base + path).status_code == 404, path
 
 
+def test_an_out_folder_replaced_by_a_link_serves_nothing_on_the_page(alice, owner, store, tmp_path):
+    run = ended(submitted(owner))
+    write_file(store, run, "out/ok.txt", "fine")
+    home = tmp_path / "service-home"
+    home.mkdir()
+    (home / "secret_key").write_text("the service's key")
+    out = store / "runs" / run.id / "tasks/sweep/out"
+    out.rename(out.with_name("out.real"))
+    out.symlink_to(home)
+    base = f"/runs/{run.id}/tasks/sweep/out/"
+    assert alice.get(base + "secret_key").status_code == 404
+    assert "secret_key" not in alice.get(f"/runs/{run.id}/").content.decode()
+    out.unlink()
+    out.symlink_to("/proc/self")
+    assert alice.get(base + "environ").status_code == 404
+
+
 # Cancel
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import untrusted
 from harness.report import WorkerReport
 from runs import controller
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus
@@ -14,6 +15,7 @@ from runs.controller import has_merge_marker, task_states
 from runs.models import Run, RunState, TaskState
 from runs.observations import attempt_of, is_oom
 from runs.planner import TaskPlan
+from runs.store import TaskFolder
 
 PLAN = TaskPlan(
     cores=2, memory_gb=1.0, workers=3, base_gb=0.1, per_worker_gb=0.4, retry_memory_gb=2
@@ -128,14 +130,23 @@ def test_a_split_task_whose_coordinator_merges_asks_merge_state_once_the_coordin
 
 
 def test_the_merge_marker_is_found_in_out(tmp_path: Path):
-    assert not has_merge_marker(tmp_path)
-    (tmp_path / "out").mkdir()
-    assert not has_merge_marker(tmp_path)
-    (tmp_path / "out" / "squares.json").write_text("[]")
-    assert not has_merge_marker(tmp_path)
-    (tmp_path / "out" / ".simrun-merged").touch()
-    assert has_merge_marker(tmp_path)
-    assert not has_merge_marker(tmp_path / "missing")
+    folder = TaskFolder(tmp_path, ("task",))
+    assert not has_merge_marker(folder)
+    (tmp_path / "task" / "out").mkdir(parents=True)
+    assert not has_merge_marker(folder)
+    (tmp_path / "task" / "out" / "squares.json").write_text("[]")
+    assert not has_merge_marker(folder)
+    (tmp_path / "task" / "out" / ".simrun-merged").touch()
+    assert has_merge_marker(folder)
+    assert not has_merge_marker(TaskFolder(tmp_path, ("missing",)))
+
+
+def test_a_link_as_out_to_a_merged_folder_is_no_merge(tmp_path: Path):
+    (tmp_path / "merged").mkdir()
+    (tmp_path / "merged" / ".simrun-merged").touch()
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "out").symlink_to(tmp_path / "merged")
+    assert not has_merge_marker(TaskFolder(tmp_path, ("task",)))
 
 
 def test_the_merge_marker_is_found_by_listing_the_task_directory_then_out(
@@ -143,21 +154,21 @@ def test_the_merge_marker_is_found_by_listing_the_task_directory_then_out(
 ):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / ".simrun-merged").touch()
-    listed: list[Path] = []
-    real_listdir = os.listdir
+    listed: list[tuple[str, ...]] = []
+    real_list_dir = untrusted.list_dir
 
-    def listdir(path: Path) -> list[str]:
-        listed.append(Path(path))
-        return real_listdir(path)
+    def list_dir(base, relative, limit=100_000):
+        listed.append(tuple(relative))
+        return real_list_dir(base, relative, limit)
 
     def no_lookup(*args, **kwargs):
         raise AssertionError("a lookup may answer from a cached negative entry on NFS")
 
-    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(untrusted, "list_dir", list_dir)
     monkeypatch.setattr(os, "stat", no_lookup)
     monkeypatch.setattr(os.path, "exists", no_lookup)
-    assert has_merge_marker(tmp_path)
-    assert listed == [tmp_path, tmp_path / "out"]
+    assert has_merge_marker(TaskFolder(tmp_path))
+    assert listed == [(), ("out",)]
 
 
 # Reports and OOM evidence

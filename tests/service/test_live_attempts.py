@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runs import controller, observations
+from runs import controller, observations, store
 from runs.live_attempts import live_figures
 from runs.models import Attempt, Run, Task, TaskState
 from runs.planner import TaskPlan
@@ -157,7 +157,8 @@ def test_recording_a_final_task_gives_its_attempts_their_measured_peaks(launch, 
     task = Task.objects.select_related("run").get(run=run)
     plan = TaskPlan.model_validate(task.plan)
     # A command task of a run without a name has no observations, yet its peak is kept.
-    assert observations.record(task=task, plan=plan, task_dir=task_dir(run, "hi"), kills={}) == 0
+    folder = store.task_folder(run.id, "hi")
+    assert observations.record(task=task, plan=plan, folder=folder, kills={}) == 0
     assert rows(run)[("hi", 0)].peak_bytes == 123 << 20
 
 
