@@ -1,0 +1,52 @@
+"""docs/notebook.md runs as written: its Python cells in order, in one namespace, against a
+live server whose cluster a thread plays, with the credentials ``simrun login`` would keep."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from runs.client import Client
+from runs.models import Run, RunState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "notebook.md"
+CELL = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def cells() -> list[str]:
+    return CELL.findall(NOTEBOOK.read_text())
+
+
+def test_the_notebook_has_cells_for_every_call_it_documents():
+    code = "\n".join(cells())
+    for call in ("submit(", ".wait()", ".frame(", ".output(", ".logs(", ".cancel()", ".runs("):
+        assert call in code, call
+
+
+def test_the_notebook_runs_cell_by_cell(
+    live_server, token, config_home, cluster, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SIMRUN_URL", live_server.url)
+    monkeypatch.setenv("SIMRUN_TOKEN", token)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    try:
+        for number, cell in enumerate(cells(), 1):
+            try:
+                exec(compile(cell, f"{NOTEBOOK.name} cell {number}", "exec"), namespace)
+            except Exception as error:
+                raise AssertionError(f"cell {number} failed:\n{cell}") from error
+    finally:  # as a kernel's end would: no connection left to the live server
+        for value in namespace.values():
+            if isinstance(value, Client):
+                value.close()
+    assert namespace["run"].succeeded and namespace["bigger"].state == "succeeded"
+    assert len(namespace["table"]) == 12 and namespace["squares"][:3] == [0, 1, 4]
+    assert (tmp_path / "squares.csv").read_text().startswith("unit,square")
+    assert "tasks.sweep.settings.n" in namespace["problems"]
+    assert namespace["failed"].state == "failed"
+    assert Run.objects.get(name="slow").state == RunState.CANCELLED
