@@ -105,6 +105,32 @@ def check_sources(spec: RunSpec, owner: User) -> None:
         raise SpecError(errors)
 
 
+class CannotRun(Exception):
+    """This service cannot run such a run as it is set up (not a fault of the spec): refused
+    at once, a 503 naming the fix, rather than accepted to fail every task."""
+
+
+def run_problem(spec: RunSpec, owner: User, backend: Backend) -> str | None:
+    """Why this service cannot start the tasks of a spec of ``owner``, None if it can: the
+    local backend's task user may not reach what a task needs (``isolation_problem``)."""
+    problem_of = getattr(backend, "isolation_problem", None)
+    if problem_of is None:
+        return None
+    # A typed task (split or plugin) runs this Python as the task user; so does a run with
+    # sources, whose venv is built and types learned as that user.
+    typed = bool(spec.sources) or any(t.type is not None for t in spec.tasks.values())
+    if problem := problem_of(owner.pk, "command"):
+        what = "no task"
+    elif typed and (problem := problem_of(owner.pk, "split")):
+        what = "no split or plugin task, nor a run with sources,"
+    else:
+        return None
+    return (
+        f"this service can start {what} of yours: {problem} "
+        "(`simrun serve --tasks-as-service` does that; docs/team.md)"
+    )
+
+
 def create_run(
     *,
     spec: RunSpec,
@@ -121,8 +147,11 @@ def create_run(
     A type only the run's sources define is learned from them first (``run_types``), before
     the transaction: an install of the sources takes seconds, and SQLite's transactions hold
     the write lock from their start. The submission is handed on with ``schedule`` (the
-    service's: the Celery task).
+    service's: the Celery task). ``CannotRun`` when the service could start none of it.
     """
+    backend = backend or get_backend()
+    if problem := run_problem(spec, owner, backend):
+        raise CannotRun(problem)
     check_sources(spec, owner)
     spec, types = run_types(spec, owner.pk)
     return _create_run(

@@ -47,7 +47,7 @@ from runs.reruns import spec_text, submit_rerun
 from runs.run_reads import rerun_ids
 from runs.run_table import table_rows
 from runs.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
-from runs.submission import create_run
+from runs.submission import CannotRun, create_run
 from runs.task_logs import DEFAULT_TAIL
 from runs.timeline import timeline
 
@@ -133,6 +133,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     text = spec_text(source) if source else ""
     errors: dict[str, list[str]] = {}
     past = past_cap(request)
+    unavailable = False
     if request.method == "POST" and past is not None:
         text, errors = what_fits(request.POST.get("spec", ""), *past)
     elif request.method == "POST":
@@ -146,13 +147,16 @@ def run_new(request: HttpRequest) -> HttpResponse:
                 run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
         except SpecError as error:
             errors = error.errors
+        except CannotRun as error:  # the text stays in the form; the service needs a fix
+            messages.error(request, f"Not submitted: {error}")
+            unavailable = True
         else:
             return redirect("runs:run-detail", run_id=run.id)
     return render(
         request,
         "runs/run_new.html",
         {"text": text, "errors": errors, "examples": _examples(), "source": source},
-        status=413 if past is not None else 400 if errors else 200,
+        status=413 if past is not None else 400 if errors else 503 if unavailable else 200,
     )
 
 
@@ -185,6 +189,9 @@ def run_rerun(request: HttpRequest, run_id: str) -> HttpResponse:
         # The spec no longer validates (a task type gone): let the user edit it.
         messages.warning(request, f"The spec of run {run_id} needs changes: {error}")
         return redirect(f"{reverse('runs:run-new')}?rerun={run_id}")
+    except CannotRun as error:
+        messages.error(request, f"Run {run_id} was not re-run: {error}")
+        return redirect("runs:run-detail", run_id=run_id)
     messages.success(request, f"Run {run.id} re-runs {source.id}.")
     return redirect("runs:run-detail", run_id=run.id)
 

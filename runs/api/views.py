@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -39,13 +39,25 @@ from runs.models import Run
 from runs.reruns import submit_rerun
 from runs.run_reads import rerun_ids
 from runs.spec import RunSpec, SpecError, parse_spec, validate_spec
-from runs.submission import create_run
+from runs.submission import CannotRun, create_run
 from runs.task_files import attach_progress
 
 
 def submitted_text(body: bytes) -> str:
     """A spec body as the text to keep for Edit and re-run (``parse_spec`` read it as UTF-8)."""
     return body.decode("utf-8", errors="replace")
+
+
+CANNOT_RUN = OpenApiResponse(
+    schema.ErrorSerializer,
+    description="this service cannot start such a run as it is set up: refused, the fix named",
+)
+
+
+def cannot_run(error: CannotRun) -> Response:
+    """A run this service could not start, refused at once: 503 with the fix, not accepted
+    to fail every task."""
+    return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
 
 
 def run_detail(request: Request, run_id: str) -> Run:
@@ -97,7 +109,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         description="The body is a run specification (docs/run-spec.md) as YAML or JSON. "
         "A bad one is a 400 with every problem by the path of its field.",
         request={"application/json": RunSpec, "application/yaml": RunSpec},
-        responses={201: RunDetailSerializer, 400: schema.FIELD_ERRORS},
+        responses={201: RunDetailSerializer, 400: schema.FIELD_ERRORS, 503: CANNOT_RUN},
         examples=[
             OpenApiExample(
                 "A sweep and its statistics",
@@ -116,6 +128,8 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             run = create_run(spec=spec, owner=request.user, text=submitted_text(body))
         except SpecError as error:
             raise ValidationError(error.errors) from None
+        except CannotRun as error:
+            return cannot_run(error)
         detail = run_detail_serializer().to_representation(run_detail(request, run.id))
         return Response(detail, status=status.HTTP_201_CREATED)
 
@@ -145,7 +159,12 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         "(rerun_of). A body, if any, is the spec to submit instead (the old one edited).",
         request={"application/json": RunSpec, "application/yaml": RunSpec},
         parameters=[schema.RUN],
-        responses={201: RunDetailSerializer, 400: schema.FIELD_ERRORS, 404: schema.NOT_FOUND},
+        responses={
+            201: RunDetailSerializer,
+            400: schema.FIELD_ERRORS,
+            404: schema.NOT_FOUND,
+            503: CANNOT_RUN,
+        },
     )
     @action(detail=True, methods=["post"])
     def rerun(self, request: Request, pk: str) -> Response:
@@ -160,5 +179,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
         except SpecError as error:
             raise ValidationError(error.errors) from None
+        except CannotRun as error:
+            return cannot_run(error)
         detail = run_detail_serializer().to_representation(run_detail(request, run.id))
         return Response(detail, status=status.HTTP_201_CREATED)
