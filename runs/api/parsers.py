@@ -43,13 +43,31 @@ class PlainSpecParser(RawSpecParser):
     media_type = "text/plain"
 
 
+class Undeclared(bytes):
+    """A body sent as none of a spec's types: taken if it reads as YAML or JSON, else a 415."""
+
+
+class AnySpecParser(RawSpecParser):
+    """Any other type, or none: curl's ``--data-binary`` says
+    ``application/x-www-form-urlencoded`` of a YAML file."""
+
+    media_type = "*/*"
+
+    def parse(  # type: ignore[override]  # as RawSpecParser's
+        self, stream: Any, media_type: str | None = None, parser_context: Any = None
+    ) -> Undeclared:
+        return Undeclared(super().parse(stream, media_type, parser_context))
+
+
 SPEC_PARSERS = [
     JsonSpecParser,
     YamlSpecParser,
     XYamlSpecParser,
     TextYamlSpecParser,
     PlainSpecParser,
+    AnySpecParser,  # last: the declared types first
 ]
+SPEC_MEDIA_TYPES = [p.media_type for p in SPEC_PARSERS if "*" not in p.media_type]
 
 
 class ArchiveParser(BaseParser):

@@ -40,6 +40,9 @@ NO_PAGE = OpenApiResponse(ErrorSerializer, description="no such page")
 CONFLICT = OpenApiResponse(ErrorSerializer, description="refused in the object's state")
 UNAVAILABLE = OpenApiResponse(ErrorSerializer, description="the backend did not answer")
 FORBIDDEN = OpenApiResponse(ErrorSerializer, description="for staff only")
+UNSUPPORTED = OpenApiResponse(
+    ErrorSerializer, description="a body sent as no spec type that does not read as YAML or JSON"
+)
 LOCKED_OUT = OpenApiResponse(
     ErrorSerializer,
     description="too many failed logins of this user or from this address: refused, even with "

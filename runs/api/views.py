@@ -16,7 +16,7 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, UnsupportedMediaType, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -33,7 +33,7 @@ from runs.api.filters import RunFilters, valid_filters
 from runs.api.listed_json import listed_page
 from runs.api.listing import Listing
 from runs.api.pagination import CappedPagination
-from runs.api.parsers import SPEC_PARSERS
+from runs.api.parsers import SPEC_MEDIA_TYPES, SPEC_PARSERS, Undeclared
 from runs.api.serializers import RunDetailSerializer, RunSerializer, run_detail_serializer
 from runs.models import Run
 from runs.reruns import submit_rerun
@@ -41,6 +41,20 @@ from runs.run_reads import rerun_ids
 from runs.spec import RunSpec, SpecError, parse_spec, validate_spec
 from runs.submission import CannotRun, create_run
 from runs.task_files import attach_progress
+
+
+def refused(request: Request, body: bytes, error: SpecError) -> APIException:
+    """The answer to a spec that is refused: 400 with its problems, or 415 for a body sent as
+    none of a spec's types that does not read as one (an image, a form)."""
+    if isinstance(body, Undeclared) and set(error.errors) == {"spec"}:
+        declared = request.content_type or "no Content-Type"
+        return UnsupportedMediaType(
+            declared,
+            detail=f"the body ({declared}) is no run specification: "
+            f"{' '.join(error.errors['spec'])}; send YAML or JSON, as "
+            f"{', '.join(SPEC_MEDIA_TYPES)} or any type if it reads as one",
+        )
+    return ValidationError(error.errors)
 
 
 def submitted_text(body: bytes) -> str:
@@ -106,10 +120,23 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
 
     @extend_schema(
         summary="Submit a run",
-        description="The body is a run specification (docs/run-spec.md) as YAML or JSON. "
-        "A bad one is a 400 with every problem by the path of its field.",
-        request={"application/json": RunSpec, "application/yaml": RunSpec},
-        responses={201: RunDetailSerializer, 400: schema.FIELD_ERRORS, 503: CANNOT_RUN},
+        description="The body is a run specification (docs/run-spec.md) as YAML or JSON: "
+        "application/json, application/yaml, application/x-yaml, text/yaml or text/plain, "
+        "or any other Content-Type (none, curl's application/x-www-form-urlencoded) when "
+        "the body reads as YAML or JSON; one that does not is a 415. A bad one is a 400 "
+        "with every problem by the path of its field.",
+        request={
+            "application/json": RunSpec,
+            "application/yaml": RunSpec,
+            "text/yaml": RunSpec,
+            "text/plain": RunSpec,
+        },
+        responses={
+            201: RunDetailSerializer,
+            400: schema.FIELD_ERRORS,
+            415: schema.UNSUPPORTED,
+            503: CANNOT_RUN,
+        },
         examples=[
             OpenApiExample(
                 "A sweep and its statistics",
@@ -127,7 +154,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             assert isinstance(request.user, User)  # IsAuthenticated: only users get here
             run = create_run(spec=spec, owner=request.user, text=submitted_text(body))
         except SpecError as error:
-            raise ValidationError(error.errors) from None
+            raise refused(request, body, error) from None
         except CannotRun as error:
             return cannot_run(error)
         detail = run_detail_serializer().to_representation(run_detail(request, run.id))
@@ -178,7 +205,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             assert isinstance(request.user, User)  # IsAuthenticated: only users get here
             run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
         except SpecError as error:
-            raise ValidationError(error.errors) from None
+            raise refused(request, body, error) from None
         except CannotRun as error:
             return cannot_run(error)
         detail = run_detail_serializer().to_representation(run_detail(request, run.id))

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from runs.cli.client import EXIT_OK, Client, reports_errors
+from runs.cli.client import EXIT_BAD_INPUT, EXIT_OK, Client, CliError, reports_errors
 from runs.cli.progress import styled
 
 NAME = "runs"
@@ -33,6 +33,14 @@ def run(args: argparse.Namespace) -> int:
     if args.owner:
         params["owner"] = args.owner
     with Client() as client:
+        if args.owner:
+            me = client.get("/api/me/")
+            if not me["is_staff"] and args.owner != me["username"]:
+                # The API shows a user only their own runs: the filter would find none.
+                raise CliError(
+                    f"--owner needs a staff user: {me['username']} sees only their own runs",
+                    EXIT_BAD_INPUT,
+                )
         page = client.get("/api/runs/", **params)
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("run", "name", "state", "units", "duration", "owner", "created"):

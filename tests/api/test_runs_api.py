@@ -168,6 +168,41 @@ def test_an_unsupported_media_type_is_415(owner_client):
     assert response.status_code == 415
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (SWEEP_YAML, "application/x-www-form-urlencoded"),  # curl --data-binary @run.yaml
+        (SWEEP_JSON, "application/x-www-form-urlencoded"),
+        (SWEEP_YAML, ""),
+        (SWEEP_JSON, "application/octet-stream"),
+    ],
+    ids=["yaml-as-form", "json-as-form", "yaml-no-type", "json-as-octets"],
+)
+def test_a_spec_is_taken_whatever_its_content_type_says_when_it_reads_as_one(
+    owner_client, body, content_type
+):
+    # generic: the client would make a form of an empty type; "" is a request without one
+    response = owner_client.generic("POST", "/api/runs/", body.encode(), content_type)
+    assert response.status_code == 201, response.content
+    assert response.json()["tasks"][0]["id"] == "sweep"
+
+
+def test_a_body_that_reads_as_no_spec_under_another_type_is_a_415_naming_the_types(
+    owner_client,
+):
+    response = submit(owner_client, "tasks: [unclosed", "application/x-www-form-urlencoded")
+    assert response.status_code == 415
+    detail = response.json()["detail"]
+    assert "application/x-www-form-urlencoded" in detail and "application/yaml" in detail
+    assert "not valid YAML or JSON" in detail and not Run.objects.exists()
+
+
+def test_a_bad_spec_under_another_type_is_still_a_400_with_its_fields(owner_client):
+    body = "tasks: {sweep: {type: squares, settings: {n: 0}}}"
+    response = submit(owner_client, body, "application/x-www-form-urlencoded")
+    assert response.status_code == 400 and "tasks.sweep.settings.n" in response.json()
+
+
 def test_an_unknown_snapshot_is_a_400_on_its_index(owner_client):
     body = SWEEP_YAML + "sources: [" + "b" * 64 + "]\n"
     response = submit(owner_client, body)

@@ -155,6 +155,15 @@ def test_runs_show_and_cancel(simrun, owner, stranger):
     assert again.code == 1 and "has ended" in again.err
 
 
+def test_runs_of_another_owner_need_staff_and_say_so(simrun, owner, stranger):
+    theirs = submitted(stranger)
+    refused = simrun("runs", "--owner", "mallory")
+    assert refused.code == 2 and "--owner needs a staff user" in refused.err
+    assert refused.out == ""
+    mine = simrun("runs", "--owner", "alice")
+    assert mine.code == 0 and theirs.id not in mine.out
+
+
 def test_logs_print_the_tail_and_follow_until_the_task_is_final(simrun, owner, store):
     run = running(submitted(owner), sweep="running")
     folder = store / "runs" / run.id / "tasks" / "sweep" / "logs"
