@@ -55,6 +55,9 @@ DISK_MB = 64
 """The size of the tmpfs of the full-disk rounds (the store's; the home's for full-home)."""
 FULL_HOLD_S = 10.0
 """The longest a full disk is kept full, waiting for a write of the service to fail on it."""
+MOMENTS = (UNITS // 4, UNITS)
+"""The units done when the harms of the local run path land: mid-sweep, or as the sweep ends
+(its worker merging, the step process noticing its end)."""
 DISK_FULL = ("No space left", "disk is full", "ENOSPC", "Errno 28")
 """What the service's log says when a write failed on a full disk."""
 
@@ -290,8 +293,9 @@ def launchers(service: Service, run_id: str) -> list[int]:
 
 
 def kill_launcher(service: Service, api: httpx.Client, rng: random.Random, run_id: str) -> Harm:
-    """SIGKILL the launcher of one of the run's workers mid-sweep (the worker goes on)."""
-    if not mid_sweep(service, run_id, api):
+    """SIGKILL the launcher of one of the run's workers, mid-sweep or as its units are all
+    done (the worker goes on, or is merging)."""
+    if not mid_sweep(service, run_id, api, rng.choice(MOMENTS)):
         return strike(service, api, run_id, lambda: None)
 
     def act() -> str | None:
@@ -321,7 +325,8 @@ def kill_child(which: str) -> Callable[[Service, httpx.Client, random.Random, st
     """SIGKILL one child of serve mid-run; serve starts it again."""
 
     def harm(service: Service, api: httpx.Client, rng: random.Random, run_id: str) -> Harm:
-        mid_sweep(service, run_id, api)
+        # The step process starts and ends attempts: it is killed at either moment too.
+        mid_sweep(service, run_id, api, rng.choice(MOMENTS) if which == "local" else UNITS // 4)
 
         def act() -> str | None:
             pid = service_child(service, which)
