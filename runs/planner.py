@@ -116,11 +116,13 @@ def observation_keys(spec: RunSpec) -> dict[str, str]:
     }
 
 
-def history(observed: Sequence[ObservedPeak]) -> list[sizing.Sample]:
+def history(
+    observed: Sequence[ObservedPeak], window: int = OBSERVATIONS_USED
+) -> list[sizing.Sample]:
     """The observations, newest first as read, as the policy's history: the newest
-    ``OBSERVATIONS_USED``, oldest first."""
+    ``window`` (the policy's, ``OBSERVATIONS_USED`` for the product's), oldest first."""
     samples = [sizing.Sample(o.gb_per_process, killed=o.oom, at=o.at) for o in observed]
-    return sorted(samples, key=lambda s: s.at)[-OBSERVATIONS_USED:]
+    return sorted(samples, key=lambda s: s.at)[-window:]
 
 
 def per_worker_memory(
@@ -140,7 +142,7 @@ def per_worker_memory(
     largest needs of all time (``runs.evidence``), which the retry never goes below.
     """
     default = task_type.per_worker_gb if task_type is not None else DEFAULT_COMMAND_GB
-    past = history(observed)
+    past = history(observed, getattr(policy, "window", OBSERVATIONS_USED))
     if task.memory is not None and task.memory.per_worker_gb is not None:
         gb = task.memory.per_worker_gb
         retry = policy.retry([*past, *shown], killed_gb=gb, default_gb=default)

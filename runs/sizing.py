@@ -274,12 +274,15 @@ def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float
     return ordered[-1][0]
 
 
-# simrun's policy. Each constant is a statement about evidence; the three that trade waste
-# against kills (TARGET, PRIOR_MARGIN, PRIOR_DEFAULT_TYPES) are chosen by the replay's
+# simrun's policy. Each constant is a statement about evidence; the four that trade waste
+# against kills (WINDOW, TARGET, PRIOR_SPREAD, PRIOR_MARGIN) are chosen by the replay's
 # cross-validation (``bench/sizing_replay.py --cross-validate``) by the folds' worst case.
-WINDOW = 50
+WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
-(``runs/submission.py``): older ones describe inputs that may be gone."""
+(``runs/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
+newest lead, so the window only decides what is forgotten: a type whose inputs come in
+groups (one sample's tasks, then the next's) forgot its large group within 50 samples and
+was killed when it came back."""
 HALF_LIFE = 30.0
 """A sample's weight halves every this many newer samples: the newest evidence leads."""
 TARGET = 0.999
@@ -411,6 +414,7 @@ class Simrun:
     prior_spread: float = PRIOR_SPREAD
     prior_margin: float = PRIOR_MARGIN
     prior_default_types: int = PRIOR_DEFAULT_TYPES
+    window: int = WINDOW
 
     def size(
         self,
@@ -420,7 +424,7 @@ class Simrun:
         prior: Prior | None = None,
         shown: Sequence[Sample] = (),
     ) -> Sizing:
-        recent = history[-WINDOW:]
+        recent = history[-self.window :]
         if not recent:
             return self.unseen(default_gb, prior, shown)
         kills = [s.gb for s in recent if s.killed]
