@@ -81,10 +81,12 @@ SnapshotId = Annotated[
 
 
 class SpecError(Exception):
-    """A document that is no valid run specification; ``errors`` maps field paths to messages."""
+    """A document that is no valid run specification; ``errors`` maps field paths to messages,
+    ``line`` (from 1) is where the document stopped reading as YAML, if it did."""
 
-    def __init__(self, errors: Mapping[str, list[str]]) -> None:
+    def __init__(self, errors: Mapping[str, list[str]], line: int | None = None) -> None:
         self.errors = dict(errors)
+        self.line = line
         super().__init__("; ".join(f"{p}: {' '.join(m)}" for p, m in self.errors.items()))
 
 
@@ -202,7 +204,10 @@ def parse_document(text: str | bytes) -> Any:
     try:
         data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as error:
-        raise SpecError({"spec": [f"not valid YAML or JSON: {error}".replace("\n", " ")]}) from None
+        # The message keeps its lines: its caret points into the quoted line under it.
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise SpecError({"spec": [f"not valid YAML or JSON: {error}"]}, line=line) from None
     except (RecursionError, ValueError, TypeError, OverflowError) as error:
         raise SpecError({"spec": [f"not valid YAML or JSON: {error}"]}) from None
     try:

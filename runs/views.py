@@ -132,6 +132,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     source = run_or_404(request.user, rerun_id) if rerun_id else None
     text = spec_text(source) if source else ""
     errors: dict[str, list[str]] = {}
+    error_line: int | None = None  # where the text stopped reading as YAML: marked in the editor
     past = past_cap(request)
     unavailable = False
     if request.method == "POST" and past is not None:
@@ -146,7 +147,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
             else:
                 run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
         except SpecError as error:
-            errors = error.errors
+            errors, error_line = error.errors, error.line
         except CannotRun as error:  # the text stays in the form; the service needs a fix
             messages.error(request, f"Not submitted: {error}")
             unavailable = True
@@ -155,7 +156,13 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "runs/run_new.html",
-        {"text": text, "errors": errors, "examples": _examples(), "source": source},
+        {
+            "text": text,
+            "errors": errors,
+            "error_line": error_line,
+            "examples": _examples(),
+            "source": source,
+        },
         status=413 if past is not None else 400 if errors else 503 if unavailable else 200,
     )
 

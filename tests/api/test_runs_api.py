@@ -203,6 +203,13 @@ def test_a_bad_spec_under_another_type_is_still_a_400_with_its_fields(owner_clie
     assert response.status_code == 400 and "tasks.sweep.settings.n" in response.json()
 
 
+def test_a_yaml_syntax_error_keeps_its_lines_so_the_caret_points_at_the_column(owner_client):
+    response = submit(owner_client, "name: broken\ntasks:\n  a: {type: squares\n  b: 3\n")
+    assert response.status_code == 400
+    [message] = response.json()["spec"]
+    assert message.splitlines()[-2:] == ["      b: 3", "       ^"]
+
+
 def test_an_unknown_snapshot_is_a_400_on_its_index(owner_client):
     body = SWEEP_YAML + "sources: [" + "b" * 64 + "]\n"
     response = submit(owner_client, body)

@@ -96,3 +96,16 @@ def test_a_spec_too_large_for_the_form_comes_back_in_it_cut_with_the_error_and_o
     logged = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(logged) == 1 and "past its cap" in logged[0].getMessage()
     assert not logged[0].exc_info and not Run.objects.exists()
+
+
+BROKEN = "name: broken\ntasks:\n  a: {type: squares\n  b: 3\n"
+"""YAML that stops reading at line 4: a flow mapping left open on line 3."""
+
+
+def test_a_yaml_error_keeps_its_lines_and_the_editor_is_told_its_line(alice):
+    response = alice.post("/runs/new/", {"spec": BROKEN})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'data-error-line="4"' in page and "spec_editor.js" in page
+    assert "line 4, column 4:\n      b: 3\n       ^" in html.unescape(page)
+    assert edit_text_of(page) == BROKEN
