@@ -41,6 +41,8 @@ TIMEOUT_S = 30.0
 POLL_S = 1.0
 OUTAGE_S = 60.0
 """How long a follower waits for a server that stopped answering before it gives up."""
+PAGE_SIZE = 200
+"""The most runs the list API gives in one page."""
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
 SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$")
 Spec = Mapping[str, Any] | str | os.PathLike[str]
@@ -300,9 +302,8 @@ class Client:
         }
         params = {k: v for k, v in params.items() if v is not None}
         found: list[Run] = []
-        page = 1
+        page, size = 1, max(1, min(limit, PAGE_SIZE))  # one size for all pages: their offsets
         while len(found) < limit:
-            size = max(1, min(limit - len(found), 200))
             answer = self.get("/api/runs/", page=page, page_size=size, **params)
             found.extend(Run(self, item) for item in answer["results"])
             if not answer.get("next") or not answer["results"]:

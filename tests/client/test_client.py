@@ -20,6 +20,7 @@ from runs.client import (
     NotFound,
     RunFailed,
     Unavailable,
+    api,
 )
 from runs.client.config import write_config
 from runs.models import Run, RunState
@@ -108,7 +109,7 @@ def test_a_live_run_is_cancelled_and_cancelling_it_again_is_a_conflict(client, o
         run.cancel()
 
 
-def test_runs_lists_the_users_runs_with_the_list_filters(client, owner, stranger):
+def test_runs_lists_the_users_runs_with_the_list_filters(client, owner, stranger, monkeypatch):
     for name in ("alpha", "beta", "alphabet"):
         submitted(owner, SWEEP_YAML.format(name=name))
     submitted(stranger, SWEEP_YAML.format(name="alpha-of-mallory"))
@@ -117,6 +118,8 @@ def test_runs_lists_the_users_runs_with_the_list_filters(client, owner, stranger
     assert [r.name for r in client.runs(limit=2)] == ["alphabet", "beta"]
     assert client.runs(state=["succeeded", "failed"]) == []
     assert len(client.runs(live=True)) == 3
+    monkeypatch.setattr(api, "PAGE_SIZE", 2)  # three runs read over two pages
+    assert [r.name for r in client.runs(limit=3)] == ["alphabet", "beta", "alpha"]
     listed = client.runs(limit=1)[0]
     assert [t["id"] for t in listed.tasks] == ["sweep"]  # the summary fetches its tasks
 
