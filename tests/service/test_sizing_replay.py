@@ -221,26 +221,35 @@ def test_the_oracle_wastes_only_the_first_task_of_each_types_over_allocation(cap
 
 
 def test_the_replay_and_the_planner_give_the_same_allocation_for_the_same_history(capsys, tmp_path):
-    """Sixty tasks of A end one after the other (peaks 0.3 to 0.9 GiB of a 2 GiB default, one
-    a kill), then one more is submitted: what the replay allocates it (its over-allocation
-    in a one-hour task, + its peak) is what the product's planner plans from the same
-    observations (the newest 50, as the submission reads them, and the type's top need)."""
+    """A's first task (2 GiB default) peaks at 2.5 GiB: killed at 2 GiB, it passes on its retry.
+    Then 130 tasks end one after the other (peaks 0.3 to 0.59 GiB), so the kill is older than
+    the newest observations the product reads, and one more task needs 1.9 GiB: killed, then
+    retried. What the replay gives that task and its retry (its under-allocation, and its
+    retry's over-allocation + its peak, in a one-hour task) is what the product's planner
+    plans from the same observations: the newest ``OBSERVATIONS_USED`` as the submission reads
+    them (the kill no longer among them) and the type's largest need of all time, the kill,
+    which the retry never goes below."""
     from harness.tasktypes import TaskType
-    from runs.planner import ObservedPeak, plan_run
+    from runs.planner import OBSERVATIONS_USED, ObservedPeak, plan_run
     from runs.spec import RunSpec
 
-    peaks = [0.3 + 0.01 * i for i in range(60)]
-    lines = [HEADER] + [row("A", 4000 * i, gb, 2) for i, gb in enumerate(peaks)]
+    peaks = [0.3 + 0.01 * (i % 30) for i in range(130)]
+    assert len(peaks) > OBSERVATIONS_USED
+    lines = [HEADER, row("A", 0, 2.5, 2)]
+    lines += [row("A", 8000 + 4000 * i, gb, 2) for i, gb in enumerate(peaks)]
     before = tmp_path / "before.csv"
     before.write_text("\n".join(lines) + "\n")
     after = tmp_path / "after.csv"
-    after.write_text("\n".join([*lines, row("A", 4000 * 60, 0.1, 2)]) + "\n")
-    over_before = run_json(capsys, before, policy="simrun")["total"]["simrun"]["over_gbh"]
-    over_after = run_json(capsys, after, policy="simrun")["total"]["simrun"]["over_gbh"]
-    replayed = over_after - over_before + 0.1
+    after.write_text("\n".join([*lines, row("A", 8000 + 4000 * len(peaks), 1.9, 2)]) + "\n")
+    was = run_json(capsys, before, policy="simrun")["total"]["simrun"]
+    now = run_json(capsys, after, policy="simrun")["total"]["simrun"]
+    assert now["retries_per_100"] * now["tasks"] == pytest.approx(200, abs=0.1)  # 1st, last
+    replayed_gb = now["under_gbh"] - was["under_gbh"]
+    replayed_retry_gb = now["over_gbh"] - was["over_gbh"] + 1.9
 
-    observed = [ObservedPeak(gb, at=4000.0 * i + 3600) for i, gb in enumerate(peaks)]
-    newest = sorted(observed, key=lambda o: -o.at)[:50]
+    observed = [ObservedPeak(2.0, oom=True, at=3600.0), ObservedPeak(2.5, at=7200.0)]
+    observed += [ObservedPeak(gb, at=8000.0 + 4000 * i + 3600) for i, gb in enumerate(peaks)]
+    newest = sorted(observed, key=lambda o: -o.at)[:OBSERVATIONS_USED]
     a_type = TaskType(
         name="A",
         settings=RunSpec,  # any model: the planner never reads the settings
@@ -253,6 +262,9 @@ def test_the_replay_and_the_planner_give_the_same_allocation_for_the_same_histor
         spec,
         types={"A": a_type},
         observed={"A": newest},
-        evidence={"A": (2.0, [replay.Sample(max(peaks))])},
+        evidence={"A": (2.0, [replay.Sample(2.0, killed=True)])},
     )["t"]
-    assert replayed == pytest.approx(plan.memory_gb, abs=1e-6)
+    assert plan.memory_gb < 1.9 < plan.retry_memory_gb
+    assert replayed_gb == pytest.approx(plan.memory_gb, abs=1e-6)
+    assert replayed_retry_gb == pytest.approx(plan.retry_memory_gb, abs=1e-6)
+    assert plan.retry_memory_gb >= 2.0 * 1.3 * 1.25  # the kill, out of the window, still counts
