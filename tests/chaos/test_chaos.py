@@ -76,7 +76,7 @@ def test_a_round_whose_harm_missed_is_played_again_on_a_new_run(monkeypatch, tmp
     arena = Arena("kill-harness", tmp_path)
     arena.api = None  # type: ignore[assignment]
     outcome = arena.play_round()
-    assert (outcome.note, outcome.tries, outcome.right) == ("r2", 2, True)
+    assert (outcome.note, outcome.tries, outcome.right) == ("r2; missed on r1", 2, True)
 
 
 def test_a_round_whose_harm_never_lands_is_not_counted_right(monkeypatch, tmp_path: Path):
