@@ -170,6 +170,12 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
         for task in tasks
         if (found := task_changes(task, states[task.task_id], messages[task.task_id]))
     }
+    # A task started when its first attempt did (its process, its pod), not when a poll saw it.
+    for attempt in poll.attempts:
+        found = changed_tasks.get(attempt.task_id, {})
+        start = attempt.started_at
+        if start is not None and "started_at" in found and start < found["started_at"]:
+            found["started_at"] = start
     return changes, changed_tasks
 
 

@@ -237,6 +237,7 @@ class LocalBackend:
         self._callbacks: list[Callable[[], None]] = []
         self._closed = False
         self._ends_seen: set[Path] = set()
+        self._began_seen: set[Path] = set()
         self._launchers: list[subprocess.Popen[bytes]] = []
 
     @classmethod
@@ -433,7 +434,8 @@ class LocalBackend:
         )
 
     def subscribe(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` after every start and end of a process that a step noticed."""
+        """Call ``callback`` after every launch, start and end of a process that a step
+        noticed."""
         self._callbacks.append(callback)
 
     def versions(self, names: list[str]) -> dict[str, str]:
@@ -474,7 +476,8 @@ class LocalBackend:
             yield True
 
     def step(self) -> bool:
-        """Start what may start, notice what ended; whether a process started or ended.
+        """Start what may start, notice what began and ended; whether a process was
+        launched, began (its pid file names it) or ended.
 
         Another process stepping at the same time makes this one return False at once.
         """
@@ -508,9 +511,16 @@ class LocalBackend:
         }
         ended = bool(ends - self._ends_seen)
         self._ends_seen = ends
+        # A process runs from the moment its launcher named it (its pid file), not from its
+        # launch: subscribers hear of that too, so a task shows running while it prints.
+        began = {
+            a.path("pid") for v in views for n in v.nodes.values() for a in n.attempts if a.began
+        }
+        began_now = bool(began - self._began_seen)
+        self._began_seen = began
         # What the step started is in its runs' files, not yet in the views it read first.
         self._write_versions([self._view(v.submission) for v in views] if started else views)
-        return started or ended
+        return started or ended or began_now
 
     def _admit(self, views: list[RunView], now: float) -> bool:
         """Start what the machine's free cores and memory allow (``local_admission``), refuse
@@ -866,7 +876,7 @@ class LocalBackend:
                 dag_task=node.spec.name,
                 pod=f"{attempt.node}-{attempt.number}",
                 node=self.hostname,
-                phase="Running" if attempt.pid and "pid" in attempt.pid else "Pending",
+                phase="Running" if attempt.began else "Pending",
                 cores=attempt.cores,
                 memory_gb=attempt.memory_gb,
                 worker=node.spec.worker,

@@ -352,8 +352,12 @@ def run(launch_fd: int, logs_fd: int) -> int:
         )
     else:
         pid = child.pid
-        names.update(pid=pid, start=process_start(pid), cmdline=process_cmdline(pid))
+        names.update(
+            pid=pid, start=process_start(pid), cmdline=process_cmdline(pid), started=time.time()
+        )
         record(pid_name, names)
+        if launch.get("notify"):  # it runs from now on: the step tells the service at once
+            notify(launch["notify"])
         if stopping:  # a SIGTERM came while it started, before the backend could know it
             os.killpg(pid, signal.SIGTERM)
         child.returncode = wait_reaping(pid)

@@ -94,9 +94,15 @@ class Attempt:
 
     @property
     def started(self) -> float | None:
-        """When the step started it (Unix time), from its launch file."""
-        value = (self.launch or {}).get("started")
+        """When its process started (Unix time, from its pid file), else when the step
+        launched it (its launch file): preparing its venv and inputs is not running."""
+        value = (self.pid or {}).get("started", (self.launch or {}).get("started"))
         return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def began(self) -> bool:
+        """Whether its process started: its pid file names it."""
+        return self.pid is not None and "pid" in self.pid
 
 
 @dataclass
@@ -262,7 +268,7 @@ def node_phase(view: NodeView, stopped: bool) -> str | None:
     """The Argo phase of a node with attempts; None for one that has none."""
     running = view.running
     if running is not None:
-        return "Running" if running.pid is not None and "pid" in running.pid else "Pending"
+        return "Running" if running.began else "Pending"
     if not view.outcomes:
         return None
     if view.outcomes[-1] == "succeeded":

@@ -11,7 +11,7 @@ from typing import Any
 from harness.tasktypes import task_types
 from runs.backends.base import ClusterConfig, RunRecord, TaskRecord
 from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_launcher import read_json
+from runs.backends.local_launcher import notify, read_json
 from runs.planner import TaskPlan
 from tests.polling import wait_for
 
@@ -108,5 +108,6 @@ def stepping(backend: LocalBackend, poll_s: float = 0.1) -> Iterator[LocalBacken
             backend.cancel(submission.name)
         wait_for(lambda: not backend.placements(), what="the processes to end")
         stop.set()
+        notify(backend.address)  # a step waiting for its next poll returns now
         thread.join()
         backend.grace_s = grace

@@ -318,6 +318,23 @@ def test_subscribers_are_called_after_a_start_and_after_an_end(backend):
         wait_for(lambda: "Succeeded" in calls, what="a call at the end")
 
 
+def test_subscribers_hear_at_once_that_a_process_began_and_it_starts_then(backend):
+    """No step polls here (an hour apart): only the launcher's wake-up makes the step see the
+    process, and the attempt's start is the process's, not its launch's."""
+    calls: list[str] = []
+    backend.subscribe(lambda: calls.append(phase(backend, "r12", "t") or ""))
+    flag = backend.store.parent / "go"
+    with stepping(backend, poll_s=3600):
+        submit(backend, "r12", {"t": {"command": until_flag(flag)}})
+        process_of(backend, "r12", "t", "t")
+        wait_for(lambda: "Running" in calls, timeout_s=20, what="a call once it runs")
+        pid_file = json.loads((backend.store / "runs/r12/tasks/t/logs/t-0.pid").read_text())
+        started = backend.status(workflow_name("r12")).started["t"]
+        assert started == pid_file["started"]
+        flag.touch()
+        wait_for(lambda: "Succeeded" in calls, what="a call at the end")
+
+
 def test_an_unknown_run_is_a_key_error(backend):
     for call in (backend.status, backend.cancel, backend.stop):
         with pytest.raises(KeyError):
