@@ -232,7 +232,13 @@ def strike(service: Service, api: httpx.Client, run_id: str, act: Strike) -> Har
     if state in ENDED:
         return Harm(landed=False, at=at, state=state, done=done, what="the run had ended")
     what = act()
-    return Harm(landed=what is not None, at=at, state=state, done=done, what=what or "no victim")
+    return Harm(
+        landed=what is not None,
+        at=at,
+        state=state,
+        done=done,
+        what=what or "nothing to harm, or nothing felt it",
+    )
 
 
 def _cmdline(pid: int) -> str:
@@ -391,27 +397,29 @@ def fill_store(service: Service, api: httpx.Client, rng: random.Random, run_id: 
 
 
 def fill_home(service: Service, api: httpx.Client, rng: random.Random, run_id: str) -> Harm:
-    """Fill the disk of the database and the broker (the home's) mid-sweep, hold it full
-    until the service's log says a write failed on it (at most ``FULL_HOLD_S``), free it."""
+    """Fill the disk of the database and the broker (the home's) mid-sweep and hold it full
+    until the service's log says a write failed on it and the run's worker has ended (its end
+    is to be recorded on the full disk), at most ``FULL_HOLD_S``; then free it. It landed if a
+    write of the service failed."""
     mid_sweep(service, run_id, api)
     ballast = service.home / "ballast"
+    logs = task_dir(service, run_id) / "logs"
+    logged = service.log.stat().st_size
 
-    def act() -> str:
-        logged = service.log.stat().st_size
+    def felt() -> bool:
+        with service.log.open("rb") as log:
+            log.seek(logged)
+            text = log.read().decode(errors="replace")
+        return any(sign in text for sign in DISK_FULL)
+
+    def act() -> str | None:
         mib = fill(ballast)
-
-        def felt() -> bool:
-            with service.log.open("rb") as log:
-                log.seek(logged)
-                text = log.read().decode(errors="replace")
-            return any(sign in text for sign in DISK_FULL)
-
-        try:
-            wait_for(felt, FULL_HOLD_S, interval_s=0.2)
-            seen = "the service logged a write that failed"
-        except AssertionError:
-            seen = f"no failed write logged in {FULL_HOLD_S:g} s"
-        return f"home full ({mib} MiB of ballast), {seen}"
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: felt() and any(logs.glob("*.exit")), FULL_HOLD_S, interval_s=0.2)
+        if not felt():
+            return None
+        ended = "after" if any(logs.glob("*.exit")) else "before"
+        return f"home full ({mib} MiB of ballast), a write failed, freed {ended} a worker's end"
 
     try:
         return strike(service, api, run_id, act)
