@@ -9,6 +9,7 @@ followed (on the way to it either), regular files only, at most ``LIVE_READ_BYTE
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,6 +18,7 @@ from django.utils import timezone
 from harness import untrusted
 from harness.report import LiveMemory
 from runs import store
+from runs.backends.local_launcher import live_name
 from runs.models import FINAL_TASK_STATES, Attempt
 from runs.store import TaskFolder
 
@@ -60,13 +62,18 @@ class AttemptFigures:
 
 
 def read_live(folder: TaskFolder, worker: str, attempt: int) -> LiveMemory | None:
-    """The live file of an attempt (``harness.report.live_path``), None when it is missing,
-    too large, not a regular file, reached through a link or not readable."""
+    """The live file of an attempt (``harness.report.live_path``), else the one the local
+    backend's launcher writes of a plain command in the task's ``logs/`` (the service's
+    folder); None when it is missing, too large, not a regular file, reached through a link,
+    not the service's (in ``logs/``) or not readable."""
+    data: bytes | None
     try:
         data = untrusted.read_bytes(
             folder.base, folder / f"live/{worker}-{attempt}.json", LIVE_READ_BYTES + 1
         )
     except OSError:
+        data = _launcher_live(folder, f"{worker}-{attempt}")
+    if data is None:
         return None
     if len(data) > LIVE_READ_BYTES:
         return None
@@ -74,6 +81,21 @@ def read_live(folder: TaskFolder, worker: str, attempt: int) -> LiveMemory | Non
         return LiveMemory.from_json(data.decode())
     except (ValueError, TypeError):
         return None
+
+
+def _launcher_live(folder: TaskFolder, stem: str) -> bytes | None:
+    """The live file of a plain command's attempt (``local_launcher.live_name``), read only
+    from the service's own ``logs/``; None without one."""
+    try:
+        logs = untrusted.own_dir(folder.base, folder / "logs")
+    except OSError:
+        return None
+    try:
+        return untrusted.read_own(logs, live_name(stem), LIVE_READ_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(logs)
 
 
 def live_figures(attempt: Attempt, now: datetime | None = None) -> AttemptFigures:

@@ -688,6 +688,8 @@ class LocalBackend:
             "started": now,
             # A plain command writes no report: the launcher writes its measured peak.
             "report": report.as_posix() if spec.kind == "command" and container is None else None,
+            # Nor its live memory: the launcher samples it (``<stem>.live.json`` in logs/).
+            "live": spec.kind == "command" and container is None,
             # docker runs as the service (its socket is root's); the container as the user.
             "user": None
             if user is None or container is not None

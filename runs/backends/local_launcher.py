@@ -34,15 +34,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Literal
 
 from harness import untrusted
 from harness.cgroups import Cgroup
 from harness.errors import EXIT_TERMINATED
-from harness.memory import PeakSource
-from harness.report import WorkerReport
+from harness.memory import PeakSource, process_tree_anon
+from harness.report import LIVE_SAMPLES, LiveMemory, WorkerReport
 
 STARTING_EXIT = 4
 """The exit code recorded when the process could not be prepared or started."""
@@ -54,6 +56,15 @@ REAP_ROUNDS = 50
 
 SERVICE_FILE_CAP = 1 << 20
 """The most the launcher reads of its launch file."""
+LIVE_SAMPLE_S = 0.25
+"""Seconds between two samples of a plain command's memory."""
+LIVE_WRITE_S = 1.0
+"""Seconds between two writes of its live file (as the harness's heartbeat)."""
+
+
+def live_name(stem: str) -> str:
+    """The live file of a plain command's attempt in its ``logs/`` folder (the service's)."""
+    return f"{stem}.live.json"
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -360,7 +371,13 @@ def run(launch_fd: int, logs_fd: int) -> int:
             notify(launch["notify"])
         if stopping:  # a SIGTERM came while it started, before the backend could know it
             os.killpg(pid, signal.SIGTERM)
+        sampler = None
+        if launch.get("live"):
+            sampler = LiveSampler(logs_fd, live_name(stem), pid, launch.get("cgroup"))
+            sampler.start()
         child.returncode = wait_reaping(pid)
+        if sampler is not None:
+            sampler.stop()
         result["exit_code"], result["signal"] = _exit_code(child.returncode)
         if launch.get("report"):
             _report(launch, result)
@@ -374,6 +391,62 @@ def run(launch_fd: int, logs_fd: int) -> int:
     if launch.get("notify"):
         notify(launch["notify"])
     return int(result["exit_code"])
+
+
+class LiveSampler:
+    """The live memory of a plain command, which has no harness to write it: a thread that
+    samples its cgroup's anonymous memory (else its process tree's) and rewrites
+    ``LiveMemory`` in the service's ``logs/`` folder (by descriptor, never through a link)
+    every ``LIVE_WRITE_S``, as the harness's heartbeat does for its workers."""
+
+    def __init__(self, logs_fd: int, name: str, pid: int, cgroup: str | None) -> None:
+        self.logs_fd, self.name, self.pid = logs_fd, name, pid
+        self.cgroup = None
+        if cgroup:
+            path = Path(cgroup)
+            version: Literal[1, 2] = 1 if (path / "memory.max_usage_in_bytes").exists() else 2
+            self.cgroup = Cgroup(path, version, path.parent)
+        self.samples: deque[tuple[float, int]] = deque(maxlen=LIVE_SAMPLES)
+        self.window: int | None = None
+        self.peak: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="simrun-live", daemon=True)
+
+    def sample(self) -> None:
+        cgroup = self.cgroup
+        value = cgroup.anon_bytes() if cgroup is not None else process_tree_anon(self.pid)
+        if value is None:
+            return
+        self.window = value if self.window is None else max(self.window, value)
+        self.peak = value if self.peak is None else max(self.peak, value)
+
+    def write(self) -> None:
+        now = round(time.time(), 3)
+        if self.window is not None:
+            self.samples.append((now, self.window))
+            self.window = None
+        live = LiveMemory(samples=list(self.samples), peak_bytes=self.peak, updated=now)
+        with contextlib.suppress(OSError):  # a full disk: the next write tries again
+            untrusted.write_atomic_at(self.logs_fd, self.name, live.to_json())
+
+    def _run(self) -> None:
+        next_write = time.monotonic()
+        while True:
+            self.sample()
+            if time.monotonic() >= next_write:
+                self.write()
+                next_write = time.monotonic() + LIVE_WRITE_S
+            if self._done.wait(LIVE_SAMPLE_S):
+                return
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread and write the file once more, its last samples in."""
+        self._done.set()
+        self._thread.join()
+        self.write()
 
 
 def command_peak(cgroup: Path | None) -> tuple[int | None, PeakSource]:

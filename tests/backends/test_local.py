@@ -13,7 +13,9 @@ import pytest
 from harness.report import read_report
 from runs.backends import local
 from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_launcher import process_start
+from runs.backends.local_launcher import live_name, process_start
+from runs.live_attempts import read_live
+from runs.store import TaskFolder
 from tests.backends.local_fixtures import (
     ended,
     gone,
@@ -333,6 +335,32 @@ def test_subscribers_hear_at_once_that_a_process_began_and_it_starts_then(backen
         assert started == pid_file["started"]
         flag.touch()
         wait_for(lambda: "Succeeded" in calls, what="a call at the end")
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "process-tree"])
+def test_a_plain_command_has_live_memory_while_it_runs(tmp_path, cgroup):
+    backend = LocalBackend(
+        tmp_path / "store", tmp_path / "scratch", cores=2, memory_gb=8, enforce_memory=cgroup
+    )
+    assert backend.enforces_memory == cgroup
+    flag = backend.store.parent / "go"
+    hold = (
+        "import os, time; b = bytearray(64 << 20); "
+        f"[time.sleep(0.05) for _ in iter(lambda: os.path.exists({str(flag)!r}), True)]"
+    )
+    folder = TaskFolder(backend.store, ("runs", "r13", "tasks", "t"))
+    with stepping(backend):
+        submit(backend, "r13", {"t": {"command": ["python3", "-c", hold]}})
+        live = wait_for(
+            lambda: (found := read_live(folder, "t", 0)) and len(found.samples) >= 2 and found,
+            what="two live samples",
+        )
+        assert live.peak_bytes is not None and live.peak_bytes >= 60 << 20
+        logs = backend.store / "runs/r13/tasks/t/logs"
+        assert (logs / live_name("t-0")).stat().st_uid == os.geteuid()
+        assert not (backend.store / "runs/r13/tasks/t/live").exists()
+        flag.touch()
+        wait_for(lambda: ended(backend, "r13"), what="the end")
 
 
 def test_an_unknown_run_is_a_key_error(backend):
