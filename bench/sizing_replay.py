@@ -495,19 +495,22 @@ def choose(
     """The point chosen on some traces: safe on each of them (else the least unsafe: fewest
     failed, then fewest retries, on the worst trace); among the safe, the fewest retries on
     the worst trace, then the one whose worst trace saves most against its best baseline.
+    Points the worst case cannot tell apart go by the total waste on those traces, then by
+    the larger window: where the traces cannot tell, keep more evidence.
 
     Retries before saving because a point safe on the fitted traces only just (0.99 retries
     per 100) is not safe on the next: ranked by saving first, the fold that holds chipseq out
     picks a point safe on mag and rnaseq that retries 2.45 per 100 on chipseq. The
     cross-validation prints what each rule gives (``rule="saving"``)."""
 
-    def key(s: Scored) -> tuple[bool, float, float, float]:
+    def key(s: Scored) -> tuple[bool, float, float, float, float, int]:
         worst_failed = max(per_1000(s.traces[t]) for t in stems)
         worst_retries = max(s.traces[t].retries_per_100 for t in stems)
         worst_saving = min(saving(s.traces[t], best[t]) for t in stems)
+        total = round(sum(s.traces[t].wastage.wasted_gbh for t in stems), 6)
         if rule == "saving" and s.safe(stems):
-            return (False, -worst_saving, worst_retries, worst_failed)
-        return (not s.safe(stems), worst_failed, worst_retries, -worst_saving)
+            return (False, -worst_saving, worst_retries, worst_failed, total, -s.point[3])
+        return (not s.safe(stems), worst_failed, worst_retries, -worst_saving, total, -s.point[3])
 
     return min(scored, key=key)
 
