@@ -196,9 +196,23 @@ def stopped_messages(
     """The task messages of a run's end: a task it stops while running says so, so a skipped
     task that ran (its units done kept) is not taken for one that never started."""
     return {
-        task_id: f"stopped while it ran: {why}" if state in ACTIVE_STATES else messages[task_id]
+        task_id: f"{STOPPED_WHILE_IT_RAN}{why}" if state in ACTIVE_STATES else messages[task_id]
         for task_id, state in tasks.items()
     }
+
+
+STOPPED_WHILE_IT_RAN = "stopped while it ran: "
+"""The start of the message of a task its run's end stopped (``stopped_messages``)."""
+
+
+def shown_state(state: str, message: str) -> str:
+    """What a task's badge and ``simrun show`` say it is: its state, but "stopped: run
+    cancelled" (or "stopped: run failed") for one its run's end stopped while it ran, whose
+    record stays skipped as the spec says."""
+    if state != TaskState.SKIPPED or not message.startswith(STOPPED_WHILE_IT_RAN):
+        return state
+    why = message.removeprefix(STOPPED_WHILE_IT_RAN)
+    return "stopped: run cancelled" if why.startswith("cancelled") else "stopped: run failed"
 
 
 @dataclass

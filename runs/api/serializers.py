@@ -18,6 +18,7 @@ from rest_framework import serializers
 from runs import accounting
 from runs.live_attempts import live_figures
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
+from runs.states import shown_state
 
 
 class PlanSerializer(serializers.Serializer[dict[str, Any]]):
@@ -92,6 +93,10 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     plan = PlanSerializer()
     units_done = serializers.IntegerField(source="units_now", help_text="units done by now")
     attempts = AttemptSerializer(many=True, read_only=True)
+    shown_state = serializers.SerializerMethodField(
+        help_text='what happened, in words: the state, or "stopped: run cancelled" for a task '
+        "skipped when its run was cancelled while it ran"
+    )
 
     class Meta:
         model = Task
@@ -105,6 +110,7 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "image",
             "plan",
             "state",
+            "shown_state",
             "message",
             "units_done",
             "units_total",
@@ -112,6 +118,9 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "ended_at",
             "attempts",
         ]
+
+    def get_shown_state(self, task: Task) -> str:
+        return shown_state(task.state, task.message)
 
 
 def iso(value: datetime | None, zone: tzinfo | None = None) -> str | None:

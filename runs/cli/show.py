@@ -32,7 +32,7 @@ def tasks_table(tasks: list[dict[str, Any]]) -> Table:
         table.add_row(
             task["id"],
             task["type"] or task["kind"],
-            styled(task["state"]),
+            styled(task.get("shown_state") or task["state"]),
             f"{task['units_done']}/{task['units_total']}",
             str(plan["cores"]),
             f"{plan['memory_gb']} GiB",

@@ -7,6 +7,9 @@ import shlex
 
 from django import template
 
+from runs.models import Task
+from runs.states import shown_state
+
 register = template.Library()
 
 
@@ -100,3 +103,15 @@ def get(mapping: dict[str, object] | None, key: str) -> object:
 def minus(value: float | None, other: float | None) -> float | None:
     """``value − other``, None when either is missing."""
     return None if value is None or other is None else value - other
+
+
+@register.filter
+def task_state(task: Task) -> str:
+    """What a task's badge says: its state, or "stopped: run cancelled" (``shown_state``)."""
+    return shown_state(task.state, task.message)
+
+
+@register.filter
+def state_class(shown: str) -> str:
+    """The state a badge is coloured as: ``stopped`` of "stopped: run cancelled"."""
+    return shown.split(":", 1)[0]
