@@ -918,9 +918,11 @@ class LocalBackend:
         """
         killed = 0
         with self._lock(blocking=True):
+            ours = set()
             for run in untrusted.list_dir(self.store, ["runs"]):
                 if not run.is_dir or self._is_live(workflow_name(run.name)):
                     continue  # its processes are adopted
+                ours.add(run.name)
                 for task in untrusted.list_dir(self.store, ["runs", run.name, "tasks"]):
                     killed += self._kill_left(run.name, task.name)
             parents = [self.pids_parent]
@@ -929,9 +931,12 @@ class LocalBackend:
             for parent in parents:
                 if parent is None or not parent.is_dir():
                     continue
+                # The parent is the machine's, shared by every service on it: only the cgroups
+                # of this store's ended runs go, never another service's (made by its step, not
+                # yet joined by its launcher: empty, so removing it failed that launch).
                 for cgroup in parent.iterdir():  # named <run>.<node>.<attempt>
-                    name = workflow_name(cgroup.name.partition(".")[0])
-                    if cgroup.is_dir() and not self._is_live(name) and not cgroups.pids(cgroup):
+                    run_id = cgroup.name.partition(".")[0]
+                    if run_id in ours and cgroup.is_dir() and not cgroups.pids(cgroup):
                         cgroups.remove(cgroup, timeout_s=0)
         return killed
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -105,3 +106,21 @@ def test_a_process_whose_launcher_died_without_a_record_is_lost_and_retried(tmp_
     with stepping(backend):
         wait_for(lambda: phase(backend, "l1") == "Succeeded")
     assert read_log(backend, "l1", "t", "t", 1) == "retried\n"
+
+
+def test_kill_orphans_leaves_the_cgroups_of_another_service_s_runs(tmp_path):
+    backend = new_backend(tmp_path)
+    if backend.pids_parent is None:
+        pytest.skip("no pids cgroups here (not root)")
+    (tmp_path / "store" / "runs" / "ours").mkdir(parents=True)
+    ended = backend.pids_parent / "ours.t.0"
+    theirs = backend.pids_parent / f"theirs{os.getpid()}.t.0"  # made, not yet joined
+    ended.mkdir(exist_ok=True)
+    theirs.mkdir(exist_ok=True)
+    try:
+        backend.kill_orphans()
+        assert theirs.is_dir() and not ended.exists()
+    finally:
+        for cgroup in (ended, theirs):
+            with contextlib.suppress(FileNotFoundError):
+                cgroup.rmdir()
