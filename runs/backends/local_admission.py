@@ -71,7 +71,8 @@ def shortage(demand: Demand, held: list[Held], cores: int, memory_gb: float) -> 
     parts = []
     if demand.cores > free_cores:
         holders = _runs(held, "cores")
-        parts.append(f"waits for {demand.cores} cores; {holders} {cores - free_cores} of {cores}")
+        wanted = f"{demand.cores} core{'s' if demand.cores != 1 else ''}"
+        parts.append(f"waits for {wanted}; {holders} {cores - free_cores} of {cores}")
     if demand.memory_gb > free_gb + 1e-9:
         parts.append(
             f"waits for {demand.memory_gb:g} GiB of memory; {_runs(held, 'memory_gb')} "

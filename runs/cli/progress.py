@@ -21,7 +21,7 @@ from runs.cli.client import (
     CliError,
     no_run,
 )
-from runs.client.progress import duration_text, shown, styled
+from runs.client.progress import duration_text, gib_text, shown, styled
 
 __all__ = ["duration_text", "follow", "styled"]
 
@@ -41,6 +41,27 @@ def _poll(client: Client, run_id: str, sleep: Callable[[float], None]) -> dict[s
             if error.code != EXIT_UNAVAILABLE or time.monotonic() > deadline:
                 raise
             sleep(POLL_S)
+
+
+def memory_kills(run: dict[str, Any], told: set[tuple[str, int]]) -> list[str]:
+    """A line for each attempt killed for memory not ``told`` yet (added to it): the memory
+    it had and the memory of its retry, or that the retry memory was not enough."""
+    lines = []
+    for task in run["tasks"]:
+        retry = task.get("plan", {}).get("retry_memory_gb")
+        for attempt in task.get("attempts", []):
+            key = (attempt["worker"], attempt["attempt"])
+            if not attempt.get("oom_killed") or key in told:
+                continue
+            told.add(key)
+            had = attempt.get("memory_gb")
+            killed = f"{attempt['worker']} attempt {attempt['attempt']} was killed for memory"
+            killed += f" at {gib_text(had)} GiB" if had else ""
+            if retry and (not had or had < retry):
+                lines.append(f"{killed}; retried with {gib_text(retry)} GiB")
+            else:
+                lines.append(f"{killed}, the retry memory: task {task['id']} fails")
+    return lines
 
 
 EXIT_INTERRUPTED = 130
@@ -86,9 +107,12 @@ def _follow(
     sleep: Callable[[float], None],
 ) -> dict[str, Any]:
     """Poll and show a run until it ends; the run as last polled."""
+    told: set[tuple[str, int]] = set()
     with shown(console) as show:
         while True:
             run = _poll(client, run_id, sleep)
+            for line in memory_kills(run, told):
+                console.print(line, highlight=False, markup=False)
             show(run)
             if run["state"] in ENDED:
                 return run

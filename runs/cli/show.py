@@ -11,6 +11,7 @@ from rich.table import Table
 
 from runs.cli.client import EXIT_OK, Client, no_run, reports_errors, run_url
 from runs.cli.progress import duration_text, styled
+from runs.client.progress import gib_text
 
 NAME = "show"
 HELP = "show a run: its tasks, plans, attempts"
@@ -35,7 +36,7 @@ def tasks_table(tasks: list[dict[str, Any]]) -> Table:
             styled(task.get("shown_state") or task["state"]),
             f"{task['units_done']}/{task['units_total']}",
             str(plan["cores"]),
-            f"{plan['memory_gb']} GiB",
+            f"{gib_text(plan['memory_gb'])} GiB",
             str(plan.get("workers", 1)),
             plan.get("why_short") or plan.get("why", ""),
         )
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{title}{item['id']}[/] {styled(item['state'])}  {url}")
     console.print(
         f"by {item['owner']} · {item['backend']} backend · created {item['created_at'][:19]} · "
-        f"{item['units_done']}/{item['units_total']} units · {item['duration_s']:.0f}s"
+        f"{item['units_done']}/{item['units_total']} units · "
+        f"{duration_text(item['duration_s'] or 0)}"
     )
     if item.get("rerun_of"):
         console.print(f"re-run of {item['rerun_of']}")

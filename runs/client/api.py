@@ -35,7 +35,7 @@ from runs.client.errors import (
     field_problems,
     problem_lines,
 )
-from runs.client.progress import duration_text, shown
+from runs.client.progress import duration_text, shown, size_text
 
 TIMEOUT_S = 30.0
 POLL_S = 1.0
@@ -270,7 +270,7 @@ class Client:
             )
             snapshot = response.json()
             report(
-                f"uploaded {entry} ({len(archive) // 1024} KiB) as snapshot {snapshot['id'][:12]}"
+                f"uploaded {entry} ({size_text(len(archive))}) as snapshot {snapshot['id'][:12]}"
             )
             document["sources"][index] = snapshot["id"]
 

@@ -35,6 +35,23 @@ def styled(state: str) -> str:
     return f"[{style}]{state}[/]" if style else state
 
 
+def gib_text(gib: float) -> str:
+    """A memory figure in GiB to the hundredth, as short as it reads: ``23.54``, ``2``."""
+    return f"{round(gib, 2):g}"
+
+
+def size_text(size: int) -> str:
+    """A size as a person reads it: ``512 B``, ``3.4 KiB``, ``12.0 MiB``, never ``0 KiB``."""
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
 def duration_text(seconds: float) -> str:
     """Seconds as a person reads them: ``42s``, ``3m 07s``, ``2h 05m``."""
     minutes, secs = divmod(int(seconds), 60)

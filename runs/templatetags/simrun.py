@@ -80,14 +80,28 @@ def shell(args: list[str] | None) -> str:
     return shlex.join(args or [])
 
 
+SECONDS_BELOW_GBH = 0.01
+"""Figures of memory × time below this many GiB·h read better in GiB·s."""
+
+
 @register.filter
-def gbh(value: float | None) -> str:
-    """Memory × time in GiB·h, with the digits a small figure needs."""
+def gbh_unit(value: float | None, other: float | None = None) -> str:
+    """The unit of a table of memory × time figures, by the larger of two of its largest
+    (used and wasted): ``s`` or ``h``, so a column never mixes GiB·s and GiB·h."""
+    largest = max(abs(value or 0), abs(other or 0))
+    return "s" if largest < SECONDS_BELOW_GBH else "h"
+
+
+@register.filter
+def gbh(value: float | None, unit: str = "") -> str:
+    """Memory × time in GiB·h (``unit`` ``h``), GiB·s (``s``) or, without one, whichever the
+    figure reads better in, with the digits a small figure needs."""
     if value is None:
         return "–"
+    unit = unit or gbh_unit(value)
     if value == 0:
-        return "0 GiB·h"
-    if abs(value) < 0.01:
+        return f"0 GiB·{unit}"
+    if unit == "s":
         return f"{value * 3600:.3g} GiB·s"  # a short run's figures read better in seconds
     digits = 2 if abs(value) >= 1 else 4
     return f"{value:.{digits}f}".rstrip("0").rstrip(".") + " GiB·h"
