@@ -34,7 +34,12 @@ from runs.api.listed_json import listed_page
 from runs.api.listing import Listing
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_MEDIA_TYPES, SPEC_PARSERS, Undeclared
-from runs.api.serializers import RunDetailSerializer, RunSerializer, run_detail_serializer
+from runs.api.serializers import (
+    ErrorSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+    run_detail_serializer,
+)
 from runs.models import Run
 from runs.reruns import submit_rerun
 from runs.run_reads import rerun_ids
@@ -63,7 +68,7 @@ def submitted_text(body: bytes) -> str:
 
 
 CANNOT_RUN = OpenApiResponse(
-    schema.ErrorSerializer,
+    ErrorSerializer,
     description="this service cannot start such a run as it is set up: refused, the fix named",
 )
 
