@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
+import time
 from typing import Any
 
 from kombu.transport import sqlalchemy as sqla
@@ -78,6 +80,22 @@ class Channel(sqla.Channel):
         self.session.commit()
 
 
+STOPPING = threading.Event()
+"""Set when the worker starts a warm shutdown (``simrun_site.celery``): stop waiting."""
+
+
 class Transport(sqla.Transport):
     Channel = Channel
     polling_interval = 0.1
+
+    def drain_events(self, connection: Any, timeout: Any = None, **kwargs: Any) -> Any:
+        """kombu's, one polling interval at a time: a worker told to stop polled on for the
+        rest of Celery's 2 s wait before it looked; it now leaves at the next interval."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                wait = self.polling_interval
+                return super().drain_events(connection, timeout=wait)  # type: ignore[no-untyped-call]
+            except TimeoutError:
+                if STOPPING.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                    raise
