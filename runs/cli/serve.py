@@ -4,9 +4,10 @@ The web server (gunicorn), a Celery worker and beat, and the step of the local b
 children of this process, with the embedded default when nothing is configured: SQLite,
 the store and kombu's filesystem broker under ``SIMRUN_HOME``, the local backend. With
 ``DATABASE_URL`` and ``CELERY_BROKER_URL`` set, they are PostgreSQL and Redis instead. The
-database is migrated at every start (nothing to do after the first); a child that dies is
-started again; Ctrl-C or SIGTERM stops every child. The processes of the runs are not
-children: they go on, and the next start adopts them.
+database is migrated at every start (nothing to do after the first); the worker is ready
+before the web server starts, and the banner is printed once the dashboard answers; a child
+that dies is started again; Ctrl-C or SIGTERM stops every child. The processes of the runs
+are not children: they go on, and the next start adopts them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.client import HTTPConnection
 from pathlib import Path
 
 NAME = "serve"
@@ -33,7 +36,10 @@ RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 STOP_TIMEOUT_S = 20.0
 """Seconds the children get to stop after SIGTERM before they are killed."""
-READY_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 120.0
+WORKER_READY = "SIMRUN_WORKER_READY"
+"""The file the Celery worker touches once it takes tasks (``simrun_site.celery``)."""
+GUNICORN_CONFIG = "python:simrun_site.gunicorn"
 PR_SET_PDEATHSIG = 1
 DEMO_SPEC = Path(__file__).resolve().parents[2] / "docs" / "examples" / "demo.yaml"
 DEMO_USER = "demo"
@@ -45,6 +51,9 @@ class Child:
 
     name: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    quiet: bool = False
+    """Its standard output dropped (Celery prints its shutdown there; it logs to stderr)."""
     process: subprocess.Popen[bytes] | None = None
     restarts: deque[float] = field(default_factory=deque)
 
@@ -56,30 +65,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--demo", action="store_true", help="create the user demo and submit the example sweep"
     )
+    parser.add_argument(
+        "--tasks-as-service",
+        action="store_true",
+        help="run the tasks as this service's user, not as users of their own (as root, "
+        "where those cannot reach this Python or the home; docs/team.md)",
+    )
 
 
 def _die_with_parent() -> None:
-    """In a child: receive SIGTERM when serve dies, even by SIGKILL."""
+    """In a child: receive SIGTERM when serve dies, even by SIGKILL; ignore the terminal's
+    Ctrl-C, which serve turns into SIGTERM (while a child starts, a SIGINT left a
+    ``KeyboardInterrupt`` traceback; gunicorn and Celery still set handlers of their own)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def children(args: argparse.Namespace, local: bool) -> list[Child]:
-    """The processes of the service."""
+def children(args: argparse.Namespace, local: bool, home: Path) -> list[Child]:
+    """The processes of the service, the worker first and the web server last."""
     python = sys.executable
     celery = [python, "-m", "celery", "--app", "simrun_site", "--quiet"]
     found = [
-        Child(
-            "web",
-            [python, "-m", "gunicorn", "simrun_site.wsgi:application"]
-            + ["--bind", f"{args.host}:{args.port}", "--workers", str(args.web_workers)]
-            + ["--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "5"]
-            # Each worker listens itself and the kernel spreads new connections over them:
-            # on one shared socket, the worker that wakes first can take every keep-alive
-            # client at once and leave the other idle. port_problem() still refuses a port
-            # another server holds, a second serve's included.
-            + ["--reuse-port", "--no-control-socket"],
-        ),
         Child(
             "worker",
             [*celery, "worker", "--loglevel", "INFO", "--concurrency", "2"]
@@ -89,17 +96,37 @@ def children(args: argparse.Namespace, local: bool) -> list[Child]:
             + ["--prefetch-multiplier", "4"]
             + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             + ["--hostname", f"simrun-{os.getpid()}@%h"],
+            env={WORKER_READY: str(home / "worker-ready")},
+            quiet=True,
         ),
-        Child("beat", [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""]),
+        Child("beat", [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""], quiet=True),
     ]
     if local:
         found.append(Child("local", [python, "-m", "django", "simrun_local"]))
+    found.append(
+        Child(
+            "web",
+            [python, "-m", "gunicorn", "simrun_site.wsgi:application", "-c", GUNICORN_CONFIG]
+            + ["--bind", f"{args.host}:{args.port}", "--workers", str(args.web_workers)]
+            + ["--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "5"]
+            # Each worker listens itself and the kernel spreads new connections over them:
+            # on one shared socket, the worker that wakes first can take every keep-alive
+            # client at once and leave the other idle. port_problem() still refuses a port
+            # another server holds, a second serve's included.
+            + ["--reuse-port", "--no-control-socket"],
+        )
+    )
     return found
 
 
 def start(child: Child, home: Path) -> None:
     child.process = subprocess.Popen(
-        child.argv, cwd=home, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        child.argv,
+        cwd=home,
+        env={**os.environ, **child.env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL if child.quiet else None,
+        preexec_fn=_die_with_parent,
     )
 
 
@@ -188,17 +215,29 @@ def demo(home: Path) -> str:
     return f"log in as {DEMO_USER} / {password}; {token}"
 
 
-def wait_until_listening(host: str, port: int, web: Child) -> bool:
-    """Whether the web server accepts connections before it died or the time ran out."""
+def wait_until(ready: Callable[[], bool], child: Child, stop: threading.Event) -> bool:
+    """Whether ``ready()`` came true before the child died, a stop or the time ran out."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    address = "127.0.0.1" if host in {"0.0.0.0", ""} else "::1" if host == "::" else host
-    while time.monotonic() < deadline:
-        if web.process is None or web.process.poll() is not None:
+    while time.monotonic() < deadline and not stop.is_set():
+        if child.process is None or child.process.poll() is not None:
             return False
-        with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=1):
+        if ready():
             return True
-        time.sleep(0.1)
+        stop.wait(0.05)
     return False
+
+
+def answers(host: str, port: int) -> bool:
+    """Whether the dashboard answers: its login page is a 200."""
+    address = "127.0.0.1" if host in {"0.0.0.0", ""} else "::1" if host == "::" else host
+    connection = HTTPConnection(address, port, timeout=5)
+    try:
+        connection.request("GET", "/login/")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
 
 
 def banner(args: argparse.Namespace, home: Path, login: str | None) -> str:
@@ -244,8 +283,9 @@ def isolation(backend: object) -> str:
             return f"{memory}no task can start: {problem}"
         return f"{memory}tasks run as user id {base} + their owner's id, apart from the service"
     return (
-        f"{memory}tasks run as this service's own user (not root, or SIMRUN_TASK_UID_BASE=0): "
-        "they can read what the service can (docs/cli.md)"
+        f"{memory}tasks run as this service's own user (not root, --tasks-as-service, --demo "
+        "where tasks' users could not reach this Python, or SIMRUN_TASK_UID_BASE=0): they "
+        "can read what the service can (docs/team.md)"
     )
 
 
@@ -281,51 +321,101 @@ def stop_children(found: list[Child]) -> None:
             process.wait()
 
 
-def demo_isolation() -> None:
-    """Let the demo run on any machine, as the README promises: where the tasks' users could
-    not reach this Python or the home (a folder above lets only root pass), and isolation was
-    not asked for, the demo's tasks run as the service's user; the banner says so."""
+def task_users(args: argparse.Namespace, home: Path) -> str | None:
+    """Choose who the tasks run as, before the settings are read; why serve cannot start, if so.
+
+    As root, each user's tasks run as a user of their own, which must reach this Python and
+    the home. Where it cannot (an interpreter or a home below ``/root``), a service would
+    accept runs and fail every task: serve starts only with a choice made. ``--tasks-as-service``
+    (or ``SIMRUN_TASK_UID_BASE``) is one; ``--demo`` makes it, saying so, so that the README's
+    first command works on any machine.
+    """
     from runs.backends.local_user import unreachable
 
-    if TASK_UID_BASE in os.environ or os.geteuid() != 0:
-        return
-    home = Path(os.environ.get("SIMRUN_HOME") or "var").absolute()
-    if problem := unreachable(Path(sys.executable).resolve(), home):
+    if args.tasks_as_service:
         os.environ[TASK_UID_BASE] = "0"
-        print(f"simrun: the demo runs its tasks as this service's user: {problem}")
+        return None
+    if TASK_UID_BASE in os.environ or os.geteuid() != 0:
+        return None
+    roots = [Path(sys.executable).resolve(), home]
+    roots += [Path(os.environ[n]) for n in ("SIMRUN_STORE", "SIMRUN_SCRATCH") if os.environ.get(n)]
+    problem = unreachable(*roots)
+    if problem is None:
+        return None
+    if args.demo:
+        os.environ[TASK_UID_BASE] = "0"
+        said = "the demo runs its tasks as this service's user (--tasks-as-service)"
+        print(f"simrun: {said}: {problem}")
+        return None
+    return (
+        "simrun: as root, each user's tasks run as a user of their own, and here no task "
+        f"could start: {problem}. Start with --tasks-as-service to run them as this "
+        "service's user (docs/team.md, 'Who a task runs as')."
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from runs.cli import database
     from runs.cli import home as service_home
 
     if problem := port_problem(args.host, args.port):
         print(f"simrun: {problem} (choose another with --port)", file=sys.stderr)
         return 1
     allowed_hosts(args.host)
-    if args.demo:
-        demo_isolation()
+    if refusal := task_users(args, service_home.home()):
+        print(refusal, file=sys.stderr)
+        return 2
     home = service_home.prepare()
     from django.conf import settings
-    from django.core.management import call_command
 
     prepare_broker()
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise serves from it
-    call_command("migrate", interactive=False, verbosity=0)
-    login = demo(home) if args.demo else None
+    database.migrate()  # a new SQLite one made at once
     protect_home(home)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    found = children(args, local=settings.SIMRUN_BACKEND == "local")
-    for child in found:
-        start(child, home)
+    found = children(args, local=settings.SIMRUN_BACKEND == "local", home=home)
     try:
-        if wait_until_listening(args.host, args.port, found[0]):
-            protect_home(home)  # what the children made meanwhile
-            print(banner(args, home, login), flush=True)
-        elif not stop.is_set():
-            print(f"simrun: the web server did not start on {args.host}:{args.port}")
-            return 1
-        return supervise(found, home, stop)
+        code = start_all(args, found, home, stop)
+        if code is None:
+            code = supervise(found, home, stop)
     finally:
         stop_children(found)
+        print("simrun: stopped; the processes of live runs go on", flush=True)
+    # Everything is stopped: spare the interpreter's teardown of Django, seconds of garbage
+    # collection on a busy machine.
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def start_all(
+    args: argparse.Namespace,
+    found: list[Child],
+    home: Path,
+    stop: threading.Event,
+) -> int | None:
+    """Start the children: the demo made while the worker starts, the web server once the
+    worker takes tasks (a run the web accepts is taken at once), the banner once the
+    dashboard answers; 1 if one did not start."""
+    worker, web = found[0], found[-1]
+    ready = Path(worker.env[WORKER_READY])
+    ready.unlink(missing_ok=True)
+    for child in found[:-1]:
+        start(child, home)
+    login = demo(home) if args.demo else None
+    if not wait_until(ready.exists, worker, stop):
+        return None if stop.is_set() else not_started("the Celery worker did not start")
+    start(web, home)
+    if not wait_until(lambda: answers(args.host, args.port), web, stop):
+        if stop.is_set():
+            return None
+        return not_started(f"the web server did not start on {args.host}:{args.port}")
+    protect_home(home)  # what the children made meanwhile
+    print(banner(args, home, login), flush=True)
+    return None
+
+
+def not_started(what: str) -> int:
+    print(f"simrun: {what}; stopping", file=sys.stderr)
+    return 1

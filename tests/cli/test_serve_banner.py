@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import pytest
@@ -32,16 +33,43 @@ def test_a_root_service_whose_store_no_task_user_reaches_says_why_no_task_starts
     assert "no task can start: " in said and "lets no other user pass" in said
 
 
-def test_the_demo_runs_its_tasks_as_the_service_where_task_users_cannot_reach_it(
+def serve_args(*flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    return parser.parse_args(list(flags))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="task users need a root service")
+def test_where_task_users_cannot_reach_the_home_serve_needs_a_choice_and_the_demo_makes_it(
     tmp_path, monkeypatch, capsys
 ):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o700)
-    monkeypatch.setenv("SIMRUN_HOME", str(locked / "var"))
     monkeypatch.delenv("SIMRUN_TASK_UID_BASE", raising=False)
-    serve.demo_isolation()
+
+    refusal = serve.task_users(serve_args(), locked / "var")
+
+    assert refusal is not None and "--tasks-as-service" in refusal and "docs/team.md" in refusal
+    assert "lets no other user pass" in refusal
+    assert "SIMRUN_TASK_UID_BASE" not in os.environ
+    assert serve.task_users(serve_args("--demo"), locked / "var") is None
     assert os.environ["SIMRUN_TASK_UID_BASE"] == "0"
     assert "the demo runs its tasks as this service's user" in capsys.readouterr().out
+
+
+def test_tasks_as_service_runs_the_tasks_as_the_service(tmp_path, monkeypatch):
     monkeypatch.setenv("SIMRUN_TASK_UID_BASE", "300000")
-    serve.demo_isolation()
-    assert os.environ["SIMRUN_TASK_UID_BASE"] == "300000"  # isolation asked for is kept
+    assert serve.task_users(serve_args("--tasks-as-service"), tmp_path) is None
+    assert os.environ["SIMRUN_TASK_UID_BASE"] == "0"
+
+
+def test_isolation_asked_for_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMRUN_TASK_UID_BASE", "300000")
+    assert serve.task_users(serve_args(), tmp_path / "locked") is None
+    assert os.environ["SIMRUN_TASK_UID_BASE"] == "300000"
+
+
+def test_the_banner_sends_to_the_page_on_who_a_task_runs_as(tmp_path):
+    backend = LocalBackend(store=tmp_path / "store", scratch=tmp_path / "scratch", cores=2)
+    said = isolation(backend)
+    assert "docs/team.md" in said and "docs/cli.md" not in said

@@ -99,6 +99,15 @@ class Service:
         self.process = None
         return code
 
+    def interrupt(self) -> int:
+        """Ctrl-C, as a terminal sends it: SIGINT to every process of the service at once;
+        returns its exit code."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGINT)
+        code = self.process.wait(timeout=60)
+        self.process = None
+        return code
+
     def crash(self) -> None:
         """SIGKILL serve and every process of the service (its process group), as a crash."""
         assert self.process is not None

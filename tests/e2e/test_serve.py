@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -94,3 +97,89 @@ def test_each_web_worker_listens_itself_and_a_second_serve_on_the_port_is_refuse
     )
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{sqlite_service.port}" in done.stderr
+
+
+def since_start(service: Service) -> str:
+    """What serve printed since its latest start."""
+    return service.log.read_text(errors="replace").split(f"=== start {service.starts}\n")[-1]
+
+
+def test_the_banner_comes_once_the_dashboard_answers_and_the_worker_takes_tasks(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    try:
+        # At once, no retry: the banner promises a dashboard that answers.
+        assert httpx.get(f"{service.url}/login/", timeout=10).status_code == 200
+        text = since_start(service)
+        assert text.index("ready.") < text.index("simrun is running at")  # the worker first
+    finally:
+        service.stop()
+
+
+def test_a_start_says_nothing_alarming(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    try:
+        text = since_start(service)
+        for noise in ("SecurityWarning", "superuser", "Listening at", "[ERROR]", "Traceback"):
+            assert noise not in text, text
+    finally:
+        service.stop()
+
+
+def test_ctrl_c_stops_everything_in_under_3_s_with_one_line(tmp_path):
+    service = Service(home=tmp_path / "home")
+    service.start()
+    assert service.process is not None
+    session = service.process.pid
+    before = len(since_start(service).splitlines())
+
+    started = time.monotonic()
+    code = service.interrupt()
+    took = time.monotonic() - started
+
+    said = since_start(service).splitlines()[before:]
+    assert code == 0
+    assert took < 3, f"{took:.1f} s"
+    assert said == ["simrun: stopped; the processes of live runs go on"], said
+    assert not service_processes(session)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="task users need a root service")
+def test_a_root_serve_whose_tasks_could_not_start_refuses_to_start_and_names_the_flag(tmp_path):
+    """pytest's folders below /tmp/pytest-of-root let no other user pass: no task user could
+    reach this home, so no task could ever start."""
+    service = Service(home=tmp_path / "home")
+    env = {k: v for k, v in service.env().items() if k != "SIMRUN_TASK_UID_BASE"}
+
+    done = subprocess.run(
+        [SIMRUN, "serve", "--port", str(service.port)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2
+    assert "no task could start" in done.stderr and "lets no other user pass" in done.stderr
+    assert "--tasks-as-service" in done.stderr and "docs/team.md" in done.stderr
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{service.url}/login/", timeout=2)
+
+    started = subprocess.Popen(
+        [SIMRUN, "serve", "--port", str(service.port), "--tasks-as-service"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert started.stdout is not None
+        for line in started.stdout:
+            if "tasks run as this service's own user" in line:
+                assert "docs/team.md" in line
+                break
+    finally:
+        os.killpg(started.pid, signal.SIGINT)
+        started.wait(timeout=30)
