@@ -12,27 +12,49 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import time
 from typing import Any
 
 loglevel = "warning"
+READY_WAIT_S = 120.0
 
 
 def post_worker_init(worker: Any) -> None:
-    """In a worker, its app loaded: import the URLs before the first request does."""
+    """In a worker, its app loaded: import the URLs before the first request does, and under
+    ``simrun serve`` take no request (a run) before the Celery worker takes tasks: the web
+    server starts beside it, and a request meanwhile waits in the kernel's queue."""
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - imported for its side effect
+    # gthread's own handlers shut its thread pool down inside the signal handler: a signal
+    # that came while the main thread held the pool's lock (handing a connection over)
+    # deadlocked the worker until the master's SIGKILL. These take no lock: SIGTERM ends the
+    # loop (it looks every second at most), SIGINT and SIGQUIT leave at once.
+    signal.signal(signal.SIGTERM, lambda *_: setattr(worker, "alive", False))
+    signal.signal(signal.SIGINT, lambda *_: leave(0))
+    signal.signal(signal.SIGQUIT, lambda *_: leave(0))
+    ready = os.environ.get("SIMRUN_WORKER_READY")
+    deadline = time.monotonic() + READY_WAIT_S
+    while ready and not os.path.exists(ready) and time.monotonic() < deadline:
+        worker.notify()  # alive for the master, which kills a silent worker after its timeout
+        time.sleep(0.05)
 
 
 def worker_exit(server: Any, worker: Any) -> None:
     """In a worker, once it stopped serving: exit with its code, without the teardown."""
-    from django.db import connections
-
     error = sys.exc_info()[1]
     code = error.code if isinstance(error, SystemExit) else 0
+    leave(code if isinstance(code, int) else 1)
+
+
+def leave(code: int) -> None:
+    """Exit a worker now: its output flushed, its database connections closed."""
+    from django.db import connections
+
     connections.close_all()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else 1)
+    os._exit(code)

@@ -4,10 +4,10 @@ The web server (gunicorn), a Celery worker and beat, and the step of the local b
 children of this process, with the embedded default when nothing is configured: SQLite,
 the store and kombu's filesystem broker under ``SIMRUN_HOME``, the local backend. With
 ``DATABASE_URL`` and ``CELERY_BROKER_URL`` set, they are PostgreSQL and Redis instead. The
-database is migrated at every start (nothing to do after the first); the worker is ready
-before the web server starts, and the banner is printed once the dashboard answers; a child
-that dies is started again; Ctrl-C or SIGTERM stops every child. The processes of the runs
-are not children: they go on, and the next start adopts them.
+database is migrated at every start (nothing to do after the first); the web server takes
+no request before the worker takes tasks, and the banner is printed once the dashboard
+answers; a child that dies is started again; Ctrl-C or SIGTERM stops every child. The
+processes of the runs are not children: they go on, and the next start adopts them.
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ def children(args: argparse.Namespace, local: bool, home: Path) -> list[Child]:
             # client at once and leave the other idle. port_problem() still refuses a port
             # another server holds, a second serve's included.
             + ["--reuse-port", "--no-control-socket"],
+            env={WORKER_READY: str(home / "worker-ready")},
         )
     )
     return found
@@ -395,18 +396,17 @@ def start_all(
     home: Path,
     stop: threading.Event,
 ) -> int | None:
-    """Start the children: the demo made while the worker starts, the web server once the
-    worker takes tasks (a run the web accepts is taken at once), the banner once the
-    dashboard answers; 1 if one did not start."""
+    """Start the children and make the demo meanwhile; the web server takes no request before
+    the worker takes tasks (``simrun_site.gunicorn``), so a run it accepts is taken at once;
+    the banner once the dashboard answers. 1 if one did not start."""
     worker, web = found[0], found[-1]
     ready = Path(worker.env[WORKER_READY])
     ready.unlink(missing_ok=True)
-    for child in found[:-1]:
+    for child in found:
         start(child, home)
     login = demo(home) if args.demo else None
     if not wait_until(ready.exists, worker, stop):
         return None if stop.is_set() else not_started("the Celery worker did not start")
-    start(web, home)
     if not wait_until(lambda: answers(args.host, args.port), web, stop):
         if stop.is_set():
             return None
