@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import warnings
 from logging.config import dictConfig
@@ -15,7 +16,13 @@ from typing import Any
 
 from celery import Celery
 from celery.exceptions import SecurityWarning
-from celery.signals import setup_logging, worker_ready, worker_shutdown, worker_shutting_down
+from celery.signals import (
+    beat_init,
+    setup_logging,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "simrun_site.settings")
 # The service runs as root by design (the local backend starts each user's tasks as a user of
@@ -64,3 +71,19 @@ def leave_at_once(sender: Any, **kwargs: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(getattr(sender, "exitcode", None) or 0)
+
+
+@beat_init.connect  # type: ignore[untyped-decorator]  # celery ships no types
+def stop_once(sender: Any, **kwargs: Any) -> None:
+    """Beat stops at the first SIGTERM or SIGINT and ignores the next: Celery's handler
+    saved the schedule and raised SystemExit at each, and a second signal (serve's SIGTERM
+    after the terminal's Ctrl-C) came during the exit and printed a traceback."""
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        sender.sync()
+        raise SystemExit()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
