@@ -33,7 +33,8 @@ def program(argv: list[str]) -> tuple[str, str]:
 
 def test_each_process_of_serve_has_its_compose_service_with_the_same_command():
     args = argparse.Namespace(host="0.0.0.0", port=8000, web_workers=3)
-    served = {child.name: program(child.argv) for child in children(args, local=True)}
+    found = children(args, local=True, home=Path("/srv/simrun"))
+    served = {child.name: program(child.argv) for child in found}
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     composed = {name: program(s["command"]) for name, s in services.items() if "command" in s}
 

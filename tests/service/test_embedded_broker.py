@@ -23,7 +23,15 @@ pytestmark = pytest.mark.slow
 def embedded(home: Path) -> dict[str, str]:
     """The environment of a process with nothing configured but its home."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(CONFIGURATION)}
-    return {**clean, "SIMRUN_HOME": str(home), "SECRET_KEY": "test", "PYTHONPATH": str(ROOT)}
+    # Tasks as the service's user: the home is in a folder only root passes, where a root
+    # service refuses the runs its tasks' users could not start (a 503).
+    return {
+        **clean,
+        "SIMRUN_HOME": str(home),
+        "SECRET_KEY": "test",
+        "PYTHONPATH": str(ROOT),
+        "SIMRUN_TASK_UID_BASE": "0",
+    }
 
 
 def queued(home: Path) -> int:
