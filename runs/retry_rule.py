@@ -4,9 +4,11 @@ An attempt runs with the retry memory exactly when the attempt right before it e
 every other attempt runs with the plan's memory. 137 is a kill for memory, or a SIGKILL after
 the grace period: Argo's ``podSpecPatch`` sees only the attempt before (``lastRetry``), and
 its exit code alone, so it cannot tell them apart, and the local backend follows the same
-rule so that both agree attempt by attempt. A kill for memory of an attempt that ran with
-the retry memory fails the run (Ruling 35); one that ran with the plan's memory (after an
-eviction, say) is retried with the retry memory like the first.
+rule so that both agree attempt by attempt. The run fails on the *second proven kill for
+memory* of a pod when that kill hit the retry memory (Ruling 35, ``fails_the_run``); a kill
+with the plan's memory (after an eviction, say) is retried with the retry memory like the
+first, and so is a first proven kill that met the retry memory only because a SIGKILL after
+the grace period (137 without evidence) came before it: both backends retry it once more.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def rendered_memory_gb(
     return next_memory_gb(
         memory_gb=memory_gb, retry_memory_gb=retry_memory_gb, previous_exit=previous
     )
+
+
+def fails_the_run(*, proven_kills: int, with_retry_memory: bool) -> bool:
+    """Whether a proven kill for memory ends its pod's retries: the second one, with the retry
+    memory (Ruling 35). ``proven_kills`` counts this kill and the pod's earlier proven ones."""
+    return with_retry_memory and proven_kills >= 2
 
 
 def ran_with_retry_memory(attempt_gb: float, *, memory_gb: float, retry_memory_gb: float) -> bool:

@@ -413,7 +413,7 @@ def _failures(
     exit 137 whose report cannot be read yet is decided at a later poll; without a report
     after ``SIMRUN_REPORT_GRACE_S`` it was a kill after the grace period: an eviction. Each
     attempt's memory is the one it ran with (``attempt_memory_gb``); a kill of an attempt
-    that had the retry memory fails its task (Ruling 35).
+    that had the retry memory, its second proven one, fails its task (Ruling 35).
     """
     grace = settings.SIMRUN_REPORT_GRACE_S
     found = Failures(kills={w: list(a) for w, a in run.oom_kills.items()})
@@ -457,12 +457,15 @@ def _failures(
             with_retry = retry_rule.ran_with_retry_memory(
                 memory, memory_gb=plan.memory_gb, retry_memory_gb=plan.retry_memory_gb
             )
-            if oom and with_retry and task_id not in found.killed_with_retry:
-                killed = found.kills[key]
+            killed = found.kills.get(key, [])
+            if (
+                oom
+                and retry_rule.fails_the_run(proven_kills=len(killed), with_retry_memory=with_retry)
+                and task_id not in found.killed_with_retry
+            ):
                 found.killed_with_retry[task_id] = (
-                    f"{key} was killed for memory{' again' if len(killed) > 1 else ''} with the "
-                    f"retry memory {memory:g} GiB (attempt{'s' if len(killed) > 1 else ''} "
-                    f"{', '.join(map(str, killed))})"
+                    f"{key} was killed for memory again with the retry memory {memory:g} GiB "
+                    f"(attempts {', '.join(map(str, killed))})"
                 )
             found.rows.append(
                 Attempt(

@@ -4,7 +4,7 @@ For each sequence of attempt ends, three places must agree on the memory of ever
 and on the end of the run: the Workflow the Argo backend renders (its ``podSpecPatch`` and
 retry expression evaluated as Argo would), the local backend's choice of the next attempt's
 memory and of its retry, and the controller, which records what each attempt ran with and
-fails the run only when an attempt that had the retry memory was killed for memory.
+fails the run only on the second proven kill for memory, one that had the retry memory.
 """
 # ruff: noqa: F811  (the fixtures are imported from controller_support by name)
 
@@ -79,7 +79,9 @@ SEQUENCES = [
     (["oom", "oom"], "mR", "memory"),
     (["oom", "preempt", "oom", "ok"], "mRmR", "succeeded"),
     (["oom", "preempt", "oom", "oom"], "mRmR", "memory"),
-    (["grace", "oom"], "mR", "memory"),
+    (["grace", "oom", "ok"], "mRR", "succeeded"),
+    (["grace", "oom", "oom"], "mRR", "memory"),
+    (["grace", "grace", "oom", "oom"], "mRRR", "memory"),
     (["grace", "ok"], "mR", "succeeded"),
     (["sigterm", "oom", "ok"], "mmR", "succeeded"),
     (["preempt", "preempt", "ok"], "mmm", "succeeded"),
