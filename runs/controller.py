@@ -242,27 +242,32 @@ def poll_run(run: Run, tasks: list[Task], *, backend: Backend, now: float | None
     return observe(run, tasks, task_plans(tasks), status, now)
 
 
-def follow_up(run: Run, tasks: list[Task], *, written: bool, backend: Backend) -> None:
-    """The backend's side of a written poll: settle a run it ended, keep the logs of a live one."""
+def follow_up(run: Run, tasks: list[Task], *, written: bool, backend: Backend) -> bool:
+    """The backend's side of a written poll: settle a run it ended, keep the logs of a live one.
+
+    Returns whether a log is still owed: a read that failed, to try again at the next pass.
+    """
     if written and run.ended:
         settle_run(run, tasks, backend=backend)
-    elif not run.ended:
-        keep_logs(run, tasks, backend=backend)
+        return False
+    if not run.ended:
+        return not keep_logs(run, tasks, backend=backend)
+    return False
 
 
 def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     """Keep the logs of the final tasks' terminated pods and record their reports; of a live
-    task, the logs of the pods that ended so far.
+    task, the logs of the pods that ended so far, whatever its state.
 
     Once every pod of a task terminated its task is marked ``logs_kept`` and not asked
-    again. Returns whether nothing is left to keep: every final task kept, or the workflow
-    gone (a workflow which does not exist has no logs to keep).
+    again. Returns whether nothing is left to keep: every final task kept, no read of an
+    ended pod's log failed, or the workflow gone (a workflow which does not exist has no logs).
     """
     complete = True
     for task in tasks:
         if task.state not in FINAL_TASK_STATES or task.logs_kept:
             if task.state in LIVE_POD_STATES and run.backend != "local":
-                _keep_ended_pods(run, task, backend=backend)
+                complete = _keep_ended_pods(run, task, backend=backend) and complete
             if task.state in LIVE_POD_STATES and run.oom_kills:
                 plan = TaskPlan.model_validate(task.plan)
                 observations.record_kills(task=task, plan=plan, kills=run.oom_kills)
@@ -292,19 +297,24 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     return complete
 
 
-LIVE_POD_STATES = (TaskState.RUNNING, TaskState.PREEMPTED, TaskState.RETRYING)
-"""States of a task whose ended pods a cluster's pod GC may delete before the task is final."""
+LIVE_POD_STATES = (TaskState.QUEUED, TaskState.RUNNING, TaskState.PREEMPTED, TaskState.RETRYING)
+"""States of a task that has pods before it is final, whose ended pods a cluster's pod GC may
+delete first: every state but waiting (no pod yet) and the final ones. A split task whose
+coordinator waits for admission is queued while its extra workers may have ended."""
 
 
-def _keep_ended_pods(run: Run, task: Task, *, backend: Backend) -> None:
+def _keep_ended_pods(run: Run, task: Task, *, backend: Backend) -> bool:
     """Keep the logs of a live task's pods that ended, before a pod GC outruns them (the local
-    backend writes its logs into the store itself)."""
+    backend writes its logs into the store itself); whether no read of an ended pod failed."""
     try:
-        logs.keep(store.task_folder(run.id, task.task_id), backend.logs(run.workflow, task.task_id))
+        pods = backend.logs(run.workflow, task.task_id)
+        logs.keep(store.task_folder(run.id, task.task_id), pods)
     except KeyError:
-        return
+        return True
     except Exception:
         log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
+        return False
+    return not any(pod.unread for pod in pods)
 
 
 # The terminal record and its pending work (Ruling 25).
@@ -483,7 +493,9 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
                 continue
             try:
                 if memory is None or not memory.resync_only(run, written[run.pk]):
-                    follow_up(run, tasks, written=written[run.pk], backend=backend)
+                    owed = follow_up(run, tasks, written=written[run.pk], backend=backend)
+                    if memory is not None:
+                        memory.owe_logs(run.pk, owed)
                 _recovered(run)
                 if memory is not None:
                     memory.remember([run])

@@ -4,11 +4,11 @@ A poll decides from a run's record, its workflow's status, files of the store an
 A running run whose record (its ``version``) and workflow (the backend's ``versions``, see
 ``ChangeSignal``) are as at its last poll, whose unfinished split tasks' ``progress.jsonl``
 did not change size, and which waits for nothing in time (a merge marker or a report within its
-grace, the logs of a final task to keep, a reconcile that crashed) would be decided the same:
-the pass skips it, reading neither its status nor its tasks. Ended pods of a live task change
-its workflow, so their logs are kept by the poll that sees the change. Every run is still
-polled in full at least every ``SIMRUN_RESYNC_S``, as informers resync, each at its own
-point of that interval so the full polls spread over passes.
+grace, the logs of a final task to keep, a log read that failed, a reconcile that crashed)
+would be decided the same: the pass skips it, reading neither its status nor its tasks. Ended
+pods of a live task change its workflow, so their logs are kept by the poll that sees the
+change. Every run is still polled in full at least every ``SIMRUN_RESYNC_S``, as informers
+resync, each at its own point of that interval so the full polls spread over passes.
 
 What this remembers lives in the memory of one process and is safe to lose (the service
 keeps no state in memory, spec/000): a run not remembered, after a restart or in another
@@ -63,6 +63,8 @@ class PollMemory:
         """What this pass read before its polls, by run id: kept by ``remember``."""
         self.resyncing: set[str] = set()
         """The runs this pass polls only because their resync is due: nothing changed."""
+        self.logs_owed: set[str] = set()
+        """The runs whose last poll failed to read the log of an ended pod: polled again."""
 
     @property
     def remembers(self) -> bool:
@@ -100,6 +102,7 @@ class PollMemory:
             run.pk
             for run in running
             if run.pk not in pending_logs
+            and run.pk not in self.logs_owed
             and not (run.merge_pending or run.reports_pending or run.reconcile_failures)
             and (seen := self._seen.get(run.pk)) is not None
             and seen.record == run.version
@@ -114,6 +117,13 @@ class PollMemory:
         backend's side (keeping the logs of ended pods) has nothing new to do, as a pod that
         ends changes its workflow, so it is left out (an informer's resync calls no API)."""
         return not written and run.pk in self.resyncing
+
+    def owe_logs(self, run_id: str, owed: bool) -> None:
+        """Note whether a run's poll left a log read to try again: such a run is not skipped."""
+        if owed:
+            self.logs_owed.add(run_id)
+        else:
+            self.logs_owed.discard(run_id)
 
     def remember(self, runs: Iterable[Run]) -> None:
         """Remember the polls of runs that went through, with the records they left."""

@@ -139,6 +139,8 @@ class ArgoBackend:
         self._core_once = cast(CoreV1Api, Resilient(CoreV1Api(api), once, silence))
         self.capacity_ttl_s = capacity_ttl_s
         self._sizes: list[tuple[float, float]] = []
+        self._unread: dict[tuple[str, str], dict[str, PodLog]] = {}
+        """Terminated pods whose log read failed, by workflow and task (``logs``)."""
         self._sizes_at: float | None = None
         self.build_poll_s = build_poll_s
         self.watch_timeout_s = watch_timeout_s
@@ -331,8 +333,30 @@ class ArgoBackend:
                     continue  # deleted since the list
                 elif error.status != 400:  # 400: its container has not started yet
                     log.warning("the log of pod %s is not readable now: %s", entry.pod, error)
+                    if entry.done:
+                        entry.unread = f"{error.status} {error.reason}".strip()
                     entry.done = False  # not kept yet: asked again at the next call
             found.append(entry)
+        return self._unread_since(name, task_id, found)
+
+    def _unread_since(self, name: str, task_id: str, found: list[PodLog]) -> list[PodLog]:
+        """``found``, with a missing entry for each terminated pod whose log read failed at an
+        earlier call and which is gone since: its log can never be kept, and the store says why.
+
+        What it remembers lives in this process only: after a restart such a pod is unknown.
+        """
+        key = (name, task_id)
+        earlier = self._unread.pop(key, {})
+        listed = {entry.pod for entry in found}
+        for pod, entry in earlier.items():
+            if pod not in listed:
+                why = (
+                    f"its pod was deleted before its log could be read (last read: {entry.unread})"
+                )
+                found.append(entry.model_copy(update={"done": True, "unread": "", "missing": why}))
+        unread = {entry.pod: entry for entry in found if entry.unread}
+        if unread:
+            self._unread[key] = unread
         return found
 
     def placements(self) -> list[Placement]:

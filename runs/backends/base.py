@@ -123,6 +123,10 @@ class PodLog(BaseModel):
     missing: str = Field(
         default="", description="Why the log of a terminated pod cannot be read any more."
     )
+    unread: str = Field(
+        default="",
+        description="Why the log of a terminated pod could not be read now: asked again later.",
+    )
 
 
 class Placement(BaseModel):

@@ -147,3 +147,30 @@ def test_the_controller_keeps_each_log_as_its_pod_ends_so_the_pod_gc_cannot_outr
         "[simrun] no log was kept: its pod was deleted (by the pod GC or a preemption) "
         "before its log was kept\n"
     )
+
+
+def test_a_pod_whose_log_read_failed_and_which_is_gone_since_is_missing_with_why(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    from runs.backends.argo_api import CallPolicy
+
+    backend = ArgoBackend(
+        cluster=CLUSTER, api=kube.client(), store=tmp_path, calls=CallPolicy(tries=1)
+    )
+    kube.state.put_pod(argo_pod("p0", node_name="sweep-w0(0)", phase="Failed"), log="lost\n")
+    kube.state.put_pod(argo_pod("p1", node_name="sweep-w0(1)", phase="Running", attempt=1))
+    kube.state.intercept = lambda r: 500 if r.path.endswith("/p0/log") else None
+
+    [first, _running] = backend.logs(WF, "sweep")
+    assert (first.done, first.unread) == (False, "500 Internal Server Error")
+
+    [again, _running] = backend.logs(WF, "sweep")  # still there: asked again
+    assert log_reads(kube).count("p0") == 2 and again.unread
+
+    kube.state.pods.pop(("simrun", "p0"))  # the pod GC came before a read went through
+    logs = {log.pod: log for log in backend.logs(WF, "sweep")}
+    assert (logs["p0"].done, logs["p0"].node, logs["p0"].attempt) == (True, "sweep-w0(0)", 0)
+    assert logs["p0"].missing == (
+        "its pod was deleted before its log could be read (last read: 500 Internal Server Error)"
+    )
+    assert [log.pod for log in backend.logs(WF, "sweep")] == ["p1"], "said once"

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from runs import store
 from runs.backends.base import RETRYING_PHASE
-from runs.models import Attempt, Observation, Run, RunState, Task
+from runs.models import Attempt, Observation, Run, RunState, Task, TaskState
 from runs.planner import TaskPlan
 from tests.service.controller_support import (  # noqa: F401
     PIPELINE,
@@ -597,6 +597,20 @@ def test_the_logs_of_pods_still_running_are_kept_once_they_terminated(launch, fa
     poll(fake)
     assert (folder / "sweep-extra(0:1)-0.log").read_text() == "bye\n"
     assert Task.objects.get(run=run, task_id="sweep").logs_kept
+
+
+def test_the_ended_extra_workers_of_a_task_waiting_for_admission_have_their_logs_kept(launch, fake):
+    run = launch(PIPELINE)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Pending", "sweep-extra(0:1)": "Succeeded"})
+    fake.set_logs(
+        run.workflow,
+        "sweep",
+        [pod_log("sweep-w0", done=False), pod_log("sweep-extra(0:1)", "extra done\n")],
+    )
+    poll(fake)
+    assert Task.objects.get(run=run, task_id="sweep").state == TaskState.QUEUED
+    folder = task_dir(run, "sweep") / "logs"
+    assert (folder / "sweep-extra(0:1)-0.log").read_text() == "extra done\n"
 
 
 def test_an_ended_run_stays_followed_until_its_logs_are_kept(launch, fake):

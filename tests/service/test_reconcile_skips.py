@@ -21,6 +21,7 @@ from tests.service.controller_support import (  # noqa: F401 (fixtures)
     fresh,
     home,
     launch,
+    pod_log,
     poll,
     sent,
     task_dir,
@@ -131,6 +132,26 @@ def test_a_final_task_whose_logs_are_not_kept_keeps_its_run_polled(steady, fake)
     assert Task.objects.get(run=run, task_id="sweep").logs_kept
     poll(fake)
     assert statuses(fake) == []
+
+
+def test_a_live_task_whose_log_read_failed_keeps_its_run_polled_until_the_log_is_kept(steady, fake):
+    run = steady[0]
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running", "sweep-extra(0:1)": "Succeeded"})
+    ended = pod_log("sweep-extra(0:1)", "extra done\n")
+    unread = ended.model_copy(update={"done": False, "text": "", "unread": "500 Server Error"})
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), unread])
+    poll(fake)
+    statuses(fake)
+    poll(fake)  # nothing changed but the read is owed
+    assert statuses(fake) == [run.workflow]
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), ended])
+    poll(fake)
+    assert (task_dir(run, "sweep") / "logs" / "sweep-extra(0:1)-0.log").read_text() == (
+        "extra done\n"
+    )
+    statuses(fake)
+    poll(fake)
+    assert statuses(fake) == [], "kept: skipped again"
 
 
 def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settings):
