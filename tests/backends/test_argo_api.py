@@ -156,7 +156,7 @@ def test_a_build_another_submission_started_meanwhile_is_joined_not_failed(
     name = build_pod_name(REF)
 
     def other_submission_first(request: Request) -> int | None:
-        if request.method != "POST":
+        if request.method != "POST" or not request.path.endswith("/pods"):
             return None
         # Between this submission's read (not found) and its create, another one created it.
         other = argo_pod(name, node_name="", phase="Succeeded")
@@ -167,7 +167,10 @@ def test_a_build_another_submission_started_meanwhile_is_joined_not_failed(
 
     backend.build_image(build_context(tmp_path / "images" / "abc"), REF)
 
-    assert [r.status for r in kube.state.requests if r.method == "POST"] == [409]
+    posts = [
+        r.status for r in kube.state.requests if r.method == "POST" and r.path.endswith("/pods")
+    ]
+    assert posts == [409]
     assert ("simrun", name) not in kube.state.pods  # the joined build was waited for, then done
     assert ("simrun", name) not in kube.state.config_maps
 
