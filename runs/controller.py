@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from harness.tasktypes import task_types
-from runs import images, locks, logs, observations, store, unchanged
+from runs import images, locks, logs, observations, unchanged
 from runs.backends import cluster_config, get_backend
 from runs.backends.argo_nodes import choose_node
 from runs.backends.base import (
@@ -36,7 +36,8 @@ from runs.backends.base import (
     ClusterConfig,
     workflow_name,
 )
-from runs.handoff import after_commit
+from runs.common import store
+from runs.common.handoff import after_commit
 from runs.models import (
     ATTEMPT_OUTCOME_FIELDS,
     FINAL_TASK_STATES,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runs import store
 from runs.backends.base import ClusterConfig
+from runs.common import store
 
 IMAGE_NAME = "simrun-env"
 TAG_LENGTH = 32

@@ -46,8 +46,8 @@ from harness.tasktypes import (
     registered_types,
     runs_in_the_pods,
 )
-from runs import store
 from runs.backends import local_env, local_user
+from runs.common import store
 from runs.spec import RunSpec, SpecError, validate_spec
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,10 @@ from django.utils import timezone
 
 from harness import untrusted
 from harness.report import LiveMemory
-from runs import store
 from runs.backends.local_launcher import live_name
+from runs.common import store
+from runs.common.store import TaskFolder
 from runs.models import FINAL_TASK_STATES, Attempt
-from runs.store import TaskFolder
 
 LIVE_READ_BYTES = 64 * 1024
 """A live file is a few KiB: more is not one the harness wrote."""

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from harness import untrusted
 from runs.backends.base import PodLog
-from runs.store import TaskFolder
+from runs.common.store import TaskFolder
 
 log = logging.getLogger(__name__)
 

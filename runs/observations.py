@@ -27,9 +27,9 @@ from typing import Any
 from harness import untrusted
 from harness.report import WorkerReport
 from runs import retry_rule
+from runs.common.store import TaskFolder
 from runs.models import Attempt, Observation, Task
 from runs.planner import TaskPlan, observation_key
-from runs.store import TaskFolder
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ the node and retries until that succeeds (Ruling 25).
 
 from __future__ import annotations
 
-from runs.handoff import after_commit
+from runs.common.handoff import after_commit
 from runs.models import Run
 
 

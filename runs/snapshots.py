@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING
 
 from django.contrib.auth.models import User
 
-from runs import store
+from runs.common import store
 from runs.models import Snapshot
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from django.utils import timezone
 from harness import untrusted
 from harness.merge import MERGED_MARKER
 from harness.report import PROGRESS_UNIT, WorkerReport
-from runs import observations, retry_rule, store
+from runs import observations, retry_rule
 from runs.backends.base import (
     PREEMPTED_PHASE,
     RETRYING_PHASE,
@@ -29,10 +29,11 @@ from runs.backends.base import (
     FailedAttempt,
     worker_of_node,
 )
+from runs.common import store
+from runs.common.store import TaskFolder
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
 from runs.observations import attempt_memory_gb, task_of
 from runs.planner import TaskPlan
-from runs.store import TaskFolder
 
 log = logging.getLogger(__name__)
 

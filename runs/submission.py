@@ -16,12 +16,12 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
 from harness.tasktypes import TaskType
-from runs import store
 from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
+from runs.common import store
+from runs.common.handoff import after_commit
 from runs.controller import Schedule, scheduler
 from runs.evidence import prior_evidence
-from runs.handoff import after_commit
 from runs.learned_types import run_types
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planner import (

@@ -16,9 +16,9 @@ from typing import BinaryIO
 
 from harness import untrusted
 from harness.report import PROGRESS_UNIT
-from runs import store
+from runs.common import store
+from runs.common.store import TaskFolder
 from runs.models import Run, Task, TaskKind, TaskState
-from runs.store import TaskFolder
 
 LOG_NAME = re.compile(r"^(?P<node>[^./][^/]*)-(?P<attempt>\d+)\.log$")
 """``<node>-<attempt>.log`` as the backends write them into ``tasks/<task>/logs/``."""

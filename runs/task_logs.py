@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from runs import store, task_files
+from runs import task_files
 from runs.backends import get_backend
 from runs.backends.base import PodLog
+from runs.common import store
 from runs.logs import log_name
 from runs.models import Task
 

@@ -49,7 +49,8 @@ def reconcile() -> None:
 
     A line at INFO only for a pass that changed a run (DEBUG otherwise): every 5 s.
     """
-    from runs import controller, metrics
+    from runs import controller
+    from runs.common import metrics
 
     with metrics.reconcile_timer() as timer:
         changed = controller.reconcile()

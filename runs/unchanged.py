@@ -29,8 +29,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
-from runs import store
 from runs.backends.base import Backend, ChangeSignal
+from runs.common import store
 from runs.models import FINAL_TASK_STATES, Run, RunState, Task, TaskKind
 
 

@@ -25,7 +25,7 @@ from django_htmx.http import HTMX_STOP_POLLING
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from harness.tasktypes import task_types
-from runs import accounting, capacity, controller, reservations, store, task_files, task_logs
+from runs import accounting, capacity, controller, reservations, task_files, task_logs
 from runs.access import (
     run_or_404,
     run_with_tasks_or_404,
@@ -38,6 +38,7 @@ from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
+from runs.common import store
 from runs.dag import layout
 from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.middleware import past_cap
@@ -425,14 +426,14 @@ def _may_scrape(request: HttpRequest) -> bool:
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    """The service's metrics for Prometheus (runs/metrics.py)."""
+    """The service's metrics for Prometheus (runs/common/metrics.py)."""
     if not _may_scrape(request):
         return HttpResponse(
             "metrics need a staff login or the bearer token SIMRUN_METRICS_TOKEN\n",
             status=403,
             content_type="text/plain",
         )
-    from runs import metrics as figures  # prometheus-client: only where metrics are asked
+    from runs.common import metrics as figures  # prometheus-client: only where metrics are asked
 
     return HttpResponse(figures.exposition(), content_type=CONTENT_TYPE_LATEST)
 

@@ -110,7 +110,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    # Last: turns a locked-out login into runs.login_throttle's answer.
+    # Last: turns a locked-out login into runs.common.login_throttle's answer.
     "axes.middleware.AxesMiddleware",
 ]
 
@@ -149,7 +149,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # The runs lists' statements are prepared on a connection at their second run, so
-    # PostgreSQL plans them once (runs.prepared); off for a pooler that cannot keep them.
+    # PostgreSQL plans them once (runs.common.prepared); off for a pooler that cannot keep them.
     if SIMRUN_PREPARED_STATEMENTS:
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -168,20 +168,24 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:run-list"
 LOGOUT_REDIRECT_URL = "login"
 # Django's database sessions and model backend, their reads written out on PostgreSQL.
-SESSION_ENGINE = "runs.sessions"
+SESSION_ENGINE = "runs.common.sessions"
 # Axes first: a locked-out username or address is refused before its password is checked.
-AUTHENTICATION_BACKENDS = ["runs.login_throttle.ThrottleBackend", "runs.user_backend.UserBackend"]
+AUTHENTICATION_BACKENDS = [
+    "runs.common.login_throttle.ThrottleBackend",
+    "runs.common.user_backend.UserBackend",
+]
 
-# Login throttling (runs/login_throttle.py): SIMRUN_LOGIN_FAILURES failed logins of a username,
-# or from an address, lock it out for SIMRUN_LOGIN_LOCKOUT_MIN minutes from the last failure.
+# Login throttling (runs/common/login_throttle.py): SIMRUN_LOGIN_FAILURES failed logins of a
+# username, or from an address, lock it out for SIMRUN_LOGIN_LOCKOUT_MIN minutes from the last
+# failure.
 AXES_ENABLED = _bool("SIMRUN_LOGIN_THROTTLE", True)
 AXES_FAILURE_LIMIT = _read("SIMRUN_LOGIN_FAILURES", env.int, 10)
 AXES_COOLOFF_TIME = timedelta(minutes=_positive("SIMRUN_LOGIN_LOCKOUT_MIN", 15.0))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True
-AXES_LOCKOUT_CALLABLE = "runs.login_throttle.lockout_response"
-AXES_CLIENT_IP_CALLABLE = "runs.login_throttle.client_ip"
+AXES_LOCKOUT_CALLABLE = "runs.common.login_throttle.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "runs.common.login_throttle.client_ip"
 # The proxies in front of the service that append the client's address to X-Forwarded-For.
 SIMRUN_PROXY_HOPS = _read("SIMRUN_PROXY_HOPS", env.int, 0)
 
@@ -323,7 +327,7 @@ SIMRUN_CLUSTER = {
     "build_namespace": _read("SIMRUN_BUILD_NAMESPACE", env.str, ""),
 }
 
-# /metrics (runs/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with
+# /metrics (runs/common/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with
 # SIMRUN_METRICS_LOOPBACK any scrape from this machine. The worker's measurements reach the web
 # server through prometheus-client's multiprocess files.
 SIMRUN_METRICS_TOKEN = _read("SIMRUN_METRICS_TOKEN", env.str, "")
@@ -331,14 +335,14 @@ SIMRUN_METRICS_LOOPBACK = _bool("SIMRUN_METRICS_LOOPBACK", False)
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(SIMRUN_HOME / "metrics"))
 Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
-# A line per change as key=value with the run's id (runs/logfmt.py); Celery's processes log the
-# same way (simrun_site/celery.py). Celery's lines per task received and done (a reconcile
+# A line per change as key=value with the run's id (runs/common/logfmt.py); Celery's processes
+# log the same way (simrun_site/celery.py). Celery's lines per task received and done (a reconcile
 # every 5 s) say nothing an operator needs: runs.tasks logs a pass that changed something.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"()": "runs.logfmt.KeyValueFormatter"}},
-    "filters": {"once": {"()": "runs.logfmt.Once"}},
+    "formatters": {"plain": {"()": "runs.common.logfmt.KeyValueFormatter"}},
+    "filters": {"once": {"()": "runs.common.logfmt.Once"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["once"]}
     },

@@ -50,7 +50,8 @@ class TokenView(APIView):
             data = request.data
         except ParseError as error:  # answered as field errors, as the schema says
             return Response({"body": [str(error.detail)]}, status=400)
-        # Django's request, which login throttling (runs.login_throttle) marks when locked out.
+        # Django's request, which login throttling (runs.common.login_throttle) marks when locked
+        # out.
         serializer = AuthTokenSerializer(data=data, context={"request": request._request})
         serializer.is_valid(raise_exception=True)
         record, token = create_token(serializer.validated_data["user"])

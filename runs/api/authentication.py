@@ -26,8 +26,8 @@ from rest_framework import exceptions
 from rest_framework.authentication import get_authorization_header
 from rest_framework.request import Request
 
-from runs.prepared import prepared_rows
-from runs.user_backend import USER_COLUMNS, USER_FIELDS
+from runs.common.prepared import prepared_rows
+from runs.common.user_backend import USER_COLUMNS, USER_FIELDS
 
 SCHEMES = (b"token", b"bearer")
 INVALID = "Invalid token."
@@ -88,7 +88,7 @@ def tokens_of_key(key: str) -> Iterator[AuthToken]:
 
     On PostgreSQL the query is written out (building it through the ORM on every request
     cost twice what running it does) and prepared, planned once per connection
-    (``runs.prepared``). Elsewhere the ORM builds it: SQLite gives the token's columns of a
+    (``runs.common.prepared``). Elsewhere the ORM builds it: SQLite gives the token's columns of a
     written-out query as text, which only the ORM turns into times.
     """
     users = get_user_model()

@@ -15,8 +15,8 @@ from typing import Any
 from django.db import connections, router
 
 from runs.api.filters import apply_filters
+from runs.common.prepared import with_literals
 from runs.models import Run, RunQuerySet
-from runs.prepared import with_literals
 
 KEPT = 2048  # the SQL of as many listings kept per process
 
@@ -56,7 +56,7 @@ def frozen_value(value: Any) -> Hashable:
 @lru_cache(maxsize=KEPT)
 def matched_sql(listing: Listing) -> str:
     """The runs of ``listing`` as a subquery of their ids and creation times, unordered, its
-    values written in (``runs.prepared``): a statement repeated is prepared with the plan of
+    values written in (``runs.common.prepared``): a statement repeated is prepared with the plan of
     its values."""
     query = listing.runs().values("pk", "created_at").order_by().query
     return with_literals(connections[listing.alias], *query.sql_with_params())

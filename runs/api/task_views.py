@@ -11,7 +11,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs import store, task_files, task_logs
+from runs import task_files, task_logs
 from runs.access import task_or_404
 from runs.api import schema
 from runs.api.serializers import (
@@ -20,6 +20,7 @@ from runs.api.serializers import (
     OutputSerializer,
     TaskSerializer,
 )
+from runs.common import store
 from runs.task_files import IMAGE_TYPES, MAX_LOG_TAIL_LINES
 
 MAX_OFFSET = 2**53

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from runs import store
+from runs.common import store
 from runs.models import Attempt, Run
 
 MIB = 2**20

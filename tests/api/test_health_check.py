@@ -1,6 +1,6 @@
 """A kept database connection is checked by a request's own first statement, not by a
 ``SELECT 1`` before it, and one lost between requests is replaced without an error
-(``runs.prepared.prepared_rows``). Requests go through Django's WSGI handler as a server
+(``runs.common.prepared.prepared_rows``). Requests go through Django's WSGI handler as a server
 calls it, so its signals reset the check at each request as they do when served."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError, connection, transaction
 from django.db.backends.postgresql.base import DatabaseWrapper
 
-from runs import prepared
 from runs.api.authentication import create_token
+from runs.common import prepared
 from runs.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +59,7 @@ def token(owner) -> str:
 def cookie(owner) -> str:
     session = SessionStore()
     session[SESSION_KEY] = str(owner.pk)
-    session[BACKEND_SESSION_KEY] = "runs.user_backend.UserBackend"
+    session[BACKEND_SESSION_KEY] = "runs.common.user_backend.UserBackend"
     session[HASH_SESSION_KEY] = owner.get_session_auth_hash()
     session.create()
     return f"sessionid={session.session_key}"

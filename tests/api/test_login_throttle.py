@@ -1,6 +1,6 @@
-"""Password guessing is throttled at /api/token/ and /login/ (runs/login_throttle.py): past the
-limit a username, or an address, is refused with 429 and Retry-After, even with the right
-password, until the lockout has passed; other users and addresses log in as before."""
+"""Password guessing is throttled at /api/token/ and /login/ (runs/common/login_throttle.py):
+past the limit a username, or an address, is refused with 429 and Retry-After, even with the
+right password, until the lockout has passed; other users and addresses log in as before."""
 
 from __future__ import annotations
 

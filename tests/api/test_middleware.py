@@ -12,8 +12,9 @@ import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.test import Client
 
-from runs import middleware, store
+from runs import middleware
 from runs.api.authentication import create_token
+from runs.common import store
 from runs.models import Run
 
 SPEC = b"tasks: {s: {type: squares, settings: {n: 2}}}\n"

@@ -1,5 +1,5 @@
 """The runs lists' statements are prepared on their connection: planned once, for the values
-of their filters, which are written into the statement (``runs.prepared``)."""
+of their filters, which are written into the statement (``runs.common.prepared``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from django.db import DatabaseError, connection, connections
 from django.test import Client
 
+from runs.common.prepared import preparing_cursor
 from runs.models import Run
-from runs.prepared import preparing_cursor
 
 pytestmark = pytest.mark.django_db
 

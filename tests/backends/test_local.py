@@ -14,8 +14,8 @@ from harness.report import read_report
 from runs.backends import local
 from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import live_name, process_start
+from runs.common.store import TaskFolder
 from runs.live_attempts import read_live
-from runs.store import TaskFolder
 from tests.backends.local_fixtures import (
     ended,
     gone,

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from runs import store, tasks
+from runs import tasks
 from runs.api.authentication import create_token
 from runs.client import Client
+from runs.common import store
 from runs.models import Run, TaskKind
 from tests.api.conftest import backend, queued, settled  # noqa: F401
 from tests.cli.conftest import STEPS, FakeCluster

@@ -19,10 +19,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs.sessions import SessionStore
-from runs.user_backend import UserBackend
+from runs.common.sessions import SessionStore
+from runs.common.user_backend import UserBackend
 
 UPGRADE = importlib.import_module("runs.migrations.0012_sessions_signed_in_by_the_user_backend")
+MOVE = importlib.import_module("runs.migrations.0016_sessions_name_the_moved_user_backend")
 
 pytestmark = pytest.mark.django_db
 
@@ -34,11 +35,11 @@ def signed_in(user: User) -> Client:
 
 
 def test_the_service_reads_its_sessions_and_their_users_with_these():
-    assert settings.SESSION_ENGINE == "runs.sessions"
+    assert settings.SESSION_ENGINE == "runs.common.sessions"
     # Login throttling checks a login first; the user of a session is read by UserBackend.
     assert settings.AUTHENTICATION_BACKENDS == [
-        "runs.login_throttle.ThrottleBackend",
-        "runs.user_backend.UserBackend",
+        "runs.common.login_throttle.ThrottleBackend",
+        "runs.common.user_backend.UserBackend",
     ]
 
 
@@ -143,9 +144,26 @@ def test_a_user_signed_in_before_the_upgrade_stays_signed_in_after_its_migration
     client.cookies[settings.SESSION_COOKIE_NAME] = key
 
     UPGRADE.forwards(apps, None)
+    MOVE.forwards(apps, None)
 
     assert client.get("/runs/table/").status_code in (200, 286)
+    MOVE.backwards(apps, None)
     UPGRADE.backwards(apps, None)
     assert SessionStore(key).load()[BACKEND_SESSION_KEY] == (
         "django.contrib.auth.backends.ModelBackend"
     )
+
+
+def test_a_user_signed_in_before_the_user_backend_moved_stays_signed_in():
+    ada = User.objects.create_user("ada", password="a-long-password")
+    key = django_signed_in_session(ada)
+    session = SessionStore(key)
+    session[BACKEND_SESSION_KEY] = MOVE.OLD_PATH
+    session.save()
+    client = Client()
+    client.cookies[settings.SESSION_COOKIE_NAME] = key
+
+    MOVE.forwards(apps, None)
+
+    assert client.get("/runs/table/").status_code in (200, 286)
+    assert SessionStore(key).load()[BACKEND_SESSION_KEY] == MOVE.PATH

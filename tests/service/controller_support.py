@@ -16,10 +16,11 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs import controller, store, tasks
+from runs import controller, tasks
 from runs.backends import get_backend
 from runs.backends.base import PodLog
 from runs.backends.fake import FakeBackend
+from runs.common import store
 from runs.models import Run, Task
 from runs.observations import task_of
 from runs.spec import parse_spec

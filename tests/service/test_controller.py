@@ -7,8 +7,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from runs import store
 from runs.backends.base import RETRYING_PHASE
+from runs.common import store
 from runs.models import Attempt, Observation, Run, RunState, Task, TaskState
 from runs.planner import TaskPlan
 from tests.service.controller_support import (  # noqa: F401

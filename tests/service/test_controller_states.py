@@ -11,11 +11,11 @@ from harness import untrusted
 from harness.report import WorkerReport
 from runs import controller
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus
+from runs.common.store import TaskFolder
 from runs.controller import has_merge_marker, task_states
 from runs.models import Run, RunState, TaskState
 from runs.observations import attempt_of, is_oom
 from runs.planner import TaskPlan
-from runs.store import TaskFolder
 
 PLAN = TaskPlan(
     cores=2, memory_gb=1.0, workers=3, base_gb=0.1, per_worker_gb=0.4, retry_memory_gb=2

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 
 from runs import controller, tasks
-from runs.logfmt import KeyValueFormatter, Once
+from runs.common.logfmt import KeyValueFormatter, Once
 from tests.api.conftest import backend, submitted  # noqa: F401
 
 

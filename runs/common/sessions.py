@@ -2,7 +2,7 @@
 
 Every page and every polled fragment reads its session first. On PostgreSQL the query is
 written out (the ORM building it on each request cost three times what running it does) and
-prepared, planned once per connection (``runs.prepared``). Elsewhere (the embedded SQLite)
+prepared, planned once per connection (``runs.common.prepared``). Elsewhere (the embedded SQLite)
 the ORM reads it as Django's own store does.
 """
 
@@ -13,7 +13,7 @@ from django.contrib.sessions.models import Session
 from django.db import connections, router
 from django.utils import timezone
 
-from runs.prepared import prepared_rows
+from runs.common.prepared import prepared_rows
 
 
 def _session_row() -> str:

@@ -1,9 +1,9 @@
 """Who is signed in: Django's model backend, its user read by a written-out query.
 
 Every dashboard page and polled fragment reads the user of its session. On PostgreSQL the
-query is written out, as the session's is (``runs.sessions``): the ORM building it on each
+query is written out, as the session's is (``runs.common.sessions``): the ORM building it on each
 request cost more than running it; and prepared, planned once per connection
-(``runs.prepared``). Elsewhere (the embedded SQLite) the ORM reads it.
+(``runs.common.prepared``). Elsewhere (the embedded SQLite) the ORM reads it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.db import connections, router
 
-from runs.prepared import prepared_rows
+from runs.common.prepared import prepared_rows
 
 
 def _user_columns() -> tuple[str, list[str]]:
