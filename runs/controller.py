@@ -25,8 +25,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from harness.tasktypes import task_types
-from runs import images, locks, logs, observations, unchanged
-from runs.backends import cluster_config, get_backend
+from runs import images, locks, observations, unchanged
+from runs.backends import cluster_config, get_backend, logs
 from runs.backends.argo_nodes import choose_node
 from runs.backends.base import (
     FINAL_PHASES,

@@ -26,7 +26,7 @@ from typing import Any
 
 from harness import untrusted
 from harness.report import WorkerReport
-from runs import retry_rule
+from runs.backends import retry_rule
 from runs.common.store import TaskFolder
 from runs.models import Attempt, Observation, Task
 from runs.planner import TaskPlan, observation_key

@@ -21,7 +21,8 @@ from django.utils import timezone
 from harness import untrusted
 from harness.merge import MERGED_MARKER
 from harness.report import PROGRESS_UNIT, WorkerReport
-from runs import observations, retry_rule
+from runs import observations
+from runs.backends import retry_rule
 from runs.backends.base import (
     PREEMPTED_PHASE,
     RETRYING_PHASE,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from runs import task_files
 from runs.backends import get_backend
 from runs.backends.base import PodLog
+from runs.backends.logs import log_name
 from runs.common import store
-from runs.logs import log_name
 from runs.models import Task
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.contrib.auth.models import User
 
-from runs.cli.packing import pack
+from runs.client.packing import pack
 from runs.snapshots import save_snapshot
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "task-types.md"

@@ -58,7 +58,7 @@ from runs.backends.base import (
     PodLog,
     RunRecord,
 )
-from runs.logs import log_name
+from runs.backends.logs import log_name
 from runs.planner import TaskPlan
 
 log = logging.getLogger(__name__)

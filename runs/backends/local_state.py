@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from harness import untrusted
 from harness.errors import EXIT_STORAGE
-from runs import retry_rule
+from runs.backends import retry_rule
 from runs.backends.base import PREEMPTED_PHASE, RETRY_LIMIT, RETRYING_PHASE, FailedAttempt
 
 Outcome = Literal["succeeded", "oom", "killed", "evicted", "cancelled", "failed"]
@@ -240,8 +240,8 @@ def retry(view: NodeView) -> str | None:
     """The phase of a node whose retry waits after its attempts, None when it gets none.
 
     As on the cluster: a kill for memory is retried (the next attempt has the retry memory,
-    ``runs.retry_rule``) unless it is the second proven kill and hit the retry memory (Ruling
-    35); a SIGKILL no cgroup explains, once; an eviction is retried; no more than
+    ``runs.backends.retry_rule``) unless it is the second proven kill and hit the retry memory
+    (Ruling 35); a SIGKILL no cgroup explains, once; an eviction is retried; no more than
     ``RETRY_LIMIT`` retries in all, as Argo's limit. A failure or a cancellation ends the node.
     """
     last = view.outcomes[-1]
@@ -280,8 +280,8 @@ def node_phase(view: NodeView, stopped: bool) -> str | None:
 def next_memory_gb(view: NodeView) -> float:
     """The memory of the next attempt: the retry memory right after an attempt that exited 137.
 
-    The one rule of both backends (``runs.retry_rule``): Argo's ``podSpecPatch`` sees only the
-    attempt before, so an attempt gets the retry memory exactly when that one was killed.
+    The one rule of both backends (``runs.backends.retry_rule``): Argo's ``podSpecPatch`` sees only
+    the attempt before, so an attempt gets the retry memory exactly when that one was killed.
     """
     last = view.attempts[-1].exit if view.attempts else None
     return retry_rule.next_memory_gb(

@@ -255,7 +255,7 @@ class Client:
         self, document: dict[str, Any], base: Path, *, report: Callable[[str], None]
     ) -> None:
         """Pack and upload every local source tree of a spec; replace it by its snapshot id."""
-        from runs.cli.packing import pack
+        from runs.client.packing import pack
 
         for index, entry in local_sources(document):
             folder = (base / entry).resolve()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.cli.packing import pack
+from runs.client.packing import pack
 from tests.e2e.service import SIMRUN, Service, submit, wait_until_ended
 from tests.walkthrough import write_plugin_package, write_walkthrough
 

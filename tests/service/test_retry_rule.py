@@ -1,4 +1,4 @@
-"""One retry rule for both backends, proven attempt by attempt (runs.retry_rule).
+"""One retry rule for both backends, proven attempt by attempt (runs.backends.retry_rule).
 
 For each sequence of attempt ends, three places must agree on the memory of every attempt
 and on the end of the run: the Workflow the Argo backend renders (its ``podSpecPatch`` and
