@@ -77,8 +77,8 @@ def populate(count: int, extra_workers: bool) -> list[str]:
 
     from harness.tasktypes import task_types
     from runs.models import Run, RunState, Task
-    from runs.planner import plan_run
-    from runs.spec import task_kind, validate_spec
+    from runs.planning.planner import plan_run
+    from runs.planning.spec import task_kind, validate_spec
 
     Run.objects.all().delete()
     owner, _ = User.objects.get_or_create(username="bench")

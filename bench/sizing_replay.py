@@ -9,7 +9,7 @@ of that type that ended before the task was submitted (a kill is evidence from t
 killed attempt, as the product records it); the attempts are then played against the task's
 measured peak: an allocation below the peak is killed after the task's run time.
 
-simrun is planned by the product's own function, ``runs.planner.plan_task``: the newest
+simrun is planned by the product's own function, ``runs.planning.planner.plan_task``: the newest
 ``OBSERVATIONS_USED`` observations of the type, the prior of the other types, the type's
 largest needs of all time, the planner's rounding (0.05 GiB) and its retry memory; so the
 figure printed is the product's. The baselines are sized by their policies as the literature
@@ -48,8 +48,8 @@ from pydantic import BaseModel
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.tasktypes import TaskType  # noqa: E402
-from runs import planner  # noqa: E402
-from runs.sizing import (  # noqa: E402
+from runs.planning import planner  # noqa: E402
+from runs.planning.sizing import (  # noqa: E402
     POLICIES,
     PRIOR_MARGIN,
     PRIOR_SPREAD,
@@ -64,7 +64,7 @@ from runs.sizing import (  # noqa: E402
     prior_from,
     wastage,
 )
-from runs.spec import TaskSpec  # noqa: E402
+from runs.planning.spec import TaskSpec  # noqa: E402
 
 GIB = 2**30
 MAX_ATTEMPTS = 100
@@ -190,7 +190,7 @@ class Histories:
     Beside each type's history it keeps the type's default and its most demanding sample,
     so the prior of a type without history sees the other types' evidence of the moment, and
     the retry sees the type's largest need of all time (the product reads both from
-    ``runs.evidence``).
+    ``runs.planning.evidence``).
     """
 
     def __init__(self) -> None:
@@ -225,7 +225,7 @@ class _Settings(BaseModel):
 
 
 class ProductPlanner:
-    """simrun as the product plans it: ``runs.planner.plan_task`` for a one-process task of
+    """simrun as the product plans it: ``runs.planning.planner.plan_task`` for a one-process task of
     the trace's type, whose default is the trace's static allocation."""
 
     def __init__(self, policy: Policy) -> None:

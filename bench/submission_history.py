@@ -6,8 +6,8 @@ For each size it fills a database of its own (``simrun_bench_submission``, creat
 missing; ``BENCH_DATABASE_URL`` to change it) with that many observations of 100 keys (the
 shipped ``squares`` and ``csv-stats`` and 98 command keys) and times, in a process of its
 own, the median of 7 calls of each read a submission makes: the sizing prior's evidence
-(``runs.evidence.prior_evidence``), the latest observations of the run's types
-(``runs.submission.observed_peaks``), and a whole submission of a three-task run
+(``runs.planning.evidence.prior_evidence``), the latest observations of the run's types
+(``runs.planning.submission.observed_peaks``), and a whole submission of a three-task run
 (``create_run``, fake backend). Prints milliseconds.
 Target: reads whose cost does not grow with the history.
 
@@ -104,9 +104,9 @@ def measure() -> dict[str, float]:
     from django.contrib.auth.models import User
 
     from harness.tasktypes import task_types
-    from runs.evidence import prior_evidence
-    from runs.spec import parse_spec
-    from runs.submission import create_run, observed_peaks
+    from runs.planning.evidence import prior_evidence
+    from runs.planning.spec import parse_spec
+    from runs.planning.submission import create_run, observed_peaks
 
     types = task_types()
     owner, _ = User.objects.get_or_create(username="bench")

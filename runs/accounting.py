@@ -1,10 +1,10 @@
 """What the attempts of runs used and wasted of their memory, in GiB·h, beside other policies.
 
 Counted from the observations (one per attempt, with its peak, its limit and its wall-clock
-seconds) as the sizing replay counts them (``runs.sizing.wastage``): used = peak × time,
+seconds) as the sizing replay counts them (``runs.planning.sizing.wastage``): used = peak × time,
 over-sized = (limit − peak) × time, a kill for memory = limit × time to the kill. The
-counterfactual is what each policy of ``runs.planner.COUNTERFACTUAL`` would have allocated a
-task from the same observations (kept in its plan): its clean attempts replayed at that
+counterfactual is what each policy of ``runs.planning.planner.COUNTERFACTUAL`` would have allocated
+a task from the same observations (kept in its plan): its clean attempts replayed at that
 allocation (one below the peak would have been killed there).
 """
 
@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from runs import run_reads
 from runs.models import Observation, Run, Task
-from runs.sizing import Wastage, wastage
+from runs.planning.sizing import Wastage, wastage
 
 GIB = 2**30
 WEEKS_SHOWN = 8

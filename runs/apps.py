@@ -7,7 +7,7 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The backends know the types runs' sources ship by name (runs.learned_types).
-        from runs import learned_types
+        # The backends know the types runs' sources ship by name (runs.planning.learned_types).
+        from runs.planning import learned_types
 
         learned_types.register()

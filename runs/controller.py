@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from harness.tasktypes import task_types
-from runs import images, locks, observations, unchanged
+from runs import locks, observations, unchanged
 from runs.backends import cluster_config, get_backend, logs
 from runs.backends.argo_nodes import choose_node
 from runs.backends.base import (
@@ -48,8 +48,9 @@ from runs.models import (
     TaskState,
 )
 from runs.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
-from runs.planner import TaskPlan
-from runs.records import run_record, task_plans
+from runs.planning import images
+from runs.planning.planner import TaskPlan
+from runs.planning.records import run_record, task_plans
 from runs.states import (  # noqa: F401 (has_merge_marker, task_states: the spec's names)
     Poll,
     closed,

@@ -1,9 +1,9 @@
 """What guards the service's edge before and after a view: request bodies past their cap are
 refused before they are read, and a full disk is answered as such instead of with a 500.
 
-A body's cap depends on its path: a run specification (``runs.spec.MAX_DOCUMENT_BYTES``) for
-the API, an archive (``runs.snapshots.MAX_ARCHIVE_BYTES``) for snapshot uploads, Django's
-``DATA_UPLOAD_MAX_MEMORY_SIZE`` for the forms of the dashboard and the admin. A body with a
+A body's cap depends on its path: a run specification (``runs.planning.spec.MAX_DOCUMENT_BYTES``)
+for the API, an archive (``runs.planning.snapshots.MAX_ARCHIVE_BYTES``) for snapshot uploads,
+Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` for the forms of the dashboard and the admin. A body with a
 ``Content-Length`` past it gets a 413 unread; a chunked one (no length) is received up to the
 cap before any view runs (Django would read none of it), and gets a 413 as soon as it passes.
 The New run form is the exception: its page answers, with what fits of the body
@@ -27,8 +27,8 @@ from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
-from runs.snapshots import CHUNK, MAX_ARCHIVE_BYTES
-from runs.spec import MAX_DOCUMENT_BYTES
+from runs.planning.snapshots import CHUNK, MAX_ARCHIVE_BYTES
+from runs.planning.spec import MAX_DOCUMENT_BYTES
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from harness.report import WorkerReport
 from runs.backends import retry_rule
 from runs.common.store import TaskFolder
 from runs.models import Attempt, Observation, Task
-from runs.planner import TaskPlan, observation_key
+from runs.planning.planner import TaskPlan, observation_key
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ def record(
 
     Returns the observations written. Each carries the memory its attempt ran with, as its
     attempt row says (``attempt_memory_gb``), and gives the row its measured peak. A command
-    task is observed by its key (``runs.planner.observation_key``); one without a key only
+    task is observed by its key (``runs.planning.planner.observation_key``); one without a key only
     has its attempts' peaks recorded.
     """
     marks = Marks(folder)

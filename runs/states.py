@@ -34,7 +34,7 @@ from runs.common import store
 from runs.common.store import TaskFolder
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
 from runs.observations import attempt_memory_gb, task_of
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 log = logging.getLogger(__name__)
 

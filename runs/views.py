@@ -43,12 +43,12 @@ from runs.dag import layout
 from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.middleware import past_cap
 from runs.models import FINAL_TASK_STATES, RunState, TaskState
-from runs.planning_figures import planning_figures
-from runs.reruns import spec_text, submit_rerun
+from runs.planning.planning_figures import planning_figures
+from runs.planning.reruns import spec_text, submit_rerun
+from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
+from runs.planning.submission import CannotRun, create_run
 from runs.run_reads import rerun_ids
 from runs.run_table import table_rows
-from runs.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
-from runs.submission import CannotRun, create_run
 from runs.task_logs import DEFAULT_TAIL
 from runs.timeline import timeline
 

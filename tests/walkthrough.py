@@ -13,7 +13,7 @@ from pathlib import Path
 from django.contrib.auth.models import User
 
 from runs.client.packing import pack
-from runs.snapshots import save_snapshot
+from runs.planning.snapshots import save_snapshot
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "task-types.md"
 BLOCK = re.compile(r"^```[a-z]*\n# (?P<path>decay[-a-z_./]*)\n(?P<body>.*?)^```$", re.M | re.S)

@@ -22,8 +22,8 @@ from runs.api.pagination import CappedPagination
 from runs.api.parsers import ARCHIVE_PARSERS
 from runs.api.serializers import ObservationSerializer, SnapshotSerializer, TaskTypeSerializer
 from runs.models import Observation, Snapshot
-from runs.planning_figures import planning_figures
-from runs.snapshots import SnapshotError, save_snapshot
+from runs.planning.planning_figures import planning_figures
+from runs.planning.snapshots import SnapshotError, save_snapshot
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRead

@@ -1,4 +1,4 @@
-"""Parsers that hand a run specification to ``runs.spec`` untouched, JSON or YAML alike.
+"""Parsers that hand a run specification to ``runs.planning.spec`` untouched, JSON or YAML alike.
 
 The spec module reports every problem by its field path; parsing the body here would lose
 that (DRF's JSON parser answers a bare "JSON parse error").
@@ -13,7 +13,7 @@ from rest_framework.parsers import BaseParser
 
 
 class RawSpecParser(BaseParser):
-    """The body as bytes, for ``runs.spec.parse_spec``."""
+    """The body as bytes, for ``runs.planning.spec.parse_spec``."""
 
     media_type = "application/json"
 
@@ -71,7 +71,8 @@ SPEC_MEDIA_TYPES = [p.media_type for p in SPEC_PARSERS if "*" not in p.media_typ
 
 
 class ArchiveParser(BaseParser):
-    """An uploaded archive as the request's stream, read in chunks by ``runs.snapshots``."""
+    """An uploaded archive as the request's stream, read in chunks by
+    ``runs.planning.snapshots``."""
 
     media_type = "application/gzip"
 

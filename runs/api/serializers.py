@@ -1,4 +1,5 @@
-"""Output serializers of the API; a run's input is a specification, validated by ``runs.spec``.
+"""Output serializers of the API; a run's input is a specification, validated by
+``runs.planning.spec``.
 
 Serializers only shape what the views computed: progress (``units_now``, ``units_*_sum``) is
 attached to the objects by the views before they are serialized.
@@ -22,7 +23,7 @@ from runs.states import shown_state
 
 
 class PlanSerializer(serializers.Serializer[dict[str, Any]]):
-    """The TaskPlan decided at submission (``runs.planner.TaskPlan``)."""
+    """The TaskPlan decided at submission (``runs.planning.planner.TaskPlan``)."""
 
     cores = serializers.IntegerField()
     memory_gb = serializers.FloatField(help_text="per pod")

@@ -1,4 +1,5 @@
-"""The run specification's JSON Schema (from ``runs.spec.RunSpec``) in OpenAPI 3.0's dialect.
+"""The run specification's JSON Schema (from ``runs.planning.spec.RunSpec``) in OpenAPI 3.0's
+dialect.
 
 pydantic writes JSON Schema 2020-12: ``{"type": "null"}`` in an ``anyOf`` for an optional
 field, numeric ``exclusiveMinimum``, ``const``. OpenAPI 3.0 says ``nullable``, boolean
@@ -13,7 +14,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
 
-from runs.spec import RunSpec
+from runs.planning.spec import RunSpec
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 

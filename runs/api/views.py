@@ -41,10 +41,10 @@ from runs.api.serializers import (
     run_detail_serializer,
 )
 from runs.models import Run
-from runs.reruns import submit_rerun
+from runs.planning.reruns import submit_rerun
+from runs.planning.spec import RunSpec, SpecError, parse_spec, validate_spec
+from runs.planning.submission import CannotRun, create_run
 from runs.run_reads import rerun_ids
-from runs.spec import RunSpec, SpecError, parse_spec, validate_spec
-from runs.submission import CannotRun, create_run
 from runs.task_files import attach_progress
 
 

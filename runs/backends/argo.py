@@ -59,7 +59,7 @@ from runs.backends.base import (
     RunRecord,
 )
 from runs.backends.logs import log_name
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.tasktypes import TaskType
 from runs.backends.base import RETRY_LIMIT, ClusterConfig, RunRecord, TaskRecord, workflow_name
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 GROUP = "argoproj.io"
 VERSION = "v1alpha1"

@@ -16,7 +16,7 @@ from typing import Any
 
 from runs.backends.argo_manifest import RESERVED_KEY
 from runs.backends.base import NodeInfo
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 POOL_LABEL = "simrun.io/pool"
 """The label an operator puts on the nodes a run may reserve (any value)."""

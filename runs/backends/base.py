@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.tasktypes import TaskType
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 PREEMPTED_PHASE = "Preempted"
 """A node whose pod was evicted or preempted and whose retry waits."""

@@ -32,7 +32,7 @@ from runs.backends.base import (
     RunRecord,
     workflow_name,
 )
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 ERRORS: dict[str, type[Exception]] = {
     "KeyError": KeyError,

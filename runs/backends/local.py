@@ -72,7 +72,7 @@ from runs.backends.local_state import (
     read_service_json,
     retry,
 )
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 logger = logging.getLogger(__name__)
 

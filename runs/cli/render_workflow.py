@@ -50,11 +50,11 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
     from harness.tasktypes import task_types
     from runs.backends import cluster_config
     from runs.backends.argo_manifest import workflow_manifest
-    from runs.images import resolve
-    from runs.learned_types import run_types
-    from runs.planner import plan_run
-    from runs.records import spec_record
-    from runs.spec import parse_spec
+    from runs.planning.images import resolve
+    from runs.planning.learned_types import run_types
+    from runs.planning.planner import plan_run
+    from runs.planning.records import spec_record
+    from runs.planning.spec import parse_spec
 
     if not RUN_ID.match(run_id):
         raise ValueError(f"run id {run_id!r} must match [a-z][a-z0-9]*, at most 16 characters")
@@ -75,7 +75,7 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     setup_django()
-    from runs.spec import SpecError
+    from runs.planning.spec import SpecError
 
     try:
         text = sys.stdin.read() if args.spec == "-" else Path(args.spec).read_text()

@@ -193,8 +193,8 @@ def demo(home: Path) -> str:
 
     from harness.tasktypes import task_types
     from runs.cli.user import ensure_user
-    from runs.spec import parse_spec
-    from runs.submission import create_run
+    from runs.planning.spec import parse_spec
+    from runs.planning.submission import create_run
 
     kept = home / "demo-login"
     first = not User.objects.filter(username=DEMO_USER).exists()

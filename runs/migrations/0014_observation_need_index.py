@@ -3,7 +3,7 @@
 PostgreSQL only. At each submission the prior read the largest need per process (a kill's
 limit, else the peak) of every key, clean and killed, by aggregating every observation: a
 scan of the whole history, 0.7 s at a million observations and growing with it. An index
-of the key, the kill and the need lets ``runs.evidence`` step from key to key and read each
+of the key, the kill and the need lets ``runs.planning.evidence`` step from key to key and read each
 top need at the end of its range. On SQLite (the embedded default) it does nothing.
 """
 

@@ -11,8 +11,8 @@ import pytest
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
-from runs import snapshots
 from runs.models import Observation, Snapshot
+from runs.planning import snapshots
 from tests.api.conftest import SWEEP_YAML, submitted
 
 pytestmark = pytest.mark.django_db

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from runs import submission
 from runs.models import Run, RunState
+from runs.planning import submission
 from tests.api.conftest import ended, submitted
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 def test_reserve_node_on_the_local_backend_is_a_400_and_no_run(owner_client, tmp_path, monkeypatch):
     backend = LocalBackend(store=tmp_path / "store", scratch=tmp_path / "scratch", cores=2)
-    monkeypatch.setattr("runs.submission.get_backend", lambda: backend)
+    monkeypatch.setattr("runs.planning.submission.get_backend", lambda: backend)
     spec = "reserve_node: true\ntasks:\n  say: {command: [echo, hi]}\n"
 
     response = owner_client.post("/api/runs/", data=spec, content_type="application/yaml")

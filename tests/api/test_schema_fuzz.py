@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
 from runs.api.authentication import create_token
 from runs.api.schema import EXAMPLE_SPEC
 from runs.models import RunState
-from runs.snapshots import save_snapshot
+from runs.planning.snapshots import save_snapshot
 from tests.api.conftest import ended, running, submitted
 
 pytestmark = pytest.mark.slow

@@ -15,10 +15,10 @@ import pytest
 from django.db import connection
 
 from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
-from runs import learned_types
 from runs.backends import local_env, local_user
 from runs.cli import main
 from runs.models import Run
+from runs.planning import learned_types
 from tests.walkthrough import (
     PACKAGE,
     PLUGIN_FILES,

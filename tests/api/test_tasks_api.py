@@ -10,7 +10,7 @@ import pytest
 
 from runs.backends.base import PodLog
 from runs.models import Attempt
-from runs.records import run_record
+from runs.planning.records import run_record
 from tests.api.conftest import ended, running, submitted
 
 pytestmark = pytest.mark.django_db

@@ -29,7 +29,7 @@ def isolating(monkeypatch, root: Path) -> LocalBackend:
     backend = LocalBackend(
         store=root / "store", scratch=root / "scratch", cores=2, task_uid_base=300000
     )
-    monkeypatch.setattr("runs.submission.get_backend", lambda: backend)
+    monkeypatch.setattr("runs.planning.submission.get_backend", lambda: backend)
     return backend
 
 

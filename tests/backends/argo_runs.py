@@ -10,9 +10,9 @@ from typing import Any
 
 from harness.tasktypes import task_types
 from runs.backends.base import RunRecord
-from runs.planner import ObservedPeak, TaskPlan, plan_run
-from runs.records import spec_record
-from runs.spec import parse_spec
+from runs.planning.planner import ObservedPeak, TaskPlan, plan_run
+from runs.planning.records import spec_record
+from runs.planning.spec import parse_spec
 
 IMAGE = "registry.example/simrun-env:0123456789abcdef"
 
@@ -38,7 +38,7 @@ def run_of(
 
 
 def build_context(folder: Path) -> Path:
-    """A build context as ``runs.images.write_context`` writes it."""
+    """A build context as ``runs.planning.images.write_context`` writes it."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "Dockerfile").write_text(
         "FROM ghcr.io/simrun/harness:0.1.0\nCOPY requirements.txt /tmp/\n"

@@ -15,8 +15,8 @@ from runs.backends.argo import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.common import store
 from runs.models import Run, Task, TaskState
-from runs.spec import parse_spec
-from runs.submission import create_run
+from runs.planning.spec import parse_spec
+from runs.planning.submission import create_run
 from tests.backends.argo_workflows import WF, argo_pod
 from tests.backends.kube_api import KubeApiServer, Request
 

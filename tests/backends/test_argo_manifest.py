@@ -18,7 +18,7 @@ from runs.backends.argo_manifest import (
     workflow_manifest,
 )
 from runs.backends.base import ClusterConfig
-from runs.planner import ObservedPeak
+from runs.planning.planner import ObservedPeak
 from tests.backends.argo_pod_security import restricted_violations
 from tests.backends.argo_runs import IMAGE, evaluate, run_of, substitute
 from tests.backends.argo_schemas import schema_errors

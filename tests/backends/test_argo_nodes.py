@@ -16,9 +16,9 @@ from runs.backends.argo import ArgoBackend
 from runs.backends.argo_nodes import POOL_LABEL, choose_node
 from runs.backends.base import ClusterConfig, NodeInfo
 from runs.models import Run, RunState
-from runs.planner import TaskPlan, plan_run
-from runs.spec import parse_spec
-from runs.submission import create_run
+from runs.planning.planner import TaskPlan, plan_run
+from runs.planning.spec import parse_spec
+from runs.planning.submission import create_run
 from tests.backends.argo_runs import run_of
 from tests.backends.kube_api import KubeApiServer, Request
 

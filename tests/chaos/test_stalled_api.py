@@ -27,8 +27,8 @@ from runs.backends.argo import ArgoBackend
 from runs.backends.argo_api import CallPolicy
 from runs.backends.base import ClusterConfig
 from runs.models import Run, RunState
-from runs.spec import parse_spec
-from runs.submission import create_run
+from runs.planning.spec import parse_spec
+from runs.planning.submission import create_run
 from tests.backends.argo_workflows import WF, Nodes, pod, workflow
 from tests.backends.kube_api import STALL, KubeApiServer
 from tests.service.controller_support import home  # noqa: F401

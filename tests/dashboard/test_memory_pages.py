@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runs import sizing
 from runs.models import Attempt, Observation
+from runs.planning import sizing
 from tests.api.conftest import running, submitted
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import subprocess
 import httpx
 import pytest
 
-from runs import sizing
+from runs.planning import sizing
 from tests.e2e.service import SIMRUN, submit, wait_until_ended
 from tests.polling import wait_for
 

@@ -42,7 +42,7 @@ def make_task(
     **plan: Any,
 ) -> Path:
     """A task directory ``<store>/runs/<run>/tasks/<task>`` with the ``task.json`` of the
-    service (``runs/records.py:task_json``)."""
+    service (``runs/planning/records.py:task_json``)."""
     task_dir = store / "runs" / run / "tasks" / task
     task_dir.mkdir(parents=True)
     data = {

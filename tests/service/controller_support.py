@@ -23,8 +23,8 @@ from runs.backends.fake import FakeBackend
 from runs.common import store
 from runs.models import Run, Task
 from runs.observations import task_of
-from runs.spec import parse_spec
-from runs.submission import create_run
+from runs.planning.spec import parse_spec
+from runs.planning.submission import create_run
 
 SWEEP = {"tasks": {"sweep": {"type": "squares", "settings": {"n": 6}, "workers": 3}}}
 """One split task of 3 workers: nodes sweep-w0, sweep-extra(0:1), sweep-extra(1:2), sweep-merge."""

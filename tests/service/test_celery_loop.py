@@ -24,8 +24,8 @@ from harness.tasktypes import task_types
 from runs.backends.base import BackendStatus, workflow_name
 from runs.backends.fake import FakeBackend
 from runs.models import Run, RunState, Task, TaskState
-from runs.spec import parse_spec
-from runs.submission import create_run
+from runs.planning.spec import parse_spec
+from runs.planning.submission import create_run
 from tests.polling import wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/5"

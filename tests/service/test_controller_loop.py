@@ -21,8 +21,8 @@ from runs.backends import get_backend
 from runs.backends.base import RETRYING_PHASE
 from runs.backends.fake import FakeBackend
 from runs.models import Attempt, Observation, Run, RunState, Task
-from runs.spec import parse_spec
-from runs.submission import create_run
+from runs.planning.spec import parse_spec
+from runs.planning.submission import create_run
 from tests.service.controller_support import (  # noqa: F401
     PIPELINE,
     SWEEP,

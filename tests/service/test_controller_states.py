@@ -15,7 +15,7 @@ from runs.common.store import TaskFolder
 from runs.controller import has_merge_marker, task_states
 from runs.models import Run, RunState, TaskState
 from runs.observations import attempt_of, is_oom
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 
 PLAN = TaskPlan(
     cores=2, memory_gb=1.0, workers=3, base_gb=0.1, per_worker_gb=0.4, retry_memory_gb=2
@@ -224,7 +224,7 @@ def test_the_terminal_record_of_a_gone_workflow_has_nothing_to_stop_but_reports_
 
 def test_a_plan_written_before_coordinator_merges_existed_reads_it_as_false():
     from runs.models import Task
-    from runs.records import task_plans
+    from runs.planning.records import task_plans
 
     legacy = PLAN.model_dump(mode="json")
     del legacy["coordinator_merges"]

@@ -10,9 +10,10 @@ import time_machine
 from django.db import OperationalError
 from django.utils import timezone
 
-from runs import controller, images, locks
+from runs import controller, locks
 from runs.backends import cluster_config
 from runs.models import Run, RunState
+from runs.planning import images
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,
     fake,

@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 
 from harness.tasktypes import task_types
-from runs.evidence import TOP_NEEDS, aggregated_needs, prior_evidence, top_needs
 from runs.models import Observation
-from runs.submission import (
+from runs.planning.evidence import TOP_NEEDS, aggregated_needs, prior_evidence, top_needs
+from runs.planning.submission import (
     LATEST_OBSERVATIONS,
     OBSERVATIONS_USED,
     latest_by_window,

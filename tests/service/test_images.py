@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runs import images
 from runs.backends.base import ClusterConfig
+from runs.planning import images
 
 CLUSTER = ClusterConfig(registry="registry.lab.example/simrun", harness_image="harness:0.1.0")
 

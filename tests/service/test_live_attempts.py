@@ -12,7 +12,7 @@ from runs import controller, observations
 from runs.common import store
 from runs.live_attempts import live_figures
 from runs.models import Attempt, Run, Task, TaskState
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,
     fake,

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from harness.tasktypes import task_types
-from runs import sizing
-from runs.planner import (
+from runs.planning import sizing
+from runs.planning.planner import (
     RETRY_FACTOR,
     ObservedPeak,
     TaskPlan,
@@ -18,7 +18,7 @@ from runs.planner import (
     processes,
     round_gb,
 )
-from runs.spec import MemorySpec, RunSpec, TaskSpec
+from runs.planning.spec import MemorySpec, RunSpec, TaskSpec
 
 SQUARES = task_types()["squares"]
 CSV_STATS = task_types()["csv-stats"]
@@ -228,7 +228,7 @@ def test_a_plan_leads_with_one_plain_sentence_and_keeps_the_arithmetic():
 
 
 def test_the_planner_hands_the_policy_only_its_window_of_observations():
-    from runs.planner import OBSERVATIONS_USED, history
+    from runs.planning.planner import OBSERVATIONS_USED, history
 
     observed = [ObservedPeak(1.0, at=float(i)) for i in range(OBSERVATIONS_USED + 30)]
     kept = history(observed)

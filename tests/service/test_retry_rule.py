@@ -22,7 +22,7 @@ from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig
 from runs.backends.local_state import Attempt as LocalAttempt
 from runs.backends.local_state import NodeSpec, NodeView, next_memory_gb, retry
 from runs.models import Attempt, RunState, Task
-from runs.planner import TaskPlan
+from runs.planning.planner import TaskPlan
 from tests.backends.argo_runs import evaluate, run_of, substitute
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,

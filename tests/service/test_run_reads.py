@@ -15,8 +15,8 @@ from django.utils import timezone
 from harness.tasktypes import task_types
 from runs import run_reads
 from runs.models import Attempt, Observation, Run, Task
-from runs.reruns import submit_rerun
-from runs.spec import validate_spec
+from runs.planning.reruns import submit_rerun
+from runs.planning.spec import validate_spec
 from tests.api.conftest import submitted
 
 pytestmark = pytest.mark.django_db

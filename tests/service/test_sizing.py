@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from runs.sizing import (
+from runs.planning.sizing import (
     BUMP,
     DEFAULT,
     MIB,
@@ -302,7 +302,7 @@ def test_a_type_whose_early_peaks_were_small_retries_a_task_needing_15_times_mor
 def test_the_retry_is_never_below_the_largest_need_the_type_has_shown():
     """A kill at 3 GiB long ago (beyond the recent window, passed as ``shown``) means a retry
     of at least 3 × BUMP × SHOWN_MARGIN, whatever the recent small peaks say."""
-    from runs.sizing import SHOWN_MARGIN
+    from runs.planning.sizing import SHOWN_MARGIN
 
     sizing = DEFAULT.size(peaks(*[0.2] * 10), default_gb=1.0, shown=[Sample(3.0, killed=True)])
     assert sizing.retry_gb >= 3.0 * BUMP * SHOWN_MARGIN - 1e-9

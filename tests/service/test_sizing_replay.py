@@ -230,8 +230,8 @@ def test_the_replay_and_the_planner_give_the_same_allocation_for_the_same_histor
     them (the kill no longer among them) and the type's largest need of all time, the kill,
     which the retry never goes below."""
     from harness.tasktypes import TaskType
-    from runs.planner import OBSERVATIONS_USED, ObservedPeak, plan_run
-    from runs.spec import RunSpec
+    from runs.planning.planner import OBSERVATIONS_USED, ObservedPeak, plan_run
+    from runs.planning.spec import RunSpec
 
     peaks = [0.3 + 0.01 * (i % 30) for i in range(130)]
     assert len(peaks) > OBSERVATIONS_USED

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runs import snapshots
-from runs.snapshots import SnapshotError, extract
+from runs.planning import snapshots
+from runs.planning.snapshots import SnapshotError, extract
 
 
 @pytest.fixture(params=["filter", "by-hand"])

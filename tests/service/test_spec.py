@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.tasktypes import task_types
-from runs.spec import MAX_DOCUMENT_BYTES, SpecError, parse_document, parse_spec
+from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_document, parse_spec
 
 TYPES = task_types()
 

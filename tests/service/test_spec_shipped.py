@@ -7,8 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.describe import describe_type
 from harness.tasktypes import ShippedType, TaskType, input_names, registered_types
-from runs.learned_types import canonical, learned_type
-from runs.spec import SpecError, validate_spec
+from runs.planning.learned_types import canonical, learned_type
+from runs.planning.spec import SpecError, validate_spec
 
 SOURCE = "ab" * 32
 

@@ -48,7 +48,7 @@ from harness.tasktypes import (
 )
 from runs.backends import local_env, local_user
 from runs.common import store
-from runs.spec import RunSpec, SpecError, validate_spec
+from runs.planning.spec import RunSpec, SpecError, validate_spec
 
 log = logging.getLogger(__name__)
 

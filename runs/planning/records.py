@@ -10,8 +10,8 @@ from django.conf import settings
 from harness.tasktypes import TaskType
 from runs.backends.base import RunRecord, TaskRecord
 from runs.models import Run, Task
-from runs.planner import TaskPlan
-from runs.spec import RunSpec, task_kind
+from runs.planning.planner import TaskPlan
+from runs.planning.spec import RunSpec, task_kind
 
 
 def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:

@@ -1,7 +1,7 @@
 """What every observed key needed of its default: the evidence of the sizing prior.
 
 A task whose key has no observation of its own is sized from how much of their defaults the
-other keys needed (``runs.sizing.prior_from``): their largest clean peak and largest kill
+other keys needed (``runs.planning.sizing.prior_from``): their largest clean peak and largest kill
 per process. One query, whose cost on PostgreSQL does not grow with the observations.
 """
 
@@ -14,9 +14,9 @@ from django.db.models import Case, F, FloatField, Max, When
 from django.db.models.functions import Cast
 
 from harness.tasktypes import TaskType
-from runs import sizing
 from runs.models import Observation
-from runs.planner import DEFAULT_COMMAND_GB
+from runs.planning import sizing
+from runs.planning.planner import DEFAULT_COMMAND_GB
 
 GIB = 2**30
 COMMAND_PREFIX = "command:"

@@ -312,7 +312,7 @@ def _check_task(
 ) -> dict[str, list[str]]:
     """The problems of one task; ``broken`` names its fields already reported as malformed.
 
-    With ``shipped`` an unknown type is left to the run's sources (``runs.learned_types``).
+    With ``shipped`` an unknown type is left to the run's sources (``runs.planning.learned_types``).
     """
     errors: dict[str, list[str]] = {}
     at = f"tasks.{task_id}"

@@ -21,18 +21,18 @@ from runs.backends.base import Backend, TaskRecord
 from runs.common import store
 from runs.common.handoff import after_commit
 from runs.controller import Schedule, scheduler
-from runs.evidence import prior_evidence
-from runs.learned_types import run_types
 from runs.models import Observation, Run, Task, TaskKind
-from runs.planner import (
+from runs.planning.evidence import prior_evidence
+from runs.planning.learned_types import run_types
+from runs.planning.planner import (
     OBSERVATIONS_USED,
     ObservedPeak,
     observation_keys,
     oversized,
     plan_run,
 )
-from runs.records import task_json, task_records
-from runs.spec import RunSpec, SpecError
+from runs.planning.records import task_json, task_records
+from runs.planning.spec import RunSpec, SpecError
 
 
 def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:

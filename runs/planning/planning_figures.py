@@ -1,7 +1,8 @@
 """What the planner would size each task type with now, from the same observations it reads.
 
-The observations are read as a submission reads them (``runs.submission.observed_peaks`` and
-``runs.evidence.prior_evidence``), in two queries however many types are registered.
+The observations are read as a submission reads them (``runs.planning.submission.observed_peaks``
+and
+``runs.planning.evidence.prior_evidence``), in two queries however many types are registered.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.tasktypes import TaskType, registered_types
-from runs.evidence import prior_evidence
-from runs.planner import per_worker_memory, prior_of
-from runs.spec import TaskSpec
-from runs.submission import observed_peaks
+from runs.planning.evidence import prior_evidence
+from runs.planning.planner import per_worker_memory, prior_of
+from runs.planning.spec import TaskSpec
+from runs.planning.submission import observed_peaks
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Pure functions, no database and no I/O: the caller passes the observations it read. A task's
 memory is ``base_gb + processes × per_worker_gb``; ``per_worker_gb`` comes from the spec if
-given, else from the sizing policy (``runs.sizing``) over the observations of its type: clean
-peaks and kills, a kill counting as evidence from the first one on; with no observation, the
+given, else from the sizing policy (``runs.planning.sizing``) over the observations of its type:
+clean peaks and kills, a kill counting as evidence from the first one on; with no observation, the
 type's default. The retry memory, for the one retry after a kill for memory, is the larger of
 ``RETRY_FACTOR`` times the memory and what the policy gives a retry. See docs/memory.md.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.tasktypes import TaskType
-from runs import sizing
-from runs.spec import RunSpec, TaskSpec
+from runs.planning import sizing
+from runs.planning.spec import RunSpec, TaskSpec
 
 RETRY_FACTOR = 2.0
 """The retry memory is at least this many times the memory."""
@@ -30,8 +30,8 @@ DEFAULT_UNSPLIT_CORES = 1
 DEFAULT_COMMAND_GB = 1.0
 MIN_PER_WORKER_GB = 0.05
 OBSERVATIONS_USED = sizing.WINDOW
-"""The latest observations of a key the planner reads (``runs/submission.py``), the policy's
-window: the replay benchmark hands the planner the same."""
+"""The latest observations of a key the planner reads (``runs/planning/submission.py``), the
+policy's window: the replay benchmark hands the planner the same."""
 GB_STEP = 0.05
 """Memory is rounded up to this step, so plans read well and pods get tidy limits."""
 
@@ -139,7 +139,7 @@ def per_worker_memory(
     From the spec if it says; else from the sizing policy over the observations (a command
     task's are those of its key); before any, from the type's default (a command's 1 GiB),
     lowered by the ``prior`` of the other types when it has any. ``shown`` are the key's
-    largest needs of all time (``runs.evidence``), which the retry never goes below.
+    largest needs of all time (``runs.planning.evidence``), which the retry never goes below.
     """
     default = task_type.per_worker_gb if task_type is not None else DEFAULT_COMMAND_GB
     past = history(observed, getattr(policy, "window", OBSERVATIONS_USED))
@@ -308,7 +308,7 @@ def plan_run(
 ) -> dict[str, TaskPlan]:
     """The plan of every task of a validated spec, by task id (``observed`` by their keys).
 
-    ``evidence`` is every key's default and largest needs (``runs.evidence``): a task whose
+    ``evidence`` is every key's default and largest needs (``runs.planning.evidence``): a task whose
     key has no observation is sized from the prior of the other keys.
     """
     keys = observation_keys(spec)

@@ -279,7 +279,7 @@ def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float
 # cross-validation (``bench/sizing_replay.py --cross-validate``) by the folds' worst case.
 WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
-(``runs/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
+(``runs/planning/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
 newest lead, so the window only decides what is forgotten: a type whose inputs come in
 groups (one sample's tasks, then the next's) forgot its large group within 50 samples and
 was killed when it came back."""

@@ -10,8 +10,8 @@ import yaml
 from django.contrib.auth.models import User
 
 from runs.models import Run
-from runs.spec import RunSpec
-from runs.submission import create_run
+from runs.planning.spec import RunSpec
+from runs.planning.submission import create_run
 
 
 def submit_rerun(*, source: Run, spec: RunSpec, owner: User, text: str | None = None) -> Run:
