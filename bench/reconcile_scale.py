@@ -197,7 +197,7 @@ def timed_pass(side) -> tuple[float, int, int]:
     """Seconds, queries and backend calls of one reconcile (the lock included)."""
     from django.db import connection
 
-    from runs import controller
+    from runs.control import controller
 
     queries = 0
 
@@ -220,7 +220,7 @@ STEADY_PASSES = 5
 def resync_due(backend) -> bool:
     """Make every run's resync due, as an hour passed; whether the loop has a poll memory."""
     try:
-        from runs import unchanged
+        from runs.control import unchanged
     except ImportError:
         return False
     memory = unchanged.memory_of(backend)
@@ -234,7 +234,7 @@ def forget_polls() -> bool:
     """Lose what the loop remembers of its polls, as a restarted service does; whether the
     loop has a memory (a checkout from before it polls every run in full at each pass)."""
     try:
-        from runs import unchanged
+        from runs.control import unchanged
     except ImportError:
         return False
     unchanged._memories.clear()

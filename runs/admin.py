@@ -16,8 +16,9 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs import accounting, controller, reservations  # noqa: F401 (registers)
+from runs import accounting  # noqa: F401 (registers)
 from runs.common import token_admin  # noqa: F401 (registers)
+from runs.control import controller, reservations  # noqa: F401 (registers)
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 
 if TYPE_CHECKING:

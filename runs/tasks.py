@@ -1,4 +1,4 @@
-"""Celery tasks: thin shells that call one function of the controller (runs/controller.py).
+"""Celery tasks: thin shells that call one function of the controller (runs/control/controller.py).
 
 ``reconcile`` and ``settle`` run on the beat schedule (``CELERY_BEAT_SCHEDULE``); ``reconcile``
 is also sent by ``controller.wake``. ``submit_run`` is sent per run by ``submit_later`` (the
@@ -25,7 +25,7 @@ def submit_run(run_id: str) -> None:
     Nothing is done while another process submits the run; should that one stop, the loop
     hands the submission on again (``controller.resume_submission``).
     """
-    from runs import controller
+    from runs.control import controller
 
     controller.submit(run_id)
 
@@ -38,7 +38,7 @@ def submit_later(run_id: str) -> None:
 @shared_task(name="runs.tasks.settle")  # type: ignore[untyped-decorator]  # celery ships no types
 def settle(run_id: str | None = None) -> None:
     """Retry the pending logs, release and cancellation of terminal runs (one, or all)."""
-    from runs import controller
+    from runs.control import controller
 
     controller.settle_pending(run_id)
 
@@ -49,8 +49,8 @@ def reconcile() -> None:
 
     A line at INFO only for a pass that changed a run (DEBUG otherwise): every 5 s.
     """
-    from runs import controller
     from runs.common import metrics
+    from runs.control import controller
 
     with metrics.reconcile_timer() as timer:
         changed = controller.reconcile()
@@ -62,7 +62,7 @@ def reconcile() -> None:
 @shared_task(name="runs.tasks.recover")  # type: ignore[untyped-decorator]  # celery ships no types
 def recover() -> None:
     """Resume what a stopped service left: submissions, unnamed records, pending work."""
-    from runs import controller
+    from runs.control import controller
 
     controller.recover()
 
@@ -70,8 +70,8 @@ def recover() -> None:
 @worker_ready.connect  # type: ignore[untyped-decorator]  # celery ships no types
 def follow_backend(**kwargs: Any) -> None:
     """When a worker starts: subscribe the controller's wake-up to the backend, then recover."""
-    from runs import controller
     from runs.backends import get_backend
+    from runs.control import controller
 
     try:
         get_backend().subscribe(controller.wake)

@@ -25,7 +25,7 @@ from django_htmx.http import HTMX_STOP_POLLING
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from harness.tasktypes import task_types
-from runs import accounting, capacity, controller, reservations, task_files, task_logs
+from runs import accounting, capacity, task_files, task_logs
 from runs.access import (
     run_or_404,
     run_with_tasks_or_404,
@@ -39,6 +39,7 @@ from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.charts import observation_chart
 from runs.common import store
+from runs.control import controller, reservations
 from runs.dag import layout
 from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.middleware import past_cap

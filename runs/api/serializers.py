@@ -17,9 +17,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs import accounting
+from runs.control.states import shown_state
 from runs.live_attempts import live_figures
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
-from runs.states import shown_state
 
 
 class PlanSerializer(serializers.Serializer[dict[str, Any]]):

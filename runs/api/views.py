@@ -21,7 +21,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness.tasktypes import task_types
-from runs import controller
 from runs.access import (
     run_or_404,
     run_with_tasks_or_404,
@@ -40,6 +39,7 @@ from runs.api.serializers import (
     RunSerializer,
     run_detail_serializer,
 )
+from runs.control import controller
 from runs.models import Run
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import RunSpec, SpecError, parse_spec, validate_spec

@@ -20,7 +20,7 @@ from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
 from runs.common import store
 from runs.common.handoff import after_commit
-from runs.controller import Schedule, scheduler
+from runs.control.controller import Schedule, scheduler
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planning.evidence import prior_evidence
 from runs.planning.learned_types import run_types

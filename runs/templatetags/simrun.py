@@ -7,8 +7,8 @@ import shlex
 
 from django import template
 
+from runs.control.states import shown_state
 from runs.models import Task
-from runs.states import shown_state
 
 register = template.Library()
 

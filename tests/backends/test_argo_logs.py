@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs import controller
 from runs.backends.argo import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.common import store
+from runs.control import controller
 from runs.models import Run, Task, TaskState
 from runs.planning.spec import parse_spec
 from runs.planning.submission import create_run

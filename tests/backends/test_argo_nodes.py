@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs import controller
 from runs.backends.argo import ArgoBackend
 from runs.backends.argo_nodes import POOL_LABEL, choose_node
 from runs.backends.base import ClusterConfig, NodeInfo
+from runs.control import controller
 from runs.models import Run, RunState
 from runs.planning.planner import TaskPlan, plan_run
 from runs.planning.spec import parse_spec

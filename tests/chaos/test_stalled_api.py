@@ -22,10 +22,10 @@ import yaml
 from django.utils import timezone
 
 from harness.tasktypes import task_types
-from runs import controller
 from runs.backends.argo import ArgoBackend
 from runs.backends.argo_api import CallPolicy
 from runs.backends.base import ClusterConfig
+from runs.control import controller
 from runs.models import Run, RunState
 from runs.planning.spec import parse_spec
 from runs.planning.submission import create_run

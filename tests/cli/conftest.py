@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from runs import controller, tasks
+from runs import tasks
 from runs.api.authentication import create_token
 from runs.backends.fake import FakeBackend
 from runs.common import store
+from runs.control import controller
 from runs.models import Run, TaskKind
 from tests.api.conftest import backend, queued, settled  # noqa: F401, F811
 from tests.e2e.service import CONFIGURATION, SIMRUN

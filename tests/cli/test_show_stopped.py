@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs import controller
+from runs.control import controller
 from tests.api.conftest import backend, running, submitted  # noqa: F401
 
 pytestmark = pytest.mark.django_db

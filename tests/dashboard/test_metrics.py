@@ -10,7 +10,8 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from runs import controller, tasks
+from runs import tasks
+from runs.control import controller
 from runs.models import Attempt, Observation, Run, RunState
 from tests.api.conftest import submitted
 

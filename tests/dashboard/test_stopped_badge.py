@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs import controller
+from runs.control import controller
 from runs.models import Task, TaskState
 from tests.api.conftest import running, submitted
 

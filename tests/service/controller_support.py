@@ -16,13 +16,14 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs import controller, tasks
+from runs import tasks
 from runs.backends import get_backend
 from runs.backends.base import PodLog
 from runs.backends.fake import FakeBackend
 from runs.common import store
+from runs.control import controller
+from runs.control.observations import task_of
 from runs.models import Run, Task
-from runs.observations import task_of
 from runs.planning.spec import parse_spec
 from runs.planning.submission import create_run
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runs import controller
 from runs.backends.base import FailedAttempt
+from runs.control import controller
 from runs.models import Attempt
 from tests.service.controller_support import (  # noqa: F401
     fake,

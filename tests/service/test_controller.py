@@ -730,7 +730,7 @@ def test_units_done_follow_progress_jsonl_counting_each_unit_once(launch, fake):
 def test_a_cancelled_run_is_written_first_then_its_workflow_cancelled_and_node_released(
     launch, fake, sent, django_capture_on_commit_callbacks
 ):
-    from runs import controller
+    from runs.control import controller
 
     fake.add_node("node-a")
     run = launch({**PIPELINE, "reserve_node": True})
@@ -753,7 +753,7 @@ def test_a_cancelled_run_is_written_first_then_its_workflow_cancelled_and_node_r
 
 def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(launch, fake):
     """Skipped, as the spec's terminal record says, but not taken for one that never started."""
-    from runs import controller
+    from runs.control import controller
 
     run = launch(PIPELINE)
     fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
@@ -772,7 +772,7 @@ def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(lau
 
 
 def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(launch, fake):
-    from runs import controller
+    from runs.control import controller
 
     with pytest.raises(KeyError):
         controller.cancel("nosuchrun0")
@@ -784,7 +784,7 @@ def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(laun
 
 
 def test_settling_a_run_deleted_meanwhile_is_ignored(launch, fake):
-    from runs import controller
+    from runs.control import controller
 
     run = launch()
     Run.objects.filter(pk=run.pk).delete()
@@ -793,7 +793,7 @@ def test_settling_a_run_deleted_meanwhile_is_ignored(launch, fake):
 
 
 def test_a_cancel_wins_over_a_reconcile_that_read_the_run_before(launch, fake):
-    from runs import controller
+    from runs.control import controller
 
     run = launch()
     fake.set_nodes(run.workflow, SWEEP_DONE)
@@ -806,7 +806,7 @@ def test_a_cancel_wins_over_a_reconcile_that_read_the_run_before(launch, fake):
 
 
 def test_ended_runs_are_settled_by_the_settle_task_too(launch, fake):
-    from runs import controller
+    from runs.control import controller
 
     fake.add_node("node-a")
     run = launch({**SWEEP, "reserve_node": True})

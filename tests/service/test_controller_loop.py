@@ -16,10 +16,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from harness.tasktypes import task_types
-from runs import controller, locks
 from runs.backends import get_backend
 from runs.backends.base import RETRYING_PHASE
 from runs.backends.fake import FakeBackend
+from runs.control import controller, locks
 from runs.models import Attempt, Observation, Run, RunState, Task
 from runs.planning.spec import parse_spec
 from runs.planning.submission import create_run

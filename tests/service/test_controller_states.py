@@ -9,12 +9,12 @@ import pytest
 
 from harness import untrusted
 from harness.report import WorkerReport
-from runs import controller
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus
 from runs.common.store import TaskFolder
-from runs.controller import has_merge_marker, task_states
+from runs.control import controller
+from runs.control.controller import has_merge_marker, task_states
+from runs.control.observations import attempt_of, is_oom
 from runs.models import Run, RunState, TaskState
-from runs.observations import attempt_of, is_oom
 from runs.planning.planner import TaskPlan
 
 PLAN = TaskPlan(

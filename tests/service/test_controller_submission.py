@@ -10,8 +10,8 @@ import time_machine
 from django.db import OperationalError
 from django.utils import timezone
 
-from runs import controller, locks
 from runs.backends import cluster_config
+from runs.control import controller, locks
 from runs.models import Run, RunState
 from runs.planning import images
 from tests.service.controller_support import (  # noqa: F401

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs import controller
+from runs.control import controller
 from runs.models import Observation, Run
 from tests.api.conftest import running, submitted
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runs import controller, observations
 from runs.common import store
+from runs.control import controller, observations
 from runs.live_attempts import live_figures
 from runs.models import Attempt, Run, Task, TaskState
 from runs.planning.planner import TaskPlan

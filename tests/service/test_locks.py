@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from runs import locks
+from runs.control import locks
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def holder(
         f"""
         import sys, time, django
         django.setup()
-        from runs import locks
+        from runs.control import locks
         locks.LOCK_TTL_S = {ttl_s}
         with locks.hold({name!r}) as held:
             print("held" if held else "busy", flush=True)

@@ -10,8 +10,9 @@ from logging.config import dictConfig
 import pytest
 from django.conf import settings
 
-from runs import controller, tasks
+from runs import tasks
 from runs.common.logfmt import KeyValueFormatter, Once
+from runs.control import controller
 from tests.api.conftest import backend, submitted  # noqa: F401
 
 
@@ -23,8 +24,10 @@ def line_of(logger: str, message: str, *args, **extra) -> str:
 
 
 def test_a_line_is_key_value_with_the_run_named_in_its_message():
-    line = line_of("runs.controller", "reconciling run %s failed; it is pushed aside", "r1x")
-    assert " level=WARNING logger=runs.controller run=r1x " in line
+    line = line_of(
+        "runs.control.controller", "reconciling run %s failed; it is pushed aside", "r1x"
+    )
+    assert " level=WARNING logger=runs.control.controller run=r1x " in line
     assert line.endswith('msg="reconciling run r1x failed; it is pushed aside"')
     assert line.startswith("time=") and line.split()[0].endswith("Z")
 

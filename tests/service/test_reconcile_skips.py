@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (the fixtures are imported from controller_support by name)
-"""A pass skips the live runs unchanged since their last poll (runs/unchanged.py).
+"""A pass skips the live runs unchanged since their last poll (runs/control/unchanged.py).
 
 A run is polled again when its workflow or its record changed, when a split task's progress
 grew, while it waits for something in time (a merge marker, a report, logs to keep), at the
@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs import unchanged
 from runs.backends.fake import FakeBackend
+from runs.control import unchanged
 from runs.models import Run, RunState, Task, TaskState
 from tests.service.controller_support import (  # noqa: F401 (fixtures)
     PIPELINE,

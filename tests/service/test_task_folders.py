@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from runs import controller, observations, states
 from runs.backends import logs
 from runs.common import store
+from runs.control import controller, observations, states
 from runs.models import Attempt, Observation, Task, TaskState
 from tests.service.controller_support import (  # noqa: F401
     fake,

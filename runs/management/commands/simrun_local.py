@@ -16,9 +16,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from runs import controller
 from runs.backends import get_backend
 from runs.backends.local import LocalBackend
+from runs.control import controller
 
 
 class Command(BaseCommand):

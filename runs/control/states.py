@@ -1,7 +1,7 @@
 """What a backend's status means: the states of the tasks and the verdict of a run (spec/000).
 
 Functions of one poll of one live run, which read the record and the store but write
-nothing: ``runs.controller`` writes what they decide, compare-and-set. The state of a run
+nothing: ``runs.control.controller`` writes what they decide, compare-and-set. The state of a run
 is the service's, not the backend's (Ruling 17b).
 """
 
@@ -21,7 +21,6 @@ from django.utils import timezone
 from harness import untrusted
 from harness.merge import MERGED_MARKER
 from harness.report import PROGRESS_UNIT, WorkerReport
-from runs import observations
 from runs.backends import retry_rule
 from runs.backends.base import (
     PREEMPTED_PHASE,
@@ -32,8 +31,9 @@ from runs.backends.base import (
 )
 from runs.common import store
 from runs.common.store import TaskFolder
+from runs.control import observations
+from runs.control.observations import attempt_memory_gb, task_of
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
-from runs.observations import attempt_memory_gb, task_of
 from runs.planning.planner import TaskPlan
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The controller: follows the workflows of the runs and records their end (spec/000).
 
 Each step settles one run and says whether it changed anything: a poll maps the status of a
-run's workflow onto its record (``runs.states`` decides, this module writes), a terminal
+run's workflow onto its record (``runs.control.states`` decides, this module writes), a terminal
 run's pending work is retried, a submission resumes. The controller keeps no state in
 memory: what a poll needs is in the record (task states, OOM kills, ``merge_pending``), so
 a restarted service continues where the one before stopped. Every write of a run is
@@ -25,7 +25,6 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from harness.tasktypes import task_types
-from runs import locks, observations, unchanged
 from runs.backends import cluster_config, get_backend, logs
 from runs.backends.argo_nodes import choose_node
 from runs.backends.base import (
@@ -38,20 +37,9 @@ from runs.backends.base import (
 )
 from runs.common import store
 from runs.common.handoff import after_commit
-from runs.models import (
-    ATTEMPT_OUTCOME_FIELDS,
-    FINAL_TASK_STATES,
-    Attempt,
-    Run,
-    RunState,
-    Task,
-    TaskState,
-)
-from runs.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
-from runs.planning import images
-from runs.planning.planner import TaskPlan
-from runs.planning.records import run_record, task_plans
-from runs.states import (  # noqa: F401 (has_merge_marker, task_states: the spec's names)
+from runs.control import locks, observations, unchanged
+from runs.control.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
+from runs.control.states import (  # noqa: F401 (has_merge_marker, task_states: the spec's names)
     Poll,
     closed,
     ended_attempts,
@@ -62,6 +50,18 @@ from runs.states import (  # noqa: F401 (has_merge_marker, task_states: the spec
     task_changes,
     task_states,
 )
+from runs.models import (
+    ATTEMPT_OUTCOME_FIELDS,
+    FINAL_TASK_STATES,
+    Attempt,
+    Run,
+    RunState,
+    Task,
+    TaskState,
+)
+from runs.planning import images
+from runs.planning.planner import TaskPlan
+from runs.planning.records import run_record, task_plans
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def wake() -> None:
         locks.lower_flag(WAKE_FLAG)
 
 
-# One poll of one live run: ``runs.states`` decides, this writes.
+# One poll of one live run: ``runs.control.states`` decides, this writes.
 
 
 def apply(run: Run, tasks: list[Task], poll: Poll) -> bool:
@@ -434,7 +434,7 @@ def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, 
     """The live runs not pushed aside, with their tasks: a few queries whatever their number.
 
     Given a backend that signals changes, the runs unchanged since their last poll in this
-    process are left out, their tasks unread (``runs.unchanged``).
+    process are left out, their tasks unread (``runs.control.unchanged``).
     """
     due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
     found = due.defer("spec", "spec_text").order_by("created_at")
