@@ -16,10 +16,10 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs import accounting  # noqa: F401 (registers)
 from runs.common import token_admin  # noqa: F401 (registers)
 from runs.control import controller, reservations  # noqa: F401 (registers)
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
+from runs.reads import accounting  # noqa: F401 (registers)
 
 if TYPE_CHECKING:
     # The stubs' admin classes take their models; Django's cannot be subscripted at run time.

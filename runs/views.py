@@ -25,13 +25,6 @@ from django_htmx.http import HTMX_STOP_POLLING
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from harness.tasktypes import task_types
-from runs import accounting, capacity, task_files, task_logs
-from runs.access import (
-    run_or_404,
-    run_with_tasks_or_404,
-    task_or_404,
-    visible_observations,
-)
 from runs.api.filters import filter_values
 from runs.api.listed_json import listed_page
 from runs.api.listing import Listing
@@ -41,16 +34,23 @@ from runs.charts import observation_chart
 from runs.common import store
 from runs.control import controller, reservations
 from runs.dag import layout
-from runs.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.middleware import past_cap
 from runs.models import FINAL_TASK_STATES, RunState, TaskState
 from runs.planning.planning_figures import planning_figures
 from runs.planning.reruns import spec_text, submit_rerun
 from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
 from runs.planning.submission import CannotRun, create_run
-from runs.run_reads import rerun_ids
+from runs.reads import accounting, capacity, task_files, task_logs
+from runs.reads.access import (
+    run_or_404,
+    run_with_tasks_or_404,
+    task_or_404,
+    visible_observations,
+)
+from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
+from runs.reads.run_reads import rerun_ids
+from runs.reads.task_logs import DEFAULT_TAIL
 from runs.run_table import table_rows
-from runs.task_logs import DEFAULT_TAIL
 from runs.timeline import timeline
 
 RUNS_PER_PAGE = 25

@@ -9,10 +9,10 @@ from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs import capacity
 from runs.api import schema
 from runs.api.serializers import NodeSerializer, PlacementSerializer
 from runs.control import reservations
+from runs.reads import capacity
 
 
 class Unavailable(APIException):

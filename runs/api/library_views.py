@@ -15,8 +15,6 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs import accounting
-from runs.access import visible_observations
 from runs.api import schema
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import ARCHIVE_PARSERS
@@ -24,6 +22,8 @@ from runs.api.serializers import ObservationSerializer, SnapshotSerializer, Task
 from runs.models import Observation, Snapshot
 from runs.planning.planning_figures import planning_figures
 from runs.planning.snapshots import SnapshotError, save_snapshot
+from runs.reads import accounting
+from runs.reads.access import visible_observations
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRead

@@ -11,8 +11,6 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs import task_files, task_logs
-from runs.access import task_or_404
 from runs.api import schema
 from runs.api.serializers import (
     LogSerializer,
@@ -21,7 +19,9 @@ from runs.api.serializers import (
     TaskSerializer,
 )
 from runs.common import store
-from runs.task_files import IMAGE_TYPES, MAX_LOG_TAIL_LINES
+from runs.reads import task_files, task_logs
+from runs.reads.access import task_or_404
+from runs.reads.task_files import IMAGE_TYPES, MAX_LOG_TAIL_LINES
 
 MAX_OFFSET = 2**53
 

@@ -21,12 +21,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness.tasktypes import task_types
-from runs.access import (
-    run_or_404,
-    run_with_tasks_or_404,
-    visible_runs,
-    with_progress,
-)
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
 from runs.api.filters import RunFilters, valid_filters
 from runs.api.listed_json import listed_page
@@ -44,8 +38,14 @@ from runs.models import Run
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import RunSpec, SpecError, parse_spec, validate_spec
 from runs.planning.submission import CannotRun, create_run
-from runs.run_reads import rerun_ids
-from runs.task_files import attach_progress
+from runs.reads.access import (
+    run_or_404,
+    run_with_tasks_or_404,
+    visible_runs,
+    with_progress,
+)
+from runs.reads.run_reads import rerun_ids
+from runs.reads.task_files import attach_progress
 
 
 def refused(request: Request, body: bytes, error: SpecError) -> APIException:

@@ -9,12 +9,12 @@ import pytest
 from django.utils import timezone
 from rest_framework import serializers
 
-from runs.access import with_progress
 from runs.api.listed_json import SettledTexts, built_json, listed_page, writes_json
 from runs.api.listing import Listing
 from runs.api.pagination import page_of
 from runs.api.serializers import RunSerializer
 from runs.models import Run, RunState, Task
+from runs.reads.access import with_progress
 
 pytestmark = pytest.mark.django_db
 

@@ -11,11 +11,11 @@ from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from runs import tasks
-from runs.access import listed_rows, visible_runs, with_progress
 from runs.api.authentication import create_token
 from runs.api.listing import Listing
 from runs.api.serializers import RunSerializer
 from runs.models import Attempt, Run, RunState, Task
+from runs.reads.access import listed_rows, visible_runs, with_progress
 
 pytestmark = pytest.mark.django_db
 

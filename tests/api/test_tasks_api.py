@@ -308,7 +308,7 @@ def not_blocked_on(*fifos, timeout: float = 10.0):
 
 
 def test_outputs_larger_than_the_inline_caps_are_not_shown_inline(owner_client, owner, store):
-    from runs.task_files import INLINE_IMAGE_BYTES, INLINE_TEXT_BYTES
+    from runs.reads.task_files import INLINE_IMAGE_BYTES, INLINE_TEXT_BYTES
 
     run = submitted(owner)
     out = out_dir(store, run)

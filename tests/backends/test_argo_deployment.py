@@ -199,8 +199,8 @@ def backend_on(kube: KubeApiServer, tmp_path: Path) -> ArgoBackend:
 
 
 def web_calls(backend: ArgoBackend) -> None:
-    """What the web process asks of the cluster: the nodes page (runs.capacity), the logs of
-    a live task (runs.task_logs), the largest node when a run is planned
+    """What the web process asks of the cluster: the nodes page (runs.reads.capacity), the logs of
+    a live task (runs.reads.task_logs), the largest node when a run is planned
     (runs.planning.submission)."""
     backend.nodes()
     backend.placements()

@@ -15,7 +15,7 @@ from runs.backends import local
 from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import live_name, process_start
 from runs.common.store import TaskFolder
-from runs.live_attempts import read_live
+from runs.reads.live_attempts import read_live
 from tests.backends.local_fixtures import (
     ended,
     gone,

@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs import accounting
 from runs.models import Observation, Run, Task
+from runs.reads import accounting
 from tests.api.conftest import submitted
 
 pytestmark = pytest.mark.django_db

@@ -10,9 +10,9 @@ import pytest
 
 from runs.common import store
 from runs.control import controller, observations
-from runs.live_attempts import live_figures
 from runs.models import Attempt, Run, Task, TaskState
 from runs.planning.planner import TaskPlan
+from runs.reads.live_attempts import live_figures
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,
     fake,

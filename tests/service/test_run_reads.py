@@ -13,10 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from harness.tasktypes import task_types
-from runs import run_reads
 from runs.models import Attempt, Observation, Run, Task
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import validate_spec
+from runs.reads import run_reads
 from tests.api.conftest import submitted
 
 pytestmark = pytest.mark.django_db

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from runs import task_files
 from runs.backends import get_backend
 from runs.backends.base import PodLog
 from runs.backends.logs import log_name
 from runs.common import store
 from runs.models import Task
+from runs.reads import task_files
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from runs import run_reads
 from runs.models import ENDED_STATES, Observation, Run, RunQuerySet, Task
+from runs.reads import run_reads
 
 LIST_COLUMNS = (
     "id",

@@ -19,9 +19,9 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from runs import run_reads
 from runs.models import Observation, Run, Task
 from runs.planning.sizing import Wastage, wastage
+from runs.reads import run_reads
 
 GIB = 2**30
 WEEKS_SHOWN = 8
