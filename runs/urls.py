@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from runs import views
+from runs.web import views
 
 app_name = "runs"
 

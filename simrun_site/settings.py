@@ -98,9 +98,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: a body past its cap is refused before anything reads it (runs/middleware.py).
-    "runs.middleware.BodyLimitMiddleware",
-    "runs.middleware.StorageFullMiddleware",
+    # First: a body past its cap is refused before anything reads it (runs/web/middleware.py).
+    "runs.web.middleware.BodyLimitMiddleware",
+    "runs.web.middleware.StorageFullMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

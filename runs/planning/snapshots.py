@@ -109,7 +109,7 @@ def extract(archive: IO[bytes], destination: Path) -> None:
         raise SnapshotError(f"refused: {error}") from None
     except OSError as error:
         if error.errno in {errno.ENOSPC, errno.EDQUOT, errno.EROFS}:
-            raise  # the disk's fault, not the archive's (runs.middleware answers 507)
+            raise  # the disk's fault, not the archive's (runs.web.middleware answers 507)
         raise SnapshotError(f"not a readable tar.gz archive: {error}") from None
     except (tarfile.TarError, EOFError, ValueError) as error:
         raise SnapshotError(f"not a readable tar.gz archive: {error}") from None

@@ -1,4 +1,4 @@
-"""The edge of the service (runs/middleware.py): bodies past their cap are refused before they
+"""The edge of the service (runs/web/middleware.py): bodies past their cap are refused before they
 are read, and a full disk is answered as such, in JSON for the API, logged once a minute."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.test import Client
 
-from runs import middleware
 from runs.api.authentication import create_token
 from runs.common import store
 from runs.models import Run
+from runs.web import middleware
 
 SPEC = b"tasks: {s: {type: squares, settings: {n: 2}}}\n"
 
@@ -181,7 +181,7 @@ def test_a_full_disk_is_logged_again_after_a_minute(owner_client, disk_full, cap
     for _ in range(3):
         owner_client.post("/api/runs/", data=SPEC, content_type="application/yaml")
         now[0] += 30
-    errors = [record for record in caplog.records if record.name == "runs.middleware"]
+    errors = [record for record in caplog.records if record.name == "runs.web.middleware"]
     assert len(errors) == 2
 
 

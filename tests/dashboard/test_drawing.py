@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runs.charts import observation_chart
-from runs.dag import BOX_WIDTH, COLUMN_GAP, layout
 from runs.models import Observation, Task
 from runs.templatetags.simrun import duration, filesize, gib, percent
+from runs.web.charts import observation_chart
+from runs.web.dag import BOX_WIDTH, COLUMN_GAP, layout
 
 
 def task(task_id: str, *inputs: str, done: int = 0, total: int = 1) -> Task:

@@ -1,5 +1,5 @@
 """The runs table's rows: an ended run's row is written once per process and kept by its
-JSON text, a live run's is written at every table (``runs.run_table``)."""
+JSON text, a live run's is written at every table (``runs.web.run_table``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runs import run_table
 from runs.models import Run, RunState
+from runs.web import run_table
 
 pytestmark = pytest.mark.django_db
 

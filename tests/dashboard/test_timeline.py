@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from runs.models import Attempt, Run, RunState, Task
-from runs.timeline import LABEL_WIDTH, PLOT_WIDTH, timeline
+from runs.web.timeline import LABEL_WIDTH, PLOT_WIDTH, timeline
 from tests.api.conftest import running, submitted
 
 pytestmark = pytest.mark.django_db

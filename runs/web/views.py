@@ -30,11 +30,8 @@ from runs.api.listed_json import listed_page
 from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
-from runs.charts import observation_chart
 from runs.common import store
 from runs.control import controller, reservations
-from runs.dag import layout
-from runs.middleware import past_cap
 from runs.models import FINAL_TASK_STATES, RunState, TaskState
 from runs.planning.planning_figures import planning_figures
 from runs.planning.reruns import spec_text, submit_rerun
@@ -50,8 +47,11 @@ from runs.reads.access import (
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.reads.run_reads import rerun_ids
 from runs.reads.task_logs import DEFAULT_TAIL
-from runs.run_table import table_rows
-from runs.timeline import timeline
+from runs.web.charts import observation_chart
+from runs.web.dag import layout
+from runs.web.middleware import past_cap
+from runs.web.run_table import table_rows
+from runs.web.timeline import timeline
 
 RUNS_PER_PAGE = 25
 """Rows of the runs table: what a laptop screen shows without much scrolling."""
