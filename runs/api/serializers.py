@@ -23,7 +23,7 @@ from runs.reads.live_attempts import live_figures
 
 
 class PlanSerializer(serializers.Serializer[dict[str, Any]]):
-    """The TaskPlan decided at submission (``runs.planning.planner.TaskPlan``)."""
+    """The TaskPlan decided at submission (``runs.backends.base.TaskPlan``)."""
 
     cores = serializers.IntegerField()
     memory_gb = serializers.FloatField(help_text="per pod")

@@ -57,9 +57,9 @@ from runs.backends.base import (
     Placement,
     PodLog,
     RunRecord,
+    TaskPlan,
 )
 from runs.backends.logs import log_name
-from runs.planning.planner import TaskPlan
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,14 @@ from functools import partial
 from typing import Any
 
 from harness.tasktypes import TaskType
-from runs.backends.base import RETRY_LIMIT, ClusterConfig, RunRecord, TaskRecord, workflow_name
-from runs.planning.planner import TaskPlan
+from runs.backends.base import (
+    RETRY_LIMIT,
+    ClusterConfig,
+    RunRecord,
+    TaskPlan,
+    TaskRecord,
+    workflow_name,
+)
 
 GROUP = "argoproj.io"
 VERSION = "v1alpha1"

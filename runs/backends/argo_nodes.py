@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runs.backends.argo_manifest import RESERVED_KEY
-from runs.backends.base import NodeInfo
-from runs.planning.planner import TaskPlan
+from runs.backends.base import NodeInfo, TaskPlan
 
 POOL_LABEL = "simrun.io/pool"
 """The label an operator puts on the nodes a run may reserve (any value)."""

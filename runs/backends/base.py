@@ -14,7 +14,6 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.tasktypes import TaskType
-from runs.planning.planner import TaskPlan
 
 PREEMPTED_PHASE = "Preempted"
 """A node whose pod was evicted or preempted and whose retry waits."""
@@ -38,6 +37,32 @@ RETRY_LIMIT = 10
 for memory, the others for evictions; the local backend retries as the cluster does."""
 
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
+
+
+class TaskPlan(BaseModel):
+    """The resources of one task, decided at submission and stored with it.
+
+    The contract between planning and the backends: the planner makes it, a backend reads it,
+    so it lives with the protocol and no backend imports the planner.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    cores: int = Field(ge=1)
+    memory_gb: float = Field(gt=0, description="per pod")
+    workers: int = Field(default=1, ge=1, description="pods of a split task, coordinator included")
+    base_gb: float = Field(ge=0)
+    per_worker_gb: float = Field(gt=0)
+    processes: int = Field(default=1, ge=1, description="pool processes per pod")
+    retry_memory_gb: float = Field(gt=0, description="per pod, after a kill for memory")
+    coordinator_merges: bool = False
+    why: str = ""
+    why_short: str = Field(default="", description="the reason in one plain sentence")
+    counterfactual_gb: dict[str, float] = Field(
+        default_factory=dict,
+        description="per pod: what these sizing policies would have given it from the same "
+        "observations, whatever the spec said",
+    )
 
 
 class BackendUnavailable(Exception):

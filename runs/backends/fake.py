@@ -30,9 +30,9 @@ from runs.backends.base import (
     Placement,
     PodLog,
     RunRecord,
+    TaskPlan,
     workflow_name,
 )
-from runs.planning.planner import TaskPlan
 
 ERRORS: dict[str, type[Exception]] = {
     "KeyError": KeyError,

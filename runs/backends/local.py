@@ -46,6 +46,7 @@ from runs.backends.base import (
     Placement,
     PodLog,
     RunRecord,
+    TaskPlan,
     TaskRecord,
     workflow_name,
 )
@@ -72,7 +73,6 @@ from runs.backends.local_state import (
     read_service_json,
     retry,
 )
-from runs.planning.planner import TaskPlan
 
 logger = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from runs.backends.base import (
     BackendUnavailable,
     ChangeSignal,
     ClusterConfig,
+    TaskPlan,
     workflow_name,
 )
 from runs.common import store
@@ -60,7 +61,6 @@ from runs.models import (
     TaskState,
 )
 from runs.planning import images
-from runs.planning.planner import TaskPlan
 from runs.planning.records import run_record, task_plans
 
 log = logging.getLogger(__name__)

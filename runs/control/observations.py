@@ -27,9 +27,10 @@ from typing import Any
 from harness import untrusted
 from harness.report import WorkerReport
 from runs.backends import retry_rule
+from runs.backends.base import TaskPlan
 from runs.common.store import TaskFolder
 from runs.models import Attempt, Observation, Task
-from runs.planning.planner import TaskPlan, observation_key
+from runs.planning.planner import observation_key
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from runs.backends.base import (
     RETRYING_PHASE,
     BackendStatus,
     FailedAttempt,
+    TaskPlan,
     worker_of_node,
 )
 from runs.common import store
@@ -34,7 +35,6 @@ from runs.common.store import TaskFolder
 from runs.control import observations
 from runs.control.observations import attempt_memory_gb, task_of
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
-from runs.planning.planner import TaskPlan
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from harness.tasktypes import TaskType
+from runs.backends.base import TaskPlan
 from runs.planning import sizing
 from runs.planning.spec import RunSpec, TaskSpec
 
@@ -34,28 +33,6 @@ OBSERVATIONS_USED = sizing.WINDOW
 policy's window: the replay benchmark hands the planner the same."""
 GB_STEP = 0.05
 """Memory is rounded up to this step, so plans read well and pods get tidy limits."""
-
-
-class TaskPlan(BaseModel):
-    """The resources of one task, decided at submission and stored with it."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    cores: int = Field(ge=1)
-    memory_gb: float = Field(gt=0, description="per pod")
-    workers: int = Field(default=1, ge=1, description="pods of a split task, coordinator included")
-    base_gb: float = Field(ge=0)
-    per_worker_gb: float = Field(gt=0)
-    processes: int = Field(default=1, ge=1, description="pool processes per pod")
-    retry_memory_gb: float = Field(gt=0, description="per pod, after a kill for memory")
-    coordinator_merges: bool = False
-    why: str = ""
-    why_short: str = Field(default="", description="the reason in one plain sentence")
-    counterfactual_gb: dict[str, float] = Field(
-        default_factory=dict,
-        description="per pod: what these sizing policies would have given it from the same "
-        "observations, whatever the spec said",
-    )
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,8 @@ from pathlib import Path
 from django.conf import settings
 
 from harness.tasktypes import TaskType
-from runs.backends.base import RunRecord, TaskRecord
+from runs.backends.base import RunRecord, TaskPlan, TaskRecord
 from runs.models import Run, Task
-from runs.planning.planner import TaskPlan
 from runs.planning.spec import RunSpec, task_kind
 
 

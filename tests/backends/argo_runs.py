@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.tasktypes import task_types
-from runs.backends.base import RunRecord
-from runs.planning.planner import ObservedPeak, TaskPlan, plan_run
+from runs.backends.base import RunRecord, TaskPlan
+from runs.planning.planner import ObservedPeak, plan_run
 from runs.planning.records import spec_record
 from runs.planning.spec import parse_spec
 

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.tasktypes import task_types
-from runs.backends.base import ClusterConfig, RunRecord, TaskRecord
+from runs.backends.base import ClusterConfig, RunRecord, TaskPlan, TaskRecord
 from runs.backends.local import LocalBackend, workflow_name
 from runs.backends.local_launcher import notify, read_json
-from runs.planning.planner import TaskPlan
 from tests.polling import wait_for
 
 

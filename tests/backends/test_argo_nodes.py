@@ -13,10 +13,10 @@ import yaml
 from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
 from runs.backends.argo_nodes import POOL_LABEL, choose_node
-from runs.backends.base import ClusterConfig, NodeInfo
+from runs.backends.base import ClusterConfig, NodeInfo, TaskPlan
 from runs.control import controller
 from runs.models import Run, RunState
-from runs.planning.planner import TaskPlan, plan_run
+from runs.planning.planner import plan_run
 from runs.planning.spec import parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_runs import run_of

@@ -7,10 +7,9 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from runs.backends.base import RETRYING_PHASE
+from runs.backends.base import RETRYING_PHASE, TaskPlan
 from runs.common import store
 from runs.models import Attempt, Observation, Run, RunState, Task, TaskState
-from runs.planning.planner import TaskPlan
 from tests.service.controller_support import (  # noqa: F401
     PIPELINE,
     SWEEP,

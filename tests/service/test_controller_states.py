@@ -9,13 +9,12 @@ import pytest
 
 from harness import untrusted
 from harness.report import WorkerReport
-from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus
+from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus, TaskPlan
 from runs.common.store import TaskFolder
 from runs.control import controller
 from runs.control.controller import has_merge_marker, task_states
 from runs.control.observations import attempt_of, is_oom
 from runs.models import Run, RunState, TaskState
-from runs.planning.planner import TaskPlan
 
 PLAN = TaskPlan(
     cores=2, memory_gb=1.0, workers=3, base_gb=0.1, per_worker_gb=0.4, retry_memory_gb=2

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.base import Backend, PodLog, RunRecord, TaskRecord
+from runs.backends.base import Backend, PodLog, RunRecord, TaskPlan, TaskRecord
 from runs.backends.fake import FakeBackend
-from runs.planning.planner import TaskPlan
 
 PLAN = TaskPlan(cores=2, memory_gb=1, workers=3, base_gb=0.1, per_worker_gb=0.4, retry_memory_gb=2)
 RECORD = RunRecord(

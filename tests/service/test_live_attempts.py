@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from runs.backends.base import TaskPlan
 from runs.common import store
 from runs.control import controller, observations
 from runs.models import Attempt, Run, Task, TaskState
-from runs.planning.planner import TaskPlan
 from runs.reads.live_attempts import live_figures
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,

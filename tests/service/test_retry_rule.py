@@ -18,11 +18,10 @@ import pytest
 
 from harness.tasktypes import task_types
 from runs.backends.argo_manifest import RETRY_EXPRESSION, workflow_manifest
-from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig
+from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig, TaskPlan
 from runs.backends.local_state import Attempt as LocalAttempt
 from runs.backends.local_state import NodeSpec, NodeView, next_memory_gb, retry
 from runs.models import Attempt, RunState, Task
-from runs.planning.planner import TaskPlan
 from tests.backends.argo_runs import evaluate, run_of, substitute
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,
