@@ -1,10 +1,13 @@
 """Celery tasks: thin shells that call one function of the controller (runs/control/controller.py).
 
 ``reconcile`` and ``settle`` run on the beat schedule (``CELERY_BEAT_SCHEDULE``); ``reconcile``
-is also sent by ``controller.wake``. ``submit_run`` is sent per run by ``submit_later`` (the
-setting ``SIMRUN_SUBMIT_LATER``) after its submission commits, and again by the loop when a
-submission stopped; ``recover`` when a worker starts, which also subscribes the controller's wake-up
-to the backend, so a backend that sees a change makes the loop reconcile at once.
+is also sent by ``controller.wake`` (``reconcile_later``, the setting ``SIMRUN_RECONCILE_LATER``),
+``settle`` by a cancel or a release (``settle_later``, ``SIMRUN_SETTLE_LATER``): the control loop
+is handed these senders, it does not import this module. ``submit_run`` is sent per run by
+``submit_later`` (the setting ``SIMRUN_SUBMIT_LATER``) after its submission commits, and again by
+the loop when a submission stopped; ``recover`` when a worker starts, which also subscribes the
+controller's wake-up to the backend, so a backend that sees a change makes the loop reconcile at
+once.
 """
 
 from __future__ import annotations
@@ -31,8 +34,18 @@ def submit_run(run_id: str) -> None:
 
 
 def submit_later(run_id: str) -> None:
-    """Hand a run's submission to a worker: the controller's ``Schedule`` in the service."""
+    """Hand a run's submission to a worker: the ``Schedule`` of ``SIMRUN_SUBMIT_LATER``."""
     submit_run.delay(run_id)
+
+
+def settle_later(run_id: str) -> None:
+    """Hand the settling of a run to a worker: the ``Schedule`` of ``SIMRUN_SETTLE_LATER``."""
+    settle.delay(run_id)
+
+
+def reconcile_later() -> None:
+    """Make the loop reconcile in a worker: ``SIMRUN_RECONCILE_LATER``."""
+    reconcile.delay()
 
 
 @shared_task(name="runs.tasks.settle")  # type: ignore[untyped-decorator]  # celery ships no types

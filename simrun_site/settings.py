@@ -281,8 +281,11 @@ SIMRUN_MERGE_MARKER_GRACE_S = _positive("SIMRUN_MERGE_MARKER_GRACE_S", 120.0)
 SIMRUN_REPORT_GRACE_S = _positive("SIMRUN_REPORT_GRACE_S", 60.0)
 """How long an exit 137 waits for its report before it is classed without one (an eviction)."""
 SIMRUN_LOCK_URL = _read("SIMRUN_LOCK_URL", env.str, "")
-# How the domain hands a run's submission to a worker (the Celery task), by its import path.
+# How the domain hands a run's submission, its settling and a reconcile to a worker (the
+# Celery tasks), by their import paths: the control loop is handed them, it does not import them.
 SIMRUN_SUBMIT_LATER = "runs.tasks.submit_later"
+SIMRUN_SETTLE_LATER = "runs.tasks.settle_later"
+SIMRUN_RECONCILE_LATER = "runs.tasks.reconcile_later"
 
 # The local backend.
 SIMRUN_LOCAL_CORES = _read("SIMRUN_LOCAL_CORES", env.int, None)

@@ -11,9 +11,32 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db import transaction
+from django.utils.module_loading import import_string
 
 log = logging.getLogger(__name__)
+
+Schedule = Callable[[str], None]
+"""How work on a run is handed on: given a run's id, done soon in another process."""
+
+
+def scheduler() -> Schedule:
+    """The service's way of handing on a submission (``SIMRUN_SUBMIT_LATER``: the Celery task)."""
+    schedule: Schedule = import_string(settings.SIMRUN_SUBMIT_LATER)
+    return schedule
+
+
+def settler() -> Schedule:
+    """The service's way of handing on the settling of a run (``SIMRUN_SETTLE_LATER``)."""
+    settle: Schedule = import_string(settings.SIMRUN_SETTLE_LATER)
+    return settle
+
+
+def waker() -> Callable[[], None]:
+    """The service's way of making the loop reconcile soon (``SIMRUN_RECONCILE_LATER``)."""
+    reconcile: Callable[[], None] = import_string(settings.SIMRUN_RECONCILE_LATER)
+    return reconcile
 
 
 def after_commit(send: Callable[[], object], what: str) -> None:

@@ -22,7 +22,6 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from harness.tasktypes import task_types
 from runs.backends import cluster_config, get_backend, logs
@@ -37,7 +36,7 @@ from runs.backends.base import (
     workflow_name,
 )
 from runs.common import store
-from runs.common.handoff import after_commit
+from runs.common.handoff import Schedule, after_commit, scheduler, settler, waker
 from runs.control import locks, observations, unchanged
 from runs.control.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
 from runs.control.states import (  # noqa: F401 (has_merge_marker, task_states: the spec's names)
@@ -78,16 +77,6 @@ SUBMISSION_TRIES = 8
 CANCEL_TRIES = 5
 """The times a cancel re-reads a run that a reconcile changed meanwhile."""
 
-Schedule = Callable[[str], None]
-"""How a submission is handed on: given a run's id, submit it soon in another process."""
-
-
-def scheduler() -> Schedule:
-    """The service's way of handing on a submission (``SIMRUN_SUBMIT_LATER``: the Celery task)."""
-    schedule: Schedule = import_string(settings.SIMRUN_SUBMIT_LATER)
-    return schedule
-
-
 UNUSED_TASK_FIELDS = ("settings", "inputs", "command")
 """What a poll never reads of a task; not loaded for the live runs."""
 
@@ -114,11 +103,9 @@ def wake() -> None:
     when its pass starts), so a burst of changes makes one reconcile, not one each. Backends
     call it from their own threads (``Backend.subscribe``), so it never raises.
     """
-    from runs.tasks import reconcile as reconcile_task
-
     try:
         if locks.raise_flag(WAKE_FLAG, ttl_s=WAKE_TTL_S):
-            reconcile_task.delay()
+            waker()()
     except Exception:
         log.exception("cannot wake the control loop; it reconciles at its next poll")
         locks.lower_flag(WAKE_FLAG)
@@ -619,9 +606,8 @@ def request_cancel(run: Run) -> None:
         run = fresh
     else:
         raise Conflict(f"run {run.id} kept changing; try again")
-    from runs.tasks import settle as settle_task
-
-    after_commit(lambda: settle_task.delay(run.id), f"the settling of run {run.id}")
+    settle = settler()
+    after_commit(lambda: settle(run.id), f"the settling of run {run.id}")
 
 
 def _close(run: Run, tasks: list[Task], state: RunState, message: str, **update: Any) -> bool:

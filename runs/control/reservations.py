@@ -7,7 +7,7 @@ the node and retries until that succeeds (Ruling 25).
 
 from __future__ import annotations
 
-from runs.common.handoff import after_commit
+from runs.common.handoff import after_commit, settler
 from runs.models import Run
 
 
@@ -36,7 +36,6 @@ def release_reservation(*, run: Run, node: str | None = None) -> Run:
         raise ReleaseRefused(f"run {run.id} is {run.state}: cancel it, which releases its node")
     if not Run.objects.write_if_unchanged(run, pending_release=True, reserved_node=node):
         raise ReleaseRefused(f"run {run.id} changed meanwhile; try again")
-    from runs.tasks import settle
-
-    after_commit(lambda: settle.delay(run.id), f"the release of run {run.id}'s node")
+    settle = settler()
+    after_commit(lambda: settle(run.id), f"the release of run {run.id}'s node")
     return run

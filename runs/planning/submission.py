@@ -19,8 +19,7 @@ from harness.tasktypes import TaskType
 from runs.backends import get_backend
 from runs.backends.base import Backend, TaskRecord
 from runs.common import store
-from runs.common.handoff import after_commit
-from runs.control.controller import Schedule, scheduler
+from runs.common.handoff import Schedule, after_commit, scheduler
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planning.evidence import prior_evidence
 from runs.planning.learned_types import run_types
