@@ -1,4 +1,11 @@
-"""Backends by name; ``SIMRUN_BACKEND`` picks the one the service uses."""
+"""Backends by name; ``SIMRUN_BACKEND`` picks the one the service uses.
+
+A backend runs the workflows of planned runs on a cluster (Argo) or this machine (local). The
+protocol (``base``) holds what is exchanged with it, the plan of a task (``TaskPlan``) among
+it, with the rule both apply to retries and the names of the pod logs they keep. A backend may
+import ``runs.common`` and nothing else of ``runs``: not the planner, the control loop, the
+models, the pages, the API, the command line or the Celery tasks.
+"""
 
 from __future__ import annotations
 

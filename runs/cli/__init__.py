@@ -2,7 +2,8 @@
 
 A subcommand module has ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
 Client subcommands talk to the REST API only; ``serve`` and ``render-workflow`` start Django
-themselves, so ``simrun --help`` works without the service installed.
+themselves, so ``simrun --help`` works without the service installed. A top room: it may
+import the client, and the service's rooms inside those subcommands, but nothing of ``web``.
 """
 
 from __future__ import annotations

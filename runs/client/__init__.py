@@ -8,6 +8,7 @@
     table = run.frame("sweep", "squares.csv")
 
 It needs httpx, rich and PyYAML (pandas for ``frame``), never Django. See docs/notebook.md.
+So it imports nothing of ``runs`` but itself, and nothing of the service imports it but the CLI.
 """
 
 from runs.client.api import Client, Run, obtain_token

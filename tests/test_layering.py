@@ -1,0 +1,130 @@
+"""The rooms of ``runs/`` and what each may import (docs/architecture.md), read from the source.
+
+Every import counts, those inside functions too: a lazy import is still a dependency. A room
+is ``runs.<name>``, a sub-package or a module of the app (``runs.models``, ``runs.tasks``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Set
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FORBIDDEN: dict[str, set[str]] = {
+    "common": {"backends", "control", "planning", "reads", "web", "api", "cli", "client", "tasks"},
+    "backends": {"control", "planning", "reads", "web", "api", "cli", "client", "tasks", "models"},
+    "planning": {"control", "reads", "web", "api", "cli", "client", "tasks"},
+    "control": {"reads", "web", "api", "cli", "client", "tasks"},
+    "reads": {"control", "web", "api", "cli", "client", "tasks"},
+    "api": {"web", "cli", "client", "tasks"},
+    "cli": {"web"},
+    "client": {"backends", "control", "planning", "reads", "web", "api", "cli", "common", "tasks"},
+}
+"""What each room must not import; the backends, control and planning above all never reach
+the pages, the API or the command line, and the backends never reach the Celery tasks."""
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path, root: Path = ROOT) -> Iterator[str]:
+    """The modules a file imports, anywhere in it; relative imports made absolute."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def room(module: str) -> str | None:
+    """``runs.control.states`` → ``control``; None outside ``runs``."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "runs" and len(parts) > 1 else None
+
+
+def rooms_graph() -> dict[str, dict[str, set[str]]]:
+    """Room → room it imports → the imports that make it so (``module -> module``)."""
+    graph: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for path in sorted((ROOT / "runs").rglob("*.py")):
+        source = module_name(path)
+        for target in imported(path):
+            here, there = room(source), room(target)
+            if here and there and here != there:
+                graph[here][there].add(f"{source} -> {target}")
+    return graph
+
+
+def cycle(graph: Mapping[str, Set[str]]) -> list[str]:
+    """A cycle of the graph (its nodes, the first repeated last), or [] when it has none."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return []
+        for nxt in sorted(graph.get(node, ())):
+            if found := visit(nxt, [*path, node]):
+                return found
+        done.add(node)
+        return []
+
+    for start in sorted(graph):
+        if found := visit(start, []):
+            return found
+    return []
+
+
+def test_the_harness_imports_nothing_of_runs_or_django():
+    offending = [
+        f"{module_name(path)} -> {target}"
+        for path in sorted((ROOT / "harness").rglob("*.py"))
+        for target in imported(path)
+        if target.split(".")[0] in {"runs", "django", "simrun_site"}
+    ]
+    assert not offending
+
+
+@pytest.mark.parametrize("here", sorted(FORBIDDEN))
+def test_a_room_imports_nothing_of_the_rooms_it_must_not(here):
+    graph = rooms_graph()
+    offending = sorted(
+        line for there in FORBIDDEN[here] & set(graph[here]) for line in graph[here][there]
+    )
+    assert not offending, f"runs.{here} imports what it must not"
+
+
+def test_no_two_rooms_import_each_other_even_through_others():
+    graph = rooms_graph()
+    assert not cycle({here: set(theirs) for here, theirs in graph.items()})
+
+
+def test_every_room_says_what_lives_there_and_what_it_may_import():
+    for init in sorted((ROOT / "runs").glob("*/__init__.py")):
+        if init.parent.name in {"migrations", "management", "templatetags"}:
+            continue
+        docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "import" in docstring, f"{init.relative_to(ROOT)} says not what it may import"
+
+
+def test_the_checks_see_a_relative_import_inside_a_function_and_a_cycle(tmp_path):
+    lazy = tmp_path / "runs" / "backends" / "lazy.py"
+    lazy.parent.mkdir(parents=True)
+    lazy.write_text("def settle_later():\n    from ..tasks import settle\n")
+    assert "runs.tasks.settle" in set(imported(lazy, tmp_path))
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": {"c"}}) == []
