@@ -7,6 +7,7 @@ is ``runs.<name>``, a sub-package or a module of the app (``runs.models``, ``run
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Set
 from pathlib import Path
@@ -128,3 +129,12 @@ def test_the_checks_see_a_relative_import_inside_a_function_and_a_cycle(tmp_path
     assert "runs.tasks.settle" in set(imported(lazy, tmp_path))
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": {"c"}}) == []
+
+
+def test_the_architecture_page_names_every_room_and_only_files_that_exist():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rooms = {init.parent.name for init in (ROOT / "runs").glob("*/__init__.py")}
+    shown = {name for name in rooms if f"`runs/{name}/`" in page}
+    assert shown == rooms - {"migrations", "management", "templatetags"}
+    missing = [p for p in re.findall(r"(?:runs|tests)/[\w/]+\.py", page) if not (ROOT / p).exists()]
+    assert not missing
