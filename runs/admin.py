@@ -17,9 +17,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from runs.common import token_admin  # noqa: F401 (registers)
-from runs.control import controller, reservations  # noqa: F401 (registers)
+from runs.control import controller, reservations
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
-from runs.reads import accounting  # noqa: F401 (registers)
+from runs.reads import accounting
 
 if TYPE_CHECKING:
     # The stubs' admin classes take their models; Django's cannot be subscripted at run time.
