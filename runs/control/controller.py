@@ -159,12 +159,20 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
         for task in tasks
         if (found := task_changes(task, states[task.task_id], messages[task.task_id]))
     }
-    # A task started when its first attempt did (its process, its pod), not when a poll saw it.
+    # A task started when its first attempt did (its process, its pod), not when a poll saw it,
+    # and ended when the last of this poll's attempts did, if each of them knows its end.
+    ends: dict[int, datetime | None] = {}
     for attempt in poll.attempts:
         found = changed_tasks.get(attempt.task_id, {})
         start = attempt.started_at
         if start is not None and "started_at" in found and start < found["started_at"]:
             found["started_at"] = start
+        end, known = attempt.ended_at, ends.get(attempt.task_id, attempt.ended_at)
+        ends[attempt.task_id] = None if end is None or known is None else max(end, known)
+    for pk, end in ends.items():
+        found = changed_tasks.get(pk, {})
+        if end is not None and "ended_at" in found and end < found["ended_at"]:
+            found["ended_at"] = max(end, found.get("started_at", end))
     return changes, changed_tasks
 
 
