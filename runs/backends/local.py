@@ -544,7 +544,7 @@ class LocalBackend:
             if problem := self.isolation_problem(view.submission.owner, kind):
                 self._refuse(view.submission, node, problem, now)
             else:
-                self._start(view.submission, node, now)
+                self._start(view.submission, node)
         for demand, reason in found.refused.items():
             view, node = ready[demand]
             self._refuse(view.submission, node, reason, now)
@@ -620,7 +620,7 @@ class LocalBackend:
             lost = True
         return lost
 
-    def _start(self, submission: Submission, node: NodeView, now: float) -> None:
+    def _start(self, submission: Submission, node: NodeView) -> None:
         """Start the next attempt of a node through the launcher."""
         spec, number = node.spec, len(node.attempts)
         memory_gb = next_memory_gb(node)
@@ -628,7 +628,7 @@ class LocalBackend:
         stem = f"{spec.name}-{number}"
         logs = self._logs_dir(submission, spec.task)
         try:
-            self._launch(submission, node, now, memory_gb, task_dir, stem, logs)
+            self._launch(submission, node, memory_gb, task_dir, stem, logs)
         finally:
             os.close(logs)
 
@@ -636,7 +636,6 @@ class LocalBackend:
         self,
         submission: Submission,
         node: NodeView,
-        now: float,
         memory_gb: float,
         task_dir: Path,
         stem: str,
@@ -685,7 +684,9 @@ class LocalBackend:
             "notify": self.address,
             "cores": spec.cores,
             "memory_gb": memory_gb,
-            "started": now,
+            # When it was launched, not when this step began: an end recorded meanwhile
+            # (the one that freed its cores) comes before it.
+            "started": time.time(),
             # A plain command writes no report: the launcher writes its measured peak.
             "report": report.as_posix() if spec.kind == "command" and container is None else None,
             # Nor its live memory: the launcher samples it (``<stem>.live.json`` in logs/).

@@ -244,6 +244,32 @@ def test_runs_take_the_cores_in_the_order_of_their_submission(backend, owner):
     assert first_exit["ended"] <= starts[1]
 
 
+def test_a_launch_freed_by_an_end_the_step_read_after_it_began_starts_after_that_end(
+    backend, monkeypatch
+):
+    flag = backend.store.parent / "go"
+    backend.step()  # the steps of this test are taken by hand
+    submit(backend, "hold", {"t": {"command": until_flag(flag)}}, {"t": plan(cores=2)})
+    submit(backend, "next", {"t": {"command": ["true"]}}, {"t": plan(cores=2)})
+    backend.step()
+    wait_for(lambda: phase(backend, "hold", "t") == "Running")
+    exit_file = backend.store / "runs/hold/tasks/t/logs/t-0.exit"
+    live = backend._live
+
+    def ends_meanwhile() -> list:
+        # The holder ends after the step read the clock, before it reads the runs.
+        flag.touch()
+        wait_for(exit_file.exists, what="the holder's end")
+        return live()
+
+    monkeypatch.setattr(backend, "_live", ends_meanwhile)
+    backend.step()
+    launch = backend.store / "runs/next/tasks/t/logs/t-0.launch"
+    assert launch.exists(), "the freed cores start the next run in the same step"
+    ended_at = json.loads(exit_file.read_text())["ended"]
+    assert json.loads(launch.read_text())["started"] >= ended_at
+
+
 def test_the_process_gets_the_simrun_environment_and_none_of_the_service_configuration(
     backend, monkeypatch
 ):
