@@ -25,7 +25,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
@@ -228,7 +228,12 @@ class _Work:
             if not claims:
                 return
             ranges = [r for claim in claims for r in claim.ranges]
-            self.in_flight[self.executor.submit(pool.compute_batch, ranges)] = claims
+            try:
+                future = self.executor.submit(pool.compute_batch, ranges)
+            except BrokenProcessPool:  # a process died since the last answer: as for an answer
+                self.ledger.release([c.block for c in claims])
+                self._broken()
+            self.in_flight[future] = claims
 
     def _collect(self, future: Future[pool.Batch]) -> None:
         claims = self.in_flight.pop(future)
@@ -282,7 +287,7 @@ class _Work:
                 except ProcessLookupError:
                     continue
 
-    def _broken(self) -> None:
+    def _broken(self) -> NoReturn:
         """A pool process died: let the others store what they finished, release, raise.
 
         A process the time limit killed fails its unit instead of breaking the pool.

@@ -211,6 +211,35 @@ def test_a_pool_process_killed_loses_no_unit_either_process_finished(
     assert claims(task_dir) == []
 
 
+def test_a_pool_broken_when_the_next_batch_is_sent_keeps_its_units_and_releases_its_claims(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    paths, settings = _run_faulty(store, n=400, delay_s=0.01)
+    submit, sent = ProcessPoolExecutor.submit, []
+
+    def killed_before_the_third(executor, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # A process dies after storing units; the pool knows it is broken before any answer
+        # tells the worker, whose next batch finds it so.
+        sent.append(fn)
+        if len(sent) == 3:
+            wait_for(lambda: progress_units(paths.task_dir), 30, "a unit stored")
+            os.kill(next(iter(executor._processes)), signal.SIGKILL)
+            wait_for(lambda: executor._broken, 30, "the pool to know it is broken")
+        return submit(executor, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", killed_before_the_third)
+
+    with pytest.raises(BrokenProcessPool):
+        _worker(paths, settings)
+
+    report = report_of(paths.task_dir, "sweep-w1")
+    assert report.units_done and report.units_done == _stored(paths)
+    assert claims(paths.task_dir) == []
+
+
 @pytest.mark.slow
 def test_a_pool_process_killed_mid_unit_fifty_times_never_hangs_the_worker(
     store: Path, logs: Path
