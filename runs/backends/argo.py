@@ -28,6 +28,7 @@ from kubernetes.utils import parse_quantity
 from kubernetes.watch import Watch
 
 from harness.tasktypes import TaskType
+from runs.backends import logs
 from runs.backends.argo_api import CallPolicy, Resilient, Silence, without_pool_retries
 from runs.backends.argo_build import (
     JOINER_PREFIX,
@@ -59,7 +60,7 @@ from runs.backends.base import (
     RunRecord,
     TaskPlan,
 )
-from runs.backends.logs import log_name
+from runs.common.store import TaskFolder, task_parts
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +307,8 @@ class ArgoBackend:
         selector = f"{WORKFLOW_LABEL}={name},{TASK_LABEL}={task_id}"
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
         pods.sort(key=_created)
-        kept = self.store / "runs" / name.removeprefix("simrun-") / "tasks" / task_id / "logs"
+        run_id = name.removeprefix("simrun-")
+        kept = set(logs.kept(TaskFolder(self.store, task_parts(run_id, task_id))))
         found = []
         for pod in pods:
             # What the API server returns has metadata and a name.
@@ -319,7 +321,7 @@ class ArgoBackend:
             entry = PodLog(
                 node=node, pod=pod.metadata.name, text="", done=phase in TERMINATED, attempt=attempt
             )
-            if entry.done and (kept / log_name(entry)).exists():
+            if entry.done and logs.log_name(entry) in kept:
                 found.append(entry)
                 continue
             try:

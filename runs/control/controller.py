@@ -161,17 +161,17 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
     }
     # A task started when its first attempt did (its process, its pod), not when a poll saw it,
     # and ended when the last of this poll's attempts did, if each of them knows its end.
-    ends: dict[int, datetime | None] = {}
+    ends: dict[int, list[datetime | None]] = defaultdict(list)
     for attempt in poll.attempts:
         found = changed_tasks.get(attempt.task_id, {})
         start = attempt.started_at
         if start is not None and "started_at" in found and start < found["started_at"]:
             found["started_at"] = start
-        end, known = attempt.ended_at, ends.get(attempt.task_id, attempt.ended_at)
-        ends[attempt.task_id] = None if end is None or known is None else max(end, known)
-    for pk, end in ends.items():
+        ends[attempt.task_id].append(attempt.ended_at)
+    for pk, known in ends.items():
         found = changed_tasks.get(pk, {})
-        if end is not None and "ended_at" in found and end < found["ended_at"]:
+        if "ended_at" in found and None not in known:
+            end = min(found["ended_at"], max(e for e in known if e is not None))
             found["ended_at"] = max(end, found.get("started_at", end))
     return changes, changed_tasks
 
@@ -244,11 +244,10 @@ def follow_up(run: Run, tasks: list[Task], *, written: bool, backend: Backend) -
 
     Returns whether a log is still owed: a read that failed, to try again at the next pass.
     """
-    if written and run.ended:
-        settle_run(run, tasks, backend=backend)
-        return False
     if not run.ended:
         return not keep_logs(run, tasks, backend=backend)
+    if written:
+        settle_run(run, tasks, backend=backend)
     return False
 
 

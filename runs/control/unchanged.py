@@ -189,6 +189,7 @@ def _watched_tasks(due: QuerySet[Run]) -> list[tuple[str, str, str]]:
 def _size(root: str, run_id: str, task_id: str) -> int:
     """The size of a task's ``progress.jsonl`` (``store.task_dir``), -1 without one."""
     try:
-        return os.stat(f"{root}/runs/{run_id}/tasks/{task_id}/progress.jsonl").st_size
+        path = f"{root}/runs/{run_id}/tasks/{task_id}/progress.jsonl"
+        return os.stat(path, follow_symlinks=False).st_size  # the task may have planted a link
     except OSError:
         return -1
