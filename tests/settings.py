@@ -16,4 +16,9 @@ os.environ.setdefault("SIMRUN_HOME", tempfile.mkdtemp(prefix="simrun-tests-"))
 
 from simrun_site.settings import *  # noqa: E402, F403
 
+# The Redis server and the end-to-end database of this suite: two checkouts testing at once on
+# one machine each name their own (CI, alone on its machine, keeps the defaults).
+TEST_REDIS = os.environ.get("SIMRUN_TEST_REDIS", "redis://127.0.0.1:6379")
+TEST_E2E_DATABASE = os.environ.get("SIMRUN_TEST_E2E_DATABASE", "simrun_e2e")
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

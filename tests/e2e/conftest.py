@@ -9,10 +9,11 @@ import pytest
 import redis
 
 from tests.e2e.service import Service
+from tests.settings import TEST_E2E_DATABASE, TEST_REDIS
 
 POSTGRES = "postgres://simrun:simrun@127.0.0.1:5432/{}"
-E2E_DATABASE = "simrun_e2e"
-E2E_REDIS = "redis://127.0.0.1:6379/6"
+E2E_DATABASE = TEST_E2E_DATABASE
+E2E_REDIS = f"{TEST_REDIS}/6"
 
 
 def fresh_database(name: str) -> str:

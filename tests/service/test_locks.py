@@ -17,8 +17,9 @@ import pytest
 import redis
 
 from runs.control import locks
+from tests.settings import TEST_REDIS
 
-REDIS_URL = "redis://127.0.0.1:6379/5"
+REDIS_URL = f"{TEST_REDIS}/5"
 ROOT = Path(__file__).resolve().parents[2]
 
 
