@@ -36,7 +36,7 @@ def python(directory: Path) -> Path:
     return directory / "bin" / "python"
 
 
-def _console_scripts(bin_dir: Path) -> None:
+def console_scripts(bin_dir: Path) -> None:
     """The commands of simrun (``simrun-worker``, ...) run by the interpreter of the venv."""
     for point in distribution("simrun").entry_points.select(group="console_scripts"):
         module, _, function = point.value.partition(":")
@@ -67,7 +67,7 @@ def _create(directory: Path, snapshots: list[Path]) -> None:
     # simrun among them) must be read too.
     lines = [f"import site; site.addsitedir({path!r})" for path in site.getsitepackages()]
     Path(purelib, SERVICE_PTH).write_text("\n".join(lines) + "\n")
-    _console_scripts(directory / "bin")
+    console_scripts(directory / "bin")
     install_editable(
         [str(s) for s in snapshots], python=str(python(directory)), root=directory / "sources"
     )

@@ -14,6 +14,8 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
@@ -73,10 +75,15 @@ def _copy_hashing(source: SupportsRead[bytes], target: IO[bytes]) -> tuple[str, 
 
 
 def _extract_once(archive: IO[bytes], target: Path) -> None:
-    """Extract into a temporary directory beside ``target``, then rename it into place."""
+    """Extract into a temporary directory beside ``target``, then rename it into place.
+
+    The tree is the service's, readable by every task user (``mkdtemp`` made its root
+    ``0700``): a snapshot is installed by the task users of every owner who uploaded it.
+    """
     work = Path(tempfile.mkdtemp(dir=target.parent, prefix=".extract-"))
     try:
         extract(archive, work)
+        os.chmod(work, TREE_DIR_MODE)
         try:
             os.rename(work, target)
         except OSError:
@@ -87,53 +94,40 @@ def _extract_once(archive: IO[bytes], target: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
-"""Whether tarfile has extraction filters (Python 3.11.4 on; Debian's 3.11.2 has none)."""
-FILTER_ERRORS: tuple[type[Exception], ...] = (tarfile.FilterError,) if HAS_DATA_FILTER else ()
+TREE_DIR_MODE = 0o755
+"""The folders of an extracted tree: readable and passable by every task user."""
 
 
 def extract(archive: IO[bytes], destination: Path) -> None:
-    """Check every member of a tar.gz, then extract it into ``destination``."""
+    """Extract a tar.gz into ``destination`` as it is read, each member checked before it is
+    written (one pass over the stream: nothing is decompressed twice)."""
     try:
-        with tarfile.open(fileobj=archive, mode="r:gz") as tar:
-            members = tar.getmembers()
-            check_members(members)
-            if HAS_DATA_FILTER:
-                tar.extractall(destination, members=members, filter="data")
-            else:
-                for member in members:
-                    _extract_member(tar, member, destination.resolve())
+        with tarfile.open(fileobj=archive, mode="r|gz") as tar:
+            extracted = Extracted(destination.resolve())
+            for member in tar:
+                extracted.add(tar, member)
     except SnapshotError:
         raise
-    except FILTER_ERRORS as error:
-        raise SnapshotError(f"refused: {error}") from None
     except OSError as error:
         if error.errno in {errno.ENOSPC, errno.EDQUOT, errno.EROFS}:
             raise  # the disk's fault, not the archive's (runs.web.middleware answers 507)
         raise SnapshotError(f"not a readable tar.gz archive: {error}") from None
-    except (tarfile.TarError, EOFError, ValueError) as error:
+    except (tarfile.TarError, EOFError, ValueError, zlib.error) as error:
         raise SnapshotError(f"not a readable tar.gz archive: {error}") from None
 
 
-def check_members(members: list[tarfile.TarInfo]) -> None:
-    """Refuse absolute names, ``..``, links leading out, devices, and trees past the caps."""
-    if len(members) > MAX_FILES:
-        raise SnapshotError(f"the archive has more than {MAX_FILES} entries")
-    total = 0
-    for member in members:
-        name = member.name
-        path = PurePosixPath(name)
-        if len(name) > MAX_NAME_LENGTH or "\x00" in name:
-            raise SnapshotError(f"{name[:80]!r}: the name is too long or malformed")
-        if path.is_absolute() or ".." in path.parts:
-            raise SnapshotError(f"{name!r}: absolute paths and '..' are not allowed")
-        if member.issym() or member.islnk():
-            _check_link(member)
-        elif not (member.isfile() or member.isdir()):
-            raise SnapshotError(f"{name!r}: only files, directories and links are allowed")
-        total += member.size
-        if total > MAX_TREE_BYTES:
-            raise SnapshotError(f"the tree is larger than {MAX_TREE_BYTES // 2**20} MiB")
+def check_member(member: tarfile.TarInfo) -> None:
+    """Refuse absolute names, ``..``, links leading out, devices and FIFOs."""
+    name = member.name
+    path = PurePosixPath(name)
+    if len(name) > MAX_NAME_LENGTH or "\x00" in name:
+        raise SnapshotError(f"{name[:80]!r}: the name is too long or malformed")
+    if path.is_absolute() or ".." in path.parts:
+        raise SnapshotError(f"{name!r}: absolute paths and '..' are not allowed")
+    if member.issym() or member.islnk():
+        _check_link(member)
+    elif not (member.isfile() or member.isdir()):
+        raise SnapshotError(f"{name!r}: only files, directories and links are allowed")
 
 
 def _check_link(member: tarfile.TarInfo) -> None:
@@ -160,35 +154,73 @@ def _inside(root: Path, path: str) -> str:
     return real
 
 
-def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> None:
-    """Extract one checked member as ``filter="data"`` would, without tarfile's filters.
+@dataclass
+class Extracted:
+    """A tree being extracted into ``root`` (a fresh folder of the service's): its members
+    so far and the bytes written, each checked against the caps before it is written."""
 
-    Where it lands and where a link points are checked with the links already extracted
-    resolved (a link through a link can lead out where its name does not); modes lose their
-    setuid, setgid and sticky bits and group and other write; owners are not kept.
-    """
-    path = os.path.join(root, member.name)
-    parent = _inside(root, os.path.dirname(path))
-    os.makedirs(parent, mode=0o755, exist_ok=True)
-    path = os.path.join(parent, os.path.basename(path))
-    if os.path.lexists(path) and not (member.isdir() and os.path.isdir(path)):
-        raise SnapshotError(f"{member.name!r} is in the archive twice")
-    if member.isdir():
-        _inside(root, path)
-        os.makedirs(path, mode=0o755, exist_ok=True)
-    elif member.issym():
-        _inside(root, os.path.join(parent, member.linkname))
-        os.symlink(member.linkname, path)
-    elif member.islnk():
-        os.link(_inside(root, os.path.join(root, member.linkname)), path)
-    elif member.isfile():
+    root: Path
+    members: int = 0
+    written: int = 0
+
+    def add(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        """Check one member and extract it as ``filter="data"`` would, by hand (Debian's
+        Python 3.11.2 has no filters).
+
+        Where it lands and where a link points are checked with the links already extracted
+        resolved (a link through a link can lead out where its name does not). Folders are
+        ``0755`` and files ``0644`` (``0755`` if executable) whatever the archive says:
+        setuid, setgid and sticky bits and group and other write are dropped, and every task
+        user may read the tree. Owners are not kept.
+        """
+        self.members += 1
+        if self.members > MAX_FILES:
+            raise SnapshotError(f"the archive has more than {MAX_FILES} entries")
+        check_member(member)
+        if self.written + member.size > MAX_TREE_BYTES:
+            raise self._too_large()
+        root = self.root
+        path = os.path.join(root, member.name)
+        parent = _inside(root, os.path.dirname(path))
+        _folders(root, parent)
+        path = os.path.join(parent, os.path.basename(path))
+        if os.path.lexists(path) and not (member.isdir() and os.path.isdir(path)):
+            raise SnapshotError(f"{member.name!r} is in the archive twice")
+        if member.isdir():
+            _inside(root, path)
+            _folders(root, path)
+        elif member.issym():
+            _inside(root, os.path.join(parent, member.linkname))
+            os.symlink(member.linkname, path)
+        elif member.islnk():
+            os.link(_inside(root, os.path.join(root, member.linkname)), path)
+        else:
+            self._write(tar, member, path)
+
+    def _write(self, tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> None:
+        """Copy a regular file, counting its bytes as they are written."""
         source = tar.extractfile(member)
         if source is None:
             raise SnapshotError(f"{member.name!r} cannot be read")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         with source, open(os.open(path, flags, 0o600), "wb") as target:
-            shutil.copyfileobj(source, target, CHUNK)
-            mode = member.mode & 0o755 | 0o600
-            os.fchmod(target.fileno(), mode if mode & 0o100 else mode & ~0o111)
-    else:  # check_members lets nothing else through
-        raise SnapshotError(f"{member.name!r}: only files, directories and links are allowed")
+            while chunk := source.read(CHUNK):
+                self.written += len(chunk)
+                if self.written > MAX_TREE_BYTES:
+                    raise self._too_large()
+                target.write(chunk)
+            os.fchmod(target.fileno(), 0o755 if member.mode & 0o100 else 0o644)
+
+    def _too_large(self) -> SnapshotError:
+        return SnapshotError(f"the tree is larger than {MAX_TREE_BYTES // 2**20} MiB")
+
+
+def _folders(root: Path, path: str) -> None:
+    """Make the folders down to ``path`` (inside ``root``), each ``TREE_DIR_MODE``."""
+    missing = []
+    while path != str(root) and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        os.mkdir(folder)
+        os.chmod(folder, TREE_DIR_MODE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import stat
 import tarfile
 
 import pytest
@@ -137,6 +138,14 @@ def test_an_upload_is_kept_once_under_its_sha256(owner_client, stranger_client, 
     assert [p.name for p in (store / "snapshots").iterdir() if not p.name.startswith(".")] == [
         digest
     ]
+
+
+def test_an_uploaded_tree_is_open_to_every_task_user_from_its_root(owner_client, store):
+    body = archive({"pkg/__init__.py": b"x = 1\n"})
+    digest = upload(owner_client, body).json()["id"]
+    tree = store / "snapshots" / digest
+    assert stat.S_IMODE(tree.stat().st_mode) == 0o755  # mkdtemp's 0700 shut every task out
+    assert stat.S_IMODE((tree / "pkg" / "__init__.py").stat().st_mode) == 0o644
 
 
 def test_a_spec_names_an_uploaded_snapshot_and_not_another_users(owner_client, stranger_client):

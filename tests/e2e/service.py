@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from runs.backends import local_env
 from tests.polling import wait_for
 
 SIMRUN = str(Path(sys.executable).parent / "simrun")
@@ -41,6 +43,7 @@ class Service:
     home: Path
     port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)
+    simrun: str = SIMRUN
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -69,7 +72,7 @@ class Service:
             log.write(f"\n=== start {self.starts}\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                [SIMRUN, "serve", "--port", str(self.port)],
+                [self.simrun, "serve", "--port", str(self.port)],
                 env=self.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -120,7 +123,7 @@ class Service:
     def user(self, name: str) -> str:
         """Create a user with ``simrun user`` and return its API token."""
         done = subprocess.run(
-            [SIMRUN, "user", name], env=self.env(), capture_output=True, text=True, check=True
+            [self.simrun, "user", name], env=self.env(), capture_output=True, text=True, check=True
         )
         return done.stdout.split("token: ")[1].split()[0]
 
@@ -128,6 +131,29 @@ class Service:
         return httpx.Client(
             base_url=f"{self.url}/api/", headers={"Authorization": f"Token {token}"}, timeout=30
         )
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""A Python every task user may run (this venv's lives below ``/root``, as pyenv's does)."""
+
+
+def task_user_venv(folder: Path) -> Path:
+    """A venv of ``SYSTEM_PYTHON`` in ``folder`` (one every task user may cross) that sees
+    this venv's packages, simrun's commands in its ``bin``: the ``simrun`` of a serve whose
+    task users run the harness, install snapshots and learn their types."""
+    venv = folder / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", where],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    lines = [f"import site; site.addsitedir({path!r})" for path in site.getsitepackages()]
+    Path(purelib, "simrun-tests.pth").write_text("\n".join(lines) + "\n")
+    local_env.console_scripts(venv / "bin")
+    return venv / "bin" / "simrun"
 
 
 def service_processes(session: int) -> list[int]:
