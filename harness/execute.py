@@ -145,6 +145,7 @@ def run_command(
         per_worker_gb=per_worker_gb,
         oom_kills=evidence.oom_kills(),
         failed=status == EXIT_FAILED,
+        completed=status == EXIT_OK,
         started=started,
         prepare_seconds=max(0.0, began - started),
         cpu_seconds=cpu_seconds(),

@@ -54,6 +54,11 @@ class WorkerReport:
     (the setup of a process in its first unit), summed."""
     failed: bool = False
     """A unit failed (exit 3), or the command of simrun-exec failed; a stop or kill is none."""
+    completed: bool | None = None
+    """Its work ended as it should: every unit it could claim done (simrun-worker), the command
+    exited 0 (simrun-exec, the local launcher); False after a failure, a stop, an error of its
+    configuration or of the store; None in a report of an older harness. Only a completed or
+    OOM-killed attempt is evidence of the memory its task type needs."""
     started: float | None = None
     """When the harness started, seconds since the epoch, before it installed the sources."""
     prepare_seconds: float = 0.0

@@ -495,6 +495,7 @@ def run_worker(
         per_worker_gb=per_worker_gb,
         started=started,
         prepare_seconds=max(0.0, began - started),
+        completed=False,
     )
     try:
         if not task_type.splittable or task_type.units is None:
@@ -523,6 +524,7 @@ def run_worker(
                 tally=tally,
                 live=live_path(paths.task_dir, worker, attempt),
             )
+        report.completed = True
     except UnitError:
         report.failed = True
         raise

@@ -293,6 +293,12 @@ class Attempt(models.Model):
         null=True, blank=True, help_text="The peak memory its report measured."
     )
     message = models.CharField(max_length=300, blank=True, help_text="How its end was classed.")
+    not_evidence = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Why its measured memory is no evidence for sizing (it failed, not for "
+        "memory); empty when it is, or before its report was read.",
+    )
     reason = models.CharField(
         max_length=200,
         blank=True,
@@ -351,6 +357,12 @@ class Observation(models.Model):
     oom = models.BooleanField(default=False, help_text="Killed for memory.")
     from_report = models.BooleanField(
         default=True, help_text="False: an OOM kill without a report, observed at its limit."
+    )
+    oom_kills = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The OOM killer's kills in the attempt's cgroup, as its report counted them "
+        "(none without a report).",
     )
     created_at = models.DateTimeField(default=timezone.now)
 

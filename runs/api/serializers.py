@@ -70,6 +70,7 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
             "duration_s",
             "peak_bytes",
             "memory_samples",
+            "not_evidence",
         ]
 
     def get_phase(self, attempt: Attempt) -> str:

@@ -102,6 +102,8 @@ def report_problem(report: WorkerReport) -> str | None:
         return "worker or node is not a string"
     if not isinstance(report.peak_source, str) or not isinstance(report.failed, bool):
         return "peak_source or failed of a wrong type"
+    if report.completed is not None and not isinstance(report.completed, bool):
+        return f"completed {report.completed!r}"
     if not _number(report.processes, 0, MAX_PROCESSES, whole=True):
         return f"processes {report.processes!r}"
     if not isinstance(report.units_done, list) or not all(
@@ -179,6 +181,25 @@ def is_oom(report: WorkerReport, attempt: int, kills: Mapping[str, Sequence[int]
     grace period.
     """
     return attempt in kills.get(report.worker, ()) or report.oom_kills > 0
+
+
+def not_evidence(report: WorkerReport, row: Attempt | None, *, oom: bool) -> str:
+    """Why an attempt's report is no evidence of the memory its type needs; "" when it is.
+
+    An attempt is evidence if it was proven killed for memory or succeeded: its row says it
+    exited 0, else (its end never seen, a workflow gone) its report says its work completed.
+    One that failed for another reason (a unit failed at its import, exit 3, a stop, a store
+    or configuration error) measured a peak of work it never did.
+    """
+    if oom:
+        return ""
+    if report.failed:
+        return "not evidence of memory: it failed, not for memory"
+    if row is not None and row.exit_code is not None:
+        return "" if row.exit_code == 0 else f"not evidence of memory: it exited {row.exit_code}"
+    if report.completed is False:
+        return "not evidence of memory: it stopped before its work was done"
+    return ""
 
 
 def reports(folder: TaskFolder) -> dict[tuple[str, int], str]:
@@ -325,9 +346,12 @@ def _record(
             cpu_seconds=report.cpu_seconds,
             seconds=report.prepare_seconds + report.seconds,
             oom=is_oom(report, attempt, kills),
+            oom_kills=report.oom_kills,
         )
-        _store(observation, marks, node=report.node, memory_gb=gb, observed=bool(key))
-        written += bool(key)
+        note = not_evidence(report, rows.get((worker, attempt)), oom=observation.oom)
+        observed = bool(key) and not note
+        _store(observation, marks, node=report.node, memory_gb=gb, observed=observed, note=note)
+        written += observed
     if not key:
         return written
     for worker, attempts in sorted(kills.items()):
@@ -355,6 +379,22 @@ def _record(
     return written
 
 
+REPORT_FIELDS = (
+    "processes",
+    "per_worker_gb",
+    "peak_bytes",
+    "limit_bytes",
+    "units",
+    "unit_seconds",
+    "cpu_seconds",
+    "seconds",
+    "oom",
+    "oom_kills",
+    "from_report",
+)
+"""What a report says of its attempt: all of an observation but its key and when it was made."""
+
+
 def _seconds(row: Attempt | None) -> float:
     """The wall-clock seconds of an attempt from its row, 0 when its start or end is unknown."""
     if row is None or row.started_at is None or row.ended_at is None:
@@ -363,10 +403,27 @@ def _seconds(row: Attempt | None) -> float:
 
 
 def _store(
-    observation: Observation, marks: Marks, *, node: str, memory_gb: float, observed: bool = True
+    observation: Observation,
+    marks: Marks,
+    *,
+    node: str,
+    memory_gb: float,
+    observed: bool = True,
+    note: str = "",
 ) -> None:
     """Write an observation (at most once per attempt; not ``observed``: none) and its
-    attempt's peak, then its mark in ``recorded/``."""
+    attempt's peak and ``note`` (why it is no evidence), then its mark in ``recorded/``.
+
+    A report's observation replaces the plan-shaped one ``record_kills`` wrote while the task
+    was retrying (Ruling 24 keeps the plan's shape only for an attempt without a report); it
+    stays where the kill was seen."""
+    if observed and observation.from_report:
+        Observation.objects.filter(
+            task=observation.task,
+            worker=observation.worker,
+            attempt=observation.attempt,
+            from_report=False,
+        ).update(**{name: getattr(observation, name) for name in REPORT_FIELDS})
     if observed:
         Observation.objects.bulk_create([observation], ignore_conflicts=True)
     row = Attempt(
@@ -377,12 +434,16 @@ def _store(
         memory_gb=memory_gb,
         oom_killed=observation.oom,
         peak_bytes=observation.peak_bytes,
+        not_evidence=note,
     )
     Attempt.objects.bulk_create([row], ignore_conflicts=True)
+    measured: dict[str, object] = {"not_evidence": note} if note else {}
     if observation.peak_bytes is not None:
+        measured["peak_bytes"] = observation.peak_bytes
+    if measured:
         Attempt.objects.filter(
             task=observation.task, worker=observation.worker, attempt=observation.attempt
-        ).update(peak_bytes=observation.peak_bytes)
+        ).update(**measured)
     marks.mark(f"{observation.worker}-{observation.attempt}")
 
 
@@ -392,8 +453,8 @@ def record_kills(*, task: Task, plan: TaskPlan, kills: Mapping[str, Sequence[int
     A kill is evidence for the next plan from the moment its attempt ended, not only once
     its task is final: a sweep submitted while a task of its type is being retried learns
     from it. No mark is written: ``record`` still reads the attempt's report once the task
-    is final, and gives the attempt row its peak (the observation stays this one, once per
-    attempt). Returns the kills written (or already there).
+    is final, and the observation becomes the report's (its peak, processes and OOM kills)
+    if the attempt has one. Returns the kills written (or already there).
     """
     key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
     killed = [

@@ -62,6 +62,26 @@ def test_a_run_page_shows_the_memory_each_attempt_ran_with_and_how_its_end_was_c
     assert "no report within 60 s: counted as a kill after the grace period" in page
 
 
+def test_the_run_page_says_when_an_attempts_peak_is_no_evidence_of_memory(alice, owner):
+    run = running(submitted(owner), sweep="failed")
+    Attempt.objects.create(
+        task=run.tasks.get(task_id="sweep"),
+        worker="sweep-w0",
+        attempt=0,
+        exit_code=3,
+        peak_bytes=14 * 2**20,
+        not_evidence="not evidence of memory: it failed, not for memory",
+    )
+    page = alice.get(f"/runs/{run.id}/").content.decode()
+    assert (
+        '<span class="small muted" data-not-evidence>not evidence of memory: it failed, '
+        "not for memory</span>"
+    ) in page
+    api = alice.get(f"/api/runs/{run.id}/").json()
+    (sweep,) = [t for t in api["tasks"] if t["id"] == "sweep"]
+    assert sweep["attempts"][0]["not_evidence"].endswith("it failed, not for memory")
+
+
 def test_the_run_page_and_the_observations_page_show_gib_hours_used_and_wasted(alice, owner):
     run = running(submitted(owner), sweep="done")
     task = run.tasks.get(task_id="sweep")

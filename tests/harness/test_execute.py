@@ -61,7 +61,7 @@ def test_csv_stats_reads_its_staged_port_and_writes_stats_json(
     assert (scratch / "inputs" / "table" / "more" / "b.csv").exists()
     report = report_of(task_dir, "stats", attempt=2)
     assert report.processes == 1 and not report.failed and report.oom_kills == 0
-    assert report.per_worker_gb == 0.1 and report.cpu_seconds > 0
+    assert report.completed is True and report.per_worker_gb == 0.1 and report.cpu_seconds > 0
     assert report.peak_memory_bytes is not None
 
 
@@ -94,7 +94,7 @@ def test_a_command_that_fails_exits_3_and_its_report_says_failed(
     code, task_dir = _run(store, tmp_path, harness_env, "python", "-c", "raise SystemExit(2)")
 
     assert code == 3
-    assert report_of(task_dir, "cmd").failed
+    assert report_of(task_dir, "cmd").failed and not report_of(task_dir, "cmd").completed
 
 
 def test_a_command_that_exits_137_exits_137_and_is_no_failure(

@@ -49,6 +49,7 @@ def test_a_worker_computes_every_unit_and_reports_them(store: Path) -> None:
     written = report_of(paths.task_dir, "sweep-w1", attempt=2)
     assert written == report
     assert written.processes == 2 and written.per_worker_gb == 0.1 and not written.failed
+    assert written.completed is True
     assert written.unit_seconds > 0 and written.cpu_seconds > 0 and written.seconds > 0
     assert written.peak_memory_bytes and written.peak_memory_bytes > 0
     assert (paths.ledger / "heartbeats" / "sweep-w1").exists()
@@ -81,7 +82,7 @@ def test_a_unit_that_raises_is_released_and_the_report_says_failed(store: Path) 
         "unit 7 failed: RuntimeError: unit 7 fails as its settings ask (fail_unit)"
     )
     report = report_of(paths.task_dir, "sweep-w1")
-    assert report.failed and 7 not in report.units_done
+    assert report.failed and 7 not in report.units_done and report.completed is False
     assert claims(paths.task_dir) == []
     ledger = Ledger.read(paths.ledger)
     ledger.refresh()
@@ -96,7 +97,8 @@ def test_a_worker_stopped_before_its_first_claim_claims_nothing(store: Path) -> 
     with pytest.raises(Terminated):
         run(paths, settings, stop=stop)
 
-    assert report_of(paths.task_dir, "sweep-w1").units_done == []
+    stopped = report_of(paths.task_dir, "sweep-w1")
+    assert stopped.units_done == [] and stopped.completed is False
     assert claims(paths.task_dir) == [] and progress_units(paths.task_dir) == []
 
 

@@ -542,6 +542,77 @@ def test_a_kill_for_memory_without_a_report_is_observed_at_the_pods_limit(launch
     assert (task_dir(run, "sweep") / "recorded" / "sweep-w0-1").exists()
 
 
+def test_a_kill_polled_while_retrying_keeps_the_report_that_comes_later(launch, fake):
+    """While the pod retries, the kill is observed at once at its limit (plan-shaped); the
+    report of the killed attempt, written later, then gives the observation its peak, its
+    processes and its count of OOM kills (Ruling 24 keeps the plan's shape only without one)."""
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": RETRYING_PHASE})
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
+    poll(fake)
+    poll(fake)
+    (early,) = Observation.objects.filter(run=run)
+    assert early.oom and not early.from_report and early.peak_bytes is None
+    write_report(run, "sweep-w0", 0, processes=1, peak_memory_bytes=900 * 2**20, oom_kills=3)
+    write_report(run, "sweep-w0", 1, processes=2)
+    finish_sweep(run, fake)
+    assert fresh(run).state == RunState.SUCCEEDED
+    killed = Observation.objects.get(run=run, worker="sweep-w0", attempt=0)
+    assert killed.oom and killed.from_report
+    assert (killed.peak_bytes, killed.processes, killed.oom_kills) == (900 * 2**20, 1, 3)
+    assert killed.created_at == early.created_at, "it stays where the kill was seen"
+    assert Observation.objects.filter(run=run, worker="sweep-w0").count() == 2
+
+
+def test_a_unit_failure_at_import_leaves_no_observation_and_its_attempt_says_so(launch, fake):
+    """A run whose units failed at ``import numpy`` measured 14 MiB of work it never did: the
+    attempt keeps its peak, but it is no evidence of what the type needs."""
+    run = launch()
+    write_report(run, "sweep-w0", 0, failed=True, units_done=[], peak_memory_bytes=14 * 2**20)
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=3)
+    fake.set_nodes(run.workflow, {"sweep-w0": "Failed"})
+    poll(fake)
+    assert fresh(run).state == RunState.FAILED
+    assert not Observation.objects.exists()
+    attempt = Attempt.objects.get(task__run=run, worker="sweep-w0")
+    assert attempt.peak_bytes == 14 * 2**20
+    assert attempt.not_evidence == "not evidence of memory: it failed, not for memory"
+
+
+def test_only_attempts_that_succeeded_or_were_killed_for_memory_are_evidence(launch, fake):
+    """Of a workflow gone before its ends were seen: a worker whose report says it completed
+    is evidence, one stopped before its work was done (a cancel, a store error) is not; of
+    the ends seen, an exit 75 is not, an exit 0 is."""
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": RETRYING_PHASE, "sweep-extra(0:1)": "Running"})
+    fake.fail_attempt(run.workflow, "sweep-w0", attempt=0, exit_code=75)
+    write_report(run, "sweep-w0", 0, completed=False)
+    poll(fake)
+    write_report(run, "sweep-w0", 1, completed=True)
+    write_report(run, "sweep-w1", 0, completed=False, units_done=[], peak_memory_bytes=2**20)
+    write_report(run, "sweep-w2", 0, completed=True)
+    fake.vanish(run.workflow)
+    poll(fake)
+    assert fresh(run).state == RunState.FAILED
+    observed = set(Observation.objects.filter(run=run).values_list("worker", "attempt"))
+    assert observed == {("sweep-w0", 1), ("sweep-w2", 0)}
+    notes = dict(
+        Attempt.objects.filter(task__run=run)
+        .values_list("worker", "not_evidence")
+        .filter(attempt=0)
+    )
+    assert notes["sweep-w0"] == "not evidence of memory: it exited 75"
+    assert notes["sweep-w1"] == "not evidence of memory: it stopped before its work was done"
+    assert notes["sweep-w2"] == ""
+
+
+def test_a_report_whose_completed_is_not_a_boolean_is_refused(launch, fake):
+    run = launch()
+    write_report(run, "sweep-w0", 0, completed="yes")
+    finish_sweep(run, fake)
+    assert not Observation.objects.exists()
+
+
 def test_the_report_of_simrun_exec_is_recorded_by_the_task_id_and_a_command_has_none(launch, fake):
     run = launch(PIPELINE)
     write_report(run, "summary", 0, processes=1)
