@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from runs.web import views
+from runs.web import results_views, views
 
 app_name = "runs"
 
@@ -21,6 +21,11 @@ urlpatterns = [
     path(TASK + "logs/live/", views.task_log_layout, name="task-logs-live"),
     path(TASK + "logs/<str:name>/", views.task_log_text, name="task-log-text"),
     path(TASK + "out/<path:path>", views.output_file, name="output-file"),
+    path(TASK + "results/", results_views.task_results, name="task-results"),
+    path(TASK + "results/table/", results_views.task_results_table, name="task-results-table"),
+    path(TASK + "results/plot/", results_views.task_results_plot, name="task-results-plot"),
+    path(TASK + "results.csv", results_views.results_csv, name="task-results-csv"),
+    path(TASK + "results.parquet", results_views.results_parquet, name="task-results-parquet"),
     path("placements/", views.placements, name="placements"),
     path("placements/live/", views.placements_live, name="placements-live"),
     path("nodes/", views.nodes, name="nodes"),

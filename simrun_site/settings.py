@@ -338,6 +338,15 @@ SIMRUN_METRICS_LOOPBACK = _bool("SIMRUN_METRICS_LOOPBACK", False)
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(SIMRUN_HOME / "metrics"))
 Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
+# A task's results table (out/results.csv, runs/reads/results.py), which the task wrote: the
+# pages and the API read at most SIMRUN_RESULTS_MAX_BYTES of it, keep SIMRUN_RESULTS_MAX_ROWS rows
+# of SIMRUN_RESULTS_MAX_COLUMNS columns (sorted and plotted), and the run page shows the first
+# SIMRUN_RESULTS_ROWS_SHOWN of them. The downloads are the whole file.
+SIMRUN_RESULTS_MAX_BYTES = int(_positive("SIMRUN_RESULTS_MAX_BYTES", 8 * 2**20))
+SIMRUN_RESULTS_MAX_ROWS = int(_positive("SIMRUN_RESULTS_MAX_ROWS", 50_000))
+SIMRUN_RESULTS_MAX_COLUMNS = int(_positive("SIMRUN_RESULTS_MAX_COLUMNS", 100))
+SIMRUN_RESULTS_ROWS_SHOWN = int(_positive("SIMRUN_RESULTS_ROWS_SHOWN", 100))
+
 # A line per change as key=value with the run's id (runs/common/logfmt.py); Celery's processes
 # log the same way (simrun_site/celery.py). Celery's lines per task received and done (a reconcile
 # every 5 s) say nothing an operator needs: runs.tasks logs a pass that changed something.

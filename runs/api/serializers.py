@@ -351,3 +351,28 @@ class MeSerializer(serializers.Serializer[Any]):
 
 class ErrorSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()
+
+
+class ResultsColumnSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    numeric = serializers.BooleanField(help_text="every cell is a number or no value")
+
+
+class ResultsPageSerializer(serializers.Serializer[Any]):
+    """A page of a task's results table (``runs.reads.results``)."""
+
+    columns = ResultsColumnSerializer(many=True)
+    count = serializers.IntegerField(help_text="rows of the table read, kept or not")
+    count_exact = serializers.BooleanField(
+        help_text="false when the file was not read whole (too large or malformed)"
+    )
+    kept = serializers.IntegerField(help_text="rows the pages hold, in unit order unless sorted")
+    notes = serializers.ListField(
+        child=serializers.CharField(), help_text="what was left out of the table, and why"
+    )
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = serializers.ListField(
+        child=serializers.DictField(allow_null=True),
+        help_text="a row per unit: numbers as numbers, no value as null",
+    )

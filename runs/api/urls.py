@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
-from runs.api import account_views, cluster_views, library_views, task_views
+from runs.api import account_views, cluster_views, library_views, results_views, task_views
 from runs.api.views import RunViewSet
 
 router = DefaultRouter()
@@ -33,6 +33,9 @@ urlpatterns = [
     path(TASK + "logs/<str:name>/", task_views.log_text, name="api-log"),
     path(TASK + "outputs/", task_views.output_list, name="api-outputs"),
     path(TASK + "outputs/<path:path>", task_views.output_file, name="api-output-file"),
+    path(TASK + "results/", results_views.results_page, name="api-results"),
+    path(TASK + "results.csv", results_views.results_csv, name="api-results-csv"),
+    path(TASK + "results.parquet", results_views.results_parquet, name="api-results-parquet"),
     path("placements/", cluster_views.placement_list, name="api-placements"),
     path("nodes/", cluster_views.node_list, name="api-nodes"),
     path("nodes/<str:name>/release/", cluster_views.node_release, name="api-node-release"),

@@ -50,6 +50,7 @@ from runs.reads.task_logs import DEFAULT_TAIL
 from runs.web.charts import observation_chart
 from runs.web.dag import layout
 from runs.web.middleware import past_cap
+from runs.web.results_views import has_results
 from runs.web.run_table import table_rows
 from runs.web.timeline import timeline
 
@@ -211,6 +212,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     task_files.attach_progress(run, tasks)
     for task in tasks:
         task.outputs = _outputs(task) if task.state == TaskState.DONE else []  # type: ignore[attr-defined]
+        task.results_present = has_results(task)  # type: ignore[attr-defined]
         if task.started_at is not None:
             end = task.ended_at or run.ended_at or timezone.now()
             task.duration_s = (end - task.started_at).total_seconds()  # type: ignore[attr-defined]

@@ -52,6 +52,7 @@ def known(transactional_db, owner, store, backend):
     (folder / "logs" / "sweep-w0-0.log").write_text("hello\n")
     (folder / "out").mkdir()
     (folder / "out" / "squares.json").write_text("[]")
+    (folder / "out" / "results.csv").write_text("unit,T,exit_code,energy\n0,0.5,0,1.5\n1,1,0,\n")
     backend.add_node("node-a")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:

@@ -1,0 +1,154 @@
+"""A task's results table: a page of its rows as JSON, and the whole of it as CSV or Parquet."""
+
+from __future__ import annotations
+
+from django.http import FileResponse, Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.decorators import api_view
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
+
+from runs.api import schema
+from runs.api.pagination import MAX_PAGE, positive
+from runs.api.serializers import ResultsPageSerializer
+from runs.api.task_views import OUTPUT_HEADERS
+from runs.common import store
+from runs.models import Task
+from runs.reads import results as tables
+from runs.reads.access import task_or_404
+
+PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+ORDERS = ("asc", "desc")
+MEDIA = {
+    tables.CSV_NAME: "text/csv; charset=utf-8",
+    tables.PARQUET_NAME: "application/vnd.apache.parquet",
+}
+
+
+def read_or_404(task: Task) -> tables.Results:
+    """The task's results table; 404 when it has none or none the service reads."""
+    try:
+        results = tables.read_results(store.task_folder(task.run_id, task.task_id))
+    except tables.Unreadable as error:
+        raise NotFound(f"task {task.task_id} has no readable results table: {error}") from None
+    if results is None:
+        raise NotFound(f"task {task.task_id} has no results table (out/{tables.CSV_NAME})")
+    return results
+
+
+def sort_of(query: dict[str, str], results: tables.Results) -> tuple[str | None, bool]:
+    """The column to sort by and whether downwards; ``ValidationError`` naming the field."""
+    column = query.get("sort") or None
+    if column is not None and column not in results.columns:
+        raise ValidationError({"sort": [f"no column {column[:80]!r} in the table"]})
+    order = query.get("order") or "asc"
+    if order not in ORDERS:
+        raise ValidationError({"order": ["asc or desc"]})
+    return column, order == "desc"
+
+
+@extend_schema(
+    summary="The results table of a task",
+    description="A page of the rows of the task's out/results.csv (a row per unit, as the "
+    "merge of a split task writes it), sorted by a column if asked. The table is read within "
+    "the service's budgets (bytes, rows, columns): `notes` says what was left out, and the "
+    "CSV download has every row.",
+    parameters=[
+        schema.RUN_OF_TASK,
+        schema.TASK,
+        OpenApiParameter(
+            "page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, description="from 1"
+        ),
+        OpenApiParameter(
+            "page_size",
+            {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE},
+            description=f"rows per page, {PAGE_SIZE} by default",
+        ),
+        OpenApiParameter("sort", OpenApiTypes.STR, description="a column to sort the rows by"),
+        OpenApiParameter("order", {"type": "string", "enum": list(ORDERS)}, description="asc"),
+    ],
+    responses={200: ResultsPageSerializer, 400: schema.FIELD_ERRORS, 404: schema.NOT_FOUND},
+)
+@api_view(["GET"])
+def results_page(request: Request, run_id: str, task_id: str) -> Response:
+    task = task_or_404(request.user, run_id, task_id)
+    number = positive(request.query_params.get("page"), 1, MAX_PAGE)
+    size = positive(request.query_params.get("page_size"), PAGE_SIZE, MAX_PAGE_SIZE)
+    if number is None:
+        raise ValidationError({"page": [f"an integer from 1 to {MAX_PAGE}"]})
+    if size is None:
+        raise ValidationError({"page_size": [f"an integer from 1 to {MAX_PAGE_SIZE}"]})
+    results = read_or_404(task)
+    column, descending = sort_of(request.query_params.dict(), results)
+    order = results.order(column, descending=descending)
+    start = (number - 1) * size
+    shown = order[start : start + size]
+    if number > 1 and not shown:
+        raise NotFound("no such page")
+    answer = {
+        "columns": [{"name": c, "numeric": results.numeric(c)} for c in results.columns],
+        "count": results.count,
+        "count_exact": results.complete,
+        "kept": len(results.rows),
+        "notes": results.notes,
+        "next": page_link(request, number + 1) if start + size < len(order) else None,
+        "previous": page_link(request, number - 1) if number > 1 else None,
+        "results": [results.typed(index) for index in shown],
+    }
+    return Response(ResultsPageSerializer(answer).data)
+
+
+def page_link(request: Request, number: int) -> str:
+    url = request.build_absolute_uri()
+    return (
+        remove_query_param(url, "page") if number == 1 else replace_query_param(url, "page", number)
+    )
+
+
+def serve_results(task: Task, name: str) -> FileResponse:
+    """The whole of a task's ``out/results.csv`` or ``out/results.parquet`` as a download
+    (shared with the pages); 404 when there is none the service reads."""
+    try:
+        file = tables.open_results(store.task_folder(task.run_id, task.task_id), name)
+    except tables.Unreadable as error:
+        raise Http404(str(error)) from None
+    if file is None:
+        raise Http404(f"task {task.task_id} has no out/{name}")
+    response = FileResponse(
+        file,
+        content_type=MEDIA[name],
+        as_attachment=True,
+        filename=f"{task.run_id}-{task.task_id}-{name}",
+    )
+    for header, value in OUTPUT_HEADERS.items():
+        response[header] = value
+    return response
+
+
+@extend_schema(
+    summary="The results table of a task as CSV",
+    description="The whole of its out/results.csv, as a download: a header, a row per unit.",
+    parameters=[schema.RUN_OF_TASK, schema.TASK],
+    responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY), 404: schema.NOT_FOUND},
+)
+@api_view(["GET"])
+def results_csv(request: Request, run_id: str, task_id: str) -> FileResponse:
+    return serve_results(task_or_404(request.user, run_id, task_id), tables.CSV_NAME)
+
+
+@extend_schema(
+    summary="The results table of a task as Parquet",
+    description="Its out/results.parquet, written beside the CSV where the merge had pyarrow.",
+    parameters=[schema.RUN_OF_TASK, schema.TASK],
+    responses={
+        (200, "application/vnd.apache.parquet"): OpenApiResponse(OpenApiTypes.BINARY),
+        404: schema.NOT_FOUND,
+    },
+)
+@api_view(["GET"])
+def results_parquet(request: Request, run_id: str, task_id: str) -> FileResponse:
+    return serve_results(task_or_404(request.user, run_id, task_id), tables.PARQUET_NAME)

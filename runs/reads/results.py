@@ -1,0 +1,271 @@
+"""A task's results table, ``out/results.csv``, as the pages and the API read it.
+
+The merge of a split task writes it: a header, then a row per unit (``unit``, the parameters,
+``exit_code``, ``seconds``, ``peak_gib``, the fields of each unit's results). But the file is
+the task's: it is opened as any file of the store (walked from the store's root without
+links, without blocking, a regular file only) and read within budgets: at most
+``SIMRUN_RESULTS_MAX_BYTES`` of it, ``SIMRUN_RESULTS_MAX_ROWS`` rows of at most
+``SIMRUN_RESULTS_MAX_COLUMNS`` columns, each physical line parsed up to ``LINE_CHARS``.
+Whatever did not fit is left out and said in ``notes``; a malformed file is read up to where
+it stops reading as CSV. Any column whose cells all read as numbers is numeric.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from django.conf import settings
+
+from harness import untrusted
+from runs.common.store import TaskFolder
+
+CSV_NAME = "results.csv"
+PARQUET_NAME = "results.parquet"
+LINE_CHARS = 256 * 1024
+"""A physical line is parsed up to this many characters: a header of a million columns costs
+no more than this one line."""
+MISSING = frozenset({"", "nan", "NaN", "NA", "N/A", "n/a", "null", "None", "none"})
+"""Cells that are no value, in a numeric column as in any other."""
+BOOKKEEPING = ("unit", "exit_code", "seconds", "peak_gib", "error")
+"""The columns the merge adds around the parameters and the result fields."""
+INTEGER_DIGITS = 18
+"""An integer cell of more digits is given as a float (Python refuses to parse huge ones)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The budgets of one read of a results table."""
+
+    max_bytes: int
+    max_rows: int
+    max_columns: int
+
+    @classmethod
+    def from_settings(cls) -> Limits:
+        return cls(
+            max_bytes=settings.SIMRUN_RESULTS_MAX_BYTES,
+            max_rows=settings.SIMRUN_RESULTS_MAX_ROWS,
+            max_columns=settings.SIMRUN_RESULTS_MAX_COLUMNS,
+        )
+
+
+class Unreadable(Exception):
+    """The task's ``out/results.csv`` exists but is no regular file the service may read."""
+
+
+@dataclass
+class Results:
+    """A results table as read: its columns, the rows kept (unit order), their count."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    count: int
+    """Rows read, those beyond ``max_rows`` included (counted, not kept)."""
+    complete: bool
+    """The whole file was read: ``count`` is every row of it."""
+    size: int
+    """The file's size in bytes."""
+    notes: list[str] = field(default_factory=list)
+    """What was left out, and why, in words for the page and the API."""
+    numbers: dict[str, list[float | None]] = field(default_factory=dict)
+    """The values of each numeric column, a row each (None: no value)."""
+
+    def numeric(self, column: str) -> bool:
+        return column in self.numbers
+
+    def values(self, column: str) -> list[str]:
+        index = self.columns.index(column)
+        return [row[index] for row in self.rows]
+
+    def parameters(self) -> list[str]:
+        """The columns between ``unit`` and ``exit_code``, as the merge of a sweep writes them."""
+        if "unit" not in self.columns or "exit_code" not in self.columns:
+            return []
+        return list(self.columns[self.columns.index("unit") + 1 : self.columns.index("exit_code")])
+
+    def result_fields(self) -> list[str]:
+        """The columns after ``peak_gib``; without it, every column but the bookkeeping."""
+        if "peak_gib" in self.columns:
+            after = self.columns[self.columns.index("peak_gib") + 1 :]
+            return [c for c in after if c not in BOOKKEEPING]
+        return [c for c in self.columns if c not in BOOKKEEPING and c not in self.parameters()]
+
+    def order(self, column: str | None, *, descending: bool = False) -> list[int]:
+        """The indexes of the rows sorted by a column (numbers as numbers), cells without a
+        value last whatever the direction; equal cells keep the unit order."""
+        indexes = list(range(len(self.rows)))
+        if column is None:
+            return indexes[::-1] if descending else indexes
+        if column in self.numbers:
+            numbers = self.numbers[column]
+            present = [i for i in indexes if numbers[i] is not None]
+            present.sort(key=lambda i: numbers[i] or 0.0, reverse=descending)
+        else:
+            cells = self.values(column)
+            present = [i for i in indexes if cells[i] not in MISSING]
+            present.sort(key=lambda i: cells[i], reverse=descending)
+        kept = set(present)
+        return present + [i for i in indexes if i not in kept]
+
+    def typed(self, index: int) -> dict[str, str | int | float | None]:
+        """A row as JSON gives it: numbers as numbers, no value as null."""
+        row = self.rows[index]
+        return {
+            column: typed_cell(cell) if column in self.numbers else cell
+            for column, cell in zip(self.columns, row, strict=True)
+        }
+
+
+def typed_cell(cell: str) -> int | float | None:
+    """A cell of a numeric column as a JSON number; None for no value or one JSON cannot hold."""
+    text = cell.strip()
+    if text in MISSING:
+        return None
+    digits = text.lstrip("+-")
+    if digits.isdigit() and len(digits) <= INTEGER_DIGITS:
+        return int(text)
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def number(cell: str) -> float | None:
+    """A cell as a number, None for no value; ``ValueError`` for a cell that is no number."""
+    text = cell.strip()
+    if text in MISSING:
+        return None
+    value = float(text)
+    return None if math.isnan(value) else value
+
+
+def file_entry(folder: TaskFolder, name: str) -> int | None:
+    """The size of ``out/<name>`` of a task, None when there is none; ``Unreadable`` for one
+    that is no regular file (a link, a FIFO, a folder)."""
+    try:
+        return untrusted.file_size(folder.base, folder / f"out/{name}")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise Unreadable(f"out/{name} is not a regular file the service reads ({error})") from None
+
+
+def open_results(folder: TaskFolder, name: str = CSV_NAME) -> BinaryIO | None:
+    """``out/<name>`` of a task opened for reading, None when there is none; ``Unreadable``
+    for anything but a regular file."""
+    try:
+        return untrusted.open_file(folder.base, folder / f"out/{name}")
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise Unreadable(f"out/{name} is not a regular file the service reads ({error})") from None
+
+
+def read_results(folder: TaskFolder, limits: Limits | None = None) -> Results | None:
+    """A task's results table within the budgets; None when it has none."""
+    limits = limits or Limits.from_settings()
+    file = open_results(folder)
+    if file is None:
+        return None
+    with file:
+        size = os.fstat(file.fileno()).st_size
+        data = file.read(limits.max_bytes + 1)
+    return parse(data, limits, size=size)
+
+
+def parse(data: bytes, limits: Limits, *, size: int) -> Results:
+    """The table of a CSV's bytes (at most ``limits.max_bytes`` of them are read)."""
+    notes: list[str] = []
+    complete = len(data) <= limits.max_bytes
+    if not complete:
+        data = data[: limits.max_bytes]
+        data = data[: data.rfind(b"\n") + 1]  # the last line read may be cut anywhere
+        notes.append(
+            f"too large: the file holds {size:,} bytes, only its first "
+            f"{limits.max_bytes:,} are read"
+        )
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    if "\ufffd" in text:
+        notes.append("the file is not all UTF-8: what is not shows as \ufffd")
+    cut: list[int] = []
+    reader = csv.reader(bounded_lines(text, cut))
+    try:
+        header = next(reader, [])
+    except csv.Error as error:
+        notes.append(f"the header does not read as CSV ({error})")
+        header = []
+    if len(header) > limits.max_columns:
+        notes.append(
+            f"too many columns: the header names {len(header):,}"
+            f"{' or more' if cut else ''}, only the first {limits.max_columns} are read"
+        )
+    columns = column_names(header[: limits.max_columns])
+    width = len(columns)
+    rows: list[tuple[str, ...]] = []
+    count = 0
+    try:
+        for row in reader:
+            if not row:
+                continue
+            count += 1
+            if len(rows) < limits.max_rows:
+                rows.append(tuple((row + [""] * width)[:width]))
+    except csv.Error as error:
+        complete = False
+        notes.append(
+            f"line {reader.line_num} does not read as CSV ({error}): the rows from it on "
+            "are left out"
+        )
+    if count > limits.max_rows:
+        notes.append(f"too large: {count:,} rows, showing the first {limits.max_rows:,}")
+    if cut:
+        notes.append(
+            f"{len(cut)} line(s) longer than {LINE_CHARS // 1024} KiB (the first is line "
+            f"{cut[0]}): only their start is read"
+        )
+    results = Results(columns, rows, count, complete, size, notes)
+    results.numbers = numeric_columns(columns, rows)
+    return results
+
+
+def bounded_lines(text: str, cut: list[int]) -> Iterator[str]:
+    """The physical lines of a text, each cut at ``LINE_CHARS`` (their numbers into ``cut``)."""
+    for number_, line in enumerate(io.StringIO(text, newline=""), start=1):
+        if len(line) > LINE_CHARS:
+            cut.append(number_)
+            line = line[:LINE_CHARS] + "\n"
+        yield line
+
+
+def column_names(header: list[str]) -> tuple[str, ...]:
+    """The header's names made usable: stripped, an empty one named by its place, a repeated
+    one given a suffix (``seed.1``), so that each column has a name of its own."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for place, raw in enumerate(header, start=1):
+        name = raw.strip() or f"column {place}"
+        candidate, suffix = name, 1
+        while candidate in seen:
+            candidate, suffix = f"{name}.{suffix}", suffix + 1
+        seen.add(candidate)
+        names.append(candidate)
+    return tuple(names)
+
+
+def numeric_columns(
+    columns: tuple[str, ...], rows: list[tuple[str, ...]]
+) -> dict[str, list[float | None]]:
+    """The columns whose every cell is a number or no value (and one at least a number)."""
+    found: dict[str, list[float | None]] = {}
+    for index, column in enumerate(columns):
+        try:
+            values = [number(row[index]) for row in rows]
+        except ValueError:
+            continue
+        if any(value is not None for value in values):
+            found[column] = values
+    return found

@@ -1,0 +1,197 @@
+"""The results table of a task on its run's page: the table (sortable, its first rows), its
+downloads and its plot, each a fragment with its own URL that checks access as the page does.
+
+The run page holds a placeholder for each done task with a results table, which loads the
+table once and is kept (``hx-preserve``) across the page's live refreshes, so a table sorted
+or a plot chosen stays as it is while the rest of the run moves on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
+from django.urls import reverse
+
+from runs.api.results_views import serve_results
+from runs.common import store
+from runs.models import Task, TaskState
+from runs.reads import results as tables
+from runs.reads.access import task_or_404
+from runs.web import results_chart
+
+CELL_CHARS = 120
+"""A cell longer than this is shown cut, with an ellipsis; the downloads have all of it."""
+ORDERS = ("asc", "desc")
+
+
+class BadQuery(ValueError):
+    """A parameter of a fragment that does not fit the table; the message names it."""
+
+
+def has_results(task: Task) -> bool:
+    """Whether a task shows a results section: done, with an ``out/results.csv`` of any kind
+    (one that is no regular file is shown as a problem)."""
+    if task.state != TaskState.DONE:
+        return False
+    try:
+        return (
+            tables.file_entry(store.task_folder(task.run_id, task.task_id), tables.CSV_NAME)
+            is not None
+        )
+    except tables.Unreadable:
+        return True
+
+
+def _read(task: Task) -> tuple[tables.Results | None, str]:
+    """The task's table, or the problem that keeps it from being read; 404 when none."""
+    try:
+        results = tables.read_results(store.task_folder(task.run_id, task.task_id))
+    except tables.Unreadable as error:
+        return None, str(error)
+    if results is None:
+        raise Http404(f"task {task.task_id} has no results table")
+    return results, ""
+
+
+def table_context(task: Task, results: tables.Results, query: Any) -> dict[str, Any]:
+    """The first rows of the table in the order asked for (``sort``, ``order``), with the
+    links that sort by each column."""
+    column = query.get("sort") or None
+    order = query.get("order") or "asc"
+    if column is not None and column not in results.columns:
+        raise BadQuery(f"sort: no column {column[:80]!r} in the table")
+    if order not in ORDERS:
+        raise BadQuery("order: asc or desc")
+    url = reverse("runs:task-results-table", args=[task.run_id, task.task_id])
+    indexes = results.order(column, descending=order == "desc")[
+        : settings.SIMRUN_RESULTS_ROWS_SHOWN
+    ]
+    columns = []
+    for name in results.columns:
+        sorted_now = "descending" if order == "desc" else "ascending"
+        following = "desc" if name == column and order == "asc" else "asc"
+        columns.append(
+            {
+                "name": name,
+                "numeric": results.numeric(name),
+                "sorted": sorted_now if name == column else "",
+                "url": f"{url}?{urlencode({'sort': name, 'order': following})}",
+            }
+        )
+    numeric = [results.numeric(name) for name in results.columns]
+    return {
+        "task": task,
+        "columns": columns,
+        "rows": [
+            [
+                (_cut(cell), is_number)
+                for cell, is_number in zip(results.rows[i], numeric, strict=True)
+            ]
+            for i in indexes
+        ],
+        "shown": len(indexes),
+        "kept": len(results.rows),
+        "sort": column or "",
+        "order": order,
+    }
+
+
+def _cut(cell: str) -> str:
+    return cell if len(cell) <= CELL_CHARS else cell[: CELL_CHARS - 1] + "…"
+
+
+def plot_context(task: Task, results: tables.Results, query: Any) -> dict[str, Any]:
+    """The plot asked for (``x``, ``y``, ``colour``, ``kind``), defaults for the rest, and the
+    columns each choice may take."""
+    try:
+        choice = results_chart.choice_from(query, results)
+    except results_chart.BadChoice as error:
+        raise BadQuery(f"{error.field}: {error}") from None
+    plot = results_chart.draw(results, choice) if choice else None
+    return {
+        "task": task,
+        "choice": choice,
+        "plot": plot,
+        "numeric_columns": [c for c in results.columns if results.numeric(c)],
+        "all_columns": results.columns,
+        "kinds": results_chart.KINDS.items(),
+    }
+
+
+def results_context(task: Task, query: Any) -> dict[str, Any]:
+    """The whole results section of a task: its figures, downloads, table and plot."""
+    results, problem = _read(task)
+    context: dict[str, Any] = {"task": task, "problem": problem, "results": results}
+    if results is None:
+        return context
+    folder = store.task_folder(task.run_id, task.task_id)
+    try:
+        parquet = tables.file_entry(folder, tables.PARQUET_NAME)
+    except tables.Unreadable:
+        parquet = None
+    context["parquet_size"] = parquet
+    context |= {"table": table_context(task, results, query)}
+    context |= {"chart": plot_context(task, results, query)}
+    return context
+
+
+def _answer(request: HttpRequest, template: str, build: Any) -> HttpResponse:
+    try:
+        context = build()
+    except BadQuery as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    return render(request, template, context)
+
+
+@login_required
+def task_results(request: HttpRequest, run_id: str, task_id: str) -> HttpResponse:
+    """A task's results section: figures, notes, downloads, the table and the plot."""
+    task = task_or_404(request.user, run_id, task_id)
+    return _answer(
+        request, "runs/_results.html#results", lambda: results_context(task, request.GET)
+    )
+
+
+@login_required
+def task_results_table(request: HttpRequest, run_id: str, task_id: str) -> HttpResponse:
+    """The table alone, sorted as asked."""
+    task = task_or_404(request.user, run_id, task_id)
+
+    def build() -> dict[str, Any]:
+        results, problem = _read(task)
+        if results is None:
+            raise Http404(problem)
+        return {"table": table_context(task, results, request.GET)}
+
+    return _answer(request, "runs/_results.html#table", build)
+
+
+@login_required
+def task_results_plot(request: HttpRequest, run_id: str, task_id: str) -> HttpResponse:
+    """The plot alone (its form stays on the page), as asked."""
+    task = task_or_404(request.user, run_id, task_id)
+
+    def build() -> dict[str, Any]:
+        results, problem = _read(task)
+        if results is None:
+            raise Http404(problem)
+        return {"chart": plot_context(task, results, request.GET)}
+
+    return _answer(request, "runs/_results.html#chart", build)
+
+
+@login_required
+def results_csv(request: HttpRequest, run_id: str, task_id: str) -> FileResponse:
+    """The whole table, the task's ``out/results.csv``, as a download."""
+    return serve_results(task_or_404(request.user, run_id, task_id), tables.CSV_NAME)
+
+
+@login_required
+def results_parquet(request: HttpRequest, run_id: str, task_id: str) -> FileResponse:
+    """The task's ``out/results.parquet``, as a download."""
+    return serve_results(task_or_404(request.user, run_id, task_id), tables.PARQUET_NAME)
