@@ -327,7 +327,8 @@ SIMRUN_CLUSTER = {
         "SIMRUN_BUILDER_IMAGE", env.str, "gcr.io/kaniko-project/executor:v1.23.2"
     ),
     "build_timeout_s": _read("SIMRUN_BUILD_TIMEOUT_S", env.int, 3600),
-    "build_namespace": _read("SIMRUN_BUILD_NAMESPACE", env.str, ""),
+    "build_namespace": _read("SIMRUN_BUILD_NAMESPACE", env.str, "simrun-build"),
+    "scratch_gb": _read("SIMRUN_SCRATCH_GB", env.int, 10),
 }
 
 # /metrics (runs/common/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with

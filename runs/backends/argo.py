@@ -70,6 +70,8 @@ MISSING_LOGS = {
     400: "its container never started",
 }
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
+STAGE_CONTAINER = "stage"
+"""The init container that stages a command task's inputs (``argo_manifest``)."""
 TERMINATED = frozenset({"Succeeded", "Failed"})
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -338,8 +340,29 @@ class ArgoBackend:
                     if entry.done:
                         entry.unread = f"{error.status} {error.reason}".strip()
                     entry.done = False  # not kept yet: asked again at the next call
+            if entry.done and STAGE_CONTAINER in _init_containers(pod):
+                self._with_stage(entry, tail_lines)
             found.append(entry)
         return self._unread_since(name, task_id, found)
+
+    def _with_stage(self, entry: PodLog, tail_lines: int | None) -> None:
+        """Put the log of a command task's ``stage`` init container before its ``main``'s:
+        when the staging failed, main never started, and the stage's log says why."""
+        try:
+            stage: str = self.core.read_namespaced_pod_log(
+                entry.pod, self.namespace, container=STAGE_CONTAINER, tail_lines=tail_lines
+            )
+        except ApiException as error:
+            log.info("the stage log of pod %s is not readable: %s", entry.pod, error)
+            return
+        if not stage:
+            return
+        main = f"(none: {entry.missing})\n" if entry.missing else entry.text
+        entry.text = (
+            f"[simrun] the log of stage, which staged the inputs:\n{stage.rstrip()}\n"
+            f"[simrun] the log of main:\n{main}"
+        )
+        entry.missing = ""
 
     def _unread_since(self, name: str, task_id: str, found: list[PodLog]) -> list[PodLog]:
         """``found``, with a missing entry for each terminated pod whose log read failed at an
@@ -811,6 +834,10 @@ def _created(pod: Any) -> tuple[str, str]:
     """When a pod was created (RFC 3339 sorts in time), then its name."""
     created = pod.metadata.creation_timestamp
     return (created.isoformat() if created else "", pod.metadata.name)
+
+
+def _init_containers(pod: Any) -> list[str]:
+    return [c.name for c in (pod.spec.init_containers if pod.spec else None) or []]
 
 
 def _main_env(pod: Any) -> dict[str, str]:

@@ -61,14 +61,21 @@ EVICTION_PATTERN = (
 )
 """Messages of a pod that was evicted, preempted, drained or deleted (reference §1.4, §5.1);
 matched by Argo (RE2) in the retry expression and by simrun in the status."""
+NEVER_FIXED_PATTERN = (
+    "(?i)error applying podspecpatch|is invalid|is forbidden|violates podsecurity"
+    "|denied the request|createcontainerconfigerror|invalidimagename"
+)
+"""Messages of an attempt the cluster refused or cannot start as it is (a PodSpecPatch Argo
+cannot apply, a pod the API server or an admission webhook refuses, a missing Secret or
+ConfigMap, a malformed image name): another attempt meets the same refusal."""
 RETRY_EXPRESSION = (
-    f"lastRetry.status == 'Error'"
+    f"(lastRetry.status == 'Error' and not (lastRetry.message matches '{NEVER_FIXED_PATTERN}'))"
     f" or lastRetry.exitCode in ['{MEMORY_KILL_EXIT}', '143', '{STORAGE_ERROR_EXIT}']"
     f" or lastRetry.message matches '{EVICTION_PATTERN}'"
 )
-"""Retry a pod deleted or failed by the infrastructure (Error), killed (137: for memory, or
-after its grace period), stopped by SIGTERM (143: evicted), failed on the store (75) or
-evicted; not a genuine failure."""
+"""Retry a pod deleted or failed by the infrastructure (Error, unless a retry cannot fix it),
+killed (137: for memory, or after its grace period), stopped by SIGTERM (143: evicted),
+failed on the store (75) or evicted; not a genuine failure."""
 
 STAGE_SCRIPT = """\
 import os, shutil, sys
@@ -179,6 +186,9 @@ def _workflow_spec(
             "runAsUser": RUN_AS_USER,
             "runAsGroup": RUN_AS_USER,
             "fsGroup": RUN_AS_USER,
+            # Without it a driver that honours fsGroup re-owns the whole shared store at every
+            # mount of every pod; the store's root is the pods' user's already.
+            "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumes": [{"name": "store", "persistentVolumeClaim": {"claimName": cluster.store_claim}}],
@@ -340,9 +350,12 @@ def _container_security() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def _resources(cores: int, memory_gb: float) -> dict[str, Any]:
+def _resources(cores: int, memory_gb: float, scratch_gb: int = 0) -> dict[str, Any]:
+    """Requests equal to limits; the scratch directory's size requested as ephemeral storage
+    (``scratch_gb``), so the scheduler places the pod where that much local disk is free."""
     amount = {"cpu": str(cores), "memory": memory_quantity(memory_gb)}
-    return {"requests": dict(amount), "limits": dict(amount)}
+    requests = {**amount, **({"ephemeral-storage": f"{scratch_gb}Gi"} if scratch_gb else {})}
+    return {"requests": requests, "limits": dict(amount)}
 
 
 def _mounts(record: RunRecord, cluster: ClusterConfig) -> list[dict[str, Any]]:
@@ -429,13 +442,13 @@ def _pod_template(
             "backoff": {"duration": RETRY_BACKOFF},
         },
         "podSpecPatch": retry_memory_patch(plan.memory_gb, plan.retry_memory_gb),
-        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": f"{cluster.scratch_gb}Gi"}}],
         "container": {
             "image": image,
             "command": command,
             "workingDir": SCRATCH,
             "env": environment,
-            "resources": _resources(cores, plan.memory_gb),
+            "resources": _resources(cores, plan.memory_gb, cluster.scratch_gb),
             "volumeMounts": _mounts(record, cluster),
             "securityContext": _container_security(),
         },

@@ -205,9 +205,17 @@ class ClusterConfig(BaseModel):
     )
     builder_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
     build_namespace: str = Field(
-        default="", description="Where image builds run (as root); empty: the runs' namespace."
+        default="simrun-build",
+        description="Where image builds run (as root, which the runs' restricted namespace "
+        "refuses); empty: the runs' namespace.",
     )
     build_timeout_s: int = 3600
+    scratch_gb: int = Field(
+        default=10,
+        ge=1,
+        description="The size of a pod's scratch directory (GiB): its emptyDir's sizeLimit and "
+        "the ephemeral storage the pod requests.",
+    )
 
 
 class TaskRecord(BaseModel):

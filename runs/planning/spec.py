@@ -42,7 +42,9 @@ MAX_SETTINGS_BYTES = 64 * 1024
 MAX_COMMAND_ARGS = 1000
 MAX_ARG_LENGTH = 10_000
 
-TASK_ID = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+TASK_ID = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
+"""A task id names its pods and is the value of their label ``simrun/task``: a Kubernetes
+label value ends with a letter or digit (so ``sweep-`` is refused)."""
 PORT = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$")
 IMAGE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._\-/:@]{0,499}$")
@@ -318,8 +320,10 @@ def _check_task(
     at = f"tasks.{task_id}"
     if not TASK_ID.match(task_id):
         errors[at] = [
-            "a task id must match [a-z][a-z0-9-]*, at most 40 characters "
-            "(it names the pods of the task)"
+            "a task id must match [a-z]([a-z0-9-]*[a-z0-9])?, at most 40 characters: it "
+            "starts with a letter and ends with a letter or digit (it names the pods of the "
+            "task and is the value of their label simrun/task, which Kubernetes requires to "
+            "end with an alphanumeric character)"
         ]
     if (task.type is None) == (task.command is None) and not {"type", "command"} & set(broken):
         errors.setdefault(at, []).append(

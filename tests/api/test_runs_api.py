@@ -107,6 +107,15 @@ def test_a_bad_spec_is_a_400_with_the_field_errors_and_creates_nothing(owner_cli
     assert not Run.objects.exists() and not (store / "runs").exists()
 
 
+def test_a_task_id_whose_pod_label_would_be_invalid_is_a_400_naming_the_rule(owner_client):
+    response = submit(owner_client, "tasks: {sweep-: {type: squares, settings: {n: 5}}}")
+
+    assert response.status_code == 400
+    [message] = response.json()["tasks.sweep-"]
+    assert "ends with a letter or digit" in message and "simrun/task" in message
+    assert not Run.objects.exists()
+
+
 def test_a_memory_size_too_small_to_mean_anything_is_a_400_naming_the_field(owner_client):
     body = '{"tasks": {"s": {"type": "squares", "settings": {"n": 1}, "memory": {"gb": 1e-300}}}}'
     response = submit(owner_client, body, "application/json")

@@ -55,3 +55,51 @@ def restricted_violations(spec: dict[str, Any]) -> list[str]:
         if any(port.get("hostPort") for port in container.get("ports") or []):
             found.append(f"{name} uses a host port")
     return found
+
+
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+
+
+def baseline_violations(spec: dict[str, Any]) -> list[str]:
+    """What a pod spec breaks of the baseline profile; [] when it is admitted."""
+    found = []
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(flag):
+            found.append(f"{flag} is set")
+    for volume in spec.get("volumes") or []:
+        if "hostPath" in volume:
+            found.append(f"volume {volume['name']} is a hostPath")
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        own = container.get("securityContext") or {}
+        if own.get("privileged"):
+            found.append(f"{container['name']} is privileged")
+        if set((own.get("capabilities") or {}).get("add") or []) - BASELINE_CAPABILITIES:
+            found.append(f"{container['name']} adds capabilities beyond the baseline")
+        if any(port.get("hostPort") for port in container.get("ports") or []):
+            found.append(f"{container['name']} uses a host port")
+    return found
+
+
+def violations(level: str, spec: dict[str, Any]) -> list[str]:
+    """What a pod spec breaks of a namespace's enforced level (privileged: nothing)."""
+    if level == "restricted":
+        return restricted_violations(spec)
+    if level == "baseline":
+        return baseline_violations(spec)
+    return []

@@ -51,7 +51,7 @@ def build_context(folder: Path) -> Path:
 def evaluate(expression: str, last: Mapping[str, str]) -> Any:
     """Evaluate the expr-lang subset simrun writes (``==``, ``in [...]``, ``or``, ``matches``,
     ``c ? a : b``) with the ``lastRetry`` variables, as Argo would."""
-    python = re.sub(r"(\S+) matches '([^']*)'", r"_matches(\1, '\2')", expression)
+    python = re.sub(r"([\w.]+) matches '([^']*)'", r"_matches(\1, '\2')", expression)
     python = python.replace("lastRetry.", "last_")
     if ternary := re.fullmatch(r"(.+?) \? (.+?) : (.+)", python):
         python = f"({ternary[2]} if {ternary[1]} else {ternary[3]})"

@@ -135,7 +135,13 @@ def workflow(nodes: Nodes, phase: str = "Running", message: str = "") -> dict[st
             "uid": "3f0c2f5e-0000-4000-8000-000000000001",
             "creationTimestamp": "2026-11-29T10:00:00Z",
         },
-        "spec": {"entrypoint": "Run", "templates": [{"name": "Run", "dag": {"tasks": []}}]},
+        "spec": {
+            "entrypoint": "Run",
+            "templates": [
+                {"name": "Run", "dag": {"tasks": [{"name": "sweep-w0", "template": "sweep-w0"}]}},
+                {"name": "sweep-w0", "container": {"image": IMAGE}},
+            ],
+        },
         "status": status,
     }
 
@@ -231,4 +237,17 @@ def kube_node(name: str, *, labels: dict | None = None, taints: list | None = No
             "allocatable": {"cpu": "7910m", "memory": "31893100Ki", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
         },
+    }
+
+
+def container_status(name: str, **state: Any) -> dict[str, Any]:
+    """The status of a container as the kubelet writes it, in ``state`` (``waiting={…}``)."""
+    return {
+        "name": name,
+        "image": IMAGE,
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": "running" in state,
+        "state": state,
     }

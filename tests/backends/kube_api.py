@@ -1,10 +1,18 @@
-"""A Kubernetes API server on loopback for the paths the Argo backend uses.
+"""A Kubernetes API server on loopback for the paths the Argo backend uses, strict.
 
 It keeps workflows, pods, their logs and nodes in memory and answers as the API server does
 (list, get, create, merge and strategic merge patches with a resourceVersion precondition,
 delete, pod logs with ``tailLines``, a watch of workflows), so the backend is tested with the
 real ``kubernetes`` client over HTTP. Every request is recorded; hooks let a test play a
 conflicting writer or the cluster running a pod.
+
+It refuses what a real cluster refuses (``admit``): every object created or patched is held
+to the schema of its kind and the API server's rules (``kube_rules``, 422 Invalid with a
+Status naming each field), a pod to the Pod Security level its namespace enforces
+(``docker/k8s/00-namespace.yaml``; 403 Forbidden), and a Workflow to what its pods would be:
+the pods Argo makes of each template, first attempt and retry after a kill for memory
+(``argo_pods``), held to the same rules. A real API server would take such a Workflow and
+Argo would fail its pods one by one; the stand-in refuses it at once, naming the pod's fault.
 """
 
 from __future__ import annotations
@@ -18,11 +26,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
 from kubernetes.client import ApiClient, Configuration
+
+from tests.backends.argo_pod_security import violations
+from tests.backends.argo_pods import argo_pods
+from tests.backends.kube_rules import Cause, refusals
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows$")
 WORKFLOW = re.compile(
@@ -48,6 +63,15 @@ REASONS = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
+
+K8S = Path(__file__).resolve().parents[2] / "docker" / "k8s"
+KINDS = {
+    "workflows": ("argoproj.io/v1alpha1", "Workflow"),
+    "pods": ("v1", "Pod"),
+    "configmaps": ("v1", "ConfigMap"),
+    "nodes": ("v1", "Node"),
+}
+"""The apiVersion and kind of the objects of each resource the stand-in serves."""
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -101,9 +125,70 @@ def matches(labels: dict[str, str], selector: str | None) -> bool:
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(
+        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+        self.details = details
+
+
+def invalid(kind: str, name: str, causes: list[Cause]) -> ApiError:
+    """The API server's 422: ``<Kind> "<name>" is invalid: <field>: <why>, …`` with the causes."""
+    listed = ", ".join(str(c) for c in causes)
+    details = {
+        "name": name,
+        "kind": kind.lower() + "s",
+        "causes": [
+            {"reason": "FieldValueInvalid", "message": c.message, "field": c.field} for c in causes
+        ],
+    }
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {listed}', details)
+
+
+@cache
+def manifest_namespaces() -> dict[str, str]:
+    """The namespaces of docker/k8s/ with the Pod Security level each enforces."""
+    found = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document["kind"] == "Namespace":
+                labels = document["metadata"].get("labels") or {}
+                level = labels.get("pod-security.kubernetes.io/enforce", "privileged")
+                found[document["metadata"]["name"]] = level
+    return found
+
+
+def admit(state: KubeState, obj: dict[str, Any], *, pods: bool = True) -> None:
+    """Refuse what the API server and its admission refuse: 422 for an invalid object (a
+    Workflow whose pods would be invalid too), 403 for a pod its namespace's Pod Security
+    level forbids, 404 in a namespace that does not exist. ``pods``: whether a Workflow's
+    pods are held to the rules too (when it is created, or its templates change)."""
+    meta = obj.get("metadata") or {}
+    kind, name, namespace = obj.get("kind", ""), meta.get("name", ""), meta.get("namespace")
+    if namespace is not None and namespace not in state.namespaces:
+        raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
+    causes = refusals(obj)
+    if kind == "Workflow" and not causes and pods:
+        for template, attempt, pod in argo_pods(obj):
+            at = f"spec.templates[{template}] (the pod of attempt {attempt})"
+            causes += [Cause(f"{at}.{c.field}", c.message) for c in refusals(pod)]
+            level = state.namespaces.get(namespace or "", "privileged")
+            causes += [
+                Cause(at, f'violates PodSecurity "{level}:latest": {v}')
+                for v in violations(level, pod["spec"])
+            ]
+    if causes:
+        raise invalid(kind, name, causes)
+    if kind == "Pod":
+        level = state.namespaces.get(namespace or "", "privileged")
+        if found := violations(level, obj.get("spec") or {}):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'pods "{name}" is forbidden: violates PodSecurity "{level}:latest": '
+                + "; ".join(found),
+            )
 
 
 @dataclass
@@ -113,10 +198,15 @@ class KubeState:
     workflows: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The log of each pod's main (or only) container."""
+    container_logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """The logs of its other containers (init containers, ``wait``), by container."""
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     workloads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """Kueue's Workloads (one per pod), read-only for simrun."""
+    namespaces: dict[str, str] = field(default_factory=lambda: dict(manifest_namespaces()))
+    """The namespaces that exist, with the Pod Security level each enforces."""
     requests: list[Request] = field(default_factory=list)
     before_node_patch: Callable[[str], None] | None = None
     """Called before a PATCH of a node is applied, e.g. to play a conflicting writer."""
@@ -241,6 +331,8 @@ class _Handler(BaseHTTPRequestHandler):
             code, body = self._route(method, url.path, query, content_type, request.body)
         except ApiError as error:
             code, body = error.code, _status(error.code, error.reason, error.message)
+            if error.details:
+                body["details"] = error.details
         request.status = code
         self._send(code, body)
 
@@ -266,7 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return 201, self._create(state.workflows, m["ns"], body, "workflows")
                 return 200, self._list(state.workflows, m["ns"], selector, "WorkflowList")
             if m := WORKFLOW.match(path):
-                return self._item(state.workflows, (m["ns"], m["name"]), method, content_type, body)
+                key = (m["ns"], m["name"])
+                return self._item(state.workflows, key, method, content_type, body, "workflows")
             if m := POD_LOG.match(path):
                 return 200, self._log(m["ns"], m["name"], query)
             if m := PODS.match(path):
@@ -278,14 +371,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return 201, pod
                 return 200, self._list(state.pods, m["ns"], selector, "PodList")
             if m := POD.match(path):
-                return self._item(state.pods, (m["ns"], m["name"]), method, content_type, body)
+                key = (m["ns"], m["name"])
+                return self._item(state.pods, key, method, content_type, body, "pods")
             if m := CONFIG_MAPS.match(path):
                 if method == "POST":
                     return 201, self._create(state.config_maps, m["ns"], body, "configmaps")
                 return 200, self._list(state.config_maps, m["ns"], selector, "ConfigMapList")
             if m := CONFIG_MAP.match(path):
                 key = (m["ns"], m["name"])
-                return self._item(state.config_maps, key, method, content_type, body)
+                return self._item(state.config_maps, key, method, content_type, body, "configmaps")
             if m := WORKLOADS.match(path):
                 return 200, self._list(state.workloads, m["ns"], selector, "WorkloadList")
             if NODES.match(path):
@@ -294,17 +388,28 @@ class _Handler(BaseHTTPRequestHandler):
             if m := NODE.match(path):
                 if method == "PATCH" and state.before_node_patch:
                     state.before_node_patch(m["name"])
-                return self._item(state.nodes, m["name"], method, content_type, body)
+                return self._item(state.nodes, m["name"], method, content_type, body, "nodes")
         raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
 
     def _create(
         self, store: dict[Any, dict[str, Any]], namespace: str, body: Any, kind: str
     ) -> dict[str, Any]:
         state = self.server.state
-        name = body["metadata"]["name"]
+        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+            raise ApiError(400, "BadRequest", "the body of the request is no object")
+        api_version, kind_name = KINDS[kind]
+        if (body.get("apiVersion"), body.get("kind")) != (api_version, kind_name):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({body.get('apiVersion')}) does not match the "
+                f"expected API version ({api_version}) or the kind ({body.get('kind')})",
+            )
+        name = body["metadata"].get("name", "")
+        body["metadata"]["namespace"] = namespace
+        admit(state, body)
         if (namespace, name) in store:
             raise ApiError(409, "AlreadyExists", f'{kind} "{name}" already exists')
-        body["metadata"]["namespace"] = namespace
         store[(namespace, name)] = state.stamp(body)
         if kind == "workflows":
             state._notify("ADDED", body)
@@ -327,6 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
         method: str,
         content_type: str,
         body: Any,
+        resource: str,
     ) -> tuple[int, Any]:
         state = self.server.state
         if key not in store:
@@ -354,6 +460,11 @@ class _Handler(BaseHTTPRequestHandler):
                 "please apply your changes to the latest version and try again",
             )
         patched = merge(current, body)
+        api_version, kind = KINDS[resource]
+        patched.setdefault("apiVersion", api_version)
+        patched.setdefault("kind", kind)
+        templates = (current.get("spec") or {}).get("templates")
+        admit(state, patched, pods=templates != (patched.get("spec") or {}).get("templates"))
         store[key] = state.stamp(patched)
         if store is state.workflows:
             state._notify("MODIFIED", patched)
@@ -365,19 +476,36 @@ class _Handler(BaseHTTPRequestHandler):
         if pod is None:
             raise ApiError(404, "NotFound", f'pods "{name}" not found')
         containers = [c["name"] for c in pod["spec"]["containers"]]
+        init = [c["name"] for c in pod["spec"].get("initContainers") or []]
         container = query.get("container")
         if container is None and len(containers) > 1:
             raise ApiError(
                 400,
                 "BadRequest",
                 f"a container name must be specified for pod {name}, "
-                f"choose one of: [{' '.join(containers)}]",
+                f"choose one of: [{' '.join(containers)}] or one of the init containers: "
+                f"[{' '.join(init)}]",
             )
-        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+        container = container or containers[0]
+        if container not in containers + init:
+            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        status = pod.get("status") or {}
+        statuses = [*(status.get("initContainerStatuses") or [])]
+        statuses += status.get("containerStatuses") or []
+        own = next((c for c in statuses if c.get("name") == container), None)
+        waiting = own is not None and set(own.get("state") or {}) == {"waiting"}
+        if waiting or (own is None and status.get("phase", "Pending") == "Pending"):
+            reason = ((own or {}).get("state") or {}).get("waiting", {}).get("reason")
             raise ApiError(
-                400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start'
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{name}" is waiting to start'
+                + (f": {reason}" if reason else ""),
             )
-        text = state.logs.get((namespace, name), "")
+        if container == "main" or container not in ("wait", *init):
+            text = state.logs.get((namespace, name), "")
+        else:
+            text = state.container_logs.get((namespace, name, container), "")
         if "tailLines" in query:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else ""

@@ -160,6 +160,7 @@ def test_a_build_another_submission_started_meanwhile_is_joined_not_failed(
             return None
         # Between this submission's read (not found) and its create, another one created it.
         other = argo_pod(name, node_name="", phase="Succeeded")
+        other["metadata"]["namespace"] = "simrun-build"
         kube.state.put_pod(other)
         return 409
 
@@ -171,8 +172,9 @@ def test_a_build_another_submission_started_meanwhile_is_joined_not_failed(
         r.status for r in kube.state.requests if r.method == "POST" and r.path.endswith("/pods")
     ]
     assert posts == [409]
-    assert ("simrun", name) not in kube.state.pods  # the joined build was waited for, then done
-    assert ("simrun", name) not in kube.state.config_maps
+    key = ("simrun-build", name)
+    assert key not in kube.state.pods  # the joined build was waited for, then done
+    assert key not in kube.state.config_maps
 
 
 def test_the_backoff_doubles_and_is_capped() -> None:

@@ -16,6 +16,7 @@ from runs.backends.argo import ArgoBackend, api_client
 from runs.backends.argo_build import build_pod_name
 from runs.backends.argo_manifest import workflow_manifest
 from runs.backends.base import ClusterConfig, NodeInfo, PodLog
+from runs.planning.spec import SpecError
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import OOM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
@@ -80,6 +81,17 @@ def test_a_run_that_cannot_run_is_refused_before_the_cluster_is_asked(
 
     with pytest.raises(ValueError, match="no image"):
         backend.submit(record, plans, task_types(), CLUSTER)
+    assert kube.state.requests == []
+
+
+def test_a_task_id_the_cluster_would_refuse_as_a_label_is_refused_before_the_cluster(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    with pytest.raises(SpecError) as raised:
+        record, plans = run_of("tasks: {sweep-: {type: squares, settings: {n: 5}}}")
+        backend.submit(record, plans, task_types(), CLUSTER)  # the strict API refuses it
+
+    assert "ends with a letter or digit" in raised.value.errors["tasks.sweep-"][0]
     assert kube.state.requests == []
 
 
@@ -491,8 +503,7 @@ def test_the_watch_goes_on_from_where_it_was_after_the_server_ends_it(
 def test_build_image_builds_the_context_with_a_kaniko_pod_in_the_build_namespace(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
-    cluster = CLUSTER.model_copy(update={"build_namespace": "simrun-build"})
-    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, build_poll_s=0.01)
     created = []
 
     def run_it(pod_: dict) -> None:
@@ -535,7 +546,7 @@ def test_a_failed_build_raises_with_the_end_of_its_log(
 
     def fail(pod_: dict) -> None:
         pod_["status"] = {"phase": "Failed"}
-        kube.state.logs[("simrun", pod_["metadata"]["name"])] = (
+        kube.state.logs[("simrun-build", pod_["metadata"]["name"])] = (
             "INFO[0003] RUN pip install --no-cache-dir -r /tmp/requirements.txt\n"
             "ERROR: Could not find a version that satisfies the requirement numpy==99\n"
             "ERROR: No matching distribution found for numpy==99\n"
@@ -563,7 +574,7 @@ def test_a_build_started_before_is_waited_for_not_started_again(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": "simrun"},
+            "metadata": {"name": name, "namespace": "simrun-build"},
             "spec": {"containers": [{"name": "main", "image": CLUSTER.builder_image}]},
             "status": {"phase": "Running"},
         }
@@ -574,14 +585,14 @@ def test_a_build_started_before_is_waited_for_not_started_again(
         if request.method == "GET" and request.path.endswith(f"/pods/{name}"):
             reads.append(request)
             if len(reads) == 3:
-                kube.state.pods[("simrun", name)]["status"]["phase"] = "Succeeded"
+                kube.state.pods[("simrun-build", name)]["status"]["phase"] = "Succeeded"
 
     kube.state.intercept = finish_on_the_third_read
 
     backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
 
     assert [r.path for r in kube.state.requests if r.method == "POST"] == [
-        "/api/v1/namespaces/simrun/configmaps"
+        "/api/v1/namespaces/simrun-build/configmaps"
     ]
     assert len(reads) == 3
 
@@ -595,7 +606,7 @@ def test_two_runs_building_one_image_share_the_build_and_the_last_one_out_cleans
     waiting = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=3)
     joining = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
     ref = "registry.example/simrun-env:abc"
-    key = ("simrun", build_pod_name(ref))
+    key = ("simrun-build", build_pod_name(ref))
     made: list[dict] = []
     kube.state.on_pod_created = made.append  # the pod builds until the test says it is done
     context = build_context(tmp_path / "images" / "abc")
@@ -629,7 +640,7 @@ def test_a_build_left_by_a_process_that_died_long_ago_does_not_keep_its_pod(
     backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
 ) -> None:
     ref = "registry.example/simrun-env:abc"
-    key = ("simrun", build_pod_name(ref))
+    key = ("simrun-build", build_pod_name(ref))
 
     def done_and_a_dead_joiner(pod_: dict) -> None:
         pod_["status"] = {"phase": "Succeeded"}

@@ -97,7 +97,7 @@ def test_kueues_objects_form_one_queue_for_simruns_pods() -> None:
     }
     assert local_queue["spec"] == {"clusterQueue": cluster_queue["metadata"]["name"]}
     [group] = cluster_queue["spec"]["resourceGroups"]
-    assert group["coveredResources"] == ["cpu", "memory"]
+    assert group["coveredResources"] == ["cpu", "memory", "ephemeral-storage"]
     [flavor_quota] = group["flavors"]
     assert flavor_quota["name"] == flavor["metadata"]["name"]
     assert [r["name"] for r in flavor_quota["resources"]] == group["coveredResources"]

@@ -17,7 +17,7 @@ from runs.control import controller
 from runs.models import Run, Task, TaskState
 from runs.planning.spec import parse_spec
 from runs.planning.submission import create_run
-from tests.backends.argo_workflows import WF, argo_pod
+from tests.backends.argo_workflows import WF, argo_pod, container_status
 from tests.backends.kube_api import KubeApiServer, Request
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -175,3 +175,43 @@ def test_a_pod_whose_log_read_failed_and_which_is_gone_since_is_missing_with_why
         "its pod was deleted before its log could be read (last read: 500 Internal Server Error)"
     )
     assert [log.pod for log in backend.logs(WF, "sweep")] == ["p1"], "said once"
+
+
+def test_the_log_of_a_failed_staging_is_kept_where_main_never_started(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    pod = argo_pod("p0", node_name="plot(0)", phase="Failed", task="plot", dag_task="plot")
+    pod["spec"]["initContainers"] = [{"name": "init", "image": "argoexec"}]
+    pod["spec"]["initContainers"].append({"name": "stage", "image": "img"})
+    pod["status"]["initContainerStatuses"] = [
+        container_status("stage", terminated={"exitCode": 1, "reason": "Error"})
+    ]
+    pod["status"]["containerStatuses"] = [
+        container_status("main", waiting={"reason": "PodInitializing"})
+    ]
+    kube.state.put_pod(pod)
+    kube.state.container_logs[("simrun", "p0", "stage")] = (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/store/runs/x/out'\n"
+    )
+
+    [log] = backend.logs(WF, "plot")
+
+    assert (log.done, log.missing) == (True, "")
+    assert log.text == (
+        "[simrun] the log of stage, which staged the inputs:\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: '/store/runs/x/out'\n"
+        "[simrun] the log of main:\n(none: its container never started)\n"
+    )
+
+
+def test_a_staged_command_keeps_both_logs_one_after_the_other(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    pod = argo_pod("p0", node_name="plot(0)", phase="Succeeded", task="plot", dag_task="plot")
+    pod["spec"]["initContainers"] = [{"name": "stage", "image": "img"}]
+    kube.state.put_pod(pod, log="plotted\n")
+    kube.state.container_logs[("simrun", "p0", "stage")] = "staged 2 inputs"
+
+    [log] = backend.logs(WF, "plot")
+
+    assert log.text.endswith("staged 2 inputs\n[simrun] the log of main:\nplotted\n")

@@ -250,7 +250,8 @@ def test_pods_request_and_limit_the_cores_and_memory_of_the_plan() -> None:
 
     for name in ("sweep-w0", "sweep-extra"):
         resources = template(wf, name)["container"]["resources"]
-        assert resources["requests"] == resources["limits"] == {"cpu": "4", "memory": memory}
+        assert resources["limits"] == {"cpu": "4", "memory": memory}
+        assert resources["requests"] == {**resources["limits"], "ephemeral-storage": "10Gi"}
         assert env(wf, name)["SIMRUN_CORES"] == "4"
         assert env(wf, name)["SIMRUN_MEMORY_LIMIT_GB"] == f"{plan.memory_gb:g}"
     assert template(wf, "sweep-merge")["container"]["resources"]["limits"]["cpu"] == "1"
@@ -282,7 +283,9 @@ def test_every_pod_mounts_the_store_and_a_scratch_directory_and_snapshots_read_o
     assert plain["spec"]["volumes"] == [
         {"name": "store", "persistentVolumeClaim": {"claimName": "simrun-store"}}
     ]
-    assert template(plain, "sweep-w0")["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    assert template(plain, "sweep-w0")["volumes"] == [
+        {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}
+    ]
     assert template(plain, "sweep-w0")["container"]["volumeMounts"] == [
         {"name": "store", "mountPath": "/mnt/store"},
         {"name": "scratch", "mountPath": "/scratch"},
@@ -375,6 +378,24 @@ def test_a_reserved_run_tolerates_its_taint_and_selects_its_node() -> None:
     assert "tolerations" not in unreserved["spec"]
 
 
+def test_the_shared_store_is_not_reowned_at_every_mount() -> None:
+    security = manifest(SPLIT_ONE)["spec"]["securityContext"]
+
+    assert security["fsGroup"] == 1000
+    assert security["fsGroupChangePolicy"] == "OnRootMismatch"
+
+
+def test_the_scratch_directory_is_bounded_and_its_disk_requested() -> None:
+    wf = manifest(SPLIT_THREE, CLUSTER.model_copy(update={"scratch_gb": 25}))
+
+    for name in ("sweep-w0", "sweep-extra", "sweep-merge"):
+        [scratch] = template(wf, name)["volumes"]
+        assert scratch == {"name": "scratch", "emptyDir": {"sizeLimit": "25Gi"}}
+        resources = template(wf, name)["container"]["resources"]
+        assert resources["requests"]["ephemeral-storage"] == "25Gi"
+        assert "ephemeral-storage" not in resources["limits"]
+
+
 def test_the_service_account_and_pull_secret_of_the_cluster_are_the_pods() -> None:
     wf = manifest(SPLIT_ONE, CLUSTER.model_copy(update={"pull_secret": "regcred"}))
 
@@ -431,6 +452,39 @@ LAST_ATTEMPTS = {
     ),
     "a command failed": (
         {"status": "Failed", "exitCode": "1", "message": "main: Error (exit code 1)"},
+        False,
+    ),
+    "a controller error a retry may fix": (
+        {"status": "Error", "exitCode": "-1", "message": "failed to create pod: etcd timeout"},
+        True,
+    ),
+    "a podSpecPatch Argo cannot apply": (
+        {"status": "Error", "exitCode": "-1", "message": "Error applying PodSpecPatch"},
+        False,
+    ),
+    "a pod the API server refuses": (
+        {
+            "status": "Error",
+            "exitCode": "-1",
+            "message": 'pods "simrun-x-sweep-w0-1" is invalid: metadata.labels: Invalid value',
+        },
+        False,
+    ),
+    "a pod Pod Security forbids": (
+        {
+            "status": "Error",
+            "exitCode": "-1",
+            "message": 'pods "p" is forbidden: violates PodSecurity "restricted:latest"',
+        },
+        False,
+    ),
+    "a missing Secret": (
+        {
+            "status": "Error",
+            "exitCode": "-1",
+            "message": "Pod failed before main container starts due to "
+            'CreateContainerConfigError: secret "s" not found',
+        },
         False,
     ),
 }

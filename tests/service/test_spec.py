@@ -101,6 +101,7 @@ BAD = [
     ("tasks: {Sweep: {command: [ls]}}", "tasks.Sweep", "must match"),
     ("tasks: {1abc: {command: [ls]}}", "tasks.1abc", "must match"),
     ("tasks: {a_b: {command: [ls]}}", "tasks.a_b", "must match"),
+    ("tasks: {sweep-: {command: [ls]}}", "tasks.sweep-", "ends with a letter or digit"),
     ("tasks: {" + "x" * 41 + ": {command: [ls]}}", "tasks." + "x" * 41, "at most 40"),
     ("tasks: {s: {command: python -m x}}", "tasks.s.command", "list"),
     ("tasks: {s: {command: [python, 3]}}", "tasks.s.command.1", "string"),

@@ -1,0 +1,238 @@
+"""The strict stand-in refuses what a real cluster refuses, in the API server's words."""
+
+from __future__ import annotations
+
+import copy
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from kubernetes.client import CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from harness.tasktypes import task_types
+from runs.backends.argo_manifest import workflow_manifest
+from runs.backends.base import ClusterConfig
+from tests.backends.argo_pods import argo_pods
+from tests.backends.argo_runs import run_of
+from tests.backends.kube_api import KubeApiServer
+
+CLUSTER = ClusterConfig()
+SPEC = "tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2}}"
+
+
+def config_map(name: str = "context", **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, **metadata},
+        "data": {"Dockerfile": "FROM x\n"},
+    }
+
+
+def refused(call: Any, *args: Any) -> tuple[int, dict[str, Any]]:
+    with pytest.raises(ApiException) as raised:
+        call(*args)
+    return raised.value.status, json.loads(raised.value.body)
+
+
+def a_workflow() -> dict[str, Any]:
+    record, plans = run_of(SPEC)
+    return workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
+
+
+def create_workflow(kube: KubeApiServer, body: dict[str, Any]) -> Any:
+    return CustomObjectsApi(kube.client()).create_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", "simrun", "workflows", body
+    )
+
+
+def test_a_label_value_that_ends_in_a_dash_is_invalid_with_the_api_servers_status(
+    kube: KubeApiServer,
+) -> None:
+    core = CoreV1Api(kube.client())
+
+    code, status = refused(
+        core.create_namespaced_config_map, "simrun", config_map(labels={"simrun/task": "sweep-"})
+    )
+
+    assert code == 422
+    assert (status["kind"], status["reason"], status["code"]) == ("Status", "Invalid", 422)
+    assert status["message"].startswith('ConfigMap "context" is invalid: metadata.labels: ')
+    assert "must start and end with an alphanumeric character" in status["message"]
+    [cause] = status["details"]["causes"]
+    assert cause["field"] == "metadata.labels"
+    assert kube.state.config_maps == {}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field", "words"),
+    [
+        ({"name": "Context"}, "metadata.name", "RFC 1123 subdomain"),
+        ({"name": "x" * 254}, "metadata.name", "RFC 1123 subdomain"),
+        ({"labels": {"k": "v" * 64}}, "metadata.labels", "no more than 63 characters"),
+        ({"labels": {"bad key!": "v"}}, "metadata.labels", "name part must consist"),
+        ({"annotations": {"Bad_Prefix/k": "v"}}, "metadata.annotations", "prefix part"),
+    ],
+)
+def test_names_and_labels_follow_kubernetes_rules(
+    kube: KubeApiServer, metadata: dict[str, Any], field: str, words: str
+) -> None:
+    body = config_map(**metadata) if "name" not in metadata else config_map(**metadata)
+    if "name" in metadata:
+        body["metadata"]["name"] = metadata["name"]
+
+    code, status = refused(CoreV1Api(kube.client()).create_namespaced_config_map, "simrun", body)
+
+    assert code == 422
+    assert [c["field"] for c in status["details"]["causes"]] == [field]
+    assert words in status["message"]
+
+
+def test_a_misspelt_field_is_refused_by_the_schema_of_the_pinned_version(
+    kube: KubeApiServer,
+) -> None:
+    body = config_map()
+    body["datta"] = body.pop("data")
+    request = urllib.request.Request(
+        f"{kube.url}/api/v1/namespaces/simrun/configmaps",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request, timeout=10)  # the client itself refuses to send it
+
+    assert raised.value.code == 422
+    assert "datta" in json.loads(raised.value.read())["message"]
+
+
+def test_a_pod_its_namespace_forbids_is_forbidden_and_baseline_allows_root(
+    kube: KubeApiServer,
+) -> None:
+    core = CoreV1Api(kube.client())
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "root"},
+        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+    }
+
+    code, status = refused(core.create_namespaced_pod, "simrun", copy.deepcopy(pod))
+
+    assert (code, status["reason"]) == (403, "Forbidden")
+    assert 'violates PodSecurity "restricted:latest"' in status["message"]
+    core.create_namespaced_pod("simrun-build", pod)
+    privileged = copy.deepcopy(pod)
+    privileged["metadata"]["name"] = "privileged"
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert refused(core.create_namespaced_pod, "simrun-build", privileged)[0] == 403
+
+
+def test_a_pod_spec_the_api_server_refuses_beyond_the_schema(kube: KubeApiServer) -> None:
+    core = CoreV1Api(kube.client())
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox:1.36",
+                    "volumeMounts": [{"name": "nowhere", "mountPath": "/x"}],
+                    "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
+                },
+                {"name": "main", "image": "busybox:1.36"},
+            ]
+        },
+    }
+
+    code, status = refused(core.create_namespaced_pod, "simrun-build", pod)
+
+    assert code == 422
+    fields = {c["field"] for c in status["details"]["causes"]}
+    assert fields == {
+        "spec.containers.name",
+        "spec.containers[0].volumeMounts.name",
+        "spec.containers[0].resources.requests[memory]",
+    }
+
+
+def test_an_object_in_a_namespace_that_does_not_exist_is_not_found(kube: KubeApiServer) -> None:
+    code, status = refused(
+        CoreV1Api(kube.client()).create_namespaced_config_map, "elsewhere", config_map()
+    )
+
+    assert (code, status["message"]) == (404, 'namespaces "elsewhere" not found')
+
+
+def test_a_workflow_is_held_to_argos_crd(kube: KubeApiServer) -> None:
+    wf = a_workflow()
+    wf["spec"]["templates"][1]["retryStrategie"] = {}
+
+    code, status = refused(create_workflow, kube, wf)
+
+    assert code == 422
+    assert "retryStrategie" in status["message"]
+
+
+def test_the_pods_argo_makes_of_a_workflow_carry_its_labels_patch_and_executor() -> None:
+    pods = {(t, a): p for t, a, p in argo_pods(a_workflow())}
+
+    first, retry = pods[("sweep-w0", 0)], pods[("sweep-w0", 1)]
+    assert [c["name"] for c in first["spec"]["containers"]] == ["wait", "main"]
+    assert [c["name"] for c in first["spec"]["initContainers"]] == ["init"]
+    assert first["metadata"]["labels"]["simrun/task"] == "sweep"
+    assert first["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "simrun"
+    env = {e["name"]: e.get("value") for e in first["spec"]["containers"][1]["env"]}
+    assert env["SIMRUN_ATTEMPT"] == "0"
+    memory = [c for c in retry["spec"]["containers"] if c["name"] == "main"][0]["resources"]
+    first_memory = first["spec"]["containers"][1]["resources"]
+    assert memory["limits"]["memory"] != first_memory["limits"]["memory"]
+    extra = pods[("sweep-extra", 0)]["spec"]["containers"][1]["env"]
+    assert {"name": "SIMRUN_WORKER", "value": "sweep-w1"} in extra
+
+
+def test_a_workflow_whose_pods_would_be_refused_is_refused_naming_template_and_attempt(
+    kube: KubeApiServer,
+) -> None:
+    wf = a_workflow()
+    template = wf["spec"]["templates"][1]
+    template["podSpecPatch"] = template["podSpecPatch"].replace("Mi'", "MB'", 1)
+
+    code, status = refused(create_workflow, kube, wf)
+
+    assert code == 422
+    assert f"spec.templates[{template['name']}] (the pod of attempt 1)" in status["message"]
+    assert "quantities must match" in status["message"]
+
+
+def test_a_workflow_whose_pods_pod_security_forbids_is_refused(kube: KubeApiServer) -> None:
+    wf = a_workflow()
+    wf["spec"]["templates"][1]["container"]["securityContext"] = {"privileged": True}
+
+    code, status = refused(create_workflow, kube, wf)
+
+    assert code == 422
+    assert 'violates PodSecurity "restricted:latest": main is privileged' in status["message"]
+
+
+def test_a_patch_is_held_to_the_rules_and_leaves_the_object_as_it_was(
+    kube: KubeApiServer,
+) -> None:
+    core = CoreV1Api(kube.client())
+    core.create_namespaced_config_map("simrun", config_map())
+
+    code, _ = refused(
+        core.patch_namespaced_config_map,
+        "context",
+        "simrun",
+        {"metadata": {"annotations": {"bad annotation": "x"}}},
+    )
+
+    assert code == 422
+    assert "annotations" not in kube.state.config_maps[("simrun", "context")]["metadata"]
