@@ -135,7 +135,7 @@ def serve_results(task: Task, name: str) -> FileResponse:
     parameters=[schema.RUN_OF_TASK, schema.TASK],
     responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY), 404: schema.NOT_FOUND},
 )
-@api_view(["GET"])
+@api_view(["GET", "HEAD"])  # HEAD: whether a task has a table, without its body
 def results_csv(request: Request, run_id: str, task_id: str) -> FileResponse:
     return serve_results(task_or_404(request.user, run_id, task_id), tables.CSV_NAME)
 

@@ -23,6 +23,7 @@ SUBCOMMANDS = [
     "runs.cli.runs",
     "runs.cli.show",
     "runs.cli.logs",
+    "runs.cli.results",
     "runs.cli.cancel",
 ]
 

@@ -46,6 +46,7 @@ EXIT_CODES: list[tuple[type[errors.SimrunError], int]] = [
     (errors.Conflict, EXIT_RUN_FAILED),
     (errors.RunFailed, EXIT_RUN_FAILED),
     (errors.NotFound, EXIT_BAD_INPUT),
+    (errors.Ambiguous, EXIT_BAD_INPUT),
     (errors.InvalidRequest, EXIT_BAD_INPUT),
     (errors.LocalFileError, EXIT_BAD_INPUT),
 ]

@@ -6,6 +6,7 @@
     run = client.submit("sweep.yaml")     # a path, a YAML or JSON text, or a dict
     run.wait()                            # a bar per task, in a notebook or a terminal
     table = run.frame("sweep", "squares.csv")
+    results = run.results()               # a sweep's results table, a row per unit
 
 It needs httpx, rich and PyYAML (pandas for ``frame``), never Django. See docs/notebook.md.
 So it imports nothing of ``runs`` but itself, and nothing of the service imports it but the CLI.
@@ -13,6 +14,7 @@ So it imports nothing of ``runs`` but itself, and nothing of the service imports
 
 from runs.client.api import Client, Run, obtain_token
 from runs.client.errors import (
+    Ambiguous,
     AuthError,
     Conflict,
     Forbidden,
@@ -29,6 +31,7 @@ from runs.client.errors import (
 )
 
 __all__ = [
+    "Ambiguous",
     "AuthError",
     "Client",
     "Conflict",

@@ -6,6 +6,7 @@ one of the exceptions of ``runs.client.errors``. Never imports Django.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from rich.console import Console
 from runs.client import frames
 from runs.client.config import settings, write_config
 from runs.client.errors import (
+    Ambiguous,
     AuthError,
     Conflict,
     Forbidden,
@@ -443,6 +445,56 @@ class Client:
         text = self._output(run_id, task, path).text
         return frames.frame(pandas, text, path, **read)
 
+    # Results tables.
+
+    def results(self, run: str | Run, task: str | None = None) -> Any:
+        """A task's results table as a pandas DataFrame: a row per unit, in unit order, with
+        its parameters, exit code, seconds, peak memory and result fields, as the merge of a
+        sweep writes ``out/results.csv``. Without ``task``, the run's one task that has a
+        table. Needs pandas (``pip install pandas``): ``MissingPandas`` says so."""
+        pandas = frames.pandas(instead="results_csv() gives the table as CSV text")
+        return pandas.read_csv(io.StringIO(self.results_csv(run, task)))
+
+    def results_csv(self, run: str | Run, task: str | None = None) -> str:
+        """A task's results table as the CSV text of its ``out/results.csv``, all of it."""
+        run_id = run.id if isinstance(run, Run) else run
+        task = task or self.results_task(run_id)
+        response = self.request(
+            "GET",
+            f"{_task_path(run_id, task)}results.csv",
+            missing=f"not found: task {task!r} of run {run_id!r} has no results table",
+        )
+        return response.text
+
+    def results_task(self, run_id: str) -> str:
+        """The task of a run that has a results table; ``NotFound`` for none, ``Ambiguous``
+        (naming them) for several."""
+        found = [
+            task["id"]
+            for task in self.run(run_id).tasks
+            if task["state"] == "done" and self._has_results(run_id, task["id"])
+        ]
+        if not found:
+            raise NotFound(
+                f"not found: run {run_id!r} has no task with a results table (the merge of "
+                "a sweep writes one)"
+            )
+        if len(found) > 1:
+            raise Ambiguous(f"run {run_id!r} has results in tasks {', '.join(found)}: name one")
+        return str(found[0])
+
+    def _has_results(self, run_id: str, task: str) -> bool:
+        """Whether a task has a results table: a HEAD of its CSV, which sends no body."""
+        path = f"{_task_path(run_id, task)}results.csv"
+        try:
+            status = self.http.head(path).status_code
+        except httpx.HTTPError:
+            status = 0
+        if status in (200, 404):
+            return status == 200
+        self.request("HEAD", path)  # raises what any other answer means
+        return True
+
     def _output(self, run_id: str, task: str, path: str) -> httpx.Response:
         url = f"{_task_path(run_id, task)}outputs/{quote(path.lstrip('/'))}"
         return self.request(
@@ -549,6 +601,12 @@ class Run:
 
     def frame(self, task: str, path: str, **read: Any) -> Any:
         return self.client.frame(self.id, task, path, **read)
+
+    def results(self, task: str | None = None) -> Any:
+        return self.client.results(self, task)
+
+    def results_csv(self, task: str | None = None) -> str:
+        return self.client.results_csv(self, task)
 
 
 def _task_path(run_id: str, task: str) -> str:

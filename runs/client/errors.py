@@ -49,6 +49,10 @@ class NotFound(SimrunError):
     """No such run, task, log or output among those the user may see (404)."""
 
 
+class Ambiguous(SimrunError):
+    """A call that must pick one of several, e.g. the task of a run with more than one table."""
+
+
 class Conflict(SimrunError):
     """The action does not fit the run's state, e.g. cancelling a run that ended (409)."""
 

@@ -11,14 +11,15 @@ from runs.client.errors import MissingPandas, SimrunError
 KINDS = "CSV (.csv), TSV (.tsv), JSON (.json) or JSON lines (.jsonl, .ndjson)"
 
 
-def pandas() -> Any:
-    """The pandas module, or ``MissingPandas`` saying how to install it."""
+def pandas(instead: str = "output() reads it as text or bytes") -> Any:
+    """The pandas module, or ``MissingPandas`` saying how to install it (and what ``instead``
+    needs nothing)."""
     try:
         import pandas
     except ImportError:
         raise MissingPandas(
-            "reading an output as a DataFrame needs pandas, which is not installed: "
-            "`pip install pandas` (or read it with output(), which needs nothing)"
+            "a DataFrame needs pandas, which is not installed: `pip install pandas` "
+            f"(or {instead}, which needs nothing)"
         ) from None
     return pandas
 

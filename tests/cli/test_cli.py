@@ -27,7 +27,7 @@ def spec_file(tmp_path, name="sweep-ok", text=None):
 
 
 def test_the_client_commands_never_import_django():
-    modules = ["login", "submit", "runs", "show", "logs", "cancel"]
+    modules = ["login", "submit", "runs", "show", "logs", "cancel", "results"]
     code = (
         "import sys\n"
         + "".join(f"import runs.cli.{m}\n" for m in modules)

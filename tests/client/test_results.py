@@ -1,0 +1,74 @@
+"""``Client.results``: a task's results table as a pandas DataFrame, against a live server."""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+import pytest
+
+from runs.client import Ambiguous, MissingPandas, NotFound
+from runs.models import Run
+from tests.api.conftest import ended, submitted
+from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TWO_SWEEPS = """
+name: two
+tasks:
+  sweep: {type: squares, settings: {n: 6}}
+  other: {type: squares, settings: {n: 6}}
+"""
+
+
+@pytest.fixture
+def run(owner, store) -> Run:
+    made = ended(submitted(owner, SWEEP))
+    (out_dir(store, made) / "results.csv").write_text(csv_text(HEADER, grid_rows()))
+    return made
+
+
+def test_results_is_the_table_as_a_dataframe_with_its_columns_typed(client, run):
+    table = client.run(run.id).results()
+    assert list(table.columns) == HEADER and len(table) == 6
+    assert table["unit"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert table["T"].dtype == "float64" and table["seed"].dtype == "int64"
+    assert table["method"].tolist() == ["md", "mc"] * 3
+    assert table.groupby("T")["energy"].mean().tolist() == [5.5, 10.5, 15.5]
+    pd.testing.assert_frame_equal(client.results(run.id, "sweep"), table)
+
+
+def test_results_csv_is_the_whole_file_as_text(client, run, settings):
+    settings.SIMRUN_RESULTS_MAX_ROWS = 1  # the page's budget; the table is whole
+    assert client.results_csv(run.id) == csv_text(HEADER, grid_rows())
+
+
+def test_a_run_without_a_table_or_with_several_says_so(client, owner, store):
+    bare = ended(submitted(owner, SWEEP))
+    with pytest.raises(NotFound, match="has no task with a results table"):
+        client.results(bare.id)
+    with pytest.raises(NotFound, match="task 'sweep' of run .* has no results table"):
+        client.results(bare.id, "sweep")
+    two = ended(submitted(owner, TWO_SWEEPS))
+    for task in ("sweep", "other"):
+        (out_dir(store, two, task) / "results.csv").write_text("unit,x\n0,1\n")
+    with pytest.raises(Ambiguous, match="results in tasks sweep, other: name one"):
+        client.results(two.id)
+    assert client.results(two.id, "other")["x"].tolist() == [1]
+
+
+def test_another_users_results_are_not_found(client, stranger, store):
+    theirs = ended(submitted(stranger, SWEEP))
+    (out_dir(store, theirs) / "results.csv").write_text("unit,x\n0,1\n")
+    with pytest.raises(NotFound):
+        client.results(theirs.id, "sweep")
+    with pytest.raises(NotFound):
+        client.results(theirs.id)
+
+
+def test_results_without_pandas_says_to_install_it_and_what_needs_nothing(client, run, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # as if it were not installed
+    with pytest.raises(MissingPandas, match=r"pip install pandas.*results_csv\(\)"):
+        client.results(run.id)
+    assert client.results_csv(run.id).startswith("unit,T,seed")
