@@ -329,6 +329,7 @@ SIMRUN_CLUSTER = {
     "build_timeout_s": _read("SIMRUN_BUILD_TIMEOUT_S", env.int, 3600),
     "build_namespace": _read("SIMRUN_BUILD_NAMESPACE", env.str, "simrun-build"),
     "scratch_gb": _read("SIMRUN_SCRATCH_GB", env.int, 10),
+    "pod_start_timeout_s": _read("SIMRUN_POD_START_TIMEOUT_S", env.int, 600),
 }
 
 # /metrics (runs/common/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with

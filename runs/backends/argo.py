@@ -49,7 +49,13 @@ from runs.backends.argo_manifest import (
 )
 from runs.backends.argo_nodes import reservable, usable
 from runs.backends.argo_registry import has_image, registry_credentials
-from runs.backends.argo_status import NODE_NAME, status_from_workflow, with_pods
+from runs.backends.argo_status import (
+    NODE_NAME,
+    mount_failure,
+    start_failure,
+    status_from_workflow,
+    with_pods,
+)
 from runs.backends.argo_watch import PAGE_SIZE, WorkflowCache
 from runs.backends.base import (
     BackendStatus,
@@ -231,7 +237,12 @@ class ArgoBackend:
             return status, True
         try:
             pods = self._pods_of(name)
-            return with_pods(status, name, pods, self._workloads_of(pods)), True
+            workloads = self._workloads_of(pods)
+            timeout_s = self.cluster.pod_start_timeout_s
+            found = with_pods(
+                status, name, pods, workloads, now=time.time(), start_timeout_s=timeout_s
+            )
+            return found, True
         except Exception as error:
             log.warning("the reasons of the pods of %s are unknown for now: %s", name, error)
             return status, False
@@ -688,6 +699,8 @@ class ArgoBackend:
                     tail = self._log_tail(name)
                     log.warning("the build of %s failed; the end of its log:\n%s", ref, tail)
                     raise RuntimeError(f"the build of {ref} failed: {_build_error(tail)}")
+                if phase == "Pending" and (why := self._build_cannot_start(name)):
+                    raise RuntimeError(f"the build of {ref} cannot start: {why}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the build of {ref} took longer than {self.cluster.build_timeout_s} s"
@@ -713,6 +726,23 @@ class ArgoBackend:
             self._create(self.core.create_namespaced_pod, pod)
             return "Pending"
         return (current.status.phase if current.status else None) or "Pending"
+
+    def _build_cannot_start(self, name: str) -> str:
+        """Why the build pod cannot start ("" while it may): an image it cannot pull, a
+        configuration it cannot get, or (its events) a volume it cannot mount, such as the
+        registry Secret missing from the build namespace."""
+        response: Any = self.core.read_namespaced_pod(
+            name, self.build_namespace, _preload_content=False
+        )
+        why = start_failure(json.loads(response.data))
+        if why:
+            return why
+        events: Any = self.core.list_namespaced_event(
+            self.build_namespace,
+            field_selector=f"involvedObject.name={name}",
+            _preload_content=False,
+        )
+        return mount_failure(json.loads(events.data).get("items") or [])
 
     def _join(self, config_map: dict[str, Any], joiner: str) -> None:
         """Mark the build's ConfigMap with this build's mark, creating it when it is missing."""

@@ -248,6 +248,56 @@ def waiting_reason(pod: dict[str, Any], workload: dict[str, Any] | None) -> str:
     return ""
 
 
+CANNOT_START = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+"""Reasons of a container that waits and will not start as it is (kubelet)."""
+STILL_CREATING = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def start_failure(pod: dict[str, Any]) -> str:
+    """Why a pending pod admitted to a node cannot start, one line ("" when nothing keeps it):
+    a container waiting for an image or a configuration it cannot get, or the scheduler's
+    ``Unschedulable``. A pod Kueue still holds (its scheduling gates) is not stuck: it waits."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if spec.get("schedulingGates") or status.get("phase", "Pending") != "Pending":
+        return ""
+    containers = [*(status.get("initContainerStatuses") or [])]
+    containers += status.get("containerStatuses") or []
+    for container in containers:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in CANNOT_START:
+            reason = f"{container.get('name')}: {waiting['reason']}"
+            return _line(reason, waiting.get("message"), WAITING_LENGTH)
+    conditions = status.get("conditions") or []
+    scheduled: dict[str, Any] = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("reason") == "Unschedulable":
+        return _line("Unschedulable", scheduled.get("message"), WAITING_LENGTH)
+    return ""
+
+
+def mount_failure(events: list[dict[str, Any]]) -> str:
+    """The last ``FailedMount`` of a pod's events, one line ("" without one): a volume whose
+    Secret or ConfigMap is missing in the pod's namespace keeps it ``ContainerCreating``."""
+    failed = [e for e in events if e.get("reason") == "FailedMount"]
+    return _line("FailedMount", failed[-1].get("message"), WAITING_LENGTH) if failed else ""
+
+
+def pending_since(pod: dict[str, Any]) -> float | None:
+    """When a pending pod was scheduled (its PodScheduled condition), else created."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    for condition in conditions:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return epoch(condition.get("lastTransitionTime"))
+    return epoch((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
 def kueue_reason(workload: dict[str, Any]) -> str:
     """Where a pod's Kueue Workload stands: no quota yet, quota but no admission, admitted."""
     conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
@@ -275,11 +325,19 @@ def with_pods(
     workflow_name: str,
     pods: list[dict[str, Any]],
     workloads: dict[str, dict[str, Any]],
+    *,
+    now: float | None = None,
+    start_timeout_s: float | None = None,
 ) -> BackendStatus:
     """A status with what the pods tell: each failed attempt's disruption reason and memory,
-    each pending node's reason for waiting (``workloads``: Kueue Workloads by pod uid)."""
+    each pending node's reason for waiting (``workloads``: Kueue Workloads by pod uid).
+
+    A pod that cannot start (``start_failure``) for ``start_timeout_s`` since it was scheduled
+    fails its node, with the reason, so the run ends and its quota is freed instead of held.
+    """
     failed = {key: [a.model_copy() for a in attempts] for key, attempts in status.failed.items()}
     waiting = dict(status.waiting)
+    tasks = dict(status.tasks)
     for pod in pods:
         found = pod_node(pod, workflow_name)
         if found is None:
@@ -295,7 +353,24 @@ def with_pods(
             uid = (pod.get("metadata") or {}).get("uid", "")
             if reason := waiting_reason(pod, workloads.get(uid)):
                 waiting[node] = reason
-    return status.model_copy(update={"failed": failed, "waiting": waiting})
+            stuck = _stuck(pod, now, start_timeout_s)
+            if stuck and tasks.get(node) not in FINAL_PHASES:
+                tasks[node] = "Failed"
+                waiting.pop(node, None)
+                failed.setdefault(worker_of_node(node), []).append(
+                    FailedAttempt(attempt=number, message=stuck, started_at=pending_since(pod))
+                )
+    return status.model_copy(update={"failed": failed, "waiting": waiting, "tasks": tasks})
+
+
+def _stuck(pod: dict[str, Any], now: float | None, timeout_s: float | None) -> str:
+    """Why a pod could not start within ``timeout_s``, "" while it may still start."""
+    if now is None or timeout_s is None:
+        return ""
+    reason, since = start_failure(pod), pending_since(pod)
+    if not reason or since is None or now - since < timeout_s:
+        return ""
+    return f"its pod could not start within {timeout_s:g} s: {reason}"
 
 
 def _line(reason: str, message: str | None, length: int = REASON_LENGTH) -> str:

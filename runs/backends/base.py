@@ -210,6 +210,12 @@ class ClusterConfig(BaseModel):
         "refuses); empty: the runs' namespace.",
     )
     build_timeout_s: int = 3600
+    pod_start_timeout_s: int = Field(
+        default=600,
+        ge=1,
+        description="How long a scheduled pod may fail to start (an image it cannot pull, a "
+        "Secret it cannot find, no node that fits) before its task fails with the reason.",
+    )
     scratch_gb: int = Field(
         default=10,
         ge=1,

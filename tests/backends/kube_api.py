@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 from kubernetes.client import ApiClient, Configuration
 
+from tests.backends import kubelet
 from tests.backends.argo_pod_security import violations
 from tests.backends.argo_pods import argo_pods
 from tests.backends.kube_rules import Cause, refusals
@@ -49,6 +50,7 @@ CONFIG_MAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps$")
 CONFIG_MAP = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps/(?P<name>[^/]+)$")
 POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
 WORKLOADS = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/(?P<ns>[^/]+)/workloads$")
+EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 NODES = re.compile(r"^/api/v1/nodes$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 
@@ -124,6 +126,22 @@ def matches(labels: dict[str, str], selector: str | None) -> bool:
     return True
 
 
+def field_matches(obj: dict[str, Any], selector: str | None) -> bool:
+    """Whether an object matches a field selector of ``path=value`` and ``path!=value`` terms
+    (``involvedObject.name=p``, ``status.phase!=Running``)."""
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        negated = "!=" in term
+        path, _, wanted = term.partition("!=" if negated else "=")
+        value: Any = obj
+        for part in path.lstrip("=").split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if (str(value if value is not None else "") == wanted.lstrip("=")) == negated:
+            return False
+    return True
+
+
 class ApiError(Exception):
     def __init__(
         self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
@@ -147,15 +165,37 @@ def invalid(kind: str, name: str, causes: list[Cause]) -> ApiError:
 
 
 @cache
+def manifests() -> tuple[dict[str, Any], ...]:
+    """The objects of docker/k8s/, as an operator applies them."""
+    return tuple(
+        document
+        for path in sorted(K8S.glob("*.yaml"))
+        for document in yaml.safe_load_all(path.read_text())
+        if document
+    )
+
+
 def manifest_namespaces() -> dict[str, str]:
     """The namespaces of docker/k8s/ with the Pod Security level each enforces."""
-    found = {}
-    for path in sorted(K8S.glob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text()):
-            if document and document["kind"] == "Namespace":
-                labels = document["metadata"].get("labels") or {}
-                level = labels.get("pod-security.kubernetes.io/enforce", "privileged")
-                found[document["metadata"]["name"]] = level
+    return {
+        d["metadata"]["name"]: (d["metadata"].get("labels") or {}).get(
+            "pod-security.kubernetes.io/enforce", "privileged"
+        )
+        for d in manifests()
+        if d["kind"] == "Namespace"
+    }
+
+
+def manifest_objects(kind: str) -> set[tuple[str, str]]:
+    """(namespace, name) of the objects of a kind in docker/k8s/; every namespace has the
+    ServiceAccount ``default``."""
+    found = {
+        (d["metadata"].get("namespace", ""), d["metadata"]["name"])
+        for d in manifests()
+        if d["kind"] == kind
+    }
+    if kind == "ServiceAccount":
+        found |= {(namespace, "default") for namespace in manifest_namespaces()}
     return found
 
 
@@ -181,6 +221,14 @@ def admit(state: KubeState, obj: dict[str, Any], *, pods: bool = True) -> None:
     if causes:
         raise invalid(kind, name, causes)
     if kind == "Pod":
+        account = (obj.get("spec") or {}).get("serviceAccountName") or "default"
+        if (namespace, account) not in state.service_accounts:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'pods "{name}" is forbidden: error looking up service account '
+                f'{namespace}/{account}: serviceaccount "{account}" not found',
+            )
         level = state.namespaces.get(namespace or "", "privileged")
         if found := violations(level, obj.get("spec") or {}):
             raise ApiError(
@@ -207,6 +255,18 @@ class KubeState:
     """Kueue's Workloads (one per pod), read-only for simrun."""
     namespaces: dict[str, str] = field(default_factory=lambda: dict(manifest_namespaces()))
     """The namespaces that exist, with the Pod Security level each enforces."""
+    secrets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Secrets by namespace and name (none unless a test makes them, as an operator would)."""
+    claims: set[tuple[str, str]] = field(
+        default_factory=lambda: manifest_objects("PersistentVolumeClaim")
+    )
+    service_accounts: set[tuple[str, str]] = field(
+        default_factory=lambda: manifest_objects("ServiceAccount")
+    )
+    unpullable: set[str] = field(default_factory=set)
+    """Images no registry serves: a pod of one waits in ImagePullBackOff."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """The events the kubelet and the scheduler wrote (``kubelet``)."""
     requests: list[Request] = field(default_factory=list)
     before_node_patch: Callable[[str], None] | None = None
     """Called before a PATCH of a node is applied, e.g. to play a conflicting writer."""
@@ -253,6 +313,51 @@ class KubeState:
             self.pods[key] = self.stamp(pod)
             if log is not None:
                 self.logs[key] = log
+
+    def record_event(
+        self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning"
+    ) -> None:
+        """An event about a pod, as the kubelet or the scheduler writes it."""
+        meta = pod["metadata"]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{len(self.events):016x}",
+                "namespace": meta.get("namespace", "default"),
+            },
+            "involvedObject": {
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta.get("namespace", "default"),
+                "uid": meta.get("uid", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {
+                "component": "default-scheduler" if reason == "FailedScheduling" else "kubelet"
+            },
+        }
+        self.events.append(self.stamp(event))
+
+    def argo_creates_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Create the first pods of a stored Workflow as Argo's controller does (``argo_pods``):
+        through admission, then the kubelet (``kubelet.start``)."""
+        with self.lock:
+            made = []
+            for _, attempt, pod in argo_pods(self.workflows[(namespace, name)]):
+                if attempt == 0:
+                    admit(self, pod)
+                    pod["status"] = {"phase": "Pending"}
+                    self.pods[(namespace, pod["metadata"]["name"])] = self.stamp(pod)
+                    kubelet.start(self, pod)
+                    made.append(pod)
+            return made
 
     def put_node(self, node: dict[str, Any]) -> None:
         with self.lock:
@@ -366,6 +471,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if method == "POST":
                     pod = self._create(state.pods, m["ns"], body, "pods")
                     pod.setdefault("status", {"phase": "Pending"})
+                    kubelet.start(state, pod)
                     if state.on_pod_created:
                         state.on_pod_created(pod)
                     return 201, pod
@@ -380,6 +486,14 @@ class _Handler(BaseHTTPRequestHandler):
             if m := CONFIG_MAP.match(path):
                 key = (m["ns"], m["name"])
                 return self._item(state.config_maps, key, method, content_type, body, "configmaps")
+            if m := EVENTS.match(path):
+                fields = query.get("fieldSelector")
+                items = [
+                    e
+                    for e in state.events
+                    if e["metadata"]["namespace"] == m["ns"] and field_matches(e, fields)
+                ]
+                return 200, _list_body("EventList", items, state.version())
             if m := WORKLOADS.match(path):
                 return 200, self._list(state.workloads, m["ns"], selector, "WorkloadList")
             if NODES.match(path):

@@ -565,6 +565,56 @@ def test_a_failed_build_raises_with_the_end_of_its_log(
     assert kube.state.pods == {} and kube.state.config_maps == {}
 
 
+def registry_secret(kube: KubeApiServer, namespace: str) -> None:
+    """The registry Secret as docs/cluster.md has an operator create it."""
+    kube.state.secrets[(namespace, "simrun-registry")] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "simrun-registry", "namespace": namespace},
+        "type": "kubernetes.io/dockerconfigjson",
+    }
+
+
+def test_a_build_whose_registry_secret_is_not_in_the_build_namespace_fails_at_once(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    cluster = CLUSTER.model_copy(update={"pull_secret": "simrun-registry"})
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    registry_secret(kube, "simrun")  # the runs' namespace has it, the build's does not
+    ref = "registry.example/simrun-env:abc"
+
+    with pytest.raises(RuntimeError) as raised:
+        backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+
+    assert str(raised.value) == (
+        f"the build of {ref} cannot start: FailedMount: MountVolume.SetUp failed for volume "
+        '"docker-config" : secret "simrun-registry" not found'
+    )
+    reads = [r.status for r in kube.state.requests if r.method == "GET" and "/pods/" in r.path]
+    assert reads == [404, 200], "it failed at its first look after creating it, not at the timeout"
+    assert kube.state.pods == {} and kube.state.config_maps == {}
+
+
+def test_a_build_with_the_registry_secret_where_the_build_runs_starts(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    cluster = CLUSTER.model_copy(update={"pull_secret": "simrun-registry"})
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    registry_secret(kube, "simrun-build")
+    kube.state.on_pod_created = lambda pod_: pod_.update(status={"phase": "Succeeded"})
+
+    backend.build_image(build_context(tmp_path / "images" / "abc"), "registry.example/e:abc")
+
+
+def test_a_build_whose_builder_image_cannot_be_pulled_fails_at_once_with_the_reason(
+    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+) -> None:
+    kube.state.unpullable.add(CLUSTER.builder_image)
+
+    with pytest.raises(RuntimeError, match="cannot start: main: ImagePullBackOff: Back-off"):
+        backend.build_image(build_context(tmp_path / "images" / "abc"), "registry.example/e:x")
+
+
 def test_a_build_started_before_is_waited_for_not_started_again(
     backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
 ) -> None:

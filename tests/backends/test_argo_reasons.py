@@ -3,16 +3,21 @@ the API server writes them, carried in the status the controller polls."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import time_machine
 from django.test import Client
 
+from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.models import Attempt
 from tests.api.conftest import running, submitted
+from tests.backends import kubelet
+from tests.backends.argo_runs import run_of
 from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 
@@ -186,14 +191,15 @@ def test_an_unschedulable_pod_says_why_from_argos_message_and_its_pod(
     nodes = Nodes()
     nodes.task("sweep-w0", "Pending", [pod("Pending", message=f"Unschedulable: {UNSCHEDULABLE}")])
     kube.state.put_workflow(workflow(nodes), "ADDED")
-    waiting = argo_pod("p0", node_name="sweep-w0(0)", phase="Pending")
+    just_now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    waiting = argo_pod("p0", node_name="sweep-w0(0)", phase="Pending", created=just_now)
     waiting["status"]["conditions"] = [
         {
             "type": "PodScheduled",
             "status": "False",
             "reason": "Unschedulable",
             "message": UNSCHEDULABLE,
-            "lastTransitionTime": "2026-11-29T10:01:00Z",
+            "lastTransitionTime": just_now,
         }
     ]
     kube.state.put_pod(waiting)
@@ -297,3 +303,65 @@ def test_the_run_page_shows_why_an_attempt_was_ended(owner: Any) -> None:
         '<span class="small muted" data-attempt-reason>EvictionByEvictionAPI: Eviction API: '
         "evicting</span>"
     ) in page
+
+
+def a_submitted_run(backend: ArgoBackend, kube: KubeApiServer, image: str) -> str:
+    """A run of one command task in ``image``, submitted, its workflow Pending, its pod made
+    by Argo and started by the kubelet."""
+    record, plans = run_of(f"tasks: {{plot: {{command: [python, plot.py], image: '{image}'}}}}")
+    name = backend.submit(record, plans, task_types(), CLUSTER)
+    nodes = Nodes("Pending")
+    nodes.task("plot", "Pending", [pod("Pending", message="ImagePullBackOff: Back-off")])
+    stored = kube.state.workflows[("simrun", name)]
+    stored["status"] = workflow(nodes)["status"]
+    kube.state.put_workflow(stored)
+    kube.state.argo_creates_pods("simrun", name)
+    return name
+
+
+def test_a_pod_that_cannot_pull_its_image_fails_its_task_once_the_start_timeout_passed(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.unpullable.add("registry.example/typo:1")
+    name = a_submitted_run(backend, kube, "registry.example/typo:1")
+
+    with time_machine.travel(time.time() + CLUSTER.pod_start_timeout_s + 1, tick=False):
+        status = backend.status(name)
+
+    assert status.tasks["plot"] == "Failed"
+    [attempt] = status.failed["plot"]
+    assert attempt.message.startswith(
+        f"its pod could not start within {CLUSTER.pod_start_timeout_s} s: main: ImagePullBackOff"
+    )
+    assert "registry.example/typo:1" in attempt.message
+
+
+def test_a_pod_that_cannot_start_yet_waits_with_its_reason_within_the_start_timeout(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.unpullable.add("registry.example/typo:1")
+    name = a_submitted_run(backend, kube, "registry.example/typo:1")
+
+    status = backend.status(name)
+
+    assert status.tasks["plot"] == "Pending"
+    assert status.failed == {}
+
+
+def test_a_pod_reading_a_secret_its_namespace_lacks_fails_its_task_with_the_kubelets_reason(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    name = a_submitted_run(backend, kube, "python:3.12-slim")
+    [made] = [p for p in kube.state.pods.values() if p["metadata"]["labels"].get("simrun/task")]
+    main = made["spec"]["containers"][1]
+    main["env"].append(
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "api-token", "key": "t"}}}
+    )
+    kubelet.start(kube.state, made)
+
+    with time_machine.travel(time.time() + CLUSTER.pod_start_timeout_s + 1, tick=False):
+        status = backend.status(name)
+
+    [attempt] = status.failed["plot"]
+    assert 'CreateContainerConfigError: secret "api-token" not found' in attempt.message
+    assert kube.state.events[-1]["message"] == 'Error: secret "api-token" not found'
