@@ -305,6 +305,13 @@ SIMRUN_SCRATCH = Path(
 SIMRUN_TASK_UID_BASE = _read("SIMRUN_TASK_UID_BASE", env.int, 200000) or None
 # The processes (and threads) one task may have: its pids cgroup, else RLIMIT_NPROC of its user.
 SIMRUN_TASK_PIDS_MAX = _read("SIMRUN_TASK_PIDS_MAX", env.int, 4096)
+# A run's environment.packages are installed into a venv per content on the local backend
+# (runs/backends/local_env.py): within SIMRUN_PACKAGES_TIMEOUT_S, at most
+# SIMRUN_ENVIRONMENTS_KEPT such venvs kept, a builder's wheel cache at most
+# SIMRUN_PACKAGES_CACHE_GB.
+SIMRUN_PACKAGES_TIMEOUT_S = _positive("SIMRUN_PACKAGES_TIMEOUT_S", 1800.0)
+SIMRUN_ENVIRONMENTS_KEPT = int(_positive("SIMRUN_ENVIRONMENTS_KEPT", 8))
+SIMRUN_PACKAGES_CACHE_GB = _positive("SIMRUN_PACKAGES_CACHE_GB", 5.0)
 # A type only a run's sources define is learned by running their code here (as the owner's
 # task user on the local backend); on Argo that would be in the service's pod: off by default.
 SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND != "argo")

@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from tests.backends.kube_api import KubeApiServer
+from tests.backends.packages import pip_index
 
 
 @pytest.fixture
@@ -87,3 +88,9 @@ def staff_client(staff) -> APIClient:
 @pytest.fixture
 def anonymous_client() -> APIClient:
     return APIClient()
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch) -> Path:
+    """A folder that is pip's only index (``tests/backends/packages.py``), ``pkgdemo`` in it."""
+    return pip_index(tmp_path / "index", monkeypatch)

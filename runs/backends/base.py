@@ -249,6 +249,9 @@ class RunRecord(BaseModel):
     reserved_node: str = ""
     local_commands: str = ""
     sources: list[str] = Field(default_factory=list, description="snapshot digests")
+    packages: list[str] = Field(
+        default_factory=list, description="environment.packages: what its image must contain"
+    )
     tasks: dict[str, TaskRecord]
     store: Path = Field(description="The root of the store.")
     created_at: float | None = Field(

@@ -123,6 +123,17 @@ def docker_problem() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class PackagesLimits:
+    """The bounds of the installs of environments' packages (``SIMRUN_PACKAGES_*``)."""
+
+    timeout_s: float = 1800.0
+    kept: int = 8
+    """The venvs of packages kept under the store, the least recently used removed beyond."""
+    cache_gb: float = 5.0
+    """The most a builder's wheel cache keeps; emptied after an install that left it larger."""
+
+
 @dataclass
 class RunView:
     """A submitted run with the attempts of its nodes, read from the files."""
@@ -207,6 +218,7 @@ class LocalBackend:
         grace_s: float = GRACE_S,
         task_uid_base: int | None = None,
         pids_max: int = PIDS_MAX,
+        packages: PackagesLimits | None = None,
     ) -> None:
         """Create the backend.
 
@@ -231,6 +243,7 @@ class LocalBackend:
         self.hierarchy = cgroups.detect() if enforce_memory else None
         self.enforces_memory = self.hierarchy is not None
         self.pids_max = pids_max
+        self.packages = packages or PackagesLimits()
         self.pids_parent = cgroups.detect_pids() if os.geteuid() == 0 else None
         self.state = self.store / "local"
         self.address = "\0simrun-local-" + hashlib.sha256(str(self.state).encode()).hexdigest()[:16]
@@ -253,6 +266,11 @@ class LocalBackend:
             memory_gb=settings.SIMRUN_LOCAL_MEMORY_GB,
             task_uid_base=settings.SIMRUN_TASK_UID_BASE,
             pids_max=settings.SIMRUN_TASK_PIDS_MAX,
+            packages=PackagesLimits(
+                timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
+                kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
+                cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
+            ),
         )
 
     # The files of the backend.
@@ -343,6 +361,7 @@ class LocalBackend:
             store=record.store,
             nodes=self._nodes(record, plans, types),
             snapshots=[str(record.store / "snapshots" / digest) for digest in record.sources],
+            packages=record.packages,
         )
         self._make_state()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -540,7 +559,9 @@ class LocalBackend:
         found = admit(list(ready), held, self.cores, self.memory_gb)
         for demand in found.start:
             view, node = ready[demand]
-            kind = "split" if view.submission.snapshots else node.spec.kind
+            # Sources and packages are built as the task user, by this Python.
+            built = view.submission.snapshots or view.submission.packages
+            kind = "split" if built else node.spec.kind
             if problem := self.isolation_problem(view.submission.owner, kind):
                 self._refuse(view.submission, node, problem, now)
             else:
@@ -653,9 +674,11 @@ class LocalBackend:
             cgroup = cgroups.create(self.hierarchy, name, math.ceil(memory_gb * 2**30))
         if self.pids_parent is not None and not spec.image:
             pids_cgroup = cgroups.create_pids(self.pids_parent, name, self.pids_max)
+        packages = self._packages(submission, user) if not spec.image else None
         venv = self.envs / submission.run if submission.snapshots else None
+        base = Path(packages["dir"]) if packages else None
         env = {
-            **task_env(venv, scratch, user),
+            **task_env(venv or base, scratch, user),
             **spec.env,
             "SIMRUN_ATTEMPT": str(number),
             "SIMRUN_SCRATCH": str(scratch),
@@ -679,7 +702,10 @@ class LocalBackend:
             "cgroup": str(cgroup) if cgroup is not None else None,
             "pids_cgroup": str(pids_cgroup) if pids_cgroup is not None else None,
             "pids_max": self.pids_max,
-            "venv": {"dir": str(venv), "snapshots": submission.snapshots} if venv else None,
+            "venv": {"dir": str(venv), "snapshots": submission.snapshots, "base": str(base or "")}
+            if venv
+            else None,
+            "packages": packages,
             "container": container,
             "notify": self.address,
             "cores": spec.cores,
@@ -721,6 +747,32 @@ class LocalBackend:
             os.close(launch_fd)
             os.close(log)
 
+    def _packages(
+        self, submission: Submission, user: local_user.TaskUser | None
+    ) -> dict[str, Any] | None:
+        """What the launcher needs to install the packages of a run's environment (or find
+        them installed): None for a run without packages."""
+        if not submission.packages:
+            return None
+        install = local_env.Install(
+            store=submission.store,
+            packages=tuple(submission.packages),
+            timeout_s=self.packages.timeout_s,
+            uid=user.uid if user else None,
+            gid=user.gid if user else None,
+        )
+        return {
+            "dir": str(install.directory),
+            "store": str(submission.store),
+            "packages": submission.packages,
+            "timeout_s": self.packages.timeout_s,
+            "kept": self.packages.kept,
+            "cache_gb": self.packages.cache_gb,
+            # Where the service's pip finds packages (an index, a mirror): in the launch
+            # file, which only the service's group reads, not on a command line.
+            "pip_env": local_env.pip_env(),
+        }
+
     def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
         """Why the processes of an owner's runs cannot run as their task user, None if they
         can (or run as the service's user). A command needs the store and scratch; a split
@@ -742,6 +794,8 @@ class LocalBackend:
         store_runs = submission.store / "runs"
         snapshots = submission.store / "snapshots"
         local_user.pass_only(submission.store, store_runs, snapshots, self.scratch, self.envs)
+        if submission.packages:
+            local_user.pass_only(submission.store / local_env.ENVIRONMENTS)
         local_user.pass_only(self.scratch / submission.run)
         with untrusted.directory(store_runs, [submission.run]) as run:
             local_user.give(run, user, skip=frozenset({"logs"}))

@@ -1,26 +1,43 @@
-"""The venv of a run with source snapshots on the local backend.
+"""The venvs of the local backend: an environment's packages, and a run's source snapshots.
 
-Created when the first process of the run starts (by its launcher, under a file lock, so the
-processes of a run that start together wait for one venv) and removed at the end of the run.
-It sees the packages of the service's environment (simrun, the task types, the build backends)
-and has the run's snapshots installed editable on top, never into the service's environment.
+A run whose ``environment.packages`` name packages runs in the venv of those packages, what an
+image with them is on a cluster: made once per content (the packages, the service's Python,
+who builds it) under ``<store>/environments/<key>/`` by the launcher of the first process that
+needs it (``ensure_packages``, never in a web request), kept and shared by every run naming the
+same packages, as the owner's task user where tasks run as their owners', within a time limit,
+pip's output in that process's log (bounded) and its last lines in the failure. A wheel cache
+per builder (``<store>/environments/cache/``) makes the next build of the same packages fast.
+
+A run with snapshots gets a venv of its own, created when its first process starts (by its
+launcher, under a file lock, so the processes of a run that start together wait for one venv)
+and removed at the end of the run: the run's snapshots installed editable, never into the
+service's environment. Both see the packages of the service's environment (simrun, the task
+types, the build backends) beneath their own; a run's venv sees its packages' venv between.
 
 Only the standard library and the harness: the launcher imports this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
+import json
 import os
+import select
 import shutil
+import signal
 import site
 import stat
 import subprocess
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import distribution
 from pathlib import Path
+from typing import IO
 
 from harness import untrusted
 
@@ -29,6 +46,23 @@ READY = ".simrun-ready"
 SERVICE_PTH = "simrun-service.pth"
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 """The variables of the service's environment that building sources keeps."""
+PIP_ENV = (
+    *("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"),
+    *("PIP_TRUSTED_HOST", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES", "PIP_CONSTRAINT"),
+    *("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE"),
+)
+"""The variables of the service's environment an install of packages keeps: where pip finds
+them, as the service's own pip would (the site's /etc/pip.conf applies too)."""
+ENVIRONMENTS = "environments"
+"""The folder of the packages' venvs below the store."""
+CACHE = "cache"
+"""The folder of the wheel caches in ``ENVIRONMENTS``, one per builder."""
+PIP_OUTPUT_CAP = 256 << 10
+"""The most of pip's output an install writes into the log of the process it prepares."""
+PIP_TAIL_LINES = 20
+"""The lines of pip's output a failed install names."""
+POLL_S = 0.2
+"""Seconds between two looks at a lock another build holds, or at pip's output."""
 
 
 def python(directory: Path) -> Path:
@@ -48,10 +82,9 @@ def console_scripts(bin_dir: Path) -> None:
         script.chmod(0o755)
 
 
-def _create(directory: Path, snapshots: list[Path]) -> None:
-    """A venv on the service's packages, with the snapshots installed editable."""
-    from harness.sources import install_editable
-
+def _venv(directory: Path, base: Path | None = None) -> None:
+    """A venv without packages of its own yet, on the service's packages (and ``base``'s, a
+    venv of this module, before them), with simrun's commands."""
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(directory)],
         check=True,
@@ -64,17 +97,34 @@ def _create(directory: Path, snapshots: list[Path]) -> None:
         text=True,
     ).stdout.strip()
     # addsitedir, not a plain path: the .pth files of the service's packages (an editable
-    # simrun among them) must be read too.
-    lines = [f"import site; site.addsitedir({path!r})" for path in site.getsitepackages()]
+    # simrun among them) must be read too, and the base's before them, so that they win.
+    sites = [str(base / Path(purelib).relative_to(directory))] if base is not None else []
+    sites += site.getsitepackages()
+    lines = [f"import site; site.addsitedir({path!r})" for path in sites]
     Path(purelib, SERVICE_PTH).write_text("\n".join(lines) + "\n")
     console_scripts(directory / "bin")
+
+
+def _create(directory: Path, snapshots: list[Path], base: Path | None = None) -> None:
+    """A venv on the service's packages (and ``base``'s), with the snapshots installed
+    editable."""
+    from harness.sources import install_editable
+
+    _venv(directory, base)
     install_editable(
         [str(s) for s in snapshots], python=str(python(directory)), root=directory / "sources"
     )
 
 
-def ensure(directory: Path, snapshots: list[Path], *, user: Builder | None = None) -> Path:
-    """The interpreter of the venv of a run, created with its snapshots on first use.
+def ensure(
+    directory: Path,
+    snapshots: list[Path],
+    *,
+    user: Builder | None = None,
+    base: Path | None = None,
+) -> Path:
+    """The interpreter of the venv of a run, created with its snapshots on first use, on the
+    packages' venv ``base`` if the run has one.
 
     Installing sources runs their build code: with ``user`` the venv is made by a process of
     its own as that user, with only that user's environment (``isolated``)."""
@@ -84,9 +134,9 @@ def ensure(directory: Path, snapshots: list[Path], *, user: Builder | None = Non
         if not _ready(directory):
             shutil.rmtree(directory, ignore_errors=True)
             if user is None:
-                _create(directory, snapshots)
+                _create(directory, snapshots, base)
             else:
-                isolated(directory, snapshots, user)
+                isolated(directory, snapshots, user, base)
             # The venv is the task user's by now: the mark is made through its folder's
             # descriptor, never through a link its build code planted.
             with untrusted.directory(directory.parent, [directory.name]) as folder:
@@ -126,14 +176,23 @@ def build_env(home: Path) -> dict[str, str]:
     }
 
 
-def isolated(directory: Path, snapshots: list[Path], user: Builder) -> None:
+def isolated(
+    directory: Path, snapshots: list[Path], user: Builder, base: Path | None = None
+) -> None:
     """Make the venv in a child process as ``user``, printing its one line of output; a
     ``CalledProcessError`` whose ``output`` is the tail of pip's output when it fails."""
     directory.mkdir(parents=True)
     if user.uid is not None:
         os.chown(directory, user.uid, user.gid if user.gid is not None else -1)
     done = subprocess.run(
-        [sys.executable, __file__, str(directory), *map(str, snapshots)],
+        [
+            sys.executable,
+            __file__,
+            "sources",
+            str(directory),
+            str(base or ""),
+            *map(str, snapshots),
+        ],
         env=dict(user.env),
         cwd=directory,
         user=user.uid,
@@ -158,5 +217,291 @@ def remove(directory: Path) -> None:
     directory.with_name(directory.name + ".lock").unlink(missing_ok=True)
 
 
-if __name__ == "__main__":  # ``isolated``: make the venv DIR with the snapshots SNAPSHOT...
-    _create(Path(sys.argv[1]), [Path(arg) for arg in sys.argv[2:]])
+# The venvs of the packages of environments.
+
+
+class PackagesError(Exception):
+    """The packages of an environment cannot be installed; the message says why, with the
+    last lines of pip's output."""
+
+
+@dataclass(frozen=True)
+class Install:
+    """An install of an environment's packages: what, as whom, where, within what limits."""
+
+    store: Path
+    packages: tuple[str, ...]
+    timeout_s: float
+    uid: int | None = None
+    """The builder: the owner's task user, None for the service's own user."""
+    gid: int | None = None
+    kept: int = 8
+    """The venvs of packages kept under the store; the least recently used beyond go."""
+    cache_gb: float = 5.0
+    """The builder's wheel cache is emptied after an install that left it larger."""
+    pip_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return packages_key(self.packages, self.uid)
+
+    @property
+    def directory(self) -> Path:
+        return self.store / ENVIRONMENTS / self.key
+
+
+def packages_key(packages: Sequence[str], uid: int | None) -> str:
+    """The name of the venv of some packages built by ``uid`` for the service's Python: the
+    same packages in another order, or twice, are the same venv."""
+    content = {
+        "packages": sorted(set(packages)),
+        "python": [sys.prefix, sys.version],
+        "builder": uid,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def pip_env() -> dict[str, str]:
+    """The variables of this process's environment that tell pip where packages are."""
+    return {name: os.environ[name] for name in PIP_ENV if name in os.environ}
+
+
+def _environments(store: Path) -> int:
+    """The service's folder of the packages' venvs (a descriptor), made if missing; the task
+    users pass it without listing it."""
+    store.mkdir(parents=True, exist_ok=True)
+    fd = untrusted.service_dir(store, [ENVIRONMENTS])
+    os.fchmod(fd, untrusted.SERVICE_DIR_MODE | 0o001)
+    return fd
+
+
+def _mark(key: str) -> str:
+    """The mark of a venv of packages installed to its end: the service's file beside it."""
+    return f"{key}.json"
+
+
+def _packages_ready(folder: int, key: str) -> bool:
+    try:
+        untrusted.read_own(folder, _mark(key), 1 << 16)
+    except OSError:
+        return False
+    return True
+
+
+def ensure_packages(
+    install: Install, cancelled: Callable[[], bool] = lambda: False
+) -> tuple[Path, IO[str]]:
+    """The interpreter of the venv of an environment's packages, installed on first use, and
+    the lock that keeps the venv while the caller uses it (a shared lock: close it after).
+
+    One build at a time per venv; whoever waited for a build that failed fails with it, not
+    with a build of their own. ``PackagesError`` when pip fails or takes longer than the
+    install's time limit; ``InterruptedError`` once ``cancelled`` says so.
+    """
+    folder = _environments(install.store)
+    try:
+        lock = _open_lock(folder, install.key)
+        try:
+            asked = time.time()
+            _lock(lock, fcntl.LOCK_SH, cancelled)
+            if _packages_ready(folder, install.key):
+                print(f"the environment's packages are installed already: {install.directory}")
+            else:
+                _lock(lock, fcntl.LOCK_EX, cancelled)
+                if not _packages_ready(folder, install.key):
+                    _build(install, folder, asked, cancelled)
+                fcntl.flock(lock, fcntl.LOCK_SH)
+            os.utime(lock.fileno())  # used now: the last to go when venvs are removed
+            sys.stdout.flush()
+        except BaseException:
+            lock.close()
+            raise
+    finally:
+        os.close(folder)
+    return python(install.directory), lock
+
+
+def _open_lock(folder: int, key: str) -> IO[str]:
+    """The lock file of a venv of packages, the service's, in the folder of the venvs."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(f"{key}.lock", flags, 0o640, dir_fd=folder), "r+")
+
+
+def _lock(lock: IO[str], how: int, cancelled: Callable[[], bool]) -> None:
+    """Take a lock, looking at ``cancelled`` while another holds it."""
+    while True:
+        try:
+            fcntl.flock(lock, how | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if cancelled():
+                raise InterruptedError("stopped on SIGTERM before it started") from None
+            time.sleep(POLL_S)
+
+
+def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], bool]) -> None:
+    """Build the venv of the packages (the caller holds its lock), then remove the venvs no
+    longer kept; a failure another build recorded after ``asked`` is raised again as it is."""
+    key, failed = install.key, f"{install.key}.failed"
+    with contextlib.suppress(OSError):
+        if os.stat(failed, dir_fd=folder, follow_symlinks=False).st_mtime >= asked:
+            raise PackagesError(untrusted.read_own(folder, failed, 1 << 16).decode())
+    named = ", ".join(sorted(set(install.packages)))
+    print(f"installing the environment's packages ({named}) into {install.directory}", flush=True)
+    started = time.monotonic()
+    _remove_tree(install.directory)
+    os.mkdir(key, 0o700, dir_fd=folder)
+    if install.uid is not None:
+        os.chown(key, install.uid, install.gid or -1, dir_fd=folder)
+    cache = _cache(install, folder)
+    env = build_env(install.directory) | dict(install.pip_env) | {"PIP_CACHE_DIR": str(cache)}
+    del env["PIP_NO_CACHE_DIR"]  # the cache is what makes the next build of them fast
+    argv = [sys.executable, __file__, "packages", str(install.directory), *install.packages]
+    code, tail = _run_bounded(argv, install, env, cancelled)
+    if cancelled():
+        raise InterruptedError("stopped on SIGTERM before it started")
+    if code != 0:
+        if code is None:
+            why = f"took longer than {install.timeout_s:g} s (SIMRUN_PACKAGES_TIMEOUT_S)"
+        else:
+            why = f"failed: pip exited {code}"
+        message = f"installing the environment's packages ({named}) {why}:\n" + "\n".join(tail)
+        untrusted.write_atomic_at(folder, failed, message)
+        raise PackagesError(message)
+    seconds = time.monotonic() - started
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(failed, dir_fd=folder)
+    mark = {"packages": sorted(set(install.packages)), "seconds": round(seconds, 3)}
+    untrusted.write_atomic_at(folder, _mark(key), json.dumps(mark))
+    print(f"installed the environment's packages in {seconds:.1f} s", flush=True)
+    _bound_cache(install, cache)
+    _forget(install, folder)
+
+
+def _cache(install: Install, folder: int) -> Path:
+    """The wheel cache of the install's builder (its own folder), made if missing."""
+    name = "service" if install.uid is None else str(install.uid)
+    caches = untrusted.service_dir(folder, [CACHE])
+    try:
+        os.fchmod(caches, untrusted.SERVICE_DIR_MODE | 0o001)
+        try:
+            os.mkdir(name, 0o700, dir_fd=caches)
+        except FileExistsError:
+            pass
+        else:  # made by the service just now: handed to its builder
+            if install.uid is not None:
+                os.chown(name, install.uid, install.gid or -1, dir_fd=caches)
+    finally:
+        os.close(caches)
+    return install.store / ENVIRONMENTS / CACHE / name
+
+
+def _run_bounded(
+    argv: list[str], install: Install, env: Mapping[str, str], cancelled: Callable[[], bool]
+) -> tuple[int | None, list[str]]:
+    """Run a build as the install's builder, its output into this process's (at most
+    ``PIP_OUTPUT_CAP``), killed past the time limit or once cancelled; its exit code (None
+    when killed) and the last lines of its output."""
+    child = subprocess.Popen(
+        argv,
+        env=dict(env),
+        cwd=install.directory,
+        user=install.uid,
+        group=install.gid,
+        extra_groups=[] if install.uid is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert child.stdout is not None
+    deadline = time.monotonic() + install.timeout_s
+    tail: deque[str] = deque(maxlen=PIP_TAIL_LINES)
+    written, pending, killed = 0, b"", False
+    with child.stdout as output:
+        # Until the end of its output, or of the child once it was killed (a process it
+        # started in a session of its own may hold the pipe).
+        while not (killed and child.poll() is not None):
+            if not killed and (time.monotonic() > deadline or cancelled()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                killed = True
+            if not select.select([output], [], [], POLL_S)[0]:
+                continue
+            chunk = os.read(output.fileno(), 65536)
+            if not chunk:
+                break
+            if written < PIP_OUTPUT_CAP <= written + len(chunk):
+                sys.stdout.write(chunk[: PIP_OUTPUT_CAP - written].decode(errors="replace"))
+                print(f"\n(the log keeps the first {PIP_OUTPUT_CAP >> 10} KiB of pip's output)")
+            elif written < PIP_OUTPUT_CAP:
+                sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+            written += len(chunk)
+            *lines, pending = (pending + chunk).split(b"\n")
+            tail.extend(line.decode(errors="replace") for line in lines if line.strip())
+            pending = pending[-4096:]
+    code = child.wait()
+    if pending.strip():
+        tail.append(pending.decode(errors="replace"))
+    return (None if killed else code), list(tail)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a tree a builder made, however deep, following no link in it."""
+    if path.exists() or path.is_symlink():
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
+
+
+def _tree_bytes(path: Path) -> int:
+    """The bytes of the files of a tree, walked without following links."""
+    done = subprocess.run(["du", "-sb", "--", str(path)], capture_output=True, text=True)
+    return int(done.stdout.split()[0]) if done.returncode == 0 and done.stdout else 0
+
+
+def _bound_cache(install: Install, cache: Path) -> None:
+    """Empty the builder's wheel cache when the install left it over its budget."""
+    if _tree_bytes(cache) > install.cache_gb * 2**30:
+        print(
+            f"the wheel cache is over {install.cache_gb:g} GiB (SIMRUN_PACKAGES_CACHE_GB): emptied"
+        )
+        for name in os.listdir(cache):
+            _remove_tree(cache / name)
+
+
+def _forget(install: Install, folder: int) -> None:
+    """Remove the venvs of packages beyond the ``kept`` used last, but those in use (their
+    lock held by a process) and the one just built."""
+    used = {}
+    for entry in untrusted.entries(folder):
+        if entry.name.endswith(".json") and entry.is_file and entry.name != _mark(install.key):
+            key = entry.name.removesuffix(".json")
+            with contextlib.suppress(FileNotFoundError):
+                used[key] = os.stat(f"{key}.lock", dir_fd=folder, follow_symlinks=False).st_mtime
+    for key in sorted(used, key=used.__getitem__, reverse=True)[max(0, install.kept - 1) :]:
+        with _open_lock(folder, key) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_mark(key), dir_fd=folder)
+            _remove_tree(install.store / ENVIRONMENTS / key)
+
+
+def _install_packages(directory: Path, packages: list[str]) -> int:
+    """In the builder's process: the venv, then pip's install of the packages into it."""
+    _venv(directory)
+    command = [str(python(directory)), "-m", "pip", "install", "--disable-pip-version-check"]
+    command += ["--no-input", "--progress-bar", "off", "--", *packages]
+    sys.stdout.flush()
+    return subprocess.run(command, stderr=subprocess.STDOUT, check=False).returncode
+
+
+if (
+    __name__ == "__main__"
+):  # a build as a builder: sources DIR BASE SNAPSHOT... | packages DIR REQ...
+    if sys.argv[1] == "packages":
+        raise SystemExit(_install_packages(Path(sys.argv[2]), sys.argv[3:]))
+    base = Path(sys.argv[3]) if sys.argv[3] else None
+    _create(Path(sys.argv[2]), [Path(arg) for arg in sys.argv[4:]], base)

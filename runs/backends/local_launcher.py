@@ -37,8 +37,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from harness import untrusted
 from harness.cgroups import Cgroup
@@ -140,31 +141,55 @@ def _docker(*args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def _prepare(launch: dict[str, Any]) -> None:
-    """Create the venv of the run and the scratch directory, hand both to the task user, and
-    stage the inputs of a command into the scratch as that user."""
+def _prepare(launch: dict[str, Any], stopped: Callable[[], bool]) -> IO[str] | None:
+    """Install the packages of the run's environment (once for every run naming them),
+    create the venv of the run and the scratch directory, hand both to the task user, and
+    stage the inputs of a command into the scratch as that user. The lock that keeps the
+    packages' venv while the process runs, if it has one."""
+    import local_env  # the sibling module, see the docstring of this module
+
     venv = launch.get("venv")
     user = launch.get("user")
-    if venv:
-        import local_env  # the sibling module, see the docstring of this module
-
-        venv_dir = Path(venv["dir"])
-        builder = None
-        if user:  # the sources' build code runs as the task user
-            env = local_env.build_env(venv_dir)
-            builder = local_env.Builder(env=env, uid=user["uid"], gid=user["gid"])
-        local_env.ensure(venv_dir, [Path(s) for s in venv["snapshots"]], user=builder)
-    scratch = Path(launch["cwd"])
-    scratch.mkdir(parents=True, exist_ok=True)
-    # A container runs as the service's docker client, but stages and works as the task user.
-    owner = user or launch.get("stage_user")
-    if owner:
-        _hand_over(scratch, owner)
-    if user and venv:
-        _hand_over(Path(venv["dir"]), user)
-    if launch.get("stage"):
-        pairs = [(str(a), str(b)) for a, b in launch["stage"]]
-        _stage(pairs, Path(launch["store"]), scratch, owner)
+    held = None
+    if packages := launch.get("packages"):
+        install = local_env.Install(
+            store=Path(packages["store"]),
+            packages=tuple(packages["packages"]),
+            timeout_s=packages["timeout_s"],
+            uid=user["uid"] if user else None,
+            gid=user["gid"] if user else None,
+            kept=packages["kept"],
+            cache_gb=packages["cache_gb"],
+            pip_env=packages["pip_env"],
+        )
+        _, held = local_env.ensure_packages(install, stopped)
+    try:
+        if venv:
+            venv_dir = Path(venv["dir"])
+            sources_builder = None
+            if user:  # the sources' build code runs as the task user
+                env = local_env.build_env(venv_dir)
+                sources_builder = local_env.Builder(env=env, uid=user["uid"], gid=user["gid"])
+            base = Path(venv["base"]) if venv.get("base") else None
+            snapshots = [Path(s) for s in venv["snapshots"]]
+            local_env.ensure(venv_dir, snapshots, user=sources_builder, base=base)
+        scratch = Path(launch["cwd"])
+        scratch.mkdir(parents=True, exist_ok=True)
+        # A container runs as the service's docker client, but stages and works as the task
+        # user.
+        owner = user or launch.get("stage_user")
+        if owner:
+            _hand_over(scratch, owner)
+        if user and venv:
+            _hand_over(Path(venv["dir"]), user)
+        if launch.get("stage"):
+            pairs = [(str(a), str(b)) for a, b in launch["stage"]]
+            _stage(pairs, Path(launch["store"]), scratch, owner)
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
+    return held
 
 
 def _hand_over(directory: Path, user: dict[str, Any]) -> None:
@@ -348,14 +373,15 @@ def run(launch_fd: int, logs_fd: int) -> int:
         "container": launch.get("container"),
     }
     record(pid_name, names)
+    held = None
     try:
-        _prepare(launch)
+        held = _prepare(launch, lambda: stopping)
         if stopping:
             raise InterruptedError("stopped on SIGTERM before it started")
         child = _start(launch)
     except Exception as error:  # noqa: BLE001 - any failure to start is the process's end
         print(f"simrun: the process could not be started: {error}", flush=True)
-        stopped = isinstance(error, InterruptedError)
+        stopped = stopping or isinstance(error, InterruptedError)
         result.update(
             exit_code=EXIT_TERMINATED if stopped else STARTING_EXIT,
             signal=signal.SIGTERM.value if stopped else None,
@@ -384,6 +410,8 @@ def run(launch_fd: int, logs_fd: int) -> int:
         _clean_up(launch, child.pid, result)
         if result["exit_code"] != 0:
             result["last_line"] = last_line(logs_fd, log_name)
+    if held is not None:
+        held.close()  # the packages' venv is no longer in use by this process
     result["ended"] = time.time()
     record(exit_name, result)
     with contextlib.suppress(FileNotFoundError):

@@ -59,6 +59,7 @@ class Submission(BaseModel):
     store: Path
     nodes: list[NodeSpec]
     snapshots: list[str] = Field(default_factory=list, description="Directories of snapshots")
+    packages: list[str] = Field(default_factory=list, description="environment.packages")
     owner: int | None = Field(default=None, description="The id of the user who owns the run")
 
     def task_dir(self, task: str) -> Path:

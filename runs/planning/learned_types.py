@@ -29,7 +29,7 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -69,10 +69,15 @@ def canonical(settings: Mapping[str, Any] | None) -> str:
     return json.dumps(dict(settings or {}), sort_keys=True, separators=(",", ":"))
 
 
-def learned_dir(digests: list[str], owner_id: int | None = None) -> Path:
-    """Where what the snapshots ``digests`` of an owner ship is kept: their venv (the owner's
-    task user's) and ``types.json``."""
-    key = hashlib.sha256(f"{owner_id}:{','.join(digests)}".encode()).hexdigest()[:32]
+def learned_dir(
+    digests: list[str], owner_id: int | None = None, packages: Sequence[str] = ()
+) -> Path:
+    """Where what the snapshots ``digests`` of an owner ship, on the environment's
+    ``packages``, is kept: their venv (the owner's task user's) and ``types.json``."""
+    named = f"{owner_id}:{','.join(digests)}"
+    if packages:
+        named += ":" + ",".join(sorted(set(packages)))
+    key = hashlib.sha256(named.encode()).hexdigest()[:32]
     return store.root() / "learned-types" / key
 
 
@@ -94,6 +99,7 @@ def builder(owner_id: int | None, home: Path) -> local_env.Builder:
         return local_env.Builder(env=env)
     root = store.root()
     local_user.pass_only(root, root / "learned-types", root / "snapshots")
+    local_user.pass_only(root / local_env.ENVIRONMENTS)
     if problem := local_user.unreachable(Path(sys.executable).resolve(), home):
         raise LearnError(f"the sources' types cannot be learned as your task user: {problem}")
     return local_env.Builder(env=env, uid=user.uid, gid=user.gid)
@@ -235,16 +241,21 @@ def _describe(
 
 
 def learn(
-    digests: list[str], asked: Mapping[str, list[Any]], owner_id: int | None = None
+    digests: list[str],
+    asked: Mapping[str, list[Any]],
+    owner_id: int | None = None,
+    packages: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What the snapshots ``digests`` ship: their types and what those made of ``asked``
-    (settings by type name); built, described and kept only as far as it is not kept yet.
-    Their code runs as ``builder`` says, never as the service with its environment.
+    """What the snapshots ``digests`` ship, on the environment's ``packages``: their types and
+    what those made of ``asked`` (settings by type name); built, described and kept only as
+    far as it is not kept yet. Their code runs as ``builder`` says, never as the service with
+    its environment; the packages are the venv a run of the environment runs in.
 
     One process at a time learns the same snapshots (a file lock). ``LearnError`` when the
-    snapshots cannot be installed or their types cannot be described.
+    snapshots cannot be installed or their types cannot be described, ``PackagesError`` when
+    the packages cannot be installed.
     """
-    home = learned_dir(digests, owner_id)
+    home = learned_dir(digests, owner_id, packages)
     home.mkdir(parents=True, exist_ok=True)
     with open(home.with_name(home.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -261,12 +272,13 @@ def learn(
             return known
         log.info("learning the task types of the sources %s", ", ".join(d[:12] for d in digests))
         user = builder(owner_id, home)
-        said = io.StringIO()  # the install's line is for a run's log: here, the service's
+        said = io.StringIO()  # the install's lines are for a run's log: here, the service's
         try:
-            with contextlib.redirect_stdout(said):
+            with contextlib.redirect_stdout(said), _packages(packages, user) as base:
                 python = local_env.ensure(
-                    home / "venv", [store.snapshot_dir(d) for d in digests], user=user
+                    home / "venv", [store.snapshot_dir(d) for d in digests], user=user, base=base
                 )
+                answer = _describe(python, missing, home, user)
         except subprocess.CalledProcessError as error:
             raise LearnError(
                 f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
@@ -274,8 +286,7 @@ def learn(
             ) from None
         finally:
             if said.getvalue().strip():
-                log.info("%s", said.getvalue().strip())
-        answer = _describe(python, missing, home, user)
+                log.info("%s", _tail(said.getvalue()))
         for name, outcomes in answer.get("settings", {}).items():
             by_key = judged.setdefault(name, {})
             for raw, outcome in zip(missing.get(name, []), outcomes, strict=False):
@@ -287,6 +298,29 @@ def learn(
         if name not in registered_types():
             (names_dir() / name).touch()
     return known
+
+
+@contextlib.contextmanager
+def _packages(packages: Sequence[str], user: local_env.Builder) -> Iterator[Path | None]:
+    """The venv of the environment's packages, installed as a run of it would have them
+    (``local_env.ensure_packages``) and kept while the sources' types are learned on it;
+    None without packages."""
+    if not packages:
+        yield None
+        return
+    install = local_env.Install(
+        store=store.root(),
+        packages=tuple(packages),
+        timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
+        uid=user.uid,
+        gid=user.gid,
+        kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
+        cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
+        pip_env=local_env.pip_env(),
+    )
+    _, held = local_env.ensure_packages(install)
+    with held:
+        yield install.directory
 
 
 def shipped(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, list[Any]]:
@@ -311,10 +345,13 @@ def run_types(spec: RunSpec, owner_id: int | None = None) -> tuple[RunSpec, dict
     asked = shipped(spec, types)
     if not spec.sources or not asked:
         return spec, types
+    packages = spec.environment.packages
     try:
-        known = learn(list(spec.sources), asked, owner_id)
+        known = learn(list(spec.sources), asked, owner_id, packages)
     except LearnError as error:
         raise SpecError({"sources": [str(error)]}) from None
+    except local_env.PackagesError as error:
+        raise SpecError({"environment.packages": [str(error)]}) from None
     own = registered_types()
     learned = {
         name: learned_type(name, info, known["settings"].get(name, {}))

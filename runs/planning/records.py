@@ -23,6 +23,7 @@ def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:
         reserved_node=run.reserved_node,
         local_commands=run.local_commands,
         sources=list(run.spec.get("sources", [])),
+        packages=list(run.spec.get("environment", {}).get("packages", [])),
         tasks={
             t.task_id: TaskRecord(
                 id=t.task_id,

@@ -116,12 +116,13 @@ def run_problem(spec: RunSpec, owner: User, backend: Backend) -> str | None:
     if problem_of is None:
         return None
     # A typed task (split or plugin) runs this Python as the task user; so does a run with
-    # sources, whose venv is built and types learned as that user.
-    typed = bool(spec.sources) or any(t.type is not None for t in spec.tasks.values())
+    # sources or packages, whose venvs are built (and types learned) as that user.
+    built = bool(spec.sources or spec.environment.packages)
+    typed = built or any(t.type is not None for t in spec.tasks.values())
     if problem := problem_of(owner.pk, "command"):
         what = "no task"
     elif typed and (problem := problem_of(owner.pk, "split")):
-        what = "no split or plugin task, nor a run with sources,"
+        what = "no split or plugin task, nor a run with sources or packages,"
     else:
         return None
     return (

@@ -12,7 +12,7 @@ def test_a_link_planted_as_the_ready_mark_is_not_followed(tmp_path: Path, monkey
     target = tmp_path / "elsewhere" / "created-by-root"
     target.parent.mkdir()
 
-    def build(directory: Path, snapshots: list[Path]) -> None:
+    def build(directory: Path, snapshots: list[Path], base: Path | None = None) -> None:
         # The sources' build code runs as the task user, who owns the venv: it plants a link.
         directory.mkdir()
         (directory / local_env.READY).symlink_to(target)

@@ -1,0 +1,118 @@
+"""A type the sources ship whose module imports a package: learned on the environment's
+packages (installed as a run of them would have them), told where to install a missing one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from runs.backends import local_env, local_user
+from runs.models import Run
+from tests.backends.packages import pip_index
+from tests.walkthrough import upload_package
+
+NEEDY_FILES = {
+    "pyproject.toml": """[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "needy-sim"
+version = "0.1.0"
+
+[project.entry-points."simrun.task_types"]
+needy = "needy_sim:TASK_TYPE"
+""",
+    "needy_sim/__init__.py": """import pkgdemo
+from pydantic import BaseModel
+
+from harness.tasktypes import TaskType
+
+
+class NeedySettings(BaseModel):
+    n: int = 2
+
+
+def merge(settings, context):
+    (context.out / "answer.txt").write_text(str(sum(context.results)))
+
+
+TASK_TYPE = TaskType(
+    name="needy",
+    settings=NeedySettings,
+    units=lambda s: s.n,
+    compute=lambda s, context, index: pkgdemo.ANSWER + index,
+    merge=merge,
+)
+""",
+}
+"""A package shipping a split type ``needy`` whose module imports ``pkgdemo`` at its top."""
+
+
+def write_needy_package(directory: Path) -> Path:
+    package = directory / "needy-pkg"
+    for path, text in NEEDY_FILES.items():
+        (package / path).parent.mkdir(parents=True, exist_ok=True)
+        (package / path).write_text(text)
+    return package
+
+
+def needy_spec(digest: str, *packages: str) -> dict[str, object]:
+    return {
+        "tasks": {"sweep": {"type": "needy", "settings": {"n": 3}}},
+        "sources": [digest],
+        "environment": {"packages": list(packages)},
+    }
+
+
+def test_a_type_whose_module_imports_a_package_of_the_environment_is_learned_on_it(
+    owner, owner_client, tmp_path, index
+) -> None:
+    digest = upload_package(owner, write_needy_package(tmp_path))
+    response = owner_client.post("/api/runs/", needy_spec(digest, "pkgdemo"), format="json")
+    assert response.status_code == 201, response.json()
+    assert Run.objects.get(pk=response.json()["id"]).tasks.get().units_total == 3
+
+
+def test_packages_that_cannot_be_installed_are_a_400_at_environment_packages(
+    owner, owner_client, tmp_path, index
+) -> None:
+    digest = upload_package(owner, write_needy_package(tmp_path))
+    spec = needy_spec(digest, "pkgdemo", "nosuch-pkg")
+    response = owner_client.post("/api/runs/", spec, format="json")
+    assert response.status_code == 400
+    [message] = response.json()["environment.packages"]
+    assert "installing the environment's packages (nosuch-pkg, pkgdemo) failed" in message
+    assert message.endswith("ERROR: No matching distribution found for nosuch-pkg")
+    assert Run.objects.count() == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can run code as another user")
+def test_as_root_the_packages_types_are_learned_on_are_built_as_the_owners_task_user(
+    owner, owner_client, tmp_path, settings, monkeypatch
+) -> None:
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # a store the task users may cross
+    base.chmod(0o755)
+    settings.SIMRUN_STORE = base / "store"
+    settings.SIMRUN_TASK_UID_BASE = 330000
+    pip_index(base / "index", monkeypatch)
+    try:
+        digest = upload_package(owner, write_needy_package(tmp_path))
+        response = owner_client.post("/api/runs/", needy_spec(digest, "pkgdemo"), format="json")
+        problem = local_user.unreachable(Path(sys.executable).resolve())
+        if problem is not None:
+            assert response.status_code == 400
+            assert problem in response.json()["sources"][0]
+            return
+        # The packages come first, as the task user (its answer is the snapshots' install,
+        # which task users can do once issue 35's fix of the snapshots' mode is in).
+        venvs = base / "store" / local_env.ENVIRONMENTS
+        [venv] = [p for p in venvs.iterdir() if p.is_dir() and p.name != local_env.CACHE]
+        assert venv.stat().st_uid == 330000 + owner.pk
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
