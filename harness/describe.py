@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from harness.errors import EXIT_CONFIGURATION, ConfigurationError
 from harness.tasktypes import TaskType, input_names, task_types
 
 
@@ -93,12 +94,18 @@ def describe(asked: dict[str, list[Any]]) -> dict[str, Any]:
 
 
 def main() -> int:
-    """Read the question on stdin, print the answer; 2 for a question that is no mapping."""
+    """Read the question on stdin, print the answer; 2 for a question that is no mapping, 4
+    (and why on stderr) when a type cannot be loaded."""
     asked = json.load(sys.stdin)
     if not isinstance(asked, dict) or not isinstance(asked.get("settings", {}), dict):
         print('expected {"settings": {type: [settings, ...]}} on stdin', file=sys.stderr)
         return 2
-    json.dump(describe(asked.get("settings", {})), sys.stdout)
+    try:
+        answer = describe(asked.get("settings", {}))
+    except ConfigurationError as error:  # a type that cannot be loaded: the fix, no traceback
+        print(error, file=sys.stderr)
+        return EXIT_CONFIGURATION
+    json.dump(answer, sys.stdout)
     return 0
 
 

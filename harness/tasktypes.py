@@ -115,9 +115,22 @@ class TaskType:
             raise ConfigurationError(f"settings of task type {self.name!r}: {problems}") from None
 
 
-def _load(target: str) -> TaskType:
+def _load(name: str, target: str) -> TaskType:
+    """The type an entry point names; a ``ConfigurationError`` with the fix when its module
+    imports a package this environment lacks (the error a user meets first with their own)."""
     module, _, attribute = target.partition(":")
-    task_type = getattr(import_module(module), attribute)
+    try:
+        imported = import_module(module)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if not missing or module == missing or module.startswith(f"{missing}."):
+            raise  # the module of the entry point itself is not there
+        raise ConfigurationError(
+            f"task type {name!r}: its module {module} imports {missing!r}, which is not "
+            f"installed here: install it in `environment.packages`, or import it inside "
+            f"`compute`"
+        ) from None
+    task_type = getattr(imported, attribute)
     if not isinstance(task_type, TaskType):
         raise TypeError(f"{target} is not a TaskType")
     return task_type
@@ -126,10 +139,10 @@ def _load(target: str) -> TaskType:
 @cache
 def registered_types() -> dict[str, TaskType]:
     """The task types of this interpreter by name: the built-ins, then the entry points."""
-    found = {name: _load(target) for name, target in BUILTIN_TYPES.items()}
+    found = {name: _load(name, target) for name, target in BUILTIN_TYPES.items()}
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name not in found:
-            found[point.name] = _load(point.value)
+            found[point.name] = _load(point.name, point.value)
     return found
 
 

@@ -79,6 +79,20 @@ def test_a_type_whose_module_imports_a_package_of_the_environment_is_learned_on_
     assert Run.objects.get(pk=response.json()["id"]).tasks.get().units_total == 3
 
 
+def test_a_type_whose_module_imports_a_missing_package_is_told_where_to_install_it(
+    owner, owner_client, tmp_path, index
+) -> None:
+    digest = upload_package(owner, write_needy_package(tmp_path))
+    response = owner_client.post("/api/runs/", needy_spec(digest), format="json")
+    assert response.status_code == 400
+    [message] = response.json()["sources"]
+    assert message == (
+        "the types of the sources cannot be loaded (python -m harness.describe exited 4):\n"
+        "task type 'needy': its module needy_sim imports 'pkgdemo', which is not installed "
+        "here: install it in `environment.packages`, or import it inside `compute`"
+    )
+
+
 def test_packages_that_cannot_be_installed_are_a_400_at_environment_packages(
     owner, owner_client, tmp_path, index
 ) -> None:
