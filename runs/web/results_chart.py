@@ -193,14 +193,17 @@ def line_series(results: Results, choice: Choice, notes: list[str]) -> list[Seri
         )
         ordered = ordered[:MAX_SERIES]
     found = []
+    most = 0
     for key in ordered:
         points = [(x, s / n, int(n)) for x, (s, n) in sorted(sums[key].items())]
+        most = max(most, len(points))
         if len(points) > MAX_POINTS:
-            notes.append(
-                f"{len(points):,} distinct {choice.x} in a line: averaged into {MAX_POINTS} bins"
-            )
             points = binned(points, MAX_POINTS)
         found.append(Series(label(key), points))
+    if most > MAX_POINTS:
+        notes.append(
+            f"up to {most:,} distinct {choice.x} in a line: averaged into {MAX_POINTS} bins"
+        )
     return found
 
 

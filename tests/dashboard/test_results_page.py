@@ -297,12 +297,17 @@ def test_a_line_over_many_colours_draws_the_first_ten_and_says_so(alice, owner, 
 
 
 def test_a_line_over_many_distinct_x_is_averaged_into_bins(alice, owner, store):
-    rows = [[i, i, 0, "md", 0, 0.1, 0.2, 2 * i, ""] for i in range(2000)]
+    rows = [[i, i // 2, i % 2, "md", 0, 0.1, 0.2, i, ""] for i in range(4000)]
     run = with_results(store, owner, csv_text(HEADER, rows))
-    html = plot(alice, run, x="T", y="energy", colour="")
-    points = re.search(r'<polyline points="([^"]*)"', html)
-    assert points is not None and len(points[1].split()) == 400
-    assert "2,000 distinct T in a line: averaged into 400 bins" in html
+    html = plot(alice, run, x="T", y="energy", colour="seed")
+    lines = re.findall(r'<polyline points="([^"]*)"', html)
+    assert [len(points.split()) for points in lines] == [400, 400]
+    assert html.count("up to 2,000 distinct T in a line: averaged into 400 bins") == 1
+
+
+def test_a_bin_is_the_mean_of_its_points_weighted_by_their_rows():
+    points = [(float(x), float(10 * x), 1 if x < 5 else 3) for x in range(10)]
+    assert results_chart.binned(points, 2) == [(2.0, 20.0, 5), (7.0, 70.0, 15)]
 
 
 # Hostile files: never a 500, never blocked, never followed, always escaped
@@ -444,3 +449,11 @@ def test_the_plot_of_numbers_too_large_to_place_leaves_them_out(alice, owner, st
     assert "2 row(s) without a finite T and energy left out" in html
     heat = plot(alice, run, x="T", y="energy", colour="seed", kind="heatmap")
     assert len(re.findall(r'<rect class="cell"', heat)) == 4
+
+
+def test_a_folder_in_place_of_the_table_is_shown_as_a_problem(alice, owner, store):
+    run = ended(submitted(owner, SWEEP))
+    (out_dir(store, run) / "results.csv").mkdir()
+    html = alice.get(results_url(run)).content.decode()
+    assert "data-results-problem" in html and "not a regular file" in html
+    assert 'id="results-sweep"' in alice.get(f"/runs/{run.id}/").content.decode()
