@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 from kubernetes.client import ApiClient, Configuration
 
-from tests.backends import kubelet
+from tests.backends import kube_rbac, kubelet
 from tests.backends.argo_pod_security import violations
 from tests.backends.argo_pods import argo_pods
 from tests.backends.kube_rules import Cause, refusals
@@ -186,6 +186,43 @@ def manifest_namespaces() -> dict[str, str]:
     }
 
 
+ADMIN_TOKEN = "token-cluster-admin"
+"""The token of an administrator (``kubectl`` as cluster-admin): tests making objects by hand."""
+
+
+def token_of(account: str) -> str:
+    """The token of a ServiceAccount of docker/k8s/ (``simrun-worker``), or the admin's."""
+    return ADMIN_TOKEN if account == "cluster-admin" else f"token-{account}"
+
+
+def manifest_tokens() -> dict[str, tuple[str, str]]:
+    """A token for each ServiceAccount of docker/k8s/."""
+    return {
+        token_of(name): (namespace, name)
+        for namespace, name in manifest_objects("ServiceAccount")
+        if name != "default"
+    }
+
+
+@cache
+def account_grants(namespace: str, account: str) -> frozenset[kube_rbac.Grant]:
+    """What docker/k8s/ grants a ServiceAccount."""
+    return frozenset(kube_rbac.grants(manifests(), account, namespace))
+
+
+def authorize(state: KubeState, request: Request) -> None:
+    """401 without a known token, 403 for a verb the ServiceAccount's Roles do not grant."""
+    token = request.authorization.removeprefix("Bearer ").strip()
+    if token == ADMIN_TOKEN:
+        return
+    if token not in state.tokens:
+        raise ApiError(401, "Unauthorized", "Unauthorized")
+    grant = kube_rbac.needed(request.method, request.path, request.query)
+    namespace, account = state.tokens[token]
+    if grant is not None and not kube_rbac.allowed(set(account_grants(namespace, account)), grant):
+        raise ApiError(403, "Forbidden", kube_rbac.forbidden_message(account, namespace, grant))
+
+
 def manifest_objects(kind: str) -> set[tuple[str, str]]:
     """(namespace, name) of the objects of a kind in docker/k8s/; every namespace has the
     ServiceAccount ``default``."""
@@ -263,6 +300,9 @@ class KubeState:
     service_accounts: set[tuple[str, str]] = field(
         default_factory=lambda: manifest_objects("ServiceAccount")
     )
+    tokens: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(manifest_tokens()))
+    """Bearer tokens by the ServiceAccount (namespace, name) they are of; ``ADMIN_TOKEN`` is
+    the cluster's administrator, allowed everything."""
     unpullable: set[str] = field(default_factory=set)
     """Images no registry serves: a pod of one waits in ImagePullBackOff."""
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -429,6 +469,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(answer, _status(answer, reason, f"{reason} played by the test"))
             return
         try:
+            authorize(state, request)
             if method == "GET" and WORKFLOWS.match(url.path) and query.get("watch") == "true":
                 request.status = 200
                 self._watch(WORKFLOWS.match(url.path)["ns"], query)  # type: ignore[index]
@@ -703,9 +744,13 @@ class KubeApiServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def client(self) -> ApiClient:
-        """A ``kubernetes`` client of this server."""
-        return ApiClient(Configuration(host=self.url))
+    def client(self, account: str = "simrun-worker") -> ApiClient:
+        """A ``kubernetes`` client of this server with the token of a ServiceAccount of
+        docker/k8s/ (the Celery worker's unless named; ``cluster-admin`` for everything)."""
+        configuration = Configuration(host=self.url)
+        configuration.api_key = {"authorization": token_of(account)}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        return ApiClient(configuration)
 
     def __enter__(self) -> KubeApiServer:
         self._thread.start()

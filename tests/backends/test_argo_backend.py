@@ -738,6 +738,7 @@ def test_outside_a_cluster_without_a_kubeconfig_setting_the_users_kubeconfig_is_
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     write_kubeconfig(tmp_path / ".kube" / "config", kube.url)
+    kube.state.tokens["secret-token"] = ("simrun", "simrun-worker")
     kube.state.put_workflow(workflow(Nodes()), "ADDED")
 
     backend = ArgoBackend(cluster=CLUSTER, api=api_client(), store=tmp_path)
@@ -749,6 +750,7 @@ def test_a_kubeconfig_of_the_settings_reaches_the_cluster(
     kube: KubeApiServer, tmp_path: Path, settings: Any
 ) -> None:
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+    kube.state.tokens["secret-token"] = ("simrun", "simrun-worker")
     settings.SIMRUN_CLUSTER = {**settings.SIMRUN_CLUSTER, "kubeconfig": str(kubeconfig)}
     kube.state.put_workflow(workflow(Nodes()), "ADDED")
 

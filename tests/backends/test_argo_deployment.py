@@ -17,10 +17,12 @@ from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
 from runs.backends.argo_build import build_pod
 from runs.backends.base import ClusterConfig
+from tests.backends import kube_rbac
 from tests.backends.argo_pod_security import restricted_violations
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, pod, workflow
 from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_rbac import Grant
 from tests.polling import wait_for
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
@@ -137,53 +139,17 @@ def test_the_service_runs_as_a_user_not_root() -> None:
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-Grant = tuple[str, str, str, str]
-"""(namespace, api group, resource, verb); the namespace "" for a cluster-wide grant."""
-
-
 def granted(service_account: str) -> set[Grant]:
     """What the manifests' RBAC grants a ServiceAccount of the namespace simrun."""
-    roles = {
-        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
-        for d in by_kind("Role") + by_kind("ClusterRole")
-    }
-    found = set()
-    for binding in by_kind("RoleBinding") + by_kind("ClusterRoleBinding"):
-        if {"kind": "ServiceAccount", "name": service_account, "namespace": "simrun"} not in (
-            binding["subjects"]
-        ):
-            continue
-        namespace = binding["metadata"].get("namespace", "")
-        ref = binding["roleRef"]
-        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"])]
-        for rule in role["rules"]:
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    found |= {(namespace, group, resource, verb) for verb in rule["verbs"]}
-    return found
+    return kube_rbac.grants(documents(), service_account, "simrun")
 
 
-def used(request: Any) -> Grant:
+def used(request: Any) -> Grant | None:
     """The grant an API request needs, as the API server authorizes it."""
-    parts = request.path.strip("/").split("/")
-    group = "" if parts[0] == "api" else parts[1]
-    rest = parts[2:] if parts[0] == "api" else parts[3:]
-    namespace = ""
-    if rest[0] == "namespaces":
-        namespace, rest = rest[1], rest[2:]
-    resource, named = rest[0], len(rest) > 1
-    if len(rest) > 2:
-        resource = f"{resource}/{rest[2]}"
-    if request.method == "GET":
-        verb = "get" if named else ("watch" if request.query.get("watch") == "true" else "list")
-    else:
-        verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}[
-            request.method
-        ]
-    return namespace, group, resource, verb
+    return kube_rbac.needed(request.method, request.path, request.query)
 
 
-def backend_on(kube: KubeApiServer, tmp_path: Path) -> ArgoBackend:
+def backend_on(kube: KubeApiServer, tmp_path: Path, component: str) -> ArgoBackend:
     """The backend as the manifests configure it, on a loopback API with a node, a pod that
     failed (so a status reads the pods) and one Kueue holds back."""
     state = kube.state
@@ -195,7 +161,8 @@ def backend_on(kube: KubeApiServer, tmp_path: Path) -> ArgoBackend:
     gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
     state.put_pod(gated)
     cluster = ClusterConfig(build_namespace=config()["SIMRUN_BUILD_NAMESPACE"])
-    return ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    api = kube.client(f"simrun-{component}")
+    return ArgoBackend(cluster=cluster, api=api, store=tmp_path, build_poll_s=0.01)
 
 
 def web_calls(backend: ArgoBackend) -> None:
@@ -242,13 +209,14 @@ def test_each_component_is_granted_exactly_the_verbs_of_the_calls_it_makes(
     tmp_path: Path, component: str
 ) -> None:
     with KubeApiServer() as kube:
-        backend = backend_on(kube, tmp_path)
+        backend = backend_on(kube, tmp_path, component)
         if component == "web":
             web_calls(backend)
         else:
             worker_calls(backend, kube.state, tmp_path)
 
-    assert granted(f"simrun-{component}") == {used(r) for r in kube.state.requests}
+    assert granted(f"simrun-{component}") == {used(r) for r in kube.state.requests} - {None}
+    assert not {r.status for r in kube.state.requests} & {401, 403}, "none refused"
 
 
 def test_beat_calls_nothing_and_gets_no_token() -> None:

@@ -17,7 +17,7 @@ from runs.backends.argo_manifest import workflow_manifest
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_pods import argo_pods
 from tests.backends.argo_runs import run_of
-from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_api import ADMIN_TOKEN, KubeApiServer
 
 CLUSTER = ClusterConfig()
 SPEC = "tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2}}"
@@ -44,7 +44,7 @@ def a_workflow() -> dict[str, Any]:
 
 
 def create_workflow(kube: KubeApiServer, body: dict[str, Any]) -> Any:
-    return CustomObjectsApi(kube.client()).create_namespaced_custom_object(
+    return CustomObjectsApi(kube.client("cluster-admin")).create_namespaced_custom_object(
         "argoproj.io", "v1alpha1", "simrun", "workflows", body
     )
 
@@ -52,7 +52,7 @@ def create_workflow(kube: KubeApiServer, body: dict[str, Any]) -> Any:
 def test_a_label_value_that_ends_in_a_dash_is_invalid_with_the_api_servers_status(
     kube: KubeApiServer,
 ) -> None:
-    core = CoreV1Api(kube.client())
+    core = CoreV1Api(kube.client("cluster-admin"))
 
     code, status = refused(
         core.create_namespaced_config_map, "simrun", config_map(labels={"simrun/task": "sweep-"})
@@ -84,7 +84,9 @@ def test_names_and_labels_follow_kubernetes_rules(
     if "name" in metadata:
         body["metadata"]["name"] = metadata["name"]
 
-    code, status = refused(CoreV1Api(kube.client()).create_namespaced_config_map, "simrun", body)
+    code, status = refused(
+        CoreV1Api(kube.client("cluster-admin")).create_namespaced_config_map, "simrun", body
+    )
 
     assert code == 422
     assert [c["field"] for c in status["details"]["causes"]] == [field]
@@ -99,7 +101,7 @@ def test_a_misspelt_field_is_refused_by_the_schema_of_the_pinned_version(
     request = urllib.request.Request(
         f"{kube.url}/api/v1/namespaces/simrun/configmaps",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN_TOKEN}"},
         method="POST",
     )
 
@@ -113,7 +115,7 @@ def test_a_misspelt_field_is_refused_by_the_schema_of_the_pinned_version(
 def test_a_pod_its_namespace_forbids_is_forbidden_and_baseline_allows_root(
     kube: KubeApiServer,
 ) -> None:
-    core = CoreV1Api(kube.client())
+    core = CoreV1Api(kube.client("cluster-admin"))
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -133,7 +135,7 @@ def test_a_pod_its_namespace_forbids_is_forbidden_and_baseline_allows_root(
 
 
 def test_a_pod_spec_the_api_server_refuses_beyond_the_schema(kube: KubeApiServer) -> None:
-    core = CoreV1Api(kube.client())
+    core = CoreV1Api(kube.client("cluster-admin"))
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -164,7 +166,9 @@ def test_a_pod_spec_the_api_server_refuses_beyond_the_schema(kube: KubeApiServer
 
 def test_an_object_in_a_namespace_that_does_not_exist_is_not_found(kube: KubeApiServer) -> None:
     code, status = refused(
-        CoreV1Api(kube.client()).create_namespaced_config_map, "elsewhere", config_map()
+        CoreV1Api(kube.client("cluster-admin")).create_namespaced_config_map,
+        "elsewhere",
+        config_map(),
     )
 
     assert (code, status["message"]) == (404, 'namespaces "elsewhere" not found')
@@ -224,7 +228,7 @@ def test_a_workflow_whose_pods_pod_security_forbids_is_refused(kube: KubeApiServ
 def test_a_patch_is_held_to_the_rules_and_leaves_the_object_as_it_was(
     kube: KubeApiServer,
 ) -> None:
-    core = CoreV1Api(kube.client())
+    core = CoreV1Api(kube.client("cluster-admin"))
     core.create_namespaced_config_map("simrun", config_map())
 
     code, _ = refused(
@@ -236,3 +240,44 @@ def test_a_patch_is_held_to_the_rules_and_leaves_the_object_as_it_was(
 
     assert code == 422
     assert "annotations" not in kube.state.config_maps[("simrun", "context")]["metadata"]
+
+
+def test_a_request_without_a_known_token_is_unauthorized(kube: KubeApiServer) -> None:
+    request = urllib.request.Request(f"{kube.url}/api/v1/namespaces/simrun/pods")
+
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request, timeout=10)
+
+    assert raised.value.code == 401
+
+
+def test_a_verb_the_manifests_do_not_grant_is_forbidden_in_the_api_servers_words(
+    kube: KubeApiServer,
+) -> None:
+    web = CustomObjectsApi(kube.client("simrun-web"))
+
+    code, status = refused(
+        web.create_namespaced_custom_object,
+        "argoproj.io",
+        "v1alpha1",
+        "simrun",
+        "workflows",
+        a_workflow(),
+    )
+
+    assert (code, status["reason"]) == (403, "Forbidden")
+    assert status["message"] == (
+        'workflows is forbidden: User "system:serviceaccount:simrun:simrun-web" cannot create '
+        'resource "workflows" in API group "argoproj.io" in the namespace "simrun"'
+    )
+    assert kube.state.workflows == {}
+
+
+def test_a_grant_of_a_role_holds_in_its_namespace_only(kube: KubeApiServer) -> None:
+    worker = CoreV1Api(kube.client("simrun-worker"))
+
+    worker.list_namespaced_event("simrun-build")  # its Role in simrun-build grants it
+    code, status = refused(worker.list_namespaced_event, "simrun")
+
+    assert code == 403
+    assert 'in the namespace "simrun"' in status["message"]
