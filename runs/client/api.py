@@ -472,7 +472,7 @@ class Client:
         found = [
             task["id"]
             for task in self.run(run_id).tasks
-            if task["state"] == "done" and self._has_results(run_id, task["id"])
+            if task["state"] in ("done", "failed") and self._has_results(run_id, task["id"])
         ]
         if not found:
             raise NotFound(

@@ -34,9 +34,10 @@ class BadQuery(ValueError):
 
 
 def has_results(task: Task) -> bool:
-    """Whether a task shows a results section: done, with an ``out/results.csv`` of any kind
-    (one that is no regular file is shown as a problem)."""
-    if task.state != TaskState.DONE:
+    """Whether a task shows a results section: ended done or failed (the merge of a sweep
+    with more failures than allowed writes its table, then fails), with an
+    ``out/results.csv`` of any kind (one that is no regular file is shown as a problem)."""
+    if task.state not in (TaskState.DONE, TaskState.FAILED):
         return False
     try:
         return (

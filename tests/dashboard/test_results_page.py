@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from runs.models import Run
+from runs.models import Run, RunState, Task, TaskState
 from runs.web import results_chart
 from tests.api.conftest import ended, running, submitted
 from tests.dashboard.test_pages import logged_in
@@ -93,6 +93,13 @@ def test_the_run_page_holds_a_results_section_for_a_done_task_with_a_table(alice
     page = alice.get(f"/runs/{run.id}/").content.decode()
     assert 'id="results-sweep"' in page and "hx-preserve" in page
     assert f'hx-get="{results_url(run)}"' in page
+
+
+def test_a_failed_task_with_a_table_shows_it(alice, owner, store):
+    run = ended(submitted(owner, SWEEP), RunState.FAILED)
+    Task.objects.filter(run=run).update(state=TaskState.FAILED)
+    (out_dir(store, run) / "results.csv").write_text(csv_text(HEADER, grid_rows()))
+    assert 'id="results-sweep"' in alice.get(f"/runs/{run.id}/").content.decode()
 
 
 def test_a_task_without_a_table_or_not_done_has_no_results_section(alice, owner, store):
