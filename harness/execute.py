@@ -32,8 +32,8 @@ from harness.errors import (
     ConfigurationError,
 )
 from harness.heartbeat import Heartbeat
-from harness.lifecycle import configure_logging, sigterm_stops
-from harness.memory import Evidence, MemorySampler, MemorySource, descendants, memory_source
+from harness.lifecycle import configure_logging, kill_tree, sigterm_stops
+from harness.memory import Evidence, MemorySampler, MemorySource, memory_source
 from harness.report import (
     WorkerReport,
     cpu_seconds,
@@ -68,15 +68,6 @@ def stage_inputs(paths: TaskPaths) -> None:
     paths.scratch.mkdir(parents=True, exist_ok=True)
     pairs = [(str(path), f"{INPUTS_DIR}/{port}") for port, path in paths.inputs.items()]
     stage(pairs, paths.store or paths.task_dir, paths.scratch)
-
-
-def _kill_tree(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the command and every process below it."""
-    for pid in [*reversed(descendants(process.pid)), process.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
 
 
 def run_command(
@@ -127,7 +118,7 @@ def run_command(
                 deadline = time.monotonic() + grace_s
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("grace period over: killing the command")
-                _kill_tree(process)
+                kill_tree(process.pid)
     if stop.is_set():  # an evicted command that exits 0 (a checkpoint) has not finished
         status = EXIT_TERMINATED
     elif code == 0:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+from harness.memory import descendants
 
 
 @contextmanager
@@ -35,3 +38,19 @@ def configure_logging(program: str) -> None:
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {program} %(levelname)s %(message)s"
     )
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every process below it (a pool process and the program it runs).
+
+    The process is stopped first, so it starts nothing more while its tree is listed.
+    """
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    for below in [*reversed(descendants(pid)), pid]:
+        try:
+            os.kill(below, signal.SIGKILL)
+        except ProcessLookupError:
+            continue

@@ -32,6 +32,7 @@ from harness.files import write_atomic
 from harness.ledger import DamagedPieces, Ledger
 from harness.lifecycle import configure_logging, sigterm_stops
 from harness.report import harness_started
+from harness.results import is_flat, write_mappings
 from harness.sources import install_sources
 from harness.tasktypes import MergeContext, TaskType, get_task_type
 
@@ -43,6 +44,9 @@ log = logging.getLogger("simrun.harness")
 
 def run_merge(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> None:
     """Merge the units of a task once its ledger is complete, then write the marker.
+
+    When every unit returned a flat mapping (``harness.results.is_flat``), the results table
+    ``out/results.csv`` is written after the type's merge.
 
     Units of pieces the store damaged (truncated, a bad checksum) are computed again here
     first. Raises ``ValueError`` when the task type is not splittable or the ledger has
@@ -67,6 +71,8 @@ def run_merge(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> Non
     marker = paths.out / MERGED_MARKER
     marker.unlink(missing_ok=True)  # a merge again: no marker until this one is whole
     task_type.merge(settings, MergeContext(results=results, out=paths.out, inputs=paths.inputs))
+    if all(is_flat(result) for result in results):
+        write_mappings(paths.out, results)  # the results table of a type (a sweep writes its own)
     write_atomic(marker, json.dumps({"units": units, "merged": time.time()}))
 
 

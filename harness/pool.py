@@ -6,7 +6,11 @@ of the process or of its worker loses at most the unit in flight and ``FLUSH_S``
 work. It ignores SIGTERM (the worker decides when its units stop), dies with its worker, and
 checks a shared stop flag between units, so a batch ends at the next unit boundary after a
 stop or a failure. It marks the unit it runs and since when in its slot of a shared array,
-where the worker finds a unit past its time limit and the process to kill.
+where the worker finds a unit past its time limit and the process to kill. A unit may end
+its batch without a result: ``Interrupted`` (the stop reached the program it ran) leaves it
+to be computed again, ``Killed`` (its program was killed, by the OOM killer as a rule) kills
+the pool process once it stored its finished units, so the worker ends as for any pool
+process killed (137, retried with the retry memory after a kill for memory).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import resource
 import signal
 import time
 import traceback
@@ -36,6 +41,14 @@ BETWEEN_BATCHES = -1.0
 """The unit of a process whose last batch is stored: it waits for the next one, and may wait
 for ever on a queue lock that a killed process of the pool held."""
 _PR_SET_PDEATHSIG = 1
+
+
+class Interrupted(Exception):
+    """A unit the stop of its worker interrupted: neither stored nor failed, computed again."""
+
+
+class Killed(Exception):
+    """A unit whose work was killed (its program by SIGKILL): its pool process dies too."""
 
 
 class Flag(Protocol):
@@ -71,6 +84,8 @@ class Batch(NamedTuple):
     """The unit that raised (or exited) and its traceback."""
     storage: str | None = None
     """Why the units could not be stored (an ``OSError``): the batch stopped there."""
+    children_peak_bytes: int = 0
+    """The largest peak resident memory of a program the process ran and reaped (a sweep's)."""
 
 
 class _Process:
@@ -129,7 +144,8 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
     """Compute units in order until done, stopped or failed, storing them every ``FLUSH_S``.
 
     The setup runs in the first unit of the process. Anything a unit raises, ``SystemExit``
-    (a command line's ``main``) included, fails it.
+    (a command line's ``main``) included, fails it, but ``Interrupted`` (the batch ends
+    without the unit) and ``Killed`` (the process stores its units and kills itself).
     """
     task_type, settings, stop = _Process.task_type, _Process.settings, _Process.stop
     compute = task_type.compute
@@ -156,6 +172,11 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
             payload = pickle.dumps(
                 compute(settings, _Process.context, unit), pickle.HIGHEST_PROTOCOL
             )
+        except Interrupted:
+            break
+        except Killed:
+            _store(units, payloads, seconds)
+            os.kill(os.getpid(), signal.SIGKILL)
         except BaseException:
             failed = (unit, traceback.format_exc())
             break
@@ -180,7 +201,14 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
         del stored[len(stored) - len(units) :]
         del stored_seconds[len(stored_seconds) - len(seconds) :]
     slots[at + 1] = BETWEEN_BATCHES
-    return Batch(stored, stored_seconds, time.process_time() - cpu, failed, storage)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return Batch(stored, stored_seconds, time.process_time() - cpu, failed, storage, children)
+
+
+def stopping() -> bool:
+    """Whether the worker of this pool process stops (its flag is set): for a unit to ask."""
+    flag = getattr(_Process, "stop", None)  # None outside a pool (the merge's recompute)
+    return flag is not None and bool(flag.value)
 
 
 def warm_up() -> None:

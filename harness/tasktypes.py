@@ -29,6 +29,7 @@ BUILTIN_TYPES = {
     "alloc": "harness.examples.alloc:TASK_TYPE",
     "ising": "harness.examples.ising:TASK_TYPE",
     "csv-stats": "harness.examples.csv_stats:TASK_TYPE",
+    "sweep": "harness.sweep:TASK_TYPE",
 }
 
 

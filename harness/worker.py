@@ -16,7 +16,6 @@ import argparse
 import logging
 import multiprocessing
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -56,7 +55,7 @@ from harness.execute import THREAD_VARIABLES
 from harness.execute import main as exec_main
 from harness.heartbeat import Heartbeat
 from harness.ledger import Claim, Ledger
-from harness.lifecycle import configure_logging, sigterm_stops
+from harness.lifecycle import configure_logging, kill_tree, sigterm_stops
 from harness.memory import (
     MEMORY_SOURCE_ENV,
     Evidence,
@@ -146,6 +145,8 @@ class _Tally:
     units: list[int] = field(default_factory=list)
     unit_seconds: float = 0.0
     unit_cpu_seconds: float = 0.0
+    children_peak_bytes: int = 0
+    """The largest peak of a program a pool process ran (a sweep's units)."""
 
 
 class _Work:
@@ -255,6 +256,9 @@ class _Work:
             self.tally.unit_seconds += sum(batch.seconds)
             self.unit_s = sum(batch.seconds) / len(batch.seconds)
         self.tally.unit_cpu_seconds += batch.cpu_seconds
+        self.tally.children_peak_bytes = max(
+            self.tally.children_peak_bytes, batch.children_peak_bytes
+        )
         self.ledger.release([c.block for c in claims])
         if batch.storage is not None and self.storage is None and self.failed is None:
             log.error("the units cannot be stored: %s", batch.storage)
@@ -282,10 +286,7 @@ class _Work:
                 reason = f"it ran longer than its time limit of {limit:g} s"
                 log.error("unit %d failed: %s; its process is killed", unit, reason)
                 self._fail(int(unit), reason)
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    continue
+                kill_tree(int(pid))  # with the program a sweep's unit runs
 
     def _broken(self) -> NoReturn:
         """A pool process died: let the others store what they finished, release, raise.
@@ -313,7 +314,7 @@ class _Work:
         if any(process.is_alive() for process in processes):
             log.info("%s: what is left of the pool is killed", why)
             for process in processes:
-                process.kill()
+                kill_tree(process.pid)
             for process in processes:
                 process.join(ANSWER_S)
         wait(self.in_flight, timeout=ANSWER_S)
@@ -433,7 +434,7 @@ def close_pool(executor: ProcessPoolExecutor) -> None:
         process.join(max(0.0, deadline - time.monotonic()))
     for process in processes:
         if process.is_alive():
-            process.kill()
+            kill_tree(process.pid)
             process.join(ANSWER_S)
     if manager is not None:
         manager.join(ANSWER_S)
@@ -536,6 +537,10 @@ def run_worker(
         report.unit_seconds = tally.unit_seconds
         report.seconds = time.perf_counter() - clock
         report.peak_memory_bytes, report.peak_source = sampler.high_water()
+        if memory_source == "process" and report.peak_memory_bytes is not None:
+            # The process tree's samples miss programs that ended between two of them: each
+            # pool process may have held the largest of them besides its own memory.
+            report.peak_memory_bytes += report.processes * tally.children_peak_bytes
         report.oom_kills = evidence.oom_kills()
         report.cpu_seconds = own_cpu_seconds() - cpu_before + tally.unit_cpu_seconds
         report.throttled_seconds = evidence.throttled_seconds()

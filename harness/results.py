@@ -1,0 +1,103 @@
+"""The results table of a split task: one row per unit, ``out/results.csv`` and Parquet.
+
+The merge of a command sweep writes it (``harness.sweep``), and so does the merge of any
+split type whose units all return a flat mapping (``ising``): the first column is ``unit``,
+the rows are in unit order. Values are written so that ``pandas.read_csv`` reads numbers as
+numbers: integers as integers, floats in their shortest exact form (``nan`` and ``inf`` too),
+booleans as ``True``/``False``, a missing value as an empty field. ``out/results.parquet``
+holds the same where ``pyarrow`` is installed, each column of one type.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.files import temporary_name, write_atomic
+
+RESULTS_CSV = "results.csv"
+RESULTS_PARQUET = "results.parquet"
+MAX_FIELDS = 1000
+"""Columns a flat mapping may add to the table at most (a result is no table of its own)."""
+
+Scalar = str | int | float | bool | None
+
+
+def is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float)
+
+
+def is_flat(value: Any) -> bool:
+    """Whether a unit's result is a flat mapping: names to strings, numbers, booleans, None."""
+    return (
+        isinstance(value, Mapping)
+        and 0 < len(value) <= MAX_FIELDS
+        and all(isinstance(k, str) and is_scalar(v) for k, v in value.items())
+    )
+
+
+def first_seen(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The keys of mappings in the order they first appear."""
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
+def cell(value: Scalar) -> str:
+    """A value as a CSV field pandas reads back as the same value."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def write_table(out: Path, columns: Sequence[str], rows: Sequence[Sequence[Scalar]]) -> None:
+    """Write ``out/results.csv`` (and ``out/results.parquet`` with pyarrow), each atomically."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([cell(v) for v in row] for row in rows)
+    write_atomic(out / RESULTS_CSV, text.getvalue())
+    _write_parquet(out / RESULTS_PARQUET, columns, rows)
+
+
+def write_mappings(out: Path, results: Sequence[Mapping[str, Scalar]]) -> None:
+    """The table of a split type whose units returned flat mappings: ``unit``, then their
+    keys in the order first seen (a key named ``unit`` is written as ``results.unit``)."""
+    keys = first_seen(results)
+    columns = ["unit", *("results.unit" if key == "unit" else key for key in keys)]
+    write_table(
+        out, columns, [[unit, *(row.get(k) for k in keys)] for unit, row in enumerate(results)]
+    )
+
+
+def column_values(rows: Sequence[Sequence[Scalar]], index: int) -> list[Scalar]:
+    """One column of the table, as Parquet stores it: numbers as floats if any is a float,
+    everything as text if the column mixes text with other values."""
+    values = [row[index] for row in rows]
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {bool} or kinds <= {int} or kinds <= {str}:
+        return values
+    if kinds <= {int, float}:
+        return [None if v is None else float(v) for v in values]
+    return [None if v is None else cell(v) for v in values]
+
+
+def _write_parquet(path: Path, columns: Sequence[str], rows: Sequence[Sequence[Scalar]]) -> None:
+    try:
+        import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return
+    table = pa.table({name: column_values(rows, i) for i, name in enumerate(columns)})
+    temporary = temporary_name(path)
+    try:
+        pq.write_table(table, temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
