@@ -312,6 +312,8 @@ SIMRUN_TASK_PIDS_MAX = _read("SIMRUN_TASK_PIDS_MAX", env.int, 4096)
 SIMRUN_PACKAGES_TIMEOUT_S = _positive("SIMRUN_PACKAGES_TIMEOUT_S", 1800.0)
 SIMRUN_ENVIRONMENTS_KEPT = int(_positive("SIMRUN_ENVIRONMENTS_KEPT", 8))
 SIMRUN_PACKAGES_CACHE_GB = _positive("SIMRUN_PACKAGES_CACHE_GB", 5.0)
+# The most units (combinations) one command sweep may have (docs/run-spec.md, Sweeps).
+SIMRUN_SWEEP_MAX_UNITS = _read("SIMRUN_SWEEP_MAX_UNITS", env.int, 100_000)
 # A type only a run's sources define is learned by running their code here (as the owner's
 # task user on the local backend); on Argo that would be in the service's pod: off by default.
 SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND != "argo")

@@ -302,7 +302,9 @@ def _record(
     kills: Mapping[str, list[int]],
     marks: Marks,
 ) -> int:
-    key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
+    key = observation_key(
+        task_type=task.type, run_name=task.run.name, task_id=task.task_id, command=task.command
+    )
     recorded = marks.names
     found = reports(folder)
     rows = {(a.worker, a.attempt): a for a in Attempt.objects.filter(task=task)}
@@ -456,7 +458,9 @@ def record_kills(*, task: Task, plan: TaskPlan, kills: Mapping[str, Sequence[int
     is final, and the observation becomes the report's (its peak, processes and OOM kills)
     if the attempt has one. Returns the kills written (or already there).
     """
-    key = observation_key(task_type=task.type, run_name=task.run.name, task_id=task.task_id)
+    key = observation_key(
+        task_type=task.type, run_name=task.run.name, task_id=task.task_id, command=task.command
+    )
     killed = [
         (worker, attempt)
         for worker, attempts in sorted(kills.items())

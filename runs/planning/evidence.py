@@ -13,10 +13,11 @@ from django.db import connection
 from django.db.models import Case, F, FloatField, Max, When
 from django.db.models.functions import Cast
 
+from harness.sweep import SWEEP_TYPE
 from harness.tasktypes import TaskType
 from runs.models import Observation
 from runs.planning import sizing
-from runs.planning.planner import DEFAULT_COMMAND_GB
+from runs.planning.planner import DEFAULT_COMMAND_GB, SWEEP_PREFIX
 
 GIB = 2**30
 COMMAND_PREFIX = "command:"
@@ -26,7 +27,7 @@ def default_of(key: str, types: Mapping[str, TaskType]) -> float | None:
     """The default GiB per process of a key; None for a type no longer registered."""
     if key.startswith(COMMAND_PREFIX):
         return DEFAULT_COMMAND_GB
-    task_type = types.get(key)
+    task_type = types.get(SWEEP_TYPE if key.startswith(SWEEP_PREFIX) else key)
     return None if task_type is None else task_type.per_worker_gb
 
 

@@ -14,10 +14,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from harness.sweep import SWEEP_TYPE, program_name
 from harness.tasktypes import TaskType
 from runs.backends.base import TaskPlan
 from runs.planning import sizing
-from runs.planning.spec import RunSpec, TaskSpec
+from runs.planning.spec import RunSpec, TaskSpec, type_name
 
 RETRY_FACTOR = 2.0
 """The retry memory is at least this many times the memory."""
@@ -47,6 +48,8 @@ class ObservedPeak:
 
 KEY_LENGTH = 100
 """The length of ``Observation.task_type``: a longer command key is cut there."""
+SWEEP_PREFIX = "sweep:"
+"""The observations of a command sweep are its program's: ``sweep:<program>``."""
 
 
 @dataclass(frozen=True)
@@ -60,16 +63,29 @@ class PerWorker:
     """One plain clause, ``{subject}`` and ``{per}`` left open (``sizing.Sizing.short``)."""
 
 
-def observation_key(*, task_type: str, run_name: str, task_id: str) -> str:
+def observation_key(
+    *, task_type: str, run_name: str, task_id: str, command: Sequence[str] = ()
+) -> str:
     """What the observations of a task are stored and read under.
 
     A task type's name; for a command task ``command:<run name>/<task id>``, so the same task
     of a workflow submitted again learns from its earlier runs. A command task of a run
-    without a name has no key ("") and is planned at the default.
+    without a name has no key ("") and is planned at the default. A command sweep's is
+    ``sweep:<program>`` (``harness.sweep.program_name``): every sweep of a program learns from
+    the others, whatever its run or task.
     """
+    if task_type == SWEEP_TYPE and command:
+        return f"{SWEEP_PREFIX}{program_name(command)}"[:KEY_LENGTH]
     if task_type:
         return task_type
     return f"command:{run_name}/{task_id}"[:KEY_LENGTH] if run_name else ""
+
+
+def subject_of(task: TaskSpec, task_type: TaskType | None, command: str) -> str:
+    """What a plan's reasons name: the type, a sweep's program, or ``command`` for a command."""
+    if task_type is not None and task_type.name == SWEEP_TYPE and task.command:
+        return program_name(task.command)
+    return task_type.name if task_type is not None else command
 
 
 def round_gb(gb: float) -> float:
@@ -88,7 +104,12 @@ def processes(cores: int, memory_gb: float | None, base_gb: float, per_worker_gb
 def observation_keys(spec: RunSpec) -> dict[str, str]:
     """The observation key of every task of a spec, by task id ("" for none)."""
     return {
-        task_id: observation_key(task_type=task.type or "", run_name=spec.name, task_id=task_id)
+        task_id: observation_key(
+            task_type=type_name(task) or "",
+            run_name=spec.name,
+            task_id=task_id,
+            command=task.command or (),
+        )
         for task_id, task in spec.tasks.items()
     }
 
@@ -125,7 +146,7 @@ def per_worker_memory(
         retry = policy.retry([*past, *shown], killed_gb=gb, default_gb=default)
         why = f"per-worker memory {gb:g} GiB from the spec"
         return PerWorker(gb, retry, why, "the run's spec sets {subject} " + f"{gb:g} GiB{{per}}")
-    what = task_type.name if task_type is not None else "the command"
+    what = subject_of(task, task_type, "the command")
     given = prior if prior is not None and prior.types else None
     sized = policy.size(past, default_gb=default, prior=given, shown=shown)
     if not past and given is not None:
@@ -137,7 +158,7 @@ def per_worker_memory(
             sized.short,
         )
     if not past:
-        source = f"default of {task_type.name}" if task_type is not None else "default of a command"
+        source = f"default of {subject_of(task, task_type, 'a command')}"
         why = f"per-worker memory {default:g} GiB: {source}"
         return PerWorker(default, sized.retry_gb, why, sized.short)
     gb = max(MIN_PER_WORKER_GB, round_gb(sized.gb))
@@ -292,7 +313,7 @@ def plan_run(
     return {
         task_id: plan_task(
             task,
-            types[task.type] if task.type else None,
+            types[name] if (name := type_name(task)) else None,
             (observed or {}).get(keys[task_id], ()),
             extra_workers=extra_workers,
             max_cores=max_cores,
@@ -325,7 +346,8 @@ def oversized(
         memory = task.memory
         if max_memory_gb is None or memory is None:
             continue
-        task_type = types.get(task.type) if task.type else None
+        name = type_name(task)
+        task_type = types.get(name) if name else None
         base_gb = memory.base_gb if memory.base_gb is not None else 0.0
         if memory.base_gb is None and task_type is not None:
             base_gb = task_type.base_gb
@@ -362,7 +384,7 @@ def short_reason(
     peaked at 0.09 GiB; with so few runs simrun keeps a wide margin"."""
     if spec.memory is not None and spec.memory.gb is not None:
         return f"{memory_gb:g} GiB: set by the run's spec."
-    subject = task_type.name if task_type is not None else "this command"
+    subject = subject_of(spec, task_type, "this command")
     per = " per process" if procs > 1 else ""
     head = f"{memory_gb:g} GiB for {procs} processes" if procs > 1 else f"{memory_gb:g} GiB"
     return f"{head}: {sized.short.format(subject=subject, per=per)}."

@@ -10,7 +10,7 @@ from django.conf import settings
 from harness.tasktypes import TaskType
 from runs.backends.base import RunRecord, TaskPlan, TaskRecord
 from runs.models import Run, Task
-from runs.planning.spec import RunSpec, task_kind
+from runs.planning.spec import RunSpec, sweep_settings, task_kind, type_name
 
 
 def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:
@@ -67,13 +67,16 @@ def task_records(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, Task
     records = {}
     for task_id, task in spec.tasks.items():
         task_type = types[task.type] if task.type else None
-        settings = (
-            task_type.parse_settings(task.settings).model_dump(mode="json") if task_type else {}
-        )
+        if task.sweep is not None:
+            settings = sweep_settings(task)
+        elif task_type is not None:
+            settings = task_type.parse_settings(task.settings).model_dump(mode="json")
+        else:
+            settings = {}
         records[task_id] = TaskRecord(
             id=task_id,
             kind=task_kind(task, types),
-            type=task.type or "",
+            type=type_name(task) or "",
             settings=settings,
             inputs=task.inputs,
             command=task.command or [],

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
+from django.conf import settings as django_settings
 from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as PackageRequirement
 from pydantic import (
@@ -28,6 +29,9 @@ from pydantic import (
     field_validator,
 )
 
+from harness.grid import RESERVED, SweepError, parse_sweep
+from harness.placeholders import PlaceholderError, names, parse
+from harness.sweep import SWEEP_TYPE, Failures, ResultsFile, SweepSettings
 from harness.tasktypes import ShippedType, TaskType, input_names
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
@@ -120,7 +124,8 @@ Arg = Annotated[StrictStr, Field(max_length=MAX_ARG_LENGTH)]
 
 
 class TaskSpec(BaseModel):
-    """A node of the DAG: a typed task (split or plugin) or a command task."""
+    """A node of the DAG: a typed task (split or plugin) or a command task; a command task
+    with a ``sweep`` is a split task of the type ``sweep`` (``harness.sweep``)."""
 
     model_config = STRICT
 
@@ -132,6 +137,9 @@ class TaskSpec(BaseModel):
     cores: int | None = Field(default=None, ge=1, le=MAX_CORES)
     memory: MemorySpec | None = None
     image: ImageRef | None = None
+    sweep: dict[StrictStr, Any] | None = Field(default=None, max_length=100)
+    results: ResultsFile | None = None
+    failures: Failures | None = None
 
     @field_validator("inputs")
     @classmethod
@@ -304,6 +312,48 @@ def known_type(types: Mapping[str, TaskType], name: str) -> TaskType | None:
     return None if isinstance(task_type, ShippedType) else task_type
 
 
+def _check_sweep(
+    task_id: str, task: TaskSpec, max_units: int, broken: Collection[str]
+) -> dict[str, list[str]]:
+    """The problems of a task's sweep: its axes, their count, the placeholders of its command."""
+    at = f"tasks.{task_id}"
+    if task.command is None:
+        if "command" in broken:
+            return {}
+        return {
+            f"{at}.sweep": [
+                "only a command task takes a sweep (a task type sweeps by its settings)"
+            ]
+        }
+    errors: dict[str, list[str]] = {}
+    if task.image is not None:
+        errors[f"{at}.image"] = [
+            "a sweep runs in the run's image (environment.image), where the harness is: "
+            "it takes no image of its own"
+        ]
+    if task.sweep is None:
+        return errors  # malformed, reported by the schema: its axes are unknown
+    axes = [str(name) for name in task.sweep if name not in RESERVED]
+    try:
+        grid = parse_sweep(task.sweep)
+    except SweepError as error:
+        for path, messages in error.errors.items():
+            errors[f"{at}.sweep.{path}" if path else f"{at}.sweep"] = messages
+    else:
+        if grid.size > max_units:
+            errors[f"{at}.sweep"] = [
+                f"the sweep makes {grid.size:,} combinations, more than the {max_units:,} "
+                "a task may have (SIMRUN_SWEEP_MAX_UNITS)"
+            ]
+    known = names(axes, task.inputs)
+    for index, arg in enumerate(task.command):
+        try:
+            parse(arg, known)
+        except PlaceholderError as error:
+            errors[f"{at}.command.{index}"] = [str(error)]
+    return errors
+
+
 def _check_task(
     task_id: str,
     task: TaskSpec,
@@ -311,6 +361,7 @@ def _check_task(
     types: Mapping[str, TaskType],
     broken: Collection[str] = (),
     shipped: bool = False,
+    max_sweep_units: int = MAX_UNITS,
 ) -> dict[str, list[str]]:
     """The problems of one task; ``broken`` names its fields already reported as malformed.
 
@@ -339,15 +390,29 @@ def _check_task(
     if task.command is not None:
         if task.settings:
             errors[f"{at}.settings"] = ["a command task takes no settings"]
-        if task.workers is not None and task.workers > 1:
-            errors[f"{at}.workers"] = ["only a split task has several workers"]
+        if task.workers is not None and task.workers > 1 and task.sweep is None:
+            errors[f"{at}.workers"] = [
+                "only a split task (or a command with a sweep) has several workers"
+            ]
+    if task.sweep is not None or "sweep" in broken:
+        errors.update(_check_sweep(task_id, task, max_sweep_units, broken))
+    else:
+        for name in ("results", "failures"):
+            if getattr(task, name) is not None:
+                errors[f"{at}.{name}"] = [f"only a command with a sweep takes {name}"]
     if task.type is None:
+        return errors
+    if task.type == SWEEP_TYPE:
+        errors[f"{at}.type"] = [
+            f"{SWEEP_TYPE!r} is the type simrun gives a command with a sweep: "
+            "write command: [...] and sweep: {...} instead"
+        ]
         return errors
     task_type = known_type(types, task.type)
     if task_type is None:
         if not shipped:
-            names = [name for name in types if known_type(types, name)]
-            errors[f"{at}.type"] = [unknown("task type", task.type, names)]
+            offered = [name for name in types if known_type(types, name) and name != SWEEP_TYPE]
+            errors[f"{at}.type"] = [unknown("task type", task.type, offered)]
         return errors
     if not task_type.splittable and task.workers is not None and task.workers > 1:
         errors[f"{at}.workers"] = [f"{task.type} is a plugin task type: it runs as one pod"]
@@ -376,15 +441,21 @@ def _check_task(
 
 
 def validate_spec(
-    data: Any, *, types: Mapping[str, TaskType], sources_learned: bool = False
+    data: Any,
+    *,
+    types: Mapping[str, TaskType],
+    sources_learned: bool = False,
+    max_sweep_units: int | None = None,
 ) -> RunSpec:
     """Validate a parsed document against the schema, the task types and the DAG rules.
 
     Every problem at once: the schema's, then each task's (a malformed task is checked with
     its well-formed fields), the name collisions and a cycle of the inputs. A type ``types``
     lacks is left to the spec's ``sources`` when it has some, unless ``sources_learned`` (the
-    types they ship are among ``types``): the submission learns and checks it.
+    types they ship are among ``types``): the submission learns and checks it. A sweep makes
+    at most ``max_sweep_units`` units (the setting ``SIMRUN_SWEEP_MAX_UNITS`` by default).
     """
+    cap = django_settings.SIMRUN_SWEEP_MAX_UNITS if max_sweep_units is None else max_sweep_units
     if not isinstance(data, dict):
         raise SpecError({"spec": ["a run specification is a mapping with at least 'tasks'"]})
     errors: dict[str, list[str]] = {}
@@ -404,7 +475,7 @@ def validate_spec(
     sources = spec.sources if spec is not None else data.get("sources")
     shipped = bool(sources) and not sources_learned
     for task_id, task in tasks.items():
-        found = _check_task(task_id, task, ids, types, broken.get(task_id, set()), shipped)
+        found = _check_task(task_id, task, ids, types, broken.get(task_id, set()), shipped, cap)
         for path, messages in found.items():
             errors.setdefault(path, []).extend(messages)
     for path, message in _collisions(tasks, types):
@@ -432,7 +503,8 @@ def _collisions(
     for task_id in tasks:
         derived = DERIVED_NODE.match(task_id)
         owner = tasks.get(derived["task"]) if derived else None
-        kind = known_type(types, owner.type) if owner and owner.type else None
+        name = type_name(owner) if owner else None
+        kind = known_type(types, name) if name else None
         if derived and kind is not None and kind.splittable:
             found.append(
                 (
@@ -501,10 +573,30 @@ def parse_spec(text: str | bytes, *, types: Mapping[str, TaskType]) -> RunSpec:
     return validate_spec(parse_document(text), types=types)
 
 
+def type_name(task: TaskSpec) -> str | None:
+    """The task type a task runs as: its own, ``sweep`` for a command with a sweep, else None."""
+    return SWEEP_TYPE if task.sweep is not None else task.type
+
+
 def task_kind(
     task: TaskSpec, types: Mapping[str, TaskType]
 ) -> Literal["split", "plugin", "command"]:
     """Whether a validated task is a split, a plugin or a command task."""
-    if task.type is None:
+    name = type_name(task)
+    if name is None:
         return "command"
-    return "split" if types[task.type].splittable else "plugin"
+    return "split" if types[name].splittable else "plugin"
+
+
+def sweep_settings(task: TaskSpec) -> dict[str, Any]:
+    """The settings of a validated command sweep as it is stored and run: the normalised
+    form of its sweep (``harness.grid.Grid.as_json``), deterministic and JSON."""
+    assert task.command is not None and task.sweep is not None
+    settings = SweepSettings(
+        command=task.command,
+        sweep=parse_sweep(task.sweep).as_json(),
+        ports=sorted(task.inputs),
+        results=task.results,
+        failures=task.failures or Failures(),
+    )
+    return settings.model_dump(mode="json")

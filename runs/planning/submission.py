@@ -31,7 +31,7 @@ from runs.planning.planner import (
     plan_run,
 )
 from runs.planning.records import task_json, task_records
-from runs.planning.spec import RunSpec, SpecError
+from runs.planning.spec import RunSpec, SpecError, type_name
 
 
 def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
@@ -115,10 +115,11 @@ def run_problem(spec: RunSpec, owner: User, backend: Backend) -> str | None:
     problem_of = getattr(backend, "isolation_problem", None)
     if problem_of is None:
         return None
-    # A typed task (split or plugin) runs this Python as the task user; so does a run with
-    # sources or packages, whose venvs are built (and types learned) as that user.
+    # A typed task (split or plugin, a command sweep too) runs this Python as the task user;
+    # so does a run with sources or packages, whose venvs are built (and types learned) as
+    # that user.
     built = bool(spec.sources or spec.environment.packages)
-    typed = built or any(t.type is not None for t in spec.tasks.values())
+    typed = built or any(type_name(t) is not None for t in spec.tasks.values())
     if problem := problem_of(owner.pk, "command"):
         what = "no task"
     elif typed and (problem := problem_of(owner.pk, "split")):

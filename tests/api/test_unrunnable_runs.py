@@ -22,6 +22,7 @@ pytestmark = [
 ]
 SWEEP = "tasks:\n  sweep: {type: squares, settings: {n: 4}}\n"
 COMMAND = "tasks:\n  say: {command: [echo, hi]}\n"
+COMMAND_SWEEP = "tasks:\n  say: {command: [echo, '{x}'], sweep: {x: [1, 2]}}\n"
 
 
 def isolating(monkeypatch, root: Path) -> LocalBackend:
@@ -67,9 +68,11 @@ def test_with_this_python_out_of_reach_a_sweep_is_refused_and_a_command_accepted
 
     sweep = owner_client.post("/api/runs/", data=SWEEP, content_type="application/yaml")
     command = owner_client.post("/api/runs/", data=COMMAND, content_type="application/yaml")
+    swept = owner_client.post("/api/runs/", data=COMMAND_SWEEP, content_type="application/yaml")
 
     assert sweep.status_code == 503
     assert "no split or plugin task" in sweep.json()["detail"]
+    assert swept.status_code == 503  # its units run in the harness, this Python
     assert command.status_code == 201
     assert Run.objects.count() == 1
 

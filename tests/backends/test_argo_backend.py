@@ -63,6 +63,27 @@ def test_submit_creates_the_workflow_of_the_run_in_the_namespace(
     assert create.path == "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
 
 
+def test_a_command_sweep_is_submitted_as_the_workflow_of_its_split_task(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    text = """
+tasks:
+  sim:
+    command: [md-sim, --T, "{T}", --out, "{out}/r.json"]
+    sweep: {T: {linspace: [0.5, 3.0, 26]}}
+    workers: 2
+    results: r.json
+"""
+    record, plans = run_of(text)
+
+    name = backend.submit(record, plans, task_types(), CLUSTER)
+
+    stored = kube.state.workflows[("simrun", name)]
+    templates = {t["name"]: t for t in stored["spec"]["templates"]}
+    assert templates["sim-w0"]["container"]["command"] == ["simrun-worker"]
+    assert templates["sim-merge"]["container"]["command"] == ["simrun-merge"]
+
+
 def test_a_workflow_that_exists_already_is_taken_as_submitted(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:

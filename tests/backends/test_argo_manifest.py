@@ -56,6 +56,17 @@ sources: ['{"a" * 64}', '{"b" * 64}']
 tasks: {{sweep: {{type: squares, settings: {{n: 5}}}}}}
 """
 LONG_ID = f"tasks: {{{'t' * 40}: {{type: squares, settings: {{n: 5}}, workers: 2}}}}"
+COMMAND_SWEEP = """
+tasks:
+  mesh: {command: [make-mesh, --out, out], image: python:3.12-slim}
+  sim:
+    command: [md-sim, --mesh, "{inputs.grid}/m.msh", --T, "{T}", --json, '{{"seed": {seed}}}']
+    inputs: {grid: mesh}
+    sweep: {T: {linspace: [0.5, 3.0, 26]}, seed: {range: [0, 10]}}
+    workers: 3
+    results: result.json
+    failures: {allowed: 2%}
+"""
 
 CORPUS = {
     "split with one worker": (SPLIT_ONE, {}),
@@ -72,6 +83,7 @@ CORPUS = {
     "source snapshots": (SOURCES, {}),
     "a coordinator that merges": (SPLIT_THREE, {"extra_workers": False}),
     "the longest task id": (LONG_ID, {}),
+    "a command sweep": (COMMAND_SWEEP, {}),
 }
 
 
@@ -150,6 +162,20 @@ def test_a_split_task_is_its_coordinator_extra_workers_fanned_out_and_a_merge_af
     extra = tasks["sweep-extra"]
     assert extra["withSequence"] == {"start": "1", "end": "2"}
     assert extra["arguments"] == {"parameters": [{"name": "worker", "value": "sweep-w{{item}}"}]}
+
+
+def test_a_command_sweep_is_a_split_task_of_the_harness_in_the_runs_image() -> None:
+    wf = manifest(COMMAND_SWEEP)
+
+    tasks = dag_tasks(wf)
+    assert {"sim-w0", "sim-extra", "sim-merge"} <= set(tasks)
+    assert tasks["sim-w0"]["dependencies"] == ["mesh"]
+    assert template(wf, "sim-w0")["container"]["command"] == ["simrun-worker"]
+    assert template(wf, "sim-merge")["container"]["command"] == ["simrun-merge"]
+    assert {template(wf, n)["container"]["image"] for n in ("sim-w0", "sim-extra")} == {IMAGE}
+    assert env(wf, "sim-w0")["SIMRUN_INPUTS"] == "grid=runs/abc123def0/tasks/mesh/out"
+    # The command's placeholders live in task.json, never where Argo reads {{...}}.
+    assert "{T}" not in json.dumps(wf) and '{{"seed"' not in json.dumps(wf)
 
 
 def test_the_coordinator_is_the_base_worker_w0_and_extra_workers_take_their_worker_id() -> None:

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.tasktypes import task_types
 from runs.backends import cgroups
 from runs.backends.local import LocalBackend, workflow_name
+from runs.planning.records import task_records
+from runs.planning.spec import parse_spec
 from tests.backends.local_fixtures import (
     ended,
     phase,
@@ -98,6 +101,31 @@ def test_a_dag_of_a_split_task_a_plugin_and_a_command_runs_in_order(backend):
         end = json.loads((logs / f"{node}-0.exit").read_text())["ended"]
         times[task] = (start, end)
     assert times["sq"][1] <= times["stats"][0] and times["stats"][1] <= times["show"][0]
+
+
+def test_a_command_sweep_runs_as_its_coordinator_and_merges_its_results_table(backend):
+    spec = parse_spec(
+        """
+tasks:
+  sim:
+    command: [sh, -c, 'printf "{{\\"y\\": %s}}" $(( $1 * $1 )) > "$2/r.json"', sh, "{x}", "{out}"]
+    sweep: {x: {range: [0, 30]}}
+    results: r.json
+""",
+        types=task_types(),
+    )
+    record = task_records(spec, task_types())["sim"]
+    tasks = {"sim": record.model_dump(exclude={"id"})}
+
+    run_to_end(backend, "h5", tasks, {"sim": plan(cores=2)})
+
+    status = backend.status(workflow_name("h5"))
+    assert status.phase == "Succeeded", read_log(backend, "h5", "sim", "sim-w0")
+    out = backend.store / "runs/h5/tasks/sim/out"
+    rows = (out / "results.csv").read_text().splitlines()
+    assert rows[0] == "unit,x,exit_code,seconds,peak_gib,y"
+    assert [row.split(",")[-1] for row in rows[1:]] == [str(x * x) for x in range(30)]
+    assert (out / ".simrun-merged").exists()
 
 
 def test_a_unit_that_raises_fails_the_coordinator_with_exit_3(backend):
