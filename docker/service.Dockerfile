@@ -28,4 +28,4 @@ RUN python -m venv /opt/simrun \
 
 USER 1000:1000
 EXPOSE 8000
-CMD ["gunicorn", "simrun_site.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+CMD ["gunicorn", "simrun_site.asgi:application", "-c", "python:simrun_site.gunicorn", "--worker-class", "simrun_site.front.Worker", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

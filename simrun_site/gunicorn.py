@@ -6,6 +6,7 @@ request, so the first one is not seconds late. A worker that stopped leaves at o
 interpreter's teardown of a Django app takes seconds of garbage collection, past the graceful
 timeout on a busy machine, and the master then killed workers that had finished
 (``SIGKILL! Perhaps out of memory?``). The master never loads the app: it stops at once too.
+The workers are ``simrun_site.front.Worker``.
 """
 
 from __future__ import annotations
@@ -28,13 +29,11 @@ def post_worker_init(worker: Any) -> None:
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - imported for its side effect
-    # gthread's own handlers shut its thread pool down inside the signal handler: a signal
-    # that came while the main thread held the pool's lock (handing a connection over)
-    # deadlocked the worker until the master's SIGKILL. These take no lock: SIGTERM ends the
-    # loop (it looks every second at most), SIGINT and SIGQUIT leave at once.
-    signal.signal(signal.SIGTERM, lambda *_: setattr(worker, "alive", False))
-    signal.signal(signal.SIGINT, lambda *_: leave(0))
-    signal.signal(signal.SIGQUIT, lambda *_: leave(0))
+    # A signal before uvicorn serves (while waiting for the Celery worker) leaves at once;
+    # uvicorn's own handlers replace these while it serves, and once it stopped it raises
+    # the signal it caught again, which then leaves without the interpreter's teardown.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(signum, lambda *_: leave(0))
     ready = os.environ.get("SIMRUN_WORKER_READY")
     deadline = time.monotonic() + READY_WAIT_S
     while ready and not os.path.exists(ready) and time.monotonic() < deadline:

@@ -189,6 +189,18 @@ AXES_CLIENT_IP_CALLABLE = "runs.common.login_throttle.client_ip"
 # The proxies in front of the service that append the client's address to X-Forwarded-For.
 SIMRUN_PROXY_HOPS = _read("SIMRUN_PROXY_HOPS", env.int, 0)
 
+# The web front (simrun_site/front.py, simrun_site/asgi.py), per web worker process: a request's
+# head must come within SIMRUN_WEB_HEADER_TIMEOUT_S and SIMRUN_WEB_HEADER_BYTES, its body within
+# SIMRUN_WEB_BODY_TIMEOUT_S; a worker takes SIMRUN_WEB_MAX_CONNECTIONS connections, receives
+# SIMRUN_WEB_BODY_BUFFER_MB of bodies at once, and answers in SIMRUN_WEB_THREADS threads (each
+# with its database connection).
+SIMRUN_WEB_HEADER_TIMEOUT_S = _positive("SIMRUN_WEB_HEADER_TIMEOUT_S", 10.0)
+SIMRUN_WEB_HEADER_BYTES = int(_positive("SIMRUN_WEB_HEADER_BYTES", 64 * 1024))
+SIMRUN_WEB_BODY_TIMEOUT_S = _positive("SIMRUN_WEB_BODY_TIMEOUT_S", 120.0)
+SIMRUN_WEB_MAX_CONNECTIONS = int(_positive("SIMRUN_WEB_MAX_CONNECTIONS", 500))
+SIMRUN_WEB_BODY_BUFFER_MB = int(_positive("SIMRUN_WEB_BODY_BUFFER_MB", 512))
+SIMRUN_WEB_THREADS = int(_positive("SIMRUN_WEB_THREADS", 4))
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

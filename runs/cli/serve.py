@@ -40,6 +40,7 @@ READY_TIMEOUT_S = 120.0
 WORKER_READY = "SIMRUN_WORKER_READY"
 """The file the Celery worker touches once it takes tasks (``simrun_site.celery``)."""
 GUNICORN_CONFIG = "python:simrun_site.gunicorn"
+WEB_WORKER = "simrun_site.front.Worker"
 PR_SET_PDEATHSIG = 1
 DEMO_SPEC = Path(__file__).resolve().parents[2] / "docs" / "examples" / "demo.yaml"
 DEMO_USER = "demo"
@@ -106,9 +107,10 @@ def children(args: argparse.Namespace, local: bool, home: Path) -> list[Child]:
     found.append(
         Child(
             "web",
-            [python, "-m", "gunicorn", "simrun_site.wsgi:application", "-c", GUNICORN_CONFIG]
+            [python, "-m", "gunicorn", "simrun_site.asgi:application", "-c", GUNICORN_CONFIG]
             + ["--bind", f"{args.host}:{args.port}", "--workers", str(args.web_workers)]
-            + ["--worker-class", "gthread", "--threads", "4", "--graceful-timeout", "5"]
+            # uvicorn's loop reads each request: a slow client holds no thread (front.py).
+            + ["--worker-class", WEB_WORKER, "--graceful-timeout", "5"]
             # Each worker listens itself and the kernel spreads new connections over them:
             # on one shared socket, the worker that wakes first can take every keep-alive
             # client at once and leave the other idle. port_problem() still refuses a port

@@ -39,7 +39,7 @@ def test_each_process_of_serve_has_its_compose_service_with_the_same_command():
     composed = {name: program(s["command"]) for name, s in services.items() if "command" in s}
 
     assert served == {
-        "web": ("gunicorn", "simrun_site.wsgi:application"),
+        "web": ("gunicorn", "simrun_site.asgi:application"),
         "worker": ("celery", "worker"),
         "beat": ("celery", "beat"),
         "local": ("django", "simrun_local"),
