@@ -4,8 +4,9 @@
         [--baseline DIR] [--repeat 3] [--only list,table]
 
 Fills a database of its own (``simrun_bench`` by default, ``BENCH_DATABASE_URL`` to change
-it) with generated runs of 3 tasks each, unless it holds that many already; starts gunicorn
-as ``simrun serve`` does (gthread workers) against it; then, for each page, ``--clients``
+it) with generated runs of 3 tasks each, unless it holds that many already; starts the web
+server with the command ``simrun serve`` of the code under test gives it (``runs.cli.serve``)
+against it; then, for each page, ``--clients``
 threads call it for ``--seconds`` over keep-alive connections, each waiting for its answer
 before the next request (closed loop). Prints requests per second, p50, p95 and p99 in
 milliseconds, and the server's CPU per request: the gunicorn workers' and their PostgreSQL
@@ -13,11 +14,12 @@ backends' CPU time over the phase (from /proc) divided by the requests answered,
 that other load on the machine disturbs far less than latency; the client's CPU per
 request (this process, whose threads share the machine's cores with the server); and the
 busiest worker's share of the workers' CPU (50% with two workers evenly loaded; keep-alive
-clients can all land on one gthread worker, which halves the throughput). The pages: the
+clients can all land on one worker, which halves the throughput). The pages: the
 API's runs list (bare and filtered) and a run's detail (token), and the dashboard's runs
 table and run page (session), as a staff user who sees every run and as a user who sees
-their own. Target: p95 <= 50 ms for the lists, or <= 2 ms of server CPU a request where two cores
-cannot give that latency.
+their own (the session names the backend that logs users in, as ``login()`` records it). A
+page whose requests fail stops the bench with the first failure's answer. Target: p95 <= 50 ms
+for the lists, or <= 2 ms of server CPU a request where two cores cannot give that latency.
 
 ``--baseline DIR`` compares with another checkout of the code (``git archive`` of a commit,
 unpacked): its own server runs beside this one, on a database of its own (the bench
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import json
 import os
 import random
 import signal
@@ -188,10 +191,26 @@ def credentials(username: str) -> tuple[str, str]:
     _, token = create_token(user)
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    session[BACKEND_SESSION_KEY] = login_backend()
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     return token, f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+
+
+LOGIN_BACKEND = (
+    "from django.conf import settings; from django.contrib.auth import load_backend; "
+    "print(next(b for b in settings.AUTHENTICATION_BACKENDS "
+    "if hasattr(load_backend(b), 'get_user')))"
+)
+"""The first authentication backend that can load a user, as ``login()`` records it: the
+throttle (axes) comes first and loads none, so a session naming it is no session."""
+
+
+def login_backend() -> str:
+    from django.conf import settings
+    from django.contrib.auth import load_backend
+
+    return next(b for b in settings.AUTHENTICATION_BACKENDS if hasattr(load_backend(b), "get_user"))
 
 
 def free_port() -> int:
@@ -282,14 +301,9 @@ def share_credentials(database: str, root: Path) -> None:
 
 
 def baseline_backend(root: Path) -> str:
-    """The first authentication backend of the code at ``root``, as its settings give it."""
+    """The backend that logs users in of the code at ``root`` (``login_backend`` there)."""
     answer = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import django; django.setup(); from django.conf import settings; "
-            "print(settings.AUTHENTICATION_BACKENDS[0])",
-        ],
+        [sys.executable, "-c", f"import django; django.setup(); {LOGIN_BACKEND}"],
         cwd=root,
         env={**os.environ, **ENV},
         capture_output=True,
@@ -299,45 +313,49 @@ def baseline_backend(root: Path) -> str:
     return answer.stdout.strip().splitlines()[-1]
 
 
+WEB_COMMAND = (
+    "import argparse, json, sys; from pathlib import Path; from runs.cli.serve import children; "
+    "args = argparse.Namespace(host='127.0.0.1', port=int(sys.argv[1]), "
+    "web_workers=int(sys.argv[2])); "
+    "print(json.dumps(children(args, local=False, home=Path(sys.argv[3]))[-1].argv))"
+)
+
+
+def web_command(root: Path, port: int, workers: int) -> list[str]:
+    """The web server's command as ``simrun serve`` of the code at ``root`` runs it."""
+    answer = subprocess.run(
+        [sys.executable, "-c", WEB_COMMAND, str(port), str(workers), str(HOME)],
+        cwd=root,
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    command: list[str] = json.loads(answer.stdout.strip().splitlines()[-1])
+    return command
+
+
 def start_server(
-    port: int,
-    workers: int,
-    threads: int,
-    root: Path = ROOT,
-    database: str = DATABASE,
-    worker_class: str = "gthread",
+    port: int, workers: int, root: Path = ROOT, database: str = DATABASE
 ) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "simrun_site.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        str(workers),
-        "--worker-class",
-        worker_class,
-        "--threads",
-        str(threads),
-        "--reuse-port",  # as simrun serve runs it: each worker listens itself
-        "--keep-alive",
-        "30",
-        "--log-level",
-        "warning",
-    ]
+    """The web server of the code at ``root`` as its serve runs it, on ``database``."""
+    command = web_command(root, port, workers)
     # The settings keep PostgreSQL connections between requests (CONN_MAX_AGE), as served.
     env = {**os.environ, **ENV, "DATABASE_URL": database}
     server = subprocess.Popen(command, cwd=root, env=env)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            connection.request("GET", "/login/")
+            if connection.getresponse().status == 200:
                 return server
-        except OSError:
+        except (OSError, http.client.HTTPException):
             time.sleep(0.2)
+        finally:
+            connection.close()
     server.kill()
-    raise SystemExit("gunicorn did not start")
+    raise SystemExit("the web server did not answer")
 
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -428,6 +446,8 @@ class Result:
     name: str
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    failure: str = ""
+    """What the first failed request got (its status and the start of its body)."""
     seconds: float = 0.0
     python_cpu: float = 0.0
     postgres_cpu: float = 0.0
@@ -491,6 +511,7 @@ def load(
         connection = http.client.HTTPConnection("127.0.0.1", side.port, timeout=30)
         mine: list[float] = []
         errors = 0
+        failure = ""
         i = number
         crossed = False
         while (now := time.monotonic()) < stop:
@@ -503,24 +524,28 @@ def load(
             try:
                 connection.request("GET", path, headers=headers)
                 response = connection.getresponse()
-                response.read()
+                body = response.read()
                 ok = response.status in (200, 286)
-            except (OSError, http.client.HTTPException):
+                failed = f"{response.status} {body[:300]!r}"
+            except (OSError, http.client.HTTPException) as error:
                 connection.close()
                 connection = http.client.HTTPConnection("127.0.0.1", side.port, timeout=30)
                 ok = False
+                failed = repr(error)
             elapsed = time.perf_counter() - began
             if crossed:
                 if ok:
                     mine.append(elapsed)
                 else:
                     errors += 1
+                    failure = failure or f"GET {path}: {failed}"
         if not crossed:
             measured.wait()
         connection.close()
         with lock:
             result.latencies.extend(mine)
             result.errors += errors
+            result.failure = result.failure or failure
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
     for thread in threads:
@@ -567,15 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
-    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn process")
-    parser.add_argument(
-        "--worker-class",
-        choices=["gthread", "sync"],
-        default="gthread",
-        help="gthread as simrun serve runs it; sync as docker/ and its Kubernetes manifests "
-        "do, behind a proxy (one request a process at a time, no keep-alive)",
-    )
+    parser.add_argument("--workers", type=int, default=2, help="web server processes")
     parser.add_argument(
         "--only", help="run only the pages whose name contains one of these (comma-separated)"
     )
@@ -608,9 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         sides.insert(0, baseline)
     for side in sides:
         side.port = free_port()
-        side.server = start_server(
-            side.port, args.workers, args.threads, side.root, side.database, args.worker_class
-        )
+        side.server = start_server(side.port, args.workers, side.root, side.database)
     wanted = [w for w in (args.only or "").split(",") if w]
     chosen = [
         case
@@ -618,8 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         if not wanted or any(w in case[0] for w in wanted)
     ]
     print(
-        f"{args.runs} runs, {args.clients} clients, {args.seconds:.0f} s a phase, gunicorn "
-        f"{args.workers} {args.worker_class} workers x {args.threads} threads, "
+        f"{args.runs} runs, {args.clients} clients, {args.seconds:.0f} s a phase, "
+        f"{args.workers} web workers as serve runs them, "
         f"{os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f}, {args.repeat} repetition(s) of {len(sides)} side(s)",
         flush=True,
@@ -631,6 +646,12 @@ def main(argv: list[str] | None = None) -> int:
                 order = sides if repetition % 2 == 0 else sides[::-1]
                 for side in order:
                     result = load(name, side, paths, headers, args.clients, args.seconds)
+                    if result.errors or not result.latencies:
+                        raise SystemExit(
+                            f"{name} on {side.label}: {result.errors} of "
+                            f"{result.errors + len(result.latencies)} requests failed, the "
+                            f"first: {result.failure or 'none answered'}"
+                        )
                     figures = result.figures()
                     results.setdefault((name, side.label), []).append(figures)
                     print(f"[{repetition + 1} {side.label:>8}] {line(name, figures)}", flush=True)
