@@ -326,6 +326,15 @@ SIMRUN_ENVIRONMENTS_KEPT = int(_positive("SIMRUN_ENVIRONMENTS_KEPT", 8))
 SIMRUN_PACKAGES_CACHE_GB = _positive("SIMRUN_PACKAGES_CACHE_GB", 5.0)
 # The most units (combinations) one command sweep may have (docs/run-spec.md, Sweeps).
 SIMRUN_SWEEP_MAX_UNITS = _read("SIMRUN_SWEEP_MAX_UNITS", env.int, 100_000)
+# A task run as a task user gets a network namespace of its own, its own loopback only, so it
+# can neither take the service's port nor reach it, the database or the internet
+# (runs/backends/local_launcher.py); "host" gives it the machine's network.
+SIMRUN_TASK_NETWORK = _read("SIMRUN_TASK_NETWORK", env.str, "loopback")
+if SIMRUN_TASK_NETWORK not in {"loopback", "host"}:
+    raise ImproperlyConfigured(
+        f"environment variable SIMRUN_TASK_NETWORK must be loopback or host, "
+        f"not {SIMRUN_TASK_NETWORK!r}"
+    )
 # A type only a run's sources define is learned by running their code here (as the owner's
 # task user on the local backend); on Argo that would be in the service's pod: off by default.
 SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND != "argo")

@@ -219,6 +219,7 @@ class LocalBackend:
         task_uid_base: int | None = None,
         pids_max: int = PIDS_MAX,
         packages: PackagesLimits | None = None,
+        task_network: str = "loopback",
     ) -> None:
         """Create the backend.
 
@@ -227,7 +228,8 @@ class LocalBackend:
         ``task_uid_base`` runs the processes of a user's runs as the user of that id plus the
         owner's (``local_user``, only as root), None as the service's own user; ``pids_max``
         is the most processes a task may have (its pids cgroup, else ``RLIMIT_NPROC`` of its
-        task user).
+        task user); ``task_network`` ``loopback`` gives a task run as a task user a network of
+        its own (``host``: the machine's).
         """
         self.store = Path(store)
         self.scratch = Path(scratch)
@@ -244,6 +246,7 @@ class LocalBackend:
         self.enforces_memory = self.hierarchy is not None
         self.pids_max = pids_max
         self.packages = packages or PackagesLimits()
+        self.task_network = task_network
         self.pids_parent = cgroups.detect_pids() if os.geteuid() == 0 else None
         self.state = self.store / "local"
         self.address = "\0simrun-local-" + hashlib.sha256(str(self.state).encode()).hexdigest()[:16]
@@ -271,6 +274,7 @@ class LocalBackend:
                 kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
                 cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
             ),
+            task_network=settings.SIMRUN_TASK_NETWORK,
         )
 
     # The files of the backend.
@@ -702,6 +706,7 @@ class LocalBackend:
             "cgroup": str(cgroup) if cgroup is not None else None,
             "pids_cgroup": str(pids_cgroup) if pids_cgroup is not None else None,
             "pids_max": self.pids_max,
+            "network": self.task_network,
             "venv": {"dir": str(venv), "snapshots": submission.snapshots, "base": str(base or "")}
             if venv
             else None,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import json
 import os
@@ -32,6 +33,7 @@ import resource
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -53,6 +55,10 @@ PR_SET_CHILD_SUBREAPER = 36
 """prctl: orphaned descendants of the launcher become its children, not init's."""
 REAP_ROUNDS = 50
 """The rounds of killing what is left of a process tree before the launcher gives up."""
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = "16sh14x"
+"""``struct ifreq`` with its flags: the name of an interface and its flags."""
 
 
 SERVICE_FILE_CAP = 1 << 20
@@ -106,10 +112,32 @@ def same_process(pid: int, start: int | None, cmdline: list[str] | None) -> bool
     return start is not None and process_start(pid) == start and process_cmdline(pid) == cmdline
 
 
-def notify(address: str) -> None:
-    """Wake the step of the backend (a datagram to its socket); nothing when none listens."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, contextlib.suppress(OSError):
+def notify(address: str, sock: socket.socket | None = None) -> None:
+    """Wake the step of the backend (a datagram to its socket, from ``sock`` if given);
+    nothing when none listens."""
+    with contextlib.ExitStack() as made, contextlib.suppress(OSError):
+        if sock is None:
+            sock = made.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
         sock.sendto(b"1", address)
+
+
+def isolate_network() -> None:
+    """Move the launcher, and so all it starts from now on (the sources' build, the staging,
+    the task), into a network namespace of its own with only a loopback of its own: no port,
+    address or abstract socket of the machine's is theirs to take or reach
+    (``SIMRUN_TASK_NETWORK=loopback``, docs/team.md)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        error = ctypes.get_errno()
+        raise OSError(
+            error,
+            f"its network could not be isolated ({os.strerror(error)}); "
+            "SIMRUN_TASK_NETWORK=host gives tasks the machine's network (docs/team.md)",
+        )
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack(IFREQ, b"lo", 0)
+        flags = struct.unpack(IFREQ, fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
 
 
 def last_line(logs_fd: int, name: str, size: int = 4096) -> str:
@@ -143,8 +171,9 @@ def _docker(*args: str) -> str:
 
 def _prepare(launch: dict[str, Any], stopped: Callable[[], bool]) -> IO[str] | None:
     """Install the packages of the run's environment (once for every run naming them),
-    create the venv of the run and the scratch directory, hand both to the task user, and
-    stage the inputs of a command into the scratch as that user. The lock that keeps the
+    then isolate the network (``isolate_network``), create the venv of the run and the
+    scratch directory, hand both to the task user, and stage the inputs of a command into the
+    scratch as that user. The lock that keeps the
     packages' venv while the process runs, if it has one."""
     import local_env  # the sibling module, see the docstring of this module
 
@@ -163,7 +192,10 @@ def _prepare(launch: dict[str, Any], stopped: Callable[[], bool]) -> IO[str] | N
             pip_env=packages["pip_env"],
         )
         _, held = local_env.ensure_packages(install, stopped)
+        end_tree()  # what the packages' build code left running does not outlive their install
     try:
+        if user and launch.get("network") == "loopback":
+            isolate_network()  # the packages came from their index: nothing after needs it
         if venv:
             venv_dir = Path(venv["dir"])
             sources_builder = None
@@ -373,6 +405,8 @@ def run(launch_fd: int, logs_fd: int) -> int:
         "container": launch.get("container"),
     }
     record(pid_name, names)
+    # Made before any isolation: an abstract address is looked up in its socket's namespace.
+    waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     held = None
     try:
         held = _prepare(launch, lambda: stopping)
@@ -394,7 +428,7 @@ def run(launch_fd: int, logs_fd: int) -> int:
         )
         record(pid_name, names)
         if launch.get("notify"):  # it runs from now on: the step tells the service at once
-            notify(launch["notify"])
+            notify(launch["notify"], waker)
         if stopping:  # a SIGTERM came while it started, before the backend could know it
             os.killpg(pid, signal.SIGTERM)
         sampler = None
@@ -417,7 +451,8 @@ def run(launch_fd: int, logs_fd: int) -> int:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(pid_name, dir_fd=logs_fd)
     if launch.get("notify"):
-        notify(launch["notify"])
+        notify(launch["notify"], waker)
+    waker.close()
     return int(result["exit_code"])
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -149,3 +150,36 @@ def test_a_task_reads_its_inputs_and_writes_its_task_dir_but_no_secret_or_other_
     launch = store / "runs" / mallory_run.id / "tasks" / "probe" / "logs" / "probe-0.launch"
     assert "the-service-secret" not in launch.read_text()
     assert launch.stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize(("network", "said"), [("loopback", "UNREACHABLE"), ("host", "REACHED")])
+def test_a_task_reaches_no_port_of_the_machine_unless_its_network_is_the_hosts(
+    home, stranger, network, said
+):
+    """With a network of its own (the default), a port the service listens on is not the
+    task's to reach, nor to take: its 127.0.0.1 is its own."""
+    from runs.models import Run
+
+    backend = LocalBackend(
+        store=home / "store",
+        scratch=home / "scratch",
+        cores=2,
+        memory_gb=8,
+        grace_s=1,
+        task_uid_base=UID_BASE,
+        task_network=network,
+    )
+    run = Run.objects.create(owner=stranger, spec={}, backend="local")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        reach = (
+            "import socket\ntry:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+            "    print('REACHED')\nexcept OSError:\n    print('UNREACHABLE')"
+        )
+        with stepping(backend):
+            task = {"t": {"command": ["/usr/bin/python3", "-c", reach]}}
+            submit(backend, run.id, task, owner=stranger.id)
+            wait_for(lambda: ended(backend, run.id), what="the run")
+    assert phase(backend, run.id) == "Succeeded"
+    assert read_log(backend, run.id, "t", "t").split() == [said]
