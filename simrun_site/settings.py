@@ -360,6 +360,8 @@ SIMRUN_CLUSTER = {
     "build_namespace": _read("SIMRUN_BUILD_NAMESPACE", env.str, "simrun-build"),
     "scratch_gb": _read("SIMRUN_SCRATCH_GB", env.int, 10),
     "pod_start_timeout_s": _read("SIMRUN_POD_START_TIMEOUT_S", env.int, 600),
+    "argo_controller": _read("SIMRUN_ARGO_CONTROLLER", env.str, "argo/workflow-controller"),
+    "argo_version": _read("SIMRUN_ARGO_VERSION", env.str, ""),
 }
 
 # /metrics (runs/common/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with

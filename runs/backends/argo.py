@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import config
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client import (
+    ApiClient,
+    ApisApi,
+    AppsV1Api,
+    Configuration,
+    CoreV1Api,
+    CustomObjectsApi,
+)
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 from kubernetes.watch import Watch
@@ -56,6 +63,7 @@ from runs.backends.argo_status import (
     status_from_workflow,
     with_pods,
 )
+from runs.backends.argo_versions import argo_refusal, kueue_refusal, queue_quota, served_groups
 from runs.backends.argo_watch import PAGE_SIZE, WorkflowCache
 from runs.backends.base import (
     BackendStatus,
@@ -143,6 +151,10 @@ class ArgoBackend:
         silence = Silence()
         self.core = cast(CoreV1Api, Resilient(CoreV1Api(api), self.calls, silence))
         self.custom = cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), self.calls, silence))
+        self.apps = cast(AppsV1Api, Resilient(AppsV1Api(api), self.calls, silence))
+        self.apis = cast(ApisApi, Resilient(ApisApi(api), self.calls, silence))
+        self._gate: tuple[str, dict[str, Decimal]] = ("", {})
+        self._gate_at: float | None = None
         self._watch_api = CustomObjectsApi(api)
         once = replace(self.calls, tries=1, read_timeout_s=min(self.calls.read_timeout_s, 5.0))
         self._core_once = cast(CoreV1Api, Resilient(CoreV1Api(api), once, silence))
@@ -189,10 +201,13 @@ class ArgoBackend:
     ) -> str:
         """Create the run's Workflow; one that exists already is taken as submitted.
 
-        ValueError when a task cannot run: no image, or more than any node can hold.
+        ValueError when a task cannot run: no image, more than any node can hold or the
+        ClusterQueue can admit, or an Argo or a Kueue simrun does not support
+        (``argo_versions``).
         """
         manifest = workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
         self._check_fits(plans)
+        self._check_cluster(plans)
         name: str = manifest["metadata"]["name"]
         try:
             self.custom.create_namespaced_custom_object(
@@ -506,6 +521,79 @@ class ArgoBackend:
                     f"node, which no node simrun may use has (the largest have {cores:g} cores "
                     f"and {memory_gb:.1f} GiB)"
                 )
+
+    def _check_cluster(self, plans: Mapping[str, TaskPlan]) -> None:
+        """ValueError when the cluster's Argo or Kueue cannot run the plans: versions, then the
+        ClusterQueue's quota for one pod. Read at most every ``capacity_ttl_s``."""
+        now = time.monotonic()
+        if self._gate_at is None or now - self._gate_at >= self.capacity_ttl_s:
+            refusal = self._argo_refusal() or kueue_refusal(served_groups(self._api_groups()))
+            self._gate = (refusal, {} if refusal else self._queue_quota())
+            self._gate_at = now
+        refusal, quota = self._gate
+        if refusal:
+            raise ValueError(refusal)
+        queue = f"the ClusterQueue of the LocalQueue {self.cluster.queue}"
+        scratch = self.cluster.scratch_gb
+        if "ephemeral-storage" not in quota:
+            raise ValueError(
+                f"{queue} does not cover ephemeral-storage, which every pod requests for its "
+                f"scratch directory (SIMRUN_SCRATCH_GB): Kueue would admit none of them; add it "
+                f"to its coveredResources (docker/k8s/30-kueue.yaml)"
+            )
+        cores, memory_gb = quota.get("cpu", Decimal(0)), quota.get("memory", Decimal(0)) / GIB
+        for task_id, plan in sorted(plans.items()):
+            if (
+                plan.cores > cores
+                or plan.memory_gb > memory_gb
+                or scratch * GIB > quota["ephemeral-storage"]
+            ):
+                raise ValueError(
+                    f"task {task_id} needs {plan.cores} cores, {plan.memory_gb:g} GiB and "
+                    f"{scratch} GiB of scratch in one pod, more than {queue} admits for one pod "
+                    f"({cores:g} cores, {float(memory_gb):.1f} GiB, "
+                    f"{float(quota['ephemeral-storage'] / GIB):g} GiB): Kueue would hold it "
+                    "forever"
+                )
+
+    def _argo_refusal(self) -> str:
+        """Why Argo's controller does not do (its version: SIMRUN_ARGO_VERSION, else the
+        image of its Deployment), "" when it does."""
+        if self.cluster.argo_version:
+            return argo_refusal(self.cluster.argo_version)
+        namespace, _, name = self.cluster.argo_controller.partition("/")
+        try:
+            deployment: Any = self.apps.read_namespaced_deployment(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as error:
+            if error.status not in (403, 404):
+                raise
+            return argo_refusal(f"its Deployment {self.cluster.argo_controller}: {error}")
+        containers = json.loads(deployment.data)["spec"]["template"]["spec"]["containers"]
+        return argo_refusal(containers[0].get("image", ""))
+
+    def _api_groups(self) -> dict[str, Any]:
+        """The API groups the cluster serves (discovery, ``GET /apis``)."""
+        response: Any = self.apis.get_api_versions(_preload_content=False)
+        found: dict[str, Any] = json.loads(response.data)
+        return found
+
+    def _queue_quota(self) -> dict[str, Decimal]:
+        """What the ClusterQueue behind the runs' LocalQueue can give one pod."""
+        local = cast(
+            dict[str, Any],
+            self.custom.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", self.cluster.queue
+            ),
+        )
+        cluster_queue = cast(
+            dict[str, Any],
+            self.custom.get_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", local["spec"]["clusterQueue"]
+            ),
+        )
+        return queue_quota(cluster_queue)
 
     def reserve(self, node: str, run_id: str) -> None:
         """Taint ``simrun/reserved=<run>:NoExecute`` and label the node; other taints are kept.

@@ -210,6 +210,13 @@ class ClusterConfig(BaseModel):
         "refuses); empty: the runs' namespace.",
     )
     build_timeout_s: int = 3600
+    argo_controller: str = Field(
+        default="argo/workflow-controller",
+        description="The namespace/name of Argo's controller Deployment, read for its version.",
+    )
+    argo_version: str = Field(
+        default="", description="Argo's version (3.7) when its Deployment cannot be read."
+    )
     pod_start_timeout_s: int = Field(
         default=600,
         ge=1,

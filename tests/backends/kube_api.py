@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 from kubernetes.client import ApiClient, Configuration
 
-from tests.backends import kube_rbac, kubelet
+from tests.backends import kube_rbac, kubelet, kueue
 from tests.backends.argo_pod_security import violations
 from tests.backends.argo_pods import argo_pods
 from tests.backends.kube_rules import Cause, refusals
@@ -49,7 +49,12 @@ POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 CONFIG_MAPS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps$")
 CONFIG_MAP = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps/(?P<name>[^/]+)$")
 POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
-WORKLOADS = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/(?P<ns>[^/]+)/workloads$")
+KUEUE = r"^/apis/kueue\.x-k8s\.io/(?P<version>[^/]+)"
+WORKLOADS = re.compile(KUEUE + r"/namespaces/(?P<ns>[^/]+)/workloads$")
+LOCAL_QUEUE = re.compile(KUEUE + r"/namespaces/(?P<ns>[^/]+)/localqueues/(?P<name>[^/]+)$")
+CLUSTER_QUEUE = re.compile(KUEUE + r"/clusterqueues/(?P<name>[^/]+)$")
+KUEUE_GROUP = re.compile(r"^/apis/kueue\.x-k8s\.io/?$")
+DEPLOYMENT = re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments/(?P<name>[^/]+)$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 NODES = re.compile(r"^/api/v1/nodes$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
@@ -300,6 +305,24 @@ class KubeState:
     service_accounts: set[tuple[str, str]] = field(
         default_factory=lambda: manifest_objects("ServiceAccount")
     )
+    kueue_versions: list[str] = field(default_factory=lambda: ["v1beta2", "v1beta1"])
+    """The versions of ``kueue.x-k8s.io`` Kueue serves (v1beta2 from Kueue 0.15 on)."""
+    argo_version: str = "v4.1.2"
+    """The version of Argo's controller: the tag of the image of its Deployment."""
+    cluster_queues: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            d["metadata"]["name"]: copy.deepcopy(d)
+            for d in manifests()
+            if d["kind"] == "ClusterQueue"
+        }
+    )
+    local_queues: dict[tuple[str, str], dict[str, Any]] = field(
+        default_factory=lambda: {
+            (d["metadata"]["namespace"], d["metadata"]["name"]): copy.deepcopy(d)
+            for d in manifests()
+            if d["kind"] == "LocalQueue"
+        }
+    )
     tokens: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(manifest_tokens()))
     """Bearer tokens by the ServiceAccount (namespace, name) they are of; ``ADMIN_TOKEN`` is
     the cluster's administrator, allowed everything."""
@@ -385,6 +408,39 @@ class KubeState:
         }
         self.events.append(self.stamp(event))
 
+    def pod_created(self, pod: dict[str, Any]) -> None:
+        """After a pod is stored: Kueue's webhook and admission, then the kubelet for a pod no
+        gate holds."""
+        namespace = pod["metadata"]["namespace"]
+        if kueue.webhook(pod, namespace in self.kueue_namespaces):
+            made = kueue.workload(pod, self.kueue_versions[0])
+            self.workloads[(namespace, made["metadata"]["name"])] = self.stamp(made)
+        self.admit_workloads()
+        if not pod["spec"].get("schedulingGates"):
+            kubelet.start(self, pod)
+
+    def admit_workloads(self) -> None:
+        """Kueue admits what its quota holds (``kueue.admit``)."""
+        pods = {p["metadata"].get("uid", ""): p for p in self.pods.values()}
+        local = {key: q["spec"]["clusterQueue"] for key, q in self.local_queues.items()}
+        admitted: list[dict[str, Any]] = []
+        kueue.admit(
+            list(self.workloads.values()), pods, local, self.cluster_queues, admitted.append
+        )
+        for pod in admitted:
+            if not pod["spec"].get("schedulingGates"):
+                kubelet.start(self, pod)
+
+    @property
+    def kueue_namespaces(self) -> set[str]:
+        """The namespaces Kueue manages (docs/cluster.md: ``managed-by-kueue: "true"``)."""
+        return {
+            d["metadata"]["name"]
+            for d in manifests()
+            if d["kind"] == "Namespace"
+            and (d["metadata"].get("labels") or {}).get("managed-by-kueue") == "true"
+        }
+
     def argo_creates_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Create the first pods of a stored Workflow as Argo's controller does (``argo_pods``):
         through admission, then the kubelet (``kubelet.start``)."""
@@ -395,7 +451,7 @@ class KubeState:
                     admit(self, pod)
                     pod["status"] = {"phase": "Pending"}
                     self.pods[(namespace, pod["metadata"]["name"])] = self.stamp(pod)
-                    kubelet.start(self, pod)
+                    self.pod_created(pod)
                     made.append(pod)
             return made
 
@@ -512,7 +568,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if method == "POST":
                     pod = self._create(state.pods, m["ns"], body, "pods")
                     pod.setdefault("status", {"phase": "Pending"})
-                    kubelet.start(state, pod)
+                    state.pod_created(pod)
                     if state.on_pod_created:
                         state.on_pod_created(pod)
                     return 201, pod
@@ -535,8 +591,22 @@ class _Handler(BaseHTTPRequestHandler):
                     if e["metadata"]["namespace"] == m["ns"] and field_matches(e, fields)
                 ]
                 return 200, _list_body("EventList", items, state.version())
+            if path.rstrip("/") == "/apis":
+                return 200, _api_groups(state.kueue_versions)
+            if KUEUE_GROUP.match(path) and state.kueue_versions:
+                return 200, _kueue_group(state.kueue_versions)
+            if (m := re.match(KUEUE, path)) and m["version"] not in state.kueue_versions:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
             if m := WORKLOADS.match(path):
-                return 200, self._list(state.workloads, m["ns"], selector, "WorkloadList")
+                listing = self._list(state.workloads, m["ns"], selector, "WorkloadList")
+                listing["apiVersion"] = f"kueue.x-k8s.io/{m['version']}"
+                return 200, listing
+            if m := LOCAL_QUEUE.match(path):
+                return 200, _found(state.local_queues.get((m["ns"], m["name"])), "localqueues", m)
+            if m := CLUSTER_QUEUE.match(path):
+                return 200, _found(state.cluster_queues.get(m["name"]), "clusterqueues", m)
+            if (m := DEPLOYMENT.match(path)) and (m["ns"], m["name"]) == ARGO_CONTROLLER:
+                return 200, _controller(state.argo_version)
             if NODES.match(path):
                 items = [n for n in state.nodes.values() if _labelled(n, selector)]
                 return 200, _list_body("NodeList", items, state.version())
@@ -598,6 +668,8 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, current
         if method == "DELETE":
             store.pop(key)
+            if resource == "pods":
+                state.admit_workloads()
             if store is state.workflows:
                 state._notify("DELETED", state.stamp(current))
             return 200, current
@@ -711,12 +783,64 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+ARGO_CONTROLLER = ("argo", "workflow-controller")
+"""Where Argo's install manifests put its controller's Deployment."""
+
+
+def _kueue_group(versions: list[str]) -> dict[str, Any]:
+    """Discovery of ``kueue.x-k8s.io``: the versions Kueue serves, the first preferred."""
+    listed = [{"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in versions]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": "kueue.x-k8s.io",
+        "versions": listed,
+        "preferredVersion": listed[0],
+    }
+
+
+def _api_groups(kueue_versions: list[str]) -> dict[str, Any]:
+    """Discovery of every group (``GET /apis``): Argo's, apps, and Kueue's when served."""
+    groups = [
+        {"name": name, "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in vs]}
+        for name, vs in (("apps", ["v1"]), ("argoproj.io", ["v1alpha1"]))
+    ]
+    if kueue_versions:
+        groups.append(_kueue_group(kueue_versions))
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def _found(obj: dict[str, Any] | None, resource: str, m: re.Match[str]) -> dict[str, Any]:
+    """A Kueue object as the version asked for, 404 when there is none."""
+    if obj is None:
+        message = f'{resource}.kueue.x-k8s.io "{m["name"]}" not found'
+        raise ApiError(404, "NotFound", message)
+    return {**obj, "apiVersion": f"kueue.x-k8s.io/{m['version']}"}
+
+
+def _controller(version: str) -> dict[str, Any]:
+    """Argo's controller Deployment, its image tagged with its version."""
+    image = f"quay.io/argoproj/workflow-controller:{version}"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "workflow-controller", "namespace": "argo"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "workflow-controller"}},
+            "template": {
+                "metadata": {"labels": {"app": "workflow-controller"}},
+                "spec": {"containers": [{"name": "workflow-controller", "image": image}]},
+            },
+        },
+    }
+
+
 def _labelled(obj: dict[str, Any], selector: str | None) -> bool:
     return matches(obj["metadata"].get("labels") or {}, selector)
 
 
 def _list_body(kind: str, items: list[dict[str, Any]], version: str) -> dict[str, Any]:
-    groups = {"WorkflowList": "argoproj.io/v1alpha1", "WorkloadList": "kueue.x-k8s.io/v1beta2"}
+    groups = {"WorkflowList": "argoproj.io/v1alpha1"}
     group = groups.get(kind, "v1")
     return {
         "kind": kind,

@@ -112,7 +112,7 @@ def test_transient_answers_are_tried_again_until_one_goes_through(
 def test_a_submission_the_api_keeps_failing_ends_in_one_sentence_with_its_status(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    fail_first(kube, 500, times=99)
+    kube.state.intercept = lambda request: 500 if request.method == "POST" else None
     record, plans = run_of("tasks: {sweep: {type: squares, settings: {n: 5}}}")
 
     with pytest.raises(ApiException) as raised:

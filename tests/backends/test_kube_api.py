@@ -281,3 +281,80 @@ def test_a_grant_of_a_role_holds_in_its_namespace_only(kube: KubeApiServer) -> N
 
     assert code == 403
     assert 'in the namespace "simrun"' in status["message"]
+
+
+def queued_pod(name: str, cores: str) -> dict[str, Any]:
+    """A pod of the runs' queue that Pod Security allows, requesting ``cores``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "simrun"}},
+        "spec": {
+            "serviceAccountName": "simrun-runner",
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/simrun-env:1",
+                    "resources": {"requests": {"cpu": cores, "memory": "1Gi"}},
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_kueues_webhook_gates_each_pod_with_a_workload_and_its_quota_admits_or_holds(
+    kube: KubeApiServer,
+) -> None:
+    core = CoreV1Api(kube.client("cluster-admin"))
+
+    core.create_namespaced_pod("simrun", queued_pod("first", "30"))
+    core.create_namespaced_pod("simrun", queued_pod("second", "4"))
+
+    first, second = kube.state.pods[("simrun", "first")], kube.state.pods[("simrun", "second")]
+    assert first["metadata"]["labels"]["kueue.x-k8s.io/managed"] == "true"
+    assert first["spec"]["schedulingGates"] == []
+    assert second["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+    held = kube.state.workloads[("simrun", "pod-second")]
+    assert held["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == second["metadata"]["uid"]
+    [reserved] = held["status"]["conditions"]
+    assert (reserved["type"], reserved["status"]) == ("QuotaReserved", "False")
+    assert reserved["message"] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
+        "simrun-flavor, 2 more needed"
+    )
+
+    core.delete_namespaced_pod("first", "simrun")
+
+    assert second["spec"]["schedulingGates"] == []
+
+
+def test_a_resource_the_cluster_queue_does_not_cover_is_never_admitted(
+    kube: KubeApiServer,
+) -> None:
+    pod = queued_pod("scratchy", "1")
+    pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+
+    CoreV1Api(kube.client("cluster-admin")).create_namespaced_pod("simrun", pod)
+
+    [reserved] = kube.state.workloads[("simrun", "pod-scratchy")]["status"]["conditions"]
+    assert "resource nvidia.com/gpu unavailable in ClusterQueue" in reserved["message"]
+
+
+def test_a_kueue_that_serves_v1beta1_only_answers_404_for_v1beta2(kube: KubeApiServer) -> None:
+    kube.state.kueue_versions = ["v1beta1"]
+    custom = CustomObjectsApi(kube.client("cluster-admin"))
+
+    code, _ = refused(
+        custom.list_namespaced_custom_object, "kueue.x-k8s.io", "v1beta2", "simrun", "workloads"
+    )
+
+    assert code == 404
+    listing = custom.list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta1", "simrun", "workloads"
+    )
+    assert listing["apiVersion"] == "kueue.x-k8s.io/v1beta1"

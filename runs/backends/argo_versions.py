@@ -1,0 +1,95 @@
+"""Which Argo and Kueue the cluster runs, against what the Argo backend relies on.
+
+The retry memory rides on a template's ``podSpecPatch`` with ``lastRetry``, which Argo
+substitutes from 3.7 on (3.5 and 3.6 fail every pod with "Error applying PodSpecPatch"); the
+manifests and the Workload reads use ``kueue.x-k8s.io/v1beta2``, served from Kueue 0.15 on
+(an older Kueue answers 404). Each refusal names what was found, what is needed and the doc.
+Pure functions of what the API server answered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+ARGO_MINIMUM = (3, 7)
+KUEUE_API = "v1beta2"
+DOC = "docs/cluster.md (Supported versions)"
+TAG = re.compile(r":v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?(?:[-+@][^/]*)?$")
+
+
+def image_version(image: str) -> tuple[int, int] | None:
+    """The (major, minor) of an image's tag, ``quay.io/argoproj/workflow-controller:v3.6.5``;
+    None when its tag is no version (``latest``, a digest)."""
+    found = TAG.search(image.split("@")[0])
+    return (int(found["major"]), int(found["minor"])) if found else None
+
+
+def argo_refusal(found: str) -> str:
+    """Why the Argo backend cannot run on the Argo controller found ("" when it can):
+    ``found`` is its image, or a version (``3.6``)."""
+    version = image_version(found if ":" in found else f":{found}")
+    if version is None:
+        return (
+            f"the version of Argo's controller is unknown ({found}); simrun needs Argo "
+            f"Workflows {_dotted(ARGO_MINIMUM)} or later (podSpecPatch with lastRetry): set "
+            f"SIMRUN_ARGO_VERSION, see {DOC}"
+        )
+    if version < ARGO_MINIMUM:
+        return (
+            f"the cluster runs Argo Workflows {_dotted(version)}; simrun needs "
+            f"{_dotted(ARGO_MINIMUM)} or later, whose podSpecPatch substitutes lastRetry (the "
+            f'retry memory): on {_dotted(version)} every pod fails with "Error applying '
+            f'PodSpecPatch", see {DOC}'
+        )
+    return ""
+
+
+def kueue_refusal(groups: Mapping[str, list[str]]) -> str:
+    """Why the Argo backend cannot use the cluster's Kueue ("" when it can): ``groups`` are
+    the served versions of each API group (discovery)."""
+    served = groups.get("kueue.x-k8s.io")
+    if not served:
+        return f"the cluster serves no kueue.x-k8s.io API: Kueue is not installed, see {DOC}"
+    if KUEUE_API not in served:
+        return (
+            f"the cluster's Kueue serves kueue.x-k8s.io {', '.join(served)} only; simrun needs "
+            f"{KUEUE_API} (Kueue 0.15 or later), see {DOC}"
+        )
+    return ""
+
+
+def served_groups(listing: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The served versions of each group of an ``APIGroupList`` (``GET /apis``)."""
+    return {
+        group["name"]: [v["version"] for v in group.get("versions") or []]
+        for group in listing.get("groups") or []
+    }
+
+
+def queue_quota(cluster_queue: Mapping[str, Any]) -> dict[str, Decimal]:
+    """The most a ClusterQueue can give one pod, by resource: its largest flavor's nominal
+    quota (with its borrowing limit) in each resource group; a resource it does not cover is
+    missing, and Kueue admits no pod that requests one."""
+    found: dict[str, Decimal] = {}
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                amount = _quantity(resource.get("nominalQuota", 0))
+                amount += _quantity(resource.get("borrowingLimit", 0))
+                name = resource["name"]
+                found[name] = max(found.get(name, Decimal(0)), amount)
+    return found
+
+
+def _dotted(version: tuple[int, int]) -> str:
+    return ".".join(str(part) for part in version)
+
+
+def _quantity(value: Any) -> Decimal:
+    parsed: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]  # kubernetes.utils is unannotated
+    return parsed
