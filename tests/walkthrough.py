@@ -85,3 +85,50 @@ def write_plugin_package(directory: Path) -> Path:
         (package / path).parent.mkdir(parents=True, exist_ok=True)
         (package / path).write_text(text)
     return package
+
+
+NEEDY_FILES = {
+    "pyproject.toml": """[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "needy-sim"
+version = "0.1.0"
+
+[project.entry-points."simrun.task_types"]
+needy = "needy_sim:TASK_TYPE"
+""",
+    "needy_sim/__init__.py": """import pkgdemo
+from pydantic import BaseModel
+
+from harness.tasktypes import TaskType
+
+
+class NeedySettings(BaseModel):
+    n: int = 2
+
+
+def merge(settings, context):
+    (context.out / "answer.txt").write_text(str(sum(context.results)))
+
+
+TASK_TYPE = TaskType(
+    name="needy",
+    settings=NeedySettings,
+    units=lambda s: s.n,
+    compute=lambda s, context, index: pkgdemo.ANSWER + index,
+    merge=merge,
+)
+""",
+}
+"""A package shipping a split type ``needy`` whose module imports ``pkgdemo`` at its top."""
+
+
+def write_needy_package(directory: Path) -> Path:
+    """Write the package of ``NEEDY_FILES`` into ``directory/needy-pkg``; its folder."""
+    package = directory / "needy-pkg"
+    for path, text in NEEDY_FILES.items():
+        (package / path).parent.mkdir(parents=True, exist_ok=True)
+        (package / path).write_text(text)
+    return package
