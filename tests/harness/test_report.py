@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,37 @@ def test_the_node_comes_from_the_downward_api_else_the_host(
     assert node_name() == "node-7"
     monkeypatch.delenv("NODE_NAME")
     assert node_name() == os.uname().nodename
+
+
+def test_a_report_is_a_new_file_renamed_over_the_old_so_a_reader_sees_one_or_the_other(
+    tmp_path: Path,
+) -> None:
+    old = WorkerReport(worker="sweep-w0", node="n1", processes=1, units_done=[0])
+    path = write_report(old, tmp_path)
+    with open(path, "rb") as reader:  # the service opened the report before it was rewritten
+        new = WorkerReport(worker="sweep-w0", node="n1", processes=1, units_done=list(range(9)))
+        write_report(new, tmp_path)
+        assert reader.read() == old.to_json().encode()  # the whole old one, never a mix
+    assert read_report(path) == new
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small disk needs root, as CI has")
+def test_a_report_that_does_not_fit_on_the_disk_leaves_the_old_one_whole(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        old = WorkerReport(worker="sweep-w0", node="n1", processes=1, units_done=[0])
+        path = write_report(old, disk)
+        filler = disk / "filler"
+        with contextlib.suppress(OSError), open(filler, "wb") as handle:
+            while True:  # the disk full, the old report on it
+                handle.write(b"x" * 4096)
+                handle.flush()
+        big = WorkerReport(worker="sweep-w0", node="n1", processes=1, units_done=list(range(9999)))
+        with pytest.raises(OSError):
+            write_report(big, disk)
+        assert read_report(path) == old
+        assert sorted(os.listdir(disk / "workers")) == ["sweep-w0-0.json"]  # no temporary left
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

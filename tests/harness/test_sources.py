@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -13,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import EXIT_TERMINATED
 from harness.sources import install_editable, shadow_tree, stage
+from tests.polling import wait_for
+
+from .conftest import clean_environ, finish, make_task
 
 
 def _tree(root: Path) -> Path:
@@ -167,28 +172,40 @@ print(json.dumps({"value": tinypkg.VALUE, "file": tinypkg.__file__, "started": s
 """
 
 
-def test_install_sources_installs_a_read_only_snapshot_and_restarts_into_it(
-    tmp_path: Path,
-) -> None:
-    snapshot = tmp_path / "snapshot"
+def _snapshot(root: Path, backend: str = BACKEND) -> Path:
+    """A source tree of ``tinypkg`` (``VALUE`` 42) built by ``backend``."""
+    snapshot = root / "snapshot"
     (snapshot / "src" / "tinypkg").mkdir(parents=True)
     (snapshot / "src" / "tinypkg" / "__init__.py").write_text("VALUE = 42\n")
-    (snapshot / "backend.py").write_text(BACKEND)
+    (snapshot / "backend.py").write_text(backend)
     (snapshot / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
         '[project]\nname = "tinypkg"\nversion = "0.1"\n'
     )
+    return snapshot
+
+
+def _venv(root: Path) -> Path:
+    """A venv of its own (never install into the project's), seeing the project's packages;
+    its interpreter."""
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    project = sysconfig.get_path("purelib")
+    (site / "project.pth").write_text(f"import site; site.addsitedir({project!r})\n")
+    return venv / "bin" / "python"
+
+
+def test_install_sources_installs_a_read_only_snapshot_and_restarts_into_it(
+    tmp_path: Path,
+) -> None:
+    snapshot = _snapshot(tmp_path)
     for directory, _, files in os.walk(snapshot):
         for name in files:
             os.chmod(Path(directory) / name, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
         os.chmod(directory, stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
     before = _fingerprint(snapshot)
-    # A venv of its own (never install into the project's), seeing the project's packages.
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
-    project = sysconfig.get_path("purelib")
-    (site / "project.pth").write_text(f"import site; site.addsitedir({project!r})\n")
+    python = _venv(tmp_path)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SIMRUN_")},
         "SIMRUN_EDITABLE": str(snapshot),
@@ -197,7 +214,7 @@ def test_install_sources_installs_a_read_only_snapshot_and_restarts_into_it(
     (tmp_path / "tmp").mkdir()
 
     result = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", PROBE],
+        [str(python), "-c", PROBE],
         env=env,
         capture_output=True,
         text=True,
@@ -212,3 +229,56 @@ def test_install_sources_installs_a_read_only_snapshot_and_restarts_into_it(
     # The start of the harness is the one before the install, kept across the restart.
     first, *_ = (line for line in result.stderr.splitlines() if line.startswith("started"))
     assert first == f"started {seen['started']!r}"
+
+
+def test_a_sigterm_during_the_install_of_the_sources_skips_the_restart(
+    tmp_path: Path, store: Path, logs: Path
+) -> None:
+    """The install ends (pip is not the one signalled) and the worker exits 143 at once: a
+    restart would have run the units in an interpreter that never saw the SIGTERM."""
+    building, go = tmp_path / "building", tmp_path / "go"
+    wait = (
+        f"    open({str(building)!r}, 'w').close()\n"
+        f"    while not os.path.exists({str(go)!r}):\n"
+        "        time.sleep(0.01)\n"
+    )
+    backend = BACKEND.replace("import base64", "import time, base64").replace(
+        "def build_editable(wheel_directory, config_settings=None, metadata_directory=None):\n",
+        "def build_editable(wheel_directory, config_settings=None, metadata_directory=None):\n"
+        + wait,
+    )
+    snapshot = _snapshot(tmp_path, backend)
+    task_dir = make_task(store, "squares", {"n": 4})
+    (tmp_path / "tmp").mkdir()
+    env = clean_environ(
+        SIMRUN_TASK_DIR=str(task_dir),
+        SIMRUN_ROLE="base",
+        SIMRUN_CORES="1",
+        SIMRUN_EDITABLE=str(snapshot),
+        TMPDIR=str(tmp_path / "tmp"),
+    )
+    with (logs / "w0.log").open("ab") as output:
+        worker = subprocess.Popen(
+            [str(_venv(tmp_path)), "-m", "harness.worker"],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    wait_for(building.exists, what="the build of the sources to begin")
+    worker.send_signal(signal.SIGTERM)  # to the worker alone: its pip goes on
+    wait_for(lambda: not _pending(worker.pid, signal.SIGTERM), what="the SIGTERM delivered")
+    go.touch()
+
+    assert finish(worker, logs / "w0.log") == EXIT_TERMINATED
+    assert "installed the sources" in (logs / "w0.log").read_text()  # the install ended
+    assert not (task_dir / "progress.jsonl").exists()  # and no unit ran after it
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether a signal waits to be delivered to a process (its ``SigPnd`` or ``ShdPnd``)."""
+    fields = dict(
+        line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    pending = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+    return bool(pending & (1 << (signum - 1)))
