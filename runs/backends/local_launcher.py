@@ -45,7 +45,7 @@ from typing import IO, Any, Literal
 
 from harness import untrusted
 from harness.cgroups import Cgroup
-from harness.errors import EXIT_TERMINATED
+from harness.errors import EXIT_STORAGE, EXIT_TERMINATED, STORAGE_ERRNOS
 from harness.memory import PeakSource, process_tree_anon
 from harness.report import LIVE_SAMPLES, LiveMemory, WorkerReport
 
@@ -260,15 +260,19 @@ def _stage(
             _become(user)
             stage(pairs, store, scratch)
         except BaseException as error:  # noqa: BLE001 - told to the launcher, then exit
-            os.write(write, str(error).encode(errors="replace")[:2000])
+            number = getattr(error, "errno", None) or 0
+            os.write(write, f"{number} {error}".encode(errors="replace")[:2000])
             code = 1
         os._exit(code)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
-        message = pipe.read(4096).decode(errors="replace")
+        said = pipe.read(4096).decode(errors="replace")
     _, status = os.waitpid(pid, 0)
     if status != 0:
-        raise OSError(f"staging its inputs failed: {message or os.waitstatus_to_exitcode(status)}")
+        # The child's errno comes first, so a failing disk is a storage error here too.
+        number, _, message = said.partition(" ")
+        why = message or os.waitstatus_to_exitcode(status)
+        raise OSError(int(number) if number.isdigit() else 0, f"staging its inputs failed: {why}")
 
 
 def _enter(launch: dict[str, Any]) -> None:
@@ -363,6 +367,17 @@ def wait_reaping(pid: int) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
+def _unstarted_exit(error: BaseException, stopped: bool) -> int:
+    """The exit code of a process that could not be started: 143 stopped on SIGTERM, 75 when
+    a disk failed under its staging or scratch (the store's fault, retried, as the harness
+    exits), else 4."""
+    if stopped:
+        return EXIT_TERMINATED
+    if getattr(error, "errno", None) in STORAGE_ERRNOS:
+        return EXIT_STORAGE
+    return STARTING_EXIT
+
+
 def run(launch_fd: int, logs_fd: int) -> int:
     """Run the process of a launch file to its end and record it beside it, in the folder of
     ``logs_fd``; returns its exit code."""
@@ -417,7 +432,7 @@ def run(launch_fd: int, logs_fd: int) -> int:
         print(f"simrun: the process could not be started: {error}", flush=True)
         stopped = stopping or isinstance(error, InterruptedError)
         result.update(
-            exit_code=EXIT_TERMINATED if stopped else STARTING_EXIT,
+            exit_code=_unstarted_exit(error, stopped),
             signal=signal.SIGTERM.value if stopped else None,
             message="" if stopped else f"could not be started: {error}",
         )
