@@ -18,7 +18,8 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -29,6 +30,10 @@ PASS_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 WRITE_FLAGS = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 SERVICE_DIR_MODE = 0o750
 """A folder of the service inside a task's: its group (the web, the workers) reads it."""
+WALK_DEPTH = 64
+"""The folders below its top a walk enters at most; a tree deeper than this is "too deep"."""
+WALK_ENTRIES = 10_000
+"""The entries a walk looks at, at most; a tree with more is "too many"."""
 
 
 class Refused(OSError):
@@ -140,6 +145,8 @@ class Entry:
     size: int
     uid: int
     mtime: float
+    blocks: int = 0
+    """512-byte blocks it takes on its disk (a sparse file counts what it wrote)."""
 
     @property
     def is_file(self) -> bool:
@@ -148,6 +155,12 @@ class Entry:
     @property
     def is_dir(self) -> bool:
         return stat.S_ISDIR(self.mode)
+
+
+def _entry(name: str, status: os.stat_result) -> Entry:
+    return Entry(
+        name, status.st_mode, status.st_size, status.st_uid, status.st_mtime, status.st_blocks
+    )
 
 
 def entries(dir_fd: int, limit: int = 100_000) -> list[Entry]:
@@ -159,9 +172,7 @@ def entries(dir_fd: int, limit: int = 100_000) -> list[Entry]:
                 status = item.stat(follow_symlinks=False)
             except OSError:
                 continue
-            found.append(
-                Entry(item.name, status.st_mode, status.st_size, status.st_uid, status.st_mtime)
-            )
+            found.append(_entry(item.name, status))
             if len(found) >= limit:
                 break
     return found
@@ -178,29 +189,185 @@ def list_dir(
         return []
 
 
-def walk_files(
-    base: Path | int, relative: str | PurePosixPath | Sequence[str], limit: int
-) -> Iterator[tuple[str, int]]:
-    """The regular files below a directory as (relative path, size), hidden ones and links
-    left aside, at most ``limit``; directories are entered by descriptor, never by a link."""
-    with directory(base, relative) as top:
-        count = 0
-        for folder, dirs, files, fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            prefix = PurePosixPath(folder)
-            for name in sorted(files):
-                if name.startswith("."):
-                    continue
+@dataclass
+class Walk:
+    """The entries below a directory as ``lstat`` sees them, breadth first, each with its path
+    relative to the top: at most ``limit`` entries and ``depth`` folders down, links never
+    followed (every folder is opened from the top by ``open_dir``, one component at a time)
+    and no recursion, so no tree a task made can exhaust the stack or the descriptors. Names
+    in ``skip`` at the top, and hidden ones anywhere unless ``hidden``, are left aside.
+    After the iteration ``cut`` says which bound stopped it ("too deep: …", "too many: …"),
+    empty when it saw everything."""
+
+    base: Path | int
+    relative: str | PurePosixPath | Sequence[str] = ()
+    depth: int = WALK_DEPTH
+    limit: int = WALK_ENTRIES
+    skip: frozenset[str] = frozenset()
+    hidden: bool = True
+    cut: str = field(default="", init=False)
+
+    def __iter__(self) -> Iterator[tuple[str, Entry]]:
+        self.cut = ""
+        seen = 0
+        queue: list[tuple[str, ...]] = [()]
+        with directory(self.base, self.relative) as top:
+            for folder in queue:  # the queue grows as folders are found: breadth first
                 try:
-                    status = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    fd = open_dir(top, folder)
                 except OSError:
-                    continue
-                if not stat.S_ISREG(status.st_mode):
-                    continue
-                yield (prefix / name).as_posix(), status.st_size
-                count += 1
-                if count >= limit:
-                    return
+                    continue  # replaced meanwhile (by a link, say): not entered
+                try:
+                    listed = entries(fd, self.limit - seen + 1)
+                finally:
+                    os.close(fd)
+                for entry in sorted(listed, key=lambda e: e.name):
+                    if (not folder and entry.name in self.skip) or (
+                        not self.hidden and entry.name.startswith(".")
+                    ):
+                        continue
+                    if seen >= self.limit:
+                        self.cut = f"too many: more than {self.limit} entries"
+                        return
+                    seen += 1
+                    yield "/".join((*folder, entry.name)), entry
+                    if entry.is_dir:
+                        if len(folder) + 1 >= self.depth:
+                            self.cut = f"too deep: folders more than {self.depth} levels down"
+                        else:
+                            queue.append((*folder, entry.name))
+
+
+def walk_files(walk: Walk, limit: int) -> Iterator[tuple[str, int]]:
+    """The regular files a walk finds as (relative path, size), at most ``limit``."""
+    count = 0
+    for path, entry in walk:
+        if entry.is_file:
+            yield path, entry.size
+            count += 1
+            if count >= limit:
+                return
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a tree takes of its disk: its entries (inodes), the bytes of their blocks, and
+    why the count stopped short (``Walk.cut``: too deep, too many), empty when it is whole."""
+
+    files: int
+    bytes: int
+    cut: str = ""
+
+
+def usage(
+    base: Path | int,
+    relative: str | PurePosixPath | Sequence[str] = (),
+    *,
+    depth: int = WALK_DEPTH,
+    limit: int = WALK_ENTRIES,
+    skip: frozenset[str] = frozenset(),
+) -> Usage:
+    """The entries and bytes below a directory, counted by a bounded ``Walk``."""
+    walk = Walk(base, relative, depth=depth, limit=limit, skip=skip)
+    files = blocks = 0
+    for _, entry in walk:
+        files += 1
+        blocks += entry.blocks
+    return Usage(files, blocks * 512, walk.cut)
+
+
+REMOVE_BATCH = 1024
+"""The entries of a folder read at once while removing a tree (and its folders remembered)."""
+
+
+def remove_tree(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> bool:
+    """Remove a directory and everything below it, however deep or wide: one descriptor at a
+    time, entered without links, climbing back by ``..`` only into the folder it came from
+    (its device and inode checked), so neither depth nor a folder moved meanwhile (by another
+    process of the same user) can stop it or lead it out. Whether it is gone; missing is gone.
+    """
+    parts = parts_of(relative)
+    if not parts:
+        raise Refused("", "no folder named")
+    try:
+        parent = open_dir(base, parts[:-1])
+    except FileNotFoundError:
+        return True
+    try:
+        return _remove_below(parent, parts[-1])
+    finally:
+        os.close(parent)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
+
+
+def _remove_below(parent: int, name: str) -> bool:
+    """Remove ``name`` of the folder ``parent`` (a descriptor the caller keeps) and its tree."""
+    try:
+        fd = os.open(name, DIRECTORY_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent)  # a file or a link in its place
+        return True
+    # A level per open folder: the folder above it (device, inode), its name there, and the
+    # folders of it left to enter.
+    levels: list[tuple[tuple[int, int], str, list[str]]] = [(_identity(parent), name, [])]
+    try:
+        while levels:
+            pending = levels[-1][2]
+            if not pending:
+                pending.extend(_clear_files(fd))
+            if pending:
+                child_name = pending.pop()
+                child = os.open(child_name, DIRECTORY_FLAGS, dir_fd=fd)
+                levels.append((_identity(fd), child_name, []))
+                os.close(fd)
+                fd = child
+                continue
+            expected, own_name, _ = levels.pop()
+            above = os.open("..", DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = above
+            if _identity(fd) != expected:
+                return False  # moved meanwhile: what is left stays
+            with suppress(FileNotFoundError):
+                os.rmdir(own_name, dir_fd=fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _clear_files(fd: int) -> list[str]:
+    """Remove every entry of a folder that is not a folder, and its empty folders; the names of
+    folders that are not empty (at most ``REMOVE_BATCH``), to enter next."""
+    while True:
+        with os.scandir(fd) as scan:
+            batch = [
+                (item.name, item.is_dir(follow_symlinks=False))
+                for item in islice(scan, REMOVE_BATCH)
+            ]
+        folders = []
+        for name, is_dir in batch:
+            try:
+                if is_dir:
+                    os.rmdir(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                if not is_dir or error.errno != errno.ENOTEMPTY:
+                    raise
+                folders.append(name)
+        if folders or len(batch) < REMOVE_BATCH:
+            return folders
 
 
 def service_dir(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> int:

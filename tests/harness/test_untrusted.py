@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import untrusted
+from tests.floods import deep_tree, tmpfs
 
 
 @pytest.fixture
@@ -93,13 +94,82 @@ def test_a_walk_lists_regular_files_and_never_enters_a_linked_folder(root: Path)
     (out / "link").symlink_to(root.parent / "secret")
     (out / "dirlink").symlink_to(root.parent / "elsewhere", target_is_directory=True)
     os.mkfifo(out / "fifo")
-    assert list(untrusted.walk_files(root, "runs/r1/out", 100)) == [("a.txt", 1), ("sub/b.csv", 1)]
+    walk = untrusted.Walk(root, "runs/r1/out", hidden=False)
+    assert list(untrusted.walk_files(walk, 100)) == [("a.txt", 1), ("sub/b.csv", 1)]
+    assert walk.cut == ""
 
 
 def test_a_walk_stops_at_its_limit(root: Path) -> None:
     for i in range(10):
         (root / "runs" / "r1" / "out" / f"{i}.txt").write_text("x")
-    assert len(list(untrusted.walk_files(root, "runs/r1/out", 3))) == 3
+    assert len(list(untrusted.walk_files(untrusted.Walk(root, "runs/r1/out"), 3))) == 3
+    walk = untrusted.Walk(root, "runs/r1/out", limit=4)
+    assert len(list(walk)) == 4
+    assert walk.cut == "too many: more than 4 entries"
+
+
+def test_a_tree_3000_folders_deep_is_walked_to_its_bound_and_said_too_deep(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs") as fs:
+        (fs / "out").mkdir()
+        (fs / "out" / "a.txt").write_text("y")
+        deep_tree(fs / "out", 3000)
+        walk = untrusted.Walk(fs, "out", depth=8)
+        found = [path for path, _ in walk]
+    assert found[0] == "a.txt" and len(found) == 1 + 8
+    assert walk.cut == "too deep: folders more than 8 levels down"
+
+
+def test_usage_counts_entries_and_the_blocks_they_take(root: Path) -> None:
+    out = root / "runs" / "r1" / "out"
+    (out / "sub").mkdir()
+    (out / "sub" / "one").write_bytes(b"x" * 8192)
+    with open(out / "sparse", "wb") as handle:
+        handle.truncate(1 << 30)  # a gigabyte that takes no block
+    (out / "link").symlink_to(root.parent / "secret")
+    found = untrusted.usage(root, "runs/r1/out")
+    assert found.files == 4 and found.cut == ""
+    assert 8192 <= found.bytes < 64 * 1024
+    assert untrusted.usage(root, "runs/r1/out", limit=2).cut.startswith("too many")
+    assert untrusted.usage(root, "runs/r1", skip=frozenset({"out"})).files == 0
+
+
+def test_a_tree_3000_folders_deep_and_wide_is_removed(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs") as fs:
+        top = fs / "scratch"
+        top.mkdir()
+        deep_tree(top, 3000)
+        for i in range(3):
+            (top / f"w{i}").mkdir()
+            for j in range(1500):
+                (top / f"w{i}" / f"{j}").mkdir() if j % 2 else (top / f"w{i}" / f"{j}").touch()
+            (top / f"w{i}" / "1" / "x").touch()
+        (top / "link").symlink_to(tmp_path, target_is_directory=True)
+        (fs / "kept").write_text("outside")
+        assert untrusted.remove_tree(fs, ["scratch"])
+        assert [p.name for p in fs.iterdir()] == ["kept"]
+
+
+def test_removing_a_tree_never_climbs_into_a_folder_it_did_not_come_from(tmp_path: Path) -> None:
+    top = tmp_path / "scratch"
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "a" / "b" / "c").touch()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "keep").write_text("another task's file")
+    folder = (top / "a" / "b").stat().st_ino
+    real_clear = untrusted._clear_files
+
+    def moved_meanwhile(fd: int) -> list[str]:
+        """As a process of the same user moves the folder being cleared to elsewhere/."""
+        if os.fstat(fd).st_ino == folder:
+            os.rename(top / "a" / "b", tmp_path / "elsewhere" / "b")
+        return real_clear(fd)
+
+    untrusted._clear_files = moved_meanwhile  # type: ignore[assignment]
+    try:
+        assert not untrusted.remove_tree(tmp_path, ["scratch"])
+    finally:
+        untrusted._clear_files = real_clear  # type: ignore[assignment]
+    assert (tmp_path / "elsewhere" / "keep").read_text() == "another task's file"
 
 
 def test_a_folder_a_task_planted_for_the_service_is_moved_aside(root: Path) -> None:
