@@ -335,6 +335,23 @@ if SIMRUN_TASK_NETWORK not in {"loopback", "host"}:
         f"environment variable SIMRUN_TASK_NETWORK must be loopback or host, "
         f"not {SIMRUN_TASK_NETWORK!r}"
     )
+# What one task may spend of what every user shares (docs/team.md, "Budgets"): the entries and
+# bytes of its folder in the store and its scratch together (counted by its launcher every
+# SIMRUN_TASK_FILES_CHECK_S, a file's size also capped by RLIMIT_FSIZE), how deep its folders
+# nest, and the bytes of one attempt's log (its head and its tail are kept).
+SIMRUN_TASK_FILES_MAX = _read("SIMRUN_TASK_FILES_MAX", env.int, 100_000)
+SIMRUN_TASK_DISK_GB = _positive("SIMRUN_TASK_DISK_GB", 20.0)
+SIMRUN_TASK_DEPTH_MAX = _read("SIMRUN_TASK_DEPTH_MAX", env.int, 64)
+SIMRUN_TASK_FILES_CHECK_S = _positive("SIMRUN_TASK_FILES_CHECK_S", 2.0)
+SIMRUN_TASK_LOG_MB = _positive("SIMRUN_TASK_LOG_MB", 64.0)
+# What the service reads of what a task wrote: progress.jsonl per poll (from where the last
+# poll stopped), one report, all the reports of one task, and the walks of a task's folders
+# for the pages and the API (folders down, entries looked at).
+SIMRUN_PROGRESS_READ_MB = _positive("SIMRUN_PROGRESS_READ_MB", 4.0)
+SIMRUN_REPORT_MAX_MB = _positive("SIMRUN_REPORT_MAX_MB", 16.0)
+SIMRUN_REPORTS_READ_MB = _positive("SIMRUN_REPORTS_READ_MB", 256.0)
+SIMRUN_WALK_DEPTH = _read("SIMRUN_WALK_DEPTH", env.int, 64)
+SIMRUN_WALK_ENTRIES = _read("SIMRUN_WALK_ENTRIES", env.int, 10_000)
 # A type only a run's sources define is learned by running their code here (as the owner's
 # task user on the local backend); on Argo that would be in the service's pod: off by default.
 SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND != "argo")

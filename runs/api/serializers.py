@@ -261,11 +261,16 @@ class LogTextSerializer(serializers.Serializer[Any]):
 
 
 class OutputSerializer(serializers.Serializer[Any]):
-    path = serializers.CharField(help_text="relative to the task's out/")
+    path = serializers.CharField(
+        help_text="relative to the task's out/; bytes that are not UTF-8 and characters that do "
+        "not print (a newline) escaped, \\xff, \\n"
+    )
     size = serializers.IntegerField()
     is_image = serializers.BooleanField()
     inline = serializers.BooleanField(help_text="small enough to show in a page")
-    url = serializers.CharField()
+    url = serializers.CharField(
+        allow_null=True, help_text="null for a name no URL can carry (an escaped one)"
+    )
 
 
 class PlacementSerializer(serializers.Serializer[Any]):

@@ -24,6 +24,8 @@ from runs.reads.access import task_or_404
 from runs.reads.task_files import IMAGE_TYPES, MAX_LOG_TAIL_LINES
 
 MAX_OFFSET = 2**53
+LISTING_CUT = "Simrun-Listing-Cut"
+"""The header of a list of outputs that is incomplete, saying why (too deep, too many)."""
 
 OUTPUT_HEADERS = {
     # An output is the pods' data, never a page of this site: no script, no same origin.
@@ -104,27 +106,34 @@ def log_text(request: Request, run_id: str, task_id: str, name: str) -> Response
 
 @extend_schema(
     summary="The outputs of a task",
-    description="The files of its out/ directory.",
+    description="The files of its out/ directory. The walk is bounded (SIMRUN_WALK_DEPTH "
+    "folders down, SIMRUN_WALK_ENTRIES entries looked at, 500 files listed): a list that is "
+    'not whole says why in its Simrun-Listing-Cut header ("too deep: …", "too many: …").',
     parameters=[schema.RUN_OF_TASK, schema.TASK],
     responses={200: OutputSerializer(many=True), 404: schema.NOT_FOUND},
 )
 @api_view(["GET"])
 def output_list(request: Request, run_id: str, task_id: str) -> Response:
     task = task_or_404(request.user, run_id, task_id)
-    files = task_files.output_files(store.task_folder(task.run_id, task.task_id))
+    listing = task_files.output_files(store.task_folder(task.run_id, task.task_id))
     rows = [
         {
-            "path": f.path,
+            "path": f.shown,
             "size": f.size,
             "is_image": f.is_image,
             "inline": f.inline,
             "url": request.build_absolute_uri(
                 reverse("api-output-file", args=[task.run_id, task.task_id, f.path])
-            ),
+            )
+            if f.linkable
+            else None,
         }
-        for f in files
+        for f in listing.files
     ]
-    return Response(OutputSerializer(rows, many=True).data)
+    response = Response(OutputSerializer(rows, many=True).data)
+    if listing.cut:
+        response[LISTING_CUT] = listing.cut
+    return response
 
 
 @extend_schema(

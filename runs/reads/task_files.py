@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
+from django.conf import settings
+
 from harness import untrusted
 from harness.report import PROGRESS_UNIT
 from runs.common import store
@@ -25,8 +27,6 @@ LOG_NAME = re.compile(r"^(?P<node>[^./][^/]*)-(?P<attempt>\d+)\.log$")
 MAX_LOG_TAIL_LINES = 5000
 MAX_LOG_READ_BYTES = 1024 * 1024
 """At most this much of a log in one answer: a follow reads the rest on its next call."""
-PROGRESS_READ_BYTES = 4 * 1024 * 1024
-"""Unread progress beyond this is left to the controller, which counts it at its next poll."""
 MAX_LOG_ENTRIES = 10_000
 """Entries of ``logs/`` looked at: a task that fills it with more only hides its own logs."""
 MAX_OUTPUTS_LISTED = 500
@@ -51,14 +51,15 @@ def units_progressed(folder: TaskFolder, *, done: int, total: int, counted_bytes
     """Units done: the recorded count plus the units of ``progress.jsonl`` written since.
 
     The controller counted ``counted_bytes`` of the file into ``done``; only what follows is
-    read, and at most ``PROGRESS_READ_BYTES`` of it, so a live page stays cheap. Its whole
-    lines are counted as the controller counts them: distinct units by the harness's pattern.
+    read, and at most ``SIMRUN_PROGRESS_READ_MB`` of it (what lies beyond is left to the
+    controller's next poll), so a live page stays cheap. Its whole lines are counted as the
+    controller counts them: distinct units by the harness's pattern.
     """
     try:
         fresh = untrusted.read_bytes(
             folder.base,
             folder / "progress.jsonl",
-            PROGRESS_READ_BYTES,
+            int(settings.SIMRUN_PROGRESS_READ_MB * 2**20),
             offset=max(0, counted_bytes),
         )
     except OSError:
@@ -155,6 +156,18 @@ class OutputFile:
     size: int
 
     @property
+    def shown(self) -> str:
+        """The path as a page may show it: bytes that are not UTF-8 and characters that do not
+        print (a newline) escaped, ``\\xff``, ``\\n``."""
+        text = os.fsencode(self.path).decode("utf-8", errors="backslashreplace")
+        return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+    @property
+    def linkable(self) -> bool:
+        """Whether it can be named by a URL: printable UTF-8 (an escaped name cannot)."""
+        return self.shown == self.path
+
+    @property
     def suffix(self) -> str:
         return PurePosixPath(self.path).suffix.lower()
 
@@ -174,17 +187,34 @@ class OutputFile:
         return self.is_text and self.size <= INLINE_TEXT_BYTES
 
 
-def output_files(folder: TaskFolder, limit: int = MAX_OUTPUTS_LISTED) -> list[OutputFile]:
-    """The regular files of ``out/``, sorted; hidden ones, links (``out/`` itself one
-    included), FIFOs and devices left aside."""
+@dataclass(frozen=True)
+class Outputs:
+    """The files of a task's ``out/`` that a listing shows, and why it is incomplete ("too
+    deep: …", "too many: …"), empty when it is whole."""
+
+    files: list[OutputFile]
+    cut: str = ""
+
+
+def output_files(folder: TaskFolder, limit: int = MAX_OUTPUTS_LISTED) -> Outputs:
+    """The regular files of ``out/``, sorted, at most ``limit``; hidden ones, links (``out/``
+    itself one included), FIFOs and devices left aside. The walk is bounded
+    (``SIMRUN_WALK_DEPTH`` folders down, ``SIMRUN_WALK_ENTRIES`` entries looked at)."""
+    walk = untrusted.Walk(
+        folder.base,
+        folder / "out",
+        depth=settings.SIMRUN_WALK_DEPTH,
+        limit=settings.SIMRUN_WALK_ENTRIES,
+        hidden=False,
+    )
     try:
-        found = [
-            OutputFile(path, size)
-            for path, size in untrusted.walk_files(folder.base, folder / "out", limit)
-        ]
+        found = [OutputFile(path, size) for path, size in untrusted.walk_files(walk, limit + 1)]
     except OSError:
-        return []
-    return sorted(found, key=lambda f: f.path)
+        return Outputs([])
+    cut = walk.cut
+    if len(found) > limit:
+        found, cut = found[:limit], cut or f"too many: more than {limit} files"
+    return Outputs(sorted(found, key=lambda f: f.path), cut)
 
 
 def open_output(folder: TaskFolder, relative: str) -> tuple[BinaryIO, OutputFile]:

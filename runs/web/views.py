@@ -211,7 +211,8 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     tasks = list(run.tasks.all())
     task_files.attach_progress(run, tasks)
     for task in tasks:
-        task.outputs = _outputs(task) if task.state == TaskState.DONE else []  # type: ignore[attr-defined]
+        outputs, cut = _outputs(task) if task.state == TaskState.DONE else ([], "")
+        task.outputs, task.outputs_cut = outputs, cut  # type: ignore[attr-defined]
         task.results_present = has_results(task)  # type: ignore[attr-defined]
         if task.started_at is not None:
             end = task.ended_at or run.ended_at or timezone.now()
@@ -231,17 +232,25 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     }
 
 
-def _outputs(task: Any) -> list[dict[str, Any]]:
-    """The outputs of a done task for its card: a URL each, the start of small texts."""
+def _outputs(task: Any) -> tuple[list[dict[str, Any]], str]:
+    """The outputs of a done task for its card (a URL each where its name can be one, the
+    start of small texts), and why the list is incomplete (too deep, too many), if it is."""
     folder = store.task_folder(task.run_id, task.task_id)
+    listing = task_files.output_files(folder, limit=OUTPUTS_SHOWN)
     shown = []
-    for output in task_files.output_files(folder, limit=OUTPUTS_SHOWN):
-        url = reverse("runs:output-file", args=[task.run_id, task.task_id, output.path])
+    for output in listing.files:
+        url = (
+            reverse("runs:output-file", args=[task.run_id, task.task_id, output.path])
+            if output.linkable
+            else ""
+        )
         preview = (
-            task_files.preview(folder, output.path) if output.inline and not output.is_image else ""
+            task_files.preview(folder, output.path)
+            if url and output.inline and not output.is_image
+            else ""
         )
         shown.append({"file": output, "url": url, "preview": preview})
-    return shown
+    return shown, listing.cut
 
 
 @login_required

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from runs.backends.base import PodLog
 from runs.models import Attempt
 from runs.planning.records import run_record
 from tests.api.conftest import ended, running, submitted
+from tests.floods import deep_tree, tmpfs
 
 pytestmark = pytest.mark.django_db
 
@@ -240,6 +242,66 @@ def test_outputs_are_served_only_from_inside_out(owner_client, owner, store, tmp
     assert inside.status_code == 200 and b"".join(inside.streaming_content) == b"fine"
     listed = [o["path"] for o in owner_client.get(task_url(run, rest="outputs/")).json()]
     assert listed == ["inside.txt"]
+
+
+@pytest.fixture
+def fast_store(settings, tmp_path):
+    """The store on a tmpfs of the test's own, for trees of thousands of folders."""
+    with tmpfs(tmp_path / "fs") as fs:
+        settings.SIMRUN_STORE = fs / "store"
+        settings.SIMRUN_STORE.mkdir()
+        yield settings.SIMRUN_STORE
+
+
+def test_outputs_named_with_a_newline_or_bytes_not_utf8_are_listed_escaped(
+    owner_client, owner, store
+):
+    run = submitted(owner)
+    out = out_dir(store, run)
+    (out / "two\nlines.txt").write_text("x")
+    Path(os.fsdecode(os.fsencode(out) + b"/caf\xe9.csv")).write_text("y")
+    (out / "plain.txt").write_text("z")
+
+    answer = owner_client.get(task_url(run, rest="outputs/"))
+
+    assert answer.status_code == 200
+    rows = {o["path"]: o for o in answer.json()}
+    assert set(rows) == {"caf\\xe9.csv", "plain.txt", "two\\nlines.txt"}
+    assert rows["caf\\xe9.csv"]["url"] is None and rows["two\\nlines.txt"]["url"] is None
+    assert rows["plain.txt"]["url"].endswith("outputs/plain.txt")
+
+
+def test_outputs_3000_folders_deep_are_listed_down_to_the_bound_and_said_too_deep(
+    owner_client, owner, fast_store, settings
+):
+    run = submitted(owner)
+    out = out_dir(fast_store, run)
+    (out / "result.txt").write_text("x")
+    deep_tree(out, 3000)
+
+    answer = owner_client.get(task_url(run, rest="outputs/"))
+
+    assert answer.status_code == 200
+    assert [o["path"] for o in answer.json()] == ["result.txt"]
+    assert answer["Simrun-Listing-Cut"] == (
+        f"too deep: folders more than {settings.SIMRUN_WALK_DEPTH} levels down"
+    )
+
+
+def test_outputs_beyond_the_entries_a_walk_looks_at_are_said_too_many(
+    owner_client, owner, fast_store, settings
+):
+    settings.SIMRUN_WALK_ENTRIES = 300
+    run = submitted(owner)
+    out = out_dir(fast_store, run)
+    for i in range(400):
+        (out / f"{i:03}.txt").write_text("x")
+
+    answer = owner_client.get(task_url(run, rest="outputs/"))
+
+    assert answer.status_code == 200 and len(answer.json()) == 300
+    assert answer["Simrun-Listing-Cut"] == "too many: more than 300 entries"
+    assert "Simrun-Listing-Cut" not in owner_client.get(task_url(run, rest="logs/"))
 
 
 def test_an_out_folder_replaced_by_a_link_to_the_services_home_serves_nothing(

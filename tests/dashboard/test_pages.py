@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -10,6 +12,7 @@ from django.utils import timezone
 
 from runs.models import Attempt, Observation, Run, RunState, Task
 from tests.api.conftest import ended, pod, running, submitted
+from tests.floods import deep_tree, tmpfs
 
 pytestmark = pytest.mark.django_db
 
@@ -287,6 +290,32 @@ def test_an_out_folder_replaced_by_a_link_serves_nothing_on_the_page(alice, owne
     out.unlink()
     out.symlink_to("/proc/self")
     assert alice.get(base + "environ").status_code == 404
+
+
+def test_outputs_named_with_a_newline_or_bytes_not_utf8_are_shown_escaped(alice, owner, store):
+    run = ended(submitted(owner))
+    out = store / "runs" / run.id / "tasks" / "sweep" / "out"
+    write_file(store, run, "out/two\nlines.txt", "x")
+    Path(os.fsdecode(os.fsencode(out) + b"/caf\xe9.csv")).write_text("y")
+
+    for url in (f"/runs/{run.id}/", f"/runs/{run.id}/live/"):
+        answer = alice.get(url)
+        assert answer.status_code in (200, 286), url  # 286: an ended run's fragment, last poll
+        page = answer.content.decode()
+        assert "two\\nlines.txt" in page and "caf\\xe9.csv" in page, url
+
+
+def test_outputs_3000_folders_deep_are_said_too_deep_on_the_page(alice, owner, settings, tmp_path):
+    with tmpfs(tmp_path / "fs") as fs:
+        settings.SIMRUN_STORE = fs / "store"
+        run = ended(submitted(owner))
+        write_file(fs / "store", run, "out/result.txt", "x")
+        deep_tree(fs / "store" / "runs" / run.id / "tasks" / "sweep" / "out", 3000)
+        pages = [alice.get(url) for url in (f"/runs/{run.id}/", f"/runs/{run.id}/live/")]
+    for answer in pages:
+        assert answer.status_code in (200, 286)
+        page = answer.content.decode()
+        assert "result.txt" in page and "too deep: folders more than 64 levels down" in page
 
 
 # Cancel
