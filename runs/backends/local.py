@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -37,7 +36,7 @@ from harness import untrusted
 from harness.config import GRACE_S, STOP_MARGIN_S
 from harness.report import report_path
 from harness.tasktypes import TaskType
-from runs.backends import cgroups, local_env, local_user
+from runs.backends import cgroups, local_env, local_shm, local_user
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -51,6 +50,7 @@ from runs.backends.base import (
     workflow_name,
 )
 from runs.backends.local_admission import Demand, Held, admit
+from runs.backends.local_budget import Budget
 from runs.backends.local_launcher import (
     STARTING_EXIT,
     notify,
@@ -92,6 +92,10 @@ PIDS_MAX = 4096
 """The processes (and threads) a task may have at once (``SIMRUN_TASK_PIDS_MAX``)."""
 LOG_CAP = 64 << 20
 """The most of a log ``logs`` reads whole."""
+BUDGET = Budget(files=100_000, bytes=20 << 30, depth=64, check_s=2.0)
+"""What a task may keep in its folder and scratch (``SIMRUN_TASK_FILES_MAX``, ...)."""
+LOG_BYTES = 64 << 20
+"""The bytes of an attempt's log (``SIMRUN_TASK_LOG_MB``): its head and tail are kept."""
 
 
 def physical_memory_gb() -> float:
@@ -220,6 +224,8 @@ class LocalBackend:
         pids_max: int = PIDS_MAX,
         packages: PackagesLimits | None = None,
         task_network: str = "loopback",
+        budget: Budget = BUDGET,
+        log_bytes: int = LOG_BYTES,
     ) -> None:
         """Create the backend.
 
@@ -229,7 +235,8 @@ class LocalBackend:
         owner's (``local_user``, only as root), None as the service's own user; ``pids_max``
         is the most processes a task may have (its pids cgroup, else ``RLIMIT_NPROC`` of its
         task user); ``task_network`` ``loopback`` gives a task run as a task user a network of
-        its own (``host``: the machine's).
+        its own (``host``: the machine's); ``budget`` what a task may keep in its folder and
+        scratch, ``log_bytes`` the bytes of each attempt's log.
         """
         self.store = Path(store)
         self.scratch = Path(scratch)
@@ -247,6 +254,8 @@ class LocalBackend:
         self.pids_max = pids_max
         self.packages = packages or PackagesLimits()
         self.task_network = task_network
+        self.budget = budget
+        self.log_bytes = log_bytes
         self.pids_parent = cgroups.detect_pids() if os.geteuid() == 0 else None
         self.state = self.store / "local"
         self.address = "\0simrun-local-" + hashlib.sha256(str(self.state).encode()).hexdigest()[:16]
@@ -275,6 +284,13 @@ class LocalBackend:
                 cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
             ),
             task_network=settings.SIMRUN_TASK_NETWORK,
+            budget=Budget(
+                files=settings.SIMRUN_TASK_FILES_MAX,
+                bytes=int(settings.SIMRUN_TASK_DISK_GB * 2**30),
+                depth=settings.SIMRUN_TASK_DEPTH_MAX,
+                check_s=settings.SIMRUN_TASK_FILES_CHECK_S,
+            ),
+            log_bytes=int(settings.SIMRUN_TASK_LOG_MB * 2**20),
         )
 
     # The files of the backend.
@@ -706,6 +722,13 @@ class LocalBackend:
             "cgroup": str(cgroup) if cgroup is not None else None,
             "pids_cgroup": str(pids_cgroup) if pids_cgroup is not None else None,
             "pids_max": self.pids_max,
+            "task": task_dir.relative_to(submission.store).as_posix(),
+            "budget": self.budget.to_json(),
+            "log_bytes": self.log_bytes,
+            # A /dev/shm of its own as large as its memory (a container has its own).
+            "shm": {"bytes": math.ceil(memory_gb * 2**30), "inodes": self.budget.files}
+            if container is None and local_shm.usable(submission.store, self.scratch)
+            else None,
             "network": self.task_network,
             "venv": {"dir": str(venv), "snapshots": submission.snapshots, "base": str(base or "")}
             if venv
@@ -814,7 +837,7 @@ class LocalBackend:
         self._ended_file(name).touch()
         self._forget_ended()
         local_env.remove(self.envs / run)
-        shutil.rmtree(self.scratch / run, ignore_errors=True)
+        untrusted.remove_tree(self.scratch, [run])  # however deep its tasks made it
 
     def _forget_ended(self) -> None:
         """Forget the ended runs beyond the latest ``ENDED_KEPT``."""

@@ -212,8 +212,8 @@ def isolated(
 
 
 def remove(directory: Path) -> None:
-    """Remove the venv of a run (at its end) and its lock."""
-    shutil.rmtree(directory, ignore_errors=True)
+    """Remove the venv of a run (at its end), however deep its build made it, and its lock."""
+    untrusted.remove_tree(directory.parent, [directory.name])
     directory.with_name(directory.name + ".lock").unlink(missing_ok=True)
 
 

@@ -30,7 +30,6 @@ import functools
 import json
 import os
 import resource
-import shutil
 import signal
 import socket
 import struct
@@ -276,7 +275,8 @@ def _stage(
 
 
 def _enter(launch: dict[str, Any]) -> None:
-    """In the child before its exec: join its cgroup (as root), then become its task user."""
+    """In the child before its exec: join its cgroup (as root), get a ``/dev/shm`` of its own
+    and its limit of a file's size, then become its task user."""
     if launch.get("cgroup"):
         import cgroups  # the sibling module, see the docstring of this module
 
@@ -285,6 +285,17 @@ def _enter(launch: dict[str, Any]) -> None:
         import cgroups
 
         cgroups.join(Path(launch["pids_cgroup"]))
+    if shm := launch.get("shm"):
+        import local_shm  # the sibling module, see the docstring of this module
+
+        try:
+            local_shm.own_shm(shm["bytes"], shm["inodes"])
+        except OSError as error:
+            print(f"simrun: /dev/shm is the machine's, not the task's own: {error}", flush=True)
+    if budget := launch.get("budget"):
+        import local_budget  # the sibling module, see the docstring of this module
+
+        local_budget.Budget.from_json(budget).limit_file_size()
     if user := launch.get("user"):
         if not launch.get("pids_cgroup") and launch.get("pids_max"):
             # No pids controller: the limit of the task user's processes, all of its tasks'.
@@ -295,14 +306,18 @@ def _enter(launch: dict[str, Any]) -> None:
 
 def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start the process in a session of its own (its cgroup, its user) with the launcher's
-    output."""
+    output (the pipe of its capped log)."""
+    import local_budget  # noqa: F401 - imported before the fork, for ``_enter``
+    import local_shm  # noqa: F401
+
     return subprocess.Popen(
         launch["argv"],
         cwd=launch["cwd"],
         env=launch["env"],
         stdin=subprocess.DEVNULL,
         start_new_session=True,
-        preexec_fn=functools.partial(_enter, launch),  # safe: the launcher has no threads
+        # Safe: the only other thread then is the log's pump, which takes no lock (os calls).
+        preexec_fn=functools.partial(_enter, launch),
     )
 
 
@@ -378,11 +393,78 @@ def _unstarted_exit(error: BaseException, stopped: bool) -> int:
     return STARTING_EXIT
 
 
+def _capture(launch: dict[str, Any]) -> Any:
+    """Send what the launcher and its process print (stdout and stderr, the venv's build too)
+    through a pipe into the log, capped (``logcap``); the pump, to stop at the end."""
+    import logcap  # the sibling module, see the docstring of this module
+
+    read, write = os.pipe()
+    pump = logcap.LogPump(read, sys.stdout.fileno(), int(launch["log_bytes"]))
+    log = os.dup(sys.stdout.fileno())
+    os.set_inheritable(log, False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(write, 1)
+    os.dup2(write, 2)
+    os.close(write)
+    pump.start()
+
+    dropped: list[int] = []
+
+    def stop() -> int:
+        """Point stdout and stderr at the log again and drain the pipe (once); the bytes the
+        log dropped."""
+        if not dropped:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
+            dropped.append(int(pump.stop()))
+        return dropped[0]
+
+    return stop
+
+
+def _watch(launch: dict[str, Any]) -> Any:
+    """The watch of the task's budget of files (``local_budget``), None without a budget."""
+    if not launch.get("budget"):
+        return None
+    import local_budget  # the sibling module, see the docstring of this module
+
+    budget = local_budget.Budget.from_json(launch["budget"])
+    store, task = Path(launch["store"]), tuple(untrusted.parts_of(launch["task"]))
+    scratch = Path(launch["cwd"])
+    return local_budget.Watch(
+        budget,
+        count=lambda: local_budget.overrun(budget, store, task, scratch),
+        kill=lambda: signal_tree(signal.SIGKILL),
+    )
+
+
+def _over_budget(launch: dict[str, Any], result: dict[str, Any], over: str) -> None:
+    """Fail an attempt over its budget of files, naming it, and remove what it wrote."""
+    import local_budget  # the sibling module, see the docstring of this module
+
+    local_budget.remove_written(Path(launch["store"]), tuple(untrusted.parts_of(launch["task"])))
+    result["over_budget"] = over
+    result["message"] = f"{over}; what it wrote was removed"
+
+
 def run(launch_fd: int, logs_fd: int) -> int:
     """Run the process of a launch file to its end and record it beside it, in the folder of
     ``logs_fd``; returns its exit code."""
     with os.fdopen(launch_fd, "rb") as handle:
         launch = json.loads(handle.read(SERVICE_FILE_CAP))
+    stop_capture = _capture(launch) if launch.get("log_bytes") else None
+    try:
+        return _run(launch, logs_fd, stop_capture)
+    finally:
+        if stop_capture is not None:
+            stop_capture()
+
+
+def _run(launch: dict[str, Any], logs_fd: int, stop_capture: Any) -> int:
     stem = launch["name"]
     pid_name, exit_name, log_name = f"{stem}.pid", f"{stem}.exit", f"{stem}.log"
 
@@ -450,13 +532,23 @@ def run(launch_fd: int, logs_fd: int) -> int:
         if launch.get("live"):
             sampler = LiveSampler(logs_fd, live_name(stem), pid, launch.get("cgroup"))
             sampler.start()
+        watch = _watch(launch)
+        if watch is not None:
+            watch.start()
         child.returncode = wait_reaping(pid)
         if sampler is not None:
             sampler.stop()
+        over = watch.stop() if watch is not None else None
         result["exit_code"], result["signal"] = _exit_code(child.returncode)
+        if result["signal"] == signal.SIGXFSZ and watch is not None:
+            over = over or watch.budget.too_large_a_file()
         if launch.get("report"):
             _report(launch, result)
         _clean_up(launch, child.pid, result)
+        if over is not None:
+            _over_budget(launch, result, over)
+        if stop_capture is not None:
+            result["log_dropped"] = stop_capture()
         if result["exit_code"] != 0:
             result["last_line"] = last_line(logs_fd, log_name)
     if held is not None:
@@ -591,7 +683,8 @@ def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
     end_tree()
-    shutil.rmtree(launch["cwd"], ignore_errors=True)  # the scratch goes with the process
+    scratch = Path(launch["cwd"])  # the scratch goes with the process, however deep
+    untrusted.remove_tree(scratch.parent, [scratch.name])
     if launch.get("cgroup"):
         import cgroups  # the sibling module, see the docstring of this module
 

@@ -179,7 +179,8 @@ def read_service_json(dir_fd: int, name: str) -> Any:
 def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
     """What the end of an attempt means for its node.
 
-    Only the count of the out of memory killer proves a kill for memory. One that ended after
+    An attempt over its budget of files failed, whatever its exit: it would do it again. Only
+    the count of the out of memory killer proves a kill for memory. One that ended after
     its run was cancelled was cancelled. Only what simrun did is an eviction: a SIGTERM it
     sent without cancelling, a launcher lost with the end unrecorded, or a transient error of
     the store (exit 75), retried as Argo retries it. A SIGKILL (137) without the OOM killer's
@@ -187,6 +188,8 @@ def outcome(exit: dict[str, Any], cancelled_at: float | None) -> Outcome:
     SIGKILL of one process of a pool loses only its units in flight). Any other end, a signal
     the task sent itself included, is a failure.
     """
+    if exit.get("over_budget"):
+        return "failed"
     if exit.get("exit_code") == 0:
         return "succeeded"
     if exit.get("oom_kills", 0) > 0:

@@ -1,0 +1,53 @@
+"""A ``/dev/shm`` of each task's own on the local backend, counted in its memory and gone with it.
+
+The machine's ``/dev/shm`` is one tmpfs every local user shares, as large as half the memory,
+and what a process leaves there outlives it: two runs could leave 800 MiB nobody accounted
+for. So a task started by a root launcher gets, in the child before it drops to its user, a
+mount namespace of its own (and an IPC namespace: System V segments go with it too) in which
+``/dev/shm`` is a tmpfs of its own, as large as the task's memory and with at most its budget
+of files. Its pages are charged to the memory cgroup of the process that writes them (the
+task's), and the tmpfs is gone when the last process of the task is: nothing is left behind.
+Mounts made on the machine later still reach the task (the namespace is a slave of it).
+
+Only the standard library: the launcher imports it from its directory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REC = 0x4000
+MS_SLAVE = 0x80000
+SHM = "/dev/shm"
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+def own_shm(size_bytes: int, inodes: int) -> None:
+    """Give this process (a child of the launcher, still root) a ``/dev/shm`` of its own of
+    ``size_bytes`` and ``inodes`` files, in mount and IPC namespaces of its own."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+    options = f"size={max(size_bytes, 1 << 20)},nr_inodes={max(inodes, 64)},mode=1777"
+    flags = MS_NOSUID | MS_NODEV
+    _check(libc.mount(b"tmpfs", SHM.encode(), b"tmpfs", flags, options.encode()), "mount")
+
+
+def usable(*paths: Path) -> bool:
+    """Whether a ``/dev/shm`` of a task's own can be mounted: as root, with the machine's one
+    a folder, and none of the task's paths (the store, its scratch) below it."""
+    if os.geteuid() != 0 or not os.path.isdir(SHM):
+        return False
+    shm = Path(SHM).resolve()
+    return not any(shm == p or shm in p.parents for p in (q.resolve() for q in paths))

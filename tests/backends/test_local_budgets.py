@@ -1,0 +1,177 @@
+"""What one task may spend of what every user shares, on the local backend: the bytes of its log
+(head and tail kept), the files and bytes of its folder and scratch, how deep they nest, and a
+``/dev/shm`` of its own (real processes on a tmpfs of the test's own)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runs.backends import logcap
+from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.local_budget import Budget
+from tests.backends.local_fixtures import ended, log_of, phase, plan, shell, stepping, submit
+from tests.floods import tmpfs
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.django_db
+
+DEEP = "import os; [os.mkdir('d') or os.chdir('d') for _ in range(3000)]"
+"""A program that makes a chain of 3000 folders in its working folder (its scratch)."""
+BUDGET = Budget(files=500, bytes=4 << 20, depth=16, check_s=0.2)
+LOG_BYTES = 64 << 10
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """The store and the scratch on a small tmpfs of the test's own."""
+    with tmpfs(tmp_path / "disk", size_mb=48, inodes=20_000) as disk:
+        yield disk
+
+
+@pytest.fixture
+def backend(disk: Path) -> LocalBackend:
+    return LocalBackend(
+        store=disk / "store",
+        scratch=disk / "scratch",
+        cores=2,
+        memory_gb=4,
+        grace_s=1,
+        enforce_memory=False,
+        budget=BUDGET,
+        log_bytes=LOG_BYTES,
+    )
+
+
+def run_to_end(backend: LocalBackend, run_id: str, script: str) -> dict:
+    with stepping(backend):
+        submit(backend, run_id, {"t": {"command": shell(script)}})
+        wait_for(lambda: ended(backend, run_id), what=f"the end of {run_id}")
+    status = backend.status(workflow_name(run_id))
+    return {"phase": status.phase, "failed": status.failed.get("t", [])}
+
+
+def test_a_log_of_megabytes_keeps_its_head_and_tail_within_its_budget(backend):
+    # 4 MiB of numbered lines, 64 times the budget, then a last line.
+    script = "seq 1 500000; echo the-last-line"
+    end = run_to_end(backend, "l1", script)
+    log = log_of(backend, "l1", "t", "t").read_bytes()
+
+    assert end["phase"] == "Succeeded"  # printing much is no failure
+    assert len(log) <= LOG_BYTES + 200
+    assert log.startswith(b"1\n2\n3\n")
+    assert log.rstrip().endswith(b"499999\n500000\nthe-last-line")
+    marker = next(line for line in log.splitlines() if line.startswith(b"[simrun]"))
+    dropped = int(marker.split()[1])
+    printed = len("".join(f"{i}\n" for i in range(1, 500001))) + len("the-last-line\n")
+    assert dropped == printed - (len(log) - len(marker) - 2)
+
+
+def test_a_capped_log_is_never_larger_than_its_budget_while_it_grows(tmp_path):
+    path = tmp_path / "a.log"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    log = logcap.CappedLog(fd, 4096)
+    sizes = []
+    for i in range(2000):
+        log.write(f"line {i}\n".encode())
+        sizes.append(path.stat().st_size)
+    os.close(fd)
+    marker = len(logcap.marker(0, 2048, 1024))
+    assert max(sizes) <= 4096 + marker
+    text = path.read_text()
+    assert text.startswith("line 0\n") and text.endswith("line 1999\n")
+    assert f"{log.dropped} bytes dropped here" in text
+
+
+def test_a_task_over_its_budget_of_files_fails_naming_it_and_its_files_go(backend):
+    script = 'i=0; while [ $i -lt 5000 ]; do : > "$SIMRUN_OUT/f$i"; i=$((i+1)); done'
+    end = run_to_end(backend, "f1", script)
+
+    assert end["phase"] == "Failed"
+    [failed] = end["failed"]  # no retry: it would do it again
+    assert "SIMRUN_TASK_FILES_MAX" in failed.message and "500" in failed.message
+    out = backend.store / "runs" / "f1" / "tasks" / "t" / "out"
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_task_that_ended_over_its_budget_before_a_count_fails_too(backend):
+    slow = LocalBackend(**{**_settings(backend), "budget": Budget(500, 4 << 20, 16, 600.0)})
+    end = run_to_end(slow, "f2", 'for i in $(seq 600); do : > "$SIMRUN_OUT/f$i"; done')
+
+    assert end["phase"] == "Failed"
+    assert "SIMRUN_TASK_FILES_MAX" in end["failed"][0].message
+
+
+def test_a_file_larger_than_the_bytes_budget_is_cut_by_the_kernel(backend, disk):
+    end = run_to_end(backend, "b1", 'head -c 40M /dev/zero > "$SIMRUN_OUT/big"; echo "exit $?"')
+    log = log_of(backend, "b1", "t", "t").read_text()
+
+    assert end["phase"] == "Failed"
+    assert "SIMRUN_TASK_DISK_GB" in end["failed"][0].message
+    assert "exit 153" in log  # SIGXFSZ: the write beyond the budget was refused
+    assert os.statvfs(disk).f_bfree * os.statvfs(disk).f_frsize > 40 << 20
+
+
+def test_many_files_over_the_bytes_budget_fail_naming_it(backend):
+    script = 'for i in 1 2 3 4 5 6; do head -c 1M /dev/zero > "$HOME/part$i"; done'
+    end = run_to_end(backend, "b2", script)
+    assert end["phase"] == "Failed"
+    assert "SIMRUN_TASK_DISK_GB" in end["failed"][0].message
+
+
+def test_folders_nested_deeper_than_the_budget_fail_and_the_scratch_still_goes(backend):
+    # 3000 levels in the scratch, then the task ends: the launcher's removal of the scratch
+    # (shutil.rmtree recursed) crashed on a tree this deep, and the attempt was lost.
+    end = run_to_end(backend, "d1", f"{sys.executable} -c {shlex.quote(DEEP)}")
+
+    assert end["phase"] == "Failed"
+    [failed] = end["failed"]
+    assert "SIMRUN_TASK_DEPTH_MAX" in failed.message
+    assert not (backend.scratch / "d1" / "t-0").exists()  # removed by its launcher
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a /dev/shm of a task's own needs root")
+def test_a_task_s_dev_shm_is_its_own_as_large_as_its_memory_and_gone_with_it(backend):
+    script = (
+        "head -c 1M /dev/zero > /dev/shm/simrun-left-behind && "
+        "df -k /dev/shm | tail -1 | awk '{print \"shm-kib\", $2}'; "
+        "for i in $(seq 40); do head -c 2M /dev/zero > /dev/shm/part$i || break; done; "
+        'echo "parts $i"'
+    )
+    with stepping(backend):
+        submit(backend, "s1", {"t": {"command": shell(script)}}, {"t": plan(memory_gb=1 / 16)})
+        wait_for(lambda: ended(backend, "s1"), what="the end of s1")
+    log = log_of(backend, "s1", "t", "t").read_text()
+
+    assert phase(backend, "s1") == "Succeeded", log
+    assert not Path("/dev/shm/simrun-left-behind").exists()
+    assert "shm-kib 65536" in log  # the task's memory: 64 MiB
+    assert "parts 32" in log  # 1 MiB, then 31 parts of 2 MiB fit; the 32nd did not
+
+
+def _settings(backend: LocalBackend) -> dict:
+    return {
+        "store": backend.store,
+        "scratch": backend.scratch,
+        "cores": 2,
+        "memory_gb": 4,
+        "grace_s": 1,
+        "enforce_memory": False,
+        "log_bytes": LOG_BYTES,
+    }
+
+
+def test_the_budget_s_walk_follows_no_link_out_of_the_task(backend, disk):
+    outside = disk / "outside"
+    outside.mkdir()
+    for i in range(600):
+        (outside / f"{i}").touch()
+    end = run_to_end(backend, "k1", f'ln -s {outside} "$SIMRUN_OUT/elsewhere"; sleep 0.5')
+    assert end["phase"] == "Succeeded"
+    assert len(list(outside.iterdir())) == 600
+    assert phase(backend, "k1") == "Succeeded"
