@@ -35,7 +35,7 @@ from kubernetes.utils import parse_quantity
 from kubernetes.watch import Watch
 
 from harness.tasktypes import TaskType
-from runs.backends import logs
+from runs.backends import logcap, logs
 from runs.backends.argo_api import CallPolicy, Resilient, Silence, without_pool_retries
 from runs.backends.argo_build import (
     JOINER_PREFIX,
@@ -102,6 +102,8 @@ CAPACITY_TTL_S = 300.0
 """How long the sizes of the nodes are taken as known: nodes come and go, rarely."""
 CAPACITY_RETRY_S = 30.0
 """How soon the sizes are asked again after the cluster did not answer."""
+LOG_BYTES = 64 << 20
+"""The bytes of a pod's log read and kept (``SIMRUN_TASK_LOG_MB``): its head and tail beyond."""
 REASONS_TTL_S = 60.0
 """How long the reasons of a workflow's pods read for its status are taken as known while the
 workflow does not change (the control loop's resync, ``SIMRUN_RESYNC_S``)."""
@@ -142,9 +144,11 @@ class ArgoBackend:
         capacity_ttl_s: float = CAPACITY_TTL_S,
         reasons_ttl_s: float = REASONS_TTL_S,
         watch_backoff_s: float = WATCH_BACKOFF_S,
+        log_bytes: int = LOG_BYTES,
     ) -> None:
         self.cluster = cluster
         self.store = store
+        self.log_bytes = log_bytes
         self.calls = calls or CallPolicy()
         without_pool_retries(api)
         # Every call with a timeout and retried on transient errors; the watch alone is not.
@@ -184,7 +188,12 @@ class ArgoBackend:
         from runs.backends import cluster_config
 
         cluster = cluster_config()
-        return cls(cluster=cluster, api=api_client(cluster.kubeconfig), store=settings.SIMRUN_STORE)
+        return cls(
+            cluster=cluster,
+            api=api_client(cluster.kubeconfig),
+            store=settings.SIMRUN_STORE,
+            log_bytes=int(settings.SIMRUN_TASK_LOG_MB * 2**20),
+        )
 
     @property
     def namespace(self) -> str:
@@ -353,9 +362,7 @@ class ArgoBackend:
                 found.append(entry)
                 continue
             try:
-                entry.text = self.core.read_namespaced_pod_log(
-                    pod.metadata.name, self.namespace, container="main", tail_lines=tail_lines
-                )
+                entry.text = self._pod_log(pod.metadata.name, tail_lines)
             except ApiException as error:
                 if error.status in (400, 404) and entry.done:
                     entry.missing = MISSING_LOGS[error.status]
@@ -376,7 +383,11 @@ class ArgoBackend:
         when the staging failed, main never started, and the stage's log says why."""
         try:
             stage: str = self.core.read_namespaced_pod_log(
-                entry.pod, self.namespace, container=STAGE_CONTAINER, tail_lines=tail_lines
+                entry.pod,
+                self.namespace,
+                container=STAGE_CONTAINER,
+                tail_lines=tail_lines,
+                limit_bytes=self.log_bytes // 4,
             )
         except ApiException as error:
             log.info("the stage log of pod %s is not readable: %s", entry.pod, error)
@@ -389,6 +400,27 @@ class ArgoBackend:
             f"[simrun] the log of main:\n{main}"
         )
         entry.missing = ""
+
+    def _pod_log(self, pod: str, tail_lines: int | None) -> str:
+        """The log of a pod's ``main`` container within ``log_bytes``: its last lines, or the
+        whole log, or, when it is longer, its head and its last lines (``logcap.cut``): as
+        many as an eighth of the budget holds at the head's length of a line (the API cuts a
+        tail from its first bytes), at most a quarter of the budget."""
+        text: str = self.core.read_namespaced_pod_log(
+            pod, self.namespace, container="main", tail_lines=tail_lines, limit_bytes=self.log_bytes
+        )
+        if tail_lines is not None or len(text.encode()) < self.log_bytes:
+            return text
+        head = text.encode()[: self.log_bytes // 2].decode(errors="ignore")
+        per_line = max(1, len(head) // max(1, head.count("\n")))
+        tail: str = self.core.read_namespaced_pod_log(
+            pod,
+            self.namespace,
+            container="main",
+            tail_lines=max(1, self.log_bytes // 8 // per_line),
+            limit_bytes=self.log_bytes // 4,
+        )
+        return logcap.cut(head, tail)
 
     def _unread_since(self, name: str, task_id: str, found: list[PodLog]) -> list[PodLog]:
         """``found``, with a missing entry for each terminated pod whose log read failed at an

@@ -2,9 +2,9 @@
 
 It keeps workflows, pods, their logs and nodes in memory and answers as the API server does
 (list, get, create, merge and strategic merge patches with a resourceVersion precondition,
-delete, pod logs with ``tailLines``, a watch of workflows), so the backend is tested with the
-real ``kubernetes`` client over HTTP. Every request is recorded; hooks let a test play a
-conflicting writer or the cluster running a pod.
+delete, pod logs with ``tailLines`` and ``limitBytes``, a watch of workflows), so the backend
+is tested with the real ``kubernetes`` client over HTTP. Every request is recorded; hooks let a
+test play a conflicting writer or the cluster running a pod.
 
 It refuses what a real cluster refuses (``admit``): every object created or patched is held
 to the schema of its kind and the API server's rules (``kube_rules``, 422 Invalid with a
@@ -736,6 +736,8 @@ class _Handler(BaseHTTPRequestHandler):
         if "tailLines" in query:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else ""
+        if "limitBytes" in query:  # the first bytes of what the query selected
+            text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
         return text
 
     def _watch(self, namespace: str, query: dict[str, str]) -> None:

@@ -215,3 +215,24 @@ def test_a_staged_command_keeps_both_logs_one_after_the_other(
     [log] = backend.logs(WF, "plot")
 
     assert log.text.endswith("staged 2 inputs\n[simrun] the log of main:\nplotted\n")
+
+
+def test_a_pod_log_longer_than_its_budget_is_kept_as_its_head_and_its_last_lines(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = ArgoBackend(
+        cluster=CLUSTER, api=kube.client(), store=tmp_path / "store", log_bytes=64 * 1024
+    )
+    printed = "".join(f"line {i}\n" for i in range(100_000))  # 1.2 MB
+    kube.state.put_pod(argo_pod("p0", node_name="sweep-w0(0)", phase="Failed"), log=printed)
+
+    [log] = backend.logs(WF, "sweep")
+
+    assert len(log.text.encode()) <= 64 * 1024
+    assert log.text.startswith("line 0\nline 1\n")
+    assert log.text.endswith("line 99998\nline 99999\n")
+    assert "was dropped (SIMRUN_TASK_LOG_MB)" in log.text
+    assert [r.query.get("limitBytes") for r in kube.state.requests if r.path.endswith("/log")] == [
+        str(64 * 1024),
+        str(16 * 1024),
+    ]
