@@ -7,9 +7,14 @@ it is never recorded twice. An attempt killed for memory without a report is obs
 its pod's limit.
 
 A report is the task's word, not a measure: it is read by ``harness.untrusted`` (a regular
-file, no link on the way, at most ``REPORT_READ_BYTES``) and checked before it is believed
+file, no link on the way, at most ``SIMRUN_REPORT_MAX_MB``) and checked before it is believed
 (types, finite numbers in sane ranges); a peak far above the attempt's limit refuses it, CPU
-seconds beyond what its processes could spend are cut down.
+seconds beyond what its processes could spend are cut down. Each report is read once: one
+refused is marked in ``recorded/`` too (``<worker>-<attempt>.refused``). The reports of the
+attempts the service knows are read first, and a task's reports are read up to
+``SIMRUN_REPORTS_READ_MB`` in all; beyond that the rest are left unread for good (one mark,
+``OVER_BUDGET``), so a task that plants thousands of giant reports costs the loop that serves
+everyone a bounded read, once.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from contextlib import suppress
 from dataclasses import fields
 from typing import Any
 
+from django.conf import settings
+
 from harness import untrusted
 from harness.report import WorkerReport
 from runs.backends import retry_rule
@@ -35,8 +42,11 @@ from runs.planning.planner import observation_key
 log = logging.getLogger(__name__)
 
 GIB = 2**30
-REPORT_READ_BYTES = 16 * 2**20
-"""A report lists the units its worker did: a few MiB for a million units; more is forged."""
+MIB = 2**20
+REFUSED = ".refused"
+"""The suffix of the mark of a report read and refused: it is never read again."""
+OVER_BUDGET = ".reports-over-budget"
+"""The mark of a task whose reports took all of ``SIMRUN_REPORTS_READ_MB``: none is read more."""
 MAX_REPORTS = 10_000
 """Entries of ``workers/`` looked at."""
 MAX_BYTES = 64 * 2**40
@@ -53,20 +63,26 @@ CPU_GRACE_S = 60.0
 
 def read_report(folder: TaskFolder, name: str) -> WorkerReport | None:
     """Read a report ``workers/<name>`` (of this or a newer harness); None when it is missing,
-    not a regular file, larger than ``REPORT_READ_BYTES`` or not a sane report."""
+    not a regular file, larger than ``SIMRUN_REPORT_MAX_MB`` or not a sane report."""
+    return read_report_counted(folder, name)[0]
+
+
+def read_report_counted(folder: TaskFolder, name: str) -> tuple[WorkerReport | None, int]:
+    """``read_report``, and the bytes it read."""
+    cap = int(settings.SIMRUN_REPORT_MAX_MB * MIB)
     try:
-        data = untrusted.read_bytes(folder.base, folder / f"workers/{name}", REPORT_READ_BYTES + 1)
+        data = untrusted.read_bytes(folder.base, folder / f"workers/{name}", cap + 1)
     except OSError as error:
         log.warning("cannot read the report %s/workers/%s: %s", folder.path, name, error)
-        return None
-    if len(data) > REPORT_READ_BYTES:
+        return None, 0
+    if len(data) > cap:
         log.warning(
-            "report %s/workers/%s refused: larger than %d bytes",
+            "report %s/workers/%s refused: larger than %d bytes (SIMRUN_REPORT_MAX_MB)",
             folder.path,
             name,
-            REPORT_READ_BYTES,
+            cap,
         )
-        return None
+        return None, len(data)
     try:
         fields_ = json.loads(data)
         if not isinstance(fields_, dict):
@@ -75,11 +91,27 @@ def read_report(folder: TaskFolder, name: str) -> WorkerReport | None:
         report = WorkerReport(**{k: v for k, v in fields_.items() if k in known})
     except (ValueError, TypeError, RecursionError) as error:
         log.warning("report %s/workers/%s refused: %s", folder.path, name, error)
-        return None
+        return None, len(data)
     problem = report_problem(report)
     if problem:
         log.warning("report %s/workers/%s refused: %s", folder.path, name, problem)
+        return None, len(data)
+    return report, len(data)
+
+
+def read_unrefused(folder: TaskFolder, name: str, mark: str) -> WorkerReport | None:
+    """A report not refused before, for a poll that needs it before its task is final; one it
+    reads and refuses is marked so (``recorded/<mark>.refused``), and no pass reads it again."""
+    refused = f"{mark}{REFUSED}"
+    if Marks.has(folder, refused):
         return None
+    report, size = read_report_counted(folder, name)
+    if report is None and size:
+        marks = Marks(folder)
+        try:
+            marks.mark(refused)
+        finally:
+            marks.close()
     return report
 
 
@@ -264,6 +296,19 @@ class Marks:
         except OSError:
             return set()
 
+    @staticmethod
+    def has(folder: TaskFolder, name: str) -> bool:
+        """Whether one mark is there, in the service's own ``recorded/``."""
+        try:
+            with untrusted.directory(folder.base, folder / "recorded") as fd:
+                status = os.fstat(fd)
+                if status.st_uid != os.geteuid() or stat.S_IMODE(status.st_mode) & 0o022:
+                    return False
+                os.stat(name, dir_fd=fd, follow_symlinks=False)
+                return True
+        except OSError:
+            return False
+
     def mark(self, name: str) -> None:
         if self._fd is None:
             self._fd = untrusted.service_dir(self.folder.base, self.folder / "recorded")
@@ -323,15 +368,29 @@ def _record(
         )
 
     written = 0
-    for (worker, attempt), name in sorted(found.items()):
-        if f"{worker}-{attempt}" in recorded:
+    budget = int(settings.SIMRUN_REPORTS_READ_MB * MIB)
+    # The reports of attempts the service knows first: a task's forgeries never starve them.
+    for (worker, attempt), name in sorted(found.items(), key=lambda kv: (kv[0] not in rows, kv)):
+        mark = f"{worker}-{attempt}"
+        if mark in recorded or f"{mark}{REFUSED}" in recorded or OVER_BUDGET in recorded:
             continue
-        report = read_report(folder, name)
-        if report is None:
-            continue
+        if budget <= 0:
+            log.warning(
+                "the reports of %s took more than %g MiB (SIMRUN_REPORTS_READ_MB): the rest "
+                "are left unread",
+                folder.path,
+                settings.SIMRUN_REPORTS_READ_MB,
+            )
+            marks.mark(OVER_BUDGET)
+            break
+        report, size = read_report_counted(folder, name)
+        budget -= size
         gb = memory(worker, attempt, report)
-        report = believed(report, limit_bytes=int(gb * GIB), cores=plan.cores)
+        if report is not None:
+            report = believed(report, limit_bytes=int(gb * GIB), cores=plan.cores)
         if report is None:
+            if size:
+                marks.mark(f"{mark}{REFUSED}")  # read and refused: never read again
             continue
         observation = Observation(
             task_type=key,

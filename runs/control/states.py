@@ -316,7 +316,8 @@ def _started(
             if task_id not in reports:
                 reports[task_id] = observations.reports(folder)
             name = reports[task_id].get((worker, attempt))
-            report = observations.read_report(folder, name) if name else None
+            mark = f"{worker}-{attempt}"
+            report = observations.read_unrefused(folder, name, mark) if name else None
         memory = attempt_memory_gb(
             plans[task_id],
             attempt=attempt,
@@ -434,9 +435,9 @@ def _failures(
             # 137, or the memory of an attempt its backend does not know.
             needed = (attempt.exit_code == 137 and not attempt.oom_killed) or not attempt.memory_gb
             name = listed[task_id].get((key, attempt.attempt)) if needed else None
-            report = (
-                observations.read_report(store.task_folder(run.id, task_id), name) if name else None
-            )
+            folder = store.task_folder(run.id, task_id)
+            mark = f"{key}-{attempt.attempt}"
+            report = observations.read_unrefused(folder, name, mark) if name else None
             evidence, note = _evidence(attempt, report)
             name = f"{key}-{attempt.attempt}"
             if attempt.exit_code == 137 and not evidence and report is None:
@@ -599,23 +600,35 @@ def progress_cap(units_total: int) -> int:
 
 
 def _progress(task: Task) -> dict[str, Any]:
-    """The units done of a split task from ``progress.jsonl``, read only when it grew, and
-    at most ``progress_cap`` bytes of it (a regular file reached without a link)."""
+    """The units done of a split task from ``progress.jsonl``, read from where the last poll
+    stopped (``progress_bytes``), at most ``SIMRUN_PROGRESS_READ_MB`` a poll and
+    ``progress_cap`` in all (a regular file reached without a link): a poll costs the same
+    however long the sweep, and a padded giant costs a bounded read a poll until the cap.
+    The distinct units of what was read are added to the count (a unit recorded again at a
+    later poll counts twice, never beyond the task's units; its end sets them all)."""
     folder = store.task_folder(task.run_id, task.task_id)
-    cap = progress_cap(task.units_total)
+    start = task.progress_bytes
+    budget = min(
+        int(settings.SIMRUN_PROGRESS_READ_MB * 2**20), progress_cap(task.units_total) - start
+    )
+    if budget <= 0:
+        return {}
     try:
         with untrusted.open_file(folder.base, folder / "progress.jsonl") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size <= task.progress_bytes or task.progress_bytes >= cap:
+            if os.fstat(file.fileno()).st_size <= start:
                 return {}
-            data = file.read(cap)
+            file.seek(start)
+            data = file.read(budget)
     except OSError:
         return {}
     end = data.rfind(b"\n") + 1
-    done = min(len(set(PROGRESS_UNIT.findall(data, 0, end))), task.units_total)
+    if not end and len(data) == budget:
+        end = len(data)  # a "line" longer than a whole read is no progress line: passed over
+    fresh = len(set(PROGRESS_UNIT.findall(data, 0, end)))
     changes: dict[str, Any] = {}
-    if end != task.progress_bytes:
-        changes["progress_bytes"] = end
+    if end:
+        changes["progress_bytes"] = start + end
+    done = min(task.units_done + fresh, task.units_total)
     if done != task.units_done:
         changes["units_done"] = done
     return changes

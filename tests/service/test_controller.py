@@ -514,6 +514,62 @@ def test_a_report_marked_recorded_is_not_recorded_again_even_without_its_observa
     assert Observation.objects.count() == 0
 
 
+@pytest.fixture
+def report_reads(monkeypatch):
+    """The bytes the controller read of each report, by name."""
+    from runs.control import observations
+
+    found: dict[str, int] = {}
+    real = observations.untrusted.read_bytes
+
+    def counted(base, relative, cap, **options):
+        data = real(base, relative, cap, **options)
+        name = relative[-1] if isinstance(relative, tuple) else str(relative).rsplit("/", 1)[-1]
+        found[name] = found.get(name, 0) + len(data)
+        return data
+
+    monkeypatch.setattr(observations.untrusted, "read_bytes", counted)
+    return found
+
+
+def record_again(run, fake) -> None:
+    """A later pass that records the task's reports once more (its logs owed again)."""
+    Task.objects.filter(run=run).update(logs_kept=False)
+    Run.objects.filter(pk=run.pk).update(pending_logs=True)
+    poll(fake)
+
+
+def test_a_refused_report_is_read_once_and_marked(launch, fake, report_reads):
+    run = launch()
+    write_report(run, "sweep-w0", 0)
+    write_report(run, "sweep-w1", 0).write_text('{"worker": "sweep-w1", "processes": -3}')
+    finish_sweep(run, fake)
+    record_again(run, fake)
+
+    assert report_reads["sweep-w1-0.json"] == len('{"worker": "sweep-w1", "processes": -3}')
+    assert [o.worker for o in Observation.objects.all()] == ["sweep-w0"]
+    assert (task_dir(run, "sweep") / "recorded" / "sweep-w1-0.refused").exists()
+
+
+def test_thousands_of_giant_reports_cost_one_bounded_read(launch, fake, report_reads, settings):
+    settings.SIMRUN_REPORTS_READ_MB = 64
+    run = launch()
+    workers = task_dir(run, "sweep") / "workers"
+    for i in range(200):  # forgeries: sparse reports of 16 MiB each, named before the real one
+        workers.mkdir(parents=True, exist_ok=True)
+        with (workers / f"sweep-w0-{100 + i}.json").open("wb") as handle:
+            handle.truncate(16 * 2**20)
+    write_report(run, "sweep-w0", 0)
+    Attempt.objects.create(task=run.tasks.get(task_id="sweep"), worker="sweep-w0", attempt=0)
+    finish_sweep(run, fake)
+    first = sum(report_reads.values())
+    record_again(run, fake)
+
+    assert 0 < first <= (64 + 16) * 2**20
+    assert sum(report_reads.values()) == first, "nothing is read twice"
+    assert [o.worker for o in Observation.objects.all()] == ["sweep-w0"]
+
+
 def test_a_report_of_an_attempt_killed_for_memory_is_an_oom_observation(launch, fake):
     run = launch()
     write_report(run, "sweep-w0", 0, oom_kills=0)
@@ -792,6 +848,87 @@ def test_units_done_follow_progress_jsonl_counting_each_unit_once(launch, fake):
     progress.write_text("".join(lines) + '{"unit": 2, "worker": "sweep-w1", "seconds": 0.1}\n')
     poll(fake)
     assert Task.objects.get(run=run).units_done == 3
+
+
+class CountedReads:
+    """``untrusted.open_file`` as the controller calls it, with the bytes of each read kept."""
+
+    def __init__(self, real):
+        self.real, self.reads = real, []
+
+    def __call__(self, base, relative):
+        counted = self
+
+        class File:
+            def __init__(self, file):
+                self.file = file
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.file.close()
+
+            def read(self, size=-1):
+                data = self.file.read(size)
+                counted.reads.append(len(data))
+                return data
+
+            def __getattr__(self, name):
+                return getattr(self.file, name)
+
+        return File(self.real(base, relative))
+
+
+@pytest.fixture
+def progress_reads(monkeypatch):
+    from runs.control import states as control_states
+
+    counted = CountedReads(control_states.untrusted.open_file)
+    monkeypatch.setattr(control_states.untrusted, "open_file", counted)
+    return counted.reads
+
+
+def progress_lines(units) -> str:
+    return "".join(f'{{"unit": {u}, "worker": "sweep-w0", "seconds": 0.1}}\n' for u in units)
+
+
+def test_progress_is_read_from_where_the_last_poll_stopped(launch, fake, progress_reads):
+    run = launch({"tasks": {"sweep": {"type": "squares", "settings": {"n": 2000}}}})
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    progress = task_dir(run, "sweep") / "progress.jsonl"
+    progress.write_text(progress_lines(range(1000)))
+    poll(fake)
+    first = sum(progress_reads)
+    with progress.open("a") as handle:
+        handle.write(progress_lines(range(1000, 1010)))
+    poll(fake)
+
+    assert first == progress.stat().st_size - len(progress_lines(range(1000, 1010)))
+    assert sum(progress_reads) - first == len(progress_lines(range(1000, 1010)))
+    task = Task.objects.get(run=run)
+    assert task.units_done == 1010 and task.progress_bytes == progress.stat().st_size
+
+
+def test_a_sparse_giant_progress_file_costs_a_bounded_read_a_poll(
+    launch, fake, progress_reads, settings
+):
+    settings.SIMRUN_PROGRESS_READ_MB = 1
+    run = launch({"tasks": {"sweep": {"type": "squares", "settings": {"n": 10**6}}}})
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    progress = task_dir(run, "sweep") / "progress.jsonl"
+    with progress.open("wb") as handle:  # planted by a task: a gigabyte of nothing, then a line
+        handle.write(progress_lines([7]).encode())
+        handle.truncate(2**30)
+    for _ in range(3):
+        with progress.open("ab") as handle:  # it grows: each poll reads on
+            handle.write(b"\0")
+        poll(fake)
+
+    assert progress_reads and max(progress_reads) <= 2**20
+    task = Task.objects.get(run=run)
+    assert task.units_done == 1
+    assert task.progress_bytes == 2 * 2**20 + len(progress_lines([7]))  # the zeros passed over
 
 
 # Cancel
