@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import site
 import socket
@@ -213,3 +214,23 @@ def wait_until_state(client: httpx.Client, run_id: str, state: str, timeout_s=RU
         timeout_s,
         f"run {run_id} to be {state}",
     )
+
+
+def logged_in(service: Service, name: str) -> tuple[httpx.Client, str]:
+    """A browser-like session of a new user, logged in through the login form; its token."""
+    done = subprocess.run(
+        [SIMRUN, "user", name], env=service.env(), capture_output=True, text=True, check=True
+    )
+    password = done.stdout.split("password: ")[1].split()[0]
+    token = done.stdout.split("token: ")[1].split()[0]
+    client = httpx.Client(base_url=service.url, timeout=30)
+    form = client.get("/login/")
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+    assert csrf is not None, form.text
+    answer = client.post(
+        "/login/",
+        data={"username": name, "password": password, "csrfmiddlewaretoken": csrf[1]},
+        headers={"Referer": f"{service.url}/login/"},
+    )
+    assert answer.status_code in (200, 302) and "sessionid" in client.cookies, answer.text
+    return client, token

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-
-import httpx
 import pytest
 
 from runs.planning import sizing
-from tests.e2e.service import SIMRUN, submit, wait_until_ended
+from tests.e2e.service import logged_in, submit, wait_until_ended
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.slow
@@ -49,26 +45,6 @@ def test_a_kill_for_memory_plans_the_next_run_above_it_and_it_succeeds_first_tim
     assert plan["memory_gb"] * 1024 > 500
     assert [(a["attempt"], a["oom_killed"]) for a in task["attempts"]] == [(0, False)]
     assert f"kill × {sizing.BUMP:g}" in plan["why"]
-
-
-def logged_in(service, name: str) -> tuple[httpx.Client, str]:
-    """A browser-like session of a new user, logged in through the login form; its token."""
-    done = subprocess.run(
-        [SIMRUN, "user", name], env=service.env(), capture_output=True, text=True, check=True
-    )
-    password = done.stdout.split("password: ")[1].split()[0]
-    token = done.stdout.split("token: ")[1].split()[0]
-    client = httpx.Client(base_url=service.url, timeout=30)
-    form = client.get("/login/")
-    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
-    assert csrf is not None, form.text
-    answer = client.post(
-        "/login/",
-        data={"username": name, "password": password, "csrfmiddlewaretoken": csrf[1]},
-        headers={"Referer": f"{service.url}/login/"},
-    )
-    assert answer.status_code in (200, 302) and "sessionid" in client.cookies, answer.text
-    return client, token
 
 
 def test_a_real_runs_page_and_api_show_what_it_used_and_wasted(sqlite_service):

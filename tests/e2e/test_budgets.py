@@ -1,0 +1,231 @@
+"""Issue 35's floods against a real ``simrun serve`` run as root with task users, its home on a
+small disk of its own: one user's task floods what everyone shares, another user's runs before,
+during and after it must not notice, and the flooding task fails naming its budget.
+
+Each flood here filled the disk (or the inodes) on the code before its budget, and the other
+user's run failed on it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.service import SIMRUN, Service, logged_in, submit, wait_until_ended
+from tests.polling import wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="tasks change users only under a root service"),
+]
+UID_BASE = 330000
+DISK_MB = 256
+INODES = 40_000
+BUDGETS = {
+    "SIMRUN_TASK_FILES_MAX": "2000",
+    "SIMRUN_TASK_DISK_GB": str(32 / 1024),  # 32 MiB
+    "SIMRUN_TASK_LOG_MB": "1",
+    "SIMRUN_TASK_FILES_CHECK_S": "0.3",
+    "SIMRUN_POLL_S": "1",
+}
+PYTHON = "/usr/bin/python3"
+"""The machine's Python, which every task user may run (the test's lives below /root)."""
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[Service]:
+    """A serve whose home is a small ext4 disk of its own, which every task user may cross."""
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    # The image in memory: the database's every commit syncs it, which this machine's disk
+    # makes take seconds.
+    image, disk = Path(tempfile.mkdtemp(dir="/dev/shm")) / "disk.img", base / "disk"
+    disk.mkdir()
+    subprocess.run(["truncate", "-s", f"{DISK_MB}M", str(image)], check=True)
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-N", str(INODES), str(image)], check=True
+    )
+    subprocess.run(["mount", "-o", "loop", str(image), str(disk)], check=True)
+    disk.chmod(0o755)
+    env = {"SIMRUN_TASK_UID_BASE": str(UID_BASE), **BUDGETS}
+    service = Service(home=disk / "home", extra_env=env)
+    try:
+        service.start()
+        yield service
+    finally:
+        if service.process is not None:
+            service.stop()
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(image.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mallory_browser(service: Service) -> Iterator[tuple[httpx.Client, str]]:
+    browser, token = logged_in(service, "mallory")
+    yield browser, token
+    browser.close()
+
+
+@pytest.fixture(scope="module")
+def mallory(service: Service, mallory_browser) -> Iterator[httpx.Client]:
+    with service.client(mallory_browser[1]) as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+def alice(service: Service) -> Iterator[httpx.Client]:
+    done = subprocess.run(
+        [SIMRUN, "user", "alice"], env=service.env(), capture_output=True, text=True, check=True
+    )
+    with service.client(done.stdout.split("token: ")[1].split()[0]) as api:
+        yield api
+
+
+def sh(script: str) -> dict[str, list[str]]:
+    return {"command": ["sh", "-c", script]}
+
+
+def py(program: str) -> dict[str, list[str]]:
+    return {"command": [PYTHON, "-c", program]}
+
+
+def honest(alice: httpx.Client) -> tuple[dict, float]:
+    """Alice's trivial run to its end, and how long it took."""
+    started = time.monotonic()
+    run = ended(alice, {"t": sh('echo fine > "$SIMRUN_OUT/a"')})
+    return run, time.monotonic() - started
+
+
+def ended(api: httpx.Client, tasks: dict) -> dict:
+    return wait_until_ended(api, submit(api, {"tasks": tasks}))
+
+
+def message(run: dict, task: str = "t") -> str:
+    return next(t for t in run["tasks"] if t["id"] == task)["message"]
+
+
+def free(service: Service) -> tuple[int, int]:
+    """The free inodes and MiB of the service's disk."""
+    found = os.statvfs(service.home)
+    return found.f_favail, found.f_bavail * found.f_frsize // 2**20
+
+
+def out_of(service: Service, run_id: str, task: str = "t") -> Path:
+    return service.store / "runs" / run_id / "tasks" / task / "out"
+
+
+def count(folder: Path) -> int:
+    try:
+        return sum(1 for _ in os.scandir(folder))
+    except OSError:
+        return 0
+
+
+FLOOD = (
+    "import os\n"
+    "out = os.environ['SIMRUN_OUT']\n"
+    "for i in range(10**6):\n"
+    "    open(os.path.join(out, f'f{i}'), 'w').close()\n"
+)
+"""Empty files in out/ as fast as Python makes them, until something stops it."""
+
+
+def test_a_flood_of_files_fails_naming_its_budget_and_nobody_else_notices(service, mallory, alice):
+    inodes, _ = free(service)
+    flood = submit(mallory, {"tasks": {"t": py(FLOOD)}})
+    wait_for(lambda: count(out_of(service, flood)) >= 500, 60, "the flood to begin")
+    during, during_s = honest(alice)
+    flooded = wait_until_ended(mallory, flood)
+    after, after_s = honest(alice)
+
+    print(f"\nfiles flood: alice's run {during_s:.1f} s during it, {after_s:.1f} s after")
+    assert during["state"] == "succeeded", during["message"]
+    assert after["state"] == "succeeded", after["message"]
+    assert flooded["state"] == "failed"
+    assert "SIMRUN_TASK_FILES_MAX" in message(flooded), flooded["tasks"]
+    assert free(service)[0] > inodes - 500  # the flood's files are gone
+
+
+def test_a_file_as_large_as_the_disk_is_cut_at_its_budget_by_the_kernel(service, mallory, alice):
+    _, space = free(service)
+    big = ended(mallory, {"t": sh('head -c 1G /dev/zero > "$SIMRUN_OUT/big"')})
+    after, _ = honest(alice)
+
+    assert after["state"] == "succeeded", after["message"]
+    assert big["state"] == "failed"
+    assert "SIMRUN_TASK_DISK_GB" in message(big), big["tasks"]
+    assert free(service)[1] > space - 8
+
+
+def test_a_task_printing_gigabytes_keeps_a_capped_log_and_nobody_else_notices(
+    service, mallory, alice
+):
+    _, space = free(service)
+    noisy = ended(mallory, {"t": sh("yes simrun | head -c 400M; echo done")})
+    after, _ = honest(alice)
+    log = service.store / "runs" / noisy["id"] / "tasks" / "t" / "logs" / "t-0.log"
+    text = log.read_bytes()
+
+    assert after["state"] == "succeeded", after["message"]
+    assert noisy["state"] == "succeeded", noisy["message"]  # printing is no failure
+    assert len(text) <= 2**20 + 200
+    assert text.startswith(b"simrun\nsimrun\n") and text.endswith(b"simrdone\n")  # head -c cut
+    marker = next(line for line in text.splitlines() if line.startswith(b"[simrun]"))
+    assert int(marker.split()[1]) > 390 * 2**20
+    assert free(service)[1] > space - 4
+
+
+def test_what_a_task_leaves_in_dev_shm_goes_with_it(service, mallory):
+    name = f"simrun-e2e-{os.getpid()}"
+    try:
+        run = ended(mallory, {"t": sh(f"head -c 20M /dev/zero > /dev/shm/{name}")})
+        assert run["state"] == "succeeded", run["message"]
+        assert not Path("/dev/shm", name).exists()
+    finally:
+        Path("/dev/shm", name).unlink(missing_ok=True)
+
+
+DEEP = "for _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+"""A chain of 3000 folders below the working folder (a Python program's lines)."""
+PLANT = (
+    "import os\n"
+    "os.chdir(os.path.join(os.environ['SIMRUN_TASK_DIR'], '..', 'p', 'out'))\n"
+    f"{DEEP}"
+    "os.chdir(os.environ['HOME'])\n"
+    f"{DEEP}"
+)
+"""In task p's out/ (a task of the same run), then in its own scratch."""
+
+
+def test_trees_3000_folders_deep_in_out_and_in_the_scratch_answer_too_deep_never_a_500(
+    service, mallory, mallory_browser
+):
+    p = sh('echo result > "$SIMRUN_OUT/result.txt"')
+    run = ended(mallory, {"p": p, "q": {**py(PLANT), "inputs": {"x": "p"}}})
+    tasks = {t["id"]: t for t in run["tasks"]}
+    outputs = mallory.get(f"runs/{run['id']}/tasks/p/outputs/")
+    browser = mallory_browser[0]
+    pages = [browser.get(f"/runs/{run['id']}/"), browser.get(f"/runs/{run['id']}/live/")]
+
+    # The scratch's tree is over q's budget of depth; the launcher removed it all the same and
+    # recorded the end: one attempt, not a lost one retried to attempt 10.
+    assert tasks["q"]["state"] == "failed", tasks["q"]
+    assert "SIMRUN_TASK_DEPTH_MAX" in tasks["q"]["message"]
+    assert len(tasks["q"]["attempts"]) == 1, tasks["q"]["attempts"]
+    assert not (service.home / "scratch" / run["id"]).exists()
+    assert tasks["p"]["state"] == "done"
+    assert outputs.status_code == 200
+    assert [o["path"] for o in outputs.json()] == ["result.txt"]
+    assert outputs.headers["Simrun-Listing-Cut"].startswith("too deep")
+    for page in pages:
+        assert page.status_code in (200, 286), page.text[-2000:]
+        assert "too deep: folders more than 64 levels down" in page.text
