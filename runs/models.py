@@ -238,6 +238,12 @@ class Task(models.Model):
     inputs = models.JSONField(default=dict, blank=True, help_text="Port -> id of the task read.")
     command = models.JSONField(default=list, blank=True)
     image = models.CharField(max_length=500, blank=True)
+    key = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The digest of what decides its outputs (runs.planning.keys): the same key, "
+        "the same outputs. Empty for a task submitted before keys.",
+    )
     plan = models.JSONField(help_text="The TaskPlan decided at submission.")
     state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.WAITING)
     message = models.TextField(blank=True)

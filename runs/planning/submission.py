@@ -22,6 +22,7 @@ from runs.common import store
 from runs.common.handoff import Schedule, after_commit, scheduler
 from runs.models import Observation, Run, Task, TaskKind
 from runs.planning.evidence import prior_evidence
+from runs.planning.keys import Environment, task_keys
 from runs.planning.learned_types import run_types
 from runs.planning.planner import (
     OBSERVATIONS_USED,
@@ -213,6 +214,8 @@ def _create_run(
         memory_enforced=backend.enforces_memory,
         rerun_of=rerun_of,
     )
+    records = task_records(spec, types)
+    keys = task_keys(records, Environment.of(spec))
     tasks = [
         Task(
             run=run,
@@ -223,11 +226,12 @@ def _create_run(
             inputs=record.inputs,
             command=record.command,
             image=record.image,
+            key=keys[task_id],
             plan=plans[task_id].model_dump(mode="json"),
             units_total=units_of(record, types),
             position=position,
         )
-        for position, (task_id, record) in enumerate(task_records(spec, types).items())
+        for position, (task_id, record) in enumerate(records.items())
     ]
     Task.objects.bulk_create(tasks)
     store.write_json(store.run_dir(run.id) / "run.json", {"id": run.id, **run.spec})
