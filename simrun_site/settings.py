@@ -371,7 +371,7 @@ SIMRUN_CLUSTER = {
     "kubeconfig": _read("KUBECONFIG", env.str, ""),
     "registry_auth_file": _read("SIMRUN_REGISTRY_AUTH_FILE", env.str, ""),
     "builder_image": _read(
-        "SIMRUN_BUILDER_IMAGE", env.str, "gcr.io/kaniko-project/executor:v1.23.2"
+        "SIMRUN_BUILDER_IMAGE", env.str, "ghcr.io/osscontainertools/kaniko:v1.27.4"
     ),
     "build_timeout_s": _read("SIMRUN_BUILD_TIMEOUT_S", env.int, 3600),
     "build_namespace": _read("SIMRUN_BUILD_NAMESPACE", env.str, "simrun-build"),

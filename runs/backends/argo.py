@@ -29,6 +29,8 @@ from kubernetes.client import (
     Configuration,
     CoreV1Api,
     CustomObjectsApi,
+    V1DeleteOptions,
+    V1Preconditions,
 )
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
@@ -890,8 +892,9 @@ class ArgoBackend:
         raise RuntimeError(f"the build context {name} kept appearing and disappearing")
 
     def _leave(self, name: str, joiner: str) -> None:
-        """Remove this build's mark; the last one out (no fresh mark left) deletes the pod
-        and its ConfigMap. A mark older than twice the build timeout is a process that died."""
+        """Remove this build's mark; the last one out (no fresh mark left) deletes the
+        ConfigMap, unless a submission joined meanwhile, then the pod. A mark older than twice
+        the build timeout is a process that died."""
         try:
             left = self.core.patch_namespaced_config_map(
                 name, self.build_namespace, {"metadata": {"annotations": {joiner: None}}}
@@ -910,8 +913,23 @@ class ArgoBackend:
         if others:
             log.info("the build %s goes on for %d other submissions", name, len(others))
             return
+        # The context first, and only as this call left it: a submission that joined since
+        # marked it (a new resourceVersion), so the build is its own now and stays. Then the
+        # pod: one that joins after this finds no context and makes both anew.
+        version = left.metadata.resource_version if left is not None and left.metadata else None
+        try:
+            self.core.delete_namespaced_config_map(
+                name,
+                self.build_namespace,
+                body=V1DeleteOptions(preconditions=V1Preconditions(resource_version=version)),
+            )
+        except ApiException as error:
+            if error.status == 409:
+                log.info("the build %s was joined as its last one left: it goes on", name)
+                return
+            if error.status != 404:
+                raise
         self._delete(self.core.delete_namespaced_pod, name)
-        self._delete(self.core.delete_namespaced_config_map, name)
 
     def _create(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
         """Create an object of the build; one that exists (made by another submission of the

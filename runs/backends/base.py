@@ -203,7 +203,11 @@ class ClusterConfig(BaseModel):
     registry_auth_file: str = Field(
         default="", description="A Docker config.json with the registry's credentials."
     )
-    builder_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
+    builder_image: str = Field(
+        default="ghcr.io/osscontainertools/kaniko:v1.27.4",
+        description="The image that builds images in the cluster: the maintained fork of "
+        "Kaniko (Google archived its project in June 2025), same flags.",
+    )
     build_namespace: str = Field(
         default="simrun-build",
         description="Where image builds run (as root, which the runs' restricted namespace "

@@ -30,7 +30,6 @@ from runs.backends.base import (
     FINAL_PHASES,
     Backend,
     BackendUnavailable,
-    ChangeSignal,
     ClusterConfig,
     TaskPlan,
     workflow_name,
@@ -709,14 +708,17 @@ def _submit(run: Run, backend: Backend) -> None:
 def _made_before(name: str, backend: Backend) -> str:
     """The workflow a refused submission must cancel: the one of this name if a process
     before made it (a resumed submission refused once the node sizes are known), else none.
-    A backend that cannot tell gets the name: an unknown workflow counts as cancelled."""
-    if not isinstance(backend, ChangeSignal):
-        return name
+
+    The backend is asked for it (``status``), not its cache of versions: a process just
+    started has seen no workflow yet, and one made before must still be cancelled. A backend
+    that cannot tell gets the name: an unknown workflow counts as cancelled."""
     try:
-        return name if name in backend.versions([name]) else ""
+        backend.status(name)
+    except KeyError:
+        return ""
     except Exception:  # noqa: BLE001 - cancelling a workflow that is not there costs nothing
         log.warning("cannot tell whether workflow %s exists; it is cancelled", name)
-        return name
+    return name
 
 
 def _prepare(run: Run, tasks: list[Task], backend: Backend, cluster: ClusterConfig) -> Run:

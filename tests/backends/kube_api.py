@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 from kubernetes.client import ApiClient, Configuration
 
-from tests.backends import kube_rbac, kubelet, kueue
+from tests.backends import kube_policies, kube_rbac, kubelet, kueue
 from tests.backends.argo_pod_security import violations
 from tests.backends.argo_pods import argo_pods
 from tests.backends.kube_rules import Cause, refusals
@@ -189,6 +189,12 @@ def manifest_namespaces() -> dict[str, str]:
         for d in manifests()
         if d["kind"] == "Namespace"
     }
+
+
+@cache
+def manifest_policies() -> list[kube_policies.Policy]:
+    """The ValidatingAdmissionPolicies docker/k8s/ binds to deny."""
+    return kube_policies.policies(manifests())
 
 
 ADMIN_TOKEN = "token-cluster-admin"
@@ -376,6 +382,14 @@ class KubeState:
             self.pods[key] = self.stamp(pod)
             if log is not None:
                 self.logs[key] = log
+
+    def username(self, authorization: str) -> str:
+        """Who a request's token is, as the API server names it in ``request.userInfo``."""
+        token = authorization.removeprefix("Bearer ").strip()
+        if token not in self.tokens:
+            return "kubernetes-admin"
+        namespace, account = self.tokens[token]
+        return f"system:serviceaccount:{namespace}:{account}"
 
     def record_event(
         self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning"
@@ -667,6 +681,14 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             return 200, current
         if method == "DELETE":
+            wanted = ((body or {}).get("preconditions") or {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource} "{current["metadata"]["name"]}": '
+                    "the ResourceVersion in the precondition does not match",
+                )
             store.pop(key)
             if resource == "pods":
                 state.admit_workloads()
@@ -692,6 +714,17 @@ class _Handler(BaseHTTPRequestHandler):
         patched.setdefault("kind", kind)
         templates = (current.get("spec") or {}).get("templates")
         admit(state, patched, pods=templates != (patched.get("spec") or {}).get("templates"))
+        group, _, version = api_version.rpartition("/")
+        username = state.username(self.headers.get("Authorization") or "")
+        if denied := kube_policies.denials(
+            manifest_policies(),
+            resource=(group, version, resource),
+            operation="UPDATE",
+            obj=patched,
+            old=current,
+            username=username,
+        ):
+            raise ApiError(422, "Invalid", "; ".join(denied))
         store[key] = state.stamp(patched)
         if store is state.workflows:
             state._notify("MODIFIED", patched)

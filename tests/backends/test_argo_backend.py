@@ -707,6 +707,31 @@ def test_two_runs_building_one_image_share_the_build_and_the_last_one_out_cleans
     joining.close()
 
 
+def test_a_run_joining_as_the_last_one_leaves_keeps_the_build_and_its_context(
+    backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
+) -> None:
+    ref = "registry.example/simrun-env:abc"
+    key = ("simrun-build", build_pod_name(ref))
+    kube.state.on_pod_created = lambda pod_: pod_.update(status={"phase": "Succeeded"})
+    joined: list[str] = []
+
+    def join_at_the_first_delete(request: Any) -> None:
+        if request.method == "DELETE" and not joined:
+            # Another submission marks the context between the leaver's read and its deletes.
+            config_map = kube.state.config_maps[key]
+            config_map["metadata"]["annotations"]["simrun/build-joiner-late"] = "9999999999"
+            kube.state.stamp(config_map)
+            joined.append(request.path)
+
+    kube.state.intercept = join_at_the_first_delete
+
+    backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+
+    assert joined, "the last one out deleted something"
+    assert key in kube.state.config_maps, "the joiner's context was deleted under it"
+    assert key in kube.state.pods, "the build the joiner waits for was deleted"
+
+
 def test_a_build_left_by_a_process_that_died_long_ago_does_not_keep_its_pod(
     backend: ArgoBackend, kube: KubeApiServer, tmp_path: Path
 ) -> None:

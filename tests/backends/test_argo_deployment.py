@@ -12,6 +12,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
 
 from harness.tasktypes import task_types
 from runs.backends.argo import ArgoBackend
@@ -20,7 +22,7 @@ from runs.backends.base import ClusterConfig
 from tests.backends import kube_rbac
 from tests.backends.argo_pod_security import restricted_violations
 from tests.backends.argo_runs import build_context, run_of
-from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, pod, workflow
+from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 from tests.backends.kube_rbac import Grant
 from tests.polling import wait_for
@@ -333,3 +335,47 @@ def test_the_compose_file_runs_web_worker_beat_postgres_and_redis() -> None:
     assert "migrate" in " ".join(services["web"]["command"])
     for name in ("postgres", "redis"):
         assert ":" in services[name]["image"] and not services[name]["image"].endswith(":latest")
+
+
+def test_the_builder_is_the_maintained_fork_of_kaniko_pinned_to_a_release() -> None:
+    image = ClusterConfig().builder_image
+
+    assert not image.startswith("gcr.io/kaniko-project/"), "Google archived it in 2025"
+    assert image.startswith("ghcr.io/osscontainertools/kaniko:v")
+    assert (
+        build_pod(ref="registry.example/env:h", cluster=ClusterConfig())["spec"]["containers"][0][
+            "image"
+        ]
+        == image
+    )
+
+
+@pytest.mark.parametrize(
+    ("patch", "allowed"),
+    [
+        ({"metadata": {"labels": {"simrun/reserved": "run1"}}}, True),
+        (
+            {"spec": {"taints": [{"key": "simrun/reserved", "value": "r", "effect": "NoExecute"}]}},
+            True,
+        ),
+        ({"metadata": {"labels": {"team": "b"}}}, False),
+        ({"metadata": {"labels": {"kubernetes.io/hostname": None}}}, False),
+        ({"spec": {"taints": [{"key": "gpu", "value": "x", "effect": "NoSchedule"}]}}, False),
+        ({"spec": {"unschedulable": True}}, False),
+    ],
+)
+def test_the_worker_may_change_a_nodes_reservation_and_nothing_else_of_it(
+    patch: dict[str, Any], allowed: bool
+) -> None:
+    with KubeApiServer() as kube:
+        kube.state.put_node(kube_node("node-a"))
+        worker = CoreV1Api(kube.client("simrun-worker"))
+        if allowed:
+            worker.patch_node("node-a", patch)
+            return
+        with pytest.raises(ApiException) as raised:
+            worker.patch_node("node-a", patch)
+        CoreV1Api(kube.client("cluster-admin")).patch_node("node-a", patch)  # an operator may
+
+    assert raised.value.status == 422
+    assert "ValidatingAdmissionPolicy 'simrun-worker-reserves-only'" in raised.value.body
