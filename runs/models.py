@@ -27,6 +27,7 @@ def new_run_id() -> str:
 
 
 class RunState(models.TextChoices):
+    LEARNING = "learning"
     SUBMITTING = "submitting"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -157,6 +158,15 @@ class Run(models.Model):
     reconcile_failures = models.PositiveIntegerField(default=0)
     reconcile_after = models.DateTimeField(
         null=True, blank=True, help_text="A run whose reconcile crashed is pushed aside until then."
+    )
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Who submitted it for its owner (staff who re-ran another user's run); "
+        "empty: its owner. Its code runs as its owner's task user either way.",
     )
     rerun_of = models.ForeignKey(
         "self",
@@ -417,6 +427,9 @@ class Snapshot(models.Model):
     )
     name = models.CharField(max_length=200, blank=True)
     size_bytes = models.BigIntegerField(default=0)
+    tree_bytes = models.BigIntegerField(
+        default=0, help_text="The bytes of its extracted files (its owner's budget counts them)."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -33,6 +33,20 @@ def submit_run(run_id: str) -> None:
     controller.submit(run_id)
 
 
+@shared_task(name="runs.tasks.learn_run")  # type: ignore[untyped-decorator]  # celery ships no types
+def learn_run(run_id: str) -> None:
+    """Learn the types a run's sources ship, then plan and submit it (``controller.learn``);
+    on a queue of its own (``CELERY_TASK_ROUTES``), so it never holds the control loop's."""
+    from runs.control import controller
+
+    controller.learn(run_id)
+
+
+def learn_later(run_id: str) -> None:
+    """Hand the learning of a run to the learner: the ``Schedule`` of ``SIMRUN_LEARN_LATER``."""
+    learn_run.delay(run_id)
+
+
 def submit_later(run_id: str) -> None:
     """Hand a run's submission to a worker: the ``Schedule`` of ``SIMRUN_SUBMIT_LATER``."""
     submit_run.delay(run_id)

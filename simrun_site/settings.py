@@ -269,6 +269,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(SIMRUN_HOME / "celerybeat-schedule")
+# Learning a run's sources runs their code for minutes at worst: a queue of its own, so its
+# worker (serve's "learner") never holds the one the control loop runs on.
+CELERY_TASK_ROUTES = {"runs.tasks.learn_run": {"queue": "learning"}}
 
 # The control loop.
 SIMRUN_POLL_S = _positive("SIMRUN_POLL_S", 5.0)
@@ -298,6 +301,7 @@ SIMRUN_LOCK_URL = _read("SIMRUN_LOCK_URL", env.str, "")
 SIMRUN_SUBMIT_LATER = "runs.tasks.submit_later"
 SIMRUN_SETTLE_LATER = "runs.tasks.settle_later"
 SIMRUN_RECONCILE_LATER = "runs.tasks.reconcile_later"
+SIMRUN_LEARN_LATER = "runs.tasks.learn_later"
 
 # The local backend.
 SIMRUN_LOCAL_CORES = _read("SIMRUN_LOCAL_CORES", env.int, None)
@@ -352,9 +356,20 @@ SIMRUN_REPORT_MAX_MB = _positive("SIMRUN_REPORT_MAX_MB", 16.0)
 SIMRUN_REPORTS_READ_MB = _positive("SIMRUN_REPORTS_READ_MB", 256.0)
 SIMRUN_WALK_DEPTH = _read("SIMRUN_WALK_DEPTH", env.int, 64)
 SIMRUN_WALK_ENTRIES = _read("SIMRUN_WALK_ENTRIES", env.int, 10_000)
+# The runs of one user that have not ended (learning, submitting, running) the service queues;
+# a submission past it is refused (429) naming the bound.
+SIMRUN_USER_QUEUED_RUNS = _read("SIMRUN_USER_QUEUED_RUNS", env.int, 50)
 # A type only a run's sources define is learned by running their code here (as the owner's
 # task user on the local backend); on Argo that would be in the service's pod: off by default.
 SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND != "argo")
+# Learning runs in the worker, never in a web request: the install of the sources (pip, their
+# build code) and then the description of their types are stopped after these seconds each.
+SIMRUN_LEARN_INSTALL_S = _positive("SIMRUN_LEARN_INSTALL_S", 300.0)
+SIMRUN_LEARN_DESCRIBE_S = _positive("SIMRUN_LEARN_DESCRIBE_S", 60.0)
+# The extracted bytes of source snapshots the store keeps: of one user's, and of everyone's
+# (each tree once); an upload past either is refused while it is extracted.
+SIMRUN_SNAPSHOT_USER_BYTES = _read("SIMRUN_SNAPSHOT_USER_BYTES", env.int, 2 << 30)
+SIMRUN_SNAPSHOT_TOTAL_BYTES = _read("SIMRUN_SNAPSHOT_TOTAL_BYTES", env.int, 20 << 30)
 
 # The Argo backend (see runs/backends/argo*.py and docs/cluster.md).
 SIMRUN_CLUSTER = {

@@ -201,6 +201,13 @@ class RunDetailSerializer(RunSerializer):
         "and by task), the memory each task was given beside what simrun's sizing policy and "
         "Kubernetes' VPA would have given it, and what VPA's allocation would have wasted"
     )
+    submitted_by = serializers.CharField(
+        source="submitted_by.get_username",
+        allow_null=True,
+        default=None,
+        help_text="who submitted it for its owner (staff who re-ran another user's run; its "
+        "code runs as its owner's task user), null for its owner",
+    )
     reruns = serializers.ListField(
         child=serializers.CharField(),
         source="rerun_ids",
@@ -220,6 +227,7 @@ class RunDetailSerializer(RunSerializer):
             "pending_logs",
             "spec",
             "tasks",
+            "submitted_by",
             "reruns",
             "usage",
         ]

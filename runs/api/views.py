@@ -34,10 +34,10 @@ from runs.api.serializers import (
     run_detail_serializer,
 )
 from runs.control import controller
-from runs.models import Run
+from runs.models import Run, RunState
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import RunSpec, SpecError, parse_spec, validate_spec
-from runs.planning.submission import CannotRun, create_run
+from runs.planning.submission import CannotRun, QueueFull, create_run
 from runs.reads.access import (
     run_or_404,
     run_with_tasks_or_404,
@@ -73,10 +73,37 @@ CANNOT_RUN = OpenApiResponse(
 )
 
 
+QUEUE_FULL = OpenApiResponse(
+    ErrorSerializer,
+    description="you have SIMRUN_USER_QUEUED_RUNS runs that have not ended: refused, the bound "
+    "named",
+)
+
+
+def queue_full(error: QueueFull) -> Response:
+    """A submission past the runs this service queues per user: 429, the bound named."""
+    return Response({"detail": str(error)}, status=status.HTTP_429_TOO_MANY_REQUESTS)
+
+
 def cannot_run(error: CannotRun) -> Response:
     """A run this service could not start, refused at once: 503 with the fix, not accepted
     to fail every task."""
     return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+
+def created(request: Request, run: Run) -> Response:
+    """The answer to a submission: 201 with the run, or 202 while it is ``learning`` (the
+    worker learns the types its sources ship, then plans it)."""
+    detail = run_detail_serializer().to_representation(run_detail(request, run.id))
+    learning = run.state == RunState.LEARNING
+    return Response(detail, status=202 if learning else status.HTTP_201_CREATED)
+
+
+LEARNING = OpenApiResponse(
+    RunDetailSerializer,
+    description="accepted: the run is learning the task types its sources ship (in the "
+    "worker, as your task user), without tasks until it is planned",
+)
 
 
 def run_detail(request: Request, run_id: str) -> Run:
@@ -138,8 +165,10 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         },
         responses={
             201: RunDetailSerializer,
+            202: LEARNING,
             400: schema.FIELD_ERRORS,
             415: schema.UNSUPPORTED,
+            429: QUEUE_FULL,
             503: CANNOT_RUN,
         },
         examples=[
@@ -162,8 +191,9 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             raise refused(request, body, error) from None
         except CannotRun as error:
             return cannot_run(error)
-        detail = run_detail_serializer().to_representation(run_detail(request, run.id))
-        return Response(detail, status=status.HTTP_201_CREATED)
+        except QueueFull as error:
+            return queue_full(error)
+        return created(request, run)
 
     @extend_schema(
         summary="Cancel a run",
@@ -193,8 +223,10 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         parameters=[schema.RUN],
         responses={
             201: RunDetailSerializer,
+            202: LEARNING,
             400: schema.FIELD_ERRORS,
             404: schema.NOT_FOUND,
+            429: QUEUE_FULL,
             503: CANNOT_RUN,
         },
     )
@@ -208,10 +240,11 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             text = submitted_text(body) if spec else None
             spec = spec or validate_spec(source.spec, types=types)
             assert isinstance(request.user, User)  # IsAuthenticated: only users get here
-            run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
+            run = submit_rerun(source=source, spec=spec, actor=request.user, text=text)
         except SpecError as error:
             raise refused(request, body, error) from None
         except CannotRun as error:
             return cannot_run(error)
-        detail = run_detail_serializer().to_representation(run_detail(request, run.id))
-        return Response(detail, status=status.HTTP_201_CREATED)
+        except QueueFull as error:
+            return queue_full(error)
+        return created(request, run)

@@ -568,15 +568,26 @@ class LocalBackend:
         for view in views:
             for node in view.startable():
                 demand = Demand(
-                    view.submission.run, node.spec.name, node.spec.cores, next_memory_gb(node)
+                    view.submission.run,
+                    node.spec.name,
+                    node.spec.cores,
+                    next_memory_gb(node),
+                    view.submission.owner,
                 )
                 ready[demand] = (view, node)
         held = [
-            Held(view.submission.run, attempt.cores, attempt.memory_gb)
+            Held(view.submission.run, attempt.cores, attempt.memory_gb, view.submission.owner)
             for view in views
             for _, attempt in view.running()
         ]
-        found = admit(list(ready), held, self.cores, self.memory_gb)
+        last_start: dict[int | None, float] = {}
+        for view in views:
+            for node in view.nodes.values():
+                for attempt in node.attempts:
+                    if (started := attempt.started) is not None:
+                        owner = view.submission.owner
+                        last_start[owner] = max(started, last_start.get(owner, started))
+        found = admit(list(ready), held, self.cores, self.memory_gb, last_start)
         for demand in found.start:
             view, node = ready[demand]
             # Sources and packages are built as the task user, by this Python.

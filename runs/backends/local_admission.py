@@ -1,16 +1,20 @@
 """Which waiting processes of the local backend start now, and why the others wait.
 
-The queue is every node ready to start, of every live run, in the order of submission. The
-first that fits the free cores and memory starts; the first that does not is the head of the
-queue. A later node starts beside it (backfill) only if it cannot delay the head: however
-long it runs, the head still fits at the first moment the running processes would have left
-it room. A node larger than the machine can never start: it is refused with a clear message
-instead of holding the queue. Pure functions, so the rules are tested without processes.
+The queue is every node ready to start, of every live run, in a fair order over their owners
+(``fair_order``): each user's nodes in the order of their submission, the users in turn by
+the share of the machine each holds, the least first, so one user's many runs cannot keep
+another's waiting. The first that fits the free cores and memory starts; the first that does
+not is the head of the queue: the next node of the user whose turn it is. A later node starts
+beside it (backfill) only if it cannot delay the head: however long it runs, the head still
+fits at the first moment the running processes would have left it room. A node larger than
+the machine can never start: it is refused with a clear message instead of holding the queue.
+Pure functions, so the rules are tested without processes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 SUMS_LIMIT = 4096
@@ -19,21 +23,64 @@ SUMS_LIMIT = 4096
 
 @dataclass(frozen=True)
 class Demand:
-    """A node ready to start: its run, its name, the cores and memory its attempt needs."""
+    """A node ready to start: its run, its name, the cores and memory its attempt needs, and
+    the owner of its run."""
 
     run: str
     node: str
     cores: int
     memory_gb: float
+    owner: int | None = None
 
 
 @dataclass(frozen=True)
 class Held:
-    """What a running process holds, and of which run."""
+    """What a running process holds, of which run and whose."""
 
     run: str
     cores: int
     memory_gb: float
+    owner: int | None = None
+
+
+def share(cores: float, memory_gb: float, machine_cores: int, machine_gb: float) -> float:
+    """The share of the machine some cores and memory are: the larger of the two fractions
+    (a user who holds all the memory holds the machine, however few cores)."""
+    return max(cores / machine_cores, memory_gb / machine_gb if machine_gb > 0 else 0.0)
+
+
+def fair_order(
+    queue: list[Demand],
+    held: list[Held],
+    cores: int,
+    memory_gb: float,
+    last_start: Mapping[int | None, float] | None = None,
+) -> list[Demand]:
+    """The queue (in the order of submission) in turns over its owners: next is always the
+    next node of the user holding the least share of the machine (what runs, plus what this
+    order put before); between equals, the user who started a process least lately
+    (``last_start``: so the one whose run just ended waits their turn), then the earlier node."""
+    started = last_start or {}
+    held_share: dict[int | None, float] = {}
+    for process in held:
+        part = share(process.cores, process.memory_gb, cores, memory_gb)
+        held_share[process.owner] = held_share.get(process.owner, 0.0) + part
+    mine: dict[int | None, list[tuple[int, Demand]]] = {}
+    for position, demand in enumerate(queue):
+        mine.setdefault(demand.owner, []).append((position, demand))
+    order = []
+    while mine:
+        owner = min(
+            mine,
+            key=lambda o: (round(held_share.get(o, 0.0), 9), started.get(o, -1.0), mine[o][0][0]),
+        )
+        _, demand = mine[owner].pop(0)
+        if not mine[owner]:
+            del mine[owner]
+        order.append(demand)
+        part = share(demand.cores, demand.memory_gb, cores, memory_gb)
+        held_share[owner] = held_share.get(owner, 0.0) + part
+    return order
 
 
 @dataclass
@@ -59,9 +106,54 @@ def too_large(demand: Demand, cores: int, memory_gb: float) -> str | None:
 
 def _runs(held: Iterable[Held], holds: str) -> str:
     names = sorted({h.run for h in held if getattr(h, holds) > 0})
-    if len(names) == 1:
-        return f"run {names[0]} holds"
-    return f"runs {', '.join(names[:-1])} and {names[-1]} hold"
+    return holders(names, others=False)
+
+
+def holders(names: list[str], *, others: bool) -> str:
+    """Who holds what a node waits for: "run a holds", "runs a and b hold"; with ``others``,
+    runs of other users too, not named: "run a and other users' runs hold"."""
+    if not names:
+        return "other users' runs hold"
+    listed = [*names, "other users' runs"] if others else names
+    lead = "run" if len(names) == 1 else "runs"
+    if len(listed) == 1:
+        return f"{lead} {listed[0]} holds"
+    return f"{lead} {', '.join(listed[:-1])} and {listed[-1]} hold"
+
+
+HELD_BY = re.compile(
+    r"\b(?:run ([a-z0-9]+) holds|runs ((?:[a-z0-9]+, )*[a-z0-9]+ and [a-z0-9]+) hold)\b"
+)
+"""The holders as ``holders`` names them (without ``others``)."""
+BEHIND = re.compile(r"\bwaits behind \S+ of run ([a-z0-9]+), first in the queue\b")
+
+
+def named_runs(message: str) -> set[str]:
+    """The runs a waiting node's reason names (``shortage``, ``admit``)."""
+    found = set(BEHIND.findall(message))
+    for one, several in HELD_BY.findall(message):
+        found |= {one} if one else set(re.split(r", | and ", several))
+    return found
+
+
+def unnamed(message: str, visible: Callable[[str], bool]) -> str:
+    """A waiting node's reason with the runs that ``visible`` refuses left unnamed: "other
+    users' runs hold 2 of 2", "waits behind a node of another user's run"."""
+
+    def held(match: re.Match[str]) -> str:
+        names = [match[1]] if match[1] else re.split(r", | and ", match[2])
+        shown = [name for name in names if visible(name)]
+        return holders(shown, others=len(shown) < len(names))
+
+    message = HELD_BY.sub(held, message)
+    return BEHIND.sub(
+        lambda m: (
+            m[0]
+            if visible(m[1])
+            else "waits behind a node of another user's run, first in the queue"
+        ),
+        message,
+    )
 
 
 def shortage(demand: Demand, held: list[Held], cores: int, memory_gb: float) -> str:
@@ -103,9 +195,17 @@ def delays(head: Demand, other: Demand, held: list[Held], free_cores: int, free_
     return False
 
 
-def admit(queue: list[Demand], held: list[Held], cores: int, memory_gb: float) -> Admission:
-    """What starts of a queue (in its order) beside the running processes of ``held``."""
+def admit(
+    queue: list[Demand],
+    held: list[Held],
+    cores: int,
+    memory_gb: float,
+    last_start: Mapping[int | None, float] | None = None,
+) -> Admission:
+    """What starts of a queue (in the order of submission) beside the running processes of
+    ``held``, taken in its fair order (``fair_order``, with the owners' ``last_start``)."""
     found = Admission()
+    queue = fair_order(queue, held, cores, memory_gb, last_start)
     held = list(held)
     free_cores = cores - sum(h.cores for h in held)
     free_gb = memory_gb - sum(h.memory_gb for h in held)
@@ -117,7 +217,7 @@ def admit(queue: list[Demand], held: list[Held], cores: int, memory_gb: float) -
         fits = _fits(demand, free_cores, free_gb)
         if fits and (head is None or not delays(head, demand, held, free_cores, free_gb)):
             found.start.append(demand)
-            held.append(Held(demand.run, demand.cores, demand.memory_gb))
+            held.append(Held(demand.run, demand.cores, demand.memory_gb, demand.owner))
             free_cores -= demand.cores
             free_gb -= demand.memory_gb
         elif not fits:

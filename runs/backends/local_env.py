@@ -31,6 +31,7 @@ import site
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -122,12 +123,14 @@ def ensure(
     *,
     user: Builder | None = None,
     base: Path | None = None,
+    timeout_s: float | None = None,
 ) -> Path:
     """The interpreter of the venv of a run, created with its snapshots on first use, on the
     packages' venv ``base`` if the run has one.
 
     Installing sources runs their build code: with ``user`` the venv is made by a process of
-    its own as that user, with only that user's environment (``isolated``)."""
+    its own as that user, with only that user's environment, stopped after ``timeout_s``
+    (``isolated``)."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -136,7 +139,7 @@ def ensure(
             if user is None:
                 _create(directory, snapshots, base)
             else:
-                isolated(directory, snapshots, user, base)
+                isolated(directory, snapshots, user, base, timeout_s)
             # The venv is the task user's by now: the mark is made through its folder's
             # descriptor, never through a link its build code planted.
             with untrusted.directory(directory.parent, [directory.name]) as folder:
@@ -176,37 +179,101 @@ def build_env(home: Path) -> dict[str, str]:
     }
 
 
+OUTPUT_KEPT = 4 << 20
+"""The most of a bounded child's output that is read back (the end of it)."""
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a bounded child ended: its exit code (None: killed at its timeout) and output."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+def run_bounded(
+    argv: list[str],
+    user: Builder,
+    *,
+    cwd: Path,
+    timeout_s: float | None,
+    stdin: str = "",
+) -> Ran:
+    """Run code of a user's sources as ``user``, killed with its whole process group after
+    ``timeout_s``; its output goes to unnamed files, not pipes, so a child it left behind
+    cannot hold the wait open."""
+    with (
+        tempfile.TemporaryFile() as given,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        given.write(stdin.encode())
+        given.seek(0)
+        child = subprocess.Popen(
+            argv,
+            stdin=given,
+            stdout=out,
+            stderr=err,
+            cwd=cwd,
+            env=dict(user.env),
+            user=user.uid,
+            group=user.gid,
+            extra_groups=[] if user.uid is not None else None,
+            start_new_session=True,
+        )
+        try:
+            code: int | None = child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # what it left running goes too
+        child.wait()
+        return Ran(code, _end_of(out), _end_of(err))
+
+
+def _end_of(file: IO[bytes]) -> str:
+    """The last ``OUTPUT_KEPT`` bytes of a file, as text."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(max(0, size - OUTPUT_KEPT))
+    return file.read().decode(errors="replace")
+
+
+class BuildTimeout(Exception):
+    """Making a venv from sources took longer than it may; the message says how long."""
+
+
 def isolated(
-    directory: Path, snapshots: list[Path], user: Builder, base: Path | None = None
+    directory: Path,
+    snapshots: list[Path],
+    user: Builder,
+    base: Path | None = None,
+    timeout_s: float | None = None,
 ) -> None:
     """Make the venv in a child process as ``user``, printing its one line of output; a
-    ``CalledProcessError`` whose ``output`` is the tail of pip's output when it fails."""
+    ``CalledProcessError`` whose ``output`` is the tail of pip's output when it fails,
+    ``BuildTimeout`` (with that tail) when it takes longer than ``timeout_s``."""
     directory.mkdir(parents=True)
     if user.uid is not None:
         os.chown(directory, user.uid, user.gid if user.gid is not None else -1)
-    done = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "sources",
-            str(directory),
-            str(base or ""),
-            *map(str, snapshots),
-        ],
-        env=dict(user.env),
-        cwd=directory,
-        user=user.uid,
-        group=user.gid,
-        extra_groups=[] if user.uid is not None else None,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = [
+        sys.executable,
+        __file__,
+        "sources",
+        str(directory),
+        str(base or ""),
+        *map(str, snapshots),
+    ]
+    done = run_bounded(argv, user, cwd=directory, timeout_s=timeout_s)
     said = done.stdout.strip()
-    if done.returncode != 0:
-        raise subprocess.CalledProcessError(
-            done.returncode, done.args, output="\n".join([said, done.stderr.strip()]).strip()
+    output = "\n".join([said, done.stderr.strip()]).strip()
+    if done.returncode is None:
+        raise BuildTimeout(
+            f"the install of the sources did not end within {timeout_s:g} s and was stopped"
+            + (f":\n{output}" if output else "")
         )
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, argv, output=output)
     if said:
         print(said, flush=True)
 

@@ -113,6 +113,9 @@ def _follow(
             run = _poll(client, run_id, sleep)
             for line in memory_kills(run, told):
                 console.print(line, highlight=False, markup=False)
+            if run["state"] == "learning" and ("learning", 0) not in told:
+                told.add(("learning", 0))
+                console.print(f"run {run_id} is learning: {run['message']}", markup=False)
             show(run)
             if run["state"] in ENDED:
                 return run

@@ -13,7 +13,7 @@ from runs.cli.progress import styled
 
 NAME = "runs"
 HELP = "list your latest runs"
-STATES = ["submitting", "running", "succeeded", "failed", "cancelled"]
+STATES = ["learning", "submitting", "running", "succeeded", "failed", "cancelled"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

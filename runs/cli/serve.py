@@ -100,6 +100,15 @@ def children(args: argparse.Namespace, local: bool, home: Path) -> list[Child]:
             env={WORKER_READY: str(home / "worker-ready")},
             quiet=True,
         ),
+        # Learning a run's sources runs their code for up to SIMRUN_LEARN_INSTALL_S: a worker
+        # of its own, so it never holds the one the control loop runs on.
+        Child(
+            "learner",
+            [*celery, "worker", "--loglevel", "INFO", "--concurrency", "1", "-Q", "learning"]
+            + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
+            + ["--hostname", f"simrun-learner-{os.getpid()}@%h"],
+            quiet=True,
+        ),
         Child("beat", [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""], quiet=True),
     ]
     if local:

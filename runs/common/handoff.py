@@ -27,6 +27,13 @@ def scheduler() -> Schedule:
     return schedule
 
 
+def learner() -> Schedule:
+    """The service's way of handing on the learning of a run's sources
+    (``SIMRUN_LEARN_LATER``: the Celery task, on its own queue)."""
+    learn: Schedule = import_string(settings.SIMRUN_LEARN_LATER)
+    return learn
+
+
 def settler() -> Schedule:
     """The service's way of handing on the settling of a run (``SIMRUN_SETTLE_LATER``)."""
     settle: Schedule = import_string(settings.SIMRUN_SETTLE_LATER)

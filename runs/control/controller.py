@@ -35,7 +35,7 @@ from runs.backends.base import (
     workflow_name,
 )
 from runs.common import store
-from runs.common.handoff import Schedule, after_commit, scheduler, settler, waker
+from runs.common.handoff import Schedule, after_commit, learner, scheduler, settler, waker
 from runs.control import locks, observations, unchanged
 from runs.control.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
 from runs.control.states import (  # noqa: F401 (has_merge_marker, task_states: the spec's names)
@@ -58,8 +58,9 @@ from runs.models import (
     Task,
     TaskState,
 )
-from runs.planning import images
+from runs.planning import images, submission
 from runs.planning.records import run_record, task_plans
+from runs.planning.spec import SpecError
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ def reconcile_run(
     A run still submitting is its submission's; a terminal one only has its pending work
     retried (Ruling 25).
     """
-    if run.state == RunState.SUBMITTING:
+    if run.state in {RunState.LEARNING, RunState.SUBMITTING}:
         return False
     if run.ended:
         return settle_run(run, tasks, backend=backend)
@@ -475,6 +476,8 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
             try:
                 if run.state == RunState.SUBMITTING:
                     resume_submission(run, now, schedule=schedule, backend=backend)
+                elif run.state == RunState.LEARNING:
+                    resume_learning(run, now)
                 elif run.ended:
                     changed += settle_run(run, tasks, backend=backend)
                     _recovered(run)
@@ -851,6 +854,62 @@ def _abandon(run_id: str, workflow: str, backend: Backend) -> None:
     log.error("run %s kept changing while its submission was abandoned", run_id)
 
 
+# Learning the types of a run's sources (a run ``learning``: no tasks yet).
+
+
+def learn(run_id: str, *, backend: Backend | None = None, schedule: Schedule | None = None) -> bool:
+    """Learn the types a ``learning`` run's sources ship, then plan and hand it on to its
+    submission (``submission.plan_learned``); what cannot run fails the run, saying why
+    (pip's last lines, the settings a type refused, a timeout). One process at a time learns
+    a run: False when another one does."""
+    with locks.hold(f"learn-{run_id}") as held:
+        if not held:
+            return False
+        run = Run.objects.filter(pk=run_id, state=RunState.LEARNING).first()
+        if run is None:
+            return True
+        try:
+            submission.plan_learned(run, backend=backend, schedule=schedule)
+        except SpecError as error:
+            _fail_learning(run, "\n".join(f"{p}: {' '.join(m)}" for p, m in error.errors.items()))
+        except submission.CannotRun as error:
+            _fail_learning(run, str(error))
+    return True
+
+
+def _fail_learning(run: Run, message: str) -> None:
+    """Fail a run whose sources' types could not be learned (a cancel meanwhile wins)."""
+    for _ in range(CANCEL_TRIES):
+        if run.state != RunState.LEARNING or _close(run, [], RunState.FAILED, message):
+            return
+        fresh = Run.objects.filter(pk=run.pk).first()
+        if fresh is None:
+            return
+        run = fresh
+
+
+def resume_learning(run: Run, now: datetime) -> None:
+    """Hand on the learning of a run that stopped (its worker died, the broker lost it); fail
+    it after ``SUBMISSION_TRIES``. Left alone while it may still be queued or learning: for
+    the longest a learning takes (``SIMRUN_LEARN_INSTALL_S`` and ``_DESCRIBE_S``)."""
+    longest = settings.SIMRUN_LEARN_INSTALL_S + settings.SIMRUN_LEARN_DESCRIBE_S
+    grace = _submission_grace() + timedelta(seconds=longest)
+    if run.reconcile_after is None and now - run.created_at < grace:
+        return
+    if locks.held(f"learn-{run.id}"):
+        return
+    if run.reconcile_failures >= SUBMISSION_TRIES:
+        message = f"the learning of its sources did not complete after {SUBMISSION_TRIES} tries"
+        _fail_learning(run, message)
+        return
+    log.info("the learning of run %s stopped; it is handed on again", run.id)
+    _push_aside(run, now, unavailable=True)
+    try:
+        learner()(run.id)
+    except Exception:  # the broker: handed on again at the next try
+        log.exception("cannot hand on the learning of run %s", run.id)
+
+
 # Recovery.
 
 
@@ -860,7 +919,8 @@ def recover(*, backend: Backend | None = None) -> list[str]:
     A run left submitting resumes its submission (idempotent: an image which was built is
     found, a node reserved for the run is kept, a workflow which was created is taken as
     submitted); one whose submission runs in another process is left to it, and to the loop
-    should it stop (``resume_submission``). A record which is not terminal and has no workflow
+    should it stop (``resume_submission``). A run left learning is handed to the learner again
+    unless a process learns it. A record which is not terminal and has no workflow
     name fails. The pending logs, releases and cancellations of terminal runs are retried.
     A run whose recovery raises is logged and the others go on. Returns the runs whose
     submission this call handled.
@@ -872,6 +932,11 @@ def recover(*, backend: Backend | None = None) -> list[str]:
         with _isolated(f"resuming the submission of run {run_id}"):
             if submit(run_id, backend=backend):
                 handled.append(run_id)
+    learning = Run.objects.filter(state=RunState.LEARNING).order_by("created_at")
+    for run_id in learning.values_list("pk", flat=True):
+        with _isolated(f"resuming the learning of run {run_id}"):
+            if not locks.held(f"learn-{run_id}"):
+                learner()(run_id)
     for run in Run.objects.filter(state=RunState.RUNNING, workflow="").prefetch_related("tasks"):
         with _isolated(f"recovering run {run.id}"):
             reconcile_run(run, list(run.tasks.all()), backend=backend)

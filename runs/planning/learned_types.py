@@ -27,6 +27,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -48,13 +49,16 @@ from harness.tasktypes import (
 )
 from runs.backends import local_env, local_user
 from runs.common import store
-from runs.planning.spec import RunSpec, SpecError, validate_spec
+from runs.planning.spec import (
+    TYPE_NAME_RULE,
+    RunSpec,
+    SpecError,
+    is_type_name,
+    validate_spec,
+)
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_TIMEOUT_S = 20.0
-"""How long the harness may take to tell the types of the sources, their imports included
-(less than a client waits for the answer to its submission: `simrun submit` 30 s)."""
 TAIL_LINES = 15
 """The lines of a failed install's or description's output a 400 quotes."""
 TYPES_FILE = "types.json"
@@ -62,6 +66,11 @@ TYPES_FILE = "types.json"
 
 class LearnError(Exception):
     """The types of a run's sources cannot be learned; the message says why, with the output."""
+
+
+class MustLearn(Exception):
+    """Learning the types a run's sources ship runs their code: it is the worker's to do
+    (``runs.control.learning``), never a web request's."""
 
 
 def canonical(settings: Mapping[str, Any] | None) -> str:
@@ -88,11 +97,7 @@ def builder(owner_id: int | None, home: Path) -> local_env.Builder:
     ``LearnError`` where the service must not run it (``SIMRUN_LEARN_SOURCES``) or the task
     user cannot run Python."""
     if not settings.SIMRUN_LEARN_SOURCES:
-        raise LearnError(
-            "this service does not run the code of a run's sources to learn their task types "
-            "(SIMRUN_LEARN_SOURCES is off): install the package of the types into the "
-            "service's image, or ask an operator to turn it on"
-        )
+        raise LearnError(LEARNING_OFF)
     env = local_env.build_env(home)
     user = local_user.for_owner(owner_id, settings.SIMRUN_TASK_UID_BASE)
     if user is None:
@@ -103,6 +108,13 @@ def builder(owner_id: int | None, home: Path) -> local_env.Builder:
     if problem := local_user.unreachable(Path(sys.executable).resolve(), home):
         raise LearnError(f"the sources' types cannot be learned as your task user: {problem}")
     return local_env.Builder(env=env, uid=user.uid, gid=user.gid)
+
+
+LEARNING_OFF = (
+    "this service does not run the code of a run's sources to learn their task types "
+    "(SIMRUN_LEARN_SOURCES is off): install the package of the types into the "
+    "service's image, or ask an operator to turn it on"
+)
 
 
 def names_dir() -> Path:
@@ -203,27 +215,21 @@ def _tail(text: str | bytes | None) -> str:
 def _describe(
     python: Path, asked: Mapping[str, list[Any]], cwd: Path, user: local_env.Builder
 ) -> dict[str, Any]:
-    """Ask the harness in the venv of the sources, as ``user``; ``LearnError`` with its
-    output if it fails."""
-    try:
-        done = subprocess.run(
-            [str(python), "-m", "harness.describe"],
-            input=json.dumps({"settings": asked}),
-            capture_output=True,
-            text=True,
-            timeout=DESCRIBE_TIMEOUT_S,
-            cwd=cwd,
-            env=dict(user.env),
-            user=user.uid,
-            group=user.gid,
-            extra_groups=[] if user.uid is not None else None,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as error:
+    """Ask the harness in the venv of the sources, as ``user``, within
+    ``SIMRUN_LEARN_DESCRIBE_S``; ``LearnError`` with its output if it fails."""
+    timeout_s = settings.SIMRUN_LEARN_DESCRIBE_S
+    done = local_env.run_bounded(
+        [str(python), "-m", "harness.describe"],
+        user,
+        cwd=cwd,
+        timeout_s=timeout_s,
+        stdin=json.dumps({"settings": asked}),
+    )
+    if done.returncode is None:
         raise LearnError(
-            f"the types of the sources did not answer within {DESCRIBE_TIMEOUT_S:g} s "
-            f"(python -m harness.describe): {_tail(error.stderr)}"
-        ) from None
+            f"the types of the sources did not answer within {timeout_s:g} s "
+            f"(python -m harness.describe, SIMRUN_LEARN_DESCRIBE_S): {_tail(done.stderr)}"
+        )
     if done.returncode != 0:
         raise LearnError(
             f"the types of the sources cannot be loaded (python -m harness.describe exited "
@@ -237,7 +243,41 @@ def _describe(
         ) from None
     if not isinstance(answer, dict):
         raise LearnError("python -m harness.describe printed no JSON object")
+    if bad := [name for name in answer.get("types") or {} if not is_type_name(name)]:
+        raise LearnError(
+            f"the sources ship a task type named {bad[0][:100]!r}, which is no name: "
+            f"{TYPE_NAME_RULE}"
+        )
     return answer
+
+
+def kept(
+    digests: list[str],
+    asked: Mapping[str, list[Any]],
+    owner_id: int | None = None,
+    packages: Sequence[str] = (),
+) -> dict[str, Any] | None:
+    """What is kept of the snapshots ``digests`` on ``packages`` (``learn``'s answer) if it
+    answers every settings of ``asked``, None if learning must run their code."""
+    path = learned_dir(digests, owner_id, packages) / TYPES_FILE
+    try:
+        known: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return known if not _missing(known, asked) else None
+
+
+def _missing(known: Mapping[str, Any], asked: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
+    """The settings of ``asked`` that ``known`` (a ``types.json``) has no judgement of."""
+    if not known:
+        return {name: list(settings) for name, settings in asked.items() if settings}
+    judged = known.get("settings", {})
+    missing = {
+        name: [raw for raw in settings if canonical(raw) not in judged.get(name, {})]
+        for name, settings in asked.items()
+        if name in known.get("types", {})
+    }
+    return {name: settings for name, settings in missing.items() if settings}
 
 
 def learn(
@@ -251,9 +291,11 @@ def learn(
     far as it is not kept yet. Their code runs as ``builder`` says, never as the service with
     its environment; the packages are the venv a run of the environment runs in.
 
-    One process at a time learns the same snapshots (a file lock). ``LearnError`` when the
-    snapshots cannot be installed or their types cannot be described, ``PackagesError`` when
-    the packages cannot be installed.
+    The install may take ``SIMRUN_LEARN_INSTALL_S``, the description
+    ``SIMRUN_LEARN_DESCRIBE_S``: both are stopped then. One process at a time learns the same
+    snapshots (a file lock). ``LearnError`` when the snapshots cannot be installed or their
+    types cannot be described, or a name they ship is no name (``is_type_name``);
+    ``PackagesError`` when the packages cannot be installed.
     """
     home = learned_dir(digests, owner_id, packages)
     home.mkdir(parents=True, exist_ok=True)
@@ -262,12 +304,7 @@ def learn(
         path = home / TYPES_FILE
         known: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
         judged = known.get("settings", {})
-        missing = {
-            name: [raw for raw in settings if canonical(raw) not in judged.get(name, {})]
-            for name, settings in asked.items()
-            if not known or name in known.get("types", {})
-        }
-        missing = {name: settings for name, settings in missing.items() if settings}
+        missing = _missing(known, asked)
         if known and not missing:
             return known
         log.info("learning the task types of the sources %s", ", ".join(d[:12] for d in digests))
@@ -276,9 +313,15 @@ def learn(
         try:
             with contextlib.redirect_stdout(said), _packages(packages, user) as base:
                 python = local_env.ensure(
-                    home / "venv", [store.snapshot_dir(d) for d in digests], user=user, base=base
+                    home / "venv",
+                    [store.snapshot_dir(d) for d in digests],
+                    user=user,
+                    base=base,
+                    timeout_s=settings.SIMRUN_LEARN_INSTALL_S,
                 )
                 answer = _describe(python, missing, home, user)
+        except local_env.BuildTimeout as error:
+            raise LearnError(f"{error} (SIMRUN_LEARN_INSTALL_S)") from None
         except subprocess.CalledProcessError as error:
             raise LearnError(
                 f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
@@ -293,10 +336,8 @@ def learn(
                 by_key[canonical(raw)] = outcome
         known = {"types": answer.get("types", {}), "settings": judged}
         store.write_json(path, known)
-    names_dir().mkdir(parents=True, exist_ok=True)
-    for name in known["types"]:
-        if name not in registered_types():
-            (names_dir() / name).touch()
+    own = registered_types()
+    note_names([name for name in known["types"] if name not in own])
     return known
 
 
@@ -323,6 +364,21 @@ def _packages(packages: Sequence[str], user: local_env.Builder) -> Iterator[Path
         yield install.directory
 
 
+def note_names(names: list[str]) -> None:
+    """A file in ``names_dir`` per name (checked as a name, made relative to the folder's
+    descriptor without following a link): the names ``stand_ins`` gives the backends."""
+    names_dir().mkdir(parents=True, exist_ok=True)
+    folder = os.open(names_dir(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in names:
+            if not is_type_name(name):
+                raise LearnError(f"{name[:100]!r} is no task type name")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            os.close(os.open(name, flags, 0o644, dir_fd=folder))
+    finally:
+        os.close(folder)
+
+
 def shipped(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, list[Any]]:
     """The settings of the spec's tasks whose type is none of ``types``, by type: those only
     its sources may define."""
@@ -333,13 +389,16 @@ def shipped(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, list[Any]
     return asked
 
 
-def run_types(spec: RunSpec, owner_id: int | None = None) -> tuple[RunSpec, dict[str, TaskType]]:
+def run_types(
+    spec: RunSpec, owner_id: int | None = None, *, run_code: bool = True
+) -> tuple[RunSpec, dict[str, TaskType]]:
     """The types a run is validated and planned with, and its spec validated with them.
 
     Without a type its sources must define, the service's own (``registered_types``: not the
     ``ShippedType`` stand-ins, which are the backends') and the spec as it is. Else the types
     the sources ship join them (``learn``) and the spec is validated again, now
-    with them: a ``SpecError`` under ``sources`` when they cannot be learned.
+    with them: a ``SpecError`` under ``sources`` when they cannot be learned. Without
+    ``run_code``, only what is kept is used: ``MustLearn`` when their code must run.
     """
     types = dict(registered_types())
     asked = shipped(spec, types)
@@ -347,7 +406,12 @@ def run_types(spec: RunSpec, owner_id: int | None = None) -> tuple[RunSpec, dict
         return spec, types
     packages = spec.environment.packages
     try:
-        known = learn(list(spec.sources), asked, owner_id, packages)
+        known = kept(list(spec.sources), asked, owner_id, packages)
+        if known is None and not settings.SIMRUN_LEARN_SOURCES:
+            raise LearnError(LEARNING_OFF)
+        if known is None and not run_code:
+            raise MustLearn
+        known = known or learn(list(spec.sources), asked, owner_id, packages)
     except LearnError as error:
         raise SpecError({"sources": [str(error)]}) from None
     except local_env.PackagesError as error:
@@ -356,7 +420,7 @@ def run_types(spec: RunSpec, owner_id: int | None = None) -> tuple[RunSpec, dict
     learned = {
         name: learned_type(name, info, known["settings"].get(name, {}))
         for name, info in known["types"].items()
-        if name not in own
+        if name not in own and is_type_name(name)
     }
     types = {**types, **learned}
     return validate_spec(spec.dump(), types=types, sources_learned=True), types
@@ -366,6 +430,7 @@ def stand_ins() -> dict[str, TaskType]:
     """A ``ShippedType`` for every type name some run's sources shipped (the backends')."""
     directory = names_dir()
     names = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    names = [name for name in names if is_type_name(name)]
     return {name: ShippedType(name=name) for name in names}
 
 

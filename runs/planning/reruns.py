@@ -1,7 +1,11 @@
 """Re-run: submit a run's spec again (as it was, or edited), the new run linked to the old.
 
-The new run belongs to whoever re-runs it; the link (``Run.rerun_of``) is written in the
-transaction that creates the run, so the run is never seen without it.
+Acting on another user's run never runs their code as you: the new run belongs to the old
+one's owner, whoever re-runs it (staff, who see every run), so its tasks, its sources' build
+and the learning of their types run as that owner's task user, within that owner's budgets;
+``submitted_by`` records the staff member who pressed it (``rerun_owner``; a resume follows the
+same rule). The link (``Run.rerun_of``) is written in the transaction that creates the run, so
+the run is never seen without it.
 """
 
 from __future__ import annotations
@@ -14,13 +18,21 @@ from runs.planning.spec import RunSpec
 from runs.planning.submission import create_run
 
 
-def submit_rerun(*, source: Run, spec: RunSpec, owner: User, text: str | None = None) -> Run:
-    """Create a run of ``spec`` as a re-run of ``source``: linked as it is created, and its
-    sources learned before any transaction, as every submission's are. ``text`` is the
-    spec's text as edited; None: the source's, re-run as it was."""
+def rerun_owner(source: Run) -> User:
+    """Whose a re-run (or a resume) of ``source`` is, whoever acts on it: its owner's, so that
+    its code never runs as the task user of someone else."""
+    return source.owner
+
+
+def submit_rerun(*, source: Run, spec: RunSpec, actor: User, text: str | None = None) -> Run:
+    """Create a run of ``spec`` as a re-run of ``source`` by ``actor``: the source owner's
+    (``rerun_owner``), linked as it is created, its sources learned as every submission's
+    are. ``text`` is the spec's text as edited; None: the source's, re-run as it was."""
     if text is None:
         text = source.spec_text
-    return create_run(spec=spec, owner=owner, rerun_of=source, text=text)
+    owner = rerun_owner(source)
+    by = actor if actor.pk != owner.pk else None
+    return create_run(spec=spec, owner=owner, rerun_of=source, text=text, submitted_by=by)
 
 
 def spec_text(run: Run) -> str:

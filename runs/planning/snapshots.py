@@ -9,6 +9,7 @@ size and file count, so an upload can neither write outside its directory nor fi
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import Max, Sum
 
 from runs.common import store
 from runs.models import Snapshot
@@ -43,19 +46,94 @@ def save_snapshot(
 ) -> tuple[Snapshot, bool]:
     """Keep an uploaded tar.gz as a snapshot of ``owner``: the row and whether it is new.
 
-    The same archive is stored once, however many users upload it.
+    The same archive is stored once, however many users upload it. Its extracted bytes count
+    against the owner's budget (``SIMRUN_SNAPSHOT_USER_BYTES``) and everyone's
+    (``SIMRUN_SNAPSHOT_TOTAL_BYTES``), checked while it is extracted: a bomb stops at the first
+    byte past what is left. Uploads are checked and extracted one at a time (a file lock), so
+    two cannot both spend what is left.
     """
     incoming = store.root() / "snapshots" / ".incoming"
     incoming.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=incoming, suffix=".tar.gz") as copy:
         digest, size = _copy_hashing(archive, copy)
-        target = store.snapshot_dir(digest)
-        if not target.is_dir():
-            copy.seek(0)
-            _extract_once(copy, target)
-    return Snapshot.objects.get_or_create(
-        owner=owner, digest=digest, defaults={"name": name[:200], "size_bytes": size}
+        with open(incoming.parent / ".budget.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            known = Snapshot.objects.filter(owner=owner, digest=digest).first()
+            if known is not None:
+                return known, False
+            target = store.snapshot_dir(digest)
+            if target.is_dir():
+                tree = _kept_bytes(digest)
+                _check_owner_budget(owner, tree)
+            else:
+                copy.seek(0)
+                tree = _extract_once(copy, target, limit_for(owner))
+            return Snapshot.objects.get_or_create(
+                owner=owner,
+                digest=digest,
+                defaults={"name": name[:200], "size_bytes": size, "tree_bytes": tree},
+            )
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The most bytes an extraction may write, and the sentence that says why."""
+
+    bytes: int
+    why: str
+
+
+def limit_for(owner: User) -> Limit:
+    """What a new tree of ``owner`` may hold: the least of the tree cap and what is left of
+    the owner's budget and of everyone's."""
+    mine = settings.SIMRUN_SNAPSHOT_USER_BYTES - _owner_bytes(owner)
+    everyone = settings.SIMRUN_SNAPSHOT_TOTAL_BYTES - _total_bytes()
+    return min(
+        Limit(MAX_TREE_BYTES, f"the tree is larger than {MAX_TREE_BYTES // 2**20} MiB"),
+        Limit(max(0, mine), _over_owner_budget()),
+        Limit(
+            max(0, everyone),
+            "the snapshots of all users would take more than the "
+            f"{_mib(settings.SIMRUN_SNAPSHOT_TOTAL_BYTES)} of extracted files this service "
+            "keeps (SIMRUN_SNAPSHOT_TOTAL_BYTES): ask an operator",
+        ),
+        key=lambda limit: limit.bytes,
     )
+
+
+def _over_owner_budget() -> str:
+    return (
+        "your snapshots would take more than the "
+        f"{_mib(settings.SIMRUN_SNAPSHOT_USER_BYTES)} of extracted files a user may keep "
+        "(SIMRUN_SNAPSHOT_USER_BYTES)"
+    )
+
+
+def _check_owner_budget(owner: User, tree: int) -> None:
+    """Refuse a tree the store has already if it would take the owner past their budget."""
+    if _owner_bytes(owner) + tree > settings.SIMRUN_SNAPSHOT_USER_BYTES:
+        raise SnapshotError(_over_owner_budget())
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
+
+
+def _owner_bytes(owner: User) -> int:
+    """The extracted bytes of the snapshots of ``owner``."""
+    return Snapshot.objects.filter(owner=owner).aggregate(n=Sum("tree_bytes"))["n"] or 0
+
+
+def _total_bytes() -> int:
+    """The extracted bytes of every tree the store keeps (each digest once)."""
+    per_tree = Snapshot.objects.values("digest").annotate(n=Max("tree_bytes"))
+    return sum(row["n"] or 0 for row in per_tree)
+
+
+def _kept_bytes(digest: str) -> int:
+    """The extracted bytes of a tree the store has already, as its rows recorded them."""
+    rows = Snapshot.objects.filter(digest=digest)
+    return rows.aggregate(n=Max("tree_bytes"))["n"] or 0
 
 
 def _copy_hashing(source: SupportsRead[bytes], target: IO[bytes]) -> tuple[str, int]:
@@ -74,15 +152,16 @@ def _copy_hashing(source: SupportsRead[bytes], target: IO[bytes]) -> tuple[str, 
     return digest.hexdigest(), size
 
 
-def _extract_once(archive: IO[bytes], target: Path) -> None:
-    """Extract into a temporary directory beside ``target``, then rename it into place.
+def _extract_once(archive: IO[bytes], target: Path, limit: Limit) -> int:
+    """Extract into a temporary directory beside ``target``, then rename it into place; the
+    bytes written, at most ``limit``.
 
     The tree is the service's, readable by every task user (``mkdtemp`` made its root
     ``0700``): a snapshot is installed by the task users of every owner who uploaded it.
     """
     work = Path(tempfile.mkdtemp(dir=target.parent, prefix=".extract-"))
     try:
-        extract(archive, work)
+        written = extract(archive, work, limit)
         os.chmod(work, TREE_DIR_MODE)
         try:
             os.rename(work, target)
@@ -92,20 +171,24 @@ def _extract_once(archive: IO[bytes], target: Path) -> None:
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return written
 
 
 TREE_DIR_MODE = 0o755
 """The folders of an extracted tree: readable and passable by every task user."""
 
 
-def extract(archive: IO[bytes], destination: Path) -> None:
+def extract(archive: IO[bytes], destination: Path, limit: Limit | None = None) -> int:
     """Extract a tar.gz into ``destination`` as it is read, each member checked before it is
-    written (one pass over the stream: nothing is decompressed twice)."""
+    written and its bytes counted as they are (one pass over the stream: nothing is
+    decompressed twice); the bytes written, refused at the first past ``limit``."""
+    limit = limit or Limit(MAX_TREE_BYTES, f"the tree is larger than {MAX_TREE_BYTES // 2**20} MiB")
     try:
         with tarfile.open(fileobj=archive, mode="r|gz") as tar:
-            extracted = Extracted(destination.resolve())
+            extracted = Extracted(destination.resolve(), limit)
             for member in tar:
                 extracted.add(tar, member)
+            return extracted.written
     except SnapshotError:
         raise
     except OSError as error:
@@ -160,6 +243,7 @@ class Extracted:
     so far and the bytes written, each checked against the caps before it is written."""
 
     root: Path
+    limit: Limit
     members: int = 0
     written: int = 0
 
@@ -177,8 +261,8 @@ class Extracted:
         if self.members > MAX_FILES:
             raise SnapshotError(f"the archive has more than {MAX_FILES} entries")
         check_member(member)
-        if self.written + member.size > MAX_TREE_BYTES:
-            raise self._too_large()
+        if self.written + member.size > self.limit.bytes:
+            raise SnapshotError(self.limit.why)
         root = self.root
         path = os.path.join(root, member.name)
         parent = _inside(root, os.path.dirname(path))
@@ -206,13 +290,10 @@ class Extracted:
         with source, open(os.open(path, flags, 0o600), "wb") as target:
             while chunk := source.read(CHUNK):
                 self.written += len(chunk)
-                if self.written > MAX_TREE_BYTES:
-                    raise self._too_large()
+                if self.written > self.limit.bytes:
+                    raise SnapshotError(self.limit.why)
                 target.write(chunk)
             os.fchmod(target.fileno(), 0o755 if member.mode & 0o100 else 0o644)
-
-    def _too_large(self) -> SnapshotError:
-        return SnapshotError(f"the tree is larger than {MAX_TREE_BYTES // 2**20} MiB")
 
 
 def _folders(root: Path, path: str) -> None:

@@ -50,6 +50,19 @@ TASK_ID = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
 """A task id names its pods and is the value of their label ``simrun/task``: a Kubernetes
 label value ends with a letter or digit (so ``sweep-`` is refused)."""
 PORT = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+"""What a task type's name may be: a name, never a path (a learned one names a file)."""
+TYPE_NAME_RULE = (
+    "a task type's name is letters, digits, '_', '.' and '-', at most 100, "
+    "starting with a letter or a digit"
+)
+
+
+def is_type_name(name: object) -> bool:
+    """Whether ``name`` may name a task type (``TYPE_NAME``)."""
+    return isinstance(name, str) and TYPE_NAME.fullmatch(name) is not None
+
+
 SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$")
 IMAGE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._\-/:@]{0,499}$")
 # Node names a split task adds to the DAG besides its own id.
@@ -401,6 +414,9 @@ def _check_task(
             if getattr(task, name) is not None:
                 errors[f"{at}.{name}"] = [f"only a command with a sweep takes {name}"]
     if task.type is None:
+        return errors
+    if not is_type_name(task.type):
+        errors[f"{at}.type"] = [f"{task.type[:100]!r} is no name: {TYPE_NAME_RULE}"]
         return errors
     if task.type == SWEEP_TYPE:
         errors[f"{at}.type"] = [

@@ -9,21 +9,24 @@ creates the workflow.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
+from django.utils import timezone
 
-from harness.tasktypes import TaskType
+from harness.tasktypes import TaskType, task_types
 from runs.backends import get_backend
-from runs.backends.base import Backend, TaskRecord
+from runs.backends.base import Backend, TaskPlan, TaskRecord
 from runs.common import store
-from runs.common.handoff import Schedule, after_commit, scheduler
-from runs.models import Observation, Run, Task, TaskKind
+from runs.common.handoff import Schedule, after_commit, learner, scheduler
+from runs.models import ENDED_STATES, Observation, Run, RunState, Task, TaskKind
 from runs.planning.evidence import prior_evidence
 from runs.planning.keys import Environment, task_keys
-from runs.planning.learned_types import run_types
+from runs.planning.learned_types import MustLearn, run_types
 from runs.planning.planner import (
     OBSERVATIONS_USED,
     ObservedPeak,
@@ -32,7 +35,7 @@ from runs.planning.planner import (
     plan_run,
 )
 from runs.planning.records import task_json, task_records
-from runs.planning.spec import RunSpec, SpecError, type_name
+from runs.planning.spec import RunSpec, SpecError, type_name, validate_spec
 
 
 def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
@@ -105,6 +108,23 @@ def check_sources(spec: RunSpec, owner: User) -> None:
         raise SpecError(errors)
 
 
+class QueueFull(Exception):
+    """The owner has as many runs not ended as this service queues per user
+    (``SIMRUN_USER_QUEUED_RUNS``): refused at once (429), the bound named."""
+
+
+def check_queue(owner: User) -> None:
+    """Refuse a new run of ``owner`` past ``SIMRUN_USER_QUEUED_RUNS`` runs not ended; in the
+    transaction that creates it, the owner's row locked, so two submissions cannot both pass."""
+    User.objects.select_for_update().filter(pk=owner.pk).first()
+    bound = settings.SIMRUN_USER_QUEUED_RUNS
+    if Run.objects.filter(owner=owner).exclude(state__in=ENDED_STATES).count() >= bound:
+        raise QueueFull(
+            f"you have {bound} runs that have not ended, the most this service queues for one "
+            f"user (SIMRUN_USER_QUEUED_RUNS): wait for some to end, or cancel some"
+        )
+
+
 class CannotRun(Exception):
     """This service cannot run such a run as it is set up (not a fault of the spec): refused
     at once, a 503 naming the fix, rather than accepted to fail every task."""
@@ -141,30 +161,108 @@ def create_run(
     schedule: Schedule | None = None,
     rerun_of: Run | None = None,
     text: str = "",
+    submitted_by: User | None = None,
 ) -> Run:
     """Create a run (a re-run of ``rerun_of``, if given) and its planned tasks, write their
     store files, submit after commit. ``text`` is the spec as the user wrote it, kept for
-    Edit and re-run.
+    Edit and re-run; ``submitted_by`` who submitted it for ``owner`` (staff re-running it).
 
-    A type only the run's sources define is learned from them first (``run_types``), before
-    the transaction: an install of the sources takes seconds, and SQLite's transactions hold
-    the write lock from their start. The submission is handed on with ``schedule`` (the
-    service's: the Celery task). ``CannotRun`` when the service could start none of it.
+    A type only the run's sources define is known from what was learned of them before
+    (``run_types``); if their code must run to learn it, the run is made ``learning``, without
+    tasks, and handed to the worker (``plan_learned``): an install of sources takes seconds or
+    minutes, never a web request's. The submission is handed on with ``schedule`` (the
+    service's: the Celery task). ``CannotRun`` when the service could start none of it,
+    ``QueueFull`` when the owner has ``SIMRUN_USER_QUEUED_RUNS`` runs not ended.
     """
     backend = backend or get_backend()
     if problem := run_problem(spec, owner, backend):
         raise CannotRun(problem)
     check_sources(spec, owner)
-    spec, types = run_types(spec, owner.pk)
-    return _create_run(
-        spec=spec,
-        types=types,
-        owner=owner,
-        backend=backend,
-        schedule=schedule,
-        rerun_of=rerun_of,
-        text=text,
+    try:
+        learned, types = run_types(spec, owner.pk, run_code=False)
+    except MustLearn:
+        return _learning_run(_run_fields(spec, owner, backend, rerun_of, text, submitted_by))
+    fields = _run_fields(learned, owner, backend, rerun_of, text, submitted_by)
+    return _create_run(spec=learned, types=types, fields=fields, backend=backend, schedule=schedule)
+
+
+LEARNING_MESSAGE = (
+    "learning the task types its sources ship: installing them and asking them, as the "
+    "owner's task user, in the worker"
+)
+
+
+def _run_fields(
+    spec: RunSpec,
+    owner: User,
+    backend: Backend,
+    rerun_of: Run | None,
+    text: str,
+    submitted_by: User | None,
+) -> dict[str, Any]:
+    """The fields of a new run of ``spec``."""
+    return {
+        "submitted_by": submitted_by,
+        "owner": owner,
+        "name": spec.name,
+        "spec": spec.dump(),
+        "spec_text": text,
+        "backend": backend.name,
+        "image": spec.environment.image or "",
+        "local_commands": spec.commands or "",
+        "memory_enforced": backend.enforces_memory,
+        "rerun_of": rerun_of,
+    }
+
+
+@transaction.atomic
+def _learning_run(fields: dict[str, Any]) -> Run:
+    """A run that waits, without tasks, for the worker to learn its sources' types."""
+    check_queue(fields["owner"])
+    run = Run.objects.create(**fields, state=RunState.LEARNING, message=LEARNING_MESSAGE)
+    learn = learner()
+    after_commit(lambda: learn(run.id), f"the learning of run {run.id}")
+    return run
+
+
+def plan_learned(
+    run: Run, *, backend: Backend | None = None, schedule: Schedule | None = None
+) -> bool:
+    """Learn the types a ``learning`` run's sources ship (their code runs: the worker's work),
+    then plan its tasks and hand it on as any submission; False when it was no longer learning
+    (cancelled meanwhile). ``SpecError`` or ``CannotRun`` when it cannot run, saying why."""
+    backend = backend or get_backend()
+    spec = validate_spec(run.spec, types=task_types())
+    spec, types = run_types(spec, run.owner_id)
+    return _plan_learning_run(run, spec=spec, types=types, backend=backend, schedule=schedule)
+
+
+@transaction.atomic
+def _plan_learning_run(
+    run: Run,
+    *,
+    spec: RunSpec,
+    types: Mapping[str, TaskType],
+    backend: Backend,
+    schedule: Schedule | None,
+) -> bool:
+    """``plan_learned`` once the types are known: the tasks, and the run ``submitting``."""
+    schedule = schedule or scheduler()
+    locked = Run.objects.select_for_update().filter(pk=run.pk, state=RunState.LEARNING).first()
+    if locked is None:
+        return False
+    plans = _plans(spec, types, backend)
+    Run.objects.filter(pk=run.pk).update(
+        state=RunState.SUBMITTING,
+        spec=spec.dump(),
+        message="",
+        version=F("version") + 1,
+        updated_at=timezone.now(),
     )
+    locked.spec = spec.dump()
+    _write_tasks(locked, spec, types, plans)
+    after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
+    return True
 
 
 @transaction.atomic
@@ -172,15 +270,22 @@ def _create_run(
     *,
     spec: RunSpec,
     types: Mapping[str, TaskType],
-    owner: User,
-    backend: Backend | None,
+    fields: dict[str, Any],
+    backend: Backend,
     schedule: Schedule | None,
-    rerun_of: Run | None,
-    text: str = "",
 ) -> Run:
     """``create_run`` once the types are known: the rows, the store files, the hand-on."""
     schedule = schedule or scheduler()
-    backend = backend or get_backend()
+    check_queue(fields["owner"])
+    plans = _plans(spec, types, backend)
+    run = Run.objects.create(**fields)
+    _write_tasks(run, spec, types, plans)
+    after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
+    return run
+
+
+def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> dict[str, TaskPlan]:
+    """The plan of every task of a spec on ``backend``; ``SpecError`` for one it cannot hold."""
     if spec.reserve_node and not backend.reserves_nodes:
         message = f"the {backend.name} backend has no nodes to reserve: submit without it"
         raise SpecError({"reserve_node": [message]})
@@ -194,7 +299,7 @@ def _create_run(
     if too_large:
         raise SpecError(too_large)
     used = {key for key in observation_keys(spec).values() if key}
-    plans = plan_run(
+    return plan_run(
         spec,
         types=types,
         observed=observed_peaks(used),
@@ -203,17 +308,13 @@ def _create_run(
         max_cores=backend.max_cores,
         max_memory_gb=backend.max_memory_gb,
     )
-    run = Run.objects.create(
-        owner=owner,
-        name=spec.name,
-        spec=spec.dump(),
-        spec_text=text,
-        backend=backend.name,
-        image=spec.environment.image or "",
-        local_commands=spec.commands or "",
-        memory_enforced=backend.enforces_memory,
-        rerun_of=rerun_of,
-    )
+
+
+def _write_tasks(
+    run: Run, spec: RunSpec, types: Mapping[str, TaskType], plans: Mapping[str, TaskPlan]
+) -> None:
+    """The tasks of a run, each with its key, and its store files (``run.json``, each
+    ``task.json``)."""
     records = task_records(spec, types)
     keys = task_keys(records, Environment.of(spec))
     tasks = [
@@ -237,5 +338,3 @@ def _create_run(
     store.write_json(store.run_dir(run.id) / "run.json", {"id": run.id, **run.spec})
     for task in tasks:
         store.write_json(store.task_dir(run.id, task.task_id) / "task.json", task_json(task))
-    after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
-    return run

@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from runs.models import ENDED_STATES, Observation, Run, RunQuerySet, Task
-from runs.reads import run_reads
+from runs.reads import run_reads, waiting
 
 LIST_COLUMNS = (
     "id",
@@ -131,8 +131,11 @@ def run_or_404(user: Any, run_id: str) -> Run:
 
 
 def run_with_tasks_or_404(user: Any, run_id: str) -> Run:
-    """A run with its tasks in spec order and their attempts: three queries."""
-    return run_reads.with_tasks(get_object_or_404(visible_runs(user), pk=run_id))
+    """A run with its tasks in spec order and their attempts: three queries (a fourth when
+    a task's message names the runs it waits behind, to name only the user's own)."""
+    run = run_reads.with_tasks(get_object_or_404(visible_runs(user), pk=run_id))
+    waiting.hide_holders(user, run.tasks.all())
+    return run
 
 
 def task_or_404(user: Any, run_id: str, task_id: str) -> Task:
@@ -140,7 +143,9 @@ def task_or_404(user: Any, run_id: str, task_id: str) -> Task:
     tasks = Task.objects.select_related("run", "run__owner")
     if not user.is_staff:
         tasks = tasks.filter(run__owner=user)
-    return get_object_or_404(tasks, run_id=run_id, task_id=task_id)
+    task = get_object_or_404(tasks, run_id=run_id, task_id=task_id)
+    waiting.hide_holders(user, [task])
+    return task
 
 
 def visible_observations(user: Any) -> QuerySet[Observation]:

@@ -32,11 +32,11 @@ from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.common import store
 from runs.control import controller, reservations
-from runs.models import FINAL_TASK_STATES, RunState, TaskState
+from runs.models import FINAL_TASK_STATES, Run, RunState, TaskState
 from runs.planning.planning_figures import planning_figures
 from runs.planning.reruns import spec_text, submit_rerun
 from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
-from runs.planning.submission import CannotRun, create_run
+from runs.planning.submission import CannotRun, QueueFull, create_run
 from runs.reads import accounting, capacity, task_files, task_logs
 from runs.reads.access import (
     run_or_404,
@@ -137,7 +137,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     error_line: int | None = None  # where the text stopped reading as YAML: marked in the editor
     past = past_cap(request)
-    unavailable = False
+    unavailable = full = False
     if request.method == "POST" and past is not None:
         text, errors = what_fits(request.POST.get("spec", ""), *past)
     elif request.method == "POST":
@@ -148,12 +148,15 @@ def run_new(request: HttpRequest) -> HttpResponse:
             if source is None:
                 run = create_run(spec=spec, owner=request.user, text=text)
             else:
-                run = submit_rerun(source=source, spec=spec, owner=request.user, text=text)
+                run = submit_rerun(source=source, spec=spec, actor=request.user, text=text)
         except SpecError as error:
             errors, error_line = error.errors, error.line
         except CannotRun as error:  # the text stays in the form; the service needs a fix
             messages.error(request, f"Not submitted: {error}")
             unavailable = True
+        except QueueFull as error:  # the text stays in the form, for when runs have ended
+            messages.error(request, f"Not submitted: {error}")
+            full = True
         else:
             return redirect("runs:run-detail", run_id=run.id)
     return render(
@@ -166,7 +169,15 @@ def run_new(request: HttpRequest) -> HttpResponse:
             "examples": _examples(),
             "source": source,
         },
-        status=413 if past is not None else 400 if errors else 503 if unavailable else 200,
+        status=413
+        if past is not None
+        else 400
+        if errors
+        else 503
+        if unavailable
+        else 429
+        if full
+        else 200,
     )
 
 
@@ -193,17 +204,25 @@ def run_rerun(request: HttpRequest, run_id: str) -> HttpResponse:
     assert isinstance(request.user, User)  # login_required: only users get here
     try:
         run = submit_rerun(
-            source=source, spec=validate_spec(source.spec, types=task_types()), owner=request.user
+            source=source, spec=validate_spec(source.spec, types=task_types()), actor=request.user
         )
     except SpecError as error:
         # The spec no longer validates (a task type gone): let the user edit it.
         messages.warning(request, f"The spec of run {run_id} needs changes: {error}")
         return redirect(f"{reverse('runs:run-new')}?rerun={run_id}")
-    except CannotRun as error:
+    except (CannotRun, QueueFull) as error:
         messages.error(request, f"Run {run_id} was not re-run: {error}")
         return redirect("runs:run-detail", run_id=run_id)
-    messages.success(request, f"Run {run.id} re-runs {source.id}.")
+    messages.success(request, f"Run {run.id} re-runs {source.id}{as_owner(run, request.user)}.")
     return redirect("runs:run-detail", run_id=run.id)
+
+
+def as_owner(run: Run, actor: Any) -> str:
+    """What a re-run of another user's run says of whose code runs as whom."""
+    if run.owner_id == actor.pk:
+        return ""
+    owner = run.owner.get_username()
+    return f", as {owner}'s run: its code runs as {owner}'s task user, never as yours"
 
 
 def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:

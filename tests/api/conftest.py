@@ -34,6 +34,14 @@ def queued(monkeypatch) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
+def learning(monkeypatch) -> list[str]:
+    """The runs handed to the learner (the Celery task itself is ``controller.learn``)."""
+    handed: list[str] = []
+    monkeypatch.setattr(tasks.learn_run, "delay", handed.append)
+    return handed
+
+
+@pytest.fixture(autouse=True)
 def settled(monkeypatch) -> list[str | None]:
     """The runs handed to the settle task."""
     handed: list[str | None] = []

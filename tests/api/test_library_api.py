@@ -254,3 +254,59 @@ def test_a_token_comes_from_a_username_and_password(anonymous_client, owner):
 def test_an_unknown_api_path_is_a_json_404(owner_client):
     response = owner_client.get("/api/nothing/here/")
     assert response.status_code == 404 and "no such API path" in response.json()["detail"]
+
+
+def zeros(mib: float, name: str = "bomb") -> bytes:
+    """A gzip bomb: ``mib`` MiB of zeros, a few KiB packed (the name makes each one new)."""
+    return archive({name: bytes(int(mib * 2**20))})
+
+
+def test_a_gzip_bomb_past_the_users_budget_is_refused_and_nothing_is_kept(
+    owner_client, store, settings
+):
+    settings.SIMRUN_SNAPSHOT_USER_BYTES = 2 << 20
+    body = zeros(3)
+    assert len(body) < 2**20 / 50  # a few KiB that extract to 3 MiB
+
+    response = upload(owner_client, body)
+
+    assert response.status_code == 400
+    assert "SIMRUN_SNAPSHOT_USER_BYTES" in response.json()["archive"][0]
+    assert "2 MiB" in response.json()["archive"][0]
+    assert [p for p in (store / "snapshots").iterdir() if not p.name.startswith(".")] == []
+    assert not list((store / "snapshots").glob(".extract-*"))
+    assert not Snapshot.objects.exists()
+
+
+def test_each_users_snapshots_are_bounded_and_so_are_everyones(
+    owner_client, stranger_client, settings
+):
+    settings.SIMRUN_SNAPSHOT_USER_BYTES = 2 << 20
+    settings.SIMRUN_SNAPSHOT_TOTAL_BYTES = 3 << 20
+    first = upload(owner_client, zeros(1.5, "a"))
+    assert first.status_code == 201
+    assert Snapshot.objects.get().tree_bytes == int(1.5 * 2**20)  # its extracted bytes
+
+    mine = upload(owner_client, zeros(1, "b"))  # 2.5 MiB of the owner's 2
+    theirs = upload(stranger_client, zeros(1, "c"))  # 2.5 MiB of everyone's 3
+    again = upload(stranger_client, zeros(1, "d"))  # 3.5 MiB of everyone's 3
+
+    assert mine.status_code == 400
+    assert "SIMRUN_SNAPSHOT_USER_BYTES" in mine.json()["archive"][0]
+    assert theirs.status_code == 201, theirs.json()
+    assert again.status_code == 400
+    assert "SIMRUN_SNAPSHOT_TOTAL_BYTES" in again.json()["archive"][0]
+
+
+def test_a_tree_kept_for_another_user_counts_against_the_new_owners_budget(
+    owner_client, stranger_client, settings
+):
+    settings.SIMRUN_SNAPSHOT_USER_BYTES = 2 << 20
+    body = zeros(1.5)
+    assert upload(owner_client, body).status_code == 201
+    assert upload(stranger_client, zeros(1, "theirs")).status_code == 201
+
+    shared = upload(stranger_client, body)  # on disk already: not extracted again
+
+    assert shared.status_code == 400
+    assert "SIMRUN_SNAPSHOT_USER_BYTES" in shared.json()["archive"][0]

@@ -53,14 +53,31 @@ def test_another_users_run_cannot_be_re_run(stranger_client, owner):
     assert Run.objects.count() == 1
 
 
-def test_staff_re_run_a_users_run_as_their_own_and_the_user_sees_no_link_to_it(
+def test_staff_re_run_a_users_run_as_that_users_never_as_their_own(
     staff_client, owner_client, owner
 ):
     source = submitted(owner)
-    again = staff_client.post(f"/api/runs/{source.id}/rerun/").json()
-    assert again["owner"] == "operator"
-    assert again["rerun_of"] == source.id
-    assert owner_client.get(f"/api/runs/{source.id}/").json()["reruns"] == []
+    answer = staff_client.post(f"/api/runs/{source.id}/rerun/")
+    assert answer.status_code == 201, answer.content
+    again = answer.json()
+    assert again["owner"] == "alice"  # its code runs as alice's task user, not the operator's
+    assert again["submitted_by"] == "operator" and again["rerun_of"] == source.id
+    assert owner_client.get(f"/api/runs/{source.id}/").json()["reruns"] == [again["id"]]
+    assert owner_client.get(f"/api/runs/{again['id']}/").json()["submitted_by"] == "operator"
+    mine = owner_client.post(f"/api/runs/{source.id}/rerun/").json()
+    assert mine["owner"] == "alice" and mine["submitted_by"] is None
+
+
+def test_staffs_edit_of_a_users_run_is_that_users_and_names_only_their_snapshots(
+    staff_client, owner
+):
+    source = submitted(owner)
+    digest = "0" * 64
+    edited = f"tasks:\n  sweep: {{type: squares, settings: {{n: 3}}}}\nsources: [{digest}]\n"
+    answer = staff_client.post(
+        f"/api/runs/{source.id}/rerun/", data=edited, content_type="application/yaml"
+    )
+    assert answer.status_code == 400 and "sources.0" in answer.json()  # not alice's snapshot
 
 
 @pytest.mark.django_db(transaction=True)

@@ -17,8 +17,10 @@ from django.db import connection
 from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
 from runs.backends import local_env, local_user
 from runs.cli import main
-from runs.models import Run
+from runs.control import controller
+from runs.models import Run, Task
 from runs.planning import learned_types
+from tests.polling import wait_for
 from tests.walkthrough import (
     PACKAGE,
     PLUGIN_FILES,
@@ -52,6 +54,17 @@ def calls(monkeypatch) -> dict[str, int]:
     return counted
 
 
+def learned(client: Any, spec: dict[str, Any]) -> Run:
+    """Submit a spec whose sources must be learned: answered at once (202) with the run
+    ``learning``, no code of theirs run; then learned as the worker does (``controller.learn``)."""
+    response = client.post("/api/runs/", spec, format="json")
+    assert response.status_code == 202, response.json()
+    assert response.json()["state"] == "learning" and response.json()["tasks"] == []
+    run_id = response.json()["id"]
+    assert controller.learn(run_id)
+    return Run.objects.get(pk=run_id)
+
+
 def decay_spec(digest: str, **settings: Any) -> dict[str, Any]:
     return {
         "tasks": {"decay": {"type": "decay", "settings": settings or {"rates": [0.1, 0.2, 0.5]}}},
@@ -63,9 +76,9 @@ def test_a_type_shipped_in_the_sources_is_learned_validated_and_planned(
     owner, owner_client, package, calls
 ) -> None:
     digest = upload_package(owner, package)
-    response = owner_client.post("/api/runs/", decay_spec(digest), format="json")
-    assert response.status_code == 201, response.json()
-    task = Run.objects.get(pk=response.json()["id"]).tasks.get()
+    run = learned(owner_client, decay_spec(digest))
+    assert run.state == "submitting", run.message
+    task = run.tasks.get()
     assert (task.kind, task.units_total) == ("split", 3)
     assert task.settings == {"rates": [0.1, 0.2, 0.5], "steps": 1000}  # the type's default
     assert task.plan["per_worker_gb"] == pytest.approx(0.3)  # the type's memory default
@@ -77,16 +90,15 @@ def test_a_type_shipped_in_the_sources_is_learned_validated_and_planned(
     assert again.status_code == 201, again.json()
     assert calls == {"build": 1, "describe": 1}  # the same sources and settings: all cached
 
-    other = owner_client.post("/api/runs/", decay_spec(digest, rates=[1.0]), format="json")
-    assert other.status_code == 201, other.json()
-    assert Run.objects.get(pk=other.json()["id"]).tasks.get().units_total == 1
+    other = learned(owner_client, decay_spec(digest, rates=[1.0]))
+    assert other.tasks.get().units_total == 1
     assert calls == {"build": 1, "describe": 2}  # new settings: asked in the kept venv
 
 
-def test_the_types_problems_are_reported_by_field(owner, owner_client, package) -> None:
+def test_the_types_problems_fail_the_run_by_field(owner, owner_client, package) -> None:
     digest = upload_package(owner, package)
-    response = owner_client.post(
-        "/api/runs/",
+    run = learned(
+        owner_client,
         {
             "tasks": {
                 "low": {"type": "decay", "settings": {"rates": [0.1], "steps": 0}},
@@ -96,22 +108,32 @@ def test_the_types_problems_are_reported_by_field(owner, owner_client, package) 
             },
             "sources": [digest],
         },
+    )
+    assert run.state == "failed" and not run.tasks.exists()
+    problems = dict(line.split(": ", 1) for line in run.message.splitlines())
+    assert "greater than or equal to 1" in problems["tasks.low.settings.steps"]
+    assert "did you mean 'steps'" in problems["tasks.typo.settings.step"]
+    assert "at least 1 item" in problems["tasks.empty.settings.rates"]
+    assert "unknown task type 'decai'" in problems["tasks.other.type"]
+    assert "did you mean 'decay'" in problems["tasks.other.type"]
+    # Kept: the same spec again is refused at once (400), its code not run again.
+    again = owner_client.post(
+        "/api/runs/",
+        {
+            "tasks": {"low": {"type": "decay", "settings": {"rates": [0.1], "steps": 0}}},
+            "sources": [digest],
+        },
         format="json",
     )
-    assert response.status_code == 400
-    errors = response.json()
-    assert "greater than or equal to 1" in errors["tasks.low.settings.steps"][0]
-    assert "did you mean 'steps'" in errors["tasks.typo.settings.step"][0]
-    assert "at least 1 item" in errors["tasks.empty.settings.rates"][0]
-    assert "unknown task type 'decai'" in errors["tasks.other.type"][0]
-    assert "did you mean 'decay'" in errors["tasks.other.type"][0]
+    assert again.status_code == 400
+    assert "greater than or equal to 1" in again.json()["tasks.low.settings.steps"][0]
 
 
 def test_a_learned_name_is_no_type_of_a_run_without_those_sources(
     owner, owner_client, package
 ) -> None:
     digest = upload_package(owner, package)
-    assert owner_client.post("/api/runs/", decay_spec(digest), format="json").status_code == 201
+    assert learned(owner_client, decay_spec(digest)).state == "submitting"
     shipped = task_types()["decay"]  # what the backends are given: the name, its code in pods
     assert isinstance(shipped, ShippedType) and shipped.splittable
     assert shipped.command is not None and shipped.command({}) == PLUGIN_COMMAND
@@ -125,25 +147,20 @@ def test_a_learned_name_is_no_type_of_a_run_without_those_sources(
     assert "unknown task type 'decay'" in response.json()["tasks.decay.type"][0]
 
 
-def test_sources_that_cannot_be_learned_are_a_400_at_sources(
+def test_sources_that_cannot_be_learned_fail_the_run_with_the_reason(
     owner, owner_client, package, calls
 ) -> None:
     sweep = package / "decay_sim" / "sweep.py"
     sweep.write_text(sweep.read_text() + "\nimport no_such_module_anywhere\n")
-    response = owner_client.post(
-        "/api/runs/", decay_spec(upload_package(owner, package)), format="json"
-    )
-    assert response.status_code == 400
-    assert "no_such_module_anywhere" in response.json()["sources"][0]
+    run = learned(owner_client, decay_spec(upload_package(owner, package)))
+    assert run.state == "failed" and run.message.startswith("sources: ")
+    assert "no_such_module_anywhere" in run.message
 
     (package / "pyproject.toml").write_text("[project]\nname = 'decay-sim'\nversion = 'x y'\n")
-    response = owner_client.post(
-        "/api/runs/", decay_spec(upload_package(owner, package)), format="json"
-    )
-    assert response.status_code == 400
-    message = response.json()["sources"][0]
-    assert "cannot be installed" in message and "version" in message.lower()
-    assert Run.objects.count() == 0
+    run = learned(owner_client, decay_spec(upload_package(owner, package)))
+    assert run.state == "failed"
+    assert "cannot be installed" in run.message and "version" in run.message.lower()
+    assert not Task.objects.exists()
 
 
 def test_the_sources_are_learned_before_the_transaction_of_the_submission(
@@ -158,9 +175,8 @@ def test_the_sources_are_learned_before_the_transaction_of_the_submission(
         create(*args)
 
     monkeypatch.setattr(local_env, "isolated", build)
-    spec = decay_spec(upload_package(owner, package))
-    response = owner_client.post("/api/runs/", spec, format="json")
-    assert response.status_code == 201, response.json()
+    run = learned(owner_client, decay_spec(upload_package(owner, package)))
+    assert run.state == "submitting", run.message
     assert in_transaction == [False]
 
 
@@ -237,9 +253,8 @@ def test_the_sources_code_runs_without_the_services_environment(
     digest = upload_package(owner, write_snoop_package(tmp_path, seen))
     spec = {"tasks": {"s": {"type": "snoop", "settings": {"word": "x"}}}, "sources": [digest]}
 
-    response = owner_client.post("/api/runs/", spec, format="json")
+    assert learned(owner_client, spec).state == "submitting"
 
-    assert response.status_code == 201, response.json()
     for step in ("build", "describe"):
         env = json.loads((seen / f"{step}.json").read_text())["env"]
         assert "SECRET_KEY" not in env and "DATABASE_URL" not in env, (step, sorted(env))
@@ -250,24 +265,24 @@ def test_with_task_users_the_sources_code_runs_as_the_owners(
     owner, owner_client, tmp_path, seen, settings
 ) -> None:
     """As root with task users, the build and the import run as the owner's task user; where
-    that user cannot reach the service's Python, the submission says so (a 400 at sources)."""
+    that user cannot reach the service's Python, the run fails saying so."""
     if os.geteuid() != 0:
         pytest.skip("only root can run code as another user")
     settings.SIMRUN_TASK_UID_BASE = 200000
     digest = upload_package(owner, write_snoop_package(tmp_path, seen))
     spec = {"tasks": {"s": {"type": "snoop", "settings": {"word": "x"}}}, "sources": [digest]}
 
-    response = owner_client.post("/api/runs/", spec, format="json")
+    run = learned(owner_client, spec)
 
     problem = local_user.unreachable(Path(sys.executable).resolve())
     if problem is not None:
-        assert response.status_code == 400
-        assert response.json()["sources"] == [
-            f"the sources' types cannot be learned as your task user: {problem}"
-        ]
+        assert run.state == "failed"
+        assert run.message == (
+            f"sources: the sources' types cannot be learned as your task user: {problem}"
+        )
         assert not (seen / "build.json").exists()  # nothing of theirs ran as the service
         return
-    assert response.status_code == 201, response.json()
+    assert run.state == "submitting", run.message
     for step in ("build", "describe"):
         assert json.loads((seen / f"{step}.json").read_text())["uid"] == 200000 + owner.pk
 
@@ -282,3 +297,67 @@ def test_a_service_that_does_not_learn_sources_says_so_at_sources(
     assert response.status_code == 400
     assert "SIMRUN_LEARN_SOURCES" in response.json()["sources"][0]
     assert calls == {"build": 0, "describe": 0}
+
+
+def gone(pid: int) -> bool:
+    """Whether a process ended (a zombie has ended: its parent, killed too, reaps it no more)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+SLEEPER_SETUP = """import os, time
+from pathlib import Path
+Path(SEEN, "build.pid").write_text(str(os.getpid()))
+time.sleep(600)
+"""
+"""A build (setup.py) that sleeps: what 16 submissions held 16 web threads with."""
+
+
+def test_a_build_that_sleeps_holds_no_request_and_is_stopped_at_its_timeout(
+    owner,
+    owner_client,
+    tmp_path,
+    seen,
+    settings,
+    calls,
+    learning,
+    django_capture_on_commit_callbacks,
+) -> None:
+    settings.SIMRUN_LEARN_INSTALL_S = 8.0
+    package = write_plugin_package(tmp_path)
+    (package / "setup.py").write_text(f"SEEN = {str(seen)!r}\n" + SLEEPER_SETUP)
+    spec = {"tasks": {"t": {"type": "tally", "settings": {"word": "x"}}}}
+    spec["sources"] = [upload_package(owner, package)]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = owner_client.post("/api/runs/", spec, format="json")
+
+    assert response.status_code == 202, response.json()
+    assert calls == {"build": 0, "describe": 0}  # nothing of theirs ran in the request
+    assert learning == [response.json()["id"]]  # handed to the learner, after the commit
+    assert controller.learn(response.json()["id"])
+    run = Run.objects.get(pk=response.json()["id"])
+    assert run.state == "failed"
+    assert "did not end within 8 s" in run.message and "SIMRUN_LEARN_INSTALL_S" in run.message
+    build = int((seen / "build.pid").read_text())
+    wait_for(lambda: gone(build), 10, "the build to be stopped with its process group")
+
+
+def test_a_type_name_is_a_name_never_a_path(owner, owner_client, tmp_path, seen) -> None:
+    planted = seen / "planted-by-a-type-name"
+    package = write_plugin_package(tmp_path)
+    module = package / "tally_sim" / "__init__.py"
+    fake = {"types": {str(planted): {"kind": "plugin"}}, "settings": {}}
+    module.write_text(f"import json, os\nprint(json.dumps({fake!r}), flush=True)\nos._exit(0)\n")
+    spec = {"tasks": {"t": {"type": "tally", "settings": {}}}}
+    spec["sources"] = [upload_package(owner, package)]
+
+    run = learned(owner_client, spec)
+
+    assert run.state == "failed" and "which is no name" in run.message
+    assert not planted.exists()  # root made this file once: (names_dir() / name).touch()
+    as_path = {"tasks": {"t": {"type": "/etc/nologin"}}, "sources": spec["sources"]}
+    answer = owner_client.post("/api/runs/", as_path, format="json")
+    assert answer.status_code == 400 and "is no name" in answer.json()["tasks.t.type"][0]

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_admission import Demand, Held, admit, delays
+from runs.backends.local_admission import (
+    Demand,
+    Held,
+    admit,
+    delays,
+    fair_order,
+    named_runs,
+    unnamed,
+)
 from tests.backends.local_fixtures import (
     ended,
     phase,
@@ -109,3 +117,75 @@ def test_a_waiting_task_says_what_it_waits_for_and_who_holds_it(backend, tmp_pat
         flag.touch()
         wait_for(lambda: ended(backend, "waiter"), what="the waiter's end")
     assert backend.status(workflow_name("waiter")).waiting == {}
+
+
+# Fair admission: a share per user.
+
+
+def owned(run: str, owner: int, cores: int, memory_gb: float = 1.0) -> Demand:
+    return Demand(run=run, node="t", cores=cores, memory_gb=memory_gb, owner=owner)
+
+
+def test_one_users_runs_wait_their_turn_behind_another_users_first():
+    """Four runs of user 1 that each take every core, submitted before user 2's one-core run:
+    first come first served made user 2 wait for all four."""
+    held = [Held("a1", 2, 1.0, owner=1)]
+    queue = [owned("a2", 1, 2), owned("a3", 1, 2), owned("a4", 1, 2), owned("b1", 2, 1)]
+
+    order = fair_order(queue, held, cores=2, memory_gb=8)
+    found = admit(queue, held, cores=2, memory_gb=8)
+
+    assert [d.run for d in order] == ["b1", "a2", "a3", "a4"]
+    assert found.start == [] and list(found.waiting)[0].run == "b1"  # the head: user 2's
+    # a1 ended: both hold nothing, and user 1 started last: user 2's turn.
+    assert admit(queue, [], cores=2, memory_gb=8, last_start={1: 100.0}).start == [
+        owned("b1", 2, 1)
+    ]
+
+
+def test_users_take_turns_by_the_share_each_holds_the_earlier_first_between_equals():
+    held = [Held("a1", 1, 1.0, owner=1)]
+    queue = [owned("a2", 1, 1), owned("b1", 2, 1), owned("b2", 2, 1), owned("c1", 3, 4, 4.0)]
+
+    order = fair_order(queue, held, cores=4, memory_gb=8)
+
+    # Shares: user 1 holds 1/4; user 2 none; user 3 none. User 2's first is earlier than
+    # user 3's; then user 3 (0) before user 2 (1/4, a tie broken by the earlier node) ...
+    assert [d.run for d in order] == ["b1", "c1", "a2", "b2"]
+
+
+def test_the_head_is_never_overtaken_even_by_its_users_own_later_nodes():
+    held = [Held("a1", 1, 1.0, owner=1)]
+    head, small = owned("b1", 2, 2), owned("a2", 1, 1)
+
+    found = admit([small, head], held, cores=2, memory_gb=8)
+
+    assert found.start == []  # a2 would take the core b1 gets when a1 ends
+    assert list(found.waiting) == [head, small]
+
+
+# Who holds the cores, as another user reads it.
+
+
+@pytest.mark.parametrize(
+    ("mine", "read"),
+    [
+        ({"a", "b"}, "waits for 3 cores; runs a and b hold 3 of 4"),
+        ({"a"}, "waits for 3 cores; run a and other users' runs hold 3 of 4"),
+        (set(), "waits for 3 cores; other users' runs hold 3 of 4"),
+    ],
+)
+def test_the_holders_are_named_only_to_their_owner(mine, read):
+    message = "waits for 3 cores; runs a and b hold 3 of 4"
+    assert named_runs(message) == {"a", "b"}
+    assert unnamed(message, mine.__contains__) == read
+
+
+def test_the_head_a_node_waits_behind_is_named_only_to_its_owner():
+    message = "waits behind t of run head, first in the queue, which starting now could delay"
+    assert named_runs(message) == {"head"}
+    assert unnamed(message, {"head"}.__contains__) == message
+    assert unnamed(message, set().__contains__) == (
+        "waits behind a node of another user's run, first in the queue, which starting now "
+        "could delay"
+    )

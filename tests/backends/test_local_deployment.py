@@ -41,8 +41,13 @@ def test_each_process_of_serve_has_its_compose_service_with_the_same_command():
     assert served == {
         "web": ("gunicorn", "simrun_site.asgi:application"),
         "worker": ("celery", "worker"),
+        "learner": ("celery", "worker"),
         "beat": ("celery", "beat"),
         "local": ("django", "simrun_local"),
     }
     for name, command in served.items():
         assert composed.get(name) == command, f"compose has no {name} running {command}"
+    learner = next(child for child in found if child.name == "learner")
+    assert learner.argv[-1].startswith("simrun-learner-")
+    assert services["learner"]["command"][-2:] == ["-Q", "learning"]
+    assert learner.argv[learner.argv.index("-Q") + 1] == "learning"

@@ -77,3 +77,14 @@ def test_ctrl_c_stops_following_and_says_the_run_goes_on():
     last = out.getvalue().splitlines()[-1]
     assert last.startswith("stopped following run r1; the run goes on")
     assert "`simrun cancel r1`" in last
+
+
+def test_a_run_learning_its_sources_says_so_once_then_shows_its_tasks():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    learning = {"state": "learning", "message": "learning the task types", "tasks": []}
+    client = ScriptedClient(learning, learning, run("running", 3), run("succeeded", 10))
+    assert follow(client, "r1", console, sleep=lambda s: None) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "run r1 is learning: learning the task types"
+    assert sum("learning" in line for line in lines) == 1

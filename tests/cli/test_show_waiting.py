@@ -11,9 +11,11 @@ pytestmark = pytest.mark.django_db
 
 def test_show_says_why_a_task_waits(simrun, owner):
     run = running(submitted(owner, "tasks:\n  sweep: {type: squares, settings: {n: 4}}\n"))
-    run.tasks.filter(task_id="sweep").update(message="waits for 4 cores; runs a and b hold 2 of 2")
+    holder = submitted(owner).id
+    why = f"waits for 4 cores; run {holder} holds 2 of 2"
+    run.tasks.filter(task_id="sweep").update(message=why)
 
     shown = simrun("show", run.id)
 
     assert shown.code == 0, shown.err
-    assert "sweep: waits for 4 cores; runs a and b hold 2 of 2" in shown.out
+    assert f"sweep: {why}" in shown.out

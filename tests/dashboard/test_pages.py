@@ -401,6 +401,24 @@ def test_another_users_run_cannot_be_re_run_nor_its_spec_read(mallory, owner):
     assert Run.objects.count() == 1
 
 
+def test_staffs_re_run_of_a_users_run_is_that_users_and_the_pages_say_whose_code_runs_as_whom(
+    operator, alice, owner
+):
+    source = ended(submitted(owner, SWEEP_OTHER), RunState.FAILED)
+    before = operator.get(f"/runs/{source.id}/").content.decode()
+    form = operator.get(f"/runs/new/?rerun={source.id}").content.decode()
+    assert "A re-run is alice's run: its code runs as alice's task user, never as yours." in before
+    assert "runs as alice's task user, never as yours" in form
+    assert "data-rerun-as" not in alice.get(f"/runs/{source.id}/").content.decode()
+
+    operator.post(f"/runs/{source.id}/rerun/")
+
+    again = Run.objects.exclude(pk=source.pk).get()
+    assert again.owner == owner and again.submitted_by.get_username() == "operator"
+    page = alice.get(f"/runs/{again.id}/").content.decode()
+    assert "submitted by operator for alice: its code runs as alice's task user" in page
+
+
 def test_re_run_is_a_post_only(alice, owner):
     source = submitted(owner)
     assert alice.get(f"/runs/{source.id}/rerun/").status_code == 405

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,8 @@ import httpx
 import pytest
 
 from runs.client.packing import pack
-from tests.e2e.service import Service, task_user_venv, wait_until_ended
+from tests.e2e.service import Service, run_of, task_user_venv, wait_until_ended
+from tests.polling import wait_for
 from tests.walkthrough import write_plugin_package
 
 pytestmark = [
@@ -32,7 +35,12 @@ def team() -> Iterator[Service]:
     service = Service(
         home=base / "home",
         simrun=str(task_user_venv(base)),
-        extra_env={"SIMRUN_TASK_UID_BASE": str(UID_BASE)},
+        extra_env={
+            "SIMRUN_TASK_UID_BASE": str(UID_BASE),
+            "SIMRUN_LEARN_INSTALL_S": "20",
+            "SIMRUN_LOCAL_CORES": "2",
+            "SIMRUN_USER_QUEUED_RUNS": "18",
+        },
     )
     service.start()
     yield service
@@ -44,6 +52,12 @@ def team() -> Iterator[Service]:
 @pytest.fixture(scope="module")
 def alice(team: Service) -> Iterator[httpx.Client]:
     with team.client(team.user("alice")) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def bob(team: Service) -> Iterator[httpx.Client]:
+    with team.client(team.user("bob")) as client:
         yield client
 
 
@@ -77,3 +91,121 @@ def test_a_type_shipped_in_sources_runs_as_its_owners_task_user(team, alice, tmp
     out = team.store / "runs" / run["id"] / "tasks" / "tally" / "out" / "tally.txt"
     assert out.read_text() == "two\n"
     assert out.stat().st_uid == UID_BASE + 1  # alice is the first user
+
+
+SLEEPING_BUILD = "import time\ntime.sleep(40)\n"
+"""A setup.py whose build sleeps (less than the learning's budget, so no process outlives
+the test by much): 16 submissions of it held every web thread, for everyone."""
+
+
+def test_sixteen_sleeping_builds_hold_neither_the_web_nor_the_loop(team, alice, bob, tmp_path):
+    package = write_plugin_package(tmp_path)
+    (package / "setup.py").write_text(SLEEPING_BUILD)
+    digest = upload(alice, package).json()["id"]
+    spec = {"tasks": {"t": {"type": "tally", "settings": {"word": "x"}}}, "sources": [digest]}
+
+    answers = [alice.post("runs/", json=spec) for _ in range(16)]
+    with httpx.Client(base_url=str(bob.base_url), headers=bob.headers, timeout=10) as quick:
+        listed = quick.get("runs/")
+        page = quick.get(f"{team.url}/login/")
+        other = wait_until_ended(bob, submitted(bob, {"tasks": {"c": {"command": ["true"]}}}))
+
+    assert [a.status_code for a in answers] == [202] * 16, answers[-1].text
+    assert {a.json()["state"] for a in answers} == {"learning"}
+    assert listed.status_code == 200 and page.status_code == 200
+    assert other["state"] == "succeeded", other
+    print(
+        "figures: the slowest of 16 submissions answered in "
+        f"{max(a.elapsed.total_seconds() for a in answers):.3f} s, the list then in "
+        f"{listed.elapsed.total_seconds():.3f} s, the login page in "
+        f"{page.elapsed.total_seconds():.3f} s"
+    )
+    first = answers[0].json()["id"]
+    failed = wait_until_ended(alice, first, timeout_s=120)
+    assert failed["state"] == "failed"
+    assert "did not end within 20 s" in failed["message"], failed["message"]
+    for answer in answers[1:]:
+        assert alice.post(f"runs/{answer.json()['id']}/cancel/").status_code == 202
+
+
+@pytest.fixture(scope="module")
+def operator(team: Service) -> Iterator[httpx.Client]:
+    done = subprocess.run(
+        [team.simrun, "user", "operator", "--staff"],
+        env=team.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    with team.client(done.stdout.split("token: ")[1].split()[0]) as client:
+        yield client
+
+
+def test_staffs_re_run_of_a_users_run_runs_as_that_user_never_as_staff(alice, operator, team):
+    whoami = {"command": ["sh", "-c", 'id -u > "$SIMRUN_OUT/uid"']}
+    source = wait_until_ended(alice, submitted(alice, {"tasks": {"who": whoami}}))
+
+    answer = operator.post(f"runs/{source['id']}/rerun/")
+
+    assert answer.status_code == 201, answer.text
+    again = wait_until_ended(operator, answer.json()["id"])
+    assert again["state"] == "succeeded", again
+    assert (again["owner"], again["submitted_by"]) == ("alice", "operator")
+    out = team.store / "runs" / again["id"] / "tasks" / "who" / "out" / "uid"
+    first = team.store / "runs" / source["id"] / "tasks" / "who" / "out" / "uid"
+    assert out.read_text() == first.read_text()  # alice's task user, not the operator's
+
+
+def until(flag: Path) -> list[str]:
+    """A command that waits for ``flag`` (a file the test makes), then ends."""
+    return ["sh", "-c", f'while [ ! -e "{flag}" ]; do sleep 0.05; done']
+
+
+def task_of(client: httpx.Client, run_id: str) -> dict:
+    return run_of(client, run_id)["tasks"][0]
+
+
+def test_four_runs_taking_every_core_let_another_users_task_through_at_their_first_end(
+    team, alice, bob, operator
+):
+    flags = team.home.parent / "flags"
+    flags.mkdir(mode=0o755)
+    wide = [
+        submitted(alice, {"tasks": {"wide": {"command": until(flags / str(i)), "cores": 2}}})
+        for i in range(4)
+    ]
+    wait_for(lambda: task_of(alice, wide[0])["state"] == "running", 60, "alice's first run")
+    small = submitted(bob, {"tasks": {"small": {"command": ["true"], "cores": 1}}})
+    waits = wait_for(lambda: task_of(bob, small)["message"], 60, "bob's task to say why it waits")
+    second = wait_for(lambda: task_of(alice, wide[1])["message"], 60, "alice's second to wait")
+    seen_by_staff = task_of(operator, small)["message"]
+
+    released = time.monotonic()
+    (flags / "0").touch()
+    ended = wait_until_ended(bob, small)
+    waited = time.monotonic() - released
+    second_state = task_of(alice, wide[1])["state"]
+    for i in range(1, 4):
+        (flags / str(i)).touch()
+    for run_id in wide:
+        wait_until_ended(alice, run_id)
+
+    print(f"figures: bob's one-core task ended {waited:.1f} s after alice's first run did")
+    assert ended["state"] == "succeeded", ended
+    assert second_state in {"waiting", "queued"}  # bob's turn came first
+    assert waits == "waits for 1 core; other users' runs hold 2 of 2", waits
+    assert wide[0] not in waits
+    assert second == f"waits for 2 cores; run {wide[0]} holds 2 of 2", second
+    assert seen_by_staff == f"waits for 1 core; run {wide[0]} holds 2 of 2", seen_by_staff
+
+
+def test_a_submission_past_the_users_queue_is_refused_naming_the_bound(team, bob):
+    hold = {"tasks": {"h": {"command": until(team.home.parent / "never"), "cores": 2}}}
+    ids = [submitted(bob, hold) for _ in range(18)]
+
+    refused = bob.post("runs/", json=hold)
+    for run_id in ids:
+        assert bob.post(f"runs/{run_id}/cancel/").status_code == 202
+
+    assert refused.status_code == 429, refused.text
+    assert "SIMRUN_USER_QUEUED_RUNS" in refused.json()["detail"]

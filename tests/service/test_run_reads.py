@@ -16,6 +16,7 @@ from harness.tasktypes import task_types
 from runs.models import Attempt, Observation, Run, Task
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import validate_spec
+from runs.planning.submission import create_run
 from runs.reads import run_reads
 from tests.api.conftest import submitted
 
@@ -125,9 +126,11 @@ def test_a_runs_observations_are_its_own_oldest_first(owner):
 def test_the_reruns_are_those_the_viewer_may_see_newest_first(owner, stranger, staff):
     source = submitted(owner)
     spec = validate_spec(source.spec, types=task_types())
-    first = submit_rerun(source=source, spec=spec, owner=owner)
-    theirs = submit_rerun(source=source, spec=spec, owner=stranger)
-    second = submit_rerun(source=source, spec=spec, owner=owner)
+    first = submit_rerun(source=source, spec=spec, actor=owner)
+    theirs = create_run(
+        spec=spec, owner=stranger, rerun_of=source
+    )  # made before reruns were the owner's
+    second = submit_rerun(source=source, spec=spec, actor=owner)
     Run.objects.filter(pk=first.pk).update(created_at=timezone.now() - timedelta(hours=1))
     assert run_reads.rerun_ids(owner, source) == [second.id, first.id]
     assert run_reads.rerun_ids(stranger, source) == [theirs.id]

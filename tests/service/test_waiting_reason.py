@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Task
+from tests.api.conftest import submitted
 from tests.service.controller_support import (  # noqa: F401
     fake,
     fresh,
@@ -17,24 +18,29 @@ from tests.service.controller_support import (  # noqa: F401
 )
 
 pytestmark = pytest.mark.django_db
-WHY = "waits for 4 cores; runs a and b hold 2 of 2"
 
 
 def test_a_waiting_task_says_why_in_its_message_the_api_and_the_run_page(
-    launch, fake, owner_client, client, owner
+    launch, fake, owner_client, staff_client, client, owner, stranger
 ):
+    mine, theirs = submitted(owner).id, submitted(stranger).id
+    why = f"waits for 4 cores; runs {min(mine, theirs)} and {max(mine, theirs)} hold 2 of 2"
     run = launch({"tasks": {"sweep": {"type": "squares", "settings": {"n": 4}}}})
     name = fresh(run).workflow
     with fake.state() as state:
-        state.workflows[name].waiting = {"sweep-w0": WHY}
+        state.workflows[name].waiting = {"sweep-w0": why}
 
     poll(fake)
 
-    assert Task.objects.get(run=run, task_id="sweep").message == WHY
+    assert Task.objects.get(run=run, task_id="sweep").message == why
     [task] = owner_client.get(f"/api/runs/{run.id}/").json()["tasks"]
-    assert task["message"] == WHY
+    # Another user's run is named to staff only (run ids of others are secret elsewhere).
+    read = f"waits for 4 cores; run {mine} and other users' runs hold 2 of 2"
+    assert task["message"] == read
+    assert staff_client.get(f"/api/runs/{run.id}/").json()["tasks"][0]["message"] == why
     client.force_login(owner)
-    assert WHY in client.get(f"/runs/{run.id}/").content.decode()
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert read.replace("'", "&#x27;") in page and theirs not in page
     with fake.state() as state:
         state.workflows[name].waiting = {}
         state.workflows[name].tasks["sweep-w0"] = "Running"
