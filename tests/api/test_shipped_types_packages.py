@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runs.backends import local_env, local_user
-from runs.models import Run
+from tests.api.test_shipped_types import learned
 from tests.backends.packages import pip_index
 from tests.walkthrough import upload_package, write_needy_package
 
@@ -29,36 +29,35 @@ def test_a_type_whose_module_imports_a_package_of_the_environment_is_learned_on_
     owner, owner_client, tmp_path, index
 ) -> None:
     digest = upload_package(owner, write_needy_package(tmp_path))
-    response = owner_client.post("/api/runs/", needy_spec(digest, "pkgdemo"), format="json")
-    assert response.status_code == 201, response.json()
-    assert Run.objects.get(pk=response.json()["id"]).tasks.get().units_total == 3
+    run = learned(owner_client, needy_spec(digest, "pkgdemo"))
+    assert run.state == "submitting", run.message
+    assert run.tasks.get().units_total == 3
 
 
 def test_a_type_whose_module_imports_a_missing_package_is_told_where_to_install_it(
     owner, owner_client, tmp_path, index
 ) -> None:
     digest = upload_package(owner, write_needy_package(tmp_path))
-    response = owner_client.post("/api/runs/", needy_spec(digest), format="json")
-    assert response.status_code == 400
-    [message] = response.json()["sources"]
-    assert message == (
-        "the types of the sources cannot be loaded (python -m harness.describe exited 4):\n"
+    run = learned(owner_client, needy_spec(digest))
+    assert run.state == "failed"
+    assert run.message == (
+        "sources: the types of the sources cannot be loaded "
+        "(python -m harness.describe exited 4):\n"
         "task type 'needy': its module needy_sim imports 'pkgdemo', which is not installed "
         "here: install it in `environment.packages`, or import it inside `compute`"
     )
 
 
-def test_packages_that_cannot_be_installed_are_a_400_at_environment_packages(
+def test_packages_that_cannot_be_installed_fail_the_run_at_environment_packages(
     owner, owner_client, tmp_path, index
 ) -> None:
     digest = upload_package(owner, write_needy_package(tmp_path))
-    spec = needy_spec(digest, "pkgdemo", "nosuch-pkg")
-    response = owner_client.post("/api/runs/", spec, format="json")
-    assert response.status_code == 400
-    [message] = response.json()["environment.packages"]
+    run = learned(owner_client, needy_spec(digest, "pkgdemo", "nosuch-pkg"))
+    assert run.state == "failed" and run.message.startswith("environment.packages: ")
+    message = run.message
     assert "installing the environment's packages (nosuch-pkg, pkgdemo) failed" in message
     assert message.endswith("ERROR: No matching distribution found for nosuch-pkg")
-    assert Run.objects.count() == 0
+    assert not run.tasks.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can run code as another user")
@@ -72,11 +71,10 @@ def test_as_root_the_packages_types_are_learned_on_are_built_as_the_owners_task_
     pip_index(base / "index", monkeypatch)
     try:
         digest = upload_package(owner, write_needy_package(tmp_path))
-        response = owner_client.post("/api/runs/", needy_spec(digest, "pkgdemo"), format="json")
+        run = learned(owner_client, needy_spec(digest, "pkgdemo"))
         problem = local_user.unreachable(Path(sys.executable).resolve())
         if problem is not None:
-            assert response.status_code == 400
-            assert problem in response.json()["sources"][0]
+            assert run.state == "failed" and problem in run.message
             return
         # The packages come first, as the task user (its answer is the snapshots' install,
         # which task users can do once issue 35's fix of the snapshots' mode is in).

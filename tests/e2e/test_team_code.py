@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="tasks change users only under a root service"),
 ]
-UID_BASE = 330000
+UID_BASE = 350000
 
 
 @pytest.fixture(scope="module")
