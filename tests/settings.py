@@ -13,6 +13,9 @@ os.environ.setdefault("SIMRUN_BACKEND", "fake")
 # Tasks run as the test's user: pytest's folders let no other user pass.
 os.environ.setdefault("SIMRUN_TASK_UID_BASE", "0")
 os.environ.setdefault("SIMRUN_HOME", tempfile.mkdtemp(prefix="simrun-tests-"))
+# Tests make a user's runs by the hundred (lists, pages, the admin); the bound on a user's
+# queued runs has tests of its own, which set it.
+os.environ.setdefault("SIMRUN_USER_QUEUED_RUNS", "100000")
 
 from simrun_site.settings import *  # noqa: E402, F403
 

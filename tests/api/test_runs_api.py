@@ -570,3 +570,23 @@ def test_the_schema_and_its_documentation_page_are_served(anonymous_client):
     submission = body["paths"]["/api/runs/"]["post"]["requestBody"]["content"]
     assert {"application/json", "application/yaml"} <= set(submission)
     assert anonymous_client.get("/api/docs/").status_code == 200
+
+
+def test_a_submission_past_the_users_queued_runs_is_a_429_naming_the_bound(
+    owner_client, stranger_client, owner, settings
+):
+    settings.SIMRUN_USER_QUEUED_RUNS = 2
+    spec = {"tasks": {"t": {"command": ["true"]}}}
+    first, second = (owner_client.post("/api/runs/", spec, format="json") for _ in range(2))
+
+    third = owner_client.post("/api/runs/", spec, format="json")
+
+    assert (first.status_code, second.status_code, third.status_code) == (201, 201, 429)
+    assert (
+        "SIMRUN_USER_QUEUED_RUNS" in third.json()["detail"] and "2 runs" in third.json()["detail"]
+    )
+    assert stranger_client.post("/api/runs/", spec, format="json").status_code == 201  # theirs
+    Run.objects.filter(pk=first.json()["id"]).update(
+        state=RunState.SUCCEEDED, ended_at=timezone.now()
+    )
+    assert owner_client.post("/api/runs/", spec, format="json").status_code == 201
