@@ -16,7 +16,7 @@ def count_archives(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0017_observations_keep_reports_and_real_evidence'),
+        ('runs', '0018_task_key'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
