@@ -26,7 +26,7 @@ MAX_POINTS = 400
 """Points of a line at most; a line over more distinct x is averaged into this many bins."""
 DOTS_UP_TO = 60
 """A line of at most this many points marks each with a dot (and its figures as a tooltip)."""
-HEAT_CELLS = 40
+HEAT_CELLS = 64
 """Cells of a heat map along each axis at most; more distinct numbers are binned."""
 LABEL_CHARS = 18
 PLOTTABLE = 1e300

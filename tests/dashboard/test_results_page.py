@@ -464,3 +464,14 @@ def test_a_folder_in_place_of_the_table_is_shown_as_a_problem(alice, owner, stor
     html = alice.get(results_url(run)).content.decode()
     assert "data-results-problem" in html and "not a regular file" in html
     assert 'id="results-sweep"' in alice.get(f"/runs/{run.id}/").content.decode()
+
+
+def test_a_heat_map_over_many_distinct_numbers_bins_them_and_cuts_many_texts(alice, owner, store):
+    rows = [[i, i / 7, i % 3, f"m{i % 90:02d}", 0, 0.1, 0.2, i, ""] for i in range(900)]
+    run = with_results(store, owner, csv_text(HEADER, rows))
+    html = plot(alice, run, x="T", y="energy", colour="seed", kind="heatmap")
+    assert "900 distinct T: binned into 64 ranges" in html
+    assert len(re.findall(r'<rect class="cell"', html)) == 64 * 3
+    text = plot(alice, run, x="T", y="energy", colour="method", kind="heatmap")
+    assert "method has 90 values: the first 64 are drawn" in text
+    assert "m63" in text and "m64" not in text
