@@ -68,7 +68,7 @@ def read_rows(text: str) -> list[list[str]]:
 
 def aligned(rows: list[list[str]]) -> str:
     """Rows as aligned columns: a header, a rule, a line per row; a column whose every cell
-    is a number (or empty) right-aligned."""
+    is a number (or empty) right-aligned, its name too."""
     rows = [[cut(cell) for cell in row] for row in rows]
     if not rows:
         return ""
@@ -79,7 +79,7 @@ def aligned(rows: list[list[str]]) -> str:
     lines = []
     for number, row in enumerate(rows):
         cells = [
-            cell.rjust(size) if right and number else cell.ljust(size)
+            cell.rjust(size) if right else cell.ljust(size)
             for cell, size, right in zip(row, sizes, numeric, strict=True)
         ]
         lines.append(GAP.join(cells).rstrip())
