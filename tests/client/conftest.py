@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from harness.examples import ising
+from harness.results import write_mappings
 from runs import tasks
 from runs.api.authentication import create_token
 from runs.client import Client
@@ -23,7 +25,8 @@ from tests.cli.conftest import STEPS, FakeCluster
 
 class SquaresCluster(FakeCluster):
     """The fake cluster, writing a sweep's ``out/squares.csv`` and ``out/squares.json`` (as
-    ``harness.examples.squares`` merges them) and a log, as its run ends."""
+    ``harness.examples.squares`` merges them) and a log, as its run ends; an ``ising`` task's
+    results table, its units computed by the type itself (``harness.results`` writes it)."""
 
     def advance(self, run_id: str) -> None:
         super().advance(run_id)
@@ -32,6 +35,12 @@ class SquaresCluster(FakeCluster):
             return
         for task in run.tasks.filter(kind=TaskKind.SPLIT):
             folder = store.task_dir(run.id, task.task_id)
+            if task.type == "ising":
+                settings = ising.IsingSettings(**task.settings)
+                units = [ising.compute(settings, None, i) for i in range(task.units_total)]
+                (folder / "out").mkdir(parents=True, exist_ok=True)
+                write_mappings(folder / "out", units)
+                continue
             (folder / "out").mkdir(parents=True, exist_ok=True)
             (folder / "logs").mkdir(parents=True, exist_ok=True)
             squares = [i * i for i in range(task.units_total)]

@@ -23,7 +23,8 @@ def cells() -> list[str]:
 
 def test_the_notebook_has_cells_for_every_call_it_documents():
     code = "\n".join(cells())
-    for call in ("submit(", ".wait()", ".frame(", ".output(", ".logs(", ".cancel()", ".runs("):
+    calls = ("submit(", ".wait()", ".frame(", ".output(", ".logs(", ".cancel()", ".runs(")
+    for call in (*calls, ".results("):
         assert call in code, call
 
 
@@ -47,6 +48,9 @@ def test_the_notebook_runs_cell_by_cell(
     assert namespace["run"].succeeded and namespace["bigger"].state == "succeeded"
     assert len(namespace["table"]) == 12 and namespace["squares"][:3] == [0, 1, 4]
     assert (tmp_path / "squares.csv").read_text().startswith("unit,square")
+    curves = namespace["curves"]
+    assert len(curves) == 6 and curves["temperature"].is_monotonic_increasing
+    assert curves["magnetization"].iloc[0] > curves["magnetization"].iloc[-1]
     assert "tasks.sweep.settings.n" in namespace["problems"]
     assert namespace["failed"].state == "failed"
     assert Run.objects.get(name="slow").state == RunState.CANCELLED
