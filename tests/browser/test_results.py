@@ -129,3 +129,14 @@ def test_a_sorted_table_and_a_chosen_plot_stay_across_live_refreshes(
     expect(section.locator('th[data-column="unit"]')).to_have_attribute("aria-sort", "descending")
     assert first_column(page) == ["5", "4", "3", "2", "1", "0"]
     expect(section.locator("svg.results-chart")).to_have_attribute("data-colour", "method")
+
+
+def test_the_section_fits_a_phones_width(page: Page, live_server, owner, run):
+    log_in(page, live_server, owner)
+    page.set_viewport_size({"width": 420, "height": 860})
+    page.goto(f"{live_server.url}/runs/{run.id}/")
+    expect(page.locator("#results-sweep svg.results-chart")).to_be_visible()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 420, width
+    box = page.locator("#results-sweep svg.results-chart").bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 420

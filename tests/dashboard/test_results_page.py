@@ -475,3 +475,13 @@ def test_a_heat_map_over_many_distinct_numbers_bins_them_and_cuts_many_texts(ali
     text = plot(alice, run, x="T", y="energy", colour="method", kind="heatmap")
     assert "method has 90 values: the first 64 are drawn" in text
     assert "m63" in text and "m64" not in text
+
+
+def test_a_task_types_table_plots_its_first_field_against_the_next(alice, owner, store):
+    # As the merge writes it for a split type whose units return flat mappings (ising).
+    header = ["unit", "temperature", "energy", "magnetization"]
+    rows = [[i, 1.5 + i / 10, -2 + i / 10, 1 - i / 20] for i in range(8)]
+    svg = svg_of(
+        alice.get(results_url(with_results(store, owner, csv_text(header, rows)))).content.decode()
+    )
+    assert 'data-x="temperature"' in svg and 'data-y="energy"' in svg and 'data-colour=""' in svg
