@@ -22,7 +22,7 @@ from harness.files import temporary_name, write_atomic
 
 RESULTS_CSV = "results.csv"
 RESULTS_PARQUET = "results.parquet"
-MAX_FIELDS = 1000
+MAX_FIELDS = 256
 """Columns a flat mapping may add to the table at most (a result is no table of its own)."""
 
 Scalar = str | int | float | bool | None

@@ -52,8 +52,9 @@ SWEEP_TYPE = "sweep"
 UNIT_ENV = "SIMRUN_UNIT"
 STDERR_TAIL = 2000
 """Bytes of the end of a failed unit's stderr kept in the table (and its log line)."""
-RESULTS_CAP = 64 * 1024
-"""Bytes of a unit's results file read at most."""
+RESULTS_CAP = 8 * 1024
+"""Bytes a unit's results file may have: each unit's result is kept in the ledger and all of
+them in the merge's memory, so 100,000 units hold at most 800 MiB of them."""
 SIGTERM_WAIT_S = 1.0
 """How long a unit whose program a SIGTERM ended waits for the worker's stop before it counts
 as failed: locally the backend's SIGTERM reaches every process of the task's tree."""

@@ -275,6 +275,16 @@ def test_a_results_file_that_is_missing_or_not_flat_fails_its_unit(sweep):
     ]
 
 
+def test_a_results_file_larger_than_its_cap_fails_its_unit(sweep):
+    write = 'head -c 9000 /dev/zero | tr "\\0" x | sed "s/.*/{{\\"a\\": \\"&\\"}}/" > "$1/r.json"'
+    paths, settings = sweep(["sh", "-c", write, "sh", "{out}"], {"i": [0]}, results="r.json")
+
+    with pytest.raises(UnitError) as raised:
+        run(paths, settings, cores=1)
+
+    assert "its r.json is larger than 8192 bytes" in str(raised.value)
+
+
 def test_a_program_killed_by_sigkill_kills_its_pool_process_after_it_stored_its_units(sweep):
     paths, settings = sweep(
         ["sh", "-c", '[ "$1" != 7 ] || kill -9 $$', "sh", "{i}"], {"i": {"range": [0, 12]}}

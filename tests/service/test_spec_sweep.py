@@ -4,6 +4,7 @@ are the normalised sweep; every refusal names its field."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,14 @@ from harness.sweep import SWEEP_TYPE
 from harness.tasktypes import task_types
 from runs.planning.planner import observation_keys, plan_run
 from runs.planning.records import task_records
-from runs.planning.spec import SpecError, parse_spec, sweep_settings, task_kind, validate_spec
+from runs.planning.spec import (
+    SpecError,
+    parse_document,
+    parse_spec,
+    sweep_settings,
+    task_kind,
+    validate_spec,
+)
 
 TYPES = task_types()
 
@@ -213,3 +221,16 @@ def test_sweep_is_not_offered_as_a_known_task_type():
     errors = errors_of("tasks:\n  sim: {type: sweeps}\n")
 
     assert "sweep," not in errors["tasks.sim.type"][0] and "squares" in errors["tasks.sim.type"][0]
+
+
+def test_the_sweep_of_docs_run_spec_is_the_valid_sweep_it_says():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "run-spec.md").read_text()
+    example = docs.split("## Sweeps", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    data = parse_document(example)
+    assert data.pop("sources") == ["./md-sim-pkg"]  # uploaded by simrun submit as a snapshot
+
+    spec = validate_spec(data, types=TYPES)
+
+    record = task_records(spec, TYPES)["sim"]
+    assert TYPES[SWEEP_TYPE].units(TYPES[SWEEP_TYPE].parse_settings(record.settings)) == 260
+    assert record.settings["failures"] == {"allowed": "2%"}
