@@ -27,7 +27,6 @@ DEFAULT_SIGNALS = (
 )
 """Reset to their default in the program: a pool process ignores SIGTERM, and Python ignores
 SIGPIPE and SIGXFSZ; an ignored signal would stay ignored across the ``exec``."""
-OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
 
 
 class Ended(NamedTuple):
@@ -46,17 +45,12 @@ def run(
     *,
     cwd: str,
     home: int,
-    stdout: str,
-    stderr: str,
+    streams: tuple[int, int, int],
 ) -> Ended:
-    """Run ``program`` with ``argv`` and ``env`` in ``cwd`` to its end, its input empty, its
-    output into the files ``stdout`` and ``stderr`` (created). ``home`` is a descriptor of the
+    """Run ``program`` with ``argv`` and ``env`` in ``cwd`` to its end, with the descriptors
+    ``streams`` as its standard input, output and error. ``home`` is a descriptor of the
     directory this process returns to. ``OSError`` when it cannot be started."""
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, stdout, OUTPUT_FLAGS, 0o644),
-        (os.POSIX_SPAWN_OPEN, 2, stderr, OUTPUT_FLAGS, 0o644),
-    ]
+    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(streams)]
     began = time.perf_counter()
     os.chdir(cwd)
     try:

@@ -4,8 +4,10 @@ The service makes a command task with a ``sweep`` a split task of this type, who
 are the normalised sweep (``runs.planning.spec``); so the ledger, claims, heartbeats,
 evictions, progress, memory and the retry rule are those of every split task. A unit is one
 run of the program, spawned by a warm pool process (``harness.spawn``) with its placeholders
-filled, in a fresh working directory ``<scratch>/units/<unit>`` (removed after it), its output
-into ``out/units/<unit>/`` (``{out}``; ``stdout`` and ``stderr`` there when not empty). A unit
+filled, in the pool process's working directory ``<scratch>/work/<pid>``, empty before every
+unit, its output into ``out/units/<unit>/`` (``{out}``; ``stdout`` and ``stderr`` there when
+not empty). Nothing is created or removed per unit but ``{out}`` (removed again if left
+empty): on a network store each such write is a round trip. A unit
 whose program exits non-zero fails the task, unless ``failures.allowed`` allows it: then it is
 recorded failed with its exit code and the tail of its stderr. The merge writes the results
 table (``harness.results``): the axes, exit code, seconds, peak memory and the fields of each
@@ -178,7 +180,11 @@ class Context:
     """The program's path, None when its name holds a placeholder (found per unit)."""
     env: dict[str, str]
     out: str
-    scratch: str
+    work: str
+    """The working directory of this process's units, empty before each."""
+    streams: tuple[int, int, int]
+    """The program's standard input (``/dev/null``), output and error (files of this process
+    beside ``work``, emptied before each unit and copied to ``{out}`` when not empty)."""
     home: int
     inputs: dict[str, str]
     allowed: int
@@ -204,16 +210,24 @@ def setup(settings: SweepSettings) -> Context:
     missing = sorted(set(settings.ports) - set(paths.inputs))
     if missing:
         raise ProgramFailed(f"the inputs {', '.join(missing)} are not in SIMRUN_INPUTS")
-    out, scratch = paths.out / "units", paths.scratch / "units"
+    out, work = paths.out / "units", paths.scratch / "work" / str(os.getpid())
     out.mkdir(parents=True, exist_ok=True)
-    scratch.mkdir(parents=True, exist_ok=True)
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
     env = dict(os.environ)
     first = settings.templates[0]
+    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
     return Context(
         program=find_program(first[0][0], env) if len(first) == 1 else None,
         env=env,
         out=str(out),
-        scratch=str(scratch),
+        work=str(work),
+        streams=(
+            os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC),
+            os.open(f"{work}.stdout", flags, 0o644),
+            os.open(f"{work}.stderr", flags, 0o644),
+        ),
         home=os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC),
         inputs={f"inputs.{port}": str(paths.inputs[port]) for port in settings.ports},
         allowed=allowed_failures(settings.failures.allowed, settings.grid.size),
@@ -229,33 +243,43 @@ def _fresh(directory: str) -> None:
         os.mkdir(directory)
 
 
-def _tidy(work: str, out: str) -> None:
-    """Remove the unit's working directory, and its empty output files and directory."""
-    try:
-        os.rmdir(work)
-    except OSError:
-        shutil.rmtree(work, ignore_errors=True)
-    for name in ("stdout", "stderr"):
-        path = f"{out}/{name}"
-        try:
-            if os.stat(path).st_size == 0:
-                os.unlink(path)
-        except OSError:
-            continue
+def _rewind(streams: tuple[int, int, int]) -> None:
+    """Empty the output and error files for the next program."""
+    for fd in streams[1:]:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+
+
+def _tidy(context: Context, out: str) -> None:
+    """Keep what the program printed in ``{out}``, and empty the working directory for the
+    next unit; an ``{out}`` left empty is removed."""
+    for fd, name in zip(context.streams[1:], ("stdout", "stderr"), strict=True):
+        size = os.fstat(fd).st_size
+        if size:
+            copy = os.open(f"{out}/{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC)
+            try:
+                offset = 0
+                while offset < size and (sent := os.sendfile(copy, fd, offset, size - offset)):
+                    offset += sent
+            finally:
+                os.close(copy)
+    with os.scandir(context.work) as entries:
+        left = next(entries, None) is not None
+    if left:
+        shutil.rmtree(context.work)
+        os.mkdir(context.work)
     try:
         os.rmdir(out)
     except OSError:
         return  # not empty: the unit's outputs
 
 
-def stderr_tail(out: str) -> str:
-    """The last ``STDERR_TAIL`` bytes of a unit's stderr, as text."""
-    try:
-        with open(f"{out}/stderr", "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - STDERR_TAIL))
-            return handle.read(STDERR_TAIL).decode(errors="replace").strip()
-    except OSError:
-        return ""
+def stderr_tail(context: Context) -> str:
+    """The last ``STDERR_TAIL`` bytes the unit's program wrote to its stderr, as text."""
+    fd = context.streams[2]
+    size = os.fstat(fd).st_size
+    tail = os.pread(fd, STDERR_TAIL, max(0, size - STDERR_TAIL))
+    return tail.decode(errors="replace").strip()
 
 
 def _number(text: str) -> Scalar:
@@ -323,35 +347,29 @@ def _stopped() -> bool:
 def compute(settings: SweepSettings, context: Context, unit: int) -> UnitResult:
     """Run the program of one unit to its end; what it gave."""
     values = settings.grid.combination(unit)
-    out, work = f"{context.out}/{unit}", f"{context.scratch}/{unit}"
+    out = f"{context.out}/{unit}"
     text = {name: format_value(value) for name, value in values.items()}
     text.update(context.inputs, out=out, unit=str(unit))
     argv = [fill(template, text) for template in settings.templates]
     program = context.program or find_program(argv[0], context.env)
     _fresh(out)
-    _fresh(work)
+    _rewind(context.streams)
     env = {**context.env, UNIT_ENV: str(unit), OUT_ENV: out}
     try:
         ended = spawn.run(
-            program,
-            argv,
-            env,
-            cwd=work,
-            home=context.home,
-            stdout=f"{out}/stdout",
-            stderr=f"{out}/stderr",
+            program, argv, env, cwd=context.work, home=context.home, streams=context.streams
         )
     except OSError as error:
         raise ProgramFailed(f"{argv[0]} cannot be started: {error.strerror or error}") from None
     finally:
-        _tidy(work, out)
+        _tidy(context, out)
     if ended.code == -signal.SIGKILL:
         raise pool.Killed(f"the program of unit {unit} was killed (SIGKILL)")
     if ended.code == -signal.SIGTERM and _stopped():
         raise pool.Interrupted(f"the program of unit {unit} was stopped (SIGTERM)")
     result = UnitResult(values, ended.code, ended.seconds, ended.peak_bytes, {})
     if ended.code != 0:
-        tail = stderr_tail(out)
+        tail = stderr_tail(context)
         if tail:
             log.info("unit %d: the end of the stderr of %s:\n%s", unit, argv[0], tail)
         why = f"{argv[0]} exited {ended.code}" + (f": {_last_line(tail)}" if tail else "")
