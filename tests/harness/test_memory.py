@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,13 @@ from harness.errors import ConfigurationError
 from harness.memory import (
     GIB,
     MemorySampler,
+    descendants,
     memory_source,
     process_tree_anon,
     processes,
 )
 from harness.report import WorkerReport, cpu_seconds
+from tests.polling import wait_for
 
 from .cgroup import child_cgroup
 from .conftest import clean_environ, finish, make_task, report_of, spawn
@@ -266,3 +269,27 @@ def test_the_process_tree_peak_keeps_a_spike_no_sample_saw() -> None:
     assert source == "vmhwm"
     assert peak is not None and sampler.peak is not None
     assert peak - sampler.peak >= 90 * MIB  # the freed 100 MiB, which no sample saw
+
+
+def test_the_descendants_of_a_process_are_its_threads_children_and_theirs_as_a_scan_finds():
+    from harness.memory import _parents
+
+    first = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    other: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(target=lambda: other.append(subprocess.Popen(["sleep", "30"])))
+    thread.start()
+    thread.join()
+    try:
+        wait_for(lambda: len(descendants(os.getpid())) >= 4, 10, "the tree to start")
+        parents = _parents(Path("/proc"))
+
+        def scanned(pid: int) -> list[int]:
+            below = parents.get(pid, [])
+            return [p for child in below for p in (child, *scanned(child))]
+
+        assert sorted(descendants(os.getpid())) == sorted(scanned(os.getpid()))
+        assert other[0].pid in descendants(os.getpid())  # a child of another thread
+    finally:
+        for process in (first, *other):
+            process.kill()
+            process.wait()
