@@ -1,0 +1,280 @@
+"""A command sweep through the harness against GNU parallel: one program, the same combinations.
+
+The program (``bench/sweep_program.c``, compiled here) burns a fixed amount of its own CPU
+time and writes a JSON result file, for every combination of two integer axes. GNU parallel
+(Debian's, ``--will-cite -j <cores>``) runs it over the product of the axes, each job writing
+its file; the harness runs it as a split task runs, the coordinator alone on all cores
+(``simrun-worker`` with ``SIMRUN_ROLE=base`` that merges: the ledger, progress, the report,
+the per-unit ``{out}`` directories and the results table included). The two run as
+``--repeat`` interleaved pairs (which goes first alternates) and the verdict is the median of
+the pairs' ratios; then the sweep runs once through the local backend end to end (submission
+to the end of its run: the launcher, the step, the task files) and its extra seconds over the
+harness's median are printed beside it.
+
+The per-unit overhead is ``wall × cores / units`` less the program's CPU time: what a unit
+costs beyond the program itself, on each side. The CPU seconds of each side (its processes',
+the programs' included) are printed beside it: on a loaded machine, the steadier figure.
+
+    .venv/bin/python bench/command_sweep.py [--repeat 5] [--only 10000x10] [--no-service]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from harness.sweep import SweepSettings
+
+HERE = Path(__file__).resolve().parent
+SIZES = {
+    "10000x10": (10_000, 10.0, 0.9),
+    "500x1000": (500, 1000.0, 1.02),
+    "200x10": (200, 10.0, 0.9),  # a quick look, not a target of the issue
+}
+"""Units, milliseconds of CPU per unit, and the largest ratio harness / parallel allowed."""
+
+
+class Timed(NamedTuple):
+    """The wall seconds of a run and the CPU seconds of its processes (all it reaped)."""
+
+    wall: float
+    cpu: float
+
+
+class Timer:
+    """Times the block: wall clock, and the CPU of the children it reaped."""
+
+    def __enter__(self) -> Timer:
+        self._began, self._cpu = time.perf_counter(), _children_cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timed = Timed(time.perf_counter() - self._began, _children_cpu() - self._cpu)
+
+
+def _children_cpu() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def compile_program(folder: Path) -> Path:
+    program = folder / "sweep_program"
+    subprocess.run(["gcc", "-O2", "-o", str(program), str(HERE / "sweep_program.c")], check=True)
+    return program
+
+
+def axes(units: int) -> tuple[int, int]:
+    """Two axes whose product is ``units``, as square as may be."""
+    b = max(d for d in range(1, math.isqrt(units) + 1) if units % d == 0)
+    return units // b, b
+
+
+def parallel_run(
+    program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path
+) -> float:
+    """Seconds of GNU parallel over the product of the axes, each job writing its result."""
+    out = folder / "parallel"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    command = ["parallel", "--will-cite", "-j", str(cores), str(program), f"{ms:g}"]
+    command += ["{1}", "{2}", f"{out}/{{#}}.json"]
+    command += [":::", *map(str, range(shape[0])), ":::", *map(str, range(shape[1]))]
+    with Timer() as timer:
+        subprocess.run(command, check=True, stdin=subprocess.DEVNULL)
+    assert len(os.listdir(out)) == shape[0] * shape[1]
+    return timer.timed
+
+
+def sweep_settings(program: Path, ms: float, shape: tuple[int, int]) -> dict[str, object]:
+    return SweepSettings(
+        command=[str(program), f"{ms:g}", "{a}", "{b}", "{out}/result.json"],
+        sweep={"a": {"range": [0, shape[0], 1]}, "b": {"range": [0, shape[1], 1]}},
+        results="result.json",
+    ).model_dump(mode="json")
+
+
+def plan(cores: int) -> dict[str, object]:
+    return {
+        "cores": cores,
+        "memory_gb": 0.25 + cores * 0.5,
+        "workers": 1,
+        "base_gb": 0.25,
+        "per_worker_gb": 0.5,
+        "processes": cores,
+        "retry_memory_gb": 2.0,
+        "coordinator_merges": True,
+    }
+
+
+def harness_run(
+    program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path
+) -> float:
+    """Seconds of ``simrun-worker`` as the coordinator alone, merging: the whole split task."""
+    store = folder / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    task_dir = store / "runs" / "bench" / "tasks" / "sim"
+    task_dir.mkdir(parents=True)
+    task = {"run": "bench", "task": "sim", "kind": "split", "type": "sweep"}
+    task |= {"settings": sweep_settings(program, ms, shape), "inputs": {}, "plan": plan(cores)}
+    (task_dir / "task.json").write_text(json.dumps(task))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIMRUN_")}
+    env |= {
+        "SIMRUN_TASK_DIR": str(task_dir),
+        "SIMRUN_SCRATCH": str(folder / "scratch"),
+        "SIMRUN_ROLE": "base",
+        "SIMRUN_CORES": str(cores),
+        "SIMRUN_MEMORY_SOURCE": "process",
+    }
+    with Timer() as timer:
+        subprocess.run(
+            [str(Path(sys.executable).parent / "simrun-worker")],
+            env=env,
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    rows = (task_dir / "out" / "results.csv").read_text().count("\n") - 1
+    assert rows == shape[0] * shape[1], rows
+    return timer.timed
+
+
+def service_run(
+    program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path
+) -> float:
+    """Seconds from the submission of the sweep to the end of its run, through the local
+    backend as ``simrun serve`` drives it (the launcher, the step, the task files)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "simrun_site.settings")
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("SIMRUN_HOME", str(folder / "home"))
+    import django
+
+    django.setup()
+    from harness.tasktypes import task_types
+    from runs.backends.base import ClusterConfig, RunRecord
+    from runs.backends.local import LocalBackend, workflow_name
+    from runs.planning.planner import plan_run
+    from runs.planning.records import task_records
+    from runs.planning.spec import parse_spec
+
+    types = task_types()
+    spec = parse_spec(
+        json.dumps(
+            {
+                "name": "bench",
+                "tasks": {
+                    "sim": {
+                        "command": [str(program), f"{ms:g}", "{a}", "{b}", "{out}/result.json"],
+                        "sweep": {"a": {"range": [0, shape[0]]}, "b": {"range": [0, shape[1]]}},
+                        "results": "result.json",
+                        "cores": cores,
+                    }
+                },
+            }
+        ),
+        types=types,
+    )
+    plans = plan_run(spec, types=types, extra_workers=False)
+    records = task_records(spec, types)
+    shutil.rmtree(folder / "service", ignore_errors=True)
+    store = folder / "service" / "store"
+    backend = LocalBackend(store, folder / "service" / "scratch", cores=cores, memory_gb=8)
+    task_dir = store / "runs" / "bench" / "tasks" / "sim"
+    task_dir.mkdir(parents=True)
+    record = records["sim"]
+    task = {"run": "bench", "task": "sim", "kind": record.kind, "type": record.type}
+    task |= {"settings": record.settings, "inputs": {}, "command": record.command}
+    (task_dir / "task.json").write_text(json.dumps(task | {"plan": plans["sim"].model_dump()}))
+    stop = threading.Event()
+    stepping = threading.Thread(target=backend.run_steps, args=(stop, 0.1), daemon=True)
+    stepping.start()
+    began = time.perf_counter()
+    name = backend.submit(
+        RunRecord(id="bench", tasks=records, store=store), plans, types, ClusterConfig()
+    )
+    while backend.status(name).phase not in ("Succeeded", "Failed"):
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - began
+    phase = backend.status(workflow_name("bench")).phase
+    stop.set()
+    backend.close()
+    assert phase == "Succeeded", phase
+    return elapsed
+
+
+def _row(label: str, values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{label:<28} median {statistics.median(values):8.3f}   spread {low:.3f} – {high:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved pairs of each size")
+    parser.add_argument("--only", choices=sorted(SIZES), action="append", help="sizes to run")
+    parser.add_argument("--no-service", action="store_true", help="skip the end-to-end run")
+    parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args(argv)
+    version = subprocess.run(
+        ["parallel", "--version"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()[0]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{version}, {args.cores} cores, {args.repeat} interleaved pairs per size")
+    print(f"load average before: {load} (other work on the machine widens the spread)")
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="simrun-sweep-bench-") as temporary:
+        folder = Path(temporary)
+        program = compile_program(folder)
+        for size in args.only or list(SIZES):
+            units, ms, target = SIZES[size]
+            shape = axes(units)
+            sides = {"parallel": parallel_run, "harness": harness_run}
+            runs: dict[str, list[Timed]] = {"parallel": [], "harness": []}
+            for index in range(args.repeat):
+                order = ["parallel", "harness"] if index % 2 == 0 else ["harness", "parallel"]
+                for side in order:
+                    runs[side].append(sides[side](program, ms, shape, args.cores, folder))
+            pairs = list(zip(runs["harness"], runs["parallel"], strict=True))
+            ratios = [h.wall / p.wall for h, p in pairs]
+            median = statistics.median(ratios)
+            verdict = "ok" if median <= target else "ABOVE TARGET"
+            failed |= median > target
+            print(f"\n{units} units of a {ms:g} ms program ({shape[0]} × {shape[1]})")
+            print(_row("GNU parallel (s)", [t.wall for t in runs["parallel"]]))
+            print(_row("harness (s)", [t.wall for t in runs["harness"]]))
+            print(f"{_row('ratio harness / parallel', ratios)}   target ≤ {target}  {verdict}")
+            print(_row("CPU ratio harness / parallel", [h.cpu / p.cpu for h, p in pairs]))
+            overhead = {
+                side: statistics.median(t.wall for t in timed) * args.cores / units * 1000 - ms
+                for side, timed in runs.items()
+            }
+            cpu = {
+                side: statistics.median(t.cpu for t in timed) / units * 1000 - ms
+                for side, timed in runs.items()
+            }
+            print(
+                f"per-unit overhead beyond the program: parallel {overhead['parallel']:.2f} ms, "
+                f"harness {overhead['harness']:.2f} ms (of CPU: {cpu['parallel']:.2f} ms, "
+                f"{cpu['harness']:.2f} ms)"
+            )
+            if not args.no_service:
+                seconds = service_run(program, ms, shape, args.cores, folder)
+                extra = seconds - statistics.median(t.wall for t in runs["harness"])
+                print(
+                    f"through the local backend end to end (once): {seconds:.3f} s, "
+                    f"{extra:+.3f} s over the harness's median"
+                )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
