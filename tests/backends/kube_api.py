@@ -17,6 +17,7 @@ Argo would fail its pods one by one; the stand-in refuses it at once, naming the
 
 from __future__ import annotations
 
+import base64
 import copy
 import itertools
 import json
@@ -349,8 +350,35 @@ class KubeState:
     _history: list[dict[str, Any]] = field(default_factory=list)
     """Every workflow event, so a watch from a resourceVersion gets what it missed."""
 
+    compacted: int = 0
+    """The resourceVersion etcd compacted up to: a watch or a continue token from before it
+    is too old (410)."""
+    bookmark_s: float = 1.0
+    """How long a watch that asked for bookmarks stays silent before it gets one."""
+    latest: int = 0
+    bookmarks_sent: list[int] = field(default_factory=list)
+    """The versions of the BOOKMARKs sent, in order."""
+
     def version(self) -> str:
-        return str(next(self._versions))
+        self.latest = next(self._versions)
+        return str(self.latest)
+
+    def end_watches(self) -> None:
+        """End every open watch, as an API server that restarts does: its clients watch again
+        from the last version they saw."""
+        with self.lock:
+            for _, events in self._watchers:
+                events.put(None)
+
+    def compact(self) -> None:
+        """Compact the history, as etcd does every few minutes: older versions are gone."""
+        with self.lock:
+            self.compacted = int(self.version())
+            self._history = [
+                e
+                for e in self._history
+                if int(e["object"]["metadata"]["resourceVersion"]) > self.compacted
+            ]
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Give an object a new resourceVersion (and a uid and creation time once)."""
@@ -572,7 +600,7 @@ class _Handler(BaseHTTPRequestHandler):
             if m := WORKFLOWS.match(path):
                 if method == "POST":
                     return 201, self._create(state.workflows, m["ns"], body, "workflows")
-                return 200, self._list(state.workflows, m["ns"], selector, "WorkflowList")
+                return 200, self._list(state.workflows, m["ns"], query, "WorkflowList")
             if m := WORKFLOW.match(path):
                 key = (m["ns"], m["name"])
                 return self._item(state.workflows, key, method, content_type, body, "workflows")
@@ -586,14 +614,14 @@ class _Handler(BaseHTTPRequestHandler):
                     if state.on_pod_created:
                         state.on_pod_created(pod)
                     return 201, pod
-                return 200, self._list(state.pods, m["ns"], selector, "PodList")
+                return 200, self._list(state.pods, m["ns"], query, "PodList")
             if m := POD.match(path):
                 key = (m["ns"], m["name"])
                 return self._item(state.pods, key, method, content_type, body, "pods")
             if m := CONFIG_MAPS.match(path):
                 if method == "POST":
                     return 201, self._create(state.config_maps, m["ns"], body, "configmaps")
-                return 200, self._list(state.config_maps, m["ns"], selector, "ConfigMapList")
+                return 200, self._list(state.config_maps, m["ns"], query, "ConfigMapList")
             if m := CONFIG_MAP.match(path):
                 key = (m["ns"], m["name"])
                 return self._item(state.config_maps, key, method, content_type, body, "configmaps")
@@ -604,7 +632,7 @@ class _Handler(BaseHTTPRequestHandler):
                     for e in state.events
                     if e["metadata"]["namespace"] == m["ns"] and field_matches(e, fields)
                 ]
-                return 200, _list_body("EventList", items, state.version())
+                return 200, _page(state, "EventList", items, query)
             if path.rstrip("/") == "/apis":
                 return 200, _api_groups(state.kueue_versions)
             if KUEUE_GROUP.match(path) and state.kueue_versions:
@@ -612,7 +640,7 @@ class _Handler(BaseHTTPRequestHandler):
             if (m := re.match(KUEUE, path)) and m["version"] not in state.kueue_versions:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             if m := WORKLOADS.match(path):
-                listing = self._list(state.workloads, m["ns"], selector, "WorkloadList")
+                listing = self._list(state.workloads, m["ns"], query, "WorkloadList")
                 listing["apiVersion"] = f"kueue.x-k8s.io/{m['version']}"
                 return 200, listing
             if m := LOCAL_QUEUE.match(path):
@@ -623,7 +651,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, _controller(state.argo_version)
             if NODES.match(path):
                 items = [n for n in state.nodes.values() if _labelled(n, selector)]
-                return 200, _list_body("NodeList", items, state.version())
+                return 200, _page(state, "NodeList", items, query)
             if m := NODE.match(path):
                 if method == "PATCH" and state.before_node_patch:
                     state.before_node_patch(m["name"])
@@ -655,14 +683,20 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _list(
-        self, store: dict[Any, dict[str, Any]], namespace: str, selector: str | None, kind: str
+        self,
+        store: dict[Any, dict[str, Any]],
+        namespace: str,
+        query: dict[str, str],
+        kind: str,
     ) -> dict[str, Any]:
         items = [
             obj
             for (ns, _), obj in sorted(store.items())
-            if ns == namespace and _labelled(obj, selector)
+            if ns == namespace
+            and _labelled(obj, query.get("labelSelector"))
+            and field_matches(obj, query.get("fieldSelector"))
         ]
-        return _list_body(kind, items, self.server.state.version())
+        return _page(self.server.state, kind, items, query)
 
     def _item(
         self,
@@ -785,6 +819,9 @@ class _Handler(BaseHTTPRequestHandler):
                 ]
             else:
                 since = int(query["resourceVersion"])
+                if since and since < state.compacted:
+                    self._too_old(since, state.compacted)
+                    return
                 missed = [
                     e
                     for e in state._history
@@ -800,15 +837,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         deadline = time.monotonic() + float(query.get("timeoutSeconds", 60))
+        bookmarks = query.get("allowWatchBookmarks") == "true"
+        quiet_since = time.monotonic()
         try:
             while time.monotonic() < deadline and not self.server.closing.is_set():
                 try:
                     event = events.get(timeout=0.1)
                 except queue.Empty:
-                    continue
-                line = json.dumps(event).encode() + b"\n"
-                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-                self.wfile.flush()
+                    if not bookmarks or time.monotonic() - quiet_since < state.bookmark_s:
+                        continue
+                    event = _bookmark(str(state.latest))
+                    state.bookmarks_sent.append(state.latest)
+                if event is None:  # ``end_watches``
+                    break
+                quiet_since = time.monotonic()
+                self._chunk(event)
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -816,6 +859,34 @@ class _Handler(BaseHTTPRequestHandler):
             with state.lock:
                 state._watchers.remove((selector or "", events))
             self.close_connection = True
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        line = json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+        self.wfile.flush()
+
+    def _too_old(self, since: int, compacted: int) -> None:
+        """A watch from a compacted version: the API server's in-stream 410, then the end."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        message = f"too old resource version: {since} ({compacted})"
+        self._chunk({"type": "ERROR", "object": _status(410, "Expired", message)})
+        self.wfile.write(b"0\r\n\r\n")
+        self.close_connection = True
+
+
+def _bookmark(version: str) -> dict[str, Any]:
+    """A BOOKMARK: only the version the watch has reached."""
+    return {
+        "type": "BOOKMARK",
+        "object": {
+            "kind": "Workflow",
+            "apiVersion": "argoproj.io/v1alpha1",
+            "metadata": {"resourceVersion": version},
+        },
+    }
 
 
 ARGO_CONTROLLER = ("argo", "workflow-controller")
@@ -872,6 +943,36 @@ def _controller(version: str) -> dict[str, Any]:
 
 def _labelled(obj: dict[str, Any], selector: str | None) -> bool:
     return matches(obj["metadata"].get("labels") or {}, selector)
+
+
+def _page(
+    state: KubeState, kind: str, items: list[dict[str, Any]], query: dict[str, str]
+) -> dict[str, Any]:
+    """A page of a list as ``limit`` and ``continue`` ask: a token names the list's version
+    and where the next page starts, and is refused (410) once that version is compacted."""
+    version, start = state.version(), 0
+    if token := query.get("continue"):
+        try:
+            found = json.loads(base64.b64decode(token))
+            listed, start = int(found["rv"]), int(found["start"])
+        except (ValueError, KeyError, TypeError):
+            raise ApiError(400, "BadRequest", "continue key is not valid") from None
+        if listed <= state.compacted:
+            raise ApiError(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter.",
+            )
+        version = str(listed)
+    limit = int(query.get("limit") or 0)
+    page = items[start : start + limit] if limit else items[start:]
+    body = _list_body(kind, page, version)
+    if limit and start + limit < len(items):
+        following = {"rv": int(version), "start": start + limit}
+        body["metadata"]["continue"] = base64.b64encode(json.dumps(following).encode()).decode()
+        body["metadata"]["remainingItemCount"] = len(items) - start - limit
+    return body
 
 
 def _list_body(kind: str, items: list[dict[str, Any]], version: str) -> dict[str, Any]:

@@ -32,9 +32,9 @@ def config_map(name: str = "context", **metadata: Any) -> dict[str, Any]:
     }
 
 
-def refused(call: Any, *args: Any) -> tuple[int, dict[str, Any]]:
+def refused(call: Any, *args: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
     with pytest.raises(ApiException) as raised:
-        call(*args)
+        call(*args, **kwargs)
     return raised.value.status, json.loads(raised.value.body)
 
 
@@ -358,3 +358,67 @@ def test_a_kueue_that_serves_v1beta1_only_answers_404_for_v1beta2(kube: KubeApiS
         "kueue.x-k8s.io", "v1beta1", "simrun", "workloads"
     )
     assert listing["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+
+
+def test_lists_come_in_pages_and_a_token_from_before_a_compaction_is_gone(
+    kube: KubeApiServer,
+) -> None:
+    core = CoreV1Api(kube.client("cluster-admin"))
+    for index in range(5):
+        core.create_namespaced_config_map("simrun", config_map(f"c{index}"))
+
+    first = core.list_namespaced_config_map("simrun", limit=2)
+    second = core.list_namespaced_config_map("simrun", limit=2, _continue=first.metadata._continue)
+
+    assert [c.metadata.name for c in first.items + second.items] == ["c0", "c1", "c2", "c3"]
+    assert second.metadata.remaining_item_count == 1
+    kube.state.compact()
+    code, status = refused(
+        core.list_namespaced_config_map, "simrun", limit=2, _continue=second.metadata._continue
+    )
+    assert (code, status["reason"]) == (410, "Expired")
+
+
+def raw_watch(kube: KubeApiServer, query: str) -> list[dict[str, Any]]:
+    """The events of a watch of workflows, read until the server ends it."""
+    request = urllib.request.Request(
+        f"{kube.url}/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows?watch=true&{query}",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    )
+    with urllib.request.urlopen(request, timeout=20) as answer:
+        return [json.loads(line) for line in answer.read().splitlines() if line]
+
+
+def test_a_watch_from_a_compacted_version_ends_with_the_in_stream_410(kube: KubeApiServer) -> None:
+    old = kube.state.version()
+    kube.state.compact()
+
+    [event] = raw_watch(kube, f"resourceVersion={old}&timeoutSeconds=5")
+
+    assert event["type"] == "ERROR"
+    assert event["object"]["code"] == 410
+    assert event["object"]["message"].startswith(f"too old resource version: {old}")
+
+
+def test_a_watch_that_asks_for_bookmarks_gets_them_when_nothing_changes(
+    kube: KubeApiServer,
+) -> None:
+    kube.state.bookmark_s = 0.2
+    version = kube.state.version()
+
+    events = raw_watch(kube, f"resourceVersion={version}&timeoutSeconds=1&allowWatchBookmarks=true")
+
+    assert events and {e["type"] for e in events} == {"BOOKMARK"}
+    assert int(events[-1]["object"]["metadata"]["resourceVersion"]) >= int(version)
+    assert raw_watch(kube, f"resourceVersion={version}&timeoutSeconds=1") == []
+
+
+def test_a_field_selector_picks_the_events_of_one_pod(kube: KubeApiServer) -> None:
+    for name in ("a", "b"):
+        kube.state.record_event({"metadata": {"name": name, "namespace": "simrun"}}, "X", name)
+
+    listing = CoreV1Api(kube.client("cluster-admin")).list_namespaced_event(
+        "simrun", field_selector="involvedObject.name=b"
+    )
+
+    assert [e.message for e in listing.items] == ["b"]

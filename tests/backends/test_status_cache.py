@@ -83,7 +83,7 @@ def test_statuses_of_many_workflows_come_from_one_list_and_the_watch(
 
     assert per_workflow(kube) == []
     assert len(lists(kube)) == 1 and lists(kube)[0].query["limit"] == "500"
-    assert watches(kube)[0].query["resourceVersion"]
+    assert wait_for(lambda: watches(kube), 10, "the watch")[0].query["resourceVersion"]
 
 
 def test_a_change_the_watch_delivers_is_seen_with_a_new_version(
@@ -218,3 +218,72 @@ def test_the_reasons_of_pending_pods_are_read_once_per_version_of_the_workflow(
     pod_lists = [r for r in kube.state.requests if r.path.endswith("/pods")]
     assert len(pod_lists) == 1
     assert first.tasks == {"sweep-w0": "Pending"}
+
+
+def test_the_cache_lists_every_workflow_over_pages(
+    backend: ArgoBackend, kube: KubeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("runs.backends.argo.PAGE_SIZE", 2)
+    wanted = names(5)
+    for name in wanted:
+        kube.state.put_workflow(named(name), "ADDED")
+
+    synced(backend, wanted)
+
+    pages = lists(kube)
+    assert [r.query.get("continue") is None for r in pages] == [True, False, False]
+
+
+def test_a_continue_token_that_expired_mid_list_lists_again_from_the_start(
+    backend: ArgoBackend, kube: KubeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("runs.backends.argo.PAGE_SIZE", 2)
+    wanted = names(3)
+    for name in wanted:
+        kube.state.put_workflow(named(name), "ADDED")
+    compacted: list[str] = []
+
+    def compact_after_the_first_page(request: Request) -> None:
+        if request.query.get("continue") and not compacted:
+            kube.state.compact()  # etcd compacted between the two pages
+            compacted.append(request.query["continue"])
+
+    kube.state.intercept = compact_after_the_first_page
+
+    synced(backend, wanted)
+
+    assert [r.status for r in lists(kube)][:2] == [200, 410]
+
+
+def test_a_compacted_watch_makes_the_cache_list_again_and_catch_up(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_workflow(named(WF), "ADDED")
+    synced(backend, [WF])
+    wait_for(lambda: watches(kube), 10, "the watch")
+    kube.state.put_workflow(named(WF, "Succeeded", sweep="Succeeded"))
+    kube.state.compact()
+    kube.state.end_watches()  # its next watch starts from a version compacted away
+
+    wait_for(lambda: len(lists(kube)) == 2, 15, "a list after the in-stream 410")
+    assert backend.status(WF).phase == "Succeeded"
+
+
+def test_bookmarks_carry_the_cache_forward_so_its_next_watch_starts_from_them(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.bookmark_s = 0.1
+    kube.state.put_workflow(named(WF), "ADDED")
+    synced(backend, [WF])
+    [first] = wait_for(lambda: watches(kube), 10, "the watch")
+    assert first.query["allowWatchBookmarks"] == "true"
+    for _ in range(3):
+        kube.state.version()  # other objects change: the bookmarks' version moves on
+    target = kube.state.latest
+    wait_for(lambda: max(kube.state.bookmarks_sent, default=0) >= target, 10, "a bookmark")
+    kube.state.end_watches()
+
+    second = wait_for(lambda: watches(kube)[1:], 10, "the next watch")[0]
+
+    assert int(second.query["resourceVersion"]) >= target
+    assert len(lists(kube)) == 1, "it watched on from the bookmark, without a list"
