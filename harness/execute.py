@@ -32,7 +32,7 @@ from harness.errors import (
     ConfigurationError,
 )
 from harness.heartbeat import Heartbeat
-from harness.lifecycle import configure_logging, kill_tree, sigterm_stops
+from harness.lifecycle import configure_logging, kill_tree, note_retry_memory, sigterm_stops
 from harness.memory import Evidence, MemorySampler, MemorySource, memory_source
 from harness.report import (
     WorkerReport,
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         args = args[1:]
     with sigterm_stops() as stop:
         harness_started()
+        note_retry_memory(os.environ)
         configure_logging("simrun-exec")
         if not args or args[0] in ("-h", "--help"):
             print(USAGE, file=sys.stderr)

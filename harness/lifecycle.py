@@ -6,7 +6,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 
@@ -54,3 +54,24 @@ def kill_tree(pid: int) -> None:
             os.kill(below, signal.SIGKILL)
         except ProcessLookupError:
             continue
+
+
+TERMINATION_LOG = "/dev/termination-log"
+"""Where Kubernetes reads a container's termination message, which Argo appends to the
+message of its node (``main: OOMKilled (exit code 137): <message>``, Argo 3.7 on)."""
+AFTER_MEMORY_KILL = "SIMRUN_AFTER_MEMORY_KILL"
+"""Set to 1 by the pod's ``podSpecPatch`` when the attempt before was killed for memory."""
+RETRY_MEMORY_NOTE = "simrun: the retry memory after a kill for memory"
+
+
+def note_retry_memory(env: Mapping[str, str], path: str | None = None) -> None:
+    """Say in the termination message that this attempt runs with the retry memory after a
+    proven kill for memory: Argo's retry expression reads it, so a second kill of the pod is
+    not retried (Ruling 35). Nothing is written elsewhere, nor when the file cannot be."""
+    if env.get(AFTER_MEMORY_KILL) != "1":
+        return
+    try:
+        with open(path or TERMINATION_LOG, "w") as log:
+            log.write(RETRY_MEMORY_NOTE)
+    except OSError:
+        pass

@@ -30,7 +30,7 @@ from harness.errors import (
 )
 from harness.files import write_atomic
 from harness.ledger import DamagedPieces, Ledger
-from harness.lifecycle import configure_logging, sigterm_stops
+from harness.lifecycle import configure_logging, note_retry_memory, sigterm_stops
 from harness.report import harness_started
 from harness.results import is_flat, write_mappings
 from harness.sources import install_sources
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     with sigterm_stops() as stop:
         harness_started()
+        note_retry_memory(os.environ)
         argparse.ArgumentParser(
             prog="simrun-merge", description="Merge the units of the task of SIMRUN_TASK_DIR."
         ).parse_args(argv)

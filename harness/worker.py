@@ -55,7 +55,7 @@ from harness.execute import THREAD_VARIABLES
 from harness.execute import main as exec_main
 from harness.heartbeat import Heartbeat
 from harness.ledger import Claim, Ledger
-from harness.lifecycle import configure_logging, kill_tree, sigterm_stops
+from harness.lifecycle import configure_logging, kill_tree, note_retry_memory, sigterm_stops
 from harness.memory import (
     MEMORY_SOURCE_ENV,
     Evidence,
@@ -618,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     with sigterm_stops() as stop:
         harness_started()
+        note_retry_memory(os.environ)
         argparse.ArgumentParser(
             prog="simrun-worker",
             description="Compute units of the split task of SIMRUN_TASK_DIR (see docs).",

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from harness.lifecycle import AFTER_MEMORY_KILL
 from harness.tasktypes import TaskType
 from runs.backends.base import (
     RETRY_LIMIT,
@@ -68,14 +69,19 @@ NEVER_FIXED_PATTERN = (
 """Messages of an attempt the cluster refused or cannot start as it is (a PodSpecPatch Argo
 cannot apply, a pod the API server or an admission webhook refuses, a missing Secret or
 ConfigMap, a malformed image name): another attempt meets the same refusal."""
+SECOND_MEMORY_KILL_PATTERN = "OOMKilled.*the retry memory after a kill for memory"
+"""The message of an attempt killed for memory while it ran with the retry memory after a
+kill for memory: the harness says so in its termination message (``note_retry_memory``)."""
 RETRY_EXPRESSION = (
-    f"(lastRetry.status == 'Error' and not (lastRetry.message matches '{NEVER_FIXED_PATTERN}'))"
+    f"((lastRetry.status == 'Error' and not (lastRetry.message matches '{NEVER_FIXED_PATTERN}'))"
     f" or lastRetry.exitCode in ['{MEMORY_KILL_EXIT}', '143', '{STORAGE_ERROR_EXIT}']"
-    f" or lastRetry.message matches '{EVICTION_PATTERN}'"
+    f" or lastRetry.message matches '{EVICTION_PATTERN}')"
+    f" and not (lastRetry.message matches '{SECOND_MEMORY_KILL_PATTERN}')"
 )
 """Retry a pod deleted or failed by the infrastructure (Error, unless a retry cannot fix it),
 killed (137: for memory, or after its grace period), stopped by SIGTERM (143: evicted),
-failed on the store (75) or evicted; not a genuine failure."""
+failed on the store (75) or evicted; not a genuine failure, nor the second kill for memory
+(Ruling 35: the service fails the run, Argo is not to start another pod meanwhile)."""
 
 STAGE_SCRIPT = """\
 import os, shutil, sys
@@ -383,10 +389,13 @@ def retry_memory_patch(memory_gb: float, retry_memory_gb: float) -> str:
     137 is a proven kill for memory or a SIGKILL after the grace period: ``podSpecPatch`` sees
     only ``lastRetry``, so it cannot tell them apart, nor look further back. Argo substitutes
     the expressions per attempt; ``lastRetry`` is the attempt before (its exit code is ``"0"``
-    on the first). The expression avoids ``&``, ``<`` and ``>``, which
-    Go's JSON encoding of the template would escape.
+    on the first). ``SIMRUN_AFTER_MEMORY_KILL`` is 1 when that 137 was a proven kill for
+    memory (OOMKilled): the harness then says so in its termination message, which the retry
+    expression reads to leave a second kill unretried. The expressions avoid ``&``, ``<`` and
+    ``>``, which Go's JSON encoding of the template would escape.
     """
     killed = f"lastRetry.exitCode == '{MEMORY_KILL_EXIT}'"
+    proven = "lastRetry.message matches 'OOMKilled'"
 
     def pick(retry: str, first: str) -> str:
         return f"{{{{={killed} ? '{retry}' : '{first}'}}}}"
@@ -401,7 +410,11 @@ def retry_memory_patch(memory_gb: float, retry_memory_gb: float) -> str:
                     {
                         "name": "SIMRUN_MEMORY_LIMIT_GB",
                         "value": pick(f"{retry_memory_gb:g}", f"{memory_gb:g}"),
-                    }
+                    },
+                    {
+                        "name": AFTER_MEMORY_KILL,
+                        "value": f"{{{{={killed} and {proven} ? '1' : '0'}}}}",
+                    },
                 ],
             }
         ]

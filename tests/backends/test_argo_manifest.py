@@ -468,6 +468,19 @@ LAST_ATTEMPTS = {
         {"status": "Failed", "exitCode": "75", "message": "main: Error (exit code 75)"},
         True,
     ),
+    "a second kill for memory, with the retry memory": (
+        {
+            "status": "Failed",
+            "exitCode": "137",
+            "message": "main: OOMKilled (exit code 137): simrun: the retry memory after a kill "
+            "for memory",
+        },
+        False,
+    ),
+    "a kill for memory with the retry memory after a SIGKILL": (
+        {"status": "Failed", "exitCode": "137", "message": "main: OOMKilled (exit code 137)"},
+        True,
+    ),
     "a unit failed": (
         {"status": "Failed", "exitCode": "3", "message": "main: Error (exit code 3)"},
         False,
@@ -541,7 +554,18 @@ def test_an_attempt_after_a_kill_for_memory_gets_the_retry_memory() -> None:
 
     memory = f"{-(-round(retry_gb * 1024 * 1000) // 1000)}Mi"
     assert main["resources"] == {"requests": {"memory": memory}, "limits": {"memory": memory}}
-    assert main["env"] == [{"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{retry_gb:g}"}]
+    assert main["env"] == [
+        {"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{retry_gb:g}"},
+        {"name": "SIMRUN_AFTER_MEMORY_KILL", "value": "1"},
+    ]
+
+
+def test_an_attempt_after_a_sigkill_gets_the_retry_memory_but_is_no_kill_for_memory() -> None:
+    main = patched(
+        {"exitCode": "137", "status": "Failed", "message": "main: Error (exit code 137)"}
+    )
+
+    assert main["env"][1] == {"name": "SIMRUN_AFTER_MEMORY_KILL", "value": "0"}
 
 
 @pytest.mark.parametrize("exit_code", ["0", "143", "-1", "75"])
@@ -550,7 +574,8 @@ def test_the_first_attempt_and_one_after_an_eviction_keep_the_plans_memory(exit_
     main = patched({"exitCode": exit_code, "status": "Failed", "message": ""})
 
     assert main["env"] == [
-        {"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{plans['sweep'].memory_gb:g}"}
+        {"name": "SIMRUN_MEMORY_LIMIT_GB", "value": f"{plans['sweep'].memory_gb:g}"},
+        {"name": "SIMRUN_AFTER_MEMORY_KILL", "value": "0"},
     ]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from harness import execute
 from harness.execute import THREAD_VARIABLES
+from harness.lifecycle import note_retry_memory
 from tests.polling import wait_for
 
 from .conftest import clean_environ, finish, make_task, report_of, spawn
@@ -86,6 +87,31 @@ def _run(store: Path, tmp_path: Path, harness_env, *command: str, **env: str) ->
     task_dir = make_task(store, "csv-stats", {}, task="cmd", kind="plugin")
     harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_SCRATCH=str(tmp_path / "s"), **env)
     return execute.main(list(command)), task_dir
+
+
+@pytest.mark.parametrize(("after", "note"), [("1", True), ("0", False)])
+def test_an_attempt_after_a_kill_for_memory_says_so_in_its_termination_message(
+    store: Path,
+    tmp_path: Path,
+    harness_env,
+    monkeypatch: pytest.MonkeyPatch,
+    after: str,
+    note: bool,
+) -> None:
+    termination = tmp_path / "termination-log"
+    monkeypatch.setattr("harness.lifecycle.TERMINATION_LOG", str(termination))
+
+    code, _ = _run(store, tmp_path, harness_env, "true", SIMRUN_AFTER_MEMORY_KILL=after)
+
+    assert code == 0
+    expected = "simrun: the retry memory after a kill for memory"
+    assert (termination.read_text() if termination.exists() else "") == (expected if note else "")
+
+
+def test_a_termination_message_that_cannot_be_written_is_left_unwritten(tmp_path: Path) -> None:
+    note_retry_memory({"SIMRUN_AFTER_MEMORY_KILL": "1"}, str(tmp_path / "no" / "such" / "log"))
+
+    assert not (tmp_path / "no").exists()
 
 
 def test_a_command_that_fails_exits_3_and_its_report_says_failed(
