@@ -80,7 +80,9 @@ def give(
 ) -> None:
     """Hand a directory (by descriptor) and what is in it (``depth`` levels) to a task user;
     entries named in ``skip`` stay the service's. Every entry is opened without following a
-    link and changed through its descriptor, so a link a task planted changes nothing."""
+    link and changed through its descriptor, so a link a task planted changes nothing, and
+    only what the service made or the task user owns is changed (``_own``), so neither does a
+    hard link."""
     _own(dir_fd, user)
     if depth == 0:
         return
@@ -101,7 +103,15 @@ def give(
 
 
 def _own(fd: int, user: TaskUser) -> None:
+    """Give an entry (by descriptor) to a task user if it may be given: the service's own or
+    the task user's already and, for a file, its only name. ``O_NOFOLLOW`` does not stop a hard
+    link: one a task made in its run's folder to a file of the service's user (the database,
+    the secret key) is that file, and is left as it is."""
     status = os.fstat(fd)
+    if status.st_uid not in (os.geteuid(), user.uid):
+        return
+    if not stat.S_ISDIR(status.st_mode) and status.st_nlink != 1:
+        return
     if status.st_uid == user.uid and status.st_gid == user.service_gid:
         return
     os.fchown(fd, user.uid, user.service_gid)

@@ -66,6 +66,33 @@ def test_links_planted_in_a_later_tasks_logs_and_workers_are_never_written_throu
     assert not logs.is_symlink() and logs.stat().st_uid == 0
 
 
+def test_a_hard_link_to_a_root_only_file_in_the_run_s_folder_is_never_given_to_the_task(
+    backend, home, owner
+):
+    # As a task makes it where fs.protected_hardlinks is 0: the test (root) links the file
+    # into task p's folder while p waits, then q's start hands the run's folder to the user.
+    victim = root_only(home.parent / "victim")
+    folder = backend.store / "runs" / "linked" / "tasks" / "p"
+    with stepping(backend):
+        submit(
+            backend,
+            "linked",
+            {
+                "p": {"command": shell('until [ -e "$SIMRUN_TASK_DIR/go" ]; do sleep 0.05; done')},
+                "q": {"command": shell("echo q ran"), "inputs": {"x": "p"}},
+            },
+            owner=owner.id,
+        )
+        wait_for(lambda: phase(backend, "linked", "p") == "Running", what="p to run")
+        os.link(victim, folder / "hard")
+        (folder / "go").touch()
+        wait_for(lambda: ended(backend, "linked"), what="the run")
+
+    status = victim.stat()
+    assert (status.st_uid, status.st_gid, status.st_mode & 0o777) == (0, 0, 0o600)
+    assert phase(backend, "linked") == "Succeeded", read_log(backend, "linked", "q", "q")
+
+
 def test_an_input_linked_to_a_root_only_folder_is_not_staged(backend, home, owner):
     secret = home.parent / "secret-dir"
     secret.mkdir(mode=0o700)

@@ -229,3 +229,22 @@ def test_trees_3000_folders_deep_in_out_and_in_the_scratch_answer_too_deep_never
     for page in pages:
         assert page.status_code in (200, 286), page.text[-2000:]
         assert "too deep: folders more than 64 levels down" in page.text
+
+
+def test_a_hard_link_to_a_root_only_file_in_the_run_s_folder_is_never_chowned(service, mallory):
+    # As a task makes it where fs.protected_hardlinks is 0 (the test, root, makes it for it):
+    # in task p's folder while p waits; then q's start hands the run's folder to mallory.
+    victim = service.home.parent / "root-only"
+    victim.write_text("the service's secret")
+    victim.chmod(0o600)
+    wait = sh('until [ -e "$SIMRUN_TASK_DIR/go" ]; do sleep 0.05; done')
+    run_id = submit(mallory, {"tasks": {"p": wait, "q": {**sh("true"), "inputs": {"x": "p"}}}})
+    folder = service.store / "runs" / run_id / "tasks" / "p"
+    wait_for(lambda: (folder / "logs" / "p-0.pid").exists(), 60, "p to run")
+    os.link(victim, folder / "hard")
+    (folder / "go").touch()
+    run = wait_until_ended(mallory, run_id)
+
+    status = victim.stat()
+    assert run["state"] == "succeeded", run["message"]
+    assert (status.st_uid, status.st_gid, status.st_mode & 0o777) == (0, 0, 0o600)
