@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -36,7 +35,7 @@ from harness import untrusted
 from harness.config import GRACE_S, STOP_MARGIN_S
 from harness.report import report_path
 from harness.tasktypes import TaskType
-from runs.backends import cgroups, local_env, local_shm, local_user
+from runs.backends import cgroups, local_env, local_shm, local_user, local_wake
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -258,7 +257,7 @@ class LocalBackend:
         self.log_bytes = log_bytes
         self.pids_parent = cgroups.detect_pids() if os.geteuid() == 0 else None
         self.state = self.store / "local"
-        self.address = "\0simrun-local-" + hashlib.sha256(str(self.state).encode()).hexdigest()[:16]
+        self.address = local_wake.address_of(self.state)
         self._callbacks: list[Callable[[], None]] = []
         self._closed = False
         self._ends_seen: set[Path] = set()
@@ -867,17 +866,17 @@ class LocalBackend:
         First kills the processes that a service before left for ended or unknown runs.
         """
         self.kill_orphans()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
-            with contextlib.suppress(OSError):  # another service steps this store: it polls
-                wake.bind(self.address)
+        self._make_state()
+        wake = local_wake.listen(self.address)  # None: another service steps this store, polls
+        try:
             while not stop.is_set():
                 try:
                     self.step()
                 except Exception:  # one bad step (a full disk, a callback) must not end the loop
                     logger.exception("the step of the local backend failed")
-                if select.select([wake], [], [], poll_s)[0]:
-                    while select.select([wake], [], [], 0)[0]:
-                        wake.recv(16)
+                local_wake.wait(wake, poll_s)
+        finally:
+            local_wake.close(wake, self.address)
 
     # Status and control.
 

@@ -113,11 +113,11 @@ def same_process(pid: int, start: int | None, cmdline: list[str] | None) -> bool
 
 def notify(address: str, sock: socket.socket | None = None) -> None:
     """Wake the step of the backend (a datagram to its socket, from ``sock`` if given);
-    nothing when none listens."""
+    nothing when none listens, nor when its queue is full (never a wait: it polls anyway)."""
     with contextlib.ExitStack() as made, contextlib.suppress(OSError):
         if sock is None:
             sock = made.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
-        sock.sendto(b"1", address)
+        sock.sendto(b"1", socket.MSG_DONTWAIT, address)
 
 
 def isolate_network() -> None:

@@ -1,0 +1,126 @@
+"""The socket that wakes the step of the local backend at once, which only the service's own
+processes may use.
+
+A datagram to it makes the step look at the runs now instead of at its next poll (a submission,
+a process that started or ended). It is a socket file in the backend's own folder
+(``<store>/local/wake``, the service's, mode ``0750``), so a task's user cannot even send to it;
+where that path is too long for a socket's address (107 bytes), an abstract name, which any
+local user can reach. Either way the receiver checks who sent each datagram (``SO_PASSCRED``):
+one from a user other than the service's, outside its group, wakes nothing, so a flood of
+datagrams costs the step reading them, never a step each.
+
+Only the standard library: the launcher sends to it with ``local_launcher.notify``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import select
+import socket
+import struct
+import time
+from pathlib import Path
+
+SUN_PATH_MAX = 107
+"""The longest path a Unix socket's address holds (its terminating byte aside)."""
+SOCKET_MODE = 0o660
+"""The service's user and group send to it; nobody else."""
+CREDENTIALS = struct.Struct("3i")
+"""``struct ucred``: the sender's pid, uid and gid."""
+DRAIN = 4096
+"""The datagrams read at most per wait, so a flood never keeps the step from stepping."""
+
+
+def address_of(state: Path) -> str:
+    """The address of the step of the backend whose folder is ``state``."""
+    path = str(state / "wake")
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return path
+    return "\0simrun-local-" + hashlib.sha256(str(state).encode()).hexdigest()[:16]
+
+
+def listen(address: str) -> socket.socket | None:
+    """The socket the step waits on, bound to ``address`` and told to pass the senders'
+    credentials; None when another step listens there already (it polls, then)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    try:
+        _bind(sock, address)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _bind(sock: socket.socket, address: str) -> None:
+    if address.startswith("\0"):
+        sock.bind(address)
+        return
+    try:
+        sock.bind(address)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE or _listened(address):
+            raise
+        os.unlink(address)  # left by a step that ended: nobody receives there
+        sock.bind(address)
+    os.chmod(address, SOCKET_MODE)
+
+
+def _listened(address: str) -> bool:
+    """Whether a socket file is bound by a live socket (a datagram can be sent to it)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(address)
+        except ConnectionRefusedError:
+            return False
+    return True
+
+
+def wait(sock: socket.socket | None, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for a datagram of the service's; whether one came. Those from
+    anyone else are read and dropped, and the wait goes on."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        if sock is None or not select.select([sock], [], [], left)[0]:
+            if sock is None:
+                time.sleep(left)
+            return False
+        if _drain(sock):
+            return True
+    return False
+
+
+def _drain(sock: socket.socket) -> bool:
+    """Read the datagrams waiting (at most ``DRAIN``); whether one was the service's."""
+    woken = False
+    for _ in range(DRAIN):
+        try:
+            _, ancillary, _, _ = sock.recvmsg(
+                16, socket.CMSG_SPACE(CREDENTIALS.size), socket.MSG_DONTWAIT
+            )
+        except BlockingIOError:
+            break
+        woken = woken or _from_the_service(ancillary)
+    return woken
+
+
+def _from_the_service(ancillary: list[tuple[int, int, bytes]]) -> bool:
+    """Whether a datagram's credentials are the service's user's or group's (root's too)."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            _, uid, gid = CREDENTIALS.unpack(data[: CREDENTIALS.size])
+            return uid in (0, os.geteuid()) or gid == os.getegid()
+    return False
+
+
+def close(sock: socket.socket | None, address: str) -> None:
+    """Stop listening; a socket file goes with it."""
+    if sock is None:
+        return
+    sock.close()
+    if not address.startswith("\0"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
