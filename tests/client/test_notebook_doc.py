@@ -4,6 +4,8 @@ live server whose cluster a thread plays, with the credentials ``simrun login`` 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,33 @@ def test_the_notebook_runs_cell_by_cell(
     assert "tasks.sweep.settings.n" in namespace["problems"]
     assert namespace["failed"].state == "failed"
     assert Run.objects.get(name="slow").state == RunState.CANCELLED
+
+
+INSTALL = re.compile(r"^## Install and log in\n.*?^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_install_lines_install_simrun_from_what_they_name(tmp_path, monkeypatch):
+    """Each ``pip`` line of the page, the checkout's path put in, runs: the wheel is built,
+    and each install resolves (``--dry-run``) without simrun from an index, which has none."""
+    monkeypatch.chdir(tmp_path)
+    lines = [
+        line.split("#")[0].replace("/path/to/simrun", str(CHECKOUT)).split()
+        for line in INSTALL.search(NOTEBOOK.read_text())[1].splitlines()
+        if line.startswith("pip ")
+    ]
+    assert lines
+    for _, command, *args in lines:
+        options = ["--no-build-isolation", "--quiet"]  # the checkout's setuptools: no download
+        if command == "install":
+            options += ["--dry-run", "--ignore-installed"]  # as a fresh environment would
+        args = [arg.strip("'") for arg in args]
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", command, *options, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"pip {command} {' '.join(args)}:\n{done.stderr[-2000:]}"
+    assert [line[1] for line in lines] == ["install", "wheel", "install"]  # both ways named
