@@ -104,6 +104,24 @@ def test_a_logs_page_opened_before_its_task_follows_it_and_the_timeline_grows(
     shoot("23-timeline-succeeded")
 
 
+def test_an_opened_why_stays_open_across_the_live_refreshes(
+    page: Page, service: Service, signal_folder
+):
+    go = signal_folder / "go"
+    log_in(page, service)
+    submit_text(page, service, waiting_spec(go))
+    why = page.locator("#task-first details.why")
+    why.locator("summary").click()
+    expect(why).to_have_attribute("open", "")
+    for _ in range(2):  # two refreshes of the live region: each replaces it with a new element
+        page.evaluate("document.getElementById('run-live').simrunSeen = true")
+        page.wait_for_function(
+            "!document.getElementById('run-live').simrunSeen", timeout=RUN_TIMEOUT_MS
+        )
+        expect(why).to_have_attribute("open", "")
+    go.write_text("go")
+
+
 def test_re_run_from_the_page_links_the_two_runs(page: Page, service: Service, shoot):
     log_in(page, service)
     source = submit_text(page, service, "name: once-more\ntasks:\n  hi: {command: [echo, hi]}\n")
