@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,16 +56,29 @@ def for_owner(owner_id: int | None, uid_base: int | None) -> TaskUser | None:
 
 def unreachable(*roots: Path) -> str | None:
     """Why a task user cannot reach these roots (a folder above one lets no other user pass),
-    None when it can. A root itself is the backend's to open up (``pass_only``)."""
+    with the fixes that apply to that root; None when it can. A root itself is the backend's
+    to open up (``pass_only``)."""
     for root in roots:
         for folder in root.resolve().parents:
             if folder.exists() and not folder.stat().st_mode & 0o001:
                 return (
                     f"{folder} lets no other user pass, so the tasks' users cannot reach "
-                    f"{root}: chmod o+x {folder}, move SIMRUN_HOME (or SIMRUN_STORE and "
-                    "SIMRUN_SCRATCH), or set SIMRUN_TASK_UID_BASE=0 to run tasks as the service"
+                    f"{root}: {_fixes(root, folder)}, or set SIMRUN_TASK_UID_BASE=0 to run "
+                    "tasks as the service"
                 )
     return None
+
+
+def _fixes(root: Path, folder: Path) -> str:
+    """What lets the task users reach ``root`` below ``folder``: another Python for this one
+    (a home's folder is better left closed), else that folder opened or the home moved."""
+    if root == Path(sys.executable).resolve():
+        return (
+            f"run simrun from a Python every user may run, outside {folder} (a venv of "
+            "/usr/bin/python3: /usr/bin/python3 -m venv /opt/simrun && /opt/simrun/bin/pip "
+            "install -e '.[service]')"
+        )
+    return f"chmod o+x {folder}, move SIMRUN_HOME (or SIMRUN_STORE and SIMRUN_SCRATCH)"
 
 
 def pass_only(*roots: Path) -> None:

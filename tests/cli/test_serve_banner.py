@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +76,36 @@ def test_the_banner_sends_to_the_page_on_who_a_task_runs_as(tmp_path):
     backend = LocalBackend(store=tmp_path / "store", scratch=tmp_path / "scratch", cores=2)
     said = isolation(backend)
     assert "docs/team.md" in said and "docs/cli.md" not in said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="task users need a root service")
+def test_a_refusal_for_a_python_out_of_reach_names_the_pythons_fix_not_the_homes(
+    tmp_path, monkeypatch
+):
+    locked = tmp_path / "root-home"
+    locked.mkdir(mode=0o700)
+    monkeypatch.setattr(sys, "executable", str(locked / ".pyenv" / "bin" / "python3"))
+    monkeypatch.delenv("SIMRUN_TASK_UID_BASE", raising=False)
+    with tempfile.TemporaryDirectory(dir="/tmp") as passable:
+        os.chmod(passable, 0o755)
+
+        refusal = serve.task_users(serve_args(), Path(passable) / "var")
+
+    assert refusal is not None and f"{locked} lets no other user pass" in refusal
+    assert "a Python every user may run" in refusal and "/usr/bin/python3 -m venv" in refusal
+    assert "SIMRUN_HOME" not in refusal and "chmod" not in refusal
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="task users need a root service")
+def test_a_refusal_for_a_home_out_of_reach_names_the_homes_fix_not_the_pythons(
+    tmp_path, monkeypatch
+):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
+    monkeypatch.delenv("SIMRUN_TASK_UID_BASE", raising=False)
+
+    refusal = serve.task_users(serve_args(), locked / "var")
+
+    assert refusal is not None and f"chmod o+x {locked}, move SIMRUN_HOME" in refusal
+    assert "a Python every user may run" not in refusal
