@@ -209,7 +209,7 @@ def demo(home: Path) -> str:
 
     kept = home / "demo-login"
     first = not User.objects.filter(username=DEMO_USER).exists()
-    login = ensure_user(name=DEMO_USER, token=first)
+    login = ensure_user(name=DEMO_USER, token=first, staff=True)  # the admin is advertised
     if login.password is not None:
         kept.write_text(login.password)
         kept.chmod(0o600)
