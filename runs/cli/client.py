@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +32,9 @@ __all__ = [
     "read_config",
     "write_config",
 ]
+
+PIPED_WIDTH = 10_000
+"""The width of the output of a command piped to a file or a program: no table cell cut."""
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -93,6 +97,15 @@ class Client(api.Client):
     ) -> httpx.Response:
         with as_cli_errors():
             return super().request(method, path, missing=missing, **kwargs)
+
+
+def tables_console() -> Console:
+    """The console of a command that prints tables: a terminal's width, else (piped, with no
+    ``COLUMNS`` asked) wide enough that a cell is never cut to ``sweep-…`` for a program or a
+    file to read."""
+    if "COLUMNS" not in os.environ and not Console().is_terminal:
+        return Console(highlight=False, width=PIPED_WIDTH)
+    return Console(highlight=False)
 
 
 def reports_errors(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:

@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-from runs.cli.client import EXIT_BAD_INPUT, EXIT_OK, Client, CliError, reports_errors
+from runs.cli.client import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    Client,
+    CliError,
+    reports_errors,
+    tables_console,
+)
 from runs.cli.progress import styled
 
 NAME = "runs"
@@ -55,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             item["owner"],
             item["created_at"][:19].replace("T", " "),
         )
-    console = Console(highlight=False)
+    console = tables_console()
     if page["results"]:
         console.print(table)
     else:

@@ -6,10 +6,9 @@ import argparse
 import shlex
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-from runs.cli.client import EXIT_OK, Client, no_run, reports_errors, run_url
+from runs.cli.client import EXIT_OK, Client, no_run, reports_errors, run_url, tables_console
 from runs.cli.progress import duration_text, styled
 from runs.client.progress import gib_text
 
@@ -112,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     with Client() as client:
         item = client.get(f"/api/runs/{args.run_id}/", missing=no_run(args.run_id))
         url = run_url(client.config, item["id"])
-    console = Console(highlight=False)
+    console = tables_console()
     title = f"{item['name']} " if item["name"] else ""
     console.print(f"[bold]{title}{item['id']}[/] {styled(item['state'])}  {url}")
     console.print(

@@ -118,9 +118,12 @@ def simrun(live_server, owner, home):
         token_: str | None = token,
         stdin: str = "",
         background: bool = False,
+        columns: str | None = "120",
     ):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(CONFIGURATION)}
-        env.update(XDG_CONFIG_HOME=str(home / ".config"), HOME=str(home), COLUMNS="120")
+        env = {k: v for k, v in os.environ.items() if not k.startswith((*CONFIGURATION, "COLUMNS"))}
+        env.update(XDG_CONFIG_HOME=str(home / ".config"), HOME=str(home))
+        if columns is not None:  # None: piped with no width asked, as into a file
+            env["COLUMNS"] = columns
         env["SIMRUN_URL"] = url if url is not None else live_server.url
         if token_ is not None:
             env["SIMRUN_TOKEN"] = token_
