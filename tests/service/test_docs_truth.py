@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from runs.cli import serve
+from runs.cli import parser, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,3 +26,23 @@ def test_run_spec_says_a_type_without_history_learns_from_the_other_types():
     assert "without history" in planning and "other types" in planning
     assert "memory.md" in planning
     assert not re.search(r"else from the type's default", text)
+
+
+CLIENT_COMMANDS = ("login", "submit", "runs", "show", "logs", "results", "cancel")
+
+
+def test_cli_md_names_every_option_of_the_client_commands():
+    """Each option, in one of its forms (``-n`` or ``--tail``), on a line that names the
+    command (its row of the table, its examples)."""
+    commands = next(
+        a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+    doc = (ROOT / "docs" / "cli.md").read_text().splitlines()
+    missing = []
+    for name in CLIENT_COMMANDS:
+        rows = "\n".join(line for line in doc if f"simrun {name}" in line)
+        for action in commands[name]._actions:
+            forms = [o for o in action.option_strings if o not in {"-h", "--help"}]
+            if forms and not any(re.search(rf"{re.escape(o)}\b", rows) for o in forms):
+                missing.append(f"simrun {name} {'/'.join(forms)}")
+    assert not missing, f"docs/cli.md does not mention {missing}"
