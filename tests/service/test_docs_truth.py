@@ -6,6 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
+from harness.tasktypes import input_names, registered_types
 from runs.cli import parser, serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +47,15 @@ def test_cli_md_names_every_option_of_the_client_commands():
             if forms and not any(re.search(rf"{re.escape(o)}\b", rows) for o in forms):
                 missing.append(f"simrun {name} {'/'.join(forms)}")
     assert not missing, f"docs/cli.md does not mention {missing}"
+
+
+def test_run_spec_names_every_setting_of_the_built_in_types_in_their_rows():
+    text = (ROOT / "docs" / "run-spec.md").read_text()
+    doc = text.split("### Built-in task types", 1)[1].split("\n#", 1)[0].splitlines()
+    missing = []
+    for name, task_type in registered_types().items():
+        row = next((line for line in doc if line.startswith(f"| `{name}` |")), None)
+        if row is None:
+            continue  # a type the table does not list (sweep: its own section)
+        missing += [f"{name}.{s}" for s in input_names(task_type.settings) if f"`{s}`" not in row]
+    assert not missing, f"docs/run-spec.md does not name {missing}"
