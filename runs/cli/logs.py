@@ -7,12 +7,13 @@ logs of attempts that start later (a retry) and ends once the task is final and 
 from __future__ import annotations
 
 import argparse
+import difflib
 import time
 from typing import Any
 
 from rich.console import Console
 
-from runs.cli.client import EXIT_BAD_INPUT, EXIT_OK, Client, CliError, reports_errors
+from runs.cli.client import EXIT_BAD_INPUT, EXIT_OK, Client, CliError, no_run, reports_errors
 
 NAME = "logs"
 HELP = "print the logs of a task (-f: follow them)"
@@ -64,10 +65,25 @@ class LogPrinter:
                 return
 
 
+def known_task(client: Client, run_id: str, task: str) -> None:
+    """Refuse a task the run does not have, naming the closest of those it has (``swep``:
+    did you mean ``sweep``?); a run the user may not see is the server's 404."""
+    tasks = [t["id"] for t in client.get(f"/api/runs/{run_id}/", missing=no_run(run_id))["tasks"]]
+    if task in tasks:
+        return
+    close = difflib.get_close_matches(task, tasks, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise CliError(
+        f"not found: run {run_id!r} has no task {task!r} ({hint}its tasks: {', '.join(tasks)})",
+        EXIT_BAD_INPUT,
+    )
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     with Client() as client:
+        known_task(client, args.run_id, args.task)
         base = f"/api/runs/{args.run_id}/tasks/{args.task}"
         missing = f"not found: no task {args.task!r} in a run {args.run_id!r} you may see"
         printer = LogPrinter(client, base, console, args.tail, missing)

@@ -219,6 +219,17 @@ def test_not_found_names_the_run_or_task_asked_for(simrun, owner, stranger):
     mine = submitted(owner)
     logs = simrun("logs", mine.id, "nosuch")
     assert logs.code == 2 and "'nosuch'" in logs.err and repr(mine.id) in logs.err
+    assert "did you mean" not in logs.err
+
+
+def test_logs_of_a_task_the_run_lacks_names_the_closest_it_has(simrun, owner):
+    mine = submitted(owner)
+    tasks = ", ".join(mine.tasks.order_by("position").values_list("task_id", flat=True))
+
+    logs = simrun("logs", mine.id, "swep")
+
+    assert logs.code == 2
+    assert f"has no task 'swep' (did you mean 'sweep'? its tasks: {tasks})" in logs.err
 
 
 def test_show_names_a_memory_kill_once_and_commands_as_the_shell_quotes_them(simrun, owner):
