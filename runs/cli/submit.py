@@ -63,6 +63,7 @@ def submit(
                 base=path.parent if path is not None else Path.cwd(),
                 rerun=rerun,
                 report=lambda line: console.print(line, highlight=False),
+                name=str(path or ""),
             )
     except CliError as error:
         if not error.problems or path is None:

@@ -212,6 +212,7 @@ class Client:
         re-run of that run. A spec the server refuses raises ``InvalidRequest``, whose
         ``fields`` hold the problems by the path of their field.
         """
+        name = ""
         if isinstance(spec, Mapping):
             text, base = json.dumps(spec), Path.cwd()
         elif isinstance(spec, os.PathLike) or _names_a_file(spec):
@@ -220,10 +221,10 @@ class Client:
                 text = path.read_text()
             except (OSError, UnicodeDecodeError) as error:
                 raise LocalFileError(f"cannot read {path}: {error}") from None
-            base = path.parent
+            base, name = path.parent, str(path)
         else:
             text, base = str(spec), Path.cwd()
-        run = Run(self, self.submit_text(text, base=base, rerun=rerun))
+        run = Run(self, self.submit_text(text, base=base, rerun=rerun, name=name))
         return run.wait() if follow else run
 
     def submit_text(
@@ -233,16 +234,24 @@ class Client:
         base: Path,
         rerun: str | None = None,
         report: Callable[[str], None] | None = None,
+        name: str = "",
     ) -> dict[str, Any]:
         """Submit a spec's text (YAML or JSON; none to re-run ``rerun`` as it was), its local
-        sources uploaded first from ``base``; the run as the server returned it."""
+        sources uploaded first from ``base``; the run as the server returned it. Text that is
+        neither, read from the file ``name``, is refused here, the file named where it stops
+        reading (the server knows no file)."""
         endpoint = "/api/runs/" if rerun is None else f"/api/runs/{rerun}/rerun/"
         missing = no_run(rerun) if rerun else ""
         if text is None:
             return dict(self.post(endpoint, missing=missing).json())
         try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError:
+            document = read_document(text)
+        except yaml.YAMLError as error:
+            if name:  # yaml's marks say '"<unicode string>", line 3' of a text
+                said = str(error).replace('"<unicode string>"', f'"{name}"')
+                problems = f"  spec: not valid YAML or JSON: {said}"
+                fields = {"spec": [f"not valid YAML or JSON: {said}"]}
+                raise InvalidRequest(f"refused:\n{problems}", fields, problems) from None
             document = None  # the server says what is wrong, by the path of the field
         body, content_type = text.encode(), "application/yaml"
         if local_sources(document):
@@ -611,6 +620,16 @@ class Run:
 
 def _task_path(run_id: str, task: str) -> str:
     return f"/api/runs/{quote(run_id, safe='')}/tasks/{quote(task, safe='')}/"
+
+
+def read_document(text: str) -> Any:
+    """A spec's document as JSON, else YAML, as the server reads it; a ``YAMLError`` where
+    the text stops reading as either."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        pass
+    return yaml.safe_load(text)
 
 
 def _names_a_file(spec: str) -> bool:

@@ -68,6 +68,9 @@ IMAGE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._\-/:@]{0,499}$")
 # Node names a split task adds to the DAG besides its own id.
 DERIVED_NODE = re.compile(r"^(?P<task>[a-z][a-z0-9-]*)-(w\d+|extra|merge)$")
 
+DOCUMENT_NAME = "the spec"
+"""What a YAML error calls the submitted document (a file's name is the client's to say)."""
+
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
@@ -209,6 +212,12 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+def yaml_message(error: yaml.YAMLError, name: str) -> str:
+    """A YAML error that names the document (``in "run.yaml", line 3``): a text's marks say
+    ``"<unicode string>"``."""
+    return str(error).replace('"<unicode string>"', f'"{name}"')
+
+
 def parse_document(text: str | bytes) -> Any:
     """Read a document as JSON, else YAML; a ``SpecError`` under ``spec`` when it is neither."""
     if isinstance(text, bytes):
@@ -230,7 +239,8 @@ def parse_document(text: str | bytes) -> Any:
         # The message keeps its lines: its caret points into the quoted line under it.
         mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise SpecError({"spec": [f"not valid YAML or JSON: {error}"]}, line=line) from None
+        said = yaml_message(error, DOCUMENT_NAME)
+        raise SpecError({"spec": [f"not valid YAML or JSON: {said}"]}, line=line) from None
     except (RecursionError, ValueError, TypeError, OverflowError) as error:
         raise SpecError({"spec": [f"not valid YAML or JSON: {error}"]}) from None
     try:

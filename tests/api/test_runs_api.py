@@ -206,6 +206,13 @@ def test_a_body_that_reads_as_no_spec_under_another_type_is_a_415_naming_the_typ
     assert "not valid YAML or JSON" in detail and not Run.objects.exists()
 
 
+def test_a_body_that_is_no_yaml_is_a_400_naming_the_spec_and_its_line(owner_client):
+    response = submit(owner_client, "tasks:\n  sweep: {type: [squares\n", "application/yaml")
+    assert response.status_code == 400
+    [message] = response.json()["spec"]
+    assert 'in "the spec", line 2' in message and "<unicode string>" not in message
+
+
 def test_a_bad_spec_under_another_type_is_still_a_400_with_its_fields(owner_client):
     body = "tasks: {sweep: {type: squares, settings: {n: 0}}}"
     response = submit(owner_client, body, "application/x-www-form-urlencoded")

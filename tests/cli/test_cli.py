@@ -73,6 +73,16 @@ def test_a_bad_spec_prints_the_field_errors_and_no_traceback(simrun, tmp_path):
     assert "Traceback" not in result.err and not Run.objects.exists()
 
 
+def test_a_file_that_is_no_yaml_is_refused_naming_the_file_and_line(simrun, tmp_path):
+    broken = spec_file(tmp_path, "broken", "tasks:\n  sweep: {type: squares, settings: [n\n")
+
+    result = simrun("submit", str(broken))
+
+    assert result.code == 2 and "not valid YAML or JSON" in result.err
+    assert f'in "{broken}", line 2' in result.err and "<unicode string>" not in result.err
+    assert not Run.objects.exists()
+
+
 def test_a_missing_file_is_a_clear_error(simrun, tmp_path):
     result = simrun("submit", str(tmp_path / "nosuch.yaml"))
     assert result.code == 2 and "cannot read" in result.err and "Traceback" not in result.err
