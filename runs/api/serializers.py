@@ -16,7 +16,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from runs.control.states import shown_state
+from runs.control.states import shown_run_state, shown_state
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 from runs.reads import accounting
 from runs.reads.live_attempts import live_figures
@@ -196,6 +196,10 @@ class RunSerializer(serializers.ModelSerializer[Run]):
 
 class RunDetailSerializer(RunSerializer):
     tasks = TaskSerializer(many=True, read_only=True)
+    shown_state = serializers.SerializerMethodField(
+        help_text='what it is, in words: its state, but "queued" while it runs and none of '
+        "its tasks started yet"
+    )
     usage = serializers.SerializerMethodField(
         help_text="GiB·h its observed attempts used, over-sized and lost to kills (in all "
         "and by task), the memory each task was given beside what simrun's sizing policy and "
@@ -218,6 +222,7 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = [
             *RunSerializer.Meta.fields,
+            "shown_state",
             "workflow",
             "image",
             "reserved_node",
@@ -231,6 +236,9 @@ class RunDetailSerializer(RunSerializer):
             "reruns",
             "usage",
         ]
+
+    def get_shown_state(self, run: Run) -> str:
+        return shown_run_state(run.state, [task.state for task in run.tasks.all()])
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_usage(self, run: Run) -> dict[str, Any]:

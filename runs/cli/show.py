@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         url = run_url(client.config, item["id"])
     console = tables_console()
     title = f"{item['name']} " if item["name"] else ""
-    console.print(f"[bold]{title}{item['id']}[/] {styled(item['state'])}  {url}")
+    state = item.get("shown_state") or item["state"]
+    console.print(f"[bold]{title}{item['id']}[/] {styled(state)}  {url}")
     console.print(
         f"by {item['owner']} · {item['backend']} backend · created {item['created_at'][:19]} · "
         f"{item['units_done']}/{item['units_total']} units · "

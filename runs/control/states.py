@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -215,6 +215,16 @@ def shown_state(state: str, message: str) -> str:
         return state
     why = message.removeprefix(STOPPED_WHILE_IT_RAN)
     return "stopped: run cancelled" if why.startswith("cancelled") else "stopped: run failed"
+
+
+def shown_run_state(state: str, task_states: Collection[str]) -> str:
+    """What a run's badge and ``simrun show`` say it is: "queued" while it runs but none of
+    its tasks started yet (each queued for the cores, or waiting for one that is), else its
+    state."""
+    unstarted = (TaskState.WAITING, TaskState.QUEUED)
+    if state == RunState.RUNNING and task_states and all(s in unstarted for s in task_states):
+        return TaskState.QUEUED.value
+    return state
 
 
 @dataclass

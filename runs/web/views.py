@@ -32,6 +32,7 @@ from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.common import store
 from runs.control import controller, reservations
+from runs.control.states import shown_run_state
 from runs.models import FINAL_TASK_STATES, Run, RunState, TaskState
 from runs.planning.planning_figures import planning_figures
 from runs.planning.reruns import spec_text, submit_rerun
@@ -241,6 +242,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
             attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]
     return {
         "run": run,
+        "run_state": shown_run_state(run.state, [t.state for t in tasks]),
         "tasks": tasks,
         "dag": layout(tasks, {t.task_id: t.units_now for t in tasks}),  # type: ignore[attr-defined]
         "live": not run.ended,

@@ -16,6 +16,7 @@ from runs.api.listing import Listing
 from runs.api.serializers import RunSerializer
 from runs.models import Attempt, Run, RunState, Task
 from runs.reads.access import listed_rows, visible_runs, with_progress
+from tests.api.conftest import running, submitted
 
 pytestmark = pytest.mark.django_db
 
@@ -413,6 +414,16 @@ def test_an_owner_sees_the_detail_with_tasks_and_plans(owner_client):
     assert body["id"] == run_id and body["spec"]["name"] == "demo"
     assert body["tasks"][0]["plan"]["memory_gb"] > 0
     assert body["tasks"][0]["plan"]["why"]
+
+
+def test_the_detail_shows_queued_while_the_run_runs_and_none_of_its_tasks_started(
+    owner_client, owner
+):
+    run = running(submitted(owner), sweep="queued")  # summary waits for sweep
+    body = owner_client.get(f"/api/runs/{run.id}/").json()
+    assert (body["state"], body["shown_state"]) == ("running", "queued")
+    Task.objects.filter(run=run, task_id="sweep").update(state="running")
+    assert owner_client.get(f"/api/runs/{run.id}/").json()["shown_state"] == "running"
 
 
 def test_another_users_run_is_404_for_detail_and_cancel(stranger_client, owner):

@@ -592,3 +592,14 @@ def test_observations_chart_peaks_of_the_users_runs_against_the_planned_figure(
 
 
 SWEEP_OTHER = "name: other-sweep\ntasks:\n  sweep: {type: squares, settings: {n: 5}}\n"
+
+
+def test_a_run_none_of_whose_tasks_started_shows_queued_not_running(alice, owner):
+    run = running(submitted(owner), sweep="queued")  # summary waits for sweep
+
+    header = re.search(r"<h1>.*?</h1>", alice.get(f"/runs/{run.id}/").content.decode(), re.S)
+
+    assert header and 'class="badge state-queued">queued</span>' in header[0]
+    Task.objects.filter(run=run, task_id="sweep").update(state="running")
+    header = re.search(r"<h1>.*?</h1>", alice.get(f"/runs/{run.id}/").content.decode(), re.S)
+    assert header and ">running</span>" in header[0]
