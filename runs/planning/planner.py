@@ -277,7 +277,13 @@ def plan_task(
     )
     workers = (task.workers or 1) if split else 1
     if split and not extra_workers and workers > 1:
-        why.append(f"{workers} workers asked; this backend runs one pod per split task")
+        # Said where a user looks (the plan's sentence), not only in its arithmetic.
+        became = (
+            f"workers: {workers} became 1, as this backend runs a split task as one process "
+            f"whose {procs} pool processes share its {cores} cores (ask for more cores instead)"
+        )
+        why.append(became)
+        why_short = f"{why_short.removesuffix('.')}; {became}."
         workers = 1
     return TaskPlan(
         cores=cores,

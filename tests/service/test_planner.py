@@ -140,7 +140,11 @@ def test_a_backend_without_extra_workers_plans_one_pod_that_merges():
     plan = plan_task(split(workers=5), SQUARES, extra_workers=False)
     assert plan.workers == 1
     assert plan.coordinator_merges is True
-    assert "5 workers asked" in plan.why
+    became = (
+        "workers: 5 became 1, as this backend runs a split task as one process whose 2 pool "
+        "processes share its 2 cores (ask for more cores instead)"
+    )
+    assert became in plan.why and plan.why_short.endswith(f"; {became}.")
 
 
 def test_a_backend_with_extra_workers_keeps_them_and_a_merge_pod():
