@@ -11,6 +11,7 @@ import difflib
 import json
 import math
 import re
+import shlex
 from collections.abc import Collection, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -300,7 +301,23 @@ def _collect(
             parent = _model_at(model, loc[:-1])
             if parent is not None:
                 message = unknown("field", str(loc[-1]), _fields(parent))
+        elif loc[-1:] == ("command",) and isinstance(item.get("input"), str):
+            message = command_hint(item["input"])
         errors.setdefault(path, []).append(message)
+
+
+def command_hint(line: str) -> str:
+    """What a command given as one string must be instead: its arguments as a list (no shell
+    reads it), or a shell's list when it needs one."""
+    try:
+        words = shlex.split(line)
+    except ValueError:  # an unclosed quote: the words as they stand
+        words = line.split()
+    listed = json.dumps(words) if words else '["echo", "hello"]'
+    return (
+        f"a command is a list of arguments, not a string (no shell splits it): "
+        f"command: {listed}, or command: {json.dumps(['sh', '-c', line])} for a shell"
+    )
 
 
 def _cycle(tasks: Mapping[str, TaskSpec]) -> list[str] | None:

@@ -165,6 +165,18 @@ def test_bad_documents_name_the_field(document, path, word):
     assert any(word.lower() in message.lower() for message in errors[path]), errors[path]
 
 
+def test_a_command_given_as_a_string_says_how_to_write_it():
+    errors = errors_of('tasks: {s: {command: "echo hello"}}')
+    assert errors["tasks.s.command"] == [
+        "a command is a list of arguments, not a string (no shell splits it): "
+        'command: ["echo", "hello"], or command: ["sh", "-c", "echo hello"] for a shell'
+    ]
+    assert (
+        'command: ["echo", "\'hi"]'
+        in errors_of('tasks: {s: {command: "echo \'hi"}}')["tasks.s.command"][0]
+    )
+
+
 def test_every_problem_of_a_document_is_reported_at_once():
     errors = errors_of(
         "tasks: {a: {type: nope}, b: {type: squares, settings: {n: -1}},"
