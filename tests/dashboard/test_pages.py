@@ -115,6 +115,15 @@ def test_the_layout_loads_htmx_from_this_site_and_sends_the_csrf_token(alice):
     assert re.search(r"<body hx-headers='\{\"X-CSRFToken\": \"[A-Za-z0-9]+\"\}'>", page)
 
 
+def test_the_favicon_is_served_to_anyone_and_the_layout_names_it(client, alice):
+    answer = client.get("/favicon.ico", follow=True)
+    assert answer.status_code == 200 and answer.redirect_chain[0][1] == 301
+    icon = b"".join(answer.streaming_content)
+    assert icon[:4] == b"\x00\x00\x01\x00"  # an ICO file
+    page = alice.get("/").content.decode()
+    assert re.search(r'<link rel="icon" href="/static/runs/favicon\.ico">', page)
+
+
 # Runs
 
 
