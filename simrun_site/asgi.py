@@ -140,6 +140,12 @@ class Answer:
             close()
 
 
+async def client_left(receive: Receive) -> None:
+    """Return once the client left (``http.disconnect``), past what it still sends."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class Front:
     """The ASGI app: bodies received on the loop, Django in a bounded pool of threads."""
 
@@ -235,8 +241,9 @@ class Front:
         if answer.rest is None:
             await send({"type": "http.response.body", "body": b"".join(chunks)})
             return
-        # Once the body was received, the next message is the client's leaving.
-        gone = asyncio.ensure_future(receive()) if ended else None
+        # Once the body was received, the client's leaving is what is left to hear of it
+        # (a request whose body was never asked for gets it first, as one last message).
+        gone = asyncio.ensure_future(client_left(receive)) if ended else None
         try:
             while answer.rest is not None and not (gone and gone.done()):
                 body = b"".join(chunks)
