@@ -122,6 +122,26 @@ def test_an_opened_why_stays_open_across_the_live_refreshes(
     go.write_text("go")
 
 
+def test_the_api_docs_render_offline_with_no_script_style_or_font_from_elsewhere(
+    page: Page, service: Service
+):
+    elsewhere: list[tuple[str, str]] = []
+
+    def offline(route) -> None:  # as a machine without internet: only the service answers
+        if route.request.url.startswith(service.url):
+            route.continue_()
+        else:
+            elsewhere.append((route.request.resource_type, route.request.url))
+            route.abort()
+
+    page.route("**/*", offline)
+    page.goto(f"{service.url}/api/docs/")
+    expect(page.locator("h1").first).to_contain_text("simrun API", timeout=RUN_TIMEOUT_MS)
+    expect(page.get_by_text("/api/runs/").first).to_be_visible()
+    # Redoc's own "by Redocly" logo may ask its CDN (hidden when it fails); nothing it needs.
+    assert [(kind, url) for kind, url in elsewhere if kind != "image"] == []
+
+
 def test_re_run_from_the_page_links_the_two_runs(page: Page, service: Service, shoot):
     log_in(page, service)
     source = submit_text(page, service, "name: once-more\ntasks:\n  hi: {command: [echo, hi]}\n")
