@@ -3,7 +3,9 @@
 Each harm gets a serve of its own (tests/chaos/rounds.py): a SIGKILL of a random worker or
 pool process of a sweep (kill-harness); of the launcher of one of its workers (kill-launcher);
 of serve's step process of the local backend (kill-local), of the Celery worker, of beat, of
-the web server (serve starts them again); of the whole service, then a start (kill-service);
+the web server (serve starts them again); of the whole service, then a start (kill-service),
+and so of a resumed run (kill-service-resumed: a sweep cancelled a quarter of the way, then
+resumed, docs/resume.md);
 a full store during a sweep (a tmpfs, root only; full-disk); a full disk under the database
 and the broker (the home on a tmpfs, the store elsewhere; full-home); ``--stalled-api N``: N
 rounds of a Kubernetes API that stops answering under the controller and the Argo backend

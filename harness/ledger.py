@@ -21,11 +21,14 @@ coordinator saw it unchanged for ``stale_s`` by its own clock). Units are groupe
     results; the merge takes one.
 ``units/heartbeats/<worker>``
     Rewritten every heartbeat with a counter that changes each time.
+``units/reused/<start>-<end>``
+    Pieces of units an earlier task with the same key computed (docs/resume.md), checked and
+    copied in by the service before any worker started: done as the pieces of ``done/`` are,
+    in a folder of the service's that the workers only read.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -48,6 +51,9 @@ _PIECE_HEADER = struct.Struct("<8sQI")
 """A piece's header: the magic, the length of the body and its CRC-32."""
 DAMAGED_SUFFIX = ".damaged"
 """A damaged piece is renamed ``.<name>.damaged``: hidden from listings, kept to look at."""
+PIECE_FOLDERS = ("done", "reused")
+"""Where the pieces of a ledger are: those its workers wrote, those the service reused."""
+REUSED = "reused"
 
 
 class DamagedPieces(RuntimeError):
@@ -89,6 +95,26 @@ def decode_piece(data: bytes, count: int) -> list[Any]:
     return values
 
 
+def piece_units(name: str) -> tuple[int, int] | None:
+    """The units ``start, end`` (end excluded) of a piece by its name ``<start>-<end>``; None
+    for a name that is no piece's (a temporary file, one set aside)."""
+    first, dash, last = name.partition("-")
+    if dash and first.isdigit() and last.isdigit() and int(first) < int(last):
+        return int(first), int(last)
+    return None
+
+
+def piece_intact(data: bytes) -> bool:
+    """Whether a piece is whole as its header says (length and CRC-32), read without
+    unpickling it: what the service checks of a piece it reuses (a piece of a harness before
+    checksums cannot be checked so, and is not reused)."""
+    if len(data) < _PIECE_HEADER.size or not data.startswith(PIECE_MAGIC):
+        return False
+    _, length, crc = _PIECE_HEADER.unpack_from(data)
+    body = memoryview(data)[_PIECE_HEADER.size :]
+    return bool(len(body) == length and zlib.crc32(body) == crc)
+
+
 def store_pieces(done: Path, units: Sequence[int], payloads: Sequence[bytes]) -> None:
     """Store the pickled results of units (in the order computed), a piece per consecutive run."""
     begin = 0
@@ -117,6 +143,10 @@ class Ledger:
         self.worker = worker
         self.blocks = math.ceil(size / block) if size else 0
         self._pieces: dict[str, tuple[int, int]] = {}
+        """The pieces by their path below the ledger (``done/0-5``), as unit ranges."""
+        self._aside: set[str] = set()
+        """Damaged pieces that could not be renamed (in ``reused/``, the service's): not listed
+        again."""
         self._gaps: list[tuple[int, int]] = [(0, size)] if size else []
         self._seen: dict[str, tuple[str | None, float]] = {}
         # Strings, not Paths: a batch of short units touches hundreds of claims.
@@ -177,13 +207,20 @@ class Ledger:
     def refresh(self) -> None:
         """Read the pieces written since the last refresh (a listing of ``done/``)."""
         new = False
-        for name in os.listdir(self.directory / "done"):
-            if name.startswith(".") or name in self._pieces:
-                continue
-            first, dash, last = name.partition("-")
-            if dash and first.isdigit() and last.isdigit() and int(first) < int(last):
-                self._pieces[name] = (int(first), int(last))
-                new = True
+        for folder in PIECE_FOLDERS:
+            try:
+                names = os.listdir(self.directory / folder)
+            except FileNotFoundError:
+                if folder == REUSED:
+                    continue  # nothing was reused
+                raise
+            for name in names:
+                piece = f"{folder}/{name}"
+                if name.startswith(".") or piece in self._pieces or piece in self._aside:
+                    continue
+                if (units := piece_units(name)) is not None:
+                    self._pieces[piece] = units
+                    new = True
         if new:
             self._find_gaps()
 
@@ -370,7 +407,7 @@ class Ledger:
             if end <= len(results):
                 continue  # a piece of units merged already (computed twice)
             try:
-                values = decode_piece((self.directory / "done" / name).read_bytes(), end - start)
+                values = decode_piece((self.directory / name).read_bytes(), end - start)
             except ValueError:
                 damaged.append(name)
                 continue
@@ -385,12 +422,18 @@ class Ledger:
             return self.results()  # other pieces cover the damaged ones' units
         return results[: self.size]
 
-    def _set_aside(self, name: str) -> None:
-        """Rename a damaged piece out of the listing and forget it."""
-        done = self.directory / "done"
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(done / name, done / f".{name}{DAMAGED_SUFFIX}")
-        self._pieces.pop(name, None)
+    def _set_aside(self, piece: str) -> None:
+        """Rename a damaged piece out of the listing and forget it; one the workers may not
+        rename (a reused piece: the service's) is only forgotten."""
+        folder, _, name = piece.partition("/")
+        place = self.directory / folder
+        try:
+            os.replace(place / name, place / f".{name}{DAMAGED_SUFFIX}")
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            self._aside.add(piece)
+        self._pieces.pop(piece, None)
         self._find_gaps()
 
 

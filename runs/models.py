@@ -58,6 +58,14 @@ class TaskState(models.TextChoices):
 FINAL_TASK_STATES = (TaskState.DONE, TaskState.FAILED, TaskState.SKIPPED)
 
 
+class Reuse(models.TextChoices):
+    """What a task reuses of an earlier task with its key (docs/resume.md)."""
+
+    NONE = "", "nothing"
+    WHOLE = "whole", "its outputs: done at once"
+    UNITS = "units", "its done units: computes only the others"
+
+
 LIVE = (
     Q(ended_at__isnull=True)
     | Q(pending_logs=True)
@@ -176,6 +184,11 @@ class Run(models.Model):
         related_name="reruns",
         help_text="The run whose spec this one was submitted again from.",
     )
+    resume = models.BooleanField(
+        default=False,
+        help_text="A re-run that reuses what rerun_of finished (Resume): its tasks whose key "
+        "is a task's there.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -266,6 +279,29 @@ class Task(models.Model):
     logs_kept = models.BooleanField(
         default=False, help_text="The logs of its pods are kept in the store, its reports recorded."
     )
+    reuse = models.CharField(
+        max_length=10,
+        choices=Reuse.choices,
+        blank=True,
+        help_text="What it reuses of reused_from, chosen at submission.",
+    )
+    reused_from = models.CharField(
+        max_length=60,
+        blank=True,
+        help_text="<run>/<task> of the earlier task with its key whose work it reuses.",
+    )
+    units_reused = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The units copied from reused_from (all of them for its outputs); null while "
+        "the copy is to do.",
+    )
+    not_reused = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="Why the work chosen for reuse was not reused (a link in its outputs, more "
+        "than the budget): the task runs in full.",
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
@@ -282,6 +318,10 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=Q(kind="command") | ~Q(type=""), name="task_typed_unless_command"
             ),
+            models.CheckConstraint(
+                condition=Q(units_reused__isnull=True) | Q(units_reused__lte=F("units_total")),
+                name="task_units_reused_le_total",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -290,6 +330,16 @@ class Task(models.Model):
     @property
     def final(self) -> bool:
         return self.state in FINAL_TASK_STATES
+
+    @property
+    def reused_whole(self) -> bool:
+        """Done from the outputs of an earlier task with its key: no backend runs it."""
+        return self.reuse == Reuse.WHOLE and self.units_reused is not None
+
+    @property
+    def reused_run(self) -> str:
+        """The run whose work it reused, once copied; empty otherwise."""
+        return self.reused_from.partition("/")[0] if self.units_reused is not None else ""
 
 
 class Attempt(models.Model):

@@ -17,6 +17,7 @@ urlpatterns = [
     path(RUN + "live/", views.run_live, name="run-live"),
     path(RUN + "cancel/", views.run_cancel, name="run-cancel"),
     path(RUN + "rerun/", views.run_rerun, name="run-rerun"),
+    path(RUN + "resume/", views.run_resume, name="run-resume"),
     path(TASK + "logs/", views.task_log_page, name="task-logs"),
     path(TASK + "logs/live/", views.task_log_layout, name="task-logs-live"),
     path(TASK + "logs/<str:name>/", views.task_log_text, name="task-log-text"),

@@ -330,6 +330,10 @@ SIMRUN_ENVIRONMENTS_KEPT = int(_positive("SIMRUN_ENVIRONMENTS_KEPT", 8))
 SIMRUN_PACKAGES_CACHE_GB = _positive("SIMRUN_PACKAGES_CACHE_GB", 5.0)
 # The most units (combinations) one command sweep may have (docs/run-spec.md, Sweeps).
 SIMRUN_SWEEP_MAX_UNITS = _read("SIMRUN_SWEEP_MAX_UNITS", env.int, 100_000)
+# What the submission of one resumed run may copy of the work it reuses (runs/control/reuse.py):
+# a task whose outputs or units would take more runs in full instead (docs/resume.md).
+SIMRUN_REUSE_MAX_GB = _positive("SIMRUN_REUSE_MAX_GB", 20.0)
+SIMRUN_REUSE_MAX_FILES = int(_positive("SIMRUN_REUSE_MAX_FILES", 500_000))
 # A task run as a task user gets a network namespace of its own, its own loopback only, so it
 # can neither take the service's port nor reach it, the database or the internet
 # (runs/backends/local_launcher.py); "host" gives it the machine's network.

@@ -96,8 +96,17 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     units_done = serializers.IntegerField(source="units_now", help_text="units done by now")
     attempts = AttemptSerializer(many=True, read_only=True)
     shown_state = serializers.SerializerMethodField(
-        help_text='what happened, in words: the state, or "stopped: run cancelled" for a task '
-        "skipped when its run was cancelled while it ran"
+        help_text='what happened, in words: the state, "stopped: run cancelled" for a task '
+        'skipped when its run was cancelled while it ran, or "reused from <run>" for one done '
+        "from the outputs of that run's task with its key"
+    )
+    reused_from = serializers.SerializerMethodField(
+        help_text="the earlier task whose work it reused (docs/resume.md), as {run, task}; "
+        "null when it reused nothing"
+    )
+    units_reused = serializers.SerializerMethodField(
+        help_text="its units copied from reused_from, done without computing (all of them "
+        "for a task done from its outputs)"
     )
 
     class Meta:
@@ -116,13 +125,33 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "message",
             "units_done",
             "units_total",
+            "reused_from",
+            "units_reused",
+            "not_reused",
+            "key",
             "started_at",
             "ended_at",
             "attempts",
         ]
 
     def get_shown_state(self, task: Task) -> str:
-        return shown_state(task.state, task.message)
+        return shown_state(task.state, task.message, task.reused_run if task.reused_whole else "")
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {"run": {"type": "string"}, "task": {"type": "string"}},
+        }
+    )
+    def get_reused_from(self, task: Task) -> dict[str, str] | None:
+        if not task.reused_run:
+            return None
+        run, _, task_id = task.reused_from.partition("/")
+        return {"run": run, "task": task_id}
+
+    def get_units_reused(self, task: Task) -> int:
+        return task.units_reused or 0
 
 
 def iso(value: datetime | None, zone: tzinfo | None = None) -> str | None:
@@ -218,6 +247,10 @@ class RunDetailSerializer(RunSerializer):
         read_only=True,
         help_text="the runs that re-run this one, newest first (those you may see)",
     )
+    resume_of = serializers.SerializerMethodField(
+        help_text="the run this one resumes (its rerun_of, whose finished work it reuses); "
+        "null when it is no resume"
+    )
 
     class Meta(RunSerializer.Meta):
         fields = [
@@ -234,11 +267,15 @@ class RunDetailSerializer(RunSerializer):
             "tasks",
             "submitted_by",
             "reruns",
+            "resume_of",
             "usage",
         ]
 
     def get_shown_state(self, run: Run) -> str:
         return shown_run_state(run.state, [task.state for task in run.tasks.all()])
+
+    def get_resume_of(self, run: Run) -> str | None:
+        return run.rerun_of_id if run.resume else None
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_usage(self, run: Run) -> dict[str, Any]:

@@ -13,7 +13,14 @@ from django.contrib.auth.models import User
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, UnsupportedMediaType, ValidationError
@@ -106,6 +113,30 @@ LEARNING = OpenApiResponse(
 )
 
 
+RESUME_OF = OpenApiParameter(
+    "resume_of",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    pattern=schema.RUN_ID,
+    description="an ended run of yours to resume: what it finished is reused, by task key",
+)
+
+
+def resume(user: User, source_id: str, body: bytes) -> Run:
+    """Resume the run ``source_id`` with the spec of ``body`` (empty: its own spec). An
+    unknown run, another user's (for all but staff) or one not ended is a ``SpecError``
+    under ``resume_of``."""
+    source = visible_runs(user).filter(pk=source_id).first()
+    if source is None:
+        raise SpecError({"resume_of": [f"no run {source_id!r} of yours"]})
+    types = task_types()
+    if body.strip():
+        spec, text = parse_spec(body, types=types), submitted_text(body)
+    else:
+        spec, text = validate_spec(source.spec, types=types), None
+    return submit_rerun(source=source, spec=spec, actor=user, text=text, resume=True)
+
+
 def run_detail(request: Request, run_id: str) -> Run:
     """A visible run with its tasks, attempts, progress by now and its visible re-runs."""
     run = run_with_tasks_or_404(request.user, run_id)
@@ -156,7 +187,10 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         "application/json, application/yaml, application/x-yaml, text/yaml or text/plain, "
         "or any other Content-Type (none, curl's application/x-www-form-urlencoded) when "
         "the body reads as YAML or JSON; one that does not is a 415. A bad one is a 400 "
-        "with every problem by the path of its field.",
+        "with every problem by the path of its field. With resume_of the run resumes that "
+        "ended run (docs/resume.md): a re-run of it that reuses every task and unit it "
+        "finished; without a body, of its spec as it was.",
+        parameters=[RESUME_OF],
         request={
             "application/json": RunSpec,
             "application/yaml": RunSpec,
@@ -181,12 +215,15 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         ],
     )
     def create(self, request: Request) -> Response:
+        # An empty body never reaches the parsers: DRF gives an empty mapping instead.
+        body = request.data if isinstance(request.data, bytes) else b""
         try:
-            # An empty body never reaches the parsers: DRF gives an empty mapping instead.
-            body = request.data if isinstance(request.data, bytes) else b""
-            spec = parse_spec(body, types=task_types())
             assert isinstance(request.user, User)  # IsAuthenticated: only users get here
-            run = create_run(spec=spec, owner=request.user, text=submitted_text(body))
+            if resume_of := request.query_params.get("resume_of"):
+                run = resume(request.user, resume_of, body)
+            else:
+                spec = parse_spec(body, types=task_types())
+                run = create_run(spec=spec, owner=request.user, text=submitted_text(body))
         except SpecError as error:
             raise refused(request, body, error) from None
         except CannotRun as error:

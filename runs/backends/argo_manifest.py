@@ -120,8 +120,16 @@ def workflow_manifest(
     dag: list[dict[str, Any]] = []
     templates: list[dict[str, Any]] = []
     for task in record.tasks.values():
+        if task.id in record.reused:
+            continue  # done before the run from earlier outputs: read as they are
         plan = plans[task.id]
-        dependencies = sorted({done_node(src, record, plans) for src in task.inputs.values()})
+        dependencies = sorted(
+            {
+                done_node(src, record, plans)
+                for src in task.inputs.values()
+                if src not in record.reused
+            }
+        )
         after = {"dependencies": dependencies} if dependencies else {}
         if task.kind == "split":
             pods = _split_task(task, plan, record, cluster)

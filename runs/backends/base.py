@@ -269,6 +269,11 @@ class RunRecord(BaseModel):
         default=None, description="When the run was submitted (Unix time): runs queue by it."
     )
     owner: int | None = Field(default=None, description="The id of the user who submitted it.")
+    reused: list[str] = Field(
+        default_factory=list,
+        description="Tasks done before the run starts, from the outputs of an earlier task "
+        "with their key (docs/resume.md): not run; their out/ is read as any task's.",
+    )
 
     @property
     def run_dir(self) -> Path:
@@ -353,6 +358,16 @@ class Backend(Protocol):
 
     def has_image(self, ref: str) -> bool:
         """Whether the registry has the image ref."""
+        ...
+
+
+@runtime_checkable
+class TaskFolders(Protocol):
+    """A backend whose tasks run as users of their own (the local backend, as root): a folder
+    the service makes where a task will write is handed to that user first."""
+
+    def hand_over(self, dir_fd: int, owner: int | None) -> None:
+        """Give the folder (a descriptor) to the task user of the runs of ``owner``."""
         ...
 
 

@@ -172,6 +172,8 @@ class FakeBackend:
             submitted = state.submitted[name]
         nodes = []
         for task_id, task in submitted.record.tasks.items():
+            if task_id in submitted.record.reused:
+                continue  # done before the run, not in its workflow
             plan = submitted.plans[task_id]
             if task.kind != "split":
                 nodes.append(task_id)

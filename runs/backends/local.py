@@ -400,6 +400,7 @@ class LocalBackend:
         return [
             self._node(record, task, plans[task.id], types, commands)
             for task in record.tasks.values()
+            if task.id not in record.reused
         ]
 
     def _node(
@@ -460,7 +461,11 @@ class LocalBackend:
             task=task.id,
             worker=env["SIMRUN_WORKER"],
             kind=task.kind,
-            after=[node_name(record.tasks[source]) for source in task.inputs.values()],
+            after=[
+                node_name(record.tasks[source])
+                for source in task.inputs.values()
+                if source not in record.reused
+            ],
             argv=argv,
             command=command,
             image=image,
@@ -822,6 +827,14 @@ class LocalBackend:
         if kind != "command":
             roots.append(Path(sys.executable).resolve())
         return local_user.unreachable(*roots)
+
+    def hand_over(self, dir_fd: int, owner: int | None) -> None:
+        """Give a folder the service made in a run's task folder (a descriptor) to the task
+        user of ``owner``'s runs, so that its tasks write there; nothing when tasks run as
+        the service's user."""
+        user = local_user.for_owner(owner, self.task_uid_base)
+        if user is not None:
+            local_user.give(dir_fd, user, depth=0)
 
     def _isolate(self, submission: Submission, logs: int) -> local_user.TaskUser | None:
         """The task user of a run's processes, with the run's directory handed to it and the

@@ -42,6 +42,20 @@ def tasks_table(tasks: list[dict[str, Any]]) -> Table:
     return table
 
 
+def reused_line(task: dict[str, Any]) -> str:
+    """What a task reused of an earlier run's, or why it did not, in a line (docs/resume.md)."""
+    source = task.get("reused_from")
+    if source:
+        units = task.get("units_reused", 0)
+        if str(task.get("shown_state", "")).startswith("reused from "):
+            return f"{task['id']}: reused from {source['run']} (its task {source['task']})"
+        return (
+            f"{task['id']}: {units}/{task['units_total']} units reused from {source['run']} "
+            f"(its task {source['task']}), the others computed by this run"
+        )
+    return f"{task['id']}: {task['not_reused']}" if task.get("not_reused") else ""
+
+
 def plans_why(tasks: list[dict[str, Any]]) -> list[str]:
     """The arithmetic of each task's plan, below the table whose column says it plainly."""
     return [
@@ -120,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
         f"{item['units_done']}/{item['units_total']} units · "
         f"{duration_text(item['duration_s'] or 0)}"
     )
-    if item.get("rerun_of"):
+    if item.get("resume_of"):
+        console.print(f"resumes {item['resume_of']}: reuses what it finished")
+    elif item.get("rerun_of"):
         console.print(f"re-run of {item['rerun_of']}")
     if item.get("reruns"):
         console.print(f"re-run as {', '.join(item['reruns'])}")
@@ -134,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"command of {task['id']}: {shlex.join(task['command'])}", markup=False)
         if task.get("message"):  # why it waits, or why it failed
             console.print(f"{task['id']}: {task['message']}", markup=False)
+        if line := reused_line(task):
+            console.print(line, markup=False)
     attempts = attempts_table(item["tasks"])
     if attempts is not None:
         console.print(attempts)

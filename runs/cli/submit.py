@@ -3,7 +3,8 @@
 A spec's ``sources`` may name local folders (relative to the spec file) instead of snapshot
 ids: each is packed, uploaded once (the server keeps it under its sha256) and replaced by its
 id, so a user runs their working copy without building an image. ``--rerun RUN`` submits the
-spec of an earlier run again (or FILE, an edit of it), the new run linked to it.
+spec of an earlier run again (or FILE, an edit of it), the new run linked to it; ``--resume
+RUN`` does so reusing every task and unit RUN finished (docs/resume.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from runs.cli.client import (
 from runs.cli.progress import follow, stopped_following
 
 NAME = "submit"
-HELP = "submit a run from a YAML or JSON file, or again (--rerun RUN); --follow: until it ends"
+HELP = (
+    "submit a run from a YAML or JSON file, or again (--rerun RUN), reusing what it finished "
+    "(--resume RUN); --follow: until it ends"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,12 +38,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "file",
         type=Path,
         nargs="?",
-        help="the run specification (YAML or JSON); with --rerun, the spec to use instead",
+        help="the run specification (YAML or JSON); with --rerun or --resume, the spec to "
+        "use instead",
     )
-    parser.add_argument(
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument(
         "--rerun",
         metavar="RUN",
         help="submit the spec of run RUN again (or FILE), as a re-run linked to RUN",
+    )
+    again.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="resume the ended run RUN: its spec again (or FILE), reusing every task and unit "
+        "it finished that is unchanged",
     )
     parser.add_argument(
         "-f", "--follow", action="store_true", help="show progress until the run ends"
@@ -47,9 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def submit(
-    client: Client, path: Path | None, console: Console, *, rerun: str | None = None
+    client: Client,
+    path: Path | None,
+    console: Console,
+    *,
+    rerun: str | None = None,
+    resume: str | None = None,
 ) -> dict[str, Any]:
-    """Submit the spec of a file (or re-run a run); the run as the server returned it."""
+    """Submit the spec of a file (or re-run or resume a run); the run as the server
+    returned it."""
     text = None
     if path is not None:
         try:
@@ -62,6 +80,7 @@ def submit(
                 text,
                 base=path.parent if path is not None else Path.cwd(),
                 rerun=rerun,
+                resume=resume,
                 report=lambda line: console.print(line, highlight=False),
                 name=str(path or ""),
             )
@@ -75,12 +94,13 @@ def submit(
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    if args.file is None and args.rerun is None:
-        raise CliError("give the spec FILE to submit, or --rerun RUN", EXIT_BAD_INPUT)
+    if args.file is None and args.rerun is None and args.resume is None:
+        raise CliError("give the spec FILE to submit, --rerun RUN or --resume RUN", EXIT_BAD_INPUT)
     with Client() as client:
-        created = submit(client, args.file, console, rerun=args.rerun)
+        created = submit(client, args.file, console, rerun=args.rerun, resume=args.resume)
         label = f" ({created['name']})" if created.get("name") else ""
         again = f" as a re-run of {args.rerun}" if args.rerun else ""
+        again = f" resuming {args.resume}" if args.resume else again
         try:  # from the moment the run exists, Ctrl-C leaves it running and says so
             console.print(
                 f"submitted run {created['id']}{label}{again}: "

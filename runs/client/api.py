@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 import yaml
@@ -203,14 +203,23 @@ class Client:
         """The user the token belongs to."""
         return dict(self.get("/api/me/"))
 
-    def submit(self, spec: Spec, *, follow: bool = False, rerun: str | None = None) -> Run:
+    def submit(
+        self,
+        spec: Spec,
+        *,
+        follow: bool = False,
+        rerun: str | None = None,
+        resume: str | None = None,
+    ) -> Run:
         """Submit a run; with ``follow=True`` wait for its end, showing its progress.
 
         ``spec`` is a mapping, a YAML or JSON text, or the path of a file. Its ``sources``
         may name local folders (relative to the file, else to the working directory): each
         is packed and uploaded, and replaced by its snapshot id. ``rerun`` submits it as a
-        re-run of that run. A spec the server refuses raises ``InvalidRequest``, whose
-        ``fields`` hold the problems by the path of their field.
+        re-run of that run; ``resume`` as a resume of that ended run, reusing every task and
+        unit it finished that this spec has unchanged (docs/resume.md). A spec the server
+        refuses raises ``InvalidRequest``, whose ``fields`` hold the problems by the path of
+        their field.
         """
         name = ""
         if isinstance(spec, Mapping):
@@ -224,7 +233,7 @@ class Client:
             base, name = path.parent, str(path)
         else:
             text, base = str(spec), Path.cwd()
-        run = Run(self, self.submit_text(text, base=base, rerun=rerun, name=name))
+        run = Run(self, self.submit_text(text, base=base, rerun=rerun, resume=resume, name=name))
         return run.wait() if follow else run
 
     def submit_text(
@@ -233,14 +242,17 @@ class Client:
         *,
         base: Path,
         rerun: str | None = None,
+        resume: str | None = None,
         report: Callable[[str], None] | None = None,
         name: str = "",
     ) -> dict[str, Any]:
-        """Submit a spec's text (YAML or JSON; none to re-run ``rerun`` as it was), its local
-        sources uploaded first from ``base``; the run as the server returned it. Text that is
-        neither, read from the file ``name``, is refused here, the file named where it stops
-        reading (the server knows no file)."""
+        """Submit a spec's text (YAML or JSON; none to re-run ``rerun``, or resume ``resume``,
+        as it was), its local sources uploaded first from ``base``; the run as the server
+        returned it. Text that is neither, read from the file ``name``, is refused here, the
+        file named where it stops reading (the server knows no file)."""
         endpoint = "/api/runs/" if rerun is None else f"/api/runs/{rerun}/rerun/"
+        if resume is not None:
+            endpoint = f"/api/runs/?{urlencode({'resume_of': resume})}"
         missing = no_run(rerun) if rerun else ""
         if text is None:
             return dict(self.post(endpoint, missing=missing).json())
@@ -595,6 +607,14 @@ class Run:
         if spec is None:
             return Run(self.client, self.client.submit_text(None, base=Path.cwd(), rerun=self.id))
         return self.client.submit(spec, follow=follow, rerun=self.id)
+
+    def resume(self, spec: Spec | None = None, *, follow: bool = False) -> Run:
+        """Resume this ended run: its spec again (or ``spec``, an edit of it), reusing every
+        task and unit it finished that the spec has unchanged (docs/resume.md)."""
+        if spec is None:
+            run = Run(self.client, self.client.submit_text(None, base=Path.cwd(), resume=self.id))
+            return run.wait() if follow else run
+        return self.client.submit(spec, follow=follow, resume=self.id)
 
     def logs(self, task: str, **options: Any) -> str:
         return self.client.logs(self.id, task, **options)

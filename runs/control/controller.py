@@ -36,7 +36,7 @@ from runs.backends.base import (
 )
 from runs.common import store
 from runs.common.handoff import Schedule, after_commit, learner, scheduler, settler, waker
-from runs.control import locks, observations, unchanged
+from runs.control import locks, observations, reuse, unchanged
 from runs.control.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
 from runs.control.states import (  # noqa: F401 (has_merge_marker, task_states: the spec's names)
     Poll,
@@ -682,6 +682,11 @@ def _submit(run: Run, backend: Backend) -> None:
     may_exist = run.workflow or workflow_name(run.id)
     try:
         cluster = cluster_config()
+        if not reuse.copy_reused(run, tasks, backend=backend):
+            raise _Abandoned
+        if all(task.reused_whole for task in tasks):
+            _close(run, tasks, RunState.SUCCEEDED, "")  # nothing left to run
+            return
         run = _prepare(run, tasks, backend, cluster)
         name = backend.submit(run_record(run, tasks), task_plans(tasks), task_types(), cluster)
     except _Abandoned:

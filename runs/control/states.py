@@ -207,10 +207,13 @@ STOPPED_WHILE_IT_RAN = "stopped while it ran: "
 """The start of the message of a task its run's end stopped (``stopped_messages``)."""
 
 
-def shown_state(state: str, message: str) -> str:
+def shown_state(state: str, message: str, reused_from: str = "") -> str:
     """What a task's badge and ``simrun show`` say it is: its state, but "stopped: run
     cancelled" (or "stopped: run failed") for one its run's end stopped while it ran, whose
-    record stays skipped as the spec says."""
+    record stays skipped as the spec says, and "reused from <run>" for one done from the
+    outputs of a task of ``reused_from``."""
+    if reused_from:
+        return f"reused from {reused_from}"
     if state != TaskState.SKIPPED or not message.startswith(STOPPED_WHILE_IT_RAN):
         return state
     why = message.removeprefix(STOPPED_WHILE_IT_RAN)
@@ -268,8 +271,10 @@ def observe(
         first = merge_pending.setdefault(task_id, now)
         return TaskState.RUNNING if now - first < grace else TaskState.FAILED
 
-    kinds = {t.task_id: t.kind for t in tasks}
+    kinds = {t.task_id: t.kind for t in tasks if not t.reused_whole}
     states = task_states(kinds=kinds, status=status, plans=plans, merge_state=merge_state)
+    # A task done from earlier outputs is not in the workflow (docs/resume.md).
+    states.update({t.task_id: TaskState.DONE for t in tasks if t.reused_whole})
     killed_twice = found.killed_with_retry
     messages = {}
     for task_id, state in states.items():

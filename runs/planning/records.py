@@ -39,6 +39,7 @@ def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:
         store=settings.SIMRUN_STORE,
         created_at=run.created_at.timestamp(),
         owner=run.owner_id,
+        reused=[t.task_id for t in rows if t.reused_whole],
     )
 
 

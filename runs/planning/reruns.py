@@ -1,4 +1,5 @@
-"""Re-run: submit a run's spec again (as it was, or edited), the new run linked to the old.
+"""Re-run: submit a run's spec again (as it was, or edited), the new run linked to the old;
+Resume: a re-run that reuses what the old one finished (docs/resume.md).
 
 Acting on another user's run never runs their code as you: the new run belongs to the old
 one's owner, whoever re-runs it (staff, who see every run), so its tasks, its sources' build
@@ -14,6 +15,7 @@ import yaml
 from django.contrib.auth.models import User
 
 from runs.models import Run
+from runs.planning.resume import check_resumable
 from runs.planning.spec import RunSpec
 from runs.planning.submission import create_run
 
@@ -24,15 +26,28 @@ def rerun_owner(source: Run) -> User:
     return source.owner
 
 
-def submit_rerun(*, source: Run, spec: RunSpec, actor: User, text: str | None = None) -> Run:
+def submit_rerun(
+    *,
+    source: Run,
+    spec: RunSpec,
+    actor: User,
+    text: str | None = None,
+    resume: bool = False,
+) -> Run:
     """Create a run of ``spec`` as a re-run of ``source`` by ``actor``: the source owner's
     (``rerun_owner``), linked as it is created, its sources learned as every submission's
-    are. ``text`` is the spec's text as edited; None: the source's, re-run as it was."""
+    are. ``text`` is the spec's text as edited; None: the source's, re-run as it was. With
+    ``resume`` it reuses what ``source`` finished (``runs.planning.resume``), which must have
+    ended."""
+    if resume:
+        check_resumable(source)
     if text is None:
         text = source.spec_text
     owner = rerun_owner(source)
     by = actor if actor.pk != owner.pk else None
-    return create_run(spec=spec, owner=owner, rerun_of=source, text=text, submitted_by=by)
+    return create_run(
+        spec=spec, owner=owner, rerun_of=source, resume=resume, text=text, submitted_by=by
+    )
 
 
 def spec_text(run: Run) -> str:

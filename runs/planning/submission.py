@@ -23,7 +23,7 @@ from runs.backends import get_backend
 from runs.backends.base import Backend, TaskPlan, TaskRecord
 from runs.common import store
 from runs.common.handoff import Schedule, after_commit, learner, scheduler
-from runs.models import ENDED_STATES, Observation, Run, RunState, Task, TaskKind
+from runs.models import ENDED_STATES, Observation, Reuse, Run, RunState, Task, TaskKind
 from runs.planning.evidence import prior_evidence
 from runs.planning.keys import Environment, task_keys
 from runs.planning.learned_types import MustLearn, run_types
@@ -35,6 +35,7 @@ from runs.planning.planner import (
     plan_run,
 )
 from runs.planning.records import task_json, task_records
+from runs.planning.resume import Chosen, resumed
 from runs.planning.spec import RunSpec, SpecError, type_name, validate_spec
 
 
@@ -160,12 +161,14 @@ def create_run(
     backend: Backend | None = None,
     schedule: Schedule | None = None,
     rerun_of: Run | None = None,
+    resume: bool = False,
     text: str = "",
     submitted_by: User | None = None,
 ) -> Run:
-    """Create a run (a re-run of ``rerun_of``, if given) and its planned tasks, write their
-    store files, submit after commit. ``text`` is the spec as the user wrote it, kept for
-    Edit and re-run; ``submitted_by`` who submitted it for ``owner`` (staff re-running it).
+    """Create a run (a re-run of ``rerun_of``, if given, reusing what it finished with
+    ``resume``: ``runs.planning.resume``) and its planned tasks, write their store files,
+    submit after commit. ``text`` is the spec as the user wrote it, kept for Edit and re-run;
+    ``submitted_by`` who submitted it for ``owner`` (staff re-running it).
 
     A type only the run's sources define is known from what was learned of them before
     (``run_types``); if their code must run to learn it, the run is made ``learning``, without
@@ -181,8 +184,9 @@ def create_run(
     try:
         learned, types = run_types(spec, owner.pk, run_code=False)
     except MustLearn:
-        return _learning_run(_run_fields(spec, owner, backend, rerun_of, text, submitted_by))
-    fields = _run_fields(learned, owner, backend, rerun_of, text, submitted_by)
+        fields = _run_fields(spec, owner, backend, rerun_of, text, submitted_by, resume)
+        return _learning_run(fields)
+    fields = _run_fields(learned, owner, backend, rerun_of, text, submitted_by, resume)
     return _create_run(spec=learned, types=types, fields=fields, backend=backend, schedule=schedule)
 
 
@@ -199,6 +203,7 @@ def _run_fields(
     rerun_of: Run | None,
     text: str,
     submitted_by: User | None,
+    resume: bool,
 ) -> dict[str, Any]:
     """The fields of a new run of ``spec``."""
     return {
@@ -212,6 +217,7 @@ def _run_fields(
         "local_commands": spec.commands or "",
         "memory_enforced": backend.enforces_memory,
         "rerun_of": rerun_of,
+        "resume": resume,
     }
 
 
@@ -310,13 +316,24 @@ def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> di
     )
 
 
+def reused(
+    run: Run, records: Mapping[str, TaskRecord], keys: Mapping[str, str]
+) -> dict[str, Chosen]:
+    """What each task of a new run reuses of the run it resumes, by task id."""
+    if not run.resume or run.rerun_of is None:
+        return {}
+    kinds = {task_id: record.kind for task_id, record in records.items()}
+    return resumed(keys=keys, kinds=kinds, source=run.rerun_of, owner_id=run.owner_id)
+
+
 def _write_tasks(
     run: Run, spec: RunSpec, types: Mapping[str, TaskType], plans: Mapping[str, TaskPlan]
 ) -> None:
-    """The tasks of a run, each with its key, and its store files (``run.json``, each
-    ``task.json``)."""
+    """The tasks of a run, each with its key and what it reuses (``reused``), and its store
+    files (``run.json``, each ``task.json``)."""
     records = task_records(spec, types)
     keys = task_keys(records, Environment.of(spec))
+    chosen = reused(run, records, keys)
     tasks = [
         Task(
             run=run,
@@ -328,6 +345,8 @@ def _write_tasks(
             command=record.command,
             image=record.image,
             key=keys[task_id],
+            reuse=chosen[task_id].how if task_id in chosen else Reuse.NONE,
+            reused_from=chosen[task_id].reused_from if task_id in chosen else "",
             plan=plans[task_id].model_dump(mode="json"),
             units_total=units_of(record, types),
             position=position,

@@ -122,10 +122,13 @@ def minus(value: float | None, other: float | None) -> float | None:
 @register.filter
 def task_state(task: Task) -> str:
     """What a task's badge says: its state, or "stopped: run cancelled" (``shown_state``)."""
-    return shown_state(task.state, task.message)
+    return shown_state(task.state, task.message, task.reused_run if task.reused_whole else "")
 
 
 @register.filter
 def state_class(shown: str) -> str:
-    """The state a badge is coloured as: ``stopped`` of "stopped: run cancelled"."""
+    """The state a badge is coloured as: ``stopped`` of "stopped: run cancelled", ``reused``
+    of "reused from <run>"."""
+    if shown.startswith("reused from "):
+        return "reused"
     return shown.split(":", 1)[0]

@@ -79,6 +79,18 @@ def _attempt_state(attempt: Attempt) -> str:
     return "running"
 
 
+def _reused_bar(task: Task, y: int, x: float, until: float) -> Bar:
+    """The row of a task's units reused from an earlier run: there from the run's creation,
+    computed by none of its attempts."""
+    title = (
+        f"{task.units_reused:,} of {task.units_total:,} units reused from {task.reused_run}: "
+        "not computed by this run"
+    )
+    label = f"reused from {task.reused_run}"
+    return Bar(label, "reused", "reused", y, ATTEMPT_ROW, x, max(until - x, 2.0), False, title,
+               task.task_id)  # fmt: skip
+
+
 def timeline(run: Run, tasks: Sequence[Task], now: datetime | None = None) -> Timeline:
     """Lay the tasks of a run (in spec order) and their attempts on the run's time axis."""
     now = now or timezone.now()
@@ -113,6 +125,9 @@ def timeline(run: Run, tasks: Sequence[Task], now: datetime | None = None) -> Ti
                 task.task_id)
         )  # fmt: skip
         y += TASK_ROW
+        if task.units_reused:
+            bars.append(_reused_bar(task, y, LABEL_WIDTH, x_of(began or start)))
+            y += ATTEMPT_ROW
         for attempt in attempts:
             state = _attempt_state(attempt)
             x, width, open_ended = placed(attempt.started_at, attempt.ended_at)

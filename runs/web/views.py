@@ -130,7 +130,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
     """Submit a run: a spec in YAML or JSON; problems shown by the path of their field.
 
     With ``rerun`` (a run's id) the form starts from that run's spec, and the run submitted
-    from it is linked to it as its re-run.
+    from it is linked to it as its re-run; one submitted with Resume reuses what that run
+    finished (docs/resume.md).
     """
     rerun_id = request.POST.get("rerun_of") or request.GET.get("rerun") or ""
     source = run_or_404(request.user, rerun_id) if rerun_id else None
@@ -149,7 +150,10 @@ def run_new(request: HttpRequest) -> HttpResponse:
             if source is None:
                 run = create_run(spec=spec, owner=request.user, text=text)
             else:
-                run = submit_rerun(source=source, spec=spec, actor=request.user, text=text)
+                resume = request.POST.get("resume") == "1"
+                run = submit_rerun(
+                    source=source, spec=spec, actor=request.user, text=text, resume=resume
+                )
         except SpecError as error:
             errors, error_line = error.errors, error.line
         except CannotRun as error:  # the text stays in the form; the service needs a fix
@@ -201,20 +205,36 @@ def what_fits(text: str, size: int | None, cap: int) -> tuple[str, dict[str, lis
 @require_POST
 def run_rerun(request: HttpRequest, run_id: str) -> HttpResponse:
     """Submit a run's spec again, as it was; the new run's page is shown."""
+    return _again(request, run_id, resume=False)
+
+
+@login_required
+@require_POST
+def run_resume(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Resume a run as it was: a re-run that reuses what it finished; the new run's page."""
+    return _again(request, run_id, resume=True)
+
+
+def _again(request: HttpRequest, run_id: str, *, resume: bool) -> HttpResponse:
+    """Re-run (or resume) a run with its spec as it was."""
     source = run_or_404(request.user, run_id)
     assert isinstance(request.user, User)  # login_required: only users get here
+    what = "resumed" if resume else "re-run"
     try:
-        run = submit_rerun(
-            source=source, spec=validate_spec(source.spec, types=task_types()), actor=request.user
-        )
+        spec = validate_spec(source.spec, types=task_types())
+        run = submit_rerun(source=source, spec=spec, actor=request.user, resume=resume)
     except SpecError as error:
+        if "resume_of" in error.errors:
+            messages.error(request, f"Run {run_id} was not resumed: {error}")
+            return redirect("runs:run-detail", run_id=run_id)
         # The spec no longer validates (a task type gone): let the user edit it.
         messages.warning(request, f"The spec of run {run_id} needs changes: {error}")
         return redirect(f"{reverse('runs:run-new')}?rerun={run_id}")
     except (CannotRun, QueueFull) as error:
-        messages.error(request, f"Run {run_id} was not re-run: {error}")
+        messages.error(request, f"Run {run_id} was not {what}: {error}")
         return redirect("runs:run-detail", run_id=run_id)
-    messages.success(request, f"Run {run.id} re-runs {source.id}{as_owner(run, request.user)}.")
+    verb = "resumes" if resume else "re-runs"
+    messages.success(request, f"Run {run.id} {verb} {source.id}{as_owner(run, request.user)}.")
     return redirect("runs:run-detail", run_id=run.id)
 
 

@@ -15,7 +15,10 @@ whose finished work was recorded twice: two lines of it in ``progress.jsonl``. A
 records its units every ``harness.pool.FLUSH_S`` and a SIGKILL loses what it had not recorded
 yet, so computing a unit again after a kill is expected and leaves one line; a second line
 means work the service had recorded as done was done again (or recorded twice), which no
-harm excuses. ``tests/chaos`` runs a round of each kind; ``bench/chaos.py`` many, with figures.
+harm excuses. A round of ``kill-service-resumed`` harms the resume of a sweep cancelled a
+quarter of the way (docs/resume.md): a unit it reused (a piece the service copied into its
+ledger) counts as done, and one it reused and computed too as done twice.
+``tests/chaos`` runs a round of each kind; ``bench/chaos.py`` many, with figures.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.ledger import piece_units
 from tests.e2e.service import ENDED, Service, run_of, run_processes, service_processes, submit
 from tests.polling import wait_for
 
@@ -91,6 +95,8 @@ class Outcome:
     identical: bool = False
     tries: int = 1
     note: str = ""
+    reused: int = 0
+    """The units the run reused of the run it resumes (``RESUMED`` rounds)."""
 
     @property
     def landed(self) -> bool:
@@ -143,6 +149,14 @@ def progress(service: Service, run_id: str) -> Counter[int]:
     return counts
 
 
+def reused(service: Service, run_id: str) -> set[int]:
+    """The units a resumed run reused (the pieces the service copied into its ledger's
+    ``units/reused/``): done, and computed by none of its workers."""
+    folder = task_dir(service, run_id) / "units" / "reused"
+    names = os.listdir(folder) if folder.is_dir() else []
+    return {u for name in names if (r := piece_units(name)) is not None for u in range(*r)}
+
+
 def outputs(service: Service, run_id: str) -> dict[str, bytes]:
     out = task_dir(service, run_id) / "out"
     found = {}
@@ -181,16 +195,18 @@ def finish(
     state = str(run["state"]) if run.get("state") in ENDED else "stuck"
     ended_at = run.get("ended_at")
     done = progress(service, run_id)
+    given = reused(service, run_id)
     attempts = len(list((task_dir(service, run_id) / "logs").glob("*.exit")))
     return Outcome(
         kind=kind,
         state=state,
         harm=harm,
         ended_at=datetime.fromisoformat(ended_at).timestamp() if ended_at else None,
-        missing=sum(1 for i in range(UNITS) if i not in done),
-        twice=sum(1 for count in done.values() if count > 1),
+        missing=sum(1 for i in range(UNITS) if i not in done and i not in given),
+        twice=sum(1 for count in done.values() if count > 1) + len(given & set(done)),
         identical=outputs(service, run_id) == expected(),
         tries=tries,
+        reused=len(given),
         note=f"run {run_id}, {attempts} attempts, harm {harm.describe()}",
     )
 
@@ -205,6 +221,18 @@ def _run(api: httpx.Client, run_id: str) -> dict[str, object]:
 
 def _state(api: httpx.Client, run_id: str) -> str:
     return str(_run(api, run_id)["state"])
+
+
+def _resumed(service: Service, api: httpx.Client) -> str:
+    """A resume of the sweep cancelled once a quarter of its units were done: the run a
+    ``RESUMED`` round harms. A sweep that ended first is resumed as it ended."""
+    source = _submit(api)
+    mid_sweep(service, source, api)
+    api.post(f"runs/{source}/cancel/")
+    wait_for(lambda: _state(api, source) in ENDED, END_TIMEOUT_S, f"run {source} to end")
+    answer = api.post("runs/", params={"resume_of": source})
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["id"])
 
 
 def _submit(api: httpx.Client) -> str:
@@ -429,6 +457,9 @@ def fill_home(service: Service, api: httpx.Client, rng: random.Random, run_id: s
 
 Harming = Callable[[Service, httpx.Client, random.Random, str], Harm]
 
+RESUMED = frozenset({"kill-service-resumed"})
+"""The harms done to a resumed run (``_resumed``): it loses nothing it reused or computes."""
+
 HARMS: dict[str, Harming] = {
     "kill-harness": kill_harness,
     "kill-launcher": kill_launcher,
@@ -437,6 +468,7 @@ HARMS: dict[str, Harming] = {
     "kill-beat": kill_child("beat"),
     "kill-web": kill_child("web"),
     "kill-service": kill_service,
+    "kill-service-resumed": kill_service,
     "full-disk": fill_store,
     "full-home": fill_home,
 }
@@ -496,7 +528,8 @@ class Arena:
         """Submit a run and harm it; again (``TRIES`` runs at most) while the harm missed."""
         missed: list[str] = []
         for tries in range(1, TRIES + 1):
-            run_id = _submit(self.api)
+            resumed = self.kind in RESUMED
+            run_id = _resumed(self.service, self.api) if resumed else _submit(self.api)
             harm = HARMS[self.kind](self.service, self.api, self.rng, run_id)
             outcome = finish(self.service, self.api, run_id, self.kind, harm, tries)
             if outcome.landed:

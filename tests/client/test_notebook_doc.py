@@ -25,8 +25,8 @@ def cells() -> list[str]:
 
 def test_the_notebook_has_cells_for_every_call_it_documents():
     code = "\n".join(cells())
-    calls = ("submit(", ".wait()", ".frame(", ".output(", ".logs(", ".cancel()", ".runs(")
-    for call in (*calls, ".results("):
+    calls = ("submit(", ".wait()", ".frame(", ".output(", ".logs(", ".cancel()", ".resume()")
+    for call in (*calls, ".runs(", ".results("):
         assert call in code, call
 
 
@@ -55,7 +55,9 @@ def test_the_notebook_runs_cell_by_cell(
     assert curves["magnetization"].iloc[0] > curves["magnetization"].iloc[-1]
     assert "tasks.sweep.settings.n" in namespace["problems"]
     assert namespace["failed"].state == "failed"
-    assert Run.objects.get(name="slow").state == RunState.CANCELLED
+    slow = Run.objects.get(name="slow", rerun_of=None)
+    assert slow.state == RunState.CANCELLED
+    assert Run.objects.get(name="slow", rerun_of=slow).resume
 
 
 INSTALL = re.compile(r"^## Install and log in\n.*?^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)

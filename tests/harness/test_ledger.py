@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import pytest
 
-from harness.ledger import MAX_BLOCKS, Ledger, append_progress, describe
+from harness import merge
+from harness.examples.squares import TASK_TYPE as SQUARES
+from harness.ledger import (
+    MAX_BLOCKS,
+    DamagedPieces,
+    Ledger,
+    append_progress,
+    describe,
+    encode_piece,
+    piece_intact,
+)
 from harness.report import units_done
 
 
@@ -185,3 +196,59 @@ def test_describe_shortens_long_lists_of_units() -> None:
     text = describe(ranges)
 
     assert text.startswith("0-1, 10-11") and text.endswith("… (60 units)")
+
+
+# Pieces reused from an earlier task with the same key (units/reused/, the service's).
+
+
+def reused_pieces(directory: Path, pieces: dict[str, list[int]]) -> None:
+    """Pieces as the service copies them in before any worker starts."""
+    folder = directory / "reused"
+    folder.mkdir(parents=True)
+    for name, units in pieces.items():
+        (folder / name).write_bytes(encode_piece([pickle.dumps(u * u) for u in units]))
+
+
+def test_reused_pieces_are_done_units_no_worker_claims_and_the_merge_reads(tmp_path: Path) -> None:
+    reused_pieces(tmp_path, {"0-4": [0, 1, 2, 3], "8-10": [8, 9]})
+    ledger = Ledger.open(tmp_path, 10, "w1")
+
+    claims = ledger.claim(100)
+
+    assert [u for c in claims for r in c.ranges for u in r] == [4, 5, 6, 7]
+    compute(ledger, claims)
+    assert ledger.is_complete()
+    assert Ledger.read(tmp_path).results() == [u * u for u in range(10)]
+
+
+def test_a_damaged_reused_piece_the_worker_may_not_rename_is_left_and_computed_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    reused_pieces(tmp_path, {"0-3": [0, 1, 2]})
+    piece = tmp_path / "reused" / "0-3"
+    piece.write_bytes(piece.read_bytes()[:-2])
+    ledger = Ledger.open(tmp_path, 3, "w1")
+    replace = os.replace
+
+    def not_ours(source, target, *args, **kwargs):
+        if Path(source).parent.name == "reused":
+            raise PermissionError(13, "Permission denied", str(source))
+        return replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", not_ours)
+    settings = SQUARES.parse_settings({"n": 3})
+    with pytest.raises(DamagedPieces) as damaged:
+        ledger.results()
+    assert "reused/0-3" in str(damaged.value)
+    merge.recompute(SQUARES, settings, ledger, damaged.value.missing)
+
+    assert ledger.results() == [0, 1, 4]
+    assert piece.exists()  # the service's piece is left as it was
+
+
+def test_a_piece_is_intact_only_with_its_header_length_and_checksum() -> None:
+    piece = encode_piece([pickle.dumps(1), pickle.dumps(4)])
+    assert piece_intact(piece)
+    assert not piece_intact(piece[:-1]) and not piece_intact(piece[:-1] + b"x")
+    assert not piece_intact(pickle.dumps([1, 4]))  # before checksums: cannot be checked
+    assert not piece_intact(b"")

@@ -127,7 +127,7 @@ def test_a_damaged_piece_is_set_aside_and_its_units_computed_again(
     assert merge.main([]) == 0  # not failing on every try
 
     assert json.loads((task_dir / "out" / "squares.json").read_text()) == [0, 1, 4, 9, 16, 25]
-    assert "damaged pieces 3-6: units 3-5 not done" in caplog.text
+    assert "damaged pieces done/3-6: units 3-5 not done" in caplog.text
     assert (task_dir / "units" / "done" / ".3-6.damaged").read_bytes() == damaged
     assert Ledger.read(task_dir / "units").results() == [0, 1, 4, 9, 16, 25]
 

@@ -1,0 +1,464 @@
+"""The copy of reused work into a new run's tasks, before its workflow is submitted.
+
+A task that reuses an earlier one (``Task.reuse``, chosen at submission by
+``runs.planning.resume``) is copied once, by the run's submission (a Celery worker, never a web
+request): the outputs of a task done at once (``out/``), or the done units of a split task that
+goes on (the pieces of its ledger whose checksum holds, into ``units/reused/``, and the folders
+a command sweep's units wrote, ``out/units/<unit>/``).
+
+What the earlier task left is read as a task could have left it: walked by descriptor from the
+store, no link followed, regular files and folders only, at most ``MAX_DEPTH`` folders deep,
+each file within what is left of the run's budget (``SIMRUN_REUSE_MAX_GB``,
+``SIMRUN_REUSE_MAX_FILES``). A link, a FIFO, a device, a file with a second name or more than
+the budget refuses that task's reuse, with the reason (``Task.not_reused``): it runs in full,
+and nothing was followed. What is copied is the service's own (files ``0644``, ``0755`` when
+executable, folders ``0755``), staged in a hidden folder of the new task's and renamed into
+place; the folders its own workers write into are handed to the run's task user.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import json
+import logging
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from django.conf import settings
+from django.utils import timezone
+
+from harness import untrusted
+from harness.ledger import PIECE_FOLDERS, REUSED, piece_intact, piece_units
+from harness.sweep import SWEEP_TYPE
+from runs.backends.base import Backend, TaskFolders
+from runs.common import store
+from runs.common.store import TaskFolder
+from runs.models import Reuse, Run, RunState, Task, TaskState
+
+log = logging.getLogger(__name__)
+
+MAX_DEPTH = 32
+"""Folders below ``out/`` a reused tree may have: deeper is refused, not walked."""
+LEDGER_CAP = 4096
+"""The most read of an earlier task's ``units/ledger.json``."""
+CHUNK = 1 << 20
+FILE_MODE, EXECUTABLE_MODE, DIR_MODE = 0o644, 0o755, 0o755
+WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+STAGE_PREFIX = ".reuse-"
+
+
+class Refused(Exception):
+    """Why the work of an earlier task is not reused, in a clause."""
+
+
+@dataclass
+class Budget:
+    """What one run's copies may still spend: bytes, and files and folders."""
+
+    max_bytes: int
+    max_files: int
+    bytes: int = 0
+    files: int = 0
+
+    @classmethod
+    def from_settings(cls) -> Budget:
+        return cls(
+            max_bytes=int(settings.SIMRUN_REUSE_MAX_GB * 2**30),
+            max_files=settings.SIMRUN_REUSE_MAX_FILES,
+        )
+
+    def entry(self) -> None:
+        """Count one more file or folder to copy."""
+        self.files += 1
+        if self.files > self.max_files:
+            raise Refused(
+                f"more than the {self.max_files:,} files and folders a run may copy "
+                "(SIMRUN_REUSE_MAX_FILES)"
+            )
+
+    def size(self, path: str, size: int) -> None:
+        """Count a file of ``size`` bytes to copy."""
+        left = self.max_bytes - self.bytes
+        if size > left:
+            raise Refused(
+                f"{path} is {_bytes(size)}, more than the {_bytes(left)} left to copy "
+                "(SIMRUN_REUSE_MAX_GB)"
+            )
+        self.bytes += size
+
+
+def copy_reused(run: Run, tasks: Sequence[Task], *, backend: Backend) -> bool:
+    """Copy what the tasks of a submitting run reuse, each once (a resumed submission skips
+    the tasks copied before), updating the rows and ``tasks``; False when the run stopped
+    submitting meanwhile (a cancel)."""
+    budget = Budget.from_settings()
+    for task in tasks:
+        if not task.reuse or task.units_reused is not None:
+            continue
+        spent = budget.bytes, budget.files
+        try:
+            fields = _copy(run, task, budget, backend)
+        except Refused as why:
+            budget.bytes, budget.files = spent
+            log.warning("run %s: %s is not reused from %s: %s", run.id, task, task.reused_from, why)
+            fields = {
+                "reuse": Reuse.NONE,
+                "reused_from": "",
+                "not_reused": f"not reused from {task.reused_from}: {why}"[:300],
+            }
+        if not Task.objects.filter(pk=task.pk, run__state=RunState.SUBMITTING).update(**fields):
+            return False
+        for name, value in fields.items():
+            setattr(task, name, value)
+    return True
+
+
+def _copy(run: Run, task: Task, budget: Budget, backend: Backend) -> dict[str, Any]:
+    """Copy one task's reused work; the fields of its row after it."""
+    source_run, _, source_task = task.reused_from.partition("/")
+    if not Task.objects.filter(run_id=source_run, task_id=source_task).exists():
+        raise Refused("that task is gone")
+    source = store.task_folder(source_run, source_task)
+    with _staged(run.id, task.task_id) as (folder, stage):
+        if task.reuse == Reuse.WHOLE:
+            _copy_outputs(source, stage, budget)
+            _place(folder, stage, ["out"])
+            log.info("run %s: %s done from the outputs of %s", run.id, task, task.reused_from)
+            now = timezone.now()
+            return {
+                "units_reused": task.units_total,
+                "units_done": task.units_total,
+                "state": TaskState.DONE,
+                "message": "",
+                "started_at": now,
+                "ended_at": now,
+                "logs_kept": True,
+            }
+        units = _copy_units(source, stage, task, budget)
+        if units is None:  # it never started: nothing to say
+            return {"reuse": Reuse.NONE, "reused_from": ""}
+        if not units:
+            return {"reuse": Reuse.NONE, "reused_from": "", "not_reused": _nothing(task)}
+        if isinstance(backend, TaskFolders):
+            for made in _made_folders(stage):
+                with untrusted.directory(stage, made) as fd:
+                    backend.hand_over(fd, run.owner_id)
+        _place(folder, stage, [name for name in ("units", "out") if _exists(stage, name)])
+        log.info("run %s: %s starts with %d units of %s", run.id, task, units, task.reused_from)
+        return {"units_reused": units, "units_done": units}
+
+
+def _nothing(task: Task) -> str:
+    return f"not reused from {task.reused_from}: it had no unit done"
+
+
+@contextmanager
+def _staged(run_id: str, task_id: str) -> Iterator[tuple[int, int]]:
+    """The new task's folder and a hidden stage in it (descriptors), the stage removed after.
+
+    The folder is the service's: nothing of the run has run yet. A stage an earlier, killed
+    copy left is removed first."""
+    folder = untrusted.open_dir(store.root(), store.task_parts(run_id, task_id))
+    try:
+        for entry in untrusted.entries(folder):
+            if entry.name.startswith(STAGE_PREFIX):
+                shutil.rmtree(entry.name, dir_fd=folder)
+        name = f"{STAGE_PREFIX}{secrets.token_hex(4)}"
+        os.mkdir(name, DIR_MODE, dir_fd=folder)
+        try:
+            with untrusted.directory(folder, [name]) as stage:
+                yield folder, stage
+        finally:
+            with suppress(FileNotFoundError):
+                shutil.rmtree(name, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def _place(folder: int, stage: int, names: list[str]) -> None:
+    """Rename the staged ``names`` into the task's folder, over what an earlier, killed copy
+    put there before its row was written."""
+    for name in names:
+        with suppress(FileNotFoundError):
+            shutil.rmtree(name, dir_fd=folder)
+        os.rename(name, name, src_dir_fd=stage, dst_dir_fd=folder)
+
+
+def _exists(folder: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _made_folders(stage: int) -> list[tuple[str, ...]]:
+    """The staged folders a reusing task's workers write into: its ledger's, and those of
+    its outputs and its units' outputs (a command sweep's ``out/units/``)."""
+    candidates = [("units",), ("out",), ("out", "units")]
+    return [parts for parts in candidates if _exists_below(stage, parts)]
+
+
+def _exists_below(folder: int, parts: tuple[str, ...]) -> bool:
+    try:
+        with untrusted.directory(folder, parts):
+            return True
+    except FileNotFoundError:
+        return False
+
+
+# What is read of the earlier task: through descriptors, never a link.
+
+
+def _source_dir(source: TaskFolder, relative: str) -> int:
+    """A folder of the earlier task; ``Refused`` when it is not one (a link, a file)."""
+    parts = source / relative
+    try:
+        return untrusted.open_dir(source.base, parts)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        what = _what_is(source.base, parts, error)
+        raise Refused(f"its {relative}/ is {what}: not followed") from None
+
+
+def _copy_outputs(source: TaskFolder, stage: int, budget: Budget) -> None:
+    """Copy the earlier task's ``out/`` into ``out`` of the stage."""
+    try:
+        outputs = _source_dir(source, "out")
+    except FileNotFoundError:
+        raise Refused("its out/ is gone") from None
+    try:
+        os.mkdir("out", DIR_MODE, dir_fd=stage)
+        with untrusted.directory(stage, ["out"]) as target:
+            _copy_tree(outputs, target, "out", budget)
+    finally:
+        os.close(outputs)
+
+
+def _copy_units(source: TaskFolder, stage: int, task: Task, budget: Budget) -> int | None:
+    """Copy the done units of the earlier task's ledger into ``units/reused`` of the stage
+    (and, of a command sweep, their ``out/units/<unit>/``); how many units they cover, None
+    when it has no ledger (no worker of it started)."""
+    try:
+        text = untrusted.read_bytes(source.base, source / "units/ledger.json", LEDGER_CAP)
+        size = int(json.loads(text)["units"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise Refused(f"its units/ledger.json cannot be read: {error}") from None
+    if size != task.units_total:
+        raise Refused(f"its ledger has {size} units, this task {task.units_total}")
+    os.mkdir("units", DIR_MODE, dir_fd=stage)
+    with untrusted.directory(stage, ["units"]) as units:
+        os.mkdir(REUSED, DIR_MODE, dir_fd=units)
+        with untrusted.directory(units, [REUSED]) as target:
+            covered = _copy_pieces(source, target, size, budget)
+    if not covered:
+        return 0
+    if task.type == SWEEP_TYPE:
+        _copy_unit_outputs(source, stage, covered, budget)
+    return sum(end - start for start, end in covered)
+
+
+def _copy_pieces(
+    source: TaskFolder, target: int, size: int, budget: Budget
+) -> list[tuple[int, int]]:
+    """Copy every piece of the earlier ledger (its workers' and those it reused) whose
+    checksum holds; the units they cover, as merged ranges. A damaged piece is left: its
+    units are computed again."""
+    ranges: list[tuple[int, int]] = []
+    copied: set[str] = set()
+    for folder in PIECE_FOLDERS:
+        relative = f"units/{folder}"
+        try:
+            pieces = _source_dir(source, relative)
+        except FileNotFoundError:
+            continue
+        try:
+            for entry in _listed(pieces, relative, budget):
+                units = piece_units(entry.name)
+                if units is None or units[1] > size or entry.name in copied:
+                    continue
+                path = f"{relative}/{entry.name}"
+                if not entry.is_file:
+                    raise Refused(f"{path} is {_kind(entry.mode)}: not followed")
+                budget.entry()
+                data = _read(pieces, entry.name, path, budget)
+                if not piece_intact(data):
+                    log.warning("%s/%s is damaged: its units run again", source.path, path)
+                    continue
+                untrusted.write_atomic_at(target, entry.name, data, mode=FILE_MODE)
+                copied.add(entry.name)
+                ranges.append(units)
+        finally:
+            os.close(pieces)
+    return _merged(ranges)
+
+
+def _copy_unit_outputs(
+    source: TaskFolder, stage: int, covered: list[tuple[int, int]], budget: Budget
+) -> None:
+    """Copy the ``out/units/<unit>/`` folders of the covered units of a command sweep."""
+    try:
+        outputs = _source_dir(source, "out/units")
+    except FileNotFoundError:
+        return  # no unit wrote a file
+    starts = [start for start, _ in covered]
+    try:
+        os.mkdir("out", DIR_MODE, dir_fd=stage)
+        with untrusted.directory(stage, ["out"]) as out:
+            os.mkdir("units", DIR_MODE, dir_fd=out)
+            with untrusted.directory(out, ["units"]) as target:
+                for entry in _listed(outputs, "out/units", budget):
+                    if not entry.name.isdigit() or not _covers(covered, starts, int(entry.name)):
+                        continue
+                    path = f"out/units/{entry.name}"
+                    if not entry.is_dir:
+                        raise Refused(f"{path} is {_kind(entry.mode)}, not a unit's folder")
+                    budget.entry()
+                    _copy_dir(outputs, entry.name, target, path, budget, depth=1)
+    finally:
+        os.close(outputs)
+
+
+def _covers(covered: list[tuple[int, int]], starts: list[int], unit: int) -> bool:
+    index = bisect.bisect_right(starts, unit) - 1
+    return index >= 0 and covered[index][0] <= unit < covered[index][1]
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Ranges of units as disjoint, sorted ranges."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _listed(folder: int, relative: str, budget: Budget) -> list[untrusted.Entry]:
+    """The entries of a folder of the earlier task, all of them or ``Refused``: a listing
+    cut short would leave out what its pieces say is done."""
+    found = untrusted.entries(folder, limit=budget.max_files + 1)
+    if len(found) > budget.max_files:
+        raise Refused(
+            f"{relative}/ holds more than the {budget.max_files:,} files and folders a run may "
+            "copy (SIMRUN_REUSE_MAX_FILES)"
+        )
+    return found
+
+
+def _copy_tree(source: int, target: int, where: str, budget: Budget, depth: int = 0) -> None:
+    """Copy the entries of the folder ``source`` into the new folder ``target``."""
+    for entry in _listed(source, where, budget):
+        path = f"{where}/{entry.name}"
+        budget.entry()
+        if entry.is_dir:
+            _copy_dir(source, entry.name, target, path, budget, depth + 1)
+        elif entry.is_file:
+            _copy_file(source, entry.name, target, path, budget)
+        else:
+            raise Refused(f"{path} is {_kind(entry.mode)}: not followed")
+
+
+def _copy_dir(source: int, name: str, target: int, path: str, budget: Budget, depth: int) -> None:
+    """Copy the folder ``name`` of ``source`` into ``target``, refusing one too deep."""
+    if depth > MAX_DEPTH:
+        raise Refused(f"{path} is more than {MAX_DEPTH} folders deep")
+    try:
+        inner = untrusted.open_dir(source, [name])
+    except OSError as error:
+        raise Refused(f"{path} is {_what_is(source, (name,), error)}: not followed") from None
+    try:
+        os.mkdir(name, DIR_MODE, dir_fd=target)
+        with untrusted.directory(target, [name]) as made:
+            _copy_tree(inner, made, path, budget, depth)
+    finally:
+        os.close(inner)
+
+
+def _copy_file(source: int, name: str, target: int, path: str, budget: Budget) -> None:
+    """Copy a regular file as the service's, as large as it was when opened."""
+    data = _opened(source, name, path)
+    with data:
+        status = os.fstat(data.fileno())
+        budget.size(path, status.st_size)
+        mode = EXECUTABLE_MODE if status.st_mode & stat.S_IXUSR else FILE_MODE
+        fd = os.open(name, WRITE_FLAGS, mode, dir_fd=target)
+        with open(fd, "wb") as copy:
+            os.fchmod(fd, mode)
+            left = status.st_size
+            while left > 0 and (chunk := data.read(min(CHUNK, left))):
+                copy.write(chunk)
+                left -= len(chunk)
+
+
+def _read(folder: int, name: str, path: str, budget: Budget) -> bytes:
+    """A regular file of the earlier task, whole, within the budget."""
+    with _opened(folder, name, path) as data:
+        size = os.fstat(data.fileno()).st_size
+        budget.size(path, size)
+        return data.read(size)
+
+
+def _opened(folder: int, name: str, path: str) -> BinaryIO:
+    """A regular file of one name, opened without following a link or waiting on a FIFO."""
+    try:
+        data = untrusted.open_regular(folder, name)
+    except OSError as error:
+        raise Refused(f"{path} is {_not_a_file(error)}: not followed") from None
+    links = os.fstat(data.fileno()).st_nlink
+    if links > 1:
+        data.close()
+        raise Refused(f"{path} has {links} names (a hard link): not copied")
+    return data
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISREG(mode):
+        return "a file, no folder"
+    return "no regular file or folder"
+
+
+def _what_is(base: Path | int, parts: tuple[str, ...], error: OSError) -> str:
+    """What a path that would not open as a folder is, for a message: looked at from its
+    parent without following it."""
+    try:
+        with untrusted.directory(base, parts[:-1]) as parent:
+            return _kind(os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode)
+    except OSError:
+        return f"no folder ({error.strerror or error})"
+
+
+def _not_a_file(error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "a link"
+    if isinstance(error, untrusted.Refused):
+        return "no regular file"
+    return f"unreadable ({error.strerror or error})"
+
+
+def _bytes(size: int) -> str:
+    """A size for a message: ``3.2 GiB``, ``512 KiB``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"

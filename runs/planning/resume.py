@@ -1,0 +1,67 @@
+"""Resume: which earlier task each task of a new run reuses (docs/resume.md).
+
+Chosen at submission from the record alone, by key (``runs.planning.keys``): a task whose key
+is a succeeded task's of the run resumed is done from that task's outputs; a split task whose
+key is that of one which did not finish starts with its done units. Nothing else is reused. The
+copy itself is the submission's, in a worker (``runs.control.reuse``), which may still refuse
+what the store holds. Work is reused only from runs of the new run's owner: what a task left in
+the store (the pickled results of its units) is read by the tasks of the run that reuses it,
+and one user's code never runs as another's task user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from runs.models import Reuse, Run, Task, TaskKind, TaskState
+from runs.planning.spec import SpecError
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What a task reuses, and of which earlier task."""
+
+    how: Reuse
+    source: Task
+
+    @property
+    def reused_from(self) -> str:
+        """The source as ``Task.reused_from`` keeps it: ``<run>/<task>``."""
+        return f"{self.source.run_id}/{self.source.task_id}"
+
+
+def check_resumable(source: Run) -> None:
+    """A run may be resumed once it ended: the work of a live one is still being done."""
+    if not source.ended:
+        raise SpecError(
+            {
+                "resume_of": [
+                    f"run {source.id} has not ended ({source.state}): cancel it, or wait for "
+                    "its end, then resume it"
+                ]
+            }
+        )
+
+
+def resumed(
+    *, keys: Mapping[str, str], kinds: Mapping[str, str], source: Run, owner_id: int
+) -> dict[str, Chosen]:
+    """What each task of a new run of ``owner_id`` (its ``keys`` and ``kinds`` by id) reuses
+    of the run it resumes; the tasks that reuse nothing are left out."""
+    if source.owner_id != owner_id:
+        return {}
+    done: dict[str, Task] = {}
+    unfinished: dict[str, Task] = {}
+    for task in source.tasks.exclude(key="").order_by("position"):
+        if task.state == TaskState.DONE:
+            done.setdefault(task.key, task)
+        elif task.kind == TaskKind.SPLIT:
+            unfinished.setdefault(task.key, task)
+    chosen = {}
+    for task_id, key in keys.items():
+        if key in done:
+            chosen[task_id] = Chosen(Reuse.WHOLE, done[key])
+        elif kinds[task_id] == TaskKind.SPLIT and key in unfinished:
+            chosen[task_id] = Chosen(Reuse.UNITS, unfinished[key])
+    return chosen

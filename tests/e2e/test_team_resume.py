@@ -1,0 +1,92 @@
+"""Resume under a real ``simrun serve`` run as root with task users: the units a cancelled
+sweep finished are copied in as the service's, the folders its new workers write are its
+task user's, and the resumed run computes only the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.service import Service, submit, task_user_venv, wait_until_ended
+from tests.polling import wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="tasks change users only under a root service"),
+]
+UID_BASE = 340000
+UNITS = 60
+SWEEP = {
+    "tasks": {
+        "sim": {
+            "command": ["sh", "-c", 'sleep 0.05; echo "{{\\"v\\": $(({U}*{U}))}}" > {out}/r.json'],
+            "sweep": {"U": {"range": [0, UNITS]}},
+            "results": "r.json",
+            "cores": 1,
+        }
+    }
+}
+
+
+@pytest.fixture
+def team() -> Iterator[Service]:
+    """A serve as root with task users, its home and its Python within their reach."""
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    service = Service(
+        home=base / "home",
+        simrun=str(task_user_venv(base)),
+        extra_env={"SIMRUN_TASK_UID_BASE": str(UID_BASE)},
+    )
+    service.start()
+    yield service
+    if service.process is not None:
+        service.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def progress(folder: Path) -> Counter[int]:
+    path = folder / "progress.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter(json.loads(line)["unit"] for line in lines if line.endswith("}"))
+
+
+def test_a_cancelled_sweep_resumed_under_task_users_computes_only_what_it_had_not(team):
+    with team.client(team.user("alice")) as alice:
+        source = submit(alice, SWEEP)
+        folder = team.store / "runs" / source / "tasks" / "sim"
+        wait_for(lambda: len(progress(folder)) >= UNITS // 3, 120, "a third of the units")
+        assert alice.post(f"runs/{source}/cancel/").status_code == 202
+        assert wait_until_ended(alice, source)["state"] == "cancelled"
+        wait_for(lambda: not list((folder / "logs").glob("*.pid")), 60, "its processes to end")
+
+        answer = alice.post("runs/", params={"resume_of": source})
+        assert answer.status_code == 201, answer.text
+        run = wait_until_ended(alice, answer.json()["id"])
+
+    assert run["state"] == "succeeded", (run["message"], run["tasks"])
+    [task] = run["tasks"]
+    reused = task["units_reused"]
+    assert task["reused_from"] == {"run": source, "task": "sim"} and 0 < reused < UNITS
+    resumed = team.store / "runs" / run["id"] / "tasks" / "sim"
+    computed = progress(resumed)
+    assert len(computed) == UNITS - reused and set(computed.values()) == {1}
+    assert not set(computed) & set(progress(folder))
+    units = resumed / "out" / "units"
+    service, user = os.geteuid(), UID_BASE + 1  # alice is the first user
+    owners = {unit: (units / str(unit) / "r.json").stat().st_uid for unit in range(UNITS)}
+    assert {owners[u] for u in range(UNITS) if u not in computed} == {service}
+    assert {owners[u] for u in computed} == {user}
+    assert units.stat().st_uid == user and (resumed / "units" / "reused").stat().st_uid == service
+    table = (resumed / "out" / "results.csv").read_text().splitlines()
+    header = table[0].split(",")
+    assert [int(row.split(",")[header.index("v")]) for row in table[1:]] == [
+        u * u for u in range(UNITS)
+    ]
