@@ -307,6 +307,14 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["run", "position"]
+        indexes = [
+            # The cache's query (runs.planning.resume.cached): the newest done task of a key.
+            models.Index(
+                fields=["key", "-ended_at"],
+                name="task_done_key_idx",
+                condition=Q(state="done") & ~Q(key=""),
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["run", "task_id"], name="task_unique_id_per_run"),
             models.CheckConstraint(

@@ -1,8 +1,10 @@
-"""Resume: which earlier task each task of a new run reuses (docs/resume.md).
+"""Resume and the cache: which earlier task each task of a new run reuses (docs/resume.md).
 
 Chosen at submission from the record alone, by key (``runs.planning.keys``): a task whose key
 is a succeeded task's of the run resumed is done from that task's outputs; a split task whose
-key is that of one which did not finish starts with its done units. Nothing else is reused. The
+key is that of one which did not finish starts with its done units; a task with ``cache``
+that neither chose is done from the outputs of the newest task with its key that succeeded in
+any run of its owner. Nothing else is reused. The
 copy itself is the submission's, in a worker (``runs.control.reuse``), which may still refuse
 what the store holds. Work is reused only from runs of the new run's owner: what a task left in
 the store (the pickled results of its units) is read by the tasks of the run that reuses it,
@@ -42,6 +44,18 @@ def check_resumable(source: Run) -> None:
                 ]
             }
         )
+
+
+def cached(*, keys: Mapping[str, str], owner_id: int) -> dict[str, Chosen]:
+    """What each task of ``keys`` (those with ``cache``) reuses of the newest task with its
+    key that succeeded among the runs of ``owner_id``; the tasks without one are left out."""
+    chosen = {}
+    done = Task.objects.filter(state=TaskState.DONE, run__owner_id=owner_id)
+    for task_id, key in keys.items():
+        newest = done.filter(key=key).order_by("-ended_at", "-pk").first()
+        if newest is not None:
+            chosen[task_id] = Chosen(Reuse.WHOLE, newest)
+    return chosen
 
 
 def resumed(

@@ -157,6 +157,7 @@ class TaskSpec(BaseModel):
     sweep: dict[StrictStr, Any] | None = Field(default=None, max_length=100)
     results: ResultsFile | None = None
     failures: Failures | None = None
+    cache: StrictBool | None = None
 
     @field_validator("inputs")
     @classmethod
@@ -187,6 +188,7 @@ class RunSpec(BaseModel):
     sources: list[SnapshotId] = Field(default_factory=list, max_length=50)
     reserve_node: StrictBool = False
     commands: Literal["direct", "docker"] | None = None
+    cache: StrictBool = False
 
     def dump(self) -> dict[str, Any]:
         """The JSON form kept in the record and in ``run.json``."""
@@ -614,6 +616,16 @@ def _well_formed_tasks(raw: Any) -> tuple[dict[str, TaskSpec], dict[str, set[str
 def parse_spec(text: str | bytes, *, types: Mapping[str, TaskType]) -> RunSpec:
     """Parse and validate a submitted document (a type its sources may ship is left to them)."""
     return validate_spec(parse_document(text), types=types)
+
+
+def cached_tasks(spec: RunSpec) -> set[str]:
+    """The tasks that take the work of the newest same task of their owner's runs: their own
+    ``cache``, else the run's (docs/resume.md)."""
+    return {
+        task_id
+        for task_id, task in spec.tasks.items()
+        if (task.cache if task.cache is not None else spec.cache)
+    }
 
 
 def type_name(task: TaskSpec) -> str | None:

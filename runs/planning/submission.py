@@ -35,8 +35,8 @@ from runs.planning.planner import (
     plan_run,
 )
 from runs.planning.records import task_json, task_records
-from runs.planning.resume import Chosen, resumed
-from runs.planning.spec import RunSpec, SpecError, type_name, validate_spec
+from runs.planning.resume import Chosen, cached, resumed
+from runs.planning.spec import RunSpec, SpecError, cached_tasks, type_name, validate_spec
 
 
 def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
@@ -317,13 +317,17 @@ def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> di
 
 
 def reused(
-    run: Run, records: Mapping[str, TaskRecord], keys: Mapping[str, str]
+    run: Run, spec: RunSpec, records: Mapping[str, TaskRecord], keys: Mapping[str, str]
 ) -> dict[str, Chosen]:
-    """What each task of a new run reuses of the run it resumes, by task id."""
-    if not run.resume or run.rerun_of is None:
-        return {}
-    kinds = {task_id: record.kind for task_id, record in records.items()}
-    return resumed(keys=keys, kinds=kinds, source=run.rerun_of, owner_id=run.owner_id)
+    """What each task of a new run reuses, by task id: of the run it resumes, then, for the
+    tasks with ``cache`` it gives nothing to, of the newest same task of its owner's runs."""
+    chosen = {}
+    if run.resume and run.rerun_of is not None:
+        kinds = {task_id: record.kind for task_id, record in records.items()}
+        chosen = resumed(keys=keys, kinds=kinds, source=run.rerun_of, owner_id=run.owner_id)
+    if wanted := {t: keys[t] for t in cached_tasks(spec) if t not in chosen}:
+        chosen |= cached(keys=wanted, owner_id=run.owner_id)
+    return chosen
 
 
 def _write_tasks(
@@ -333,7 +337,7 @@ def _write_tasks(
     files (``run.json``, each ``task.json``)."""
     records = task_records(spec, types)
     keys = task_keys(records, Environment.of(spec))
-    chosen = reused(run, records, keys)
+    chosen = reused(run, spec, records, keys)
     tasks = [
         Task(
             run=run,

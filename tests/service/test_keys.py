@@ -54,12 +54,13 @@ def test_a_key_is_a_sha256_and_the_same_document_gives_the_same_keys():
     assert len(set(keys.values())) == len(keys)
 
 
-def test_a_change_of_plan_invalidates_nothing():
+def test_a_change_of_plan_or_of_cache_invalidates_nothing():
     def plan(document):
         tasks = document["tasks"]
         tasks["sweep"].update(workers=3, cores=2, memory={"per_worker_gb": 0.5, "base_gb": 0.25})
         tasks["summary"]["memory"] = {"gb": 2.0}
         tasks["sim"]["workers"] = 4
+        tasks["plot"]["cache"] = True
 
     assert changed(plan) == set()
 

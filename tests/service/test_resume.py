@@ -21,6 +21,7 @@ from runs.models import Reuse, Run, RunState, Task, TaskState
 from runs.planning import resume as planning_resume
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import SpecError, validate_spec
+from runs.planning.submission import create_run
 from tests.service.controller_support import (  # noqa: F401
     PIPELINE,
     fake,
@@ -421,3 +422,63 @@ def test_a_copy_killed_before_its_row_was_written_is_done_again_whole(
     assert (
         task_dir(run, placed) / "out" / "result.txt"
     ).read_text() == f"{placed} of {source.id}\n"
+
+
+# The cache: the newest succeeded task with the same key among the owner's runs.
+
+
+def submitted_run(owner: Any, spec: dict[str, Any]) -> Run:
+    run = create_run(spec=validate_spec(spec, types=task_types()), owner=owner)
+    assert controller.submit(run.id)
+    return fresh(run)
+
+
+def test_a_task_with_cache_is_done_from_the_newest_same_task_of_its_owners_runs(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    owner,
+):
+    older = succeeded(launch, fake)
+    newer = succeeded(launch, fake)
+    spec = edited(PIPELINE, lambda d: d["tasks"]["sweep"].update(cache=True, workers=5))
+
+    run = submitted_run(owner, spec)
+
+    assert not run.resume and run.rerun_of_id is None
+    sweep = row(run, "sweep")
+    assert (sweep.reuse, sweep.reused_from) == (Reuse.WHOLE, f"{newer.id}/sweep")
+    assert (task_dir(run, "sweep") / "out" / "result.txt").read_text() == f"sweep of {newer.id}\n"
+    assert older.id not in sweep.reused_from
+    assert states(run) == {"sweep": "done", "summary": "waiting", "plot": "waiting"}
+
+
+def test_a_run_level_cache_is_every_tasks_default_and_a_task_may_say_no(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    owner,
+):
+    source = succeeded(launch, fake)
+    spec = edited(PIPELINE, lambda d: d.update(cache=True))
+    spec["tasks"]["plot"]["cache"] = False
+
+    run = submitted_run(owner, spec)
+
+    assert states(run) == {"sweep": "done", "summary": "done", "plot": "waiting"}
+    assert row(run, "summary").reused_from == f"{source.id}/summary"
+
+
+def test_the_cache_takes_no_task_that_did_not_succeed(launch, fake: FakeBackend, owner):  # noqa: F811
+    failed(launch, fake, PIPELINE, done=[range(0, 3)])
+
+    run = submitted_run(owner, edited(PIPELINE, lambda d: d.update(cache=True)))
+
+    assert set(states(run).values()) == {"waiting"}
+
+
+def test_the_cache_takes_no_other_users_work(launch, fake: FakeBackend, stranger):  # noqa: F811
+    succeeded(launch, fake)  # alice's
+
+    run = submitted_run(stranger, edited(PIPELINE, lambda d: d.update(cache=True)))
+
+    assert set(states(run).values()) == {"waiting"}
+    assert not any(t.reuse for t in run.tasks.all())

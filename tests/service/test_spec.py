@@ -206,7 +206,7 @@ def test_a_misspelled_top_level_field_names_the_known_fields_and_the_closest():
     errors = errors_of("tasks: {s: {command: [ls]}}\nreserve_nodes: true\n")
     (message,) = errors["reserve_nodes"]
     assert "unknown field 'reserve_nodes'" in message
-    assert "known: commands, environment, name, reserve_node, sources, tasks" in message
+    assert "known: cache, commands, environment, name, reserve_node, sources, tasks" in message
     assert message.endswith("did you mean 'reserve_node'?")
 
 
