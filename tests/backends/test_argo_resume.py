@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def run_pod(workflow: dict[str, Any], template: str, scratch: Path) -> Any:
         SIMRUN_SCRATCH=str(scratch / template),
         SIMRUN_MEMORY_SOURCE="process",
         SIMRUN_MEMORY_LIMIT_GB="2",
-        PATH=os.environ["PATH"],
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     )
     (scratch / template).mkdir()
     return subprocess.run(
