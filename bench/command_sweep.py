@@ -162,7 +162,7 @@ def service_run(
     django.setup()
     from harness.tasktypes import task_types
     from runs.backends.base import ClusterConfig, RunRecord
-    from runs.backends.local import LocalBackend, workflow_name
+    from runs.backends.local.backend import LocalBackend, workflow_name
     from runs.planning.planner import plan_run
     from runs.planning.records import task_records
     from runs.planning.spec import parse_spec

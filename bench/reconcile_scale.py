@@ -144,7 +144,7 @@ class Argo:
 
         from django.conf import settings
 
-        from runs.backends.argo import ArgoBackend
+        from runs.backends.argo.backend import ArgoBackend
         from runs.backends.base import ClusterConfig
         from tests.backends.argo_workflows import WF, Nodes, pod, workflow
         from tests.backends.kube_api import KubeApiServer

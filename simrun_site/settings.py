@@ -317,12 +317,12 @@ SIMRUN_SCRATCH = Path(
     _read("SIMRUN_SCRATCH", env.str, str(SIMRUN_STORE.parent / "scratch"))
 ).resolve()
 # A service running as root runs the processes of user N's runs as user id BASE + N
-# (runs/backends/local_user.py); 0 runs them as the service's own user.
+# (runs/backends/local/user.py); 0 runs them as the service's own user.
 SIMRUN_TASK_UID_BASE = _read("SIMRUN_TASK_UID_BASE", env.int, 200000) or None
 # The processes (and threads) one task may have: its pids cgroup, else RLIMIT_NPROC of its user.
 SIMRUN_TASK_PIDS_MAX = _read("SIMRUN_TASK_PIDS_MAX", env.int, 4096)
 # A run's environment.packages are installed into a venv per content on the local backend
-# (runs/backends/local_env.py): within SIMRUN_PACKAGES_TIMEOUT_S, at most
+# (runs/backends/local/env.py): within SIMRUN_PACKAGES_TIMEOUT_S, at most
 # SIMRUN_ENVIRONMENTS_KEPT such venvs kept, a builder's wheel cache at most
 # SIMRUN_PACKAGES_CACHE_GB.
 SIMRUN_PACKAGES_TIMEOUT_S = _positive("SIMRUN_PACKAGES_TIMEOUT_S", 1800.0)
@@ -336,7 +336,7 @@ SIMRUN_REUSE_MAX_GB = _positive("SIMRUN_REUSE_MAX_GB", 20.0)
 SIMRUN_REUSE_MAX_FILES = int(_positive("SIMRUN_REUSE_MAX_FILES", 500_000))
 # A task run as a task user gets a network namespace of its own, its own loopback only, so it
 # can neither take the service's port nor reach it, the database or the internet
-# (runs/backends/local_launcher.py); "host" gives it the machine's network.
+# (runs/backends/local/launcher.py); "host" gives it the machine's network.
 SIMRUN_TASK_NETWORK = _read("SIMRUN_TASK_NETWORK", env.str, "loopback")
 if SIMRUN_TASK_NETWORK not in {"loopback", "host"}:
     raise ImproperlyConfigured(
@@ -375,7 +375,7 @@ SIMRUN_LEARN_DESCRIBE_S = _positive("SIMRUN_LEARN_DESCRIBE_S", 60.0)
 SIMRUN_SNAPSHOT_USER_BYTES = _read("SIMRUN_SNAPSHOT_USER_BYTES", env.int, 2 << 30)
 SIMRUN_SNAPSHOT_TOTAL_BYTES = _read("SIMRUN_SNAPSHOT_TOTAL_BYTES", env.int, 20 << 30)
 
-# The Argo backend (see runs/backends/argo*.py and docs/cluster.md).
+# The Argo backend (see runs/backends/argo/ and docs/cluster.md).
 SIMRUN_CLUSTER = {
     "namespace": _read("SIMRUN_K8S_NAMESPACE", env.str, "simrun"),
     "queue": _read("SIMRUN_KUEUE_QUEUE", env.str, "simrun"),

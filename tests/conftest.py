@@ -25,7 +25,7 @@ def kube() -> Iterator[KubeApiServer]:
 def argo_backends_closed(monkeypatch) -> Iterator[None]:
     """Every Argo backend a test made is closed after it: its watch threads end, instead of
     calling a Kubernetes API that is gone for the rest of the session."""
-    from runs.backends.argo import ArgoBackend
+    from runs.backends.argo.backend import ArgoBackend
 
     made: list[ArgoBackend] = []
     init = ArgoBackend.__init__

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Set
 from pathlib import Path
@@ -120,6 +121,37 @@ def test_every_room_says_what_lives_there_and_what_it_may_import():
             continue
         docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
         assert "import" in docstring, f"{init.relative_to(ROOT)} says not what it may import"
+
+
+@pytest.mark.parametrize(("one", "other"), [("argo", "local"), ("local", "argo")])
+def test_one_backend_imports_nothing_of_the_other(one, other):
+    offending = [
+        f"{module_name(path)} -> {target}"
+        for path in sorted((ROOT / "runs" / "backends" / one).rglob("*.py"))
+        for target in imported(path)
+        if target == f"runs.backends.{other}" or target.startswith(f"runs.backends.{other}.")
+    ]
+    assert not offending
+
+
+def test_the_local_launcher_a_script_needs_only_the_standard_library_the_harness_and_siblings():
+    """It starts as ``python launcher.py`` without the service's packages: what it imports, and
+    what the siblings it imports by their bare names import, is the stdlib or the harness."""
+    folder = ROOT / "runs" / "backends" / "local"
+    siblings = {path.stem for path in folder.glob("*.py")}
+    allowed = set(sys.stdlib_module_names) | {"harness", "__future__"}
+    seen, todo, offending = set(), ["launcher"], []
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for target in imported(folder / f"{name}.py"):
+            top = target.split(".")[0]
+            if top in siblings and top != name:
+                todo.extend({top} - seen)
+            elif top not in allowed and top != name:
+                offending.append(f"{name} -> {target}")
+    assert not offending
+    assert {"launcher", "cgroups", "env", "shm", "budget"} <= seen
 
 
 def test_the_checks_see_a_relative_import_inside_a_function_and_a_cycle(tmp_path):

@@ -17,8 +17,8 @@ from django.conf import settings
 from runs.backends.base import Backend, ClusterConfig
 
 BACKENDS = {
-    "local": "runs.backends.local:LocalBackend",
-    "argo": "runs.backends.argo:ArgoBackend",
+    "local": "runs.backends.local.backend:LocalBackend",
+    "argo": "runs.backends.argo.backend:ArgoBackend",
     "fake": "runs.backends.fake:FakeBackend",
 }
 

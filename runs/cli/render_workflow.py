@@ -49,7 +49,7 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
 
     from harness.tasktypes import task_types
     from runs.backends import cluster_config
-    from runs.backends.argo_manifest import workflow_manifest
+    from runs.backends.argo.manifest import workflow_manifest
     from runs.planning.images import resolve
     from runs.planning.learned_types import run_types
     from runs.planning.planner import plan_run

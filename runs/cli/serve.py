@@ -342,7 +342,7 @@ def task_users(args: argparse.Namespace, home: Path) -> str | None:
     (or ``SIMRUN_TASK_UID_BASE``) is one; ``--demo`` makes it, saying so, so that the README's
     first command works on any machine.
     """
-    from runs.backends.local_user import unreachable
+    from runs.backends.local.user import unreachable
 
     if args.tasks_as_service:
         os.environ[TASK_UID_BASE] = "0"

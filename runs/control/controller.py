@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from harness.tasktypes import task_types
 from runs.backends import cluster_config, get_backend, logs
-from runs.backends.argo_nodes import choose_node
+from runs.backends.argo.nodes import choose_node
 from runs.backends.base import (
     FINAL_PHASES,
     Backend,

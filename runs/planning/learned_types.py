@@ -2,7 +2,7 @@
 
 A spec may name a type that only its ``sources`` define. At submission the service installs
 the snapshots into a venv of their own (on the service's packages, as the local backend does
-for a run: ``local_env``), asks the harness there what its types are and what they make of the
+for a run: ``local.env``), asks the harness there what its types are and what they make of the
 spec's settings (``python -m harness.describe``), and validates and plans with what it was
 told: a ``LearnedType`` per type. What it learned is kept under
 ``<store>/learned-types/<key>/`` (``types.json``, beside the venv), the key being the digests
@@ -47,7 +47,8 @@ from harness.tasktypes import (
     registered_types,
     runs_in_the_pods,
 )
-from runs.backends import local_env, local_user
+from runs.backends.local import env as local_env
+from runs.backends.local import user as local_user
 from runs.common import store
 from runs.planning.spec import (
     TYPE_NAME_RULE,

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from harness import untrusted
 from harness.report import LiveMemory
-from runs.backends.local_launcher import live_name
+from runs.backends.local.launcher import live_name
 from runs.common import store
 from runs.common.store import TaskFolder
 from runs.models import FINAL_TASK_STATES, Attempt
@@ -84,7 +84,7 @@ def read_live(folder: TaskFolder, worker: str, attempt: int) -> LiveMemory | Non
 
 
 def _launcher_live(folder: TaskFolder, stem: str) -> bytes | None:
-    """The live file of a plain command's attempt (``local_launcher.live_name``), read only
+    """The live file of a plain command's attempt (``launcher.live_name``), read only
     from the service's own ``logs/``; None without one."""
     try:
         logs = untrusted.own_dir(folder.base, folder / "logs")

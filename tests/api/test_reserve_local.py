@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.backends.local import LocalBackend
+from runs.backends.local.backend import LocalBackend
 from runs.models import Run
 
 pytestmark = pytest.mark.django_db

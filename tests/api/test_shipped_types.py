@@ -15,7 +15,8 @@ import pytest
 from django.db import connection
 
 from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
-from runs.backends import local_env, local_user
+from runs.backends.local import env as local_env
+from runs.backends.local import user as local_user
 from runs.cli import main
 from runs.control import controller
 from runs.models import Run, Task

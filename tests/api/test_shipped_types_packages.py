@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends import local_env, local_user
+from runs.backends.local import env as local_env
+from runs.backends.local import user as local_user
 from tests.api.test_shipped_types import learned
 from tests.backends.packages import pip_index
 from tests.walkthrough import upload_package, write_needy_package

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends import local_user
-from runs.backends.local import LocalBackend
+from runs.backends.local import user as local_user
+from runs.backends.local.backend import LocalBackend
 from runs.models import Run
 
 pytestmark = [

@@ -10,8 +10,8 @@ from typing import Any
 
 from harness.tasktypes import task_types
 from runs.backends.base import ClusterConfig, RunRecord, TaskPlan, TaskRecord
-from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_launcher import notify, read_json
+from runs.backends.local.backend import LocalBackend, workflow_name
+from runs.backends.local.launcher import notify, read_json
 from tests.polling import wait_for
 
 

@@ -12,9 +12,9 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
-from runs.backends.argo_api import CallPolicy, ClusterApiError, ClusterUnavailable
-from runs.backends.argo_build import build_pod_name
+from runs.backends.argo.api import CallPolicy, ClusterApiError, ClusterUnavailable
+from runs.backends.argo.backend import ArgoBackend
+from runs.backends.argo.build import build_pod_name
 from runs.backends.base import BackendUnavailable, ClusterConfig
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import WF, Nodes, argo_pod, workflow

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend, api_client
-from runs.backends.argo_build import build_pod_name
-from runs.backends.argo_manifest import workflow_manifest
+from runs.backends.argo.backend import ArgoBackend, api_client
+from runs.backends.argo.build import build_pod_name
+from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig, NodeInfo, PodLog
 from runs.planning.spec import SpecError
 from tests.backends.argo_runs import build_context, run_of

@@ -16,8 +16,8 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
-from runs.backends.argo_build import build_pod
+from runs.backends.argo.backend import ArgoBackend
+from runs.backends.argo.build import build_pod
 from runs.backends.base import ClusterConfig
 from tests.backends import kube_rbac
 from tests.backends.argo_pod_security import restricted_violations

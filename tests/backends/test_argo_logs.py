@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.common import store
 from runs.control import controller
@@ -79,7 +79,7 @@ def test_a_log_that_cannot_be_read_any_more_is_missing_with_its_reason(
 def test_a_pod_whose_log_fails_now_does_not_stop_the_others(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
-    from runs.backends.argo_api import CallPolicy
+    from runs.backends.argo.api import CallPolicy
 
     backend = ArgoBackend(
         cluster=CLUSTER,
@@ -153,7 +153,7 @@ def test_the_controller_keeps_each_log_as_its_pod_ends_so_the_pod_gc_cannot_outr
 def test_a_pod_whose_log_read_failed_and_which_is_gone_since_is_missing_with_why(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
-    from runs.backends.argo_api import CallPolicy
+    from runs.backends.argo.api import CallPolicy
 
     backend = ArgoBackend(
         cluster=CLUSTER, api=kube.client(), store=tmp_path, calls=CallPolicy(tries=1)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from harness.tasktypes import task_types
-from runs.backends.argo_manifest import (
+from runs.backends.argo.manifest import (
     RETRY_EXPRESSION,
     STAGE_SCRIPT,
     workflow_manifest,

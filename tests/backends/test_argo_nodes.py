@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
-from runs.backends.argo_nodes import POOL_LABEL, choose_node
+from runs.backends.argo.backend import ArgoBackend
+from runs.backends.argo.nodes import POOL_LABEL, choose_node
 from runs.backends.base import ClusterConfig, NodeInfo, TaskPlan
 from runs.control import controller
 from runs.models import Run, RunState

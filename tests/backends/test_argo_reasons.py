@@ -12,7 +12,7 @@ import time_machine
 from django.test import Client
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.models import Attempt
 from tests.api.conftest import running, submitted

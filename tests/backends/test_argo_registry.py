@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from runs.backends.argo import ArgoBackend
-from runs.backends.argo_registry import (
+from runs.backends.argo.backend import ArgoBackend
+from runs.backends.argo.registry import (
     DOCKER_HUB,
     ImageRef,
     has_image,

@@ -15,7 +15,7 @@ import yaml
 
 from harness.ledger import Ledger
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.common import store
 from runs.control import controller

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.control import controller
 from runs.models import Run, RunState

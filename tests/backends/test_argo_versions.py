@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
-from runs.backends.argo_versions import argo_refusal, image_version
+from runs.backends.argo.backend import ArgoBackend
+from runs.backends.argo.versions import argo_refusal, image_version
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_runs import run_of
 from tests.backends.kube_api import KubeApiServer

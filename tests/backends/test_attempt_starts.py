@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.argo_status import status_from_workflow
-from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.argo.status import status_from_workflow
+from runs.backends.local.backend import LocalBackend, workflow_name
 from tests.backends.argo_workflows import SIGTERM, Nodes, pod, workflow
 from tests.backends.local_fixtures import ended, phase, shell, stepping, submit, until_flag
 from tests.backends.test_argo_status import realistic

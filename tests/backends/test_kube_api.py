@@ -13,7 +13,7 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from harness.tasktypes import task_types
-from runs.backends.argo_manifest import workflow_manifest
+from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_pods import argo_pods
 from tests.backends.argo_runs import run_of

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.report import read_report
-from runs.backends import local
-from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_launcher import live_name, process_start
+from runs.backends.local import backend as local
+from runs.backends.local.backend import LocalBackend, workflow_name
+from runs.backends.local.launcher import live_name, process_start
 from runs.common.store import TaskFolder
 from runs.reads.live_attempts import read_live
 from tests.backends.local_fixtures import (

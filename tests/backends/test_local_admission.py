@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_admission import (
+from runs.backends.local.admission import (
     Demand,
     Held,
     admit,
@@ -17,6 +16,7 @@ from runs.backends.local_admission import (
     named_runs,
     unnamed,
 )
+from runs.backends.local.backend import LocalBackend, workflow_name
 from tests.backends.local_fixtures import (
     ended,
     phase,

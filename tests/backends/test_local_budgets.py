@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends import logcap
-from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_budget import Budget
+from harness import logcap
+from runs.backends.local.backend import LocalBackend, workflow_name
+from runs.backends.local.budget import Budget
 from tests.backends.local_fixtures import ended, log_of, phase, plan, shell, stepping, submit
 from tests.floods import tmpfs
 from tests.polling import wait_for

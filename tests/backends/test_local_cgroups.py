@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runs.backends import cgroups
+from runs.backends.local import cgroups
 
 
 def fake_proc(root: Path, cgroup: str, mountinfo: str) -> Path:

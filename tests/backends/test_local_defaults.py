@@ -13,7 +13,7 @@ PROBE = """
 import json, os, sys
 from pathlib import Path
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # as taskset -c N simrun serve
-from runs.backends.local import LocalBackend
+from runs.backends.local.backend import LocalBackend
 backend = LocalBackend(Path(sys.argv[1]) / "store", Path(sys.argv[1]) / "scratch")
 print(json.dumps({"cores": backend.cores, "memory_gb": backend.memory_gb,
                   "envs": str(backend.envs), "max_cores": backend.max_cores}))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.local.backend import LocalBackend, workflow_name
 from tests.backends.local_fixtures import phase, plan, read_log, stepping, submit
 from tests.polling import wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from runs.backends import local_env
+from runs.backends.local import env as local_env
 
 
 def test_a_link_planted_as_the_ready_mark_is_not_followed(tmp_path: Path, monkeypatch) -> None:

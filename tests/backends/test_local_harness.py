@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.tasktypes import task_types
-from runs.backends import cgroups
-from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.local.backend import LocalBackend, cgroups, workflow_name
 from runs.planning.records import task_records
 from runs.planning.spec import parse_spec
 from tests.backends.local_fixtures import (

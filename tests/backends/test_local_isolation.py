@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local import LocalBackend
+from runs.backends.local.backend import LocalBackend
 from runs.cli.home import secret_key
 from runs.cli.serve import protect_home
 from tests.backends.local_fixtures import ended, phase, read_log, shell, stepping, submit

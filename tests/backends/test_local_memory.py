@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.report import read_report
-from runs.backends import cgroups
 from runs.backends.base import RETRYING_PHASE
-from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.local.backend import LocalBackend, cgroups, workflow_name
 from tests.backends.local_fixtures import (
     ended,
     phase,

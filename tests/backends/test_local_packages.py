@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends import local_env, local_user
-from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.local import env as local_env
+from runs.backends.local import user as local_user
+from runs.backends.local.backend import LocalBackend, workflow_name
 from tests.backends.local_fixtures import ended, phase, read_log, stepping, submit
 from tests.backends.packages import pip_index, write_sdist, write_wheel
 from tests.polling import wait_for

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from runs.backends.base import PREEMPTED_PHASE
-from runs.backends.local import LocalBackend, workflow_name
-from runs.backends.local_launcher import process_cmdline, process_start, read_json, write_json
+from runs.backends.local.backend import LocalBackend, workflow_name
+from runs.backends.local.launcher import process_cmdline, process_start, read_json, write_json
 from tests.backends.local_fixtures import (
     log_of,
     phase,

@@ -13,7 +13,7 @@ import yaml
 
 from harness.ledger import Ledger
 from harness.tasktypes import task_types
-from runs.backends.local import LocalBackend
+from runs.backends.local.backend import LocalBackend
 from runs.common import store
 from runs.control import controller
 from runs.models import Observation, Run, RunState, Task

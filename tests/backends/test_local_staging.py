@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local import LocalBackend, workflow_name
+from runs.backends.local.backend import LocalBackend, workflow_name
 from tests.backends.local_fixtures import ended, phase, shell, stepping, submit
 from tests.polling import wait_for
 

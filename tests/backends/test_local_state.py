@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runs.backends.base import PREEMPTED_PHASE, RETRY_LIMIT, RETRYING_PHASE
-from runs.backends.local_state import Attempt, NodeSpec, NodeView, outcome, retry
+from runs.backends.local.state import Attempt, NodeSpec, NodeView, outcome, retry
 
 
 def test_only_the_count_of_the_oom_killer_proves_a_kill_for_memory():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local import VERSIONS_STALE_S, LocalBackend, workflow_name
+from runs.backends.local.backend import VERSIONS_STALE_S, LocalBackend, workflow_name
 from tests.backends.local_fixtures import submit, until_flag
 from tests.polling import wait_for
 

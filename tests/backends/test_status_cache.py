@@ -1,4 +1,4 @@
-"""The Argo backend's status cache (runs/backends/argo_watch.py): it lists the workflows once,
+"""The Argo backend's status cache (runs/backends/argo/watch.py): it lists the workflows once,
 then follows their watch, so statuses cost no request; against a Kubernetes API on loopback,
 with the real ``kubernetes`` client."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runs.backends.argo import ArgoBackend
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_workflows import WF, Nodes, argo_pod, pod, workflow
 from tests.backends.kube_api import KubeApiServer, Request
@@ -223,7 +223,7 @@ def test_the_reasons_of_pending_pods_are_read_once_per_version_of_the_workflow(
 def test_the_cache_lists_every_workflow_over_pages(
     backend: ArgoBackend, kube: KubeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("runs.backends.argo.PAGE_SIZE", 2)
+    monkeypatch.setattr("runs.backends.argo.backend.PAGE_SIZE", 2)
     wanted = names(5)
     for name in wanted:
         kube.state.put_workflow(named(name), "ADDED")
@@ -237,7 +237,7 @@ def test_the_cache_lists_every_workflow_over_pages(
 def test_a_continue_token_that_expired_mid_list_lists_again_from_the_start(
     backend: ArgoBackend, kube: KubeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("runs.backends.argo.PAGE_SIZE", 2)
+    monkeypatch.setattr("runs.backends.argo.backend.PAGE_SIZE", 2)
     wanted = names(3)
     for name in wanted:
         kube.state.put_workflow(named(name), "ADDED")

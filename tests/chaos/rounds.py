@@ -315,13 +315,13 @@ def kill_harness(service: Service, api: httpx.Client, rng: random.Random, run_id
 
 
 def launchers(service: Service, run_id: str) -> list[int]:
-    """The live launchers of the run's attempts (``local_launcher.py <fd> <fd>``), found by
+    """The live launchers of the run's attempts (``backends/local/launcher.py <fd> <fd>``), found by
     the pid files in its ``logs/`` folder: their command line names no run."""
     found = []
     for path in (task_dir(service, run_id) / "logs").glob("*.pid"):
         with contextlib.suppress(OSError, ValueError):
             pid = json.loads(path.read_text()).get("launcher")
-            if pid and "local_launcher.py" in _cmdline(pid):
+            if pid and "backends/local/launcher.py" in _cmdline(pid):
                 found.append(int(pid))
     return sorted(found)
 

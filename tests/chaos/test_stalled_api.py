@@ -22,8 +22,8 @@ import yaml
 from django.utils import timezone
 
 from harness.tasktypes import task_types
-from runs.backends.argo import ArgoBackend
-from runs.backends.argo_api import CallPolicy
+from runs.backends.argo.api import CallPolicy
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.control import controller
 from runs.models import Run, RunState

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 from rich.console import Console
 
-from runs.backends.local_admission import Demand, Held, shortage
+from runs.backends.local.admission import Demand, Held, shortage
 from runs.cli.progress import follow
 from runs.client.progress import size_text
 from runs.models import Run, RunState, Task

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local import LocalBackend
+from runs.backends.local.backend import LocalBackend
 from runs.cli import serve
 from runs.cli.serve import isolation
 

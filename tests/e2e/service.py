@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from runs.backends import local_env
+from runs.backends.local import env as local_env
 from tests.polling import wait_for
 
 SIMRUN = str(Path(sys.executable).parent / "simrun")

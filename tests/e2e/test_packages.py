@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends import local_env
+from runs.backends.local import env as local_env
 from tests.backends.packages import write_wheel
 from tests.e2e.service import Service, submit, wait_until_ended
 from tests.e2e.test_shipped_types import run_id, simrun_submit

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends import local_user
+from runs.backends.local import user as local_user
 from tests.e2e.service import SIMRUN, Service, run_of, submit, wait_until_ended
 
 pytestmark = [

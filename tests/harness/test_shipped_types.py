@@ -13,7 +13,7 @@ import pytest
 from harness.describe import describe
 from harness.plugin import command_of_task
 from harness.sources import PIP_LOG
-from runs.backends import local_env
+from runs.backends.local import env as local_env
 from tests.walkthrough import PACKAGE, write_walkthrough
 
 

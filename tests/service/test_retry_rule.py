@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from harness.tasktypes import task_types
-from runs.backends.argo_manifest import RETRY_EXPRESSION, workflow_manifest
+from runs.backends.argo.manifest import RETRY_EXPRESSION, workflow_manifest
 from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig, TaskPlan
-from runs.backends.local_state import Attempt as LocalAttempt
-from runs.backends.local_state import NodeSpec, NodeView, next_memory_gb, retry
+from runs.backends.local.state import Attempt as LocalAttempt
+from runs.backends.local.state import NodeSpec, NodeView, next_memory_gb, retry
 from runs.models import Attempt, RunState, Task
 from tests.backends.argo_runs import evaluate, run_of, substitute
 from tests.service.controller_support import (  # noqa: F401

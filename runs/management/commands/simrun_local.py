@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from runs.backends import get_backend
-from runs.backends.local import LocalBackend
+from runs.backends.local.backend import LocalBackend
 from runs.control import controller
 
 

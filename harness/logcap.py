@@ -11,7 +11,8 @@ follower of it sees the head, the count of what was dropped and the latest outpu
 The Argo backend keeps a pod's log in the store cut the same way (``cut``), from the head and
 the last lines the Kubernetes API gives.
 
-Only the standard library: the launcher imports it from its directory.
+Only the standard library, as all of the harness: the local backend's launcher, a script,
+imports it without the service's packages.
 """
 
 from __future__ import annotations

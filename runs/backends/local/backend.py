@@ -4,10 +4,10 @@ The nodes and phases of a run are the ones of its Argo workflow, so the controll
 the states of its tasks as on a cluster. Unlike the spec's backend, no thread of a service
 process owns a run, since Celery's processes come and go: the state of a run is files (its
 submission under ``<store>/local/`` and the files of its processes beside their logs, see
-``local_state``), any process reads a status from them, and a periodic ``step`` under a file
+``state``), any process reads a status from them, and a periodic ``step`` under a file
 lock (``serve``'s step process, ``run_steps``) starts what the DAG and the machine's free cores
-and memory allow (``local_admission``), as the run's task user (``local_user``), and notices
-ends. Each process is started detached through ``local_launcher``, which records its
+and memory allow (``admission``), as the run's task user (``user``), and notices
+ends. Each process is started detached through ``launcher``, which records its
 exit code and end time, so a run survives a restart of the service.
 """
 
@@ -35,7 +35,6 @@ from harness import untrusted
 from harness.config import GRACE_S, STOP_MARGIN_S
 from harness.report import report_path
 from harness.tasktypes import TaskType
-from runs.backends import cgroups, local_env, local_shm, local_user, local_wake
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -48,9 +47,14 @@ from runs.backends.base import (
     TaskRecord,
     workflow_name,
 )
-from runs.backends.local_admission import Demand, Held, admit
-from runs.backends.local_budget import Budget
-from runs.backends.local_launcher import (
+from runs.backends.local import cgroups
+from runs.backends.local import env as local_env
+from runs.backends.local import shm as local_shm
+from runs.backends.local import user as local_user
+from runs.backends.local import wake as local_wake
+from runs.backends.local.admission import Demand, Held, admit
+from runs.backends.local.budget import Budget
+from runs.backends.local.launcher import (
     STARTING_EXIT,
     notify,
     process_start,
@@ -58,7 +62,7 @@ from runs.backends.local_launcher import (
     same_process,
     write_json,
 )
-from runs.backends.local_state import (
+from runs.backends.local.state import (
     Attempt,
     NodeSpec,
     NodeView,
@@ -83,7 +87,7 @@ LOST_AFTER_S = 60.0
 VERSIONS_STALE_S = 10 * POLL_S
 """Versions no step rewrote within this are no signal: no step runs, so none is current."""
 """A launch whose launcher never wrote its pid file within this is lost."""
-LAUNCHER = Path(__file__).with_name("local_launcher.py")
+LAUNCHER = Path(__file__).with_name("launcher.py")
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 """The only variables of the service's environment its processes get (besides SIMRUN_*)."""
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -231,7 +235,7 @@ class LocalBackend:
         ``enforce_memory=False`` never creates memory cgroups; ``grace_s`` is the time from
         the SIGTERM of a cancel to the SIGKILL (the harness's grace period by default);
         ``task_uid_base`` runs the processes of a user's runs as the user of that id plus the
-        owner's (``local_user``, only as root), None as the service's own user; ``pids_max``
+        owner's (``user``, only as root), None as the service's own user; ``pids_max``
         is the most processes a task may have (its pids cgroup, else ``RLIMIT_NPROC`` of its
         task user); ``task_network`` ``loopback`` gives a task run as a task user a network of
         its own (``host``: the machine's); ``budget`` what a task may keep in its folder and
@@ -566,7 +570,7 @@ class LocalBackend:
         return started or ended or began_now
 
     def _admit(self, views: list[RunView], now: float) -> bool:
-        """Start what the machine's free cores and memory allow (``local_admission``), refuse
+        """Start what the machine's free cores and memory allow (``admission``), refuse
         what it can never hold, and keep why the others wait; whether anything started."""
         ready: dict[Demand, tuple[RunView, NodeView]] = {}
         for view in views:

@@ -1,9 +1,9 @@
 """The Argo backend: a run is an Argo Workflow on Kubernetes, its pods admitted by Kueue.
 
-The Workflow is built by ``argo_manifest`` and read by ``argo_status``; this module speaks to
+The Workflow is built by ``manifest`` and read by ``status``; this module speaks to
 the Kubernetes API with the official client (``CustomObjectsApi`` for workflows, ``CoreV1Api``
-for pods, logs and nodes), builds images with an in-cluster Kaniko pod (``argo_build``) and
-asks the registry for images (``argo_registry``). See docs/cluster.md.
+for pods, logs and nodes), builds images with an in-cluster Kaniko pod (``build``) and
+asks the registry for images (``registry``). See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -36,17 +36,18 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 from kubernetes.watch import Watch
 
+from harness import logcap
 from harness.tasktypes import TaskType
-from runs.backends import logcap, logs
-from runs.backends.argo_api import CallPolicy, Resilient, Silence, without_pool_retries
-from runs.backends.argo_build import (
+from runs.backends import logs
+from runs.backends.argo.api import CallPolicy, Resilient, Silence, without_pool_retries
+from runs.backends.argo.build import (
     JOINER_PREFIX,
     build_namespace,
     build_pod,
     build_pod_name,
     context_config_map,
 )
-from runs.backends.argo_manifest import (
+from runs.backends.argo.manifest import (
     DAG_TASK_LABEL,
     GROUP,
     PLURAL,
@@ -56,17 +57,17 @@ from runs.backends.argo_manifest import (
     VERSION,
     workflow_manifest,
 )
-from runs.backends.argo_nodes import reservable, usable
-from runs.backends.argo_registry import has_image, registry_credentials
-from runs.backends.argo_status import (
+from runs.backends.argo.nodes import reservable, usable
+from runs.backends.argo.registry import has_image, registry_credentials
+from runs.backends.argo.status import (
     NODE_NAME,
     mount_failure,
     start_failure,
     status_from_workflow,
     with_pods,
 )
-from runs.backends.argo_versions import argo_refusal, kueue_refusal, queue_quota, served_groups
-from runs.backends.argo_watch import PAGE_SIZE, WorkflowCache
+from runs.backends.argo.versions import argo_refusal, kueue_refusal, queue_quota, served_groups
+from runs.backends.argo.watch import PAGE_SIZE, WorkflowCache
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -87,7 +88,7 @@ MISSING_LOGS = {
 }
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 STAGE_CONTAINER = "stage"
-"""The init container that stages a command task's inputs (``argo_manifest``)."""
+"""The init container that stages a command task's inputs (``manifest``)."""
 TERMINATED = frozenset({"Succeeded", "Failed"})
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -214,7 +215,7 @@ class ArgoBackend:
 
         ValueError when a task cannot run: no image, more than any node can hold or the
         ClusterQueue can admit, or an Argo or a Kueue simrun does not support
-        (``argo_versions``).
+        (``versions``).
         """
         manifest = workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
         self._check_fits(plans)
@@ -233,7 +234,7 @@ class ArgoBackend:
     def status(self, name: str) -> BackendStatus:
         """The status of a Workflow; KeyError when it is gone (e.g. deleted by its TTL).
 
-        Once ``versions`` started the watch's cache (``argo_watch``), a Workflow it holds is
+        Once ``versions`` started the watch's cache (``watch``), a Workflow it holds is
         read from it, without a request; one it has not seen (just created) is read by a GET.
         While a node is pending or an attempt failed, its pods (and their Kueue Workloads) are
         read too, for why each waits and why each failed attempt was ended: from the cache,
@@ -275,7 +276,7 @@ class ArgoBackend:
 
     def _pods_of(self, name: str) -> list[dict[str, Any]]:
         """The pods of a workflow as the API server wrote them: its JSON, as the pure
-        ``argo_status`` reads it, not the client's models (which refuse a pod that lacks a
+        ``status`` reads it, not the client's models (which refuse a pod that lacks a
         field they require)."""
         response: Any = self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
@@ -479,7 +480,7 @@ class ArgoBackend:
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes the runs' pods may use (those of the node selector), with their holder and
-        whether a run may reserve them (``argo_nodes``)."""
+        whether a run may reserve them (``nodes``)."""
         found = []
         for node in self._listed_nodes():
             # What the API server returns has metadata and a name.

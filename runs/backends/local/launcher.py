@@ -2,7 +2,7 @@
 
 The step of the backend writes ``<node>-<attempt>.launch`` (what to run, its environment, its
 cgroups) in the task's ``logs/`` folder (the service's own, ``harness.untrusted.service_dir``)
-and starts ``python local_launcher.py LAUNCH_FD LOGS_FD`` in a session of its own with its
+and starts ``python launcher.py LAUNCH_FD LOGS_FD`` in a session of its own with its
 output into ``<node>-<attempt>.log``: the launch file and the folder are inherited descriptors,
 so no command line in ``ps`` names a run, and every file the launcher writes there is made
 relative to the folder's descriptor, never through a link a task planted. The launcher
@@ -17,8 +17,8 @@ killed at its end, with or without cgroups. So no process of the service owns a 
 process reads the state from these files, and a run survives a restart of the service.
 
 It runs as a script, not as a module of ``runs``, so that it starts in milliseconds without
-the service's packages: its siblings ``cgroups`` and ``local_env`` are imported from its
-directory, and it uses nothing else of the service (only the harness's stdlib modules).
+the service's packages: its siblings ``cgroups``, ``env``, ``shm`` and ``budget`` are imported
+from its directory, and it uses nothing else of the service (only the harness's stdlib modules).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _prepare(launch: dict[str, Any], stopped: Callable[[], bool]) -> IO[str] | N
     scratch directory, hand both to the task user, and stage the inputs of a command into the
     scratch as that user. The lock that keeps the
     packages' venv while the process runs, if it has one."""
-    import local_env  # the sibling module, see the docstring of this module
+    import env as local_env  # the sibling module, see the docstring of this module
 
     venv = launch.get("venv")
     user = launch.get("user")
@@ -286,14 +286,14 @@ def _enter(launch: dict[str, Any]) -> None:
 
         cgroups.join(Path(launch["pids_cgroup"]))
     if shm := launch.get("shm"):
-        import local_shm  # the sibling module, see the docstring of this module
+        import shm as local_shm  # the sibling module, see the docstring of this module
 
         try:
             local_shm.own_shm(shm["bytes"], shm["inodes"])
         except OSError as error:
             print(f"simrun: /dev/shm is the machine's, not the task's own: {error}", flush=True)
     if budget := launch.get("budget"):
-        import local_budget  # the sibling module, see the docstring of this module
+        import budget as local_budget  # the sibling module, see the docstring of this module
 
         local_budget.Budget.from_json(budget).limit_file_size()
     if user := launch.get("user"):
@@ -307,8 +307,8 @@ def _enter(launch: dict[str, Any]) -> None:
 def _start(launch: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start the process in a session of its own (its cgroup, its user) with the launcher's
     output (the pipe of its capped log)."""
-    import local_budget  # noqa: F401 - imported before the fork, for ``_enter``
-    import local_shm  # noqa: F401
+    import budget as local_budget  # noqa: F401 - imported before the fork, for ``_enter``
+    import shm as local_shm  # noqa: F401
 
     return subprocess.Popen(
         launch["argv"],
@@ -396,7 +396,7 @@ def _unstarted_exit(error: BaseException, stopped: bool) -> int:
 def _capture(launch: dict[str, Any]) -> Any:
     """Send what the launcher and its process print (stdout and stderr, the venv's build too)
     through a pipe into the log, capped (``logcap``); the pump, to stop at the end."""
-    import logcap  # the sibling module, see the docstring of this module
+    from harness import logcap
 
     read, write = os.pipe()
     pump = logcap.LogPump(read, sys.stdout.fileno(), int(launch["log_bytes"]))
@@ -430,7 +430,7 @@ def _watch(launch: dict[str, Any]) -> Any:
     """The watch of the task's budget of files (``local_budget``), None without a budget."""
     if not launch.get("budget"):
         return None
-    import local_budget  # the sibling module, see the docstring of this module
+    import budget as local_budget  # the sibling module, see the docstring of this module
 
     budget = local_budget.Budget.from_json(launch["budget"])
     store, task = Path(launch["store"]), tuple(untrusted.parts_of(launch["task"]))
@@ -444,7 +444,7 @@ def _watch(launch: dict[str, Any]) -> Any:
 
 def _over_budget(launch: dict[str, Any], result: dict[str, Any], over: str) -> None:
     """Fail an attempt over its budget of files, naming it, and remove what it wrote."""
-    import local_budget  # the sibling module, see the docstring of this module
+    import budget as local_budget  # the sibling module, see the docstring of this module
 
     local_budget.remove_written(Path(launch["store"]), tuple(untrusted.parts_of(launch["task"])))
     result["over_budget"] = over
@@ -704,7 +704,7 @@ def _clean_up(launch: dict[str, Any], pid: int, result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not all(a.isdigit() for a in args):
-        print("usage: local_launcher.py LAUNCH_FD LOGS_FD", file=sys.stderr)
+        print("usage: launcher.py LAUNCH_FD LOGS_FD", file=sys.stderr)
         return 2
     return run(int(args[0]), int(args[1]))
 

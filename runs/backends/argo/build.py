@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from runs.backends.argo_manifest import QUEUE_LABEL
+from runs.backends.argo.manifest import QUEUE_LABEL
 from runs.backends.base import ClusterConfig
 
 BUILD_LABEL = "simrun/build"

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runs.backends.argo_manifest import RESERVED_KEY
+from runs.backends.argo.manifest import RESERVED_KEY
 from runs.backends.base import NodeInfo, TaskPlan
 
 POOL_LABEL = "simrun.io/pool"

@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from runs.backends.argo_manifest import EVICTION_PATTERN
+from runs.backends.argo.manifest import EVICTION_PATTERN
 from runs.backends.base import (
     FINAL_PHASES,
     PREEMPTED_PHASE,

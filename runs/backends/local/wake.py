@@ -9,7 +9,7 @@ local user can reach. Either way the receiver checks who sent each datagram (``S
 one from a user other than the service's, outside its group, wakes nothing, so a flood of
 datagrams costs the step reading them, never a step each.
 
-Only the standard library: the launcher sends to it with ``local_launcher.notify``.
+Only the standard library: the launcher sends to it with ``launcher.notify``.
 """
 
 from __future__ import annotations
