@@ -120,6 +120,11 @@ def test_an_opened_why_stays_open_across_the_live_refreshes(
         )
         expect(why).to_have_attribute("open", "")
     go.write_text("go")
+    # Ended before the folder of the signal goes: a run left waiting holds a core of the
+    # module's service, and the next test's task would wait for it.
+    expect(page.locator("#run-live")).to_have_attribute(
+        "data-state", "succeeded", timeout=RUN_TIMEOUT_MS
+    )
 
 
 def test_the_api_docs_render_offline_with_no_script_style_or_font_from_elsewhere(
