@@ -15,7 +15,6 @@ import yaml
 from django.contrib.auth.models import User
 
 from runs.models import Run
-from runs.planning.resume import check_resumable
 from runs.planning.spec import RunSpec
 from runs.planning.submission import create_run
 
@@ -38,9 +37,7 @@ def submit_rerun(
     (``rerun_owner``), linked as it is created, its sources learned as every submission's
     are. ``text`` is the spec's text as edited; None: the source's, re-run as it was. With
     ``resume`` it reuses what ``source`` finished (``runs.planning.resume``), which must have
-    ended."""
-    if resume:
-        check_resumable(source)
+    ended (``create_run`` checks)."""
     if text is None:
         text = source.spec_text
     owner = rerun_owner(source)

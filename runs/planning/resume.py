@@ -33,8 +33,22 @@ class Chosen:
         return f"{self.source.run_id}/{self.source.task_id}"
 
 
-def check_resumable(source: Run) -> None:
-    """A run may be resumed once it ended: the work of a live one is still being done."""
+def check_resumable(source: Run, owner_id: int) -> None:
+    """A run may be resumed once it ended (the work of a live one is still being done), and
+    only by a run of its own owner (what it left is code to the tasks that read it): a resume
+    by staff of another user's run is that user's run (``runs.planning.reruns``), and any
+    other owner is refused, never given a silent run in full."""
+    if source.owner_id != owner_id:
+        raise SpecError(
+            {
+                "resume_of": [
+                    f"run {source.id} is {source.owner.get_username()}'s: its work is reused "
+                    "only by a run of theirs (the pickled results of its units are code to the "
+                    "tasks that read them); resume it as theirs (Resume on its page, or "
+                    "resume_of, which staff may use on any run)"
+                ]
+            }
+        )
     if not source.ended:
         raise SpecError(
             {
@@ -63,8 +77,7 @@ def resumed(
 ) -> dict[str, Chosen]:
     """What each task of a new run of ``owner_id`` (its ``keys`` and ``kinds`` by id) reuses
     of the run it resumes; the tasks that reuse nothing are left out."""
-    if source.owner_id != owner_id:
-        return {}
+    check_resumable(source, owner_id)
     done: dict[str, Task] = {}
     unfinished: dict[str, Task] = {}
     for task in source.tasks.exclude(key="").order_by("position"):

@@ -35,7 +35,7 @@ from runs.planning.planner import (
     plan_run,
 )
 from runs.planning.records import task_json, task_records
-from runs.planning.resume import Chosen, cached, resumed
+from runs.planning.resume import Chosen, cached, check_resumable, resumed
 from runs.planning.spec import RunSpec, SpecError, cached_tasks, type_name, validate_spec
 
 
@@ -177,6 +177,8 @@ def create_run(
     service's: the Celery task). ``CannotRun`` when the service could start none of it,
     ``QueueFull`` when the owner has ``SIMRUN_USER_QUEUED_RUNS`` runs not ended.
     """
+    if resume and rerun_of is not None:
+        check_resumable(rerun_of, owner.pk)
     backend = backend or get_backend()
     if problem := run_problem(spec, owner, backend):
         raise CannotRun(problem)

@@ -98,3 +98,19 @@ def test_each_task_says_what_it_reused_and_from_which_run(owner_client, owner, b
     assert sweep["key"] == Task.objects.get(run=source, task_id="sweep").key
     assert summary["reused_from"] is None and summary["units_reused"] == 0
     assert summary["shown_state"] == TaskState.WAITING and summary["not_reused"] == ""
+
+
+def test_a_resume_by_staff_of_another_users_run_is_the_owners_and_reuses_their_work(
+    staff_client, owner, staff, backend
+):
+    source = with_outputs(submitted(owner))
+    response = staff_client.post(f"/api/runs/?resume_of={source.id}")
+    assert response.status_code == 201, response.content
+    answer = response.json()
+    assert (answer["owner"], answer["submitted_by"]) == ("alice", staff.get_username())
+    assert controller.submit(answer["id"], backend=backend)
+
+    tasks = staff_client.get(f"/api/runs/{answer['id']}/").json()["tasks"]
+    assert {t["id"]: t["reused_from"]["run"] for t in tasks} == dict.fromkeys(
+        ("sweep", "summary"), source.id
+    )

@@ -354,14 +354,26 @@ def test_a_resume_by_staff_is_the_owners_run_and_reuses_the_owners_work(
     assert run.state == RunState.SUCCEEDED and set(states(run).values()) == {"done"}
 
 
-def test_work_is_reused_only_from_a_run_of_the_same_owner(launch, fake: FakeBackend, stranger):  # noqa: F811
+def test_work_is_reused_only_from_a_run_of_the_same_owner_and_any_other_is_refused(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    staff,
+):
     source = succeeded(launch, fake)
+    spec = validate_spec(source.spec, types=task_types())
+
+    # Staff's own run resuming another user's: refused by name, not run in full in silence.
+    with pytest.raises(SpecError) as refused:
+        create_run(spec=spec, owner=staff, rerun_of=source, resume=True)
+    [reason] = refused.value.errors["resume_of"]
+    assert f"run {source.id} is {source.owner.get_username()}'s" in reason
+    assert "code to the tasks that read them" in reason
+    assert Run.objects.filter(owner=staff).count() == 0
     keys = dict(source.tasks.values_list("task_id", "key"))
     kinds = dict(source.tasks.values_list("task_id", "kind"))
-
-    theirs = planning_resume.resumed(keys=keys, kinds=kinds, source=source, owner_id=stranger.pk)
+    with pytest.raises(SpecError):
+        planning_resume.resumed(keys=keys, kinds=kinds, source=source, owner_id=staff.pk)
     mine = planning_resume.resumed(keys=keys, kinds=kinds, source=source, owner_id=source.owner_id)
-    assert theirs == {}
     assert {t: c.how for t, c in mine.items()} == dict.fromkeys(keys, Reuse.WHOLE)
 
 
