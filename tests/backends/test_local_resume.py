@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from harness.ledger import Ledger
+from harness.merge import MERGED_MARKER
 from harness.tasktypes import task_types
 from runs.backends.local.backend import LocalBackend
 from runs.common import store
@@ -31,6 +32,23 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 UNITS = 60
 SQUARES = {
     "tasks": {"sweep": {"type": "squares", "settings": {"n": UNITS, "delay_s": 0.04}, "cores": 1}}
+}
+MERGE_TYPO = {
+    "name": "merged",  # a named run's command task is observed (observation_key)
+    "tasks": {
+        **SQUARES["tasks"],
+        "merge": {"command": ["sh", "-c", "cat inputs/t/squares.csv >"], "inputs": {"t": "sweep"}},
+    },
+}
+MERGE_FIXED = {
+    "name": "merged",
+    "tasks": {
+        **SQUARES["tasks"],
+        "merge": {
+            "command": ["sh", "-c", 'wc -l < inputs/t/squares.csv > "$SIMRUN_OUT/rows"'],
+            "inputs": {"t": "sweep"},
+        },
+    },
 }
 SWEEP = {
     "tasks": {
@@ -95,8 +113,14 @@ def done_units(run: Run, task: str) -> set[int]:
     return set(range(UNITS)) - missing
 
 
-def resume(source: Run, backend: LocalBackend) -> Run:
-    spec = validate_spec(source.spec, types=task_types())
+def outputs(run: Run, task: str) -> dict[str, bytes]:
+    """The files of a task's ``out/`` but the merge's marker (it says when it merged)."""
+    out = store.task_dir(run.id, task) / "out"
+    return {p.name: p.read_bytes() for p in out.iterdir() if p.name != MERGED_MARKER}
+
+
+def resume(source: Run, backend: LocalBackend, spec_document: dict[str, Any] | None = None) -> Run:
+    spec = validate_spec(spec_document or source.spec, types=task_types())
     run = submit_rerun(source=source, spec=spec, actor=source.owner, resume=True)
     assert controller.submit(run.id, backend=backend)
     return until_ended(run, backend)
@@ -121,10 +145,46 @@ def test_a_sweep_cancelled_part_way_and_resumed_computes_exactly_the_units_it_ha
     assert set(computed) == set(range(UNITS)) - reused and set(computed.values()) == {1}
     out = store.task_dir(run.id, "sweep") / "out"
     assert (out / "squares.json").read_bytes() == json.dumps([i * i for i in range(UNITS)]).encode()
+    # Byte for byte what a run that computed every unit writes.
+    fresh = until_ended(submitted(owner, SQUARES, local), local)
+    assert outputs(run, "sweep") == outputs(fresh, "sweep") and len(outputs(run, "sweep")) == 2
     # Its accounting is what it ran: the units it computed, none of those it reused.
     assert sum(Observation.objects.filter(run=run).values_list("units", flat=True)) == len(computed)
     usage = accounting.run_usage(run, list(run.tasks.all()))
     assert usage.as_dict()["attempts"] == Observation.objects.filter(run=run).count()
+
+
+def test_a_finished_sweep_is_reused_whole_byte_for_byte_and_counts_nothing_in_its_accounting(
+    owner,
+    local,
+    sent,  # noqa: F811
+):
+    source = until_ended(submitted(owner, MERGE_TYPO, local), local)
+    assert source.state == RunState.FAILED
+    assert dict(source.tasks.values_list("task_id", "state")) == {
+        "sweep": "done",
+        "merge": "failed",
+    }
+
+    run = resume(source, local, MERGE_FIXED)
+
+    assert run.state == RunState.SUCCEEDED, run.message
+    sweep, merge = (Task.objects.get(run=run, task_id=t) for t in ("sweep", "merge"))
+    assert (sweep.reused_from, sweep.units_reused) == (f"{source.id}/sweep", UNITS)
+    assert not sweep.attempts.exists() and not progress(run, "sweep")
+    assert merge.attempts.count() == 1 and not merge.reuse
+    assert (store.task_dir(run.id, "merge") / "out" / "rows").read_text().strip() == str(UNITS + 1)
+    fresh = until_ended(submitted(owner, MERGE_FIXED, local), local)
+    assert outputs(run, "sweep") == outputs(fresh, "sweep") == outputs(source, "sweep")
+    # The memory accounting is what this run ran: the merge, none of the sweep it reused.
+    assert not Observation.objects.filter(task=sweep).exists()
+    ran = Observation.objects.filter(run=run)
+    assert set(ran.values_list("task_id", flat=True)) == {merge.pk}
+    usage = accounting.run_usage(run, list(run.tasks.all())).as_dict()
+    assert usage["tasks"]["sweep"]["attempts"] == 0 and usage["tasks"]["sweep"]["used_gbh"] == 0
+    assert usage["attempts"] == usage["tasks"]["merge"]["attempts"] == ran.count() > 0
+    source_usage = accounting.run_usage(source, list(source.tasks.all())).as_dict()
+    assert source_usage["tasks"]["sweep"]["attempts"] > 0
 
 
 def test_a_command_sweep_resumed_keeps_the_outputs_of_the_units_it_reused(
