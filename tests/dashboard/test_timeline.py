@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from runs.models import Attempt, Run, RunState, Task
+from runs.models import Attempt, Reuse, Run, RunState, Task
 from runs.web.timeline import LABEL_WIDTH, PLOT_WIDTH, timeline
 from tests.api.conftest import running, submitted
 
@@ -95,3 +95,42 @@ def test_the_run_page_draws_the_timeline_and_polls_it_while_live(owner):
     assert '<svg class="timeline"' in page and 'data-drawn="1"' in page
     fragment = client.get(f"/runs/{run.id}/live/", HTTP_HX_REQUEST="true").content.decode()
     assert '<svg class="timeline"' in fragment and 'data-row="sweep"' in fragment
+
+
+def test_a_task_that_started_with_reused_units_has_a_row_of_them_before_its_attempts(owner):
+    source = submitted(owner)
+    run = running(submitted(owner), sweep="running")
+    begin = started(run, 40)
+    Task.objects.filter(run=run, task_id="sweep").update(
+        started_at=begin, reuse=Reuse.UNITS, reused_from=f"{source.id}/sweep", units_reused=3
+    )
+    sweep = run.tasks.get(task_id="sweep")
+    Attempt.objects.create(task=sweep, worker="sweep-w0", attempt=0, started_at=begin)
+
+    bars = timeline(run, tasks_of(run), now=run.created_at + timedelta(seconds=100)).bars
+
+    of_sweep = [(bar.kind, bar.label) for bar in bars if bar.task_id == "sweep"]
+    label = f"reused from {source.id}"
+    assert of_sweep == [("task", "sweep"), ("reused", label), ("attempt", "sweep-w0 #0")]
+    [reused] = [bar for bar in bars if bar.kind == "reused"]
+    assert (
+        reused.title
+        == f"3 of {sweep.units_total} units reused from {source.id}: not computed by this run"
+    )
+    # From the run's creation to the task's start: no attempt of this run computed them.
+    assert reused.x == pytest.approx(LABEL_WIDTH)
+    assert reused.width == pytest.approx(0.4 * PLOT_WIDTH) and not reused.open_ended
+    assert not [bar for bar in bars if bar.task_id == "summary" and bar.kind == "reused"]
+
+
+def test_the_run_page_draws_the_row_of_reused_units(owner):
+    source = submitted(owner)
+    run = running(submitted(owner), sweep="running")
+    started(run, 10)
+    Task.objects.filter(run=run, task_id="sweep").update(
+        reuse=Reuse.UNITS, reused_from=f"{source.id}/sweep", units_reused=3
+    )
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert f'data-row="reused from {source.id}" data-kind="reused"' in page
