@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import harness
 from harness.tasktypes import task_types
 from runs.models import Task
 from runs.planning.keys import Environment, task_keys
@@ -81,6 +82,8 @@ def test_a_change_of_a_command_or_its_sweep_invalidates_that_task_and_what_reads
     # The same sweep written otherwise is the same sweep.
     assert changed(lambda d: d["tasks"]["sim"]["sweep"].update(T={"range": [0, 4, 1]})) == set()
     assert changed(lambda d: d["tasks"]["sim"].update(failures={"allowed": 1})) == {"sim"}
+    # A command's own image is where it runs: that task's, not the others'.
+    assert changed(lambda d: d["tasks"]["plot"].update(image="python:3.12-slim")) == {"plot"}
 
 
 def test_reading_another_task_or_under_another_port_invalidates_the_reader_downstream():
@@ -96,6 +99,13 @@ def test_a_change_of_the_environment_invalidates_every_task_but_not_the_packages
     assert changed(lambda d: d["environment"].update(packages=["numpy", "scipy==1.13"])) == every
     assert changed(lambda d: d["environment"].update(image="python:3.12-slim")) == every
     assert changed(lambda d: d["environment"].update(packages=["scipy", "numpy"])) == set()
+
+
+def test_another_version_of_simrun_invalidates_every_task(monkeypatch):
+    before = keys_of(BASE)
+    monkeypatch.setattr(harness, "__version__", harness.__version__ + ".post1")
+    after = keys_of(BASE)
+    assert all(before[task] != after[task] for task in BASE["tasks"])
 
 
 def test_a_change_of_a_source_snapshot_invalidates_every_task():

@@ -201,6 +201,15 @@ def test_a_split_task_that_did_not_finish_starts_with_its_done_units_in_the_ledg
     assert ledger.results() == [i * i for i in range(12)]
 
 
+def test_a_change_of_plan_keeps_the_units_reused(launch, fake: FakeBackend):  # noqa: F811
+    source = failed(launch, fake, done=[range(0, 4)])
+    plan = {"workers": 3, "cores": 2, "memory": {"per_worker_gb": 0.5, "base_gb": 0.25}}
+    run = resumed(source, edited(SWEEP, lambda d: d["tasks"]["sweep"].update(plan)))
+
+    task = row(run, "sweep")
+    assert (task.reuse, task.units_reused) == (Reuse.UNITS, 4) and task.plan["workers"] == 3
+
+
 def test_a_resume_of_a_resume_reuses_the_units_its_source_reused_and_those_it_computed(
     launch,  # noqa: F811
     fake: FakeBackend,  # noqa: F811
@@ -322,6 +331,58 @@ def test_a_piece_that_is_a_link_refuses_the_units(launch, fake: FakeBackend, tmp
     assert "units/done/3-6 is a link: not followed" in row(run, "sweep").not_reused
     assert row(run, "sweep").units_reused is None
     assert not (task_dir(run, "sweep") / "units").exists()
+
+
+COMMAND_SWEEP = {
+    "tasks": {
+        "sim": {
+            "command": ["sh", "-c", "echo {U} > {out}/r.txt"],
+            "sweep": {"U": {"range": [0, 6]}},
+        }
+    }
+}
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "oversized", "link in a unit's folder"])
+def test_units_whose_pieces_or_folders_hold_what_no_task_should_are_refused_never_followed(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    settings,
+    tmp_path: Path,
+    kind: str,
+):
+    settings.SIMRUN_REUSE_MAX_GB = 1 / 1024
+    run = launch(COMMAND_SWEEP)
+    folder = task_dir(run, "sim")
+    Ledger.open(folder / "units", 6, "sim-w0").write_piece([0, 1, 2], [{}, {}, {}])
+    for unit in (0, 1, 2):
+        (folder / "out" / "units" / str(unit)).mkdir(parents=True)
+        (folder / "out" / "units" / str(unit) / "r.txt").write_text(f"{unit}\n")
+    secret = tmp_path / "secret"
+    secret.write_text("the service's own\n")
+    if kind == "FIFO":
+        os.mkfifo(folder / "units" / "done" / "3-6")
+    elif kind == "oversized":
+        with (folder / "units" / "done" / "3-6").open("wb") as handle:
+            handle.truncate(3 * 2**20)
+    else:
+        (folder / "out" / "units" / "1" / "evil").symlink_to(secret)
+    fake.set_phase(run.workflow, "Failed")
+    poll(fake)
+    source = fresh(run)
+
+    resume = resumed(source)
+
+    sim = row(resume, "sim")
+    why = {
+        "FIFO": "units/done/3-6 is a FIFO: not followed",
+        "oversized": "units/done/3-6 is 3.0 MiB, more than the",
+        "link in a unit's folder": "out/units/1/evil is a link: not followed",
+    }[kind]
+    assert why in sim.not_reused and sim.not_reused.startswith(f"not reused from {source.id}/sim")
+    assert (sim.reuse, sim.units_reused) == ("", None)
+    assert not (task_dir(resume, "sim") / "units").exists()
+    assert not (task_dir(resume, "sim") / "out").exists()
 
 
 def test_the_files_a_run_copies_are_bounded_and_a_task_beyond_them_runs_in_full(
