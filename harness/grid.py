@@ -6,6 +6,11 @@ name (a list of values, ``range``, ``linspace``, ``logspace``), ``zip`` to pair 
 a ``Grid`` that counts its combinations without listing them and gives the values of any unit
 by its index, the same in the service and in every pool process; ``Grid.as_json`` is its
 normalised form, deterministic, which parses to the same grid.
+
+The order of the axes decides which unit is which combination and the order of the results'
+columns, and a mapping's order does not survive the store (``write_json`` sorts its keys,
+PostgreSQL's jsonb reorders them): so the normalised form names it in ``axes``, a list, which
+``parse_sweep`` follows over the mapping's own order.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, TypeGuard
 
 AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
-RESERVED = frozenset({"zip", "samples"})
+RESERVED = frozenset({"axes", "zip", "samples"})
 """Keys of a sweep that are not axes."""
 PLACEHOLDER_NAMES = frozenset({"out", "unit", "inputs"})
 """Placeholders the harness fills itself, so no axis may take their names."""
@@ -190,8 +195,10 @@ class Grid:
         return {a.name: a.value(int(indices[i])) for i, a in enumerate(self.axes)}
 
     def as_json(self) -> dict[str, Any]:
-        """The normalised sweep: axes in order, then ``zip`` and ``samples`` when given."""
-        found: dict[str, Any] = {axis.name: axis.as_json() for axis in self.axes}
+        """The normalised sweep: ``axes`` (their order), the axes in order, then ``zip`` and
+        ``samples`` when given."""
+        found: dict[str, Any] = {"axes": self.names}
+        found.update((axis.name, axis.as_json()) for axis in self.axes)
         pairs = [[self.axes[i].name for i in d] for d in self.dimensions if len(d) > 1]
         if pairs:
             found["zip"] = pairs
@@ -319,16 +326,38 @@ def _zip(raw: Any, axes: Mapping[str, Axis], errors: Errors) -> list[list[str]] 
     return None if any(p.startswith("zip") for p in errors) else raw
 
 
+def _order(raw: Any, names: list[str], errors: Errors) -> list[str]:
+    """The axes in the order ``axes`` gives (every axis once), else the mapping's."""
+    if raw is None:
+        return names
+    if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
+        errors["axes"] = ["axes is a list of the axis names, in the order of the units"]
+        return names
+    again = next((name for name in raw if raw.count(name) > 1), None)
+    unknown = next((name for name in raw if name not in names), None)
+    missing = next((name for name in names if name not in raw), None)
+    if again is not None:
+        errors["axes"] = [f"axes names every axis once: {again!r} is named twice"]
+    elif unknown is not None:
+        errors["axes"] = [f"axes names every axis once: {unknown!r} is no axis of the sweep"]
+    elif missing is not None:
+        errors["axes"] = [f"axes names every axis once, in order: {missing!r} is missing"]
+    else:
+        return list(raw)
+    return names
+
+
 def parse_sweep(raw: Any) -> Grid:
     """The grid of a sweep's spec; ``SweepError`` with every problem by its path in it."""
     if not isinstance(raw, dict):
         raise SweepError({"": ["a sweep is a mapping of axes by name"]})
     errors: Errors = {}
+    given = {str(name): spec for name, spec in raw.items() if name not in RESERVED}
+    names = _order(raw.get("axes"), list(given), errors)
     axes: dict[str, Axis] = {}
-    for name, spec in raw.items():
-        if name not in RESERVED and (axis := _axis(str(name), spec, errors)) is not None:
+    for name in names:
+        if (axis := _axis(name, given[name], errors)) is not None:
             axes[axis.name] = axis
-    names = [n for n in raw if n not in RESERVED]
     if not names:
         errors[""] = ["a sweep needs at least one axis"]
     elif len(names) > MAX_AXES:

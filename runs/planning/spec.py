@@ -159,6 +159,16 @@ class TaskSpec(BaseModel):
     failures: Failures | None = None
     cache: StrictBool | None = None
 
+    @field_validator("sweep")
+    @classmethod
+    def _axes_in_order(cls, sweep: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A sweep names the order of its axes (``axes``, as its normalised form does), so the
+        spec kept in the record (jsonb reorders a mapping's keys) is read back with the units
+        and columns in the order the user wrote."""
+        if sweep is None or "axes" in sweep:
+            return sweep
+        return {"axes": [name for name in sweep if name not in RESERVED], **sweep}
+
     @field_validator("inputs")
     @classmethod
     def _ports(cls, inputs: dict[str, str]) -> dict[str, str]:

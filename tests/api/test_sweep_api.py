@@ -7,7 +7,10 @@ import json
 
 import pytest
 
+from harness.sweep import SweepSettings
+from harness.tasktypes import task_types
 from runs.models import Run
+from runs.planning.spec import sweep_settings, validate_spec
 
 pytestmark = pytest.mark.django_db
 
@@ -68,3 +71,34 @@ def test_a_sweep_past_the_unit_cap_is_a_400(owner_client, settings):
 
     assert response.status_code == 400
     assert "260 combinations, more than the 100" in response.json()["tasks.sim.sweep"][0]
+
+
+UNSORTED = """
+name: order
+tasks:
+  sim:
+    command: [md-sim, "{T}", "{h}", "{a}", "{out}"]
+    sweep:
+      T: [1, 2]
+      h: [10, 20, 30]
+      a: [x, y]
+"""
+
+
+def test_the_axes_keep_the_order_of_the_spec_in_the_record_and_the_task_file(owner_client, store):
+    """jsonb and the store's sorted JSON reorder a mapping's keys (``T``, ``a``, ``h``): the
+    units and columns follow the order written (``T``, ``h``, ``a``) all the same."""
+    response = submit(owner_client, UNSORTED)
+
+    assert response.status_code == 201, response.json()
+    run = Run.objects.get(pk=response.json()["id"])
+    task_file = store / "runs" / run.id / "tasks/sim/task.json"
+    kept = {
+        "task.json": json.loads(task_file.read_text())["settings"],
+        "record": run.tasks.get().settings,
+        "spec": sweep_settings(validate_spec(run.spec, types=task_types()).tasks["sim"]),
+    }
+    for where, settings in kept.items():
+        grid = SweepSettings.model_validate(settings).grid
+        assert grid.names == ["T", "h", "a"], where
+        assert list(grid.combination(1).values()) == [1, 10, "y"], where

@@ -103,9 +103,47 @@ def test_the_normalised_form_is_deterministic_json_that_parses_to_the_same_grid(
 
     normalised = parse_sweep(raw).as_json()
 
-    assert normalised == {"seed": {"range": [0, 10, 1]}, "T": {"linspace": [1, 2, 3]}, "s": ["a"]}
+    assert normalised == {
+        "axes": ["seed", "T", "s"],
+        "seed": {"range": [0, 10, 1]},
+        "T": {"linspace": [1, 2, 3]},
+        "s": ["a"],
+    }
     assert json.loads(json.dumps(normalised)) == normalised
     assert parse_sweep(normalised) == parse_sweep(raw)
+
+
+def test_the_order_of_the_axes_survives_a_store_that_sorts_keys():
+    """A normalised sweep passes through ``write_json`` (sorted keys) and PostgreSQL's jsonb
+    (keys reordered): its ``axes`` keep the order the spec gave, and the units follow it."""
+    raw = {"T": [1, 2], "h": [10, 20], "a": ["x", "y"], "zip": [["h", "a"]]}
+    stored = json.loads(json.dumps(parse_sweep(raw).as_json(), sort_keys=True))
+
+    assert list(stored) == ["T", "a", "axes", "h", "zip"]
+    grid = parse_sweep(stored)
+    assert grid == parse_sweep(raw)
+    assert grid.names == ["T", "h", "a"]
+    assert [tuple(grid.combination(u).items()) for u in range(2)] == [
+        (("T", 1), ("h", 10), ("a", "x")),
+        (("T", 1), ("h", 20), ("a", "y")),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("axes", "words"),
+    [
+        (["T", "h"], "every axis once, in order: 'a' is missing"),
+        (["T", "h", "a", "b"], "'b' is no axis"),
+        (["T", "h", "h", "a"], "'h' is named twice"),
+        ("T h a", "a list of the axis names"),
+    ],
+)
+def test_axes_given_in_a_sweep_name_every_axis_once(axes, words):
+    with pytest.raises(SweepError) as raised:
+        parse_sweep({"axes": axes, "T": [1], "h": [2], "a": [3]})
+
+    assert list(raised.value.errors) == ["axes"]
+    assert words in raised.value.errors["axes"][0]
 
 
 def test_a_grid_of_a_billion_combinations_is_counted_without_being_listed():

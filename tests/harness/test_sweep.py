@@ -25,6 +25,8 @@ from harness.memory import descendants
 from harness.merge import merge_exit, run_merge
 from harness.sweep import TASK_TYPE as SWEEP
 from harness.sweep import FailuresExceeded, SweepSettings
+from harness.tasktypes import task_types
+from runs.planning.spec import parse_spec, sweep_settings
 from tests.polling import wait_for
 
 from .conftest import (
@@ -123,6 +125,32 @@ def test_a_sweep_runs_its_program_once_per_combination_and_tables_what_each_wrot
         "label": "T2",
     }
     assert claims(paths.task_dir) == []
+
+
+def test_units_and_columns_follow_the_axes_of_the_spec_through_a_store_sorting_keys(
+    store, tmp_path, harness_env
+):
+    """The settings a spec gives (``T``, ``h``, ``a``), stored as ``write_json`` stores them
+    (keys sorted: ``T``, ``a``, ``h``), run in the order written: unit 1 is ``a``'s second
+    value, and the table's parameter columns are ``T``, ``h``, ``a``."""
+    program = 'printf \'{{"v": "%s%s%s"}}\' "$1" "$2" "$3" > "$4/r.json"'
+    task = {
+        "command": ["sh", "-c", program, "sh", "{T}", "{h}", "{a}", "{out}"],
+        "sweep": {"T": [1, 2], "h": [3, 4, 5], "a": ["x", "y"]},
+        "results": "r.json",
+    }
+    spec = parse_spec(json.dumps({"name": "order", "tasks": {"sim": task}}), types=task_types())
+    stored = json.loads(json.dumps(sweep_settings(spec.tasks["sim"]), sort_keys=True))
+    task_dir = make_task(store, "sweep", stored, task="sim")
+    harness_env(SIMRUN_TASK_DIR=str(task_dir), SIMRUN_SCRATCH=str(tmp_path / "scratch"))
+    paths, settings = paths_from_env(os.environ), SWEEP.parse_settings(stored)
+
+    run(paths, settings)
+    run_merge(SWEEP, settings, paths)
+
+    found = table(paths)
+    assert list(found.columns)[:4] == ["unit", "T", "h", "a"]
+    assert found["v"].tolist() == [f"{t}{h}{a}" for t in (1, 2) for h in (3, 4, 5) for a in "xy"]
 
 
 def test_placeholders_are_filled_in_every_position_of_the_command(sweep, tmp_path):

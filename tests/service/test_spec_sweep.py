@@ -51,7 +51,11 @@ def test_the_example_of_the_issue_is_a_split_task_of_260_units_on_4_workers():
     assert record.command == task.command
     assert record.settings == {
         "command": task.command,
-        "sweep": {"T": {"linspace": [0.5, 3.0, 26]}, "seed": {"range": [0, 10, 1]}},
+        "sweep": {
+            "axes": ["T", "seed"],
+            "T": {"linspace": [0.5, 3.0, 26]},
+            "seed": {"range": [0, 10, 1]},
+        },
         "ports": [],
         "results": "result.json",
         "failures": {"allowed": 0},
