@@ -237,6 +237,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Redoc from the sidecar's static files: the documentation works without internet.
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "runs.web.middleware.document_caps",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.models.RunState",
         "TaskStateEnum": "runs.models.TaskState",

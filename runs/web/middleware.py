@@ -49,6 +49,25 @@ def body_cap(path: str) -> int:
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE or API_BODY_BYTES
 
 
+def document_caps(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """drf-spectacular's postprocessing hook: every operation that takes a body documents the
+    413 its path's cap answers, so a client (and the schema's fuzz) knows where it can come."""
+    for path, operations in result.get("paths", {}).items():
+        for operation in operations.values():
+            if "requestBody" in operation:
+                operation["responses"].setdefault(
+                    "413",
+                    {
+                        "description": f"the request body is larger than {body_cap(path):,} "
+                        "bytes, this path's cap: refused before it is read",
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+                        },
+                    },
+                )
+    return result
+
+
 def too_large(request: HttpRequest, cap: int) -> HttpResponse:
     message = f"the request body is larger than {cap} bytes"
     if request.path.startswith("/api/"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import logging
 import sys
 
@@ -191,3 +192,31 @@ def test_a_full_disk_is_a_short_507_page_on_the_dashboard(owner, disk_full):
     response = client.post("/runs/new/", {"spec": SPEC.decode()})
     assert response.status_code == 507
     assert b"No space left on device" in response.content
+
+
+@pytest.mark.django_db
+def test_every_operation_taking_a_body_documents_the_413_its_paths_cap_answers(anonymous_client):
+    """The schema says where a 413 can come from (a body past its path's cap), so a client
+    and the schema's fuzz expect it there; each such operation's real 413 is as documented."""
+    schema = anonymous_client.get("/api/schema/?format=json").json()
+    taking = [
+        (method, path, operation)
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if "requestBody" in operation
+    ]
+    assert {(m, p) for m, p, _ in taking} >= {("post", "/api/runs/"), ("post", "/api/snapshots/")}
+    for method, path, operation in taking:
+        cap = middleware.body_cap(path)
+        documented = operation["responses"].get("413")
+        assert documented is not None, (method, path)
+        assert f"{cap:,} bytes" in documented["description"], (method, path)
+        content = documented["content"]["application/json"]["schema"]
+        assert content == {"$ref": "#/components/schemas/Error"}
+        filled = path.replace("{id}", "abc")
+        media = next(iter(operation["requestBody"]["content"]))
+        status, headers, answer = served(
+            method.upper(), filled, Body(cap + 1), CONTENT_LENGTH=str(cap + 1), CONTENT_TYPE=media
+        )
+        assert status.startswith("413") and headers["Content-Type"] == "application/json"
+        assert set(json.loads(answer)) == {"detail"}
