@@ -438,6 +438,13 @@ class Observation(models.Model):
         help_text="The OOM killer's kills in the attempt's cgroup, as its report counted them "
         "(none without a report).",
     )
+    features = models.JSONField(
+        default=dict,
+        db_default=models.Value({}, output_field=models.JSONField()),
+        blank=True,
+        help_text="What was known of the task when it was planned (its numeric settings, "
+        "units, cores), from its plan: later plans read the evidence of tasks like it.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

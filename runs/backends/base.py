@@ -63,6 +63,12 @@ class TaskPlan(BaseModel):
         description="per pod: what these sizing policies would have given it from the same "
         "observations, whatever the spec said",
     )
+    features: dict[str, float] = Field(
+        default_factory=dict,
+        description="what was known of the task when it was planned (its numeric settings, "
+        "units, cores): its observations keep them, so later plans read the evidence of "
+        "tasks like it",
+    )
 
 
 class BackendUnavailable(Exception):

@@ -408,6 +408,7 @@ def _record(
             seconds=report.prepare_seconds + report.seconds,
             oom=is_oom(report, attempt, kills),
             oom_kills=report.oom_kills,
+            features=plan.features,
         )
         note = not_evidence(report, rows.get((worker, attempt)), oom=observation.oom)
         observed = bool(key) and not note
@@ -434,6 +435,7 @@ def _record(
                 seconds=_seconds(rows.get((worker, attempt))),
                 oom=True,
                 from_report=False,
+                features=plan.features,
             )
             _store(observation, marks, node="", memory_gb=gb)
             written += 1
@@ -554,6 +556,7 @@ def record_kills(*, task: Task, plan: TaskPlan, kills: Mapping[str, Sequence[int
                 seconds=_seconds(row),
                 oom=True,
                 from_report=False,
+                features=plan.features,
             )
         )
     Observation.objects.bulk_create(found, ignore_conflicts=True)

@@ -18,7 +18,8 @@ from harness.sweep import SWEEP_TYPE, program_name
 from harness.tasktypes import TaskType
 from runs.backends.base import TaskPlan
 from runs.planning import sizing
-from runs.planning.spec import RunSpec, TaskSpec, type_name
+from runs.planning.peak_model import Features, features_of
+from runs.planning.spec import RunSpec, TaskSpec, sweep_settings, type_name
 
 RETRY_FACTOR = 2.0
 """The retry memory is at least this many times the memory."""
@@ -44,6 +45,7 @@ class ObservedPeak:
     gb_per_process: float
     oom: bool = False
     at: float = 0.0
+    features: Features = ()
 
 
 KEY_LENGTH = 100
@@ -114,12 +116,42 @@ def observation_keys(spec: RunSpec) -> dict[str, str]:
     }
 
 
+UNITS = "units"
+CORES = "cores"
+INPUT_BYTES = "input_bytes"
+"""The features of a task besides its numeric settings: its units, its cores, and the
+bytes of its inputs (known where they exist: the replay's traces; a run's inputs are
+outputs of its own tasks, not written when it is planned)."""
+
+
+def task_features(task: TaskSpec, task_type: TaskType | None, cores: int) -> Features:
+    """What is known of a task when it is planned: its numeric settings (a setting named as
+    one of the others is left out), its units (a split task's, as its type counts them from
+    its settings) and its cores."""
+    known: dict[str, object] = {
+        name: value
+        for name, value in (task.settings or {}).items()
+        if name not in (UNITS, CORES, INPUT_BYTES)
+    }
+    known[CORES] = cores
+    if task_type is not None and task_type.splittable and task_type.units is not None:
+        try:
+            raw = sweep_settings(task) if task.sweep is not None else task.settings or {}
+            known[UNITS] = task_type.units(task_type.parse_settings(raw))
+        except (ValueError, TypeError, RuntimeError, KeyError, AssertionError):
+            pass  # a type that cannot count here (one the sources ship) has no units feature
+    return features_of(known)
+
+
 def history(
     observed: Sequence[ObservedPeak], window: int = OBSERVATIONS_USED
 ) -> list[sizing.Sample]:
     """The observations, newest first as read, as the policy's history: the newest
     ``window`` (the policy's, ``OBSERVATIONS_USED`` for the product's), oldest first."""
-    samples = [sizing.Sample(o.gb_per_process, killed=o.oom, at=o.at) for o in observed]
+    samples = [
+        sizing.Sample(o.gb_per_process, killed=o.oom, at=o.at, features=o.features)
+        for o in observed
+    ]
     return sorted(samples, key=lambda s: s.at)[-window:]
 
 
@@ -131,6 +163,7 @@ def per_worker_memory(
     *,
     shown: Sequence[sizing.Sample] = (),
     policy: sizing.Policy = sizing.DEFAULT,
+    features: Features = (),
 ) -> PerWorker:
     """The GiB per process of a task and of its retry, and where they came from.
 
@@ -148,7 +181,7 @@ def per_worker_memory(
         return PerWorker(gb, retry, why, "the run's spec sets {subject} " + f"{gb:g} GiB{{per}}")
     what = subject_of(task, task_type, "the command")
     given = prior if prior is not None and prior.types else None
-    sized = policy.size(past, default_gb=default, prior=given, shown=shown)
+    sized = policy.size(past, default_gb=default, prior=given, shown=shown, features=features)
     if not past and given is not None:
         gb = max(MIN_PER_WORKER_GB, round_gb(sized.gb))
         return PerWorker(
@@ -214,6 +247,7 @@ def plan_task(
     shown: Sequence[sizing.Sample] = (),
     policy: sizing.Policy = sizing.DEFAULT,
     counterfactual: bool = True,
+    features: Features | None = None,
 ) -> TaskPlan:
     """Plan one task.
 
@@ -230,7 +264,10 @@ def plan_task(
     if max_cores is not None and cores > max_cores:
         why.append(f"cores capped from {cores} to {max_cores}, the largest node")
         cores = max_cores
-    sized = per_worker_memory(task, task_type, observed, prior, shown=shown, policy=policy)
+    known = task_features(task, task_type, cores) if features is None else features
+    sized = per_worker_memory(
+        task, task_type, observed, prior, shown=shown, policy=policy, features=known
+    )
     per_worker_gb = sized.gb
     why.append(sized.why)
     if task_type is None:
@@ -297,6 +334,7 @@ def plan_task(
         why="; ".join(why),
         why_short=why_short,
         counterfactual_gb=others,
+        features=dict(known),
     )
 
 

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Protocol
 
+from runs.planning import peak_model
+from runs.planning.peak_model import Features, weighted_quantile
+
 MIB = 1 / 1024
 """One MiB in GiB."""
 MIN_GB = 0.05
@@ -27,6 +30,7 @@ class Sample:
     gb: float
     killed: bool = False
     at: float = 0.0  # when it ended, seconds (any epoch); histories are oldest first, newest last
+    features: Features = ()  # what was known of its task when it was planned (peak_model)
 
 
 @dataclass(frozen=True)
@@ -66,9 +70,12 @@ class Policy(Protocol):
         default_gb: float,
         prior: Prior | None = None,
         shown: Sequence[Sample] = (),
+        features: Features = (),
     ) -> Sizing:
-        """The first allocation and its retry; ``prior`` serves a type without history, and
-        ``shown`` holds the type's largest needs ever seen, beyond the recent history."""
+        """The first allocation and its retry; ``prior`` serves a type without history,
+        ``shown`` holds the type's largest needs ever seen, beyond the recent history, and
+        ``features`` what is known of the task (its numeric settings, units, cores, input
+        bytes), which the baselines ignore."""
         ...
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
@@ -135,6 +142,7 @@ class Static:
         default_gb: float,
         prior: Prior | None = None,
         shown: Sequence[Sample] = (),
+        features: Features = (),
     ) -> Sizing:
         retry = self.retry(history, killed_gb=default_gb, default_gb=default_gb)
         return Sizing(default_gb, retry, f"static {_gb(default_gb)}; retry 2 × it = {_gb(retry)}")
@@ -156,6 +164,7 @@ class MaxSeen:
         default_gb: float,
         prior: Prior | None = None,
         shown: Sequence[Sample] = (),
+        features: Features = (),
     ) -> Sizing:
         peaks = _peaks(history)
         if not peaks:
@@ -203,6 +212,7 @@ class Vpa:
         default_gb: float,
         prior: Prior | None = None,
         shown: Sequence[Sample] = (),
+        features: Features = (),
     ) -> Sizing:
         if not history:
             gb = default_gb
@@ -247,6 +257,7 @@ class P95OneRetry:
         default_gb: float,
         prior: Prior | None = None,
         shown: Sequence[Sample] = (),
+        features: Features = (),
     ) -> Sizing:
         peaks = _peaks(history)
         if not peaks:
@@ -262,18 +273,6 @@ class P95OneRetry:
         return _doubled(killed_gb)
 
 
-def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float:
-    """The smallest value whose cumulative weight reaches q of the total (value, weight pairs)."""
-    ordered = sorted(samples)
-    goal = q * sum(weight for _, weight in ordered) - 1e-12
-    running = 0.0
-    for value, weight in ordered:
-        running += weight
-        if running >= goal:
-            return value
-    return ordered[-1][0]
-
-
 # simrun's policy. Each constant is a statement about evidence; the four that trade waste
 # against kills (WINDOW, TARGET, PRIOR_SPREAD, PRIOR_MARGIN) are chosen by the replay's
 # cross-validation (``bench/sizing_replay.py --cross-validate``) by the folds' worst case.
@@ -287,21 +286,15 @@ HALF_LIFE = 30.0
 """A sample's weight halves every this many newer samples: the newest evidence leads."""
 TARGET = 0.999
 """The share of the type's next peaks the first allocation aims to fit (cross-validated)."""
-SPREAD_QUANTILE = 0.9
-"""The spread is read from the upper half of the evidence: (its q0.9 − its median) in log,
-over the normal's. Peaks far below the median (a tiny input, a task that exited early) then
-widen nothing, where a standard deviation grows with them."""
-PRIOR_SPREAD = 0.3
-"""The spread (σ of log peaks) assumed of a type before its own peaks show theirs
-(cross-validated). Not the median type's (about 0.08 in three nf-core pipelines) but a
-spread one: a type's first peaks are often its smallest inputs (a sweep's first tasks to end
-are its shortest), so a few peaks must leave room for a trend they cannot show yet."""
-PRIOR_WEIGHT = 2.0
-"""How many samples the prior spread counts as: few, since types differ widely (a quarter of
-those 98 spread more than 0.23), so a type's own peaks soon outweigh it."""
+PRIOR_SPREAD = 0.2
+"""The spread (σ of log peaks) a type is believed to have before its own peaks show theirs
+(cross-validated): the centre of the log-normal prior over spreads (``peak_model``). Not the
+median type's (about 0.08 in three nf-core pipelines) but a spread one: a type's first peaks
+are often its smallest inputs, so a few peaks must leave room for a trend they cannot show
+yet; its own peaks outweigh it as they come (ten within 1% are believed steady)."""
 EMPIRICAL_N = 50
-"""From this many recent peaks on, their top (× MIN_MARGIN) caps the log-normal bound: the
-data show where the tail ends, which a log-normal fitted to a bounded tail overshoots."""
+"""From this many recent peaks on (near the task's features), their top (× MIN_MARGIN) caps
+the bound: the data show where the tail ends, which a log-normal overshoots."""
 MIN_MARGIN = 1.05
 """Never closer than this to a recent peak: peaks vary a little even for one input."""
 BUMP = 1.3
@@ -377,10 +370,21 @@ def _short_gb(gb: float) -> str:
     return f"{gb:.0f} GiB" if gb >= 10 else f"{gb:.2g} GiB"
 
 
-def _runs(peaks: Sequence[float], kills: Sequence[float]) -> str:
+def _value(value: float) -> str:
+    """A feature's value as a scientist reads it: 512, 0.25, 1.2e+09."""
+    return f"{value:.3g}"
+
+
+def _near_phrase(features: Features) -> str:
+    """' with `grid` near 512 and `cores` near 2': the neighbours a plan was read from."""
+    parts = [f"`{name}` near {_value(value)}" for name, value in features]
+    return " with " + " and ".join(parts) if parts else ""
+
+
+def _runs(peaks: Sequence[float], kills: Sequence[float], near_: str = "") -> str:
     """'3 earlier runs of {subject} peaked at up to 0.5 GiB{per}': what the plan rests on."""
     n = len(peaks) + len(kills)
-    said = f"{n} earlier run{'s' if n != 1 else ''} of {{subject}}"
+    said = f"{n} earlier run{'s' if n != 1 else ''} of {{subject}}{near_}"
     peaked = f"peaked at {'up to ' if len(peaks) > 1 else ''}{_short_gb(max(peaks, default=0))}"
     killed = (
         f"killed for memory at {'up to ' if len(kills) > 1 else ''}"
@@ -394,19 +398,37 @@ def _runs(peaks: Sequence[float], kills: Sequence[float]) -> str:
     return f"{said}: {len(peaks)} {peaked}{{per}} and {len(kills)} {were} {killed}"
 
 
+def _model_said(fit: peak_model.Fit, features: Features) -> tuple[str, str, str]:
+    """What the arithmetic, the neighbours' phrase and the plain reason say of the model."""
+    if fit.model == "neighbours":
+        near_ = _near_phrase(features)
+        return f" near the task's features ({near_.removeprefix(' with ')})", near_, ""
+    if fit.model == "features":
+        given = dict(features)
+        at = " and ".join(f"`{name}` {_value(given[name])}" for name in fit.used)
+        return (
+            f", a line of log peak on {', '.join(fit.used)} read at {at}",
+            "",
+            f"; their peaks follow {' and '.join(f'`{n}`' for n in fit.used)}, "
+            f"so simrun reads them at {at}",
+        )
+    return "", "", ""
+
+
 @dataclass
 class Simrun:
     """simrun's policy: a robust upper prediction bound of the type's recent evidence.
 
-    Peaks are taken as log-normal: the allocation is the recency-weighted median of the
-    WINDOW newest samples × a margin exp(t·σ·√(1 + 1/n)), the one-sided TARGET bound for the
-    next peak. σ is read from the upper half of the evidence (SPREAD_QUANTILE), pooled with
-    PRIOR_SPREAD, and t is Student's with the pooled degrees of freedom, so few samples give
-    a wide margin (and then the default, which caps the allocation unless a recent kill
-    proved it too small), while a few tiny peaks widen nothing. A kill at X is a censored
-    observation: it counts as X × BUMP and floors the allocation at X × BUMP while it is
-    among the recent samples. A type without history starts from how much of their defaults
-    the deployment's other types needed (``Prior``). The retry follows ``retry_gb``.
+    Needs are taken as log-normal about a model of the WINDOW newest samples
+    (``peak_model``): the samples near the task's features, a line in them, or all of the
+    type's. The allocation is the model's median × the margin the next need stays below
+    with probability TARGET, the spread believed from the type's own upper spread and the
+    prior's (PRIOR_SPREAD), so few samples give a wide margin (and then the default, which
+    caps the allocation unless a recent kill proved it too small), a steady type a few
+    percent. A kill at X is a censored observation: it counts as X × BUMP and floors the
+    allocation at X × BUMP while it is among the recent samples near the task. A type
+    without history starts from how much of their defaults the deployment's other types
+    needed (``Prior``). The retry follows ``retry_gb``.
     """
 
     name: str = "simrun"
@@ -415,6 +437,7 @@ class Simrun:
     prior_margin: float = PRIOR_MARGIN
     prior_default_types: int = PRIOR_DEFAULT_TYPES
     window: int = WINDOW
+    spread_floor: float = peak_model.SPREAD_FLOOR
 
     def size(
         self,
@@ -423,26 +446,46 @@ class Simrun:
         default_gb: float,
         prior: Prior | None = None,
         shown: Sequence[Sample] = (),
+        features: Features = (),
     ) -> Sizing:
         recent = history[-self.window :]
         if not recent:
             return self.unseen(default_gb, prior, shown)
-        kills = [s.gb for s in recent if s.killed]
-        peaks = [s.gb for s in recent if not s.killed]
-        values = [max(MIB, need(s)) for s in recent]
         weights = [0.5 ** ((len(recent) - 1 - i) / HALF_LIFE) for i in range(len(recent))]
-        center, spread, n_eff = robust_log_normal(values, weights, self.prior_spread)
-        t = student_t(self.target, PRIOR_WEIGHT + n_eff - 1)
-        stretch = math.exp(t * spread * math.sqrt(1 + 1 / n_eff))
+        logs = [math.log(max(MIB, need(s))) for s in recent]
+        fit = peak_model.fit(logs, weights, [s.features for s in recent], features)
+        read = [recent[i] for i in fit.members]
+        local = (
+            [s for s in recent if peak_model.near(s.features, features, continuous=True)]
+            if fit.model == "features"
+            else read
+        )
+        kills = [s.gb for s in local if s.killed]
+        peaks = [s.gb for s in local if not s.killed]
+        read_kills = [s.gb for s in read if s.killed]
+        read_peaks = [s.gb for s in read if not s.killed]
+        stretch, spread = peak_model.believed_margin(
+            fit.own,
+            fit.dof,
+            fit.leverage,
+            target=self.target,
+            prior_spread=self.prior_spread,
+            floor=self.spread_floor,
+            off=fit.off,
+        )
         margin = round(max(MIN_MARGIN, stretch), 3)
         least = ", the least" if stretch < MIN_MARGIN else ""
-        gb = _up(round(center, 3) * margin)
+        center = round(fit.center, 3) or MIB
+        gb = _up(center * margin)
+        where, near_, follows = _model_said(fit, features)
+        z = NormalDist().inv_cdf(self.target)
         steps = [
-            f"p{self.target * 100:g} bound of {_evidence(len(peaks), len(kills))}: "
-            f"weighted median {_gb(center)} × {margin:.3f} margin (upper spread "
-            f"{spread:.3f}, t {t:.2f}, n {n_eff:.1f}{least}) = {_gb(gb)}"
+            f"p{self.target * 100:g} bound of {_evidence(len(read_peaks), len(read_kills))}"
+            f"{where}: median {_gb(center)} × {margin:.3f} margin (exp of {z:.2f} × spread "
+            f"{spread:.3f} × √(1 + {fit.leverage:.3f}){least}, own upper spread "
+            f"{fit.own:.3f} of n {fit.n_eff:.1f}, prior {self.prior_spread:g}) = {_gb(gb)}"
         ]
-        if n_eff < FEW_RUNS:
+        if fit.n_eff < FEW_RUNS:
             reason = "with so few runs simrun keeps a wide margin"
         elif margin >= 1.5:
             reason = "their peaks vary widely, so simrun keeps a wide margin"
@@ -455,12 +498,12 @@ class Simrun:
                 f"= {_gb(gb)}"
             )
             reason = f"simrun keeps {round(100 * (MIN_MARGIN - 1))}% above the largest"
-        if not kills and gb > default_gb:
+        if not read_kills and gb > default_gb:
             gb = default_gb
             steps.append(f"capped at the default {_gb(default_gb)} (no recent kill)")
             reason = (
                 f"{reason}, up to its default"
-                if n_eff < FEW_RUNS
+                if fit.n_eff < FEW_RUNS
                 else "without a kill simrun never plans more than the default"
             )
         floor, floor_why = max(_floors(peaks, kills))
@@ -484,7 +527,8 @@ class Simrun:
         needs = [need(s) for s in (*recent, *shown)]
         retry = retry_gb(gb, default_gb=default_gb, needs=needs)
         steps.append(f"→ {_gb(gb)}; {_retry_why(gb, default_gb, needs)}")
-        return Sizing(gb, retry, "; ".join(steps), f"{_runs(peaks, kills)}; {reason}")
+        short = f"{_runs(read_peaks, read_kills, near_)}{follows}; {reason}"
+        return Sizing(gb, retry, "; ".join(steps), short)
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
         return retry_gb(killed_gb, default_gb=default_gb, needs=[need(s) for s in history])
@@ -580,35 +624,6 @@ def _evidence(peaks: int, kills: int) -> str:
     if kills:
         parts.append(f"{kills} recent kill{'s' if kills != 1 else ''} × {BUMP:g}")
     return " and ".join(parts)
-
-
-def robust_log_normal(
-    values: Sequence[float], weights: Sequence[float], prior_spread: float = PRIOR_SPREAD
-) -> tuple[float, float, float]:
-    """Weighted median, upper spread of the logs pooled with PRIOR_SPREAD, effective count.
-
-    The spread is (the weighted SPREAD_QUANTILE − the weighted median) of the logs over the
-    normal's same distance: what a log-normal's σ would be, read from the upper half only.
-    """
-    total = sum(weights)
-    n_eff = total * total / sum(w * w for w in weights)
-    logs = [(math.log(v), w) for v, w in zip(values, weights, strict=True)]
-    median = weighted_quantile(logs, 0.5)
-    upper = weighted_quantile(logs, SPREAD_QUANTILE)
-    own = (upper - median) / NormalDist().inv_cdf(SPREAD_QUANTILE)
-    own_dof = n_eff - 1
-    pooled = (PRIOR_WEIGHT * prior_spread**2 + own_dof * own**2) / (PRIOR_WEIGHT + own_dof)
-    return math.exp(median), math.sqrt(pooled), n_eff
-
-
-def student_t(q: float, dof: float) -> float:
-    """Student's t q-quantile (Cornish–Fisher expansion, A&S 26.7.5; close for dof ≥ 2)."""
-    z = NormalDist().inv_cdf(q)
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
-    return z + g1 / dof + g2 / dof**2 + g3 / dof**3 + g4 / dof**4
 
 
 POLICIES: dict[str, Policy] = {

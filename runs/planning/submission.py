@@ -27,6 +27,7 @@ from runs.models import ENDED_STATES, Observation, Reuse, Run, RunState, Task, T
 from runs.planning.evidence import prior_evidence
 from runs.planning.keys import Environment, task_keys
 from runs.planning.learned_types import MustLearn, run_types
+from runs.planning.peak_model import features_of
 from runs.planning.planner import (
     OBSERVATIONS_USED,
     ObservedPeak,
@@ -52,7 +53,10 @@ def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
         gb = row.peak_gb_per_process
         if gb is not None:
             at = row.created_at.timestamp()
-            peaks.setdefault(row.task_type, []).append(ObservedPeak(gb, oom=row.oom, at=at))
+            features = features_of(row.features) if isinstance(row.features, dict) else ()
+            peaks.setdefault(row.task_type, []).append(
+                ObservedPeak(gb, oom=row.oom, at=at, features=features)
+            )
     return peaks
 
 

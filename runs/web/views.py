@@ -34,7 +34,7 @@ from runs.common import store
 from runs.control import controller, reservations
 from runs.control.states import shown_run_state
 from runs.models import FINAL_TASK_STATES, Run, RunState, TaskState
-from runs.planning.planning_figures import planning_figures
+from runs.planning.planning_figures import evidence_figures, planning_figures
 from runs.planning.reruns import spec_text, submit_rerun
 from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
 from runs.planning.submission import CannotRun, QueueFull, create_run
@@ -497,7 +497,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
 @login_required
 def observations(request: HttpRequest) -> HttpResponse:
     """Per task type: peak memory per process against its sizing, and the planning figure."""
-    figures = planning_figures()
+    keys = visible_observations(request.user).order_by().values_list("task_type", flat=True)
+    figures = planning_figures() + evidence_figures(keys.distinct())
     by_name = {f.name: f for f in figures}
     name = request.GET.get("type") or next(
         (f.name for f in figures if f.observations), figures[0].name if figures else ""

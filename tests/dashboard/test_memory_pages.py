@@ -107,3 +107,29 @@ def test_the_run_page_and_the_observations_page_show_gib_hours_used_and_wasted(a
     observed = alice.get("/observations/?type=squares").content.decode()
     assert "Memory use of squares by week" in observed
     assert re.search(r"Last 7 days: .*squares.* used 0\.5 GiB·h and wasted 0\.5 GiB·h", observed)
+
+
+def test_a_type_the_sources_ship_has_its_observations_page_with_its_evidence(alice, owner):
+    """A type only a run's sources define is no registered type; its observations are
+    evidence all the same, so its page answers (it was a 404 while "Last 7 days" named it),
+    lists it among the types, and plans from its peaks."""
+    run = submitted(owner)
+    for i in range(3):
+        Observation.objects.create(
+            task_type="shipped_relax",
+            run=run,
+            worker=f"sweep-w{i}",
+            processes=1,
+            per_worker_gb=0.5,
+            peak_bytes=int(0.3 * 2**30),
+            limit_bytes=2**30,
+            seconds=600,
+        )
+    response = alice.get("/observations/?type=shipped_relax")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert '<a href="?type=shipped_relax" class="active">shipped_relax' in page
+    assert "3 earlier runs" in page or "from 3 observations of shipped_relax" in page
+    assert page.count("<td data-limit>1 GiB</td>") == 3
+    assert re.search(r"Last 7 days: .*shipped_relax", page)
+    assert alice.get("/observations/?type=nothing_seen").status_code == 404

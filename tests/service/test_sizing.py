@@ -142,14 +142,15 @@ def test_the_why_is_arithmetic_whose_numbers_recompute_to_the_sizing(history):
     assert [float(x) for x in RESULT.findall(sizing.why)] == [sizing.gb]
 
 
-def test_the_margin_in_the_why_is_the_bound_of_its_spread_t_and_count():
+def test_the_margin_in_the_why_is_the_bound_of_its_believed_spread_and_leverage():
     sizing = DEFAULT.size(peaks(*[0.4, 0.45, 0.35, 0.5] * 5), default_gb=10.0)
     found = re.search(
-        r"× (\d+\.\d+) margin \(upper spread (\d+\.\d+), t (\d+\.\d+), n (\d+\.\d+)", sizing.why
+        r"× (\d+\.\d+) margin \(exp of (\d+\.\d+) × spread (\d+\.\d+) × √\(1 \+ (\d+\.\d+)\)",
+        sizing.why,
     )
     assert found, sizing.why
-    margin, spread, t, n = map(float, found.groups())
-    assert margin == pytest.approx(math.exp(t * spread * math.sqrt(1 + 1 / n)), rel=0.01)
+    margin, z, spread, leverage = map(float, found.groups())
+    assert margin == pytest.approx(math.exp(z * spread * math.sqrt(1 + leverage)), rel=0.01)
 
 
 def test_static_keeps_its_allocation_and_doubles_on_a_kill():
