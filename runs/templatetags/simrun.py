@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import Any
 
 from django import template
 
@@ -90,6 +91,21 @@ def gbh_unit(value: float | None, other: float | None = None) -> str:
     (used and wasted): ``s`` or ``h``, so a column never mixes GiB·s and GiB·h."""
     largest = max(abs(value or 0), abs(other or 0))
     return "s" if largest < SECONDS_BELOW_GBH else "h"
+
+
+@register.filter
+def usage_unit(usages: Any) -> str:
+    """The one unit (``s`` or ``h``) of the memory × time figures of some memory use: a
+    ``Usage``, or a list of them, of weeks (``.usage``) or of ``(task type, usage)`` pairs; by
+    the largest figure shown (used, wasted, VPA's wasted), so a table or a sentence keeps one."""
+    found = [usages] if hasattr(usages, "wastage") else list(usages or [])
+    largest = 0.0
+    for item in found:
+        usage = item[-1] if isinstance(item, tuple) else getattr(item, "usage", item)
+        vpa = usage.counterfactual.get("vpa")
+        figures = (usage.wastage.used_gbh, usage.wastage.wasted_gbh, vpa.wasted_gbh if vpa else 0)
+        largest = max(largest, *map(abs, figures))
+    return gbh_unit(largest)
 
 
 @register.filter

@@ -133,3 +133,58 @@ def test_a_type_the_sources_ship_has_its_observations_page_with_its_evidence(ali
     assert page.count("<td data-limit>1 GiB</td>") == 3
     assert re.search(r"Last 7 days: .*shipped_relax", page)
     assert alice.get("/observations/?type=nothing_seen").status_code == 404
+
+
+def _observed(run, task, seconds: float, peak_gib: float, limit_gib: float) -> None:
+    Observation.objects.create(
+        task_type="squares",
+        run=run,
+        task=task,
+        worker="sweep-w0",
+        processes=1,
+        per_worker_gb=limit_gib,
+        peak_bytes=int(peak_gib * 2**30),
+        limit_bytes=int(limit_gib * 2**30),
+        seconds=seconds,
+    )
+
+
+def test_memory_use_says_the_unit_its_figures_are_in_and_one_sentence_keeps_one(alice, owner):
+    """A run of seconds reads in GiB·s: the caption says so, not GiB·h; the last week's
+    sentence and the weekly table use one unit, where used (30 GiB·s) and wasted (0.025 GiB·h)
+    of the same attempts were each given in its own."""
+    run = running(submitted(owner), sweep="done")
+    _observed(run, run.tasks.get(task_id="sweep"), seconds=10, peak_gib=0.5, limit_gib=2)
+    page = alice.get(f"/runs/{run.id}/").content.decode()
+    section = re.search(r'<section class="card" id="memory-use".*?</section>', page, re.S)
+    assert section is not None, page
+    assert "GiB·h" not in section[0]
+    assert re.search(r'<span class="muted small">In GiB·s \(memory × time\)', section[0])
+
+    other = running(submitted(owner), sweep="done")
+    _observed(other, other.tasks.get(task_id="sweep"), seconds=50, peak_gib=0.5, limit_gib=2)
+    observed = alice.get("/observations/?type=squares").content.decode()
+    sentence = re.search(r"<p class=\"notice\" data-last-week>.*?</p>", observed, re.S)
+    assert sentence is not None and "squares" in sentence[0]
+    assert "used 0.0083 GiB·h and wasted 0.025 GiB·h" in sentence[0]
+    assert "GiB·s" not in sentence[0], sentence[0]
+    weeks = re.search(r"<section class=\"card\" data-usage-weeks>.*?</section>", observed, re.S)
+    assert weeks is not None and "GiB·s" not in weeks[0]
+    assert "In GiB·h (memory × time)" in weeks[0]
+
+
+def test_maq_and_vpa_are_defined_where_they_appear(alice, owner):
+    run = running(submitted(owner), sweep="done")
+    task = run.tasks.get(task_id="sweep")
+    task.plan = {**task.plan, "counterfactual_gb": {"simrun": 1.0, "vpa": 3.0}}
+    task.save(update_fields=["plan"])
+    _observed(run, task, seconds=1800, peak_gib=1, limit_gib=2)
+    for page in (
+        alice.get(f"/runs/{run.id}/").content.decode(),
+        alice.get("/observations/?type=squares").content.decode(),
+    ):
+        for term, words in (
+            ("MAQ", "memory allocation quality: used ÷ (used + wasted)"),
+            ("VPA", "Kubernetes' Vertical Pod Autoscaler"),
+        ):
+            assert re.search(rf'<abbr title="[^"]*{re.escape(words)}[^"]*">{term}</abbr>', page)
