@@ -14,7 +14,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -258,8 +258,26 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
     Once every pod of a task terminated its task is marked ``logs_kept`` and not asked
     again. Returns whether nothing is left to keep: every final task kept, no read of an
     ended pod's log failed, or the workflow gone (a workflow which does not exist has no logs).
+
+    One process at a time keeps the logs of a run's final tasks and records their reports (a
+    lock per run, ``recording_lock``); another that meets it leaves them owed, to its next
+    pass, which reads only what is not marked yet. The settle of a cancelled run and a pass
+    met on it, and each read every report the run's tasks wrote (3,000 planted ones twice).
     """
+    with ExitStack() as stack:
+        return _keep_logs(run, tasks, backend=backend, stack=stack)
+
+
+def recording_lock(run_id: str) -> str:
+    """The lock of the process keeping the logs of a run's final tasks and reading their
+    reports."""
+    return f"record-{run_id}"
+
+
+def _keep_logs(run: Run, tasks: list[Task], *, backend: Backend, stack: ExitStack) -> bool:
+    """``keep_logs``, the run's recording lock taken in ``stack`` at its first final task."""
     complete = True
+    recording: bool | None = None
     for task in tasks:
         if task.state not in FINAL_TASK_STATES or task.logs_kept:
             if task.state in LIVE_POD_STATES and run.backend != "local":
@@ -268,6 +286,10 @@ def keep_logs(run: Run, tasks: list[Task], *, backend: Backend) -> bool:
                 plan = TaskPlan.model_validate(task.plan)
                 observations.record_kills(task=task, plan=plan, kills=run.oom_kills)
             continue
+        if recording is None:
+            recording = stack.enter_context(locks.hold(recording_lock(run.id)))
+        if not recording:
+            return False  # another process records them now: owed to the next pass
         folder = store.task_folder(run.id, task.task_id)
         try:
             pod_logs = backend.logs(run.workflow, task.task_id)

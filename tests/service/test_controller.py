@@ -539,6 +539,30 @@ def record_again(run, fake) -> None:
     poll(fake)
 
 
+def test_a_runs_reports_another_process_records_now_are_left_owed_not_read_again(
+    launch, fake, report_reads
+):
+    """The settle of a cancelled run and a pass met on it, and both read every report of its
+    tasks, 3,000 planted ones twice: one process at a time records a run's reports."""
+    from runs.control import controller, locks
+
+    run = launch()
+    write_report(run, "sweep-w0", 0)
+    planted = write_report(
+        run, "sweep-w0", 100
+    )  # no attempt of the service's: only a record reads it
+    with locks.hold(controller.recording_lock(run.id)) as held:  # another process's
+        assert held
+        finish_sweep(run, fake)
+        assert planted.name not in report_reads
+        assert fresh(run).pending_logs and not Observation.objects.exists()
+    poll(fake)  # the next pass
+
+    assert report_reads[planted.name] == planted.stat().st_size  # read once
+    assert sorted(Observation.objects.values_list("attempt", flat=True)) == [0, 100]
+    assert not fresh(run).pending_logs
+
+
 def test_a_refused_report_is_read_once_and_marked(launch, fake, report_reads):
     run = launch()
     write_report(run, "sweep-w0", 0)
