@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import stat
 import tarfile
 
@@ -14,6 +15,7 @@ from rest_framework.test import APIClient
 
 from runs.models import Observation, Snapshot
 from runs.planning import snapshots
+from tests import floods
 from tests.api.conftest import SWEEP_YAML, submitted
 
 pytestmark = pytest.mark.django_db
@@ -276,6 +278,25 @@ def test_a_gzip_bomb_past_the_users_budget_is_refused_and_nothing_is_kept(
     assert [p for p in (store / "snapshots").iterdir() if not p.name.startswith(".")] == []
     assert not list((store / "snapshots").glob(".extract-*"))
     assert not Snapshot.objects.exists()
+
+
+def test_a_bomb_of_many_members_stops_at_the_budget_while_it_is_extracted(
+    owner_client, store, settings
+):
+    """40 members of 1 MiB, each within the budget by its declared size: checked after the
+    extraction (or member by member against its own size only), they fill the 8 MiB disk of the
+    snapshots first and the upload is a 507 for a full disk, not a refusal naming the budget."""
+    settings.SIMRUN_SNAPSHOT_USER_BYTES = 2 << 20
+    body = archive({f"part{i}": bytes(2**20) for i in range(40)})
+    with floods.tmpfs(store / "snapshots", size_mb=8):
+        response = upload(owner_client, body)
+        left = [p for p in (store / "snapshots").iterdir() if p.name != ".incoming"]
+        free = os.statvfs(store / "snapshots")
+
+    assert response.status_code == 400, response.content[:500]
+    assert "SIMRUN_SNAPSHOT_USER_BYTES" in response.json()["archive"][0]
+    assert left == [p for p in left if p.name == ".budget.lock"]
+    assert free.f_bfree * free.f_frsize > 7 * 2**20  # nothing of it kept
 
 
 def test_each_users_snapshots_are_bounded_and_so_are_everyones(
