@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import logcap
+from harness.report import read_report
 from runs.backends.local.backend import LocalBackend, workflow_name
 from runs.backends.local.budget import Budget
 from tests.backends.local_fixtures import ended, log_of, phase, plan, shell, stepping, submit
@@ -152,6 +153,24 @@ def test_a_task_s_dev_shm_is_its_own_as_large_as_its_memory_and_gone_with_it(bac
     assert not Path("/dev/shm/simrun-left-behind").exists()
     assert "shm-kib 65536" in log  # the task's memory: 64 MiB
     assert "parts 32" in log  # 1 MiB, then 31 parts of 2 MiB fit; the 32nd did not
+
+
+def test_what_a_task_holds_in_dev_shm_is_counted_in_its_memory(disk):
+    """Its tmpfs pages are charged to its own memory cgroup, as its heap is: its peak (what
+    sizing learns, and what the kernel holds to its limit) counts them."""
+    backend = LocalBackend(
+        store=disk / "store", scratch=disk / "scratch", cores=2, memory_gb=4, grace_s=1
+    )
+    assert backend.enforces_memory
+    script = "head -c 40M /dev/zero > /dev/shm/held && sleep 0.2"
+    with stepping(backend):
+        submit(backend, "m1", {"t": {"command": shell(script)}}, {"t": plan(memory_gb=1 / 4)})
+        wait_for(lambda: ended(backend, "m1"), what="the end of m1")
+    report = read_report(backend.store / "runs/m1/tasks/t/workers/t-0.json")
+
+    assert phase(backend, "m1") == "Succeeded"
+    assert report.peak_source.startswith("cgroup-")
+    assert 40 << 20 <= report.peak_memory_bytes < 100 << 20  # a shell and its 40 MiB of shm
 
 
 def _settings(backend: LocalBackend) -> dict:
