@@ -72,13 +72,14 @@ def test_slow_clients_hold_no_thread_and_are_cut_at_the_header_timeout(tmp_path)
     service.start()
     drip = Drip(service.port, 32)
     try:
-        for _ in range(3):
-            page = httpx.get(f"{service.url}/login/", timeout=2)
-            assert page.status_code == 200
+        pages = [httpx.get(f"{service.url}/login/", timeout=2) for _ in range(3)]
+        assert [page.status_code for page in pages] == [200] * 3
         wait_for(lambda: len(drip.answers) == 32, 30, "every slow client to be cut")
     finally:
         drip.close()
         service.stop()
+    slowest = max(page.elapsed.total_seconds() for page in pages)
+    print(f"\nfigures: the login page answered in {slowest:.3f} s at most while 32 dripped")
     assert set(drip.answers.values()) == {
         b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
         b"content-length: 16\r\nconnection: close\r\n\r\nRequest Timeout\n"
