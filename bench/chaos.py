@@ -7,7 +7,9 @@ the web server (serve starts them again); of the whole service, then a start (ki
 and so of a resumed run (kill-service-resumed: a sweep cancelled a quarter of the way, then
 resumed, docs/resume.md);
 a full store during a sweep (a tmpfs, root only; full-disk); a full disk under the database
-and the broker (the home on a tmpfs, the store elsewhere; full-home); ``--stalled-api N``: N
+and the broker (the home on a tmpfs, the store elsewhere; full-home); another user's task
+flooding files and output while the sweep runs (a root serve with task users, the home a small
+tmpfs; noisy-neighbour); ``--stalled-api N``: N
 rounds of a Kubernetes API that stops answering under the controller and the Argo backend
 (tests/chaos/test_stalled_api.py, under pytest). Rounds go harm after harm, so a run cut short
 still has figures for each.

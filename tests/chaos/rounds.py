@@ -17,7 +17,10 @@ yet, so computing a unit again after a kill is expected and leaves one line; a s
 means work the service had recorded as done was done again (or recorded twice), which no
 harm excuses. A round of ``kill-service-resumed`` harms the resume of a sweep cancelled a
 quarter of the way (docs/resume.md): a unit it reused (a piece the service copied into its
-ledger) counts as done, and one it reused and computed too as done twice.
+ledger) counts as done, and one it reused and computed too as done twice. A round of
+``noisy-neighbour`` is played on a root serve with task users, its home a small tmpfs: another
+user's task floods files and output while the sweep computes (issue 35), and must fail on its
+own budget while the sweep ends right.
 ``tests/chaos`` runs a round of each kind; ``bench/chaos.py`` many, with figures.
 """
 
@@ -27,8 +30,10 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,7 +44,17 @@ from pathlib import Path
 import httpx
 
 from harness.ledger import piece_units
-from tests.e2e.service import ENDED, Service, run_of, run_processes, service_processes, submit
+from tests import floods
+from tests.e2e.service import (
+    ENDED,
+    SIMRUN,
+    Service,
+    run_of,
+    run_processes,
+    service_processes,
+    submit,
+    task_user_venv,
+)
 from tests.polling import wait_for
 
 UNITS = 48
@@ -50,6 +65,12 @@ SWEEP = {
         "sweep": {"type": "squares", "settings": {"n": UNITS, "delay_s": DELAY_S}, "workers": 2}
     },
 }
+SLOW_SWEEP = {
+    **SWEEP,
+    "tasks": {"sweep": {**SWEEP["tasks"]["sweep"], "settings": {"n": UNITS, "delay_s": 0.4}}},
+}
+"""The sweep of the rounds whose harm takes seconds to set up (another user's task to start):
+the same units and output, about ten seconds of them."""
 OUTPUTS = ("squares.json", "squares.csv")
 END_TIMEOUT_S = 240.0
 """A run not ended this long after its harm is counted stuck."""
@@ -235,12 +256,12 @@ def _resumed(service: Service, api: httpx.Client) -> str:
     return str(answer.json()["id"])
 
 
-def _submit(api: httpx.Client) -> str:
+def _submit(api: httpx.Client, sweep: dict = SWEEP) -> str:
     """Submit the sweep, once the web server (perhaps started again) answers."""
 
     def submitted() -> str | None:
         try:
-            return submit(api, SWEEP)
+            return submit(api, sweep)
         except httpx.TransportError:
             return None
 
@@ -455,10 +476,95 @@ def fill_home(service: Service, api: httpx.Client, rng: random.Random, run_id: s
         ballast.unlink(missing_ok=True)
 
 
+NOISY = {
+    "SIMRUN_TASK_UID_BASE": "370000",
+    "SIMRUN_TASK_FILES_MAX": "2000",
+    "SIMRUN_TASK_LOG_MB": "1",
+    "SIMRUN_TASK_FILES_CHECK_S": "0.3",
+    "SIMRUN_LOCAL_CORES": "3",
+}
+"""The noisy-neighbour arena's settings: task users, small budgets of files and log, and a core
+for the flood beside the sweep's two workers."""
+NOISY_DISK_MB, NOISY_INODES = 256, 30_000
+"""The home's tmpfs (database, broker, store and scratch): a flood without budgets takes every
+inode of it, and a log without a cap every byte."""
+NOISE = """
+import os, pathlib, sys, time
+out = pathlib.Path(os.environ["SIMRUN_OUT"])
+(out / "ready").write_text("")
+deadline = time.monotonic() + 120
+while not (out / "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
+line = b"noise " * 2730 + b"\\n"
+for i in range(10**6):
+    open(out / f"f{i}", "w").close()
+    sys.stdout.buffer.write(line)
+"""
+"""Another user's task: once told to, it makes empty files in its out/ and prints 16 KiB a file,
+as fast as it can, until a budget stops it (or the disk is full)."""
+NOISE_BUDGET = "SIMRUN_TASK_FILES_MAX"
+"""What the flood's run must fail naming."""
+
+
+def noisy_neighbour(service: Service, api: httpx.Client, rng: random.Random, run_id: str) -> Harm:
+    """Another user's task floods files and output while the sweep computes: told to once the
+    sweep is mid-sweep; landed when its flood was seen under way (files made, its log written)
+    while the sweep was live. What it cost its own run (the budget it failed on, its log's
+    bytes) is in the harm's account."""
+    with service.client(_neighbour(service)) as noisy:
+        noise = submit(noisy, {"tasks": {"noise": {"command": ["/usr/bin/python3", "-c", NOISE]}}})
+        folder = service.store / "runs" / noise / "tasks" / "noise"
+        out = folder / "out"
+        wait_for(lambda: (out / "ready").exists(), END_TIMEOUT_S, f"noise {noise} to start")
+        mid_sweep(service, run_id, api)
+        (out / "go").touch()
+
+        def under_way() -> bool:
+            return _files(out) >= 200 or _state(noisy, noise) in ENDED
+
+        wait_for(under_way, END_TIMEOUT_S, f"noise {noise} to flood")
+        at, state, done = time.time(), _state(api, run_id), len(progress(service, run_id))
+        began = _files(out) >= 200
+        ended: dict = {"state": "not ended", "tasks": []}
+        with contextlib.suppress(AssertionError):  # a service the flood took down: the sweep's
+            ended = wait_for(  # end says what it cost
+                lambda: (r := _run(noisy, noise)).get("state") in ENDED and r,
+                END_TIMEOUT_S,
+            )
+    told = next((t["message"] for t in ended["tasks"] if t["id"] == "noise"), "")
+    log = folder / "logs" / "noise-0.log"
+    kept = log.stat().st_size if log.exists() else 0
+    what = (
+        f"user noisy's flood (run {noise}) {'began' if began else 'never began'}; it "
+        f"{ended['state']}: {told!r}; its log kept {kept / 2**20:.2f} MiB"
+    )
+    return Harm(landed=began and state not in ENDED, at=at, state=state, done=done, what=what)
+
+
+_NEIGHBOURS: dict[Path, str] = {}
+
+
+def _neighbour(service: Service) -> str:
+    """The token of the noisy user of a service, made at its first round."""
+    if service.home not in _NEIGHBOURS:
+        _NEIGHBOURS[service.home] = service.user("noisy")
+    return _NEIGHBOURS[service.home]
+
+
+def _files(folder: Path) -> int:
+    """The entries of a folder, 0 when it is gone."""
+    try:
+        return sum(1 for _ in os.scandir(folder))
+    except OSError:
+        return 0
+
+
 Harming = Callable[[Service, httpx.Client, random.Random, str], Harm]
 
 RESUMED = frozenset({"kill-service-resumed"})
 """The harms done to a resumed run (``_resumed``): it loses nothing it reused or computes."""
+NEIGHBOURS = frozenset({"noisy-neighbour"})
+"""The harms another user's task does: their arena's serve is root's, with task users."""
 
 HARMS: dict[str, Harming] = {
     "kill-harness": kill_harness,
@@ -471,6 +577,7 @@ HARMS: dict[str, Harming] = {
     "kill-service-resumed": kill_service,
     "full-disk": fill_store,
     "full-home": fill_home,
+    "noisy-neighbour": noisy_neighbour,
 }
 
 
@@ -497,13 +604,24 @@ class Arena:
     def __init__(self, kind: str, folder: Path, seed: int = 0) -> None:
         self.kind = kind
         self.rng = random.Random(seed)
-        self.home = folder / kind / "home"
-        self.home.parent.mkdir(parents=True, exist_ok=True)
+        self.folder = folder / kind
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.stack = contextlib.ExitStack()
         env = {"SIMRUN_POLL_S": "1"}
+        simrun = SIMRUN
         if kind == "full-home":  # the store (and scratch beside it) off the home's disk
             env["SIMRUN_STORE"] = str(folder / kind / "store")
-        self.service = Service(home=self.home, extra_env=env)
+        if kind in NEIGHBOURS:
+            # Task users must cross every folder above the home and reach a Python: a folder
+            # of /tmp that is theirs to cross (the test's may be root's alone), and a venv of
+            # the machine's Python.
+            self.base = Path(tempfile.mkdtemp(prefix=f"simrun-chaos-{kind}-", dir="/tmp"))
+            self.base.chmod(0o755)
+            self.stack.callback(shutil.rmtree, self.base, ignore_errors=True)
+            simrun = str(task_user_venv(self.base))
+            env.update(NOISY)
+        self.home = (self.base if kind in NEIGHBOURS else self.folder) / "home"
+        self.service = Service(home=self.home, extra_env=env, simrun=simrun)
 
     def __enter__(self) -> Arena:
         with self.stack as stack:
@@ -511,6 +629,9 @@ class Arena:
                 stack.enter_context(tmpfs(self.home / "store", DISK_MB))
             if self.kind == "full-home":  # the database, the broker and all of the home
                 stack.enter_context(tmpfs(self.home, DISK_MB))
+            if self.kind in NEIGHBOURS:  # a home whose inodes and bytes a flood could take
+                stack.enter_context(floods.tmpfs(self.home, NOISY_DISK_MB, NOISY_INODES))
+                stack.callback(self._keep_log)
             self.service.start()
             stack.callback(self._stop)
             self.api = stack.enter_context(self.service.client(self.service.user("chaos")))
@@ -519,6 +640,11 @@ class Arena:
 
     def __exit__(self, *exc: object) -> None:
         self.stack.close()
+
+    def _keep_log(self) -> None:
+        """The service's log beside the arena's other files (its home is removed)."""
+        with contextlib.suppress(OSError):
+            shutil.copy(self.service.log, self.folder / self.service.log.name)
 
     def _stop(self) -> None:
         if self.service.process is not None:
@@ -529,7 +655,12 @@ class Arena:
         missed: list[str] = []
         for tries in range(1, TRIES + 1):
             resumed = self.kind in RESUMED
-            run_id = _resumed(self.service, self.api) if resumed else _submit(self.api)
+            if resumed:
+                run_id = _resumed(self.service, self.api)
+            elif self.kind in NEIGHBOURS:
+                run_id = _submit(self.api, SLOW_SWEEP)
+            else:
+                run_id = _submit(self.api)
             harm = HARMS[self.kind](self.service, self.api, self.rng, run_id)
             outcome = finish(self.service, self.api, run_id, self.kind, harm, tries)
             if outcome.landed:

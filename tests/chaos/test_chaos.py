@@ -110,3 +110,5 @@ def test_a_run_survives_the_harm_with_no_unit_lost_and_the_clean_run_s_output(
         assert outcome.twice == 0, tally.line() + f"\n{outcome.note}"
         if kind in rounds.RESUMED:
             assert 0 < outcome.reused < UNITS, outcome.note
+        if kind in rounds.NEIGHBOURS:  # the flood failed on its own budget
+            assert rounds.NOISE_BUDGET in outcome.note, outcome.note
