@@ -216,8 +216,8 @@ def demo(home: Path) -> str:
     password = kept.read_text() if kept.exists() else "(set before: simrun user demo --password)"
     user = User.objects.get(username=DEMO_USER)
     if not user.runs.exists():
-        spec = parse_spec(DEMO_SPEC.read_text(), types=task_types())
-        run = create_run(spec=spec, owner=user)
+        text = DEMO_SPEC.read_text()
+        run = create_run(spec=parse_spec(text, types=task_types()), owner=user, text=text)
         print(f"simrun: submitted the example sweep {DEMO_SPEC.name} as run {run.id}")
     token = (
         f"API token {login.token} (shown only now; simrun login --token)"

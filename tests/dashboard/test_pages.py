@@ -612,3 +612,51 @@ def test_a_run_none_of_whose_tasks_started_shows_queued_not_running(alice, owner
     Task.objects.filter(run=run, task_id="sweep").update(state="running")
     header = re.search(r"<h1>.*?</h1>", alice.get(f"/runs/{run.id}/").content.decode(), re.S)
     assert header and ">running</span>" in header[0]
+
+
+SUBMITTED = """# the example sweep, as I wrote it
+name: mine
+tasks:
+  sweep: {type: squares, settings: {n: 4}}   # four units
+  stats:
+    type: csv-stats
+    inputs: {table: sweep}
+"""
+
+
+def test_the_run_page_shows_the_spec_as_submitted_and_its_normalised_form_as_such(
+    alice, owner_client
+):
+    """The text sent (YAML, comments and layout kept) is what "as submitted" shows; the JSON
+    the service validated and keeps is shown beside it under its own name."""
+    response = owner_client.post("/api/runs/", data=SUBMITTED, content_type="application/yaml")
+    assert response.status_code == 201, response.json()
+    page = alice.get(f"/runs/{response.json()['id']}/").content.decode()
+
+    submitted = re.search(
+        r"<summary><strong>Specification</strong> <span class=\"muted\">as submitted</span>"
+        r"</summary>\s*<pre class=\"preview\" data-spec-text>(.*?)</pre>",
+        page,
+        re.S,
+    )
+    assert submitted is not None, page
+    assert submitted[1] == SUBMITTED.replace("<", "&lt;").replace(">", "&gt;")
+    normalised = re.search(
+        r"<summary><strong>Specification</strong> <span class=\"muted\">normalised: as "
+        r"validated and kept \(JSON\)</span></summary>\s*<pre class=\"preview\" data-spec>"
+        r"(.*?)</pre>",
+        page,
+        re.S,
+    )
+    assert normalised is not None and "&quot;type&quot;: &quot;csv-stats&quot;" in normalised[1]
+
+
+def test_a_run_whose_text_was_not_kept_shows_only_the_normalised_spec_named_so(alice, owner):
+    run = submitted(owner)
+    assert run.spec_text == ""
+
+    page = alice.get(f"/runs/{run.id}/").content.decode()
+
+    assert '<span class="muted">as submitted</span>' not in page and "data-spec-text" not in page
+    assert "normalised: as validated and kept (JSON)" in page
+    assert "its text as submitted was not kept" in page
