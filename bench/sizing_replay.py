@@ -434,7 +434,7 @@ def table(title: str, figures: dict[str, Figures]) -> str:
         ("no-history tasks", lambda n: f"{figures[n].unseen_tasks}"),
         ("  wasted GiB·h", lambda n: f"{figures[n].unseen.wasted_gbh:.1f}"),
     ]
-    width = 11
+    width = 12
     lines = [f"== {title}", f"{'':17}" + "".join(f"{n:>{width}}" for n in names)]
     lines.append(f"{'retries':17}" + "".join(f"{retries_label(n):>{width}}" for n in names))
     for label, cell in rows:

@@ -172,13 +172,22 @@ def fit(
     if close and len(close) < len(everyone):
         local = pooled(logs, weights, close)
         if local.n_eff >= NEIGHBOURS_MIN:
-            used = tuple(n for n, _ in task if n not in CONTINUOUS)
+            used = tuple(n for n in _varying(features) if n in dict(task) and n not in CONTINUOUS)
             off = SLOPE_SPREAD * beyond([features[i] for i in close], task)
             return Fit("neighbours", *_fields(local), used=used, off=off)
     if line is not None and line.own <= FEATURE_GAIN * whole.own:
         return line
     off = SLOPE_SPREAD * beyond(features, task)
     return Fit("pooled", *_fields(whole), off=off)
+
+
+def _varying(features: Sequence[Features]) -> list[str]:
+    """The names of the features whose values differ among the samples (beyond ``NEAR``)."""
+    values: dict[str, list[float]] = {}
+    for f in features:
+        for name, value in f:
+            values.setdefault(name, []).append(math.asinh(value))
+    return sorted(n for n, v in values.items() if max(v) - min(v) > NEAR)
 
 
 def _fields(f: Fit) -> tuple[float, float, float, float, float, tuple[int, ...]]:

@@ -124,15 +124,23 @@ bytes of its inputs (known where they exist: the replay's traces; a run's inputs
 outputs of its own tasks, not written when it is planned)."""
 
 
+MAX_SETTINGS_FEATURES = 12
+"""At most this many numeric settings of a task are features (the first by name): each is
+kept on every observation of it and compared at every plan of its type."""
+
+
 def task_features(task: TaskSpec, task_type: TaskType | None, cores: int) -> Features:
-    """What is known of a task when it is planned: its numeric settings (a setting named as
-    one of the others is left out), its units (a split task's, as its type counts them from
-    its settings) and its cores."""
-    known: dict[str, object] = {
-        name: value
-        for name, value in (task.settings or {}).items()
-        if name not in (UNITS, CORES, INPUT_BYTES)
-    }
+    """What is known of a task when it is planned: its numeric settings (at most
+    ``MAX_SETTINGS_FEATURES``; a setting named as one of the others is left out), its units
+    (a split task's, as its type counts them from its settings) and its cores."""
+    numeric = features_of(
+        {
+            name: value
+            for name, value in (task.settings or {}).items()
+            if name not in (UNITS, CORES, INPUT_BYTES)
+        }
+    )
+    known: dict[str, object] = dict(numeric[:MAX_SETTINGS_FEATURES])
     known[CORES] = cores
     if task_type is not None and task_type.splittable and task_type.units is not None:
         try:

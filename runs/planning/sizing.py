@@ -401,7 +401,7 @@ def _runs(peaks: Sequence[float], kills: Sequence[float], near_: str = "") -> st
 def _model_said(fit: peak_model.Fit, features: Features) -> tuple[str, str, str]:
     """What the arithmetic, the neighbours' phrase and the plain reason say of the model."""
     if fit.model == "neighbours":
-        near_ = _near_phrase(features)
+        near_ = _near_phrase(tuple((n, v) for n, v in features if n in fit.used))
         return f" near the task's features ({near_.removeprefix(' with ')})", near_, ""
     if fit.model == "features":
         given = dict(features)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from harness.tasktypes import TaskType
 from runs.planning import sizing
-from runs.planning.planner import ObservedPeak, plan_task, task_features
+from runs.planning.planner import MAX_SETTINGS_FEATURES, ObservedPeak, plan_task, task_features
 from runs.planning.spec import TaskSpec
 
 
@@ -51,6 +51,9 @@ def steady(n: int, gb: float) -> list[float]:
 
 def test_a_task_knows_its_numeric_settings_and_cores_when_it_is_planned():
     assert task_features(task(512), GRID, 2) == (("cores", 2.0), ("grid", 512.0))
+    many = TaskSpec(type="grid-sim", settings={f"s{i:03}": i for i in range(1000)})
+    known = dict(task_features(many, GRID, 1))
+    assert len(known) == MAX_SETTINGS_FEATURES + 1 and known["cores"] == 1.0
 
 
 def test_a_steady_type_is_planned_within_1_1_times_its_p99_after_10_peaks_and_100():
@@ -81,7 +84,7 @@ def test_two_settings_10_times_apart_are_each_planned_from_their_own_neighbours(
     large_plan = plan_task(task(512), GRID, history)
     assert max(small) <= small_plan.per_worker_gb <= 1.5 * p99(small), small_plan.why
     assert max(large) <= large_plan.per_worker_gb <= 1.5 * p99(large), large_plan.why
-    assert "20 earlier runs of grid-sim with `cores` near 1 and `grid` near 64 peaked at up to" in (
+    assert "20 earlier runs of grid-sim with `grid` near 64 peaked at up to 0.3 GiB" in (
         small_plan.why_short
     )
 
