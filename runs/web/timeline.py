@@ -4,6 +4,10 @@ Computed on the server, as the DAG is: bars from ``Task.started_at``/``ended_at`
 attempts' own times, on one time axis from the run's creation to its end (or now). A time the
 record does not have yet is not guessed: a task or attempt without a start has no bar, one
 without an end runs to now while its run is live.
+
+It is laid out twice: for a screen, its labels in a column left of the bars; for a phone
+(``phone=True``), as narrow as the phone, each label above its bar, so neither is scaled down
+to a phone's width (the screen's, at 420 px, drew its labels 4 px tall).
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from runs.models import Attempt, Run, Task
 
 LABEL_WIDTH = 170
 PLOT_WIDTH = 720
+PHONE_PLOT_WIDTH = 340
+"""The phone's plot: about the width a 420 px screen leaves the card, so it is drawn at 1:1."""
+PHONE_LABEL_ROW = 13
+"""The height a label takes above its bar on a phone."""
 TASK_ROW = 26
 ATTEMPT_ROW = 18
 AXIS_HEIGHT = 24
@@ -39,6 +47,24 @@ class Bar:
     open_ended: bool = False
     title: str = ""
     task_id: str = ""
+    label_above: bool = False
+    """Whether its label is above its bar (a phone's layout), else left of it."""
+
+    @property
+    def label_x(self) -> int:
+        return 4 if self.kind == "task" or self.label_above else 18
+
+    @property
+    def label_y(self) -> int:
+        return self.y + (PHONE_LABEL_ROW - 2 if self.label_above else self.height - 8)
+
+    @property
+    def bar_y(self) -> int:
+        return self.y + (PHONE_LABEL_ROW if self.label_above else 0) + 4
+
+    @property
+    def bar_height(self) -> int:
+        return self.height - (PHONE_LABEL_ROW if self.label_above else 0) - 8
 
 
 @dataclass(frozen=True)
@@ -79,7 +105,7 @@ def _attempt_state(attempt: Attempt) -> str:
     return "running"
 
 
-def _reused_bar(task: Task, y: int, x: float, until: float) -> Bar:
+def _reused_bar(task: Task, y: int, x: float, until: float, phone: bool) -> Bar:
     """The row of a task's units reused from an earlier run: there from the run's creation,
     computed by none of its attempts."""
     title = (
@@ -87,20 +113,28 @@ def _reused_bar(task: Task, y: int, x: float, until: float) -> Bar:
         "not computed by this run"
     )
     label = f"reused from {task.reused_run}"
-    return Bar(label, "reused", "reused", y, ATTEMPT_ROW, x, max(until - x, 2.0), False, title,
-               task.task_id)  # fmt: skip
+    return Bar(label, "reused", "reused", y, _row(ATTEMPT_ROW, phone), x, max(until - x, 2.0),
+               False, title, task.task_id, phone)  # fmt: skip
 
 
-def timeline(run: Run, tasks: Sequence[Task], now: datetime | None = None) -> Timeline:
-    """Lay the tasks of a run (in spec order) and their attempts on the run's time axis."""
+def _row(height: int, phone: bool) -> int:
+    return height + PHONE_LABEL_ROW if phone else height
+
+
+def timeline(
+    run: Run, tasks: Sequence[Task], now: datetime | None = None, *, phone: bool = False
+) -> Timeline:
+    """Lay the tasks of a run (in spec order) and their attempts on the run's time axis; for
+    a phone, narrow, each label above its bar."""
     now = now or timezone.now()
     start = run.created_at
     end = run.ended_at or now
     span = max((end - start).total_seconds(), 1.0)
-    scale = PLOT_WIDTH / span
+    left, plot = (12, PHONE_PLOT_WIDTH) if phone else (LABEL_WIDTH, PLOT_WIDTH)
+    scale = plot / span
 
     def x_of(at: datetime) -> float:
-        return LABEL_WIDTH + max(0.0, min((at - start).total_seconds(), span)) * scale
+        return left + max(0.0, min((at - start).total_seconds(), span)) * scale
 
     def placed(began: datetime | None, ended: datetime | None) -> tuple[float | None, float, bool]:
         if began is None:
@@ -121,13 +155,13 @@ def timeline(run: Run, tasks: Sequence[Task], now: datetime | None = None) -> Ti
         if began is not None:
             title += f", from +{_short((began - start).total_seconds())}"
         bars.append(
-            Bar(task.task_id, "task", task.state, y, TASK_ROW, x, width, open_ended, title,
-                task.task_id)
+            Bar(task.task_id, "task", task.state, y, _row(TASK_ROW, phone), x, width,
+                open_ended, title, task.task_id, phone)
         )  # fmt: skip
-        y += TASK_ROW
+        y += _row(TASK_ROW, phone)
         if task.units_reused:
-            bars.append(_reused_bar(task, y, LABEL_WIDTH, x_of(began or start)))
-            y += ATTEMPT_ROW
+            bars.append(_reused_bar(task, y, left, x_of(began or start), phone))
+            y += _row(ATTEMPT_ROW, phone)
         for attempt in attempts:
             state = _attempt_state(attempt)
             x, width, open_ended = placed(attempt.started_at, attempt.ended_at)
@@ -136,19 +170,19 @@ def timeline(run: Run, tasks: Sequence[Task], now: datetime | None = None) -> Ti
                 f", exit {attempt.exit_code}" if attempt.exit_code is not None else ""
             )
             bars.append(
-                Bar(label, "attempt", state, y, ATTEMPT_ROW, x, width, open_ended, note,
-                    task.task_id)
+                Bar(label, "attempt", state, y, _row(ATTEMPT_ROW, phone), x, width, open_ended,
+                    note, task.task_id, phone)
             )  # fmt: skip
-            y += ATTEMPT_ROW
+            y += _row(ATTEMPT_ROW, phone)
     step = next((s for s in TICK_STEPS_S if span / s <= TICKS), TICK_STEPS_S[-1])
     ticks = [
-        Tick(LABEL_WIDTH + offset * scale, f"+{_short(offset)}")
+        Tick(left + offset * scale, f"+{_short(offset)}")
         for offset in range(0, int(span) + 1, step)
     ]
     return Timeline(
         bars=bars,
         ticks=ticks,
-        width=LABEL_WIDTH + PLOT_WIDTH + 10,
+        width=left + plot + (14 if phone else 10),
         height=y + AXIS_HEIGHT,
         drawn=sum(1 for bar in bars if bar.x is not None),
     )

@@ -260,14 +260,17 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
         for attempt in task.attempts.all():
             attempt.live = live_figures(attempt)  # type: ignore[attr-defined]
             attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]
+    units_now = {t.task_id: t.units_now for t in tasks}  # type: ignore[attr-defined]
     return {
         "run": run,
         "run_state": shown_run_state(run.state, [t.state for t in tasks]),
         "tasks": tasks,
-        "dag": layout(tasks, {t.task_id: t.units_now for t in tasks}),  # type: ignore[attr-defined]
+        "dag": layout(tasks, units_now),
+        "dag_phone": layout(tasks, units_now, phone=True),
         "live": not run.ended,
         "reruns": rerun_ids(request.user, run),
         "timeline": timeline(run, tasks),
+        "timeline_phone": timeline(run, tasks, phone=True),
         "spark": {"width": SPARK_WIDTH, "height": SPARK_HEIGHT},
         "usage": accounting.run_usage(run, tasks),
     }

@@ -1,5 +1,6 @@
-"""At a phone's width (420 px) the run list shows each run's state and progress and the
-timeline its bars, without a sideways swipe (real Chromium against Django's live server)."""
+"""At a phone's width (420 px) the run list shows each run's state and progress, the
+timeline its bars and the DAG its every task, without a sideways swipe and with their words
+at a readable size (real Chromium against Django's live server)."""
 
 from __future__ import annotations
 
@@ -63,10 +64,65 @@ def test_the_run_list_shows_state_and_progress_at_a_phones_width(page, live_serv
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
 
 
-def test_the_timelines_bars_are_on_screen_at_a_phones_width(page, live_server, owner, run):
+READABLE_PX = 10
+"""The least height on screen of a letter's box (font size × the drawing's scale) one reads."""
+
+CHAIN = """
+name: chain
+tasks:
+  sweep: {type: squares, settings: {n: 4}}
+  stats: {type: csv-stats, inputs: {table: sweep}}
+  report: {command: [cat, "{inputs.table}"], inputs: {table: stats}}
+"""
+
+
+def drawn_sizes(page: Page, selector: str) -> list[float]:
+    """The on-screen font size of each visible text of ``selector``: its size in the drawing
+    times the drawing's scale (its screen height over its own units)."""
+    return page.evaluate(
+        """(selector) => [...document.querySelectorAll(selector)]
+            .filter((text) => text.getClientRects().length)
+            .map((text) => {
+              const svg = text.ownerSVGElement;
+              const scale = svg.getScreenCTM().a;
+              return parseFloat(getComputedStyle(text).fontSize) * scale;
+            })""",
+        selector,
+    )
+
+
+def test_the_timelines_bars_and_labels_are_on_screen_and_readable_at_a_phones_width(
+    page, live_server, owner, run
+):
     log_in(page, live_server, owner)
     page.goto(f"{live_server.url}/runs/{run.id}/")
-    bars = page.locator("svg.timeline rect.bar")
+    timeline = page.locator("#timeline svg:visible")
+    expect(timeline).to_have_count(1)
+    bars = timeline.locator("rect.bar")
     expect(bars).to_have_count(2)  # the task and its attempt
-    inside(page, "svg.timeline rect.bar")
-    inside(page, "svg.timeline")
+    for bar in bars.all():
+        box = bar.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH + 0.5, box
+    box = timeline.bounding_box()
+    assert box and box["x"] + box["width"] <= WIDTH + 0.5, box
+    sizes = drawn_sizes(page, "#timeline svg text")
+    assert len(sizes) >= 3 and min(sizes) >= READABLE_PX, sizes  # two labels and a tick
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+
+
+def test_every_task_of_the_dag_is_on_screen_and_readable_at_a_phones_width(
+    page, live_server, owner, shoot
+):
+    chain = running(submitted(owner, CHAIN), sweep="running")
+    log_in(page, live_server, owner)
+    page.goto(f"{live_server.url}/runs/{chain.id}/")
+    dag = page.locator(".dag-wrap svg:visible").first
+    for task in ("sweep", "stats", "report"):
+        node = dag.locator(f'[data-task="{task}"] rect.box')
+        expect(node).to_have_count(1)
+        box = node.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH + 0.5, (task, box)
+    assert dag.locator("path.edge").count() == 2
+    sizes = drawn_sizes(page, ".dag-wrap svg text")
+    assert min(sizes) >= READABLE_PX, sizes
+    shoot("phone-dag-and-timeline")
