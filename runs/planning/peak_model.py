@@ -7,10 +7,11 @@ modelled in log. Three models, the first that holds:
 - **neighbours**: the samples whose features (numeric settings, units, cores, input bytes)
   are all near the task's (within ``NEAR`` in asinh, about 10%), when there are
   ``NEIGHBOURS_MIN`` of them (effective): their weighted median and upper spread;
-- **features**: a weighted least-squares line of log need on the asinh of the features that
-  vary, when its residuals spread less than ``FEATURE_GAIN`` × the pooled spread (the
-  features explain the needs): the line at the task's features, the residuals' upper
-  spread, and the task's leverage (its distance from the features seen);
+- **features**: a weighted least-squares line in the features that vary (log need on their
+  asinh, or need on the features themselves, whichever fits closer), when its residuals
+  spread less than ``FEATURE_GAIN`` × the pooled spread (the features explain the needs):
+  the line at the task's features, the residuals' upper spread, and the task's leverage
+  (its distance from the features seen);
 - **pooled**: every sample of the type, whatever its features.
 
 The spread is then *believed* (``believed_margin``): a posterior over a grid of spreads, the
@@ -200,56 +201,102 @@ def _line(
     features: Sequence[Features],
     task: Features,
 ) -> Fit | None:
-    """The least-squares line of log need on the features that vary among the samples having
-    all of the task's; None when too few samples can fit it."""
+    """The least-squares line of the needs on the features that vary among the samples having
+    all of the task's; None when too few samples can fit it.
+
+    Two lines are fitted, and the one whose residuals (in log) spread less serves: log need
+    on the asinh of the features (a power law: need ∝ grid^k), and need on the features
+    themselves (a fixed part and a part per byte: 1.7 GiB + 1 GiB per GB read), whose
+    log-log slope grows along the line, so a power law fitted to it falls short at the top.
+    """
     wanted = dict(task)
     rows = [i for i, f in enumerate(features) if {n for n, _ in f} >= set(wanted)]
     if not rows:
         return None
-    values = [{n: math.asinh(v) for n, v in features[i]} for i in rows]
+    raw = [dict(features[i]) for i in rows]
     w = [weights[i] for i in rows]
     n = _n_eff(w)
     scale = n / sum(w)
     w = [x * scale for x in w]  # precision weights summing to the effective count
     total = sum(w)
-    means = {
-        name: sum(wi * v[name] for wi, v in zip(w, values, strict=True)) / total for name in wanted
-    }
-    varying = [
-        name
-        for name in sorted(wanted)
-        if sum(wi * (v[name] - means[name]) ** 2 for wi, v in zip(w, values, strict=True)) / total
-        > (NEAR / 4) ** 2
-    ][:MAX_FEATURES]
+
+    def spread(name: str) -> float:
+        xs = [math.asinh(v[name]) for v in raw]
+        mean = sum(wi * x for wi, x in zip(w, xs, strict=True)) / total
+        return sum(wi * (x - mean) ** 2 for wi, x in zip(w, xs, strict=True)) / total
+
+    varying = [name for name in sorted(wanted) if spread(name) > (NEAR / 4) ** 2]
+    varying = varying[:MAX_FEATURES]
     p = 1 + len(varying)
     if not varying or n < p + 3:
         return None
-    xs = [[1.0, *(v[name] - means[name] for name in varying)] for v in values]
     ys = [logs[i] for i in rows]
+    fits = [
+        found
+        for linear in (False, True)
+        if (found := _fitted(raw, ys, w, wanted, varying, linear=linear)) is not None
+    ]
+    if not fits:
+        return None
+    center, own, leverage = min(fits, key=lambda f: f[1])
+    return Fit("features", center, own, n - p, n, leverage, tuple(rows), tuple(varying))
+
+
+def _fitted(
+    raw: Sequence[Mapping[str, float]],
+    logs: Sequence[float],
+    w: Sequence[float],
+    wanted: Mapping[str, float],
+    varying: Sequence[str],
+    *,
+    linear: bool,
+) -> tuple[float, float, float] | None:
+    """One line's need at the task (GiB), its residuals' upper spread (log) and the task's
+    leverage: log need on asinh(features), or ``linear`` need on the features (standardised);
+    None when it cannot be fitted or fits a need of 0 or less."""
+    total = sum(w)
+
+    def cast(value: float) -> float:
+        return value if linear else math.asinh(value)
+
+    columns = {name: [cast(v[name]) for v in raw] for name in varying}
+    means = {n: sum(wi * x for wi, x in zip(w, c, strict=True)) / total for n, c in columns.items()}
+    sds = {
+        n: math.sqrt(sum(wi * (x - means[n]) ** 2 for wi, x in zip(w, c, strict=True)) / total)
+        for n, c in columns.items()
+    }
+    if not all(sds.values()):
+        return None
+    xs = [[1.0, *((columns[n][i] - means[n]) / sds[n] for n in varying)] for i in range(len(raw))]
+    ys = [math.exp(y) for y in logs] if linear else list(logs)
+    p = 1 + len(varying)
     a = [
         [sum(wi * x[r] * x[c] for wi, x in zip(w, xs, strict=True)) for c in range(p)]
         for r in range(p)
     ]
     for k in range(1, p):
-        a[k][k] += RIDGE * n
+        a[k][k] += RIDGE * total
     b = [sum(wi * x[r] * y for wi, x, y in zip(w, xs, ys, strict=True)) for r in range(p)]
+    x0 = [1.0, *((cast(wanted[n]) - means[n]) / sds[n] for n in varying)]
     coef = _solve(a, b)
-    x0 = [1.0, *(math.asinh(wanted[name]) - means[name] for name in varying)]
-    if coef is None:
-        return None
     inverse_x0 = _solve(a, x0)
-    if inverse_x0 is None:
+    if coef is None or inverse_x0 is None:
         return None
     fitted = [sum(c * xi for c, xi in zip(coef, x, strict=True)) for x in xs]
-    residuals = [y - f for y, f in zip(ys, fitted, strict=True)]
+    if linear and min(fitted) <= 0:
+        return None
+    if linear:
+        fitted = [math.log(f) for f in fitted]
+    residuals = [y - f for y, f in zip(logs, fitted, strict=True)]
     shift, own = _upper(residuals, w)
-    # Never below the line's smallest fitted need: downward, a log-linear line forgets the
-    # fixed part of a process's memory.
-    at = max(sum(c * xi for c, xi in zip(coef, x0, strict=True)), min(fitted))
+    at = sum(c * xi for c, xi in zip(coef, x0, strict=True))
+    if linear:
+        at = math.log(at) if at > 0 else min(fitted)
+    # Never below the line's smallest fitted need: downward, a line may forget the fixed
+    # part of a process's memory.
+    at = max(at, min(fitted))
     leverage = sum(u * v for u, v in zip(x0, inverse_x0, strict=True))
-    return Fit(
-        "features", math.exp(at + shift), own, n - p, n, leverage, tuple(rows), tuple(varying)
-    )
+    return math.exp(at + shift), own, leverage
 
 
 def _solve(a: Sequence[Sequence[float]], b: Sequence[float]) -> list[float] | None:

@@ -119,3 +119,18 @@ def test_peaks_that_follow_an_input_are_planned_by_a_line_in_it():
     assert big.gb >= 2 * 0.5 * 4.9, big.why
     assert 0.5 <= small.gb <= 0.5 * 1.5, small.why
     assert "follow `input_bytes`" in big.short
+
+
+def test_a_need_with_a_fixed_part_and_a_part_per_byte_is_not_planned_short_at_the_top():
+    """1.7 GiB + 1 GiB per GB read (a coverage tool of one pipeline): a power law fitted to it
+    falls short where the inputs are largest (it killed 20 of the tool's 87 tasks there),
+    and beyond them; the line in the bytes themselves fits it, so the largest inputs, and
+    one half as large again, are planned above their need."""
+    inputs = [0.3e9 + 2.3e9 * ((i * 17) % 40) / 39 for i in range(40)]
+    history = [
+        sizing.Sample(1.7 + b / 1e9, at=float(i), features=(("input_bytes", b),))
+        for i, b in enumerate(inputs)
+    ]
+    for top in (2.6e9, 4.0e9):
+        sized = sizing.DEFAULT.size(history, default_gb=16.0, features=(("input_bytes", top),))
+        assert sized.gb >= 1.7 + top / 1e9, sized.why

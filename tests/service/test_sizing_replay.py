@@ -302,3 +302,45 @@ def test_the_cross_validation_takes_a_safe_point_over_one_that_saves_more():
     )
     assert replay.choose([steady, less, longer], ["a", "b"], best) is less
     assert replay.choose([steady, longer], ["a", "b"], best) is longer
+
+
+def test_the_replay_plans_with_the_features_the_planner_is_given(capsys, tmp_path):
+    """The trace's rchar stands for the input's size: 40 tasks of A whose peaks are 0.5 GiB +
+    1 GiB per GB read, then one reading 3 GB. What the replay gives it (its over-allocation
+    + its peak, in a one-hour task it fits) is what the product's planner plans from the same
+    observations with the same features, and not what it plans blind to the input."""
+    from harness.tasktypes import TaskType
+    from runs.planning.planner import ObservedPeak, plan_task
+    from runs.planning.spec import RunSpec, TaskSpec
+
+    header = HEADER + ",rchar"
+    reads = [0.5e9 + 2.0e9 * ((i * 17) % 40) / 39 for i in range(40)]
+    lines = [header] + [
+        row("A", 4000 * i, 0.5 + b / 1e9, 8) + f",{int(b)}" for i, b in enumerate(reads)
+    ]
+    before = tmp_path / "before.csv"
+    before.write_text("\n".join(lines) + "\n")
+    after = tmp_path / "after.csv"
+    last = row("A", 4000 * len(reads), 3.5, 8) + f",{int(3e9)}"
+    after.write_text("\n".join([*lines, last]) + "\n")
+    was = run_json(capsys, before, policy="simrun")["total"]["simrun"]
+    now = run_json(capsys, after, policy="simrun")["total"]["simrun"]
+    assert now["retries_per_100"] == was["retries_per_100"] == 0
+    replayed_gb = now["over_gbh"] - was["over_gbh"] + 3.5
+
+    def features(b: float) -> tuple[tuple[str, float], ...]:
+        return (("cores", 1.0), ("input_bytes", float(int(b))))
+
+    observed = [
+        ObservedPeak(int((0.5 + b / 1e9) * GIB) / GIB, at=4000.0 * i + 3600, features=features(b))
+        for i, b in enumerate(reads)
+    ][::-1]
+    a_type = TaskType(
+        name="A", settings=RunSpec, command=lambda _: ["true"], base_gb=0.0, per_worker_gb=8.0
+    )
+    spec = TaskSpec.model_construct(type="A")
+    plan = plan_task(spec, a_type, observed, features=features(3e9), counterfactual=False)
+    blind = plan_task(spec, a_type, observed, features=(("cores", 1.0),), counterfactual=False)
+    assert replayed_gb == pytest.approx(plan.memory_gb, abs=1e-6)
+    assert plan.memory_gb != blind.memory_gb
+    assert "follow `input_bytes`" in plan.why_short
