@@ -39,6 +39,12 @@ class PlanSerializer(serializers.Serializer[dict[str, Any]]):
     why_short = serializers.CharField(
         required=False, allow_blank=True, help_text="the reason in one plain sentence"
     )
+    features = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        help_text="what was known of the task when it was planned (its numeric settings, units, "
+        "cores): the evidence of tasks near these planned it (why_short says which)",
+    )
 
 
 class AttemptSerializer(serializers.ModelSerializer[Attempt]):

@@ -46,6 +46,8 @@ def test_an_owner_reads_a_task_with_its_plan_and_attempts(owner_client, owner):
     body = owner_client.get(task_url(run)).json()
     assert body["id"] == "sweep" and body["kind"] == "split" and body["units_total"] == 20
     assert body["plan"]["why"] and body["attempts"][0]["worker"] == "sweep-w0"
+    # what was known of it when it was planned: its numeric settings, units and cores
+    assert body["plan"]["features"] == {"cores": 2.0, "n": 20.0, "units": 20.0}
 
 
 @pytest.mark.parametrize(
