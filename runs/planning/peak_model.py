@@ -45,10 +45,10 @@ CONTINUOUS = ("input_bytes",)
 """Features that vary from task to task whatever their settings: neighbours are not sought
 in them (no two inputs are alike), the line reads them."""
 SLOPE_SPREAD = 0.25
-"""Off the features seen, the need may follow them in a way no sample showed: a model that
-does not read them (pooled, neighbours) widens its spread by this × the distance (in asinh,
-so about ln of the ratio) from the nearest value seen, as if the need grew by up to the
-distance's quarter power."""
+"""Off the features seen, the need may follow them in a way no sample showed: where no line
+could be fitted to say how, a model that does not read them (pooled, neighbours) widens its
+spread by this × the distance (in asinh, so about ln of the ratio) from the nearest value
+seen, as if the need grew by up to the distance's quarter power."""
 FEATURE_GAIN = 0.7
 """The features model serves when its residuals' upper spread is at most this share of the
 pooled one: the features explain half the variance or more."""
@@ -170,16 +170,28 @@ def fit(
         return whole
     close = [i for i in everyone if near(features[i], task)]
     line = _line(logs, weights, features, task)
+    base = whole
+    chosen = "pooled"
+    members: list[int] = everyone
     if close and len(close) < len(everyone):
         local = pooled(logs, weights, close)
         if local.n_eff >= NEIGHBOURS_MIN:
-            used = tuple(n for n in _varying(features) if n in dict(task) and n not in CONTINUOUS)
-            off = SLOPE_SPREAD * beyond([features[i] for i in close], task)
-            return Fit("neighbours", *_fields(local), used=used, off=off)
-    if line is not None and line.own <= FEATURE_GAIN * whole.own:
+            base, chosen, members = local, "neighbours", close
+    if line is not None and line.own < FEATURE_GAIN * base.own:
         return line
-    off = SLOPE_SPREAD * beyond(features, task)
-    return Fit("pooled", *_fields(whole), off=off)
+    used = tuple(n for n in _varying(features) if n in dict(task) and n not in CONTINUOUS)
+    if line is None:
+        # Off the features seen, with no line to say how the needs follow them.
+        off = SLOPE_SPREAD * beyond([features[i] for i in members], task)
+        return Fit(chosen, *_fields(base), used=used if chosen == "neighbours" else (), off=off)
+    # A line that explains nothing still says how far off the task is: its leverage (a
+    # steady type's inputs twice the largest seen widen little, four small peaks of a narrow
+    # range of inputs widen much).
+    center, own, dof, n_eff, leverage, kept = _fields(base)
+    leverage = max(leverage, line.leverage)
+    return Fit(
+        chosen, center, own, dof, n_eff, leverage, kept, used if chosen == "neighbours" else ()
+    )
 
 
 def _varying(features: Sequence[Features]) -> list[str]:

@@ -134,3 +134,24 @@ def test_a_need_with_a_fixed_part_and_a_part_per_byte_is_not_planned_short_at_th
     for top in (2.6e9, 4.0e9):
         sized = sizing.DEFAULT.size(history, default_gb=16.0, features=(("input_bytes", top),))
         assert sized.gb >= 1.7 + top / 1e9, sized.why
+
+
+def test_a_constant_need_whatever_the_input_is_not_widened_by_an_input_never_seen():
+    """A type whose 50 peaks are one value whatever they read (1 to 4 GB; a reference
+    index, say) is planned close to it for an input twice the largest seen: its history
+    says the need does not follow the input. Four peaks of a narrow range of inputs say
+    nothing of an input four times as large: that one is planned wide."""
+    inputs = [1e9 + 3e9 * ((i * 13) % 50) / 49 for i in range(50)]
+    steady_history = [
+        sizing.Sample(30.0, at=float(i), features=(("input_bytes", b),))
+        for i, b in enumerate(inputs)
+    ]
+    far = sizing.DEFAULT.size(steady_history, default_gb=64.0, features=(("input_bytes", 8e9),))
+    assert 30.0 <= far.gb <= 1.1 * 30.0, far.why
+    assert "follow" not in far.short
+    few = [
+        sizing.Sample(9.4, at=float(i), features=(("input_bytes", b),))
+        for i, b in enumerate((1.30e10, 1.33e10, 1.37e10, 1.6e10))
+    ]
+    wide = sizing.DEFAULT.size(few, default_gb=64.0, features=(("input_bytes", 6.1e10),))
+    assert wide.gb >= 22.5, wide.why  # SPAdes: 4 peaks of 9.4 GiB, then one needing 22.4
