@@ -132,6 +132,7 @@ class Fit:
     members: tuple[int, ...]  # the indexes of the samples it read
     used: tuple[str, ...] = ()  # the features it modelled ("grid", "input_bytes")
     off: float = 0.0  # the log spread added for features beyond those seen (SLOPE_SPREAD)
+    line: str = ""  # which line served: "log peak on asinh of" or "peak on" (the features)
 
 
 def _n_eff(weights: Sequence[float]) -> float:
@@ -244,14 +245,14 @@ def _line(
         return None
     ys = [logs[i] for i in rows]
     fits = [
-        found
+        (*found, "peak on" if linear else "log peak on asinh of")
         for linear in (False, True)
         if (found := _fitted(raw, ys, w, wanted, varying, linear=linear)) is not None
     ]
     if not fits:
         return None
-    center, own, leverage = min(fits, key=lambda f: f[1])
-    return Fit("features", center, own, n - p, n, leverage, tuple(rows), tuple(varying))
+    center, own, leverage, line = min(fits, key=lambda f: f[1])
+    return Fit("features", center, own, n - p, n, leverage, tuple(rows), tuple(varying), line=line)
 
 
 def _fitted(

@@ -402,12 +402,13 @@ def _model_said(fit: peak_model.Fit, features: Features) -> tuple[str, str, str]
     """What the arithmetic, the neighbours' phrase and the plain reason say of the model."""
     if fit.model == "neighbours":
         near_ = _near_phrase(tuple((n, v) for n, v in features if n in fit.used))
-        return f" near the task's features ({near_.removeprefix(' with ')})", near_, ""
+        named = f" ({near_.removeprefix(' with ')})" if near_ else ""
+        return f" near the task's features{named}", near_, ""
     if fit.model == "features":
         given = dict(features)
         at = " and ".join(f"`{name}` {_value(given[name])}" for name in fit.used)
         return (
-            f", a line of log peak on {', '.join(fit.used)} read at {at}",
+            f", a line of {fit.line} {', '.join(fit.used)} read at {at}",
             "",
             f"; their peaks follow {' and '.join(f'`{n}`' for n in fit.used)}, "
             f"so simrun reads them at {at}",
