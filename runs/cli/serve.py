@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from http.client import HTTPConnection
 from pathlib import Path
 
+from runs.cli.listeners import listeners
+
 NAME = "serve"
 HELP = "run the service on this machine: web server, Celery worker and beat, local backend"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -154,14 +156,18 @@ def allowed_hosts(host: str) -> None:
 
 
 def port_problem(host: str, port: int) -> str | None:
-    """Why the web server cannot listen on host:port (another server has it), None if it can."""
+    """Why the web server cannot listen on host:port (another server has it, named: a task
+    of ``SIMRUN_TASK_NETWORK=host`` could have taken it), None if it can."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
-            return f"cannot listen on {host}:{port}: {error.strerror}"
+            problem = f"cannot listen on {host}:{port}: {error.strerror}"
+            base = os.environ.get("SIMRUN_TASK_UID_BASE", "")
+            held = [h.describe(int(base) if base.isdigit() else None) for h in listeners(port)]
+            return f"{problem} (held by {'; '.join(held)})" if held else problem
     return None
 
 
