@@ -60,6 +60,14 @@ class Cgroup:
             return stat.get("anon")
         return stat.get("total_rss", stat.get("rss"))
 
+    def held_bytes(self) -> int | None:
+        """The memory the cgroup holds that the kernel cannot reclaim without swap: its
+        anonymous memory and its tmpfs pages (a task's ``/dev/shm``)."""
+        stat = self._stat("memory.stat")
+        anon = self.anon_bytes()
+        shmem = stat.get("shmem", 0) if self.version == 2 else stat.get("total_shmem", 0)
+        return None if anon is None else anon + shmem
+
     def page_cache_bytes(self) -> int | None:
         """The page cache of files charged to the cgroup (tmpfs left in: it is no cache)."""
         stat = self._stat("memory.stat")

@@ -16,6 +16,8 @@ from harness import logcap
 from harness.report import read_report
 from runs.backends.local.backend import LocalBackend, workflow_name
 from runs.backends.local.budget import Budget
+from runs.common.store import TaskFolder
+from runs.reads.live_attempts import read_live
 from tests.backends.local_fixtures import ended, log_of, phase, plan, shell, stepping, submit
 from tests.floods import tmpfs
 from tests.polling import wait_for
@@ -173,7 +175,30 @@ def test_what_a_task_holds_in_dev_shm_is_counted_in_its_memory(disk):
     assert 40 << 20 <= report.peak_memory_bytes < 100 << 20  # a shell and its 40 MiB of shm
 
 
+def test_what_a_task_holds_in_dev_shm_is_in_its_live_memory(disk):
+    """The run page's live memory of a plain command counted its anonymous memory only: a task
+    holding 40 MiB in its /dev/shm showed a few MiB while its cgroup held 40 more."""
+    backend = LocalBackend(
+        store=disk / "store", scratch=disk / "scratch", cores=2, memory_gb=4, grace_s=1
+    )
+    flag = disk / "go"
+    script = f'head -c 40M /dev/zero > /dev/shm/held; while [ ! -e "{flag}" ]; do sleep 0.05; done'
+    folder = TaskFolder(backend.store, ("runs", "m2", "tasks", "t"))
+
+    def holding() -> bool:
+        live = read_live(folder, "t", 0)
+        return live is not None and bool(live.samples) and live.samples[-1][1] >= 40 << 20
+
+    with stepping(backend):
+        submit(backend, "m2", {"t": {"command": shell(script)}}, {"t": plan(memory_gb=1 / 4)})
+        wait_for(holding, 30, "the live memory to count the task's 40 MiB of /dev/shm")
+        flag.touch()
+        wait_for(lambda: ended(backend, "m2"), what="the end of m2")
+    assert phase(backend, "m2") == "Succeeded"
+
+
 def _settings(backend: LocalBackend) -> dict:
+
     return {
         "store": backend.store,
         "scratch": backend.scratch,

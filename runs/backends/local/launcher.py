@@ -565,7 +565,8 @@ def _run(launch: dict[str, Any], logs_fd: int, stop_capture: Any) -> int:
 
 class LiveSampler:
     """The live memory of a plain command, which has no harness to write it: a thread that
-    samples its cgroup's anonymous memory (else its process tree's) and rewrites
+    samples its cgroup's anonymous memory and tmpfs pages (its ``/dev/shm``, which its peak
+    counts too; else its process tree's anonymous memory) and rewrites
     ``LiveMemory`` in the service's ``logs/`` folder (by descriptor, never through a link)
     every ``LIVE_WRITE_S``, as the harness's heartbeat does for its workers."""
 
@@ -584,7 +585,7 @@ class LiveSampler:
 
     def sample(self) -> None:
         cgroup = self.cgroup
-        value = cgroup.anon_bytes() if cgroup is not None else process_tree_anon(self.pid)
+        value = cgroup.held_bytes() if cgroup is not None else process_tree_anon(self.pid)
         if value is None:
             return
         self.window = value if self.window is None else max(self.window, value)
