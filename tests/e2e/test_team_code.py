@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -184,15 +185,16 @@ def test_four_runs_taking_every_core_let_another_users_task_through_at_their_fir
     (flags / "0").touch()
     ended = wait_until_ended(bob, small)
     waited = time.monotonic() - released
-    second_state = task_of(alice, wide[1])["state"]
     for i in range(1, 4):
         (flags / str(i)).touch()
     for run_id in wide:
         wait_until_ended(alice, run_id)
+    bob_started = datetime.fromisoformat(task_of(bob, small)["started_at"])
+    second_started = datetime.fromisoformat(task_of(alice, wide[1])["started_at"])
 
     print(f"figures: bob's one-core task ended {waited:.1f} s after alice's first run did")
     assert ended["state"] == "succeeded", ended
-    assert second_state in {"waiting", "queued"}  # bob's turn came first
+    assert bob_started < second_started  # bob's turn came before alice's second run
     assert waits == "waits for 1 core; other users' runs hold 2 of 2", waits
     assert wide[0] not in waits
     assert second == f"waits for 2 cores; run {wide[0]} holds 2 of 2", second
