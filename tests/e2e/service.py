@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import site
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,6 +158,26 @@ def task_user_venv(folder: Path) -> Path:
     Path(purelib, "simrun-tests.pth").write_text("\n".join(lines) + "\n")
     local_env.console_scripts(venv / "bin")
     return venv / "bin" / "simrun"
+
+
+@contextlib.contextmanager
+def task_user_serve(uid_base: int, **env: str) -> Iterator[Service]:
+    """A root serve whose tasks run as task users from ``uid_base``: its home and its Python
+    (``task_user_venv``) in a folder of /tmp every task user may cross, removed at its end."""
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    service = Service(
+        home=base / "home",
+        simrun=str(task_user_venv(base)),
+        extra_env={"SIMRUN_TASK_UID_BASE": str(uid_base), **env},
+    )
+    service.start()
+    try:
+        yield service
+    finally:
+        if service.process is not None:
+            service.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def service_processes(session: int) -> list[int]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,7 @@ from tests.e2e.service import (
     run_of,
     service_processes,
     submit,
-    task_user_venv,
+    task_user_serve,
     wait_until_ended,
 )
 from tests.polling import wait_for
@@ -47,22 +45,8 @@ READ_MB = 1024
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[Service]:
-    base = Path(tempfile.mkdtemp(dir="/tmp"))
-    base.chmod(0o755)
-    service = Service(
-        home=base / "home",
-        simrun=str(task_user_venv(base)),
-        extra_env={
-            "SIMRUN_TASK_UID_BASE": str(UID_BASE),
-            "SIMRUN_POLL_S": "1",
-            "SIMRUN_LOCAL_CORES": "3",
-        },
-    )
-    service.start()
-    yield service
-    if service.process is not None:
-        service.stop()
-    shutil.rmtree(base, ignore_errors=True)
+    with task_user_serve(UID_BASE, SIMRUN_POLL_S="1", SIMRUN_LOCAL_CORES="3") as service:
+        yield service
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,11 @@
 """Issue 35's rows about users, code and shares, against a real ``simrun serve`` run as root
-with task users, from a Python every task user may run (``task_user_venv``): sources work
+with task users, from a Python every task user may run (``task_user_serve``): sources work
 under task users, and one user's code, uploads and runs spend no one else's share."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -17,7 +15,7 @@ import httpx
 import pytest
 
 from runs.client.packing import pack
-from tests.e2e.service import Service, run_of, task_user_venv, wait_until_ended
+from tests.e2e.service import Service, run_of, task_user_serve, wait_until_ended
 from tests.polling import wait_for
 from tests.walkthrough import write_plugin_package
 
@@ -31,23 +29,10 @@ UID_BASE = 350000
 @pytest.fixture(scope="module")
 def team() -> Iterator[Service]:
     """A serve as root with task users, its home and its Python within their reach."""
-    base = Path(tempfile.mkdtemp(dir="/tmp"))
-    base.chmod(0o755)
-    service = Service(
-        home=base / "home",
-        simrun=str(task_user_venv(base)),
-        extra_env={
-            "SIMRUN_TASK_UID_BASE": str(UID_BASE),
-            "SIMRUN_LEARN_INSTALL_S": "20",
-            "SIMRUN_LOCAL_CORES": "2",
-            "SIMRUN_USER_QUEUED_RUNS": "18",
-        },
-    )
-    service.start()
-    yield service
-    if service.process is not None:
-        service.stop()
-    shutil.rmtree(base, ignore_errors=True)
+    with task_user_serve(
+        UID_BASE, SIMRUN_LEARN_INSTALL_S="20", SIMRUN_LOCAL_CORES="2", SIMRUN_USER_QUEUED_RUNS="18"
+    ) as service:
+        yield service
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.service import Service, submit, task_user_venv, wait_until_ended
+from tests.e2e.service import Service, submit, task_user_serve, wait_until_ended
 from tests.polling import wait_for
 
 pytestmark = [
@@ -38,18 +36,8 @@ SWEEP = {
 @pytest.fixture
 def team() -> Iterator[Service]:
     """A serve as root with task users, its home and its Python within their reach."""
-    base = Path(tempfile.mkdtemp(dir="/tmp"))
-    base.chmod(0o755)
-    service = Service(
-        home=base / "home",
-        simrun=str(task_user_venv(base)),
-        extra_env={"SIMRUN_TASK_UID_BASE": str(UID_BASE)},
-    )
-    service.start()
-    yield service
-    if service.process is not None:
-        service.stop()
-    shutil.rmtree(base, ignore_errors=True)
+    with task_user_serve(UID_BASE) as service:
+        yield service
 
 
 def progress(folder: Path) -> Counter[int]:
