@@ -21,6 +21,7 @@ The backends know such a type by its name only (``harness.tasktypes.ShippedType`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -39,6 +40,7 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
+from harness import untrusted
 from harness.tasktypes import (
     PLUGIN_COMMAND,
     TYPE_PROVIDERS,
@@ -109,6 +111,28 @@ def builder(owner_id: int | None, home: Path) -> local_env.Builder:
     if problem := local_user.unreachable(Path(sys.executable).resolve(), home):
         raise LearnError(f"the sources' types cannot be learned as your task user: {problem}")
     return local_env.Builder(env=env, uid=user.uid, gid=user.gid)
+
+
+TEMPORARY = "tmp"
+"""The folder of a learning's temporary files (pip's builds among them) in its ``home``."""
+
+
+@contextlib.contextmanager
+def _temporary(home: Path, user: local_env.Builder) -> Iterator[local_env.Builder]:
+    """``user`` with a folder of its own for temporary files in ``home``, made afresh by the
+    service (``home`` is the service's, closed to the task user) and removed at the end, a
+    killed learning's left ones with it: the task user's tempfile, finding ``home`` closed,
+    fell back to the machine's /tmp, outside every budget, where a killed build's files
+    stayed."""
+    untrusted.remove_tree(home, [TEMPORARY])
+    folder = home / TEMPORARY
+    folder.mkdir(mode=0o700)
+    if user.uid is not None:
+        os.chown(folder, user.uid, user.gid if user.gid is not None else -1)
+    try:
+        yield dataclasses.replace(user, env={**user.env, "TMPDIR": str(folder)})
+    finally:
+        untrusted.remove_tree(home, [TEMPORARY])
 
 
 LEARNING_OFF = (
@@ -309,10 +333,13 @@ def learn(
         if known and not missing:
             return known
         log.info("learning the task types of the sources %s", ", ".join(d[:12] for d in digests))
-        user = builder(owner_id, home)
         said = io.StringIO()  # the install's lines are for a run's log: here, the service's
         try:
-            with contextlib.redirect_stdout(said), _packages(packages, user) as base:
+            with (
+                contextlib.redirect_stdout(said),
+                _temporary(home, builder(owner_id, home)) as user,
+                _packages(packages, user) as base,
+            ):
                 python = local_env.ensure(
                     home / "venv",
                     [store.snapshot_dir(d) for d in digests],

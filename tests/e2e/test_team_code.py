@@ -4,8 +4,11 @@ under task users, and one user's code, uploads and runs spend no one else's shar
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -77,6 +80,41 @@ def test_a_type_shipped_in_sources_runs_as_its_owners_task_user(team, alice, tmp
     out = team.store / "runs" / run["id"] / "tasks" / "tally" / "out" / "tally.txt"
     assert out.read_text() == "two\n"
     assert out.stat().st_uid == UID_BASE + 1  # alice is the first user
+
+
+LEAVING_BUILD = """import json, os, tempfile
+from pathlib import Path
+left = tempfile.mkdtemp(prefix="simrun-left-")  # as a build killed at its timeout leaves
+told = {"tmp": tempfile.gettempdir(), "left": left}
+Path(SEEN, f"{os.getpid()}.json").write_text(json.dumps(told))
+from setuptools import setup
+setup()
+"""
+"""A setup.py that says where its temporary files go, and leaves a folder there: its
+learning's build and the run's own venv's each run it."""
+
+
+def test_a_builds_temporary_files_stay_in_the_store_and_go_with_its_learning(team, alice, tmp_path):
+    """The learning's folder is the service's: a task user's tempfile, finding it closed,
+    fell back to the machine's /tmp, outside every budget, where a killed build's files
+    stayed."""
+    seen = Path(tempfile.mkdtemp(prefix="simrun-seen-"))
+    seen.chmod(0o777)
+    package = write_plugin_package(tmp_path)
+    (package / "setup.py").write_text(f"SEEN = {str(seen)!r}\n" + LEAVING_BUILD)
+    spec = {
+        "tasks": {"tally": {"type": "tally", "settings": {"word": "two"}}},
+        "sources": [upload(alice, package).json()["id"]],
+    }
+
+    run = wait_until_ended(alice, submitted(alice, spec))
+
+    builds = [json.loads(path.read_text()) for path in seen.glob("*.json")]
+    shutil.rmtree(seen, ignore_errors=True)
+    assert run["state"] == "succeeded", run
+    assert all(Path(told["tmp"]).is_relative_to(team.home) for told in builds), builds
+    learning = [b for b in builds if Path(b["tmp"]).is_relative_to(team.store / "learned-types")]
+    assert learning and not any(os.path.lexists(told["left"]) for told in learning), builds
 
 
 SLEEPING_BUILD = "import time\ntime.sleep(40)\n"
