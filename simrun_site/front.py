@@ -128,6 +128,12 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker has no type
         "server_header": False,
     }
 
+    def init_signals(self) -> None:
+        # From its start, not only once it serves: a Ctrl-C while a worker still boots killed
+        # it by SIGINT (uvicorn-worker resets it to the default), which the master reports.
+        super().init_signals()
+        signal.signal(signal.SIGINT, leave_now)
+
     async def _serve(self) -> None:
         from django.conf import settings
 
