@@ -125,14 +125,17 @@ def planted(service: Service, mallory: httpx.Client, alice: httpx.Client, plant:
     spec = {"sweep": SWEEP, "plant": {"command": ["/usr/bin/python3", "-c", plant]}}
     run_id = submit(mallory, {"tasks": spec})
     try:
-        wait_for(
-            lambda: (
-                {t["id"]: t["state"] for t in run_of(mallory, run_id)["tasks"]}.get("plant")
-                in {"done", "failed"}
-            ),
-            120,
-            "the plant to be made",
-        )
+
+        def made_and_read() -> bool:
+            """The plant ended and the sweep whose folder it is in runs (or ended): its
+            admission may follow the plant's end."""
+            state = {t["id"]: t["state"] for t in run_of(mallory, run_id)["tasks"]}
+            return state.get("plant") in {"done", "failed"} and state.get("sweep") not in {
+                "waiting",
+                "queued",
+            }
+
+        wait_for(made_and_read, 120, "the plant to be made and the sweep to run")
         states = {t["id"]: t for t in run_of(mallory, run_id)["tasks"]}
         assert states["plant"]["state"] == "done", states["plant"]
         assert states["sweep"]["state"] == "running", states["sweep"]
