@@ -15,6 +15,7 @@ address is its connection's: only the login throttle reads ``X-Forwarded-For``, 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from typing import Any
 
@@ -143,6 +144,14 @@ class Worker(UvicornWorker):  # type: ignore[misc]  # uvicorn-worker has no type
         # quick stop (SIGQUIT) does; SIGTERM stays uvicorn's graceful stop.
         asyncio.get_running_loop().call_soon(signal.signal, signal.SIGINT, leave_now)
         await super()._serve()
+
+    async def callback_notify(self) -> None:
+        # uvicorn calls it every gunicorn timeout; the master is gone when the parent changed
+        # (killed outright, it stops no worker), and its workers then served on for ever.
+        if os.getppid() != self.ppid:
+            self.log.warning("simrun: the web server's master is gone; its worker leaves")
+            leave(1)
+        await super().callback_notify()
 
     def _install_sigquit_handler(self) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGQUIT, leave, 0)

@@ -4,6 +4,7 @@ a real ``simrun serve``, and its web server alone as serve runs it, with small b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -86,32 +88,75 @@ def test_slow_clients_hold_no_thread_and_are_cut_at_the_header_timeout(tmp_path)
     }
 
 
-@pytest.fixture(scope="module")
-def front(tmp_path_factory) -> Iterator[str]:
-    """serve's web server alone (one worker), on SQLite, with small budgets; its URL."""
-    home = tmp_path_factory.mktemp("front") / "home"
+def start_front(home: Path, workers: int, **settings: str) -> tuple[subprocess.Popen, str]:
+    """serve's web server alone (gunicorn's master and its workers), on SQLite; it and its
+    URL once it answers."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(CONFIGURATION)}
     env.update(
         SIMRUN_HOME=str(home),
         SECRET_KEY="front-tests",
         DJANGO_SETTINGS_MODULE="simrun_site.settings",
+        **settings,
+    )
+    python = sys.executable
+    subprocess.run([python, "-m", "django", "migrate", "-v", "0"], env=env, check=True)
+    port = free_port()
+    args = argparse.Namespace(host="127.0.0.1", port=port, web_workers=workers)
+    web = children(args, local=False, home=home)[-1]
+    server = subprocess.Popen(web.argv, env=env, cwd=home)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: answers(url), 60, "the web server to answer")
+    return server, url
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory) -> Iterator[str]:
+    """serve's web server alone (one worker), with small budgets; its URL."""
+    server, url = start_front(
+        tmp_path_factory.mktemp("front") / "home",
+        workers=1,
         SIMRUN_WEB_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
         SIMRUN_WEB_BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
         SIMRUN_WEB_HEADER_BYTES="8192",
         SIMRUN_WEB_MAX_CONNECTIONS="40",
         SIMRUN_WEB_BODY_BUFFER_MB="2",
     )
-    python = sys.executable
-    subprocess.run([python, "-m", "django", "migrate", "-v", "0"], env=env, check=True)
-    port = free_port()
-    args = argparse.Namespace(host="127.0.0.1", port=port, web_workers=1)
-    web = children(args, local=False, home=home)[-1]
-    server = subprocess.Popen(web.argv, env=env, cwd=home)
-    url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: answers(url), 60, "the web server to answer")
     yield url
     server.terminate()
     assert server.wait(timeout=30) == 0
+
+
+def workers_of(master: int) -> list[int]:
+    """The processes whose parent is ``master``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == master:
+                    found.append(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` ended (a zombie too: reaped by init, it is no longer a worker)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_the_workers_of_a_master_killed_outright_leave(tmp_path):
+    """gunicorn's master killed outright (the OOM killer, a SIGKILL) stops no worker: they
+    served on for ever, holding its port, with the code of before."""
+    server, url = start_front(tmp_path / "home", workers=2)
+    workers = workers_of(server.pid)
+    assert len(workers) == 2
+
+    server.kill()
+    server.wait()
+
+    wait_for(lambda: all(gone(w) for w in workers), 60, "the orphaned workers to leave")
+    assert not answers(url)
 
 
 def answers(url: str) -> bool:
