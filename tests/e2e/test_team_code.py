@@ -150,6 +150,8 @@ def test_sixteen_sleeping_builds_hold_neither_the_web_nor_the_loop(team, alice, 
     assert "did not end within 20 s" in failed["message"], failed["message"]
     for answer in answers[1:]:
         assert alice.post(f"runs/{answer.json()['id']}/cancel/").status_code == 202
+    for answer in answers[1:]:  # ended before the next test: the module's service is shared
+        assert wait_until_ended(alice, answer.json()["id"], timeout_s=120)["state"] == "cancelled"
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +200,7 @@ def test_four_runs_taking_every_core_let_another_users_task_through_at_their_fir
         submitted(alice, {"tasks": {"wide": {"command": until(flags / str(i)), "cores": 2}}})
         for i in range(4)
     ]
-    wait_for(lambda: task_of(alice, wide[0])["state"] == "running", 60, "alice's first run")
+    wait_for(lambda: task_of(alice, wide[0])["state"] == "running", 120, "alice's first run")
     small = submitted(bob, {"tasks": {"small": {"command": ["true"], "cores": 1}}})
     waits = wait_for(lambda: task_of(bob, small)["message"], 60, "bob's task to say why it waits")
     second = wait_for(lambda: task_of(alice, wide[1])["message"], 60, "alice's second to wait")
