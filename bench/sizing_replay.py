@@ -22,9 +22,10 @@ is how much of the distance from the best baseline to the oracle a policy covers
 Wastage as Witt et al. count it: over = (limit − peak) × time, under = limit × time of a
 killed attempt, MAQ = used / (used + over + under).
 
-Targets, on each trace: at most 1 failed task per 1,000, fewer than 1 OOM retry per 100
+Targets, on each trace: at most 1 failed task per 1,000, fewer than 2 OOM retries per 100
 tasks, less waste than the best baseline; over all traces ≥ 25% less waste than it.
-``--cross-validate`` chooses simrun's four trade-off constants on a grid, fold by fold: it
+``--cross-validate`` chooses simrun's five trade-off constants (target, prior spread, prior
+margin, window, spread floor) on a grid, fold by fold: it
 fits on all traces but one (among the points safe on each, the fewest retries on the worst,
 then the most saving on the worst) and scores the one left out; the shipped defaults are the
 point chosen that way on every trace given.
