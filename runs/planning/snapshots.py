@@ -12,7 +12,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import shutil
 import tarfile
 import tempfile
 import zlib
@@ -24,6 +23,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Max, Sum
 
+from harness import untrusted
 from runs.common import store
 from runs.models import Snapshot
 
@@ -170,7 +170,9 @@ def _extract_once(archive: IO[bytes], target: Path, limit: Limit) -> int:
             if not target.is_dir():
                 raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        # An archive's tree may be nested deeper than shutil's recursion goes (links make it
+        # deeper than its names): removed without recursion, following no link.
+        untrusted.remove_tree(work.parent, [work.name])
     return written
 
 

@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 
 from runs.backends.local import env as local_env
+from tests.floods import deep_tree, tmpfs
 
 
 def test_a_link_planted_as_the_ready_mark_is_not_followed(tmp_path: Path, monkeypatch) -> None:
@@ -22,3 +23,25 @@ def test_a_link_planted_as_the_ready_mark_is_not_followed(tmp_path: Path, monkey
         local_env.ensure(tmp_path / "envs" / "run", [])
     assert not target.exists()
     assert not local_env._ready(tmp_path / "envs" / "run")
+
+
+def test_a_venv_its_build_left_3000_folders_deep_is_made_again(tmp_path: Path, monkeypatch) -> None:
+    """A build that failed (or was stopped) leaves the task user's tree unmarked; the next
+    ``ensure`` in the root launcher removes it. shutil's recursive removal raised RecursionError
+    (which ``ignore_errors`` does not catch) at this depth: the attempt was lost."""
+    made = []
+
+    def build(directory: Path, snapshots: list[Path], base: Path | None = None) -> None:
+        directory.mkdir()
+        made.append(directory)
+
+    monkeypatch.setattr(local_env, "_create", build)
+    with tmpfs(tmp_path / "fs") as fs:
+        venv = fs / "envs" / "run"
+        venv.mkdir(parents=True)
+        deep_tree(venv, 3000)
+        (fs / "kept").write_text("beside")
+        local_env.ensure(venv, [])
+        assert made == [venv] and local_env._ready(venv)
+        assert sorted(p.name for p in venv.iterdir()) == [local_env.READY]
+        assert (fs / "kept").read_text() == "beside"

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import select
-import shutil
 import signal
 import site
 import stat
@@ -135,7 +134,10 @@ def ensure(
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _ready(directory):
-            shutil.rmtree(directory, ignore_errors=True)
+            # What a build left there is the task user's and may be of any depth: removed
+            # without recursion (shutil's recursion raised RecursionError past ~1000 levels,
+            # which ignore_errors does not catch) and without following a link.
+            untrusted.remove_tree(directory.parent, [directory.name])
             if user is None:
                 _create(directory, snapshots, base)
             else:
