@@ -457,6 +457,9 @@ class KubeState:
         if kueue.webhook(pod, namespace in self.kueue_namespaces):
             made = kueue.workload(pod, self.kueue_versions[0])
             self.workloads[(namespace, made["metadata"]["name"])] = self.stamp(made)
+        if pod["spec"].get("schedulingGates"):
+            # The API server's own condition of a gated pod (from 1.27), as of its creation.
+            pod["status"] = {"phase": "Pending", "conditions": [kubelet.gated()]}
         self.admit_workloads()
         if not pod["spec"].get("schedulingGates"):
             kubelet.start(self, pod)

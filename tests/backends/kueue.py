@@ -11,6 +11,7 @@ in Kueue's words (a resource the ClusterQueue does not cover, quota short).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -164,7 +165,7 @@ def _set(found: dict[str, Any], kind: str, status: str, reason: str, message: st
             "status": status,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": "2026-11-29T10:00:00Z",
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
     )
     found["status"]["conditions"] = conditions

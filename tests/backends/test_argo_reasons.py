@@ -18,7 +18,7 @@ from runs.models import Attempt
 from tests.api.conftest import running, submitted
 from tests.backends import kubelet
 from tests.backends.argo_runs import run_of
-from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, pod, workflow
+from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -365,3 +365,47 @@ def test_a_pod_reading_a_secret_its_namespace_lacks_fails_its_task_with_the_kube
     [attempt] = status.failed["plot"]
     assert 'CreateContainerConfigError: secret "api-token" not found' in attempt.message
     assert kube.state.events[-1]["message"] == 'Error: secret "api-token" not found'
+
+
+def test_an_unschedulable_pod_is_timed_from_its_admission_not_from_its_time_in_the_queue(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    """Two hours gated in Kueue's queue, then no node fits: its clock starts at the admission
+    (the scheduler keeps PodScheduled's lastTransitionTime from SchedulingGated)."""
+    flavor = kube.state.cluster_queues["simrun"]["spec"]["resourceGroups"][0]["flavors"][0]
+    quota = flavor["resources"][1]
+    assert quota["name"] == "memory"
+    start = time.time()
+    with time_machine.travel(start, tick=False) as clock:
+        record, plans = run_of("tasks: {plot: {command: [python, plot.py], image: 'python:3'}}")
+        name = backend.submit(record, plans, task_types(), CLUSTER)
+        nodes = Nodes("Pending")
+        nodes.task("plot", "Pending", [pod("Pending")])
+        stored = kube.state.workflows[("simrun", name)]
+        stored["status"] = workflow(nodes)["status"]
+        kube.state.put_workflow(stored)
+        kept, quota["nominalQuota"] = quota["nominalQuota"], "1Mi"  # other runs hold the quota
+        [made] = kube.state.argo_creates_pods("simrun", name)
+        assert made["spec"]["schedulingGates"]  # held in the queue
+        clock.shift(2 * 3600)
+        small = kube_node("node-small")
+        small["status"]["allocatable"]["memory"] = "100Mi"
+        kube.state.put_node(small)
+        quota["nominalQuota"] = kept
+        kube.state.admit_workloads()  # admitted; no node fits
+        assert not made["spec"]["schedulingGates"]
+        clock.shift(5)
+
+        waiting = backend.status(name)
+        clock.shift(CLUSTER.pod_start_timeout_s)
+        stuck = backend.status(name)
+
+    assert waiting.tasks["plot"] == "Pending"
+    assert waiting.waiting["plot"].startswith("Unschedulable: 0/1 nodes are available")
+    assert waiting.failed == {}
+    assert stuck.tasks["plot"] == "Failed"
+    [attempt] = stuck.failed["plot"]
+    assert attempt.message == (
+        f"its pod could not start within {CLUSTER.pod_start_timeout_s} s: Unschedulable: "
+        "0/1 nodes are available: 1 Insufficient memory."
+    )

@@ -62,6 +62,7 @@ from runs.backends.argo.registry import has_image, registry_credentials
 from runs.backends.argo.status import (
     NODE_NAME,
     mount_failure,
+    needs_workload,
     start_failure,
     status_from_workflow,
     with_pods,
@@ -285,11 +286,10 @@ class ArgoBackend:
         return items
 
     def _workloads_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """The Kueue Workloads of the pods Kueue holds back, by pod uid."""
+        """The Kueue Workloads of the pods Kueue holds back or admitted to no node that fits
+        (``needs_workload``), by pod uid."""
         gated = sorted(
-            p["metadata"]["uid"]
-            for p in pods
-            if p.get("spec", {}).get("schedulingGates") and p["metadata"].get("uid")
+            p["metadata"]["uid"] for p in pods if needs_workload(p) and p["metadata"].get("uid")
         )
         if not gated:
             return {}

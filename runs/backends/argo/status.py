@@ -289,13 +289,60 @@ def mount_failure(events: list[dict[str, Any]]) -> str:
     return _line("FailedMount", failed[-1].get("message"), WAITING_LENGTH) if failed else ""
 
 
-def pending_since(pod: dict[str, Any]) -> float | None:
-    """When a pending pod was scheduled (its PodScheduled condition), else created."""
+KUEUE_MANAGED = "kueue.x-k8s.io/managed"
+"""The label Kueue's webhook gives a pod it gates (and its Workload admits)."""
+
+
+def pending_since(pod: dict[str, Any], workload: dict[str, Any] | None = None) -> float | None:
+    """When a pending pod began waiting to start: when it was scheduled (its PodScheduled
+    condition True); else, unscheduled, the latest of its creation, its PodScheduled False and
+    its admission by Kueue (``workload``: its Workload's Admitted condition), so the time it
+    waited gated in Kueue's queue never counts. The PodScheduled condition alone does not
+    tell: the API server makes a gated pod ``SchedulingGated`` at its creation, and the
+    scheduler, finding it ``Unschedulable`` once Kueue removed the gate, keeps that
+    ``lastTransitionTime`` (the status stayed False). None when it cannot be told: a pod Kueue
+    gated whose admission is not known."""
     conditions = (pod.get("status") or {}).get("conditions") or []
-    for condition in conditions:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+    scheduled: dict[str, Any] = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") == "True":
+        return epoch(scheduled.get("lastTransitionTime"))
+    times = [epoch((pod.get("metadata") or {}).get("creationTimestamp"))]
+    if scheduled.get("status") == "False":
+        times.append(epoch(scheduled.get("lastTransitionTime")))
+    if kueue_managed(pod):
+        admitted = admitted_at(workload) if workload else None
+        if admitted is None:
+            return None
+        times.append(admitted)
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def kueue_managed(pod: dict[str, Any]) -> bool:
+    """Whether Kueue's webhook gated the pod (its label), so Kueue admitted it or holds it."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(KUEUE_MANAGED) == "true"
+
+
+def admitted_at(workload: dict[str, Any]) -> float | None:
+    """When Kueue admitted a Workload (its Admitted condition True), None while it has not."""
+    for condition in (workload.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Admitted" and condition.get("status") == "True":
             return epoch(condition.get("lastTransitionTime"))
-    return epoch((pod.get("metadata") or {}).get("creationTimestamp"))
+    return None
+
+
+def needs_workload(pod: dict[str, Any]) -> bool:
+    """Whether a pod's Kueue Workload tells something of it: why it is held (its scheduling
+    gates), or, admitted but unschedulable, since when it may start (``pending_since``)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if spec.get("schedulingGates"):
+        return True
+    if status.get("phase", "Pending") != "Pending" or not kueue_managed(pod):
+        return False
+    conditions = status.get("conditions") or []
+    return any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
+    )
 
 
 def kueue_reason(workload: dict[str, Any]) -> str:
@@ -332,8 +379,9 @@ def with_pods(
     """A status with what the pods tell: each failed attempt's disruption reason and memory,
     each pending node's reason for waiting (``workloads``: Kueue Workloads by pod uid).
 
-    A pod that cannot start (``start_failure``) for ``start_timeout_s`` since it was scheduled
-    fails its node, with the reason, so the run ends and its quota is freed instead of held.
+    A pod that cannot start (``start_failure``) for ``start_timeout_s`` since it began waiting
+    to start (scheduled, else admitted by Kueue: ``pending_since``) fails its node, with the
+    reason, so the run ends and its quota is freed instead of held.
     """
     failed = {key: [a.model_copy() for a in attempts] for key, attempts in status.failed.items()}
     waiting = dict(status.waiting)
@@ -351,23 +399,28 @@ def with_pods(
             attempt.evicted = attempt.evicted or (bool(attempt.reason) and not attempt.oom_killed)
         if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
             uid = (pod.get("metadata") or {}).get("uid", "")
-            if reason := waiting_reason(pod, workloads.get(uid)):
+            workload = workloads.get(uid)
+            if reason := waiting_reason(pod, workload):
                 waiting[node] = reason
-            stuck = _stuck(pod, now, start_timeout_s)
+            stuck = _stuck(pod, workload, now, start_timeout_s)
             if stuck and tasks.get(node) not in FINAL_PHASES:
                 tasks[node] = "Failed"
                 waiting.pop(node, None)
+                since = pending_since(pod, workload)
                 failed.setdefault(worker_of_node(node), []).append(
-                    FailedAttempt(attempt=number, message=stuck, started_at=pending_since(pod))
+                    FailedAttempt(attempt=number, message=stuck, started_at=since)
                 )
     return status.model_copy(update={"failed": failed, "waiting": waiting, "tasks": tasks})
 
 
-def _stuck(pod: dict[str, Any], now: float | None, timeout_s: float | None) -> str:
-    """Why a pod could not start within ``timeout_s``, "" while it may still start."""
+def _stuck(
+    pod: dict[str, Any], workload: dict[str, Any] | None, now: float | None, timeout_s: float | None
+) -> str:
+    """Why a pod could not start within ``timeout_s`` of when it began waiting to start
+    (``pending_since``), "" while it may still start."""
     if now is None or timeout_s is None:
         return ""
-    reason, since = start_failure(pod), pending_since(pod)
+    reason, since = start_failure(pod), pending_since(pod, workload)
     if not reason or since is None or now - since < timeout_s:
         return ""
     return f"its pod could not start within {timeout_s:g} s: {reason}"
