@@ -356,6 +356,10 @@ SIMRUN_TASK_DISK_GB = _positive("SIMRUN_TASK_DISK_GB", 20.0)
 SIMRUN_TASK_DEPTH_MAX = _read("SIMRUN_TASK_DEPTH_MAX", env.int, 64)
 SIMRUN_TASK_FILES_CHECK_S = _positive("SIMRUN_TASK_FILES_CHECK_S", 2.0)
 SIMRUN_TASK_LOG_MB = _positive("SIMRUN_TASK_LOG_MB", 64.0)
+# What the running tasks of one user may hold together in their folders and scratches, as their
+# launchers count them: a task whose count grew while they hold more fails naming the budget.
+SIMRUN_USER_FILES_MAX = _read("SIMRUN_USER_FILES_MAX", env.int, 500_000)
+SIMRUN_USER_DISK_GB = _positive("SIMRUN_USER_DISK_GB", 100.0)
 # What the service reads of what a task wrote: progress.jsonl per poll (from where the last
 # poll stopped), one report, all the reports of one task, and the walks of a task's folders
 # for the pages and the API (folders down, entries looked at).

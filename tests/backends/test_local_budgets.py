@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
 import sys
@@ -12,13 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from harness import logcap
+from harness import logcap, untrusted
 from harness.report import read_report
 from runs.backends.local.backend import LocalBackend, workflow_name
-from runs.backends.local.budget import Budget
+from runs.backends.local.budget import Budget, Ledger, UserBudget
 from runs.common.store import TaskFolder
 from runs.reads.live_attempts import read_live
-from tests.backends.local_fixtures import ended, log_of, phase, plan, shell, stepping, submit
+from tests.backends.local_fixtures import (
+    ended,
+    log_of,
+    phase,
+    plan,
+    shell,
+    stepping,
+    submit,
+    until_flag,
+)
 from tests.floods import tmpfs
 from tests.polling import wait_for
 
@@ -198,10 +209,13 @@ def test_what_a_task_holds_in_dev_shm_is_in_its_live_memory(disk):
 
 
 def _settings(backend: LocalBackend) -> dict:
+    return _settings_of(backend.store.parent)
 
+
+def _settings_of(disk: Path) -> dict:
     return {
-        "store": backend.store,
-        "scratch": backend.scratch,
+        "store": disk / "store",
+        "scratch": disk / "scratch",
         "cores": 2,
         "memory_gb": 4,
         "grace_s": 1,
@@ -219,3 +233,64 @@ def test_the_budget_s_walk_follows_no_link_out_of_the_task(backend, disk):
     assert end["phase"] == "Succeeded"
     assert len(list(outside.iterdir())) == 600
     assert phase(backend, "k1") == "Succeeded"
+
+
+def _held(backend: LocalBackend, owner: int) -> int:
+    """The files the running tasks of ``owner`` hold, as their launchers' counts say."""
+    total = 0
+    for entry in (backend.state / "usage" / str(owner)).glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            total += json.loads(entry.read_text())["files"]
+    return total
+
+
+def test_two_tasks_of_a_user_each_within_its_budget_but_over_the_users_fail_the_second(disk):
+    # Each task keeps 300 files (its budget is 500); the user's running tasks may keep 500
+    # together: the first holds its 300 and waits, the second's 300 take them past it.
+    flag = disk / "flag"
+    backend = LocalBackend(
+        **{**_settings_of(disk), "cores": 3},
+        budget=BUDGET,
+        user_budget=UserBudget(files=500, bytes=1 << 30),
+    )
+    write = 'for i in $(seq 300); do : > "$SIMRUN_OUT/f$i"; done'
+    with stepping(backend):
+        submit(backend, "u1", {"t": {"command": until_flag(flag, write)}}, owner=1)
+        wait_for(lambda: _held(backend, 1) >= 300, what="the first task's count in the ledger")
+        submit(backend, "u2", {"t": {"command": until_flag(flag, write)}}, owner=1)
+        wait_for(lambda: ended(backend, "u2"), what="the end of the second task")
+        # Another user's task keeps as much meanwhile: the first user's budget is not its.
+        submit(backend, "o1", {"t": {"command": shell(write)}}, owner=2)
+        wait_for(lambda: ended(backend, "o1"), what="the end of the other user's task")
+        assert phase(backend, "u1") == "Running"  # holding what it holds fails nothing
+        flag.touch()
+        wait_for(lambda: ended(backend, "u1"), what="the end of the first task")
+        second = backend.status(workflow_name("u2"))
+        assert backend.status(workflow_name("u1")).phase == "Succeeded"
+        assert backend.status(workflow_name("o1")).phase == "Succeeded"
+        assert second.phase == "Failed"
+        [failed] = second.failed["t"]
+        assert "SIMRUN_USER_FILES_MAX" in failed.message and "500" in failed.message
+        out = backend.store / "runs" / "u2" / "tasks" / "t" / "out"
+        assert not out.exists() or not any(out.iterdir())  # what it wrote was removed
+        assert list((backend.state / "usage" / "1").iterdir()) == []  # each count left
+
+
+def test_a_count_of_a_launcher_that_died_is_passed_over(tmp_path):
+    ledger = tmp_path / "usage"
+    ledger.mkdir()
+    budget = UserBudget(files=100, bytes=1 << 30)
+    dead = {"files": 1000, "bytes": 0, "pid": os.getpid(), "start": -1}
+    (ledger / "gone.json").write_text(json.dumps(dead))
+    mine = Ledger(budget, ledger, "mine")
+    assert mine.over(untrusted.Usage(50, 4096)) is None
+    assert not (ledger / "gone.json").exists()
+    other = Ledger(budget, ledger, "other")
+    assert "SIMRUN_USER_FILES_MAX" in (other.over(untrusted.Usage(60, 4096)) or "")
+    assert mine.over(untrusted.Usage(50, 4096)) is None  # it did not grow
+    assert "SIMRUN_USER_DISK_GB" in (
+        Ledger(UserBudget(files=1000, bytes=8192), ledger, "third").over(untrusted.Usage(1, 4097))
+        or ""
+    )
+    mine.leave()
+    assert not (ledger / "mine.json").exists()

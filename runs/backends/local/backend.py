@@ -53,7 +53,7 @@ from runs.backends.local import shm as local_shm
 from runs.backends.local import user as local_user
 from runs.backends.local import wake as local_wake
 from runs.backends.local.admission import Demand, Held, admit
-from runs.backends.local.budget import Budget
+from runs.backends.local.budget import Budget, UserBudget
 from runs.backends.local.launcher import (
     STARTING_EXIT,
     notify,
@@ -97,6 +97,8 @@ LOG_CAP = 64 << 20
 """The most of a log ``logs`` reads whole."""
 BUDGET = Budget(files=100_000, bytes=20 << 30, depth=64, check_s=2.0)
 """What a task may keep in its folder and scratch (``SIMRUN_TASK_FILES_MAX``, ...)."""
+USER_BUDGET = UserBudget(files=500_000, bytes=100 << 30)
+"""What the running tasks of one user may hold together (``SIMRUN_USER_FILES_MAX``, ...)."""
 LOG_BYTES = 64 << 20
 """The bytes of an attempt's log (``SIMRUN_TASK_LOG_MB``): its head and tail are kept."""
 
@@ -229,6 +231,7 @@ class LocalBackend:
         task_network: str = "loopback",
         budget: Budget = BUDGET,
         log_bytes: int = LOG_BYTES,
+        user_budget: UserBudget = USER_BUDGET,
     ) -> None:
         """Create the backend.
 
@@ -239,7 +242,8 @@ class LocalBackend:
         is the most processes a task may have (its pids cgroup, else ``RLIMIT_NPROC`` of its
         task user); ``task_network`` ``loopback`` gives a task run as a task user a network of
         its own (``host``: the machine's); ``budget`` what a task may keep in its folder and
-        scratch, ``log_bytes`` the bytes of each attempt's log.
+        scratch, ``log_bytes`` the bytes of each attempt's log, ``user_budget`` what the
+        running tasks of one owner may keep together.
         """
         self.store = Path(store)
         self.scratch = Path(scratch)
@@ -259,6 +263,7 @@ class LocalBackend:
         self.task_network = task_network
         self.budget = budget
         self.log_bytes = log_bytes
+        self.user_budget = user_budget
         self.pids_parent = cgroups.detect_pids() if os.geteuid() == 0 else None
         self.state = self.store / "local"
         self.address = local_wake.address_of(self.state)
@@ -294,6 +299,10 @@ class LocalBackend:
                 check_s=settings.SIMRUN_TASK_FILES_CHECK_S,
             ),
             log_bytes=int(settings.SIMRUN_TASK_LOG_MB * 2**20),
+            user_budget=UserBudget(
+                files=settings.SIMRUN_USER_FILES_MAX,
+                bytes=int(settings.SIMRUN_USER_DISK_GB * 2**30),
+            ),
         )
 
     # The files of the backend.
@@ -743,6 +752,7 @@ class LocalBackend:
             "pids_max": self.pids_max,
             "task": task_dir.relative_to(submission.store).as_posix(),
             "budget": self.budget.to_json(),
+            "user_budget": self._user_budget(submission, name),
             "log_bytes": self.log_bytes,
             # A /dev/shm of its own as large as its memory (a container has its own).
             "shm": {"bytes": math.ceil(memory_gb * 2**30), "inodes": self.budget.files}
@@ -839,6 +849,21 @@ class LocalBackend:
         user = local_user.for_owner(owner, self.task_uid_base)
         if user is not None:
             local_user.give(dir_fd, user, depth=0)
+
+    def _user_budget(self, submission: Submission, name: str) -> dict[str, Any] | None:
+        """The budget of the running tasks of the run's owner for a launch: the budget, the
+        owner's ledger (``<state>/usage/<owner>/``, the service's, made if missing) and the
+        attempt's entry there; None for a run without an owner."""
+        if submission.owner is None:
+            return None
+        ledger = ["usage", str(submission.owner)]
+        os.close(untrusted.service_dir(self.state, ledger[:1]))
+        os.close(untrusted.service_dir(self.state, ledger))
+        return {
+            **self.user_budget.to_json(),
+            "ledger": str(self.state.joinpath(*ledger)),
+            "entry": name,
+        }
 
     def _isolate(self, submission: Submission, logs: int) -> local_user.TaskUser | None:
         """The task user of a run's processes, with the run's directory handed to it and the

@@ -10,12 +10,18 @@ its end. A task over a budget is killed and fails with a message naming it, and 
 is removed (its folder but for the service's files, and its scratch), so that the disk it
 shares with every other user is given back.
 
+The running tasks of one user share a budget too (``UserBudget``): each launcher keeps its last
+count in the user's ``Ledger`` and sums the others' there, so a user's many tasks, each within
+its own budget, cannot take the disk together.
+
 Only the standard library and the harness: the launcher imports it from its directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import resource
 import threading
 import time
@@ -63,13 +69,25 @@ def _size(count: int) -> str:
     return f"{count / GIB:.3g} GiB" if count >= GIB else f"{count / 2**20:.3g} MiB"
 
 
-def overrun(budget: Budget, store: Path, task: tuple[str, ...], scratch: Path) -> str | None:
-    """Which budget a task's folder and scratch exceed, in words; None within them all."""
+def measure(budget: Budget, store: Path, task: tuple[str, ...], scratch: Path) -> untrusted.Usage:
+    """The entries and bytes of a task's folder and scratch together, counted to one past its
+    budget of files (``cut`` says why a count stopped short)."""
     folder = _usage(budget, store, task, budget.files + 1, SERVICE_ENTRIES)
     rest = max(1, budget.files + 1 - folder.files)
     own = _usage(budget, scratch.parent, (scratch.name,), rest, frozenset())
-    files, size = folder.files + own.files, folder.bytes + own.bytes
-    cut = folder.cut or own.cut
+    return untrusted.Usage(
+        folder.files + own.files, folder.bytes + own.bytes, folder.cut or own.cut
+    )
+
+
+def overrun(budget: Budget, store: Path, task: tuple[str, ...], scratch: Path) -> str | None:
+    """Which budget a task's folder and scratch exceed, in words; None within them all."""
+    return exceeded(budget, measure(budget, store, task, scratch))
+
+
+def exceeded(budget: Budget, usage: untrusted.Usage) -> str | None:
+    """Which budget of one task a count of its files exceeds, in words; None within them."""
+    files, size, cut = usage.files, usage.bytes, usage.cut
     if cut.startswith("too deep"):
         return (
             f"over its budget: folders nested more than {budget.depth} levels deep in its folder "
@@ -97,6 +115,114 @@ def _usage(
         return untrusted.Usage(0, 0)  # not there (yet), or replaced by a link: nothing of it
 
 
+@dataclass(frozen=True)
+class UserBudget:
+    """What the running tasks of one user may hold together in their folders and scratches
+    (``SIMRUN_USER_FILES_MAX``, ``SIMRUN_USER_DISK_GB``)."""
+
+    files: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+LEDGER_ENTRIES = 4096
+"""The most entries of a user's ledger read by one count (a user's running tasks are fewer:
+each takes a core)."""
+LEDGER_ENTRY_BYTES = 4096
+"""The most read of one entry."""
+
+
+class Ledger:
+    """The last count of each running task of one user, a small file each in a folder of the
+    service's (``<store>/local/usage/<owner>/``), written by the task's launcher at each of its
+    counts and removed at its end; one of a launcher that died is passed over (its process is
+    gone) and removed.
+
+    Summing the ledger costs one small read per running task of the user, never a walk of
+    another task's files: each task's own launcher counts them, as for its own budget. A task
+    whose count grew while its user's running tasks together hold more than the budget is over
+    it (the one that pushed them past it, or one that grows on while they are): a task that
+    holds what it holds is never failed by another's growth."""
+
+    def __init__(self, budget: UserBudget, folder: Path, entry: str) -> None:
+        self.budget, self.folder, self.entry = budget, folder, entry
+        self.last = untrusted.Usage(0, 0)
+        self.me = {"pid": os.getpid(), "start": process_start(os.getpid())}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ledger:
+        """The ledger of a launch file's ``user_budget``: the budget, ``ledger`` and ``entry``."""
+        budget = UserBudget(int(data["files"]), int(data["bytes"]))
+        return cls(budget, Path(data["ledger"]), str(data["entry"]))
+
+    def over(self, usage: untrusted.Usage) -> str | None:
+        """Record this task's count; which budget of its user the running tasks exceed
+        together if this task grew, in words; None otherwise."""
+        grew = usage.files > self.last.files or usage.bytes > self.last.bytes
+        self.last = usage
+        try:
+            with untrusted.directory(self.folder) as folder:
+                record = {"files": usage.files, "bytes": usage.bytes, **self.me}
+                untrusted.write_atomic_at(folder, self._name, json.dumps(record), mode=0o600)
+                files, size = self._sum(folder)
+        except OSError:
+            return None  # no ledger (a full disk, a folder gone): the task's own budget holds
+        if not grew:
+            return None
+        budget = self.budget
+        if files > budget.files:
+            return (
+                f"over its user's budget: the running tasks of its user hold more than "
+                f"{budget.files} files and folders together (SIMRUN_USER_FILES_MAX)"
+            )
+        if size > budget.bytes:
+            return (
+                f"over its user's budget: the running tasks of its user hold {_size(size)} "
+                f"together, the budget is {_size(budget.bytes)} (SIMRUN_USER_DISK_GB)"
+            )
+        return None
+
+    def leave(self) -> None:
+        """Remove this task's count (at its end)."""
+        with contextlib.suppress(OSError), untrusted.directory(self.folder) as folder:
+            os.unlink(self._name, dir_fd=folder)
+
+    @property
+    def _name(self) -> str:
+        return f"{self.entry}.json"
+
+    def _sum(self, folder: int) -> tuple[int, int]:
+        """The files and bytes of the user's running tasks, as their last counts say."""
+        files = size = 0
+        for entry in untrusted.entries(folder, LEDGER_ENTRIES):
+            if not entry.is_file or not entry.name.endswith(".json"):
+                continue
+            try:
+                fd = os.open(entry.name, untrusted.FILE_FLAGS, dir_fd=folder)
+                with os.fdopen(fd, "rb") as handle:
+                    record = json.loads(handle.read(LEDGER_ENTRY_BYTES))
+                pid, start = int(record["pid"]), record["start"]
+                if entry.name != self._name and process_start(pid) != start:
+                    os.unlink(entry.name, dir_fd=folder)  # its launcher died: no task of it
+                    continue
+                files += int(record["files"])
+                size += int(record["bytes"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # being replaced, or removed at its task's end
+        return files, size
+
+
+def process_start(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def remove_written(store: Path, task: tuple[str, ...]) -> None:
     """Remove what a task wrote in its folder (all but the service's files), however deep."""
     with contextlib.suppress(OSError), untrusted.directory(store, task) as folder:
@@ -107,17 +233,19 @@ def remove_written(store: Path, task: tuple[str, ...]) -> None:
 
 class Watch:
     """A thread that counts a task's files while it runs and calls ``kill`` once, when the
-    task is found over a budget; ``over`` says which."""
+    task is found over a budget; ``over`` says which. ``done`` is called after the last count."""
 
     def __init__(
         self,
         budget: Budget,
         count: Callable[[], str | None],
         kill: Callable[[], None],
+        done: Callable[[], None] | None = None,
     ) -> None:
         self.budget = budget
         self.count = count
         self.kill = kill
+        self.done = done
         self.over: str | None = None
         self._pause = budget.check_s
         self._done = threading.Event()
@@ -147,4 +275,6 @@ class Watch:
         if self._thread.is_alive():
             self._thread.join()
         self.check()
+        if self.done is not None:
+            self.done()
         return self.over

@@ -435,10 +435,21 @@ def _watch(launch: dict[str, Any]) -> Any:
     budget = local_budget.Budget.from_json(launch["budget"])
     store, task = Path(launch["store"]), tuple(untrusted.parts_of(launch["task"]))
     scratch = Path(launch["cwd"])
+    user = launch.get("user_budget")
+    ledger = local_budget.Ledger.from_json(user) if user else None
+
+    def count() -> str | None:
+        usage = local_budget.measure(budget, store, task, scratch)
+        over: str | None = local_budget.exceeded(budget, usage)
+        if over is None and ledger is not None:
+            over = ledger.over(usage)
+        return over
+
     return local_budget.Watch(
         budget,
-        count=lambda: local_budget.overrun(budget, store, task, scratch),
+        count=count,
         kill=lambda: signal_tree(signal.SIGKILL),
+        done=ledger.leave if ledger is not None else None,
     )
 
 
