@@ -1,8 +1,10 @@
-"""The Argo backend checks the cluster's Argo and Kueue, and the ClusterQueue's quota, before it
-submits: what it cannot run on is refused naming what it found, what it needs and the doc."""
+"""The Argo backend checks the cluster's Argo and Kueue when its control loop starts and before
+it submits, and the ClusterQueue's quota: what it cannot run on is said at start and refused
+at submission, naming what it found, what it needs and the doc."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from runs.backends.argo.versions import argo_refusal, image_version
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_runs import run_of
 from tests.backends.kube_api import KubeApiServer
+from tests.polling import wait_for
 
 CLUSTER = ClusterConfig()
 SPEC = "tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2, cores: 8}}"
@@ -58,6 +61,71 @@ def test_a_kueue_serving_v1beta1_only_is_refused(backend: ArgoBackend, kube: Kub
         "0.15 or later), see docs/cluster.md (Supported versions)"
     )
     assert workflow_posts(kube) == []
+
+
+def start(backend: ArgoBackend, caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """Start the backend as the Celery worker does (``subscribe``); the records of its check."""
+    caplog.set_level(logging.INFO, logger="runs.backends.argo.backend")
+
+    def said() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "docs/cluster.md" in r.getMessage()]
+
+    try:
+        backend.subscribe(lambda: None)
+        wait_for(said, 10, "the check at start")
+    finally:
+        backend.close()
+    return said()
+
+
+def test_argo_3_6_and_a_kueue_serving_v1beta1_only_are_said_when_the_worker_starts(
+    backend: ArgoBackend, kube: KubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube.state.argo_version = "v3.6.5"
+    kube.state.kueue_versions = ["v1beta1"]
+
+    argo, kueue = start(backend, caplog)
+
+    assert (argo.levelno, kueue.levelno) == (logging.ERROR, logging.ERROR)
+    assert argo.getMessage().startswith(
+        "the cluster runs Argo Workflows 3.6; simrun needs 3.7 or later"
+    )
+    assert argo.getMessage().endswith(
+        "see docs/cluster.md (Supported versions): every run will fail at its submission "
+        "until this is fixed"
+    )
+    assert kueue.getMessage().startswith(
+        "the cluster's Kueue serves kueue.x-k8s.io v1beta1 only; simrun needs v1beta2 (Kueue "
+        "0.15 or later), see docs/cluster.md (Supported versions)"
+    )
+    assert workflow_posts(kube) == []
+
+
+def test_a_supported_cluster_is_said_when_the_worker_starts_with_what_was_found(
+    backend: ArgoBackend, kube: KubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    [record] = start(backend, caplog)
+
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == (
+        "the cluster runs Argo Workflows 4.1 and its Kueue serves kueue.x-k8s.io v1beta2, "
+        "v1beta1: simrun needs Argo 3.7 or later and v1beta2, see docs/cluster.md (Supported "
+        "versions)"
+    )
+
+
+def test_a_cluster_that_cannot_be_asked_at_start_is_checked_at_each_submission(
+    backend: ArgoBackend, kube: KubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube.state.intercept = lambda r: 403 if r.path.strip("/") == "apis" else None
+
+    [record] = start(backend, caplog)
+
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith("cannot check the versions of Argo and Kueue now (")
+    assert record.getMessage().endswith(
+        "they are checked before each submission, see docs/cluster.md (Supported versions)"
+    )
 
 
 def test_a_cluster_without_kueue_is_refused(backend: ArgoBackend, kube: KubeApiServer) -> None:

@@ -67,7 +67,16 @@ from runs.backends.argo.status import (
     status_from_workflow,
     with_pods,
 )
-from runs.backends.argo.versions import argo_refusal, kueue_refusal, queue_quota, served_groups
+from runs.backends.argo.versions import (
+    ARGO_MINIMUM,
+    DOC,
+    KUEUE_API,
+    argo_found,
+    argo_refusal,
+    kueue_refusal,
+    queue_quota,
+    served_groups,
+)
 from runs.backends.argo.watch import PAGE_SIZE, WorkflowCache
 from runs.backends.base import (
     BackendStatus,
@@ -592,10 +601,14 @@ class ArgoBackend:
                 )
 
     def _argo_refusal(self) -> str:
-        """Why Argo's controller does not do (its version: SIMRUN_ARGO_VERSION, else the
-        image of its Deployment), "" when it does."""
+        """Why Argo's controller does not do, "" when it does."""
+        return argo_refusal(self._argo_found())
+
+    def _argo_found(self) -> str:
+        """The version of Argo's controller: SIMRUN_ARGO_VERSION, else the image of its
+        Deployment, else why that cannot be read."""
         if self.cluster.argo_version:
-            return argo_refusal(self.cluster.argo_version)
+            return self.cluster.argo_version
         namespace, _, name = self.cluster.argo_controller.partition("/")
         try:
             deployment: Any = self.apps.read_namespaced_deployment(
@@ -604,9 +617,40 @@ class ArgoBackend:
         except ApiException as error:
             if error.status not in (403, 404):
                 raise
-            return argo_refusal(f"its Deployment {self.cluster.argo_controller}: {error}")
+            return f"its Deployment {self.cluster.argo_controller}: {error}"
         containers = json.loads(deployment.data)["spec"]["template"]["spec"]["containers"]
-        return argo_refusal(containers[0].get("image", ""))
+        return str(containers[0].get("image", ""))
+
+    def check_at_start(self) -> None:
+        """Say in the log, as the control loop starts, whether the cluster's Argo and Kueue
+        are ones simrun runs on: what it found, what it needs and the doc; an error for each
+        that is not (every submission is refused until it is fixed, ``_check_cluster``)."""
+        try:
+            argo = self._argo_found()
+            groups = served_groups(self._api_groups())
+        except Exception as error:
+            why = f"{error.status} {error.reason}" if isinstance(error, ApiException) else error
+            log.warning(
+                "cannot check the versions of Argo and Kueue now (%s): they are checked before "
+                "each submission, see %s",
+                why,
+                DOC,
+            )
+            return
+        refusals = [r for r in (argo_refusal(argo), kueue_refusal(groups)) if r]
+        for refusal in refusals:
+            log.error("%s: every run will fail at its submission until this is fixed", refusal)
+        if not refusals:
+            log.info(
+                "the cluster runs Argo Workflows %s and its Kueue serves %s %s: simrun needs "
+                "Argo %s or later and %s, see %s",
+                argo_found(argo),
+                KUEUE_GROUP,
+                ", ".join(groups.get(KUEUE_GROUP) or []),
+                ".".join(map(str, ARGO_MINIMUM)),
+                KUEUE_API,
+                DOC,
+            )
 
     def _api_groups(self) -> dict[str, Any]:
         """The API groups the cluster serves (discovery, ``GET /apis``)."""
@@ -692,14 +736,22 @@ class ArgoBackend:
     # Change notifications
 
     def subscribe(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` on every change of a run's Workflow (a watch in a daemon thread)."""
+        """Call ``callback`` on every change of a run's Workflow (a watch in a daemon thread).
+
+        The first call starts the control loop's watch (the Celery worker's start): the
+        cluster's versions are checked then (``check_at_start``), in that thread, so a
+        cluster that is away does not hold the worker's start."""
         with self._lock:
             self._callbacks.append(callback)
             if self._watcher is None:
                 self._watcher = threading.Thread(
-                    target=self._watch_workflows, name="simrun-argo-watch", daemon=True
+                    target=self._start_watching, name="simrun-argo-watch", daemon=True
                 )
                 self._watcher.start()
+
+    def _start_watching(self) -> None:
+        self.check_at_start()
+        self._watch_workflows()
 
     def close(self) -> None:
         """End the watch of ``subscribe`` and the one of the status cache."""

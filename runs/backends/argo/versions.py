@@ -49,6 +49,12 @@ def argo_refusal(found: str) -> str:
     return ""
 
 
+def argo_found(found: str) -> str:
+    """The version of Argo's controller as a person reads it (``4.1``), else what was found."""
+    version = image_version(found if ":" in found else f":{found}")
+    return _dotted(version) if version else found
+
+
 def kueue_refusal(groups: Mapping[str, list[str]]) -> str:
     """Why the Argo backend cannot use the cluster's Kueue ("" when it can): ``groups`` are
     the served versions of each API group (discovery)."""
