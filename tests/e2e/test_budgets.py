@@ -8,6 +8,7 @@ user's run failed on it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ DISK_MB = 256
 INODES = 40_000
 BUDGETS = {
     "SIMRUN_TASK_FILES_MAX": "2000",
+    "SIMRUN_USER_FILES_MAX": "3000",
     "SIMRUN_TASK_DISK_GB": str(32 / 1024),  # 32 MiB
     "SIMRUN_TASK_LOG_MB": "1",
     "SIMRUN_TASK_FILES_CHECK_S": "0.3",
@@ -98,10 +100,10 @@ def py(program: str) -> dict[str, list[str]]:
     return {"command": [PYTHON, "-c", program]}
 
 
-def honest(alice: httpx.Client) -> tuple[dict, float]:
-    """Alice's trivial run to its end, and how long it took."""
+def honest(alice: httpx.Client, script: str = 'echo fine > "$SIMRUN_OUT/a"') -> tuple[dict, float]:
+    """Alice's run (a trivial one by default) to its end, and how long it took."""
     started = time.monotonic()
-    run = ended(alice, {"t": sh('echo fine > "$SIMRUN_OUT/a"')})
+    run = ended(alice, {"t": sh(script)})
     return run, time.monotonic() - started
 
 
@@ -252,3 +254,40 @@ def test_a_hard_link_to_a_root_only_file_in_the_run_s_folder_is_never_chowned(se
     status = victim.stat()
     assert run["state"] == "succeeded", run["message"]
     assert (status.st_uid, status.st_gid, status.st_mode & 0o777) == (0, 0, 0o600)
+
+
+def held(service: Service) -> int:
+    """The files the running tasks of every user hold, as their launchers' counts say."""
+    total = 0
+    for entry in (service.store / "local" / "usage").glob("*/*.json"):
+        try:
+            total += json.loads(entry.read_text())["files"]
+        except (OSError, ValueError, KeyError):
+            continue  # replaced meanwhile, or gone with its task
+    return total
+
+
+def files(n: int) -> str:
+    return f'i=0; while [ $i -lt {n} ]; do : > "$SIMRUN_OUT/f$i"; i=$((i+1)); done'
+
+
+def test_two_tasks_of_a_user_each_within_its_budget_but_over_the_users_fail_the_second(
+    service, mallory, alice
+):
+    # 1,600 files each, under a task's 2,000; mallory's running tasks may keep 3,000 together.
+    # Before the user's budget both kept theirs: 3,200 files, and 50 runs' tasks every inode.
+    hold = sh(f'{files(1600)}; until [ -e "$SIMRUN_TASK_DIR/go" ]; do sleep 0.05; done')
+    first = submit(mallory, {"tasks": {"t": hold}})
+    wait_for(lambda: held(service) >= 1600, 60, "the first task's count in its user's ledger")
+    second = ended(mallory, {"t": sh(files(1600))})
+    other, other_s = honest(alice, files(1600))  # alice keeps as much meanwhile
+    (service.store / "runs" / first / "tasks" / "t" / "go").touch()
+    kept = wait_until_ended(mallory, first)
+
+    print(f"\nuser's budget: alice's run of 1,600 files {other_s:.1f} s beside mallory's task")
+    assert second["state"] == "failed"
+    assert "SIMRUN_USER_FILES_MAX" in message(second), second["tasks"]
+    assert count(out_of(service, second["id"])) == 0  # what it wrote was removed
+    assert other["state"] == "succeeded", other["message"]
+    assert kept["state"] == "succeeded", kept["message"]  # what it held failed nothing
+    assert held(service) == 0  # each count left with its task
