@@ -104,10 +104,16 @@ def cancelled_part_way(
     assert api.post(f"runs/{run_id}/cancel/").status_code in {200, 202}
     run = wait_until_ended(api, run_id, interval_s=POLL_S)
     assert run["state"] == "cancelled", run["state"]
-    # Cancelled is said at once; its processes stop after (pending_cancel), their last units
-    # stored meanwhile: what a resume reuses is what the ledger holds once they stopped.
-    wait_for(lambda: not run_of(api, run_id)["pending_cancel"], 120, "its processes to stop")
+    # Cancelled is said at once; its processes stop after, their last units stored meanwhile:
+    # what a resume reuses is what the ledger holds once they stopped. pending_cancel clears
+    # once they are signalled; pending_logs once their ends are recorded, the workflow ended.
+    wait_for(lambda: not pending(run_of(api, run_id)), 120, "its processes to stop")
     return run_id
+
+
+def pending(run: dict[str, Any]) -> bool:
+    """Whether a cancelled run's processes may still be ending (their ends not recorded)."""
+    return bool(run["pending_cancel"] or run["pending_logs"])
 
 
 def check_resume(service: Service, run: dict[str, Any], n: int) -> tuple[int, int, int]:
