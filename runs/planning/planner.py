@@ -256,21 +256,23 @@ def plan_task(
     policy: sizing.Policy = sizing.DEFAULT,
     counterfactual: bool = True,
     features: Features | None = None,
+    largest: str = "the largest node",
 ) -> TaskPlan:
     """Plan one task.
 
     ``task_type`` is None for a command task; ``observed`` are the observations of its type,
     newest first; ``extra_workers`` is False on a backend that runs one pod per split task
-    (then the coordinator merges); ``max_cores``/``max_memory_gb`` are the largest node's;
-    ``shown`` the key's largest needs of all time. The replay benchmark plans every task of
-    a trace through this function (``policy`` lets it try other constants; it skips the
-    ``counterfactual`` sizes).
+    (then the coordinator merges); ``max_cores``/``max_memory_gb`` are the largest node's (or
+    the cluster queue's quota for one pod: ``largest`` names what they are); ``shown`` the
+    key's largest needs of all time. The replay benchmark plans every task of a trace through
+    this function (``policy`` lets it try other constants; it skips the ``counterfactual``
+    sizes).
     """
     split = task_type is not None and task_type.splittable
     why: list[str] = []
     cores = task.cores or (DEFAULT_SPLIT_CORES if split else DEFAULT_UNSPLIT_CORES)
     if max_cores is not None and cores > max_cores:
-        why.append(f"cores capped from {cores} to {max_cores}, the largest node")
+        why.append(f"cores capped from {cores} to {max_cores}, {largest}")
         cores = max_cores
     known = task_features(task, task_type, cores) if features is None else features
     sized = per_worker_memory(
@@ -296,19 +298,17 @@ def plan_task(
         memory_gb = round_gb(base_gb + procs * per_worker_gb)
         why.append(f"memory {base_gb:g} + {procs} × {per_worker_gb:g} GiB = {memory_gb:g} GiB")
     if max_memory_gb is not None and memory_gb > max_memory_gb:
-        why.append(f"memory capped from {memory_gb} to {max_memory_gb} GiB, the largest node")
+        why.append(f"memory capped from {memory_gb} to {max_memory_gb} GiB, {largest}")
         memory_gb = max_memory_gb
         procs = processes(pool, memory_gb, base_gb, per_worker_gb)
     retry_gb, retry_why = retry_memory(memory_gb, base_gb, procs, sized.retry_gb)
     if max_memory_gb is not None and retry_gb > max_memory_gb:
         retry_gb = max(memory_gb, max_memory_gb)
-        retry_why += f", capped at {retry_gb} GiB, the largest node"
+        retry_why += f", capped at {retry_gb} GiB, {largest}"
     why.append(retry_why)
     why_short = short_reason(sized, task_type, memory_gb=memory_gb, procs=procs, spec=task)
     if max_memory_gb is not None and memory_gb == max_memory_gb:
-        why_short = (
-            why_short.removesuffix(".") + f", capped at {memory_gb:g} GiB, the largest node."
-        )
+        why_short = why_short.removesuffix(".") + f", capped at {memory_gb:g} GiB, {largest}."
     others = (
         counterfactual_gb(
             observed,
@@ -355,6 +355,7 @@ def plan_run(
     extra_workers: bool = True,
     max_cores: int | None = None,
     max_memory_gb: float | None = None,
+    largest: str = "the largest node",
 ) -> dict[str, TaskPlan]:
     """The plan of every task of a validated spec, by task id (``observed`` by their keys).
 
@@ -372,6 +373,7 @@ def plan_run(
             max_memory_gb=max_memory_gb,
             prior=prior_of(keys[task_id], evidence or {}),
             shown=(evidence or {}).get(keys[task_id], (0.0, ()))[1],
+            largest=largest,
         )
         for task_id, task in spec.tasks.items()
     }

@@ -301,12 +301,16 @@ def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> di
     if spec.reserve_node and not backend.reserves_nodes:
         message = f"the {backend.name} backend has no nodes to reserve: submit without it"
         raise SpecError({"reserve_node": [message]})
+    # What caps a pod: the machine, the largest node, or (Argo) the queue's quota for one pod.
+    largest = getattr(backend, "largest", None) or (
+        "this machine" if backend.name == "local" else "the largest node"
+    )
     too_large = oversized(
         spec,
         types=types,
         max_cores=backend.max_cores,
         max_memory_gb=backend.max_memory_gb,
-        largest="this machine" if backend.name == "local" else "the largest node",
+        largest=largest,
     )
     if too_large:
         raise SpecError(too_large)
@@ -319,6 +323,7 @@ def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> di
         extra_workers=backend.extra_workers,
         max_cores=backend.max_cores,
         max_memory_gb=backend.max_memory_gb,
+        largest=largest,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,16 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from harness.tasktypes import task_types
 from runs.backends.argo.backend import ArgoBackend
 from runs.backends.argo.build import build_pod
+from runs.backends.argo.versions import EXECUTOR_REQUESTS
 from runs.backends.base import ClusterConfig
 from tests.backends import kube_rbac
 from tests.backends.argo_pod_security import restricted_violations
+from tests.backends.argo_pods import EXECUTOR_RESOURCES
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
@@ -169,12 +173,12 @@ def backend_on(kube: KubeApiServer, tmp_path: Path, component: str) -> ArgoBacke
 
 def web_calls(backend: ArgoBackend) -> None:
     """What the web process asks of the cluster: the nodes page (runs.reads.capacity), the logs of
-    a live task (runs.reads.task_logs), the largest node when a run is planned
-    (runs.planning.submission)."""
+    a live task (runs.reads.task_logs), the largest node and the queue's quota for one pod when
+    a run is planned (runs.planning.submission)."""
     backend.nodes()
     backend.placements()
     backend.logs(WF, "sweep")
-    assert backend.max_cores is None  # node-a has no allocatable: unknown
+    assert backend.max_cores == 31  # node-a has no allocatable: the quota's 32 beside Argo's
 
 
 def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
@@ -379,3 +383,16 @@ def test_the_worker_may_change_a_nodes_reservation_and_nothing_else_of_it(
 
     assert raised.value.status == 422
     assert "ValidatingAdmissionPolicy 'simrun-worker-reserves-only'" in raised.value.body
+
+
+def test_the_executor_requests_simrun_counts_are_the_ones_the_docs_configure() -> None:
+    """docs/cluster.md gives Argo's executor its requests; the quota check counts them, and the
+    stand-in's Argo makes its wait container with them."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text()
+    block = text.split("```yaml\nexecutor: |\n", 1)[1].split("```", 1)[0]
+    executor = yaml.safe_load(textwrap.dedent(block))
+
+    assert executor["resources"] == EXECUTOR_RESOURCES
+    assert {k: parse_quantity(v) for k, v in EXECUTOR_RESOURCES["requests"].items()} == (
+        EXECUTOR_REQUESTS
+    )

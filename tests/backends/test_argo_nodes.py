@@ -17,7 +17,7 @@ from runs.backends.base import ClusterConfig, NodeInfo, TaskPlan
 from runs.control import controller
 from runs.models import Run, RunState
 from runs.planning.planner import plan_run
-from runs.planning.spec import parse_spec
+from runs.planning.spec import SpecError, parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_runs import run_of
 from tests.backends.kube_api import KubeApiServer, Request
@@ -96,6 +96,13 @@ def backend_of(kube: KubeApiServer, tmp_path: Path, **cluster: Any) -> ArgoBacke
 def put(kube: KubeApiServer, *nodes: dict[str, Any]) -> None:
     for item in nodes:
         kube.state.put_node(item)
+
+
+def roomy_queue(kube: KubeApiServer) -> None:
+    """A ClusterQueue whose quota for one pod is larger than every node: the nodes cap."""
+    [group] = kube.state.cluster_queues["simrun"]["spec"]["resourceGroups"]
+    cpu, memory, _ = group["flavors"][0]["resources"]
+    cpu["nominalQuota"], memory["nominalQuota"] = 1000, "4Ti"
 
 
 # Reservable nodes
@@ -208,6 +215,7 @@ def test_the_caps_are_the_largest_node_the_pods_may_use_and_read_once_a_while(
 ) -> None:
     put(kube, control_plane(), gpu_node(), pool("pool-1", "7910m", "31893100Ki"))
     put(kube, node("worker-1", cpu="4", memory="64Gi"))
+    roomy_queue(kube)
     backend = backend_of(kube, tmp_path)
 
     assert (backend.max_cores, backend.max_memory_gb) == (7, 64.0)
@@ -228,10 +236,14 @@ def test_the_caps_are_unknown_while_the_cluster_does_not_answer_after_one_try(
     kube.state.intercept = lambda request: 503
 
     assert backend.max_memory_gb is None
-    assert len(kube.state.requests) == 1, "a web request planning a run does not wait"
+    assert [r.path for r in kube.state.requests] == [
+        "/api/v1/nodes",
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/simrun/localqueues/simrun",
+    ], "a web request planning a run tries each once: it does not wait"
 
     kube.state.intercept = None
     backend._sizes_at = (backend._sizes_at or 0) - 30  # the short wait after a failure
+    backend._quota_at = (backend._quota_at or 0) - 30
 
     assert backend.max_memory_gb == 32.0
 
@@ -240,6 +252,7 @@ def test_a_plan_is_capped_by_the_nodes_so_its_retry_memory_fits_one(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
     put(kube, pool("pool-1", "32", "64Gi"))
+    roomy_queue(kube)
     backend = backend_of(kube, tmp_path)
     spec = parse_spec(
         "tasks: {solve: {command: [solve], cores: 64, memory: {gb: 40}}}", types=task_types()
@@ -268,6 +281,73 @@ def test_a_task_no_node_can_hold_is_refused_at_submission_with_the_numbers(
     assert str(raised.value) == (
         "task solve needs 16 cores and 100 GiB on one node, which no node simrun may use has "
         "(the largest have 32 cores and 256.0 GiB)"
+    )
+    assert kube.state.workflows == {}
+
+
+# The ClusterQueue's quota for one pod
+
+
+QUOTA_NAME = "the quota of the ClusterQueue simrun for one pod (beside Argo's wait container)"
+
+
+@pytest.mark.django_db
+def test_a_task_asking_more_than_the_queues_quota_for_one_pod_is_a_400_naming_it(
+    kube: KubeApiServer, tmp_path: Path, owner: Any
+) -> None:
+    """The ClusterQueue of docker/k8s/ gives one pod 32 cores and 128 GiB; Argo's wait container
+    (0.01 cores, 64 MiB) runs beside the task's main: a pod asking 32 cores or 128 GiB would be
+    held by Kueue for ever, on a node that holds it."""
+    put(kube, pool("huge", "64", "512Gi"))
+    backend = backend_of(kube, tmp_path)
+    text = "tasks: {solve: {command: [solve], cores: 32, memory: {gb: 128}}}"
+
+    with pytest.raises(SpecError) as raised:
+        create_run(spec=parse_spec(text, types=task_types()), owner=owner, backend=backend)
+
+    assert raised.value.errors == {
+        "tasks.solve.cores": [f"task solve asks 32 cores but {QUOTA_NAME} has 31"],
+        "tasks.solve.memory.gb": [
+            f"task solve asks 128 GiB of memory but {QUOTA_NAME} has 127.9 GiB"
+        ],
+    }
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_retry_memory_is_capped_at_the_queues_quota_for_one_pod(
+    kube: KubeApiServer, tmp_path: Path, owner: Any
+) -> None:
+    """simrun's own margin after a kill for memory (1.5 × 100 GiB) is capped, as at the largest
+    node, not refused: the user asked 100 GiB, which the queue admits."""
+    put(kube, pool("huge", "64", "512Gi"))
+    backend = backend_of(kube, tmp_path)
+    text = "tasks: {solve: {command: [solve], memory: {gb: 100}}}"
+
+    run = create_run(spec=parse_spec(text, types=task_types()), owner=owner, backend=backend)
+
+    plan = run.tasks.get(task_id="solve").plan
+    assert (plan["memory_gb"], plan["retry_memory_gb"]) == (100, 127.93)
+    assert f"capped at 127.93 GiB, {QUOTA_NAME}" in plan["why"]
+
+
+def test_the_worker_refuses_a_plan_whose_retry_or_whole_pod_the_queue_cannot_admit(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """A plan made while the quota was not known (or was larger) is refused at its submission."""
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of("tasks: {solve: {command: [solve], memory: {gb: 100}}}")
+    plan = task_plans["solve"]
+    task_plans["solve"] = plan.model_copy(update={"retry_memory_gb": 128.0})
+
+    with pytest.raises(ValueError) as raised:
+        backend.submit(record, task_plans, task_types(), CLUSTER)
+
+    assert str(raised.value) == (
+        f"task solve needs {plan.cores} cores, 100 GiB (128 GiB for its retry after a kill for "
+        "memory) and 10 GiB of scratch in one pod, beside Argo's wait container (0.01 cores, 64 "
+        "MiB): more than the ClusterQueue of the LocalQueue simrun admits for one pod (32 cores, "
+        "128.0 GiB, 1024 GiB): Kueue would hold it forever"
     )
     assert kube.state.workflows == {}
 

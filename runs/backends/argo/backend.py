@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from kubernetes import config
 from kubernetes.client import (
@@ -74,6 +74,8 @@ from runs.backends.argo.versions import (
     argo_found,
     argo_refusal,
     kueue_refusal,
+    main_caps,
+    pod_requests,
     queue_quota,
     served_groups,
 )
@@ -90,6 +92,7 @@ from runs.backends.base import (
 from runs.common.store import TaskFolder, task_parts
 
 log = logging.getLogger(__name__)
+Limit = TypeVar("Limit", int, float)
 
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 MISSING_LOGS = {
@@ -175,6 +178,10 @@ class ArgoBackend:
         self._watch_api = CustomObjectsApi(api)
         once = replace(self.calls, tries=1, read_timeout_s=min(self.calls.read_timeout_s, 5.0))
         self._core_once = cast(CoreV1Api, Resilient(CoreV1Api(api), once, silence))
+        self._custom_once = cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), once, silence))
+        self._quota: dict[str, Decimal] | None = None
+        self._quota_at: float | None = None
+        self._cluster_queue = cluster.queue
         self.capacity_ttl_s = capacity_ttl_s
         self._sizes: list[tuple[float, float]] = []
         self._unread: dict[tuple[str, str], dict[str, PodLog]] = {}
@@ -518,15 +525,58 @@ class ArgoBackend:
 
     @property
     def max_cores(self) -> int | None:
-        """The whole cores of the largest node the runs' pods may use; None when unknown."""
-        sizes = self.node_sizes()
-        return int(max(c for c, _ in sizes)) if sizes else None
+        """The most cores a task's pod may ask: the whole cores of the largest node the runs'
+        pods may use, or less, what the ClusterQueue's quota gives one pod beside Argo's wait
+        container (``main_caps``); None when neither is known."""
+        return _least(self._node_caps()[0], self._quota_caps()[0])
 
     @property
     def max_memory_gb(self) -> float | None:
-        """The memory in GiB of the largest node the runs' pods may use; None when unknown."""
+        """The most GiB a task's pod may ask, the largest node's or the quota's for one pod
+        (as ``max_cores``); None when neither is known."""
+        return _least(self._node_caps()[1], self._quota_caps()[1])
+
+    @property
+    def largest(self) -> str:
+        """What ``max_cores`` and ``max_memory_gb`` are, in a refusal's and a plan's words: the
+        largest node, the ClusterQueue's quota for one pod, or either."""
+        node, quota = self._node_caps(), self._quota_caps()
+        by_quota = [
+            q is not None and (n is None or q < n) for n, q in zip(node, quota, strict=True)
+        ]
+        named = (
+            f"the quota of the ClusterQueue {self._cluster_queue} for one pod (beside Argo's "
+            "wait container)"
+        )
+        if all(by_quota) or (any(by_quota) and None in node):
+            return named
+        return f"the largest node or {named}" if any(by_quota) else "the largest node"
+
+    def _node_caps(self) -> tuple[int | None, float | None]:
         sizes = self.node_sizes()
-        return math.floor(max(m for _, m in sizes) * 100) / 100 if sizes else None
+        if not sizes:
+            return None, None
+        return int(max(c for c, _ in sizes)), math.floor(max(m for _, m in sizes) * 100) / 100
+
+    def _quota_caps(self) -> tuple[int | None, float | None]:
+        quota = self.pod_quota()
+        return main_caps(quota) if quota is not None else (None, None)
+
+    def pod_quota(self) -> dict[str, Decimal] | None:
+        """What the ClusterQueue behind the runs' LocalQueue gives one pod (``queue_quota``),
+        read at most every ``capacity_ttl_s`` with one quick try (a web request planning a run
+        must not wait); the last known (or None) while it cannot be read."""
+        now = time.monotonic()
+        if self._quota_at is not None and now - self._quota_at < self.capacity_ttl_s:
+            return self._quota
+        self._quota_at = now
+        try:
+            self._quota = self._queue_quota(self._custom_once)
+        except Exception as error:
+            why = f"{error.status} {error.reason}" if isinstance(error, ApiException) else error
+            log.warning("the quota of the runs' queue is unknown for now: %s", why)
+            self._quota_at = now - self.capacity_ttl_s + min(CAPACITY_RETRY_S, self.capacity_ttl_s)
+        return self._quota
 
     def node_sizes(self) -> list[tuple[float, float]]:
         """(cores, GiB) allocatable of each node the runs' pods may use, read at most every
@@ -587,14 +637,19 @@ class ArgoBackend:
             )
         cores, memory_gb = quota.get("cpu", Decimal(0)), quota.get("memory", Decimal(0)) / GIB
         for task_id, plan in sorted(plans.items()):
-            if (
-                plan.cores > cores
-                or plan.memory_gb > memory_gb
-                or scratch * GIB > quota["ephemeral-storage"]
-            ):
+            # The retry after a kill for memory is a pod of its own, Kueue admits it anew.
+            largest = max(plan.memory_gb, plan.retry_memory_gb)
+            requests = pod_requests(plan.cores, largest, scratch)
+            if any(amount > quota.get(name, Decimal(0)) for name, amount in requests.items()):
+                retry = (
+                    f" ({plan.retry_memory_gb:g} GiB for its retry after a kill for memory)"
+                    if plan.retry_memory_gb > plan.memory_gb
+                    else ""
+                )
                 raise ValueError(
-                    f"task {task_id} needs {plan.cores} cores, {plan.memory_gb:g} GiB and "
-                    f"{scratch} GiB of scratch in one pod, more than {queue} admits for one pod "
+                    f"task {task_id} needs {plan.cores} cores, {plan.memory_gb:g} GiB{retry} "
+                    f"and {scratch} GiB of scratch in one pod, beside Argo's wait container "
+                    f"(0.01 cores, 64 MiB): more than {queue} admits for one pod "
                     f"({cores:g} cores, {float(memory_gb):.1f} GiB, "
                     f"{float(quota['ephemeral-storage'] / GIB):g} GiB): Kueue would hold it "
                     "forever"
@@ -658,18 +713,20 @@ class ArgoBackend:
         found: dict[str, Any] = json.loads(response.data)
         return found
 
-    def _queue_quota(self) -> dict[str, Decimal]:
+    def _queue_quota(self, custom: CustomObjectsApi | None = None) -> dict[str, Decimal]:
         """What the ClusterQueue behind the runs' LocalQueue can give one pod."""
+        custom = custom or self.custom
         local = cast(
             dict[str, Any],
-            self.custom.get_namespaced_custom_object(
+            custom.get_namespaced_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", self.cluster.queue
             ),
         )
+        self._cluster_queue = str(local["spec"]["clusterQueue"])
         cluster_queue = cast(
             dict[str, Any],
-            self.custom.get_cluster_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", local["spec"]["clusterQueue"]
+            custom.get_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", self._cluster_queue
             ),
         )
         return queue_quota(cluster_queue)
@@ -1043,6 +1100,12 @@ def _build_error(tail: str) -> str:
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR:")]
     return (errors or lines or ["its log is empty"])[-1][:300]
+
+
+def _least(*limits: Limit | None) -> Limit | None:
+    """The least of the limits known (not None), None when none is."""
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
 
 
 def _quantity(value: str) -> Decimal:

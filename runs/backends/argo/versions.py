@@ -9,6 +9,7 @@ Pure functions of what the API server answered.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -90,6 +91,38 @@ def queue_quota(cluster_queue: Mapping[str, Any]) -> dict[str, Decimal]:
                 name = resource["name"]
                 found[name] = max(found.get(name, Decimal(0)), amount)
     return found
+
+
+EXECUTOR_REQUESTS = {"cpu": Decimal("0.01"), "memory": Decimal(64 * 2**20)}
+"""What Argo's executor containers request (docs/cluster.md gives them in the controller's
+ConfigMap): ``wait`` runs beside a task's ``main``, so Kueue charges the pod its requests too;
+``init`` runs before them, on its own, and asks no more."""
+GIB = Decimal(2**30)
+
+
+def pod_requests(cores: float, memory_gb: float, scratch_gb: float) -> dict[str, Decimal]:
+    """What Kueue charges the pod of a task whose ``main`` asks ``cores`` and ``memory_gb``
+    (and its scratch as ephemeral storage): ``main`` and Argo's ``wait`` summed (the init
+    containers, ``init`` and a command task's ``stage``, each ask less than that sum)."""
+    return {
+        "cpu": Decimal(str(cores)) + EXECUTOR_REQUESTS["cpu"],
+        "memory": Decimal(str(memory_gb)) * GIB + EXECUTOR_REQUESTS["memory"],
+        "ephemeral-storage": Decimal(str(scratch_gb)) * GIB,
+    }
+
+
+def main_caps(quota: Mapping[str, Decimal]) -> tuple[int | None, float | None]:
+    """The most cores and GiB (to the 0.01 below) a task's ``main`` may ask so that its whole
+    pod, Argo's ``wait`` beside it, fits what the ClusterQueue gives one pod (``queue_quota``);
+    None for a resource the quota does not cover (Kueue admits no such pod: ``_check_cluster``
+    refuses every run then)."""
+    cores = memory_gb = None
+    if "cpu" in quota:
+        cores = max(0, int(quota["cpu"] - EXECUTOR_REQUESTS["cpu"]))
+    if "memory" in quota:
+        memory = max(Decimal(0), quota["memory"] - EXECUTOR_REQUESTS["memory"])
+        memory_gb = math.floor(float(memory / GIB) * 100) / 100
+    return cores, memory_gb
 
 
 def _dotted(version: tuple[int, int]) -> str:
