@@ -54,6 +54,15 @@ KUEUE = r"^/apis/kueue\.x-k8s\.io/(?P<version>[^/]+)"
 WORKLOADS = re.compile(KUEUE + r"/namespaces/(?P<ns>[^/]+)/workloads$")
 LOCAL_QUEUE = re.compile(KUEUE + r"/namespaces/(?P<ns>[^/]+)/localqueues/(?P<name>[^/]+)$")
 CLUSTER_QUEUE = re.compile(KUEUE + r"/clusterqueues/(?P<name>[^/]+)$")
+KUEUE_CREATE = re.compile(
+    KUEUE + r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>localqueues|clusterqueues|"
+    r"resourceflavors)$"
+)
+KUEUE_KINDS = {
+    "localqueues": "LocalQueue",
+    "clusterqueues": "ClusterQueue",
+    "resourceflavors": "ResourceFlavor",
+}
 KUEUE_GROUP = re.compile(r"^/apis/kueue\.x-k8s\.io/?$")
 DEPLOYMENT = re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments/(?P<name>[^/]+)$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
@@ -192,6 +201,17 @@ def manifest_namespaces() -> dict[str, str]:
     }
 
 
+def kueue_manifests(kind: str) -> list[dict[str, Any]]:
+    """The Kueue objects of a kind in docker/k8s/, each held to Kueue's schema of its version
+    (``kueue_schemas``) as the API server holds it when an operator applies them: an invalid
+    one fails the stand-in at once, as ``kubectl apply`` would fail."""
+    found = [copy.deepcopy(d) for d in manifests() if d["kind"] == kind]
+    for document in found:
+        if causes := refusals(document):
+            raise invalid(kind, document["metadata"].get("name", ""), causes)
+    return found
+
+
 @cache
 def manifest_policies() -> list[kube_policies.Policy]:
     """The ValidatingAdmissionPolicies docker/k8s/ binds to deny."""
@@ -317,17 +337,17 @@ class KubeState:
     argo_version: str = "v4.1.2"
     """The version of Argo's controller: the tag of the image of its Deployment."""
     cluster_queues: dict[str, dict[str, Any]] = field(
-        default_factory=lambda: {
-            d["metadata"]["name"]: copy.deepcopy(d)
-            for d in manifests()
-            if d["kind"] == "ClusterQueue"
-        }
+        default_factory=lambda: {d["metadata"]["name"]: d for d in kueue_manifests("ClusterQueue")}
     )
     local_queues: dict[tuple[str, str], dict[str, Any]] = field(
         default_factory=lambda: {
-            (d["metadata"]["namespace"], d["metadata"]["name"]): copy.deepcopy(d)
-            for d in manifests()
-            if d["kind"] == "LocalQueue"
+            (d["metadata"]["namespace"], d["metadata"]["name"]): d
+            for d in kueue_manifests("LocalQueue")
+        }
+    )
+    resource_flavors: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            d["metadata"]["name"]: d for d in kueue_manifests("ResourceFlavor")
         }
     )
     tokens: dict[str, tuple[str, str]] = field(default_factory=lambda: dict(manifest_tokens()))
@@ -451,17 +471,20 @@ class KubeState:
         self.events.append(self.stamp(event))
 
     def pod_created(self, pod: dict[str, Any]) -> None:
-        """After a pod is stored: Kueue's webhook and admission, then the kubelet for a pod no
-        gate holds."""
+        """After a pod is stored: Kueue's webhook and admission (the kubelet starts a pod Kueue
+        admits), or the kubelet for a pod Kueue does not manage."""
         namespace = pod["metadata"]["namespace"]
-        if kueue.webhook(pod, namespace in self.kueue_namespaces):
+        managed = kueue.webhook(pod, namespace in self.kueue_namespaces)
+        if managed:
             made = kueue.workload(pod, self.kueue_versions[0])
+            if causes := refusals(made):  # the stand-in's own Kueue, held to Kueue's schema
+                raise AssertionError(f"the stand-in made an invalid Workload: {causes}")
             self.workloads[(namespace, made["metadata"]["name"])] = self.stamp(made)
         if pod["spec"].get("schedulingGates"):
             # The API server's own condition of a gated pod (from 1.27), as of its creation.
             pod["status"] = {"phase": "Pending", "conditions": [kubelet.gated()]}
-        self.admit_workloads()
-        if not pod["spec"].get("schedulingGates"):
+        self.admit_workloads()  # which starts a pod Kueue admits: once
+        if not managed:
             kubelet.start(self, pod)
 
     def admit_workloads(self) -> None:
@@ -646,6 +669,8 @@ class _Handler(BaseHTTPRequestHandler):
                 listing = self._list(state.workloads, m["ns"], query, "WorkloadList")
                 listing["apiVersion"] = f"kueue.x-k8s.io/{m['version']}"
                 return 200, listing
+            if (m := KUEUE_CREATE.match(path)) and method == "POST":
+                return 201, self._create_kueue(m, body)
             if m := LOCAL_QUEUE.match(path):
                 return 200, _found(state.local_queues.get((m["ns"], m["name"])), "localqueues", m)
             if m := CLUSTER_QUEUE.match(path):
@@ -660,6 +685,37 @@ class _Handler(BaseHTTPRequestHandler):
                     state.before_node_patch(m["name"])
                 return self._item(state.nodes, m["name"], method, content_type, body, "nodes")
         raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
+
+    def _create_kueue(self, m: re.Match[str], body: Any) -> dict[str, Any]:
+        """Create a LocalQueue, a ClusterQueue or a ResourceFlavor, held to Kueue's schema at
+        the version of the request (``kueue_schemas``): 422 for what Kueue's CRD refuses."""
+        state = self.server.state
+        kind = KUEUE_KINDS[m["resource"]]
+        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+            raise ApiError(400, "BadRequest", "the body of the request is no object")
+        api_version = f"kueue.x-k8s.io/{m['version']}"
+        if (body.get("apiVersion"), body.get("kind")) != (api_version, kind):
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({body.get('apiVersion')}) does not match the "
+                f"expected API version ({api_version}) or the kind ({body.get('kind')})",
+            )
+        name = body["metadata"].get("name", "")
+        if m["ns"]:
+            body["metadata"]["namespace"] = m["ns"]
+        admit(state, body)
+        store: dict[Any, dict[str, Any]] = {
+            "localqueues": state.local_queues,
+            "clusterqueues": state.cluster_queues,
+            "resourceflavors": state.resource_flavors,
+        }[m["resource"]]
+        key: Any = (m["ns"], name) if m["ns"] else name
+        if key in store:
+            raise ApiError(409, "AlreadyExists", f'{m["resource"]}.kueue.x-k8s.io "{name}" exists')
+        store[key] = state.stamp(body)
+        state.admit_workloads()
+        return body
 
     def _create(
         self, store: dict[Any, dict[str, Any]], namespace: str, body: Any, kind: str

@@ -29,6 +29,7 @@ from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
 from tests.backends.kube_rbac import Grant
+from tests.backends.kube_rules import refusals
 from tests.polling import wait_for
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
@@ -81,8 +82,28 @@ def test_every_kubernetes_object_validates_strictly(path: Path) -> None:
     version = kubernetes_validate.latest_version()
     for document in yaml.safe_load_all(path.read_text()):
         if document["apiVersion"] == KUEUE:
-            continue  # Kueue's own kinds: checked against Kueue's rules below
+            # Kueue's own kinds against Kueue's CRD of that version, as the API server holds them.
+            assert refusals(document) == [], document["metadata"]["name"]
+            continue
         kubernetes_validate.validate(document, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "field"),
+    [
+        ("ClusterQueue", {"cohort": "team"}, "spec"),  # v1beta1's name of cohortName
+        ("ClusterQueue", {"queueingStrategy": "FIFO"}, "spec.queueingStrategy"),
+        ("LocalQueue", {"clusterQueue": "Simrun"}, "spec.clusterQueue"),
+        ("ResourceFlavor", {"nodeLabel": {"pool": "sims"}}, "spec"),
+    ],
+)
+def test_kueues_rules_refuse_a_kueue_object_of_docker_k8s_changed(
+    kind: str, change: dict[str, Any], field: str
+) -> None:
+    [document] = by_kind(kind)
+    document.setdefault("spec", {}).update(change)
+
+    assert [c.field for c in refusals(document)] == [field]
 
 
 def test_the_strict_validation_refuses_a_misspelt_field() -> None:

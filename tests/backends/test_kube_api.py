@@ -18,6 +18,7 @@ from runs.backends.base import ClusterConfig
 from tests.backends.argo_pods import argo_pods
 from tests.backends.argo_runs import run_of
 from tests.backends.kube_api import ADMIN_TOKEN, KubeApiServer
+from tests.backends.kube_rules import refusals
 
 CLUSTER = ClusterConfig()
 SPEC = "tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2}}"
@@ -343,6 +344,117 @@ def test_a_resource_the_cluster_queue_does_not_cover_is_never_admitted(
 
     [reserved] = kube.state.workloads[("simrun", "pod-scratchy")]["status"]["conditions"]
     assert "resource nvidia.com/gpu unavailable in ClusterQueue" in reserved["message"]
+
+
+def cluster_queue(name: str, version: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"kueue.x-k8s.io/{version}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu"],
+                    "flavors": [
+                        {"name": "simrun-flavor", "resources": [{"name": "cpu", "nominalQuota": 4}]}
+                    ],
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def test_kueue_objects_are_held_to_kueues_schema_of_the_version_asked(
+    kube: KubeApiServer,
+) -> None:
+    custom = CustomObjectsApi(kube.client("cluster-admin"))
+    create = custom.create_cluster_custom_object
+
+    code, status = refused(
+        create,
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        cluster_queue("team", "v1beta2", cohort="research"),
+    )
+
+    assert code == 422
+    assert status["message"].startswith('ClusterQueue "team" is invalid: spec: ')
+    assert "'cohort' was unexpected" in status["message"]
+    create("kueue.x-k8s.io", "v1beta2", "clusterqueues", cluster_queue("team", "v1beta2"))
+    create(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "clusterqueues",
+        cluster_queue("old", "v1beta1", cohort="research"),
+    )
+    assert set(kube.state.cluster_queues) == {"simrun", "team", "old"}
+    code, status = refused(
+        custom.create_namespaced_custom_object,
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "simrun",
+        "localqueues",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "q"}},
+    )
+    assert code == 422
+    assert status["details"]["causes"][0]["field"] == "<root>"
+    assert "'spec' is a required property" in status["message"]
+
+
+def test_the_workloads_the_stand_ins_kueue_makes_are_valid(kube: KubeApiServer) -> None:
+    CoreV1Api(kube.client("cluster-admin")).create_namespaced_pod("simrun", queued_pod("p", "1"))
+
+    [made] = kube.state.workloads.values()
+    assert made["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert refusals(made) == []
+    made["spec"]["podSets"] = []
+    assert [c.field for c in refusals(made)] == ["spec.podSets"]
+
+
+def test_a_pod_whose_claim_its_namespace_lacks_is_unschedulable_with_the_schedulers_event(
+    kube: KubeApiServer,
+) -> None:
+    pod = queued_pod("mounted", "1")
+    pod["spec"]["volumes"] = [
+        {"name": "store", "persistentVolumeClaim": {"claimName": "simrun-store"}}
+    ]
+    kube.state.claims.discard(("simrun", "simrun-store"))
+
+    CoreV1Api(kube.client("cluster-admin")).create_namespaced_pod("simrun", pod)
+
+    made = kube.state.pods[("simrun", "mounted")]
+    [scheduled] = made["status"]["conditions"]
+    message = '0/3 nodes are available: persistentvolumeclaim "simrun-store" not found.'
+    assert (scheduled["status"], scheduled["reason"], scheduled["message"]) == (
+        "False",
+        "Unschedulable",
+        message,
+    )
+    [event] = kube.state.events
+    assert (event["reason"], event["message"], event["source"]) == (
+        "FailedScheduling",
+        message,
+        {"component": "default-scheduler"},
+    )
+
+
+def test_a_pod_of_a_service_account_its_namespace_lacks_is_forbidden(kube: KubeApiServer) -> None:
+    pod = queued_pod("nobody", "1")
+    pod["spec"]["serviceAccountName"] = "simrun-worker-typo"
+
+    code, status = refused(
+        CoreV1Api(kube.client("cluster-admin")).create_namespaced_pod, "simrun", pod
+    )
+
+    assert code == 403
+    assert status["message"] == (
+        'pods "nobody" is forbidden: error looking up service account '
+        'simrun/simrun-worker-typo: serviceaccount "simrun-worker-typo" not found'
+    )
+    assert ("simrun", "nobody") not in kube.state.pods
 
 
 def test_a_kueue_that_serves_v1beta1_only_answers_404_for_v1beta2(kube: KubeApiServer) -> None:
