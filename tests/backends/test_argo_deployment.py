@@ -22,7 +22,7 @@ from runs.backends.argo.backend import ArgoBackend
 from runs.backends.argo.build import build_pod
 from runs.backends.argo.versions import EXECUTOR_REQUESTS
 from runs.backends.base import ClusterConfig
-from tests.backends import kube_rbac
+from tests.backends import kube_policies, kube_rbac
 from tests.backends.argo_pod_security import restricted_violations
 from tests.backends.argo_pods import EXECUTOR_RESOURCES
 from tests.backends.argo_runs import build_context, run_of
@@ -387,6 +387,10 @@ def test_the_builder_is_the_maintained_fork_of_kaniko_pinned_to_a_release() -> N
         ({"metadata": {"labels": {"kubernetes.io/hostname": None}}}, False),
         ({"spec": {"taints": [{"key": "gpu", "value": "x", "effect": "NoSchedule"}]}}, False),
         ({"spec": {"unschedulable": True}}, False),
+        (
+            {"metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/scale-down": "x"}}},
+            False,
+        ),
     ],
 )
 def test_the_worker_may_change_a_nodes_reservation_and_nothing_else_of_it(
@@ -417,3 +421,29 @@ def test_the_executor_requests_simrun_counts_are_the_ones_the_docs_configure() -
     assert {k: parse_quantity(v) for k, v in EXECUTOR_RESOURCES["requests"].items()} == (
         EXECUTOR_REQUESTS
     )
+
+
+@pytest.mark.parametrize("namespace", ["simrun", "sims-prod"])
+def test_the_node_policy_holds_the_worker_of_any_namespace_the_service_runs_in(
+    namespace: str,
+) -> None:
+    """SIMRUN_K8S_NAMESPACE may name another namespace: its simrun-worker is held all the same."""
+    node = kube_node("node-a")
+    changed = {**node, "metadata": {**node["metadata"], "labels": {"team": "b"}}}
+
+    def denied(username: str) -> list[str]:
+        return kube_policies.denials(
+            kube_policies.policies(documents()),
+            resource=("", "v1", "nodes"),
+            operation="UPDATE",
+            obj=changed,
+            old=node,
+            username=username,
+        )
+
+    assert denied(f"system:serviceaccount:{namespace}:simrun-worker") == [
+        "ValidatingAdmissionPolicy 'simrun-worker-reserves-only' with binding "
+        "'simrun-worker-reserves-only' denied request: simrun-worker may change no label of a "
+        "node but simrun/reserved"
+    ]
+    assert denied(f"system:serviceaccount:{namespace}:node-admin") == []
