@@ -7,9 +7,11 @@ its file; the harness runs it as a split task runs, the coordinator alone on all
 (``simrun-worker`` with ``SIMRUN_ROLE=base`` that merges: the ledger, progress, the report,
 the per-unit ``{out}`` directories and the results table included). The two run as
 ``--repeat`` interleaved pairs (which goes first alternates) and the verdict is the median of
-the pairs' ratios; then the sweep runs once through the local backend end to end (submission
-to the end of its run: the launcher, the step, the task files) and its extra seconds over the
-harness's median are printed beside it.
+the pairs' ratios; then the sweep runs once through the whole service: a ``simrun serve`` in a
+temporary home (its defaults, SQLite and the filesystem broker), the sweep POSTed to its API
+and timed until the API says it succeeded (the planner, the controller, the local backend's
+launcher and step, the worker, the merge), after a 4-unit warm-up run; its extra seconds over
+the harness's median are printed beside it.
 
 The per-unit overhead is ``wall × cores / units`` less the program's CPU time: what a unit
 costs beyond the program itself, on each side. The CPU seconds of each side (its processes',
@@ -29,12 +31,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from harness.sweep import SweepSettings
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.sweep import SweepSettings  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIZES = {
@@ -149,67 +152,50 @@ def harness_run(
     return timer.timed
 
 
-def service_run(
-    program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path
-) -> float:
-    """Seconds from the submission of the sweep to the end of its run, through the local
-    backend as ``simrun serve`` drives it (the launcher, the step, the task files)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "simrun_site.settings")
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ.setdefault("SIMRUN_HOME", str(folder / "home"))
-    import django
+class Served:
+    """``simrun serve`` in a home of its own (SQLite and the filesystem broker, its defaults;
+    tasks run as the service's user), started once, with a user and a warmed-up sweep."""
 
-    django.setup()
-    from harness.tasktypes import task_types
-    from runs.backends.base import ClusterConfig, RunRecord
-    from runs.backends.local.backend import LocalBackend, workflow_name
-    from runs.planning.planner import plan_run
-    from runs.planning.records import task_records
-    from runs.planning.spec import parse_spec
+    def __init__(self, folder: Path) -> None:
+        from tests.e2e.service import Service
 
-    types = task_types()
-    spec = parse_spec(
-        json.dumps(
-            {
-                "name": "bench",
-                "tasks": {
-                    "sim": {
-                        "command": [str(program), f"{ms:g}", "{a}", "{b}", "{out}/result.json"],
-                        "sweep": {"a": {"range": [0, shape[0]]}, "b": {"range": [0, shape[1]]}},
-                        "results": "result.json",
-                        "cores": cores,
-                    }
-                },
-            }
-        ),
-        types=types,
-    )
-    plans = plan_run(spec, types=types, extra_workers=False)
-    records = task_records(spec, types)
-    shutil.rmtree(folder / "service", ignore_errors=True)
-    store = folder / "service" / "store"
-    backend = LocalBackend(store, folder / "service" / "scratch", cores=cores, memory_gb=8)
-    task_dir = store / "runs" / "bench" / "tasks" / "sim"
-    task_dir.mkdir(parents=True)
-    record = records["sim"]
-    task = {"run": "bench", "task": "sim", "kind": record.kind, "type": record.type}
-    task |= {"settings": record.settings, "inputs": {}, "command": record.command}
-    (task_dir / "task.json").write_text(json.dumps(task | {"plan": plans["sim"].model_dump()}))
-    stop = threading.Event()
-    stepping = threading.Thread(target=backend.run_steps, args=(stop, 0.1), daemon=True)
-    stepping.start()
-    began = time.perf_counter()
-    name = backend.submit(
-        RunRecord(id="bench", tasks=records, store=store), plans, types, ClusterConfig()
-    )
-    while backend.status(name).phase not in ("Succeeded", "Failed"):
-        time.sleep(0.05)
-    elapsed = time.perf_counter() - began
-    phase = backend.status(workflow_name("bench")).phase
-    stop.set()
-    backend.close()
-    assert phase == "Succeeded", phase
-    return elapsed
+        folder.mkdir(parents=True, exist_ok=True)
+        self.service = Service(home=folder / "home")
+        self.service.start()
+        self.api = self.service.client(self.service.user("bench"))
+
+    def sweep(self, program: Path, ms: float, shape: tuple[int, int], cores: int) -> float:
+        """Seconds from the POST of the sweep to its run's end, as the API says it (polled
+        every 50 ms): the API, the planner, the controller, the local backend's launcher
+        and step, the worker and the merge. The run must succeed with a row per unit."""
+        from tests.e2e.service import wait_until_ended
+
+        spec = {
+            "name": f"bench-{shape[0] * shape[1]}",
+            "tasks": {
+                "sim": {
+                    "command": [str(program), f"{ms:g}", "{a}", "{b}", "{out}/result.json"],
+                    "sweep": {"a": {"range": [0, shape[0]]}, "b": {"range": [0, shape[1]]}},
+                    "results": "result.json",
+                    "cores": cores,
+                }
+            },
+        }
+        began = time.perf_counter()
+        answer = self.api.post("runs/", json=spec)
+        assert answer.status_code in {201, 202}, answer.text
+        run_id = str(answer.json()["id"])
+        run = wait_until_ended(self.api, run_id, timeout_s=3600, interval_s=0.05)
+        elapsed = time.perf_counter() - began
+        assert run["state"] == "succeeded", run
+        table = self.service.store / "runs" / run_id / "tasks" / "sim" / "out" / "results.csv"
+        rows = table.read_text().count("\n") - 1
+        assert rows == shape[0] * shape[1], rows
+        return elapsed
+
+    def close(self) -> None:
+        self.api.close()
+        self.service.stop()
 
 
 def _row(label: str, values: list[float]) -> str:
@@ -243,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
                 order = ["parallel", "harness"] if index % 2 == 0 else ["harness", "parallel"]
                 for side in order:
                     runs[side].append(sides[side](program, ms, shape, args.cores, folder))
+                harness, parallel = runs["harness"][-1].wall, runs["parallel"][-1].wall
+                print(
+                    f"  pair {index + 1}: parallel {parallel:.3f} s, harness {harness:.3f} s, "
+                    f"ratio {harness / parallel:.3f}",
+                    flush=True,
+                )
             pairs = list(zip(runs["harness"], runs["parallel"], strict=True))
             ratios = [h.wall / p.wall for h, p in pairs]
             median = statistics.median(ratios)
@@ -267,12 +259,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"{cpu['harness']:.2f} ms)"
             )
             if not args.no_service:
-                seconds = service_run(program, ms, shape, args.cores, folder)
+                # Started after the pairs, stopped before the next size: its idle loops are
+                # no load on them.
+                served = Served(folder / size)
+                try:
+                    served.sweep(program, ms, (2, 2), args.cores)  # imports, connections
+                    seconds = served.sweep(program, ms, shape, args.cores)
+                finally:
+                    served.close()
                 extra = seconds - statistics.median(t.wall for t in runs["harness"])
                 print(
-                    f"through the local backend end to end (once): {seconds:.3f} s, "
+                    f"through simrun serve, POST to succeeded (once): {seconds:.3f} s, "
                     f"{extra:+.3f} s over the harness's median"
                 )
+            sys.stdout.flush()
     return 1 if failed else 0
 
 
