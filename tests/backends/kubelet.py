@@ -6,7 +6,8 @@ condition keeping the ``lastTransitionTime`` it had (the scheduler changes it on
 status changes: a pod Kueue held, ``SchedulingGated`` since its creation, is ``Unschedulable``
 as of its creation). References resolve in the pod's own namespace, as Kubernetes resolves
 them: a claim that is missing leaves the pod unschedulable, a Secret or ConfigMap volume
-that is missing leaves it ``ContainerCreating`` with ``FailedMount`` events, one an
+that is missing leaves it ``ContainerCreating`` (``PodInitializing`` with init containers)
+with ``FailedMount`` events, one an
 environment variable reads makes its containers wait in ``CreateContainerConfigError``, and
 an image that cannot be pulled in ``ErrImagePull`` then ``ImagePullBackOff``; each with the
 event the kubelet writes, in its words. A pod that meets none of these is left for the test to run.
@@ -60,7 +61,10 @@ def start(cluster: Cluster, pod: dict[str, Any]) -> None:
         if missing:
             message = f'MountVolume.SetUp failed for volume "{volume["name"]}" : {missing}'
             cluster.record_event(pod, "FailedMount", message)
-            pod["status"] = pending(reason="ContainerCreating")
+            # The kubelet's default waiting reason: PodInitializing for every container of a
+            # pod with init containers, ContainerCreating without (kubelet_pods.go).
+            creating = "PodInitializing" if spec.get("initContainers") else "ContainerCreating"
+            pod["status"] = pending(reason=creating)
             return
     for container in containers:
         missing = _missing_env_source(cluster, namespace, container)

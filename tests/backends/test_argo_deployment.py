@@ -178,7 +178,8 @@ def used(request: Any) -> Grant | None:
 
 def backend_on(kube: KubeApiServer, tmp_path: Path, component: str) -> ArgoBackend:
     """The backend as the manifests configure it, on a loopback API with a node, a pod that
-    failed (so a status reads the pods) and one Kueue holds back."""
+    failed (so a status reads the pods), one Kueue holds back and one that never started (so
+    a status reads its events)."""
     state = kube.state
     state.put_node({"metadata": {"name": "node-a", "labels": {}}, "spec": {}, "status": {}})
     state.on_pod_created = lambda pod: pod.update(status={"phase": "Succeeded"})
@@ -187,6 +188,24 @@ def backend_on(kube: KubeApiServer, tmp_path: Path, component: str) -> ArgoBacke
     gated["metadata"]["uid"] = "uid-q"
     gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
     state.put_pod(gated)
+    mounting = argo_pod("r", node_name="sweep-w1(0)", phase="Pending", dag_task="sweep-w1")
+    mounting["status"] = {  # scheduled long ago, its volume never mounted: its events are read
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T10:00:00Z"}
+        ],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": False,
+                "restartCount": 0,
+                "image": "",
+                "imageID": "",
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
+        ],
+    }
+    state.put_pod(mounting)
     cluster = ClusterConfig(build_namespace=config()["SIMRUN_BUILD_NAMESPACE"])
     api = kube.client(f"simrun-{component}")
     return ArgoBackend(cluster=cluster, api=api, store=tmp_path, build_poll_s=0.01)

@@ -409,3 +409,80 @@ def test_an_unschedulable_pod_is_timed_from_its_admission_not_from_its_time_in_t
         f"its pod could not start within {CLUSTER.pod_start_timeout_s} s: Unschedulable: "
         "0/1 nodes are available: 1 Insufficient memory."
     )
+
+
+def test_a_pod_whose_volume_cannot_be_mounted_fails_its_task_with_the_kubelets_event(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    """A Secret volume its namespace lacks: scheduled, its containers wait in PodInitializing
+    and the kubelet writes FailedMount. Timed from its scheduling; its events are read only
+    once it is past the timeout, and the message names the last."""
+    start = time.time()
+    with time_machine.travel(start, tick=False) as clock:
+        name = a_submitted_run(backend, kube, "python:3.12-slim")
+        [made] = [p for p in kube.state.pods.values() if p["metadata"]["labels"].get("simrun/task")]
+        made["spec"]["volumes"].append({"name": "token", "secret": {"secretName": "api-token"}})
+        kubelet.start(kube.state, made)
+        clock.shift(CLUSTER.pod_start_timeout_s - 1)
+        waiting = backend.status(name)
+        read_before = [r for r in kube.state.requests if r.path.endswith("/events")]
+        clock.shift(2)
+        stuck = backend.status(name)
+
+    assert waiting.tasks["plot"] == "Pending"
+    assert waiting.failed == {}
+    assert read_before == []
+    assert stuck.tasks["plot"] == "Failed"
+    [attempt] = stuck.failed["plot"]
+    assert attempt.message == (
+        f"its pod could not start within {CLUSTER.pod_start_timeout_s} s: stage: "
+        'PodInitializing: FailedMount: MountVolume.SetUp failed for volume "token" : secret '
+        '"api-token" not found'
+    )
+    [read] = [r for r in kube.state.requests if r.path.endswith("/events")]
+    assert read.status == 200
+    assert (
+        read.query["fieldSelector"] == f"involvedObject.uid={made['metadata']['uid']},type=Warning"
+    )
+    assert int(read.query["limit"]) <= 20
+
+
+def test_a_pod_staging_its_inputs_is_not_stuck_however_long_main_waits(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    """Once a container started (``stage`` copying large inputs), ``main`` waiting in
+    PodInitializing is no failure to start."""
+    name = a_submitted_run(backend, kube, "python:3.12-slim")
+    [made] = [p for p in kube.state.pods.values() if p["metadata"]["labels"].get("simrun/task")]
+
+    def state(name: str, **state: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "image": "",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": "running" in state,
+            "state": state,
+        }
+
+    scheduled = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    made["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
+        "initContainerStatuses": [
+            state("init", terminated={"exitCode": 0, "reason": "Completed"}),
+            state("stage", running={"startedAt": scheduled}),
+        ],
+        "containerStatuses": [
+            state("wait", waiting={"reason": "PodInitializing"}),
+            state("main", waiting={"reason": "PodInitializing"}),
+        ],
+    }
+
+    with time_machine.travel(time.time() + 10 * CLUSTER.pod_start_timeout_s, tick=False):
+        status = backend.status(name)
+
+    assert status.tasks["plot"] == "Pending"
+    assert status.failed == {}
+    assert not [r for r in kube.state.requests if r.path.endswith("/events")]

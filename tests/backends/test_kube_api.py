@@ -277,9 +277,11 @@ def test_a_verb_the_manifests_do_not_grant_is_forbidden_in_the_api_servers_words
 def test_a_grant_of_a_role_holds_in_its_namespace_only(kube: KubeApiServer) -> None:
     worker = CoreV1Api(kube.client("simrun-worker"))
 
-    worker.list_namespaced_event("simrun-build")  # its Role in simrun-build grants it
-    code, status = refused(worker.list_namespaced_event, "simrun")
+    # Its Role in simrun-build grants deleting the build's ConfigMap: not found, not refused.
+    found, _ = refused(worker.delete_namespaced_config_map, "context", "simrun-build")
+    code, status = refused(worker.delete_namespaced_config_map, "context", "simrun")
 
+    assert found == 404
     assert code == 403
     assert 'in the namespace "simrun"' in status["message"]
 

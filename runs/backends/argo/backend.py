@@ -61,6 +61,8 @@ from runs.backends.argo.nodes import reservable, usable
 from runs.backends.argo.registry import has_image, registry_credentials
 from runs.backends.argo.status import (
     NODE_NAME,
+    creating_too_long,
+    kubelet_warning,
     mount_failure,
     needs_workload,
     start_failure,
@@ -123,6 +125,11 @@ LOG_BYTES = 64 << 20
 REASONS_TTL_S = 60.0
 """How long the reasons of a workflow's pods read for its status are taken as known while the
 workflow does not change (the control loop's resync, ``SIMRUN_RESYNC_S``)."""
+STUCK_EVENT_PODS = 4
+"""The most pods of a status whose events are read (pods past the start timeout that started
+no container: ``creating_too_long``); the others fail without the kubelet's warning."""
+STUCK_EVENTS_LIMIT = 20
+"""The most events read of one such pod (its kubelet's warnings, deduplicated by count)."""
 
 
 def api_client(kubeconfig: str = "") -> ApiClient:
@@ -282,9 +289,17 @@ class ArgoBackend:
         try:
             pods = self._pods_of(name)
             workloads = self._workloads_of(pods)
-            timeout_s = self.cluster.pod_start_timeout_s
+            timeout_s, now = self.cluster.pod_start_timeout_s, time.time()
+            stuck = [p for p in pods if creating_too_long(p, now, timeout_s)]
+            warnings = {p["metadata"]["name"]: self._warning(p) for p in stuck[:STUCK_EVENT_PODS]}
             found = with_pods(
-                status, name, pods, workloads, now=time.time(), start_timeout_s=timeout_s
+                status,
+                name,
+                pods,
+                workloads,
+                now=now,
+                start_timeout_s=timeout_s,
+                warnings=warnings,
             )
             return found, True
         except Exception as error:
@@ -300,6 +315,24 @@ class ArgoBackend:
         )
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return items
+
+    def _warning(self, pod: dict[str, Any]) -> str:
+        """The kubelet's last warning of a pod ("" when there is none or it cannot be read):
+        one list of its Warning events, field-selected, at most ``STUCK_EVENTS_LIMIT``."""
+        meta = pod["metadata"]
+        which = f"involvedObject.uid={meta['uid']}" if meta.get("uid") else ""
+        which = which or f"involvedObject.name={meta['name']}"
+        try:
+            events: Any = self.core.list_namespaced_event(
+                self.namespace,
+                field_selector=f"{which},type=Warning",
+                limit=STUCK_EVENTS_LIMIT,
+                _preload_content=False,
+            )
+        except ApiException as error:
+            log.warning("the events of pod %s are unknown: %s", meta["name"], error.reason)
+            return ""
+        return kubelet_warning(json.loads(events.data).get("items") or [])
 
     def _workloads_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The Kueue Workloads of the pods Kueue holds back or admitted to no node that fits

@@ -282,6 +282,67 @@ def start_failure(pod: dict[str, Any]) -> str:
     return ""
 
 
+ARGO_EXECUTOR = frozenset({"init", "wait"})
+"""The containers Argo's executor adds to a pod, beside simrun's ``stage`` and ``main``."""
+
+
+def still_creating(pod: dict[str, Any]) -> str:
+    """Why a pending pod scheduled to a node has not started any container, one line ("" once
+    one started, or while it is not scheduled): every container still waits in
+    ``ContainerCreating`` or ``PodInitializing``, as when a volume cannot be mounted (the
+    kubelet's ``FailedMount`` event says which) or an image is still being pulled. A
+    container that ran (``stage`` copying the inputs) is no failure to start, however long
+    ``main`` waits for it. Names simrun's first container (``stage``, ``main``)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if spec.get("schedulingGates") or status.get("phase", "Pending") != "Pending":
+        return ""
+    conditions = status.get("conditions") or []
+    scheduled: dict[str, Any] = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") != "True":
+        return ""
+    containers = [*(status.get("initContainerStatuses") or [])]
+    containers += status.get("containerStatuses") or []
+    if not containers:
+        return ""
+    for container in containers:
+        state = container.get("state") or {}
+        waiting = state.get("waiting")
+        if set(state) != {"waiting"} or (waiting or {}).get("reason") not in STILL_CREATING:
+            return ""
+        if container.get("lastState"):
+            return ""
+    own = [c for c in containers if c.get("name") not in ARGO_EXECUTOR] or containers
+    return f"{own[0].get('name')}: {own[0]['state']['waiting']['reason']}"
+
+
+def creating_too_long(pod: dict[str, Any], now: float, timeout_s: float) -> bool:
+    """Whether a pod has started no container (``still_creating``) for ``timeout_s`` since it
+    was scheduled: the pods whose events the backend reads (``kubelet_warning``)."""
+    since = pending_since(pod)
+    return bool(still_creating(pod)) and since is not None and now - since >= timeout_s
+
+
+def kubelet_warning(events: list[dict[str, Any]]) -> str:
+    """The kubelet's last warning of a pod's events, one line ("" without one): a volume it
+    cannot mount (``FailedMount``), an image it cannot pull."""
+    warnings = [
+        e
+        for e in events
+        if e.get("type") == "Warning"
+        and "kubelet" in {(e.get("source") or {}).get("component"), e.get("reportingComponent")}
+    ]
+    if not warnings:
+        return ""
+    last = max(
+        enumerate(warnings),
+        key=lambda pair: (
+            epoch(pair[1].get("lastTimestamp") or pair[1].get("eventTime")) or 0.0,
+            pair[0],
+        ),
+    )[1]
+    return _line(last.get("reason") or "Warning", last.get("message"), WAITING_LENGTH)
+
+
 def mount_failure(events: list[dict[str, Any]]) -> str:
     """The last ``FailedMount`` of a pod's events, one line ("" without one): a volume whose
     Secret or ConfigMap is missing in the pod's namespace keeps it ``ContainerCreating``."""
@@ -375,13 +436,16 @@ def with_pods(
     *,
     now: float | None = None,
     start_timeout_s: float | None = None,
+    warnings: dict[str, str] | None = None,
 ) -> BackendStatus:
     """A status with what the pods tell: each failed attempt's disruption reason and memory,
     each pending node's reason for waiting (``workloads``: Kueue Workloads by pod uid).
 
-    A pod that cannot start (``start_failure``) for ``start_timeout_s`` since it began waiting
-    to start (scheduled, else admitted by Kueue: ``pending_since``) fails its node, with the
-    reason, so the run ends and its quota is freed instead of held.
+    A pod that cannot start (``start_failure``), or scheduled has started no container
+    (``still_creating``), for ``start_timeout_s`` since it began waiting to start (scheduled,
+    else admitted by Kueue: ``pending_since``) fails its node, with the reason, so the run
+    ends and its quota is freed instead of held; ``warnings`` (the kubelet's last warning by
+    pod name, ``kubelet_warning``) tells why a pod that started nothing is stuck.
     """
     failed = {key: [a.model_copy() for a in attempts] for key, attempts in status.failed.items()}
     waiting = dict(status.waiting)
@@ -402,7 +466,8 @@ def with_pods(
             workload = workloads.get(uid)
             if reason := waiting_reason(pod, workload):
                 waiting[node] = reason
-            stuck = _stuck(pod, workload, now, start_timeout_s)
+            warning = (warnings or {}).get((pod.get("metadata") or {}).get("name", ""), "")
+            stuck = _stuck(pod, workload, now, start_timeout_s, warning)
             if stuck and tasks.get(node) not in FINAL_PHASES:
                 tasks[node] = "Failed"
                 waiting.pop(node, None)
@@ -414,16 +479,23 @@ def with_pods(
 
 
 def _stuck(
-    pod: dict[str, Any], workload: dict[str, Any] | None, now: float | None, timeout_s: float | None
+    pod: dict[str, Any],
+    workload: dict[str, Any] | None,
+    now: float | None,
+    timeout_s: float | None,
+    warning: str = "",
 ) -> str:
     """Why a pod could not start within ``timeout_s`` of when it began waiting to start
-    (``pending_since``), "" while it may still start."""
+    (``pending_since``), "" while it may still start; a pod that started no container is
+    told by the kubelet's last ``warning`` when it is known."""
     if now is None or timeout_s is None:
         return ""
     reason, since = start_failure(pod), pending_since(pod, workload)
+    if not reason and (reason := still_creating(pod)) and warning:
+        reason = f"{reason}: {warning}"
     if not reason or since is None or now - since < timeout_s:
         return ""
-    return f"its pod could not start within {timeout_s:g} s: {reason}"
+    return _line(f"its pod could not start within {timeout_s:g} s: {reason}", None, WAITING_LENGTH)
 
 
 def _line(reason: str, message: str | None, length: int = REASON_LENGTH) -> str:
