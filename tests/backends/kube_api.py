@@ -690,17 +690,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Create a LocalQueue, a ClusterQueue or a ResourceFlavor, held to Kueue's schema at
         the version of the request (``kueue_schemas``): 422 for what Kueue's CRD refuses."""
         state = self.server.state
-        kind = KUEUE_KINDS[m["resource"]]
-        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
-            raise ApiError(400, "BadRequest", "the body of the request is no object")
-        api_version = f"kueue.x-k8s.io/{m['version']}"
-        if (body.get("apiVersion"), body.get("kind")) != (api_version, kind):
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"the API version in the data ({body.get('apiVersion')}) does not match the "
-                f"expected API version ({api_version}) or the kind ({body.get('kind')})",
-            )
+        body = _of_kind(body, f"kueue.x-k8s.io/{m['version']}", KUEUE_KINDS[m["resource"]])
         name = body["metadata"].get("name", "")
         if m["ns"]:
             body["metadata"]["namespace"] = m["ns"]
@@ -721,16 +711,7 @@ class _Handler(BaseHTTPRequestHandler):
         self, store: dict[Any, dict[str, Any]], namespace: str, body: Any, kind: str
     ) -> dict[str, Any]:
         state = self.server.state
-        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
-            raise ApiError(400, "BadRequest", "the body of the request is no object")
-        api_version, kind_name = KINDS[kind]
-        if (body.get("apiVersion"), body.get("kind")) != (api_version, kind_name):
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"the API version in the data ({body.get('apiVersion')}) does not match the "
-                f"expected API version ({api_version}) or the kind ({body.get('kind')})",
-            )
+        body = _of_kind(body, *KINDS[kind])
         name = body["metadata"].get("name", "")
         body["metadata"]["namespace"] = namespace
         admit(state, body)
@@ -1080,3 +1061,18 @@ class KubeApiServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=10)
+
+
+def _of_kind(body: Any, api_version: str, kind: str) -> dict[str, Any]:
+    """The body of a create, refused as the API server refuses one that is no object or names
+    another version or kind than the path's."""
+    if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+        raise ApiError(400, "BadRequest", "the body of the request is no object")
+    if (body.get("apiVersion"), body.get("kind")) != (api_version, kind):
+        raise ApiError(
+            400,
+            "BadRequest",
+            f"the API version in the data ({body.get('apiVersion')}) does not match the "
+            f"expected API version ({api_version}) or the kind ({body.get('kind')})",
+        )
+    return body
