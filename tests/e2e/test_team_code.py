@@ -200,7 +200,14 @@ def test_four_runs_taking_every_core_let_another_users_task_through_at_their_fir
         submitted(alice, {"tasks": {"wide": {"command": until(flags / str(i)), "cores": 2}}})
         for i in range(4)
     ]
-    wait_for(lambda: task_of(alice, wide[0])["state"] == "running", 120, "alice's first run")
+    wait_for(
+        lambda: task_of(alice, wide[0])["state"] == "running",
+        300,
+        "alice's first run",
+        details=lambda: (
+            f"{run_of(operator, wide[0])}\n{team.log.read_text(errors='replace')[-4000:]}"
+        ),
+    )
     small = submitted(bob, {"tasks": {"small": {"command": ["true"], "cores": 1}}})
     waits = wait_for(lambda: task_of(bob, small)["message"], 60, "bob's task to say why it waits")
     second = wait_for(lambda: task_of(alice, wide[1])["message"], 60, "alice's second to wait")
