@@ -147,6 +147,12 @@ def live_path(task_dir: Path, worker: str, attempt: int = 0) -> Path:
     return task_dir / "live" / f"{worker}-{attempt}.json"
 
 
+def command_live_name(stem: str) -> str:
+    """The live memory of a plain command's attempt, in its task's ``logs/`` folder, written by
+    whatever started the command (a backend's launcher) beside the attempt's log ``stem.log``."""
+    return f"{stem}.live.json"
+
+
 def units_done(task_dir: Path) -> int:
     """The number of distinct units in ``task_dir/progress.jsonl``; 0 without the file.
 

@@ -7,13 +7,15 @@ backend reports the phases of the DAG nodes of a workflow and the attempts of it
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.tasktypes import TaskType
+from runs.common.store import TaskFolder
 
 PREEMPTED_PHASE = "Preempted"
 """A node whose pod was evicted or preempted and whose retry waits."""
@@ -174,6 +176,17 @@ class Placement(BaseModel):
     attempt: int | None = None
 
 
+class KeptLogs(BaseModel):
+    """What ``Backend.keep_logs`` did for one task: whether its logs are all in the store."""
+
+    complete: bool = Field(
+        description="Every attempt of the task ended and its whole log is in the store."
+    )
+    unread: bool = Field(
+        default=False, description="A read of an ended attempt's log failed now: ask again."
+    )
+
+
 class NodeInfo(BaseModel):
     """A node of the cluster (a machine) with what it offers and who holds it."""
 
@@ -306,6 +319,12 @@ class Backend(Protocol):
     """The cores of the largest node, None when unknown: the planner caps a task's cores."""
     max_memory_gb: float | None
     """The memory of the largest node in GiB, None when unknown."""
+    largest_node: str
+    """How a refusal names the largest place a task can run: "this machine", "the largest node"."""
+    logs_in_store: bool
+    """Whether every attempt's log is written into its task's ``logs/`` folder as it runs, so
+    the service copies nothing and reads the store alone (True), or is read from the cluster
+    and kept by ``keep_logs`` (False)."""
 
     @classmethod
     def from_settings(cls) -> Backend:
@@ -342,8 +361,31 @@ class Backend(Protocol):
         """The logs of the pods of a task (each attempt still there), oldest first."""
         ...
 
+    def keep_logs(self, name: str, task_id: str, folder: TaskFolder) -> KeptLogs:
+        """Keep in the task's folder the logs of its attempts that ended and are not kept yet,
+        one at a time and bounded; never read the log of an attempt that still runs.
+        KeyError when the workflow does not exist (any more)."""
+        ...
+
+    def describe(self) -> list[str]:
+        """What ``simrun serve``'s banner says of this backend beyond its name (what it
+        offers, who the tasks run as): one sentence a line, or none."""
+        ...
+
+    def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
+        """Why the tasks of ``owner``'s runs cannot run apart from the service and from other
+        users' tasks here, None if they can. ``kind``: split, plugin or command (a command
+        needs less: no interpreter of the service's)."""
+        ...
+
     def nodes(self) -> list[NodeInfo]:
         """The nodes of the cluster."""
+        ...
+
+    def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
+        """The node a run that asked to reserve one gets: free, reservable, fitting its
+        largest task. ``taken``: nodes another run got first. LookupError saying why when
+        none does (and always where ``reserves_nodes`` is False)."""
         ...
 
     def placements(self) -> list[Placement]:
@@ -374,6 +416,16 @@ class TaskFolders(Protocol):
 
     def hand_over(self, dir_fd: int, owner: int | None) -> None:
         """Give the folder (a descriptor) to the task user of the runs of ``owner``."""
+        ...
+
+
+@runtime_checkable
+class Stepped(Protocol):
+    """A backend that needs a process of its own beside the service (the local backend's
+    step, which starts and ends the runs' processes); ``simrun serve`` starts it."""
+
+    def run_steps(self, stop: threading.Event) -> None:
+        """Step until ``stop`` is set."""
         ...
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,11 +21,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness.tasktypes import TaskType
+from runs.backends import logs
 from runs.backends.base import (
     BackendStatus,
     BackendUnavailable,
     ClusterConfig,
     FailedAttempt,
+    KeptLogs,
     NodeInfo,
     Placement,
     PodLog,
@@ -33,6 +35,8 @@ from runs.backends.base import (
     TaskPlan,
     workflow_name,
 )
+from runs.backends.nodes import choose_node
+from runs.common.store import TaskFolder
 
 ERRORS: dict[str, type[Exception]] = {
     "KeyError": KeyError,
@@ -68,6 +72,8 @@ class FakeBackend:
     """Workflows a test scripts; every call is recorded in ``calls``."""
 
     name = "fake"
+    largest_node = "the largest node"
+    logs_in_store = False
 
     def __init__(
         self,
@@ -315,6 +321,19 @@ class FakeBackend:
             log.model_copy(update={"text": "".join(log.text.splitlines(True)[-tail_lines:])})
             for log in logs
         ]
+
+    def keep_logs(self, name: str, task_id: str, folder: TaskFolder) -> KeptLogs:
+        pods = self.logs(name, task_id)
+        return KeptLogs(complete=logs.keep(folder, pods), unread=any(p.unread for p in pods))
+
+    def describe(self) -> list[str]:
+        return []
+
+    def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
+        return None
+
+    def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
+        return choose_node(self.nodes(), plans, taken=taken)
 
     def nodes(self) -> list[NodeInfo]:
         with self.state() as state:

@@ -85,7 +85,7 @@ def _die_with_parent() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def children(args: argparse.Namespace, local: bool, home: Path) -> list[Child]:
+def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]:
     """The processes of the service, the worker first and the web server last."""
     python = sys.executable
     celery = [python, "-m", "celery", "--app", "simrun_site", "--quiet"]
@@ -113,8 +113,8 @@ def children(args: argparse.Namespace, local: bool, home: Path) -> list[Child]:
         ),
         Child("beat", [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""], quiet=True),
     ]
-    if local:
-        found.append(Child("local", [python, "-m", "django", "simrun_local"]))
+    if stepped:
+        found.append(Child("steps", [python, "-m", "django", "simrun_steps"]))
     found.append(
         Child(
             "web",
@@ -266,45 +266,19 @@ def banner(args: argparse.Namespace, home: Path, login: str | None) -> str:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{'127.0.0.1' if args.host in {'0.0.0.0', ''} else shown}:{args.port}/"
     backend = get_backend()
+    described = backend.describe()
     lines = [
         f"simrun is running at {url}  (API {url}api/, its documentation {url}api/docs/)",
         login
         or "log in: create a user with `simrun user NAME --staff` (prints a password "
         f"and an API token), then open the URL or run `simrun login {url} -u NAME`",
         f"home {home}; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}; "
-        f"backend {backend.name}"
-        + (
-            f" ({backend.max_cores} cores, {backend.max_memory_gb:.1f} GiB, memory "
-            f"{'enforced' if backend.enforces_memory else 'not enforced'})"
-            if backend.name == "local"
-            else ""
-        ),
+        f"backend {backend.name}" + (f" ({described[0]})" if described else ""),
         "Ctrl-C stops the service; the processes of live runs go on and the next start "
         "adopts them.",
     ]
-    if backend.name == "local":
-        lines.insert(3, isolation(backend))
+    lines[3:3] = described[1:]
     return "\n".join(lines)
-
-
-def isolation(backend: object) -> str:
-    """What the banner says of who the processes of the runs run as, and their memory."""
-    memory = (
-        ""
-        if getattr(backend, "enforces_memory", True)
-        else "memory is not enforced (no memory cgroups: run as root): a task may use more "
-        "than its plan; "
-    )
-    base = getattr(backend, "task_uid_base", None)
-    if base is not None:
-        if problem := backend.isolation_problem():  # type: ignore[attr-defined]
-            return f"{memory}no task can start: {problem}"
-        return f"{memory}tasks run as user id {base} + their owner's id, apart from the service"
-    return (
-        f"{memory}tasks run as this service's own user (not root, --tasks-as-service, --demo "
-        "where tasks' users could not reach this Python, or SIMRUN_TASK_UID_BASE=0): they "
-        "can read what the service can (docs/team.md)"
-    )
 
 
 def supervise(found: list[Child], home: Path, stop: threading.Event) -> int:
@@ -386,6 +360,9 @@ def run(args: argparse.Namespace) -> int:
     home = service_home.prepare()
     from django.conf import settings
 
+    from runs.backends import backend_class
+    from runs.backends.base import Stepped
+
     prepare_broker()
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise serves from it
     database.migrate()  # a new SQLite one made at once
@@ -393,7 +370,8 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    found = children(args, local=settings.SIMRUN_BACKEND == "local", home=home)
+    stepped = issubclass(backend_class(settings.SIMRUN_BACKEND), Stepped)
+    found = children(args, stepped=stepped, home=home)
     try:
         code = start_all(args, found, home, stop)
         if code is None:

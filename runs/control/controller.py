@@ -24,8 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from harness.tasktypes import task_types
-from runs.backends import cluster_config, get_backend, logs
-from runs.backends.argo.nodes import choose_node
+from runs.backends import cluster_config, get_backend
 from runs.backends.base import (
     FINAL_PHASES,
     Backend,
@@ -280,7 +279,7 @@ def _keep_logs(run: Run, tasks: list[Task], *, backend: Backend, stack: ExitStac
     recording: bool | None = None
     for task in tasks:
         if task.state not in FINAL_TASK_STATES or task.logs_kept:
-            if task.state in LIVE_POD_STATES and run.backend != "local":
+            if task.state in LIVE_POD_STATES and not backend.logs_in_store:
                 complete = _keep_ended_pods(run, task, backend=backend) and complete
             if task.state in LIVE_POD_STATES and run.oom_kills:
                 plan = TaskPlan.model_validate(task.plan)
@@ -289,26 +288,20 @@ def _keep_logs(run: Run, tasks: list[Task], *, backend: Backend, stack: ExitStac
         if recording is None:
             recording = stack.enter_context(locks.hold(recording_lock(run.id)))
         if not recording:
-            return False  # another process records them now: owed to the next pass
+            return False  # another process records them now: left to the next pass
         folder = store.task_folder(run.id, task.task_id)
+        gone = False
         try:
-            pod_logs = backend.logs(run.workflow, task.task_id)
+            kept = backend.keep_logs(run.workflow, task.task_id, folder).complete
         except KeyError:
-            pod_logs = None
+            kept = gone = True  # a workflow that does not exist has no logs
         except Exception:
             log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
             complete = False
             continue
-        if pod_logs is None:
-            kept = True
-        elif run.backend == "local":
-            # Its launcher wrote each log into the store as it ran: nothing to copy.
-            kept = all(pod.done for pod in pod_logs)
-        else:
-            kept = logs.keep(folder, pod_logs)
         plan = TaskPlan.model_validate(task.plan)
         observations.record(task=task, plan=plan, folder=folder, kills=run.oom_kills)
-        if kept and pod_logs is not None:
+        if kept and not gone:
             Task.objects.filter(pk=task.pk).update(logs_kept=True)
             task.logs_kept = True
         complete = complete and kept
@@ -322,17 +315,16 @@ coordinator waits for admission is queued while its extra workers may have ended
 
 
 def _keep_ended_pods(run: Run, task: Task, *, backend: Backend) -> bool:
-    """Keep the logs of a live task's pods that ended, before a pod GC outruns them (the local
-    backend writes its logs into the store itself); whether no read of an ended pod failed."""
+    """Keep the logs of a live task's pods that ended, before a cluster's pod GC outruns
+    them; whether no read of an ended pod failed."""
+    folder = store.task_folder(run.id, task.task_id)
     try:
-        pods = backend.logs(run.workflow, task.task_id)
-        logs.keep(store.task_folder(run.id, task.task_id), pods)
+        return not backend.keep_logs(run.workflow, task.task_id, folder).unread
     except KeyError:
         return True
     except Exception:
         log.exception("keeping the logs of %s/%s failed", run.id, task.task_id)
         return False
-    return not any(pod.unread for pod in pods)
 
 
 # The terminal record and its pending work (Ruling 25).
@@ -784,7 +776,7 @@ def _free_node(run: Run, tasks: list[Task], backend: Backend) -> Run:
         node = run.reserved_node if run.reserved_node not in taken else ""
         if not node:
             try:
-                node = choose_node(backend.nodes(), task_plans(tasks), taken=taken)
+                node = backend.choose_node(task_plans(tasks), taken=taken)
             except LookupError as error:
                 raise SubmissionError(str(error)) from None
         if node != run.reserved_node and not _write_submitting(run, reserved_node=node):

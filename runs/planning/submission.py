@@ -138,9 +138,7 @@ class CannotRun(Exception):
 def run_problem(spec: RunSpec, owner: User, backend: Backend) -> str | None:
     """Why this service cannot start the tasks of a spec of ``owner``, None if it can: the
     local backend's task user may not reach what a task needs (``isolation_problem``)."""
-    problem_of = getattr(backend, "isolation_problem", None)
-    if problem_of is None:
-        return None
+    problem_of = backend.isolation_problem
     # A typed task (split or plugin, a command sweep too) runs this Python as the task user;
     # so does a run with sources or packages, whose venvs are built (and types learned) as
     # that user.
@@ -302,9 +300,7 @@ def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> di
         message = f"the {backend.name} backend has no nodes to reserve: submit without it"
         raise SpecError({"reserve_node": [message]})
     # What caps a pod: the machine, the largest node, or (Argo) the queue's quota for one pod.
-    largest = getattr(backend, "largest", None) or (
-        "this machine" if backend.name == "local" else "the largest node"
-    )
+    largest = backend.largest_node
     too_large = oversized(
         spec,
         types=types,

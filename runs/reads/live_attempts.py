@@ -16,8 +16,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from harness import untrusted
-from harness.report import LiveMemory
-from runs.backends.local.launcher import live_name
+from harness.report import LiveMemory, command_live_name
 from runs.common import store
 from runs.common.store import TaskFolder
 from runs.models import FINAL_TASK_STATES, Attempt
@@ -84,14 +83,14 @@ def read_live(folder: TaskFolder, worker: str, attempt: int) -> LiveMemory | Non
 
 
 def _launcher_live(folder: TaskFolder, stem: str) -> bytes | None:
-    """The live file of a plain command's attempt (``launcher.live_name``), read only
+    """The live file of a plain command's attempt (``harness.report.command_live_name``), read only
     from the service's own ``logs/``; None without one."""
     try:
         logs = untrusted.own_dir(folder.base, folder / "logs")
     except OSError:
         return None
     try:
-        return untrusted.read_own(logs, live_name(stem), LIVE_READ_BYTES + 1)
+        return untrusted.read_own(logs, command_live_name(stem), LIVE_READ_BYTES + 1)
     except OSError:
         return None
     finally:

@@ -56,11 +56,12 @@ class LogText:
 def _backend_logs(task: Task, tail_lines: int | None) -> list[PodLog]:
     """The backend's logs of a task's pods while its run may still have pods; [] on a failure."""
     run = task.run
-    # The local backend writes its logs into the store as they grow: nothing more to ask.
-    if not run.workflow or run.backend == "local" or not run.live:
+    backend = get_backend()
+    # A backend that writes its logs into the store as they grow has nothing more to say.
+    if not run.workflow or backend.logs_in_store or not run.live:
         return []
     try:
-        return list(get_backend().logs(run.workflow, task.task_id, tail_lines))
+        return list(backend.logs(run.workflow, task.task_id, tail_lines))
     except KeyError:
         return []  # the workflow is gone: what was kept is in the store
     except Exception as error:  # a cluster that does not answer must not break the page

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from runs.backends.local.admission import named_runs, unnamed
+from runs.backends.waiting import named_runs, unnamed
 from runs.models import Run, Task
 
 

@@ -128,7 +128,7 @@ def test_a_memory_size_too_small_to_mean_anything_is_a_400_naming_the_field(owne
 def test_a_task_asking_more_than_this_machine_has_is_a_400_with_the_numbers(
     owner_client, backend, monkeypatch, store
 ):
-    monkeypatch.setattr(backend, "name", "local")
+    monkeypatch.setattr(backend, "largest_node", "this machine")
     backend.max_cores, backend.max_memory_gb = 2, 23.54
     body = "tasks: {big: {command: [sleep, '1'], cores: 8, memory: {gb: 100}}}"
     response = submit(owner_client, body)

@@ -369,7 +369,7 @@ def test_the_compose_file_runs_web_worker_beat_postgres_and_redis() -> None:
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
 
-    assert set(services) == {"web", "worker", "learner", "beat", "local", "postgres", "redis"}
+    assert set(services) == {"web", "worker", "learner", "beat", "steps", "postgres", "redis"}
     for name in ("web", "worker", "learner", "beat"):
         assert services[name]["build"]["dockerfile"] == "docker/service.Dockerfile"
         assert services[name]["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"

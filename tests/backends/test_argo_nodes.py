@@ -12,8 +12,9 @@ import yaml
 
 from harness.tasktypes import task_types
 from runs.backends.argo.backend import ArgoBackend
-from runs.backends.argo.nodes import POOL_LABEL, choose_node
+from runs.backends.argo.nodes import POOL_LABEL, RESERVABLE
 from runs.backends.base import ClusterConfig, NodeInfo, TaskPlan
+from runs.backends.nodes import choose_node
 from runs.control import controller
 from runs.models import Run, RunState
 from runs.planning.planner import plan_run
@@ -204,7 +205,7 @@ def test_no_node_that_fits_is_refused_with_the_numbers() -> None:
 
 def test_no_reservable_node_is_refused_saying_how_to_mark_one() -> None:
     with pytest.raises(LookupError, match=POOL_LABEL):
-        choose_node([info("cp", 16, 64, reservable=False)], plans(1, 1))
+        choose_node([info("cp", 16, 64, reservable=False)], plans(1, 1), reservable=RESERVABLE)
 
 
 # The largest task a node can hold

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.report import read_report
+from harness.report import command_live_name, read_report
 from runs.backends.local import backend as local
 from runs.backends.local.backend import LocalBackend, workflow_name
-from runs.backends.local.launcher import live_name, process_start
+from runs.backends.local.launcher import process_start
 from runs.common.store import TaskFolder
 from runs.reads.live_attempts import read_live
 from tests.backends.local_fixtures import (
@@ -383,7 +383,7 @@ def test_a_plain_command_has_live_memory_while_it_runs(tmp_path, cgroup):
         )
         assert live.peak_bytes is not None and live.peak_bytes >= 60 << 20
         logs = backend.store / "runs/r13/tasks/t/logs"
-        assert (logs / live_name("t-0")).stat().st_uid == os.geteuid()
+        assert (logs / command_live_name("t-0")).stat().st_uid == os.geteuid()
         assert not (backend.store / "runs/r13/tasks/t/live").exists()
         flag.touch()
         wait_for(lambda: ended(backend, "r13"), what="the end")

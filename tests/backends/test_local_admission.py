@@ -13,10 +13,9 @@ from runs.backends.local.admission import (
     admit,
     delays,
     fair_order,
-    named_runs,
-    unnamed,
 )
 from runs.backends.local.backend import LocalBackend, workflow_name
+from runs.backends.waiting import named_runs, unnamed
 from tests.backends.local_fixtures import (
     ended,
     phase,

@@ -33,7 +33,7 @@ def program(argv: list[str]) -> tuple[str, str]:
 
 def test_each_process_of_serve_has_its_compose_service_with_the_same_command():
     args = argparse.Namespace(host="0.0.0.0", port=8000, web_workers=3)
-    found = children(args, local=True, home=Path("/srv/simrun"))
+    found = children(args, stepped=True, home=Path("/srv/simrun"))
     served = {child.name: program(child.argv) for child in found}
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     composed = {name: program(s["command"]) for name, s in services.items() if "command" in s}
@@ -43,7 +43,7 @@ def test_each_process_of_serve_has_its_compose_service_with_the_same_command():
         "worker": ("celery", "worker"),
         "learner": ("celery", "worker"),
         "beat": ("celery", "beat"),
-        "local": ("django", "simrun_local"),
+        "steps": ("django", "simrun_steps"),
     }
     for name, command in served.items():
         assert composed.get(name) == command, f"compose has no {name} running {command}"

@@ -364,7 +364,7 @@ SERVICE_CHILDREN = {
     "celery-worker": lambda line: "celery" in line and " worker " in line,
     "beat": lambda line: "celery" in line and " beat " in line,
     "web": lambda line: "gunicorn" in line,
-    "local": lambda line: "django simrun_local" in line,
+    "local": lambda line: "django simrun_steps" in line,
 }
 
 

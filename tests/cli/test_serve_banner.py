@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from runs.backends.local.backend import LocalBackend
+from runs.backends.local.banner import isolation
 from runs.cli import serve
-from runs.cli.serve import isolation
 
 
 def test_without_cgroups_or_task_users_the_banner_says_memory_and_files_are_shared(tmp_path):

@@ -102,7 +102,7 @@ def start_front(home: Path, workers: int, **settings: str) -> tuple[subprocess.P
     subprocess.run([python, "-m", "django", "migrate", "-v", "0"], env=env, check=True)
     port = free_port()
     args = argparse.Namespace(host="127.0.0.1", port=port, web_workers=workers)
-    web = children(args, local=False, home=home)[-1]
+    web = children(args, stepped=False, home=home)[-1]
     server = subprocess.Popen(web.argv, env=env, cwd=home)
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: answers(url), 60, "the web server to answer")

@@ -14,7 +14,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from decimal import Decimal
@@ -57,7 +57,7 @@ from runs.backends.argo.manifest import (
     VERSION,
     workflow_manifest,
 )
-from runs.backends.argo.nodes import reservable, usable
+from runs.backends.argo.nodes import RESERVABLE, reservable, usable
 from runs.backends.argo.registry import has_image, registry_credentials
 from runs.backends.argo.status import (
     NODE_NAME,
@@ -85,12 +85,14 @@ from runs.backends.argo.watch import PAGE_SIZE, WorkflowCache
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
+    KeptLogs,
     NodeInfo,
     Placement,
     PodLog,
     RunRecord,
     TaskPlan,
 )
+from runs.backends.nodes import choose_node
 from runs.common.store import TaskFolder, task_parts
 
 log = logging.getLogger(__name__)
@@ -154,6 +156,7 @@ class ArgoBackend:
     extra_workers = True
     reserves_nodes = True
     enforces_memory = True
+    logs_in_store = False
 
     def __init__(
         self,
@@ -525,7 +528,21 @@ class ArgoBackend:
             )
         return found
 
+    def keep_logs(self, name: str, task_id: str, folder: TaskFolder) -> KeptLogs:
+        """Copy the logs of the task's pods that terminated into the store, each once."""
+        pods = self.logs(name, task_id)
+        return KeptLogs(complete=logs.keep(folder, pods), unread=any(p.unread for p in pods))
+
+    def describe(self) -> list[str]:
+        return []
+
+    def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
+        return None  # each pod is isolated by the cluster
+
     # Nodes
+
+    def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
+        return choose_node(self.nodes(), plans, taken=taken, reservable=RESERVABLE)
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes the runs' pods may use (those of the node selector), with their holder and
@@ -570,7 +587,7 @@ class ArgoBackend:
         return _least(self._node_caps()[1], self._quota_caps()[1])
 
     @property
-    def largest(self) -> str:
+    def largest_node(self) -> str:
         """What ``max_cores`` and ``max_memory_gb`` are, in a refusal's and a plan's words: the
         largest node, the ClusterQueue's quota for one pod, or either."""
         node, quota = self._node_caps(), self._quota_caps()

@@ -13,9 +13,10 @@ Pure functions, so the rules are tested without processes.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from runs.backends.waiting import behind, holders
 
 SUMS_LIMIT = 4096
 """The most combinations of running processes weighed for a backfill; more and none starts."""
@@ -109,53 +110,6 @@ def _runs(held: Iterable[Held], holds: str) -> str:
     return holders(names, others=False)
 
 
-def holders(names: list[str], *, others: bool) -> str:
-    """Who holds what a node waits for: "run a holds", "runs a and b hold"; with ``others``,
-    runs of other users too, not named: "run a and other users' runs hold"."""
-    if not names:
-        return "other users' runs hold"
-    listed = [*names, "other users' runs"] if others else names
-    lead = "run" if len(names) == 1 else "runs"
-    if len(listed) == 1:
-        return f"{lead} {listed[0]} holds"
-    return f"{lead} {', '.join(listed[:-1])} and {listed[-1]} hold"
-
-
-HELD_BY = re.compile(
-    r"\b(?:run ([a-z0-9]+) holds|runs ((?:[a-z0-9]+, )*[a-z0-9]+ and [a-z0-9]+) hold)\b"
-)
-"""The holders as ``holders`` names them (without ``others``)."""
-BEHIND = re.compile(r"\bwaits behind \S+ of run ([a-z0-9]+), first in the queue\b")
-
-
-def named_runs(message: str) -> set[str]:
-    """The runs a waiting node's reason names (``shortage``, ``admit``)."""
-    found = set(BEHIND.findall(message))
-    for one, several in HELD_BY.findall(message):
-        found |= {one} if one else set(re.split(r", | and ", several))
-    return found
-
-
-def unnamed(message: str, visible: Callable[[str], bool]) -> str:
-    """A waiting node's reason with the runs that ``visible`` refuses left unnamed: "other
-    users' runs hold 2 of 2", "waits behind a node of another user's run"."""
-
-    def held(match: re.Match[str]) -> str:
-        names = [match[1]] if match[1] else re.split(r", | and ", match[2])
-        shown = [name for name in names if visible(name)]
-        return holders(shown, others=len(shown) < len(names))
-
-    message = HELD_BY.sub(held, message)
-    return BEHIND.sub(
-        lambda m: (
-            m[0]
-            if visible(m[1])
-            else "waits behind a node of another user's run, first in the queue"
-        ),
-        message,
-    )
-
-
 def shortage(demand: Demand, held: list[Held], cores: int, memory_gb: float) -> str:
     """Why a node that fits the machine cannot start now: what it waits for, who holds it."""
     free_cores = cores - sum(h.cores for h in held)
@@ -225,8 +179,5 @@ def admit(
             head = head or demand
         else:
             assert head is not None
-            found.waiting[demand] = (
-                f"waits behind {head.node} of run {head.run}, first in the queue, "
-                "which starting now could delay"
-            )
+            found.waiting[demand] = behind(head.node, head.run)
     return found

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
     FailedAttempt,
+    KeptLogs,
     NodeInfo,
     Placement,
     PodLog,
@@ -53,6 +54,7 @@ from runs.backends.local import shm as local_shm
 from runs.backends.local import user as local_user
 from runs.backends.local import wake as local_wake
 from runs.backends.local.admission import Demand, Held, admit
+from runs.backends.local.banner import describe
 from runs.backends.local.budget import Budget, UserBudget
 from runs.backends.local.launcher import (
     STARTING_EXIT,
@@ -76,6 +78,7 @@ from runs.backends.local.state import (
     read_service_json,
     retry,
 )
+from runs.common.store import TaskFolder
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +216,8 @@ class LocalBackend:
     runs_images = False
     extra_workers = False
     reserves_nodes = False
+    largest_node = "this machine"
+    logs_in_store = True
 
     def __init__(
         self,
@@ -1000,6 +1005,19 @@ class LocalBackend:
             ]
         finally:
             os.close(logs)
+
+    def keep_logs(self, name: str, task_id: str, folder: TaskFolder) -> KeptLogs:
+        """Each launcher wrote its attempt's log into the store as it ran: nothing to copy;
+        complete once every attempt of the task ended."""
+        view = self._view(self._submission(name))
+        ended = [a.ended for n in view.nodes.values() if n.spec.task == task_id for a in n.attempts]
+        return KeptLogs(complete=all(ended))
+
+    def describe(self) -> list[str]:
+        return describe(self)
+
+    def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
+        raise LookupError("the local backend has no nodes to reserve: this machine is one")
 
     def nodes(self) -> list[NodeInfo]:
         """This machine."""

@@ -46,7 +46,7 @@ from harness import untrusted
 from harness.cgroups import Cgroup
 from harness.errors import EXIT_STORAGE, EXIT_TERMINATED, STORAGE_ERRNOS
 from harness.memory import PeakSource, process_tree_anon
-from harness.report import LIVE_SAMPLES, LiveMemory, WorkerReport
+from harness.report import LIVE_SAMPLES, LiveMemory, WorkerReport, command_live_name
 
 STARTING_EXIT = 4
 """The exit code recorded when the process could not be prepared or started."""
@@ -66,11 +66,6 @@ LIVE_SAMPLE_S = 0.25
 """Seconds between two samples of a plain command's memory."""
 LIVE_WRITE_S = 1.0
 """Seconds between two writes of its live file (as the harness's heartbeat)."""
-
-
-def live_name(stem: str) -> str:
-    """The live file of a plain command's attempt in its ``logs/`` folder (the service's)."""
-    return f"{stem}.live.json"
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -541,7 +536,7 @@ def _run(launch: dict[str, Any], logs_fd: int, stop_capture: Any) -> int:
             os.killpg(pid, signal.SIGTERM)
         sampler = None
         if launch.get("live"):
-            sampler = LiveSampler(logs_fd, live_name(stem), pid, launch.get("cgroup"))
+            sampler = LiveSampler(logs_fd, command_live_name(stem), pid, launch.get("cgroup"))
             sampler.start()
         watch = _watch(launch)
         if watch is not None:

@@ -1,8 +1,8 @@
-"""``manage.py simrun_local``: the step of the local backend, the process ``simrun serve`` runs.
+"""``manage.py simrun_steps``: the step of a backend that needs a process of its own
+(``runs.backends.base.Stepped``, the local backend's), the process ``simrun serve`` runs.
 
-Kills the processes a service before left for ended or unknown runs, then steps until
-SIGTERM or SIGINT: starts what the DAGs and the free cores allow, notices ends, and wakes the
-control loop after every start and end of a process.
+It steps until SIGTERM or SIGINT (the local backend: starts what the DAGs and the free cores
+allow, notices ends) and wakes the control loop after every change.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from runs.backends import get_backend
-from runs.backends.local.backend import LocalBackend
+from runs.backends.base import Stepped
 from runs.control import controller
 
 
 class Command(BaseCommand):
-    help = "Run the step of the local backend until SIGTERM or SIGINT."
+    help = "Run the step of the backend until SIGTERM or SIGINT."
     # The system checks import every URL, view and serializer: seconds of a first start's
     # CPU for a process that serves none of them (the web server's start checks them).
     requires_system_checks: list[str] = []
 
     def handle(self, *args: Any, **options: Any) -> None:
         backend = get_backend()
-        if not isinstance(backend, LocalBackend):
-            raise CommandError(f"the backend of the settings is {backend.name}, not local")
+        if not isinstance(backend, Stepped):
+            raise CommandError(f"the backend of the settings ({backend.name}) has no step")
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
