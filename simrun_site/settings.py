@@ -225,6 +225,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "EXCEPTION_HANDLER": "runs.api.errors.answer",
 }
 # API tokens are stored hashed (django-rest-knox) and live SIMRUN_TOKEN_DAYS (0: for ever).
 SIMRUN_TOKEN_DAYS = _read("SIMRUN_TOKEN_DAYS", env.int, 90)

@@ -44,7 +44,7 @@ from runs.control import controller
 from runs.models import Run, RunState
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import RunSpec, SpecError, parse_spec, validate_spec
-from runs.planning.submission import CannotRun, QueueFull, create_run
+from runs.planning.submission import create_run
 from runs.reads.access import (
     run_or_404,
     run_with_tasks_or_404,
@@ -85,17 +85,6 @@ QUEUE_FULL = OpenApiResponse(
     description="you have SIMRUN_USER_QUEUED_RUNS runs that have not ended: refused, the bound "
     "named",
 )
-
-
-def queue_full(error: QueueFull) -> Response:
-    """A submission past the runs this service queues per user: 429, the bound named."""
-    return Response({"detail": str(error)}, status=status.HTTP_429_TOO_MANY_REQUESTS)
-
-
-def cannot_run(error: CannotRun) -> Response:
-    """A run this service could not start, refused at once: 503 with the fix, not accepted
-    to fail every task."""
-    return Response({"detail": str(error)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
 
 
 def created(request: Request, run: Run) -> Response:
@@ -226,10 +215,6 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
                 run = create_run(spec=spec, owner=request.user, text=submitted_text(body))
         except SpecError as error:
             raise refused(request, body, error) from None
-        except CannotRun as error:
-            return cannot_run(error)
-        except QueueFull as error:
-            return queue_full(error)
         return created(request, run)
 
     @extend_schema(
@@ -280,8 +265,4 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             run = submit_rerun(source=source, spec=spec, actor=request.user, text=text)
         except SpecError as error:
             raise refused(request, body, error) from None
-        except CannotRun as error:
-            return cannot_run(error)
-        except QueueFull as error:
-            return queue_full(error)
         return created(request, run)

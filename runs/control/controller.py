@@ -34,6 +34,7 @@ from runs.backends.base import (
     workflow_name,
 )
 from runs.common import store
+from runs.common.errors import CannotRun
 from runs.common.handoff import Schedule, after_commit, learner, scheduler, settler, waker
 from runs.control import locks, observations, reuse, unchanged
 from runs.control.observations import attempt_of, is_oom  # noqa: F401 (the spec's names)
@@ -891,7 +892,7 @@ def learn(run_id: str, *, backend: Backend | None = None, schedule: Schedule | N
             submission.plan_learned(run, backend=backend, schedule=schedule)
         except SpecError as error:
             _fail_learning(run, "\n".join(f"{p}: {' '.join(m)}" for p, m in error.errors.items()))
-        except submission.CannotRun as error:
+        except CannotRun as error:
             _fail_learning(run, str(error))
     return True
 

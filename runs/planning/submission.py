@@ -22,6 +22,7 @@ from harness.tasktypes import TaskType, task_types
 from runs.backends import get_backend
 from runs.backends.base import Backend, TaskPlan, TaskRecord
 from runs.common import store
+from runs.common.errors import CannotRun, QueueFull
 from runs.common.handoff import Schedule, after_commit, learner, scheduler
 from runs.models import ENDED_STATES, Observation, Reuse, Run, RunState, Task, TaskKind
 from runs.planning.evidence import prior_evidence
@@ -113,11 +114,6 @@ def check_sources(spec: RunSpec, owner: User) -> None:
         raise SpecError(errors)
 
 
-class QueueFull(Exception):
-    """The owner has as many runs not ended as this service queues per user
-    (``SIMRUN_USER_QUEUED_RUNS``): refused at once (429), the bound named."""
-
-
 def check_queue(owner: User) -> None:
     """Refuse a new run of ``owner`` past ``SIMRUN_USER_QUEUED_RUNS`` runs not ended; in the
     transaction that creates it, the owner's row locked, so two submissions cannot both pass."""
@@ -128,11 +124,6 @@ def check_queue(owner: User) -> None:
             f"you have {bound} runs that have not ended, the most this service queues for one "
             f"user (SIMRUN_USER_QUEUED_RUNS): wait for some to end, or cancel some"
         )
-
-
-class CannotRun(Exception):
-    """This service cannot run such a run as it is set up (not a fault of the spec): refused
-    at once, a 503 naming the fix, rather than accepted to fail every task."""
 
 
 def run_problem(spec: RunSpec, owner: User, backend: Backend) -> str | None:

@@ -31,13 +31,14 @@ from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.common import store
+from runs.common.errors import CannotRun, QueueFull
 from runs.control import controller, reservations
 from runs.control.states import shown_run_state
 from runs.models import FINAL_TASK_STATES, Run, RunState, TaskState
 from runs.planning.planning_figures import evidence_figures, planning_figures
 from runs.planning.reruns import spec_text, submit_rerun
 from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
-from runs.planning.submission import CannotRun, QueueFull, create_run
+from runs.planning.submission import create_run
 from runs.reads import accounting, capacity, task_files, task_logs
 from runs.reads.access import (
     run_or_404,
