@@ -170,3 +170,70 @@ def test_the_architecture_page_names_every_room_and_only_files_that_exist():
     assert shown == rooms - {"migrations", "management", "templatetags"}
     missing = [p for p in re.findall(r"(?:runs|tests)/[\w/]+\.py", page) if not (ROOT / p).exists()]
     assert not missing
+
+
+def backend_packages(root: Path = ROOT) -> set[str]:
+    """The backends with a package of their own under ``runs/backends/`` (argo, local, ...)."""
+    return {init.parent.name for init in (root / "runs" / "backends").glob("*/__init__.py")}
+
+
+BACKEND_NAMES = frozenset({"argo", "local", "slurm", "fake"})
+"""Every name ``SIMRUN_BACKEND`` takes, those to come included."""
+
+
+def backend_leaks(root: Path = ROOT) -> list[str]:
+    """Imports of a backend's package from outside ``runs/backends/``."""
+    packages = {f"runs.backends.{name}" for name in backend_packages(root)}
+    return [
+        f"{module_name(path, root)} -> {target}"
+        for path in sorted((root / "runs").rglob("*.py"))
+        if "backends" not in path.relative_to(root / "runs").parts[:1]
+        for target in imported(path, root)
+        if any(target == p or target.startswith(f"{p}.") for p in packages)
+    ]
+
+
+def _names(node: ast.expr) -> set[str]:
+    """The string constants of an expression: itself, or the items of a set, tuple or list."""
+    items = node.elts if isinstance(node, ast.Set | ast.Tuple | ast.List) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+
+
+def backend_comparisons(root: Path = ROOT) -> list[str]:
+    """Comparisons with a backend's name (``backend.name == "local"``, ``in {"argo"}``) outside
+    ``runs/backends/``: what differs between backends is a member of their protocol."""
+    found = []
+    for path in sorted((root / "runs").rglob("*.py")):
+        if "backends" in path.relative_to(root / "runs").parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                named = set().union(*(_names(n) for n in [node.left, *node.comparators]))
+                if named & BACKEND_NAMES:
+                    found.append(f"{module_name(path, root)}:{node.lineno}")
+    return found
+
+
+def test_nothing_outside_the_backends_imports_a_backend():
+    assert not backend_leaks()
+
+
+def test_nothing_outside_the_backends_compares_a_backend_name():
+    assert not backend_comparisons()
+
+
+def test_the_backend_checks_see_a_lazy_import_and_a_comparison_in_a_set(tmp_path):
+    (tmp_path / "runs" / "backends" / "argo").mkdir(parents=True)
+    (tmp_path / "runs" / "backends" / "argo" / "__init__.py").write_text("")
+    reads = tmp_path / "runs" / "reads" / "sneaky.py"
+    reads.parent.mkdir(parents=True)
+    reads.write_text(
+        "def f(run):\n"
+        "    from runs.backends.argo import nodes\n"
+        "    return run.backend not in {'argo', 'x'} or nodes\n"
+    )
+    assert backend_leaks(tmp_path) == [
+        "runs.reads.sneaky -> runs.backends.argo",
+        "runs.reads.sneaky -> runs.backends.argo.nodes",
+    ]
+    assert backend_comparisons(tmp_path) == ["runs.reads.sneaky:3"]

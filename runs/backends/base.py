@@ -420,6 +420,23 @@ class TaskFolders(Protocol):
 
 
 @runtime_checkable
+class Renders(Protocol):
+    """A backend whose submission can be shown without a cluster or a database (``simrun
+    render-workflow``): what it would create for a run, as data."""
+
+    @classmethod
+    def render(
+        cls,
+        record: RunRecord,
+        plans: Mapping[str, TaskPlan],
+        types: Mapping[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> dict[str, Any]:
+        """What ``submit`` would create; ValueError when a task cannot run there."""
+        ...
+
+
+@runtime_checkable
 class Stepped(Protocol):
     """A backend that needs a process of its own beside the service (the local backend's
     step, which starts and ends the runs' processes); ``simrun serve`` starts it."""

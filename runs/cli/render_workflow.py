@@ -22,6 +22,8 @@ NAME = "render-workflow"
 HELP = "print the Argo Workflow a run spec would become (no cluster or database needed)"
 RUN_ID = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 RESERVED_PREVIEW = "(chosen at submission)"
+RENDERED = "argo"
+"""The backend whose submission this command shows."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,8 +50,8 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
     from django.conf import settings
 
     from harness.tasktypes import task_types
-    from runs.backends import cluster_config
-    from runs.backends.argo.manifest import workflow_manifest
+    from runs.backends import backend_class, cluster_config
+    from runs.backends.base import Renders
     from runs.planning.images import resolve
     from runs.planning.learned_types import run_types
     from runs.planning.planner import plan_run
@@ -70,7 +72,9 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
         reserved_node=RESERVED_PREVIEW if spec.reserve_node else "",
         store=Path(settings.SIMRUN_STORE),
     )
-    return workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
+    argo = backend_class(RENDERED)
+    assert issubclass(argo, Renders)
+    return argo.render(record=record, plans=plans, types=types, cluster=cluster)
 
 
 def run(args: argparse.Namespace) -> int:

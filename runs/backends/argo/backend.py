@@ -528,6 +528,17 @@ class ArgoBackend:
             )
         return found
 
+    @classmethod
+    def render(
+        cls,
+        record: RunRecord,
+        plans: Mapping[str, TaskPlan],
+        types: Mapping[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> dict[str, Any]:
+        """The Workflow ``submit`` would create (``Renders``)."""
+        return workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
+
     def keep_logs(self, name: str, task_id: str, folder: TaskFolder) -> KeptLogs:
         """Copy the logs of the task's pods that terminated into the store, each once."""
         pods = self.logs(name, task_id)
