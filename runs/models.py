@@ -7,6 +7,8 @@ compare-and-set on its ``version`` (``write_if_unchanged``).
 
 from __future__ import annotations
 
+import functools
+import operator
 import secrets
 import string
 from typing import Any
@@ -66,13 +68,32 @@ class Reuse(models.TextChoices):
     UNITS = "units", "its done units: computes only the others"
 
 
-LIVE = (
-    Q(ended_at__isnull=True)
-    | Q(pending_logs=True)
-    | Q(pending_release=True)
-    | Q(pending_cancel=True)
+PENDING_AFTER_END = ("pending_logs", "pending_release", "pending_cancel")
+"""What a run may still have to do after its end: keep its logs, release its node, cancel."""
+
+LIVE = functools.reduce(
+    operator.or_, (Q(**{flag: True}) for flag in PENDING_AFTER_END), Q(ended_at__isnull=True)
 )
-"""A run the control loop follows: not ended, or with logs, a release or a cancel pending."""
+"""The live-run rule (docs/design.md): a run the control loop follows is not ended (its
+``ended_at`` is set exactly when its state is an ended one), or has something pending after
+its end. ``Liveness`` is its Python form, ``runs.api.listed_json`` its SQL."""
+
+
+class Liveness:
+    """``ended`` and ``live`` of anything with a run's state and pending flags (a model, a
+    listed row), by the live-run rule."""
+
+    __slots__ = ()
+    state: str
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    @property
+    def live(self) -> bool:
+        return not self.ended or any(getattr(self, flag) for flag in PENDING_AFTER_END)
+
 
 LISTED = ["id", "name"]
 """What the runs list's indexes carry besides their keys: what it matches, and the name."""
@@ -111,7 +132,7 @@ class RunQuerySet(models.QuerySet["Run"]):
         return bool(written)
 
 
-class Run(models.Model):
+class Run(Liveness, models.Model):
     """One submission: a DAG of tasks, an environment, source snapshots, an owner."""
 
     id = models.CharField(primary_key=True, max_length=16, default=new_run_id, editable=False)
@@ -235,14 +256,6 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.name}".strip()
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED_STATES
-
-    @property
-    def live(self) -> bool:
-        return not self.ended or self.pending_logs or self.pending_release or self.pending_cancel
 
     @property
     def duration_s(self) -> float:

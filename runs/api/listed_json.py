@@ -23,7 +23,7 @@ from runs.api.listing import KEPT, Listing, matched_sql
 from runs.api.pagination import COUNT_CAP, Page, page_of
 from runs.api.serializers import RunSerializer
 from runs.common.prepared import prepared_rows
-from runs.models import ENDED_STATES, Run, RunQuerySet, Task
+from runs.models import PENDING_AFTER_END, Run, RunQuerySet, Task
 from runs.reads.access import listed_rows
 
 RUNS, TASKS = Run._meta.db_table, Task._meta.db_table
@@ -50,10 +50,9 @@ def _units(name: str) -> str:
 
 
 def _live() -> str:
-    """The SQL of ``Run.live``: not ended, or something left to do after its end."""
-    ended = ", ".join(f"'{state}'" for state in ENDED_STATES)
-    pending = " OR ".join(_column(f) for f in ("pending_logs", "pending_release", "pending_cancel"))
-    return f"({_column('state')} NOT IN ({ended}) OR {pending})"
+    """The SQL of the live-run rule (``runs.models.LIVE``): not ended, or something pending."""
+    pending = " OR ".join(_column(flag) for flag in PENDING_AFTER_END)
+    return f"({_column('ended_at')} IS NULL OR {pending})"
 
 
 def _owner() -> str:

@@ -17,7 +17,7 @@ from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from runs.models import ENDED_STATES, Observation, Run, RunQuerySet, Task
+from runs.models import Liveness, Observation, Run, RunQuerySet, Task
 from runs.reads import run_reads, waiting
 
 LIST_COLUMNS = (
@@ -38,7 +38,7 @@ LIST_COLUMNS = (
 
 
 @dataclass(frozen=True, slots=True)
-class ListedRun:
+class ListedRun(Liveness):
     """A run as a list shows it: its columns, its owner's name and its progress.
 
     A tuple of a page's row rather than a model instance: no JSON document decoded, no
@@ -60,15 +60,6 @@ class ListedRun:
     owner_name: str
     units_done_sum: int
     units_total_sum: int
-
-    # As Run's properties of the same names (a test compares the two representations).
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED_STATES
-
-    @property
-    def live(self) -> bool:
-        return not self.ended or self.pending_logs or self.pending_release or self.pending_cancel
 
     @property
     def duration_s(self) -> float:
