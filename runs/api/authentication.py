@@ -129,3 +129,12 @@ def revoke_tokens(user: AbstractBaseUser) -> int:
     """Revoke every token of a user; how many there were."""
     deleted, _ = AuthToken.objects.filter(user=user).delete()
     return int(deleted)
+
+
+def revoke_access(user: AbstractBaseUser) -> int:
+    """End every way in of a user: their tokens, their password (made unusable, so no login
+    and no new token from ``/api/token/``) and with it their browser sessions, which Django
+    checks against the password on every request. How many tokens there were."""
+    user.set_unusable_password()
+    user.save(update_fields=["password"])
+    return revoke_tokens(user)

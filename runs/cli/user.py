@@ -2,7 +2,8 @@
 
 Runs against the service's database (``SIMRUN_HOME`` or ``DATABASE_URL``), like ``serve``.
 A new user gets a generated password, printed once, unless ``--password`` gives one. Tokens
-are stored hashed: each is printed once, when it is made; ``--revoke`` revokes them all.
+are stored hashed: each is printed once, when it is made. ``--revoke`` ends every way in (the
+tokens, the password, the browser sessions); running ``simrun user NAME`` again restores it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the new token expires after this many days (0: never; SIMRUN_TOKEN_DAYS by default)",
     )
     parser.add_argument(
-        "--revoke", action="store_true", help="revoke every API token of the user, make none"
+        "--revoke",
+        action="store_true",
+        help="end every way in of the user: API tokens, password, browser sessions "
+        "(`simrun user NAME` again gives a new password and token)",
     )
 
 
@@ -52,15 +56,16 @@ def ensure_user(
 ) -> Login:
     """The user ``name``, created when missing, with a new API token unless ``token`` is false.
 
-    A new user gets ``password`` or a generated one; an existing user's password changes only
-    when ``password`` is given; ``staff`` makes a user staff and superuser, never the reverse.
+    A new user, or one whose access was revoked, gets ``password`` or a generated one; another
+    user's password changes only when ``password`` is given; ``staff`` makes a user staff and
+    superuser, never the reverse.
     """
     from django.contrib.auth.models import User
 
     from runs.api.authentication import create_token
 
     user, created = User.objects.get_or_create(username=name)
-    if created and password is None:
+    if (created or not user.has_usable_password()) and password is None:
         password = secrets.token_urlsafe(12)
     if password is not None:
         user.set_password(password)
@@ -93,13 +98,18 @@ def run(args: argparse.Namespace) -> int:
     if args.revoke:
         from django.contrib.auth.models import User
 
-        from runs.api.authentication import revoke_tokens
+        from runs.api.authentication import revoke_access
 
         user = User.objects.filter(username=args.name).first()
         if user is None:
             print(f"simrun: no user {args.name}")
             return 1
-        print(f"revoked {revoke_tokens(user)} token(s) of {args.name}")
+        tokens = revoke_access(user)
+        print(
+            f"revoked {tokens} token(s) of {args.name}; its password no longer works and its "
+            f"browser sessions are ended. `simrun user {args.name}` gives it a new password "
+            "and token."
+        )
         return 0
     login = ensure_user(name=args.name, staff=args.staff, password=args.password, days=args.days)
     print(printed(login))

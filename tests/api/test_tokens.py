@@ -12,7 +12,12 @@ from django.test import Client
 from knox.models import AuthToken
 from rest_framework.test import APIClient, APIRequestFactory
 
-from runs.api.authentication import TokenAuthentication, create_token, revoke_tokens
+from runs.api.authentication import (
+    TokenAuthentication,
+    create_token,
+    revoke_access,
+    revoke_tokens,
+)
 from runs.cli.user import ensure_user, printed
 
 pytestmark = pytest.mark.django_db
@@ -96,6 +101,28 @@ def test_a_revoked_token_is_refused(owner):
 
     assert revoke_tokens(owner) == 1
     assert bearer(token).get("/api/me/").status_code == 401
+
+
+def test_a_revoked_user_has_no_way_in_left_until_simrun_user_gives_a_new_one(owner):
+    _, token = create_token(owner)
+    browser = Client()
+    assert browser.login(username=owner.username, password="alice-password")
+    assert browser.get("/api/me/").status_code == 200
+
+    revoke_access(owner)
+
+    assert bearer(token).get("/api/me/").status_code == 401
+    assert browser.get("/api/me/").status_code in {401, 403}, "the session ended"
+    assert browser.get("/").status_code == 302, "the dashboard asks for a login again"
+    assert not Client().login(username=owner.username, password="alice-password")
+    fresh = APIClient().post(
+        "/api/token/", {"username": owner.username, "password": "alice-password"}, format="json"
+    )
+    assert fresh.status_code in {400, 401, 403}
+    restored = ensure_user(name=owner.username)
+    assert restored.password and restored.token
+    assert bearer(restored.token).get("/api/me/").status_code == 200
+    assert Client().login(username=owner.username, password=restored.password)
 
 
 def test_simrun_user_prints_a_new_token_each_time_once(db):
