@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
@@ -19,6 +20,7 @@ from runs.common import store
 from runs.models import Task
 from runs.reads import results as tables
 from runs.reads.access import task_or_404
+from runs.reads.inert_csv import inert_rows
 
 PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -109,21 +111,29 @@ def page_link(request: Request, number: int) -> str:
     )
 
 
-def serve_results(task: Task, name: str) -> FileResponse:
+def serve_results(task: Task, name: str) -> StreamingHttpResponse:
     """The whole of a task's ``out/results.csv`` or ``out/results.parquet`` as a download
-    (shared with the pages); 404 when there is none the service reads."""
+    (shared with the pages), the CSV's formulas made inert (``inert_csv``); 404 when there is
+    none the service reads."""
     try:
         file = tables.open_results(store.task_folder(task.run_id, task.task_id), name)
     except tables.Unreadable as error:
         raise Http404(str(error)) from None
     if file is None:
         raise Http404(f"task {task.task_id} has no out/{name}")
-    response = FileResponse(
-        file,
-        content_type=MEDIA[name],
-        as_attachment=True,
-        filename=f"{task.run_id}-{task.task_id}-{name}",
-    )
+    response: StreamingHttpResponse
+    if name == tables.CSV_NAME:
+        response = StreamingHttpResponse(inert_rows(file), content_type=MEDIA[name])
+        response["Content-Disposition"] = content_disposition_header(
+            as_attachment=True, filename=f"{task.run_id}-{task.task_id}-{name}"
+        )
+    else:
+        response = FileResponse(
+            file,
+            content_type=MEDIA[name],
+            as_attachment=True,
+            filename=f"{task.run_id}-{task.task_id}-{name}",
+        )
     for header, value in OUTPUT_HEADERS.items():
         response[header] = value
     return response
@@ -136,7 +146,7 @@ def serve_results(task: Task, name: str) -> FileResponse:
     responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY), 404: schema.NOT_FOUND},
 )
 @api_view(["GET", "HEAD"])  # HEAD: whether a task has a table, without its body
-def results_csv(request: Request, run_id: str, task_id: str) -> FileResponse:
+def results_csv(request: Request, run_id: str, task_id: str) -> StreamingHttpResponse:
     return serve_results(task_or_404(request.user, run_id, task_id), tables.CSV_NAME)
 
 
@@ -150,5 +160,5 @@ def results_csv(request: Request, run_id: str, task_id: str) -> FileResponse:
     },
 )
 @api_view(["GET"])
-def results_parquet(request: Request, run_id: str, task_id: str) -> FileResponse:
+def results_parquet(request: Request, run_id: str, task_id: str) -> StreamingHttpResponse:
     return serve_results(task_or_404(request.user, run_id, task_id), tables.PARQUET_NAME)

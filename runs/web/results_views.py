@@ -13,7 +13,13 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -187,12 +193,12 @@ def task_results_plot(request: HttpRequest, run_id: str, task_id: str) -> HttpRe
 
 
 @login_required
-def results_csv(request: HttpRequest, run_id: str, task_id: str) -> FileResponse:
+def results_csv(request: HttpRequest, run_id: str, task_id: str) -> StreamingHttpResponse:
     """The whole table, the task's ``out/results.csv``, as a download."""
     return serve_results(task_or_404(request.user, run_id, task_id), tables.CSV_NAME)
 
 
 @login_required
-def results_parquet(request: HttpRequest, run_id: str, task_id: str) -> FileResponse:
+def results_parquet(request: HttpRequest, run_id: str, task_id: str) -> StreamingHttpResponse:
     """The task's ``out/results.parquet``, as a download."""
     return serve_results(task_or_404(request.user, run_id, task_id), tables.PARQUET_NAME)

