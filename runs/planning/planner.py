@@ -287,6 +287,15 @@ def plan_task(
     else:
         base_gb = task_type.base_gb
     pool = cores if split else 1
+    chose = task.memory is None or task.memory.per_worker_gb is None
+    if chose and max_memory_gb is not None and base_gb + per_worker_gb > max_memory_gb > base_gb:
+        fits = math.floor((max_memory_gb - base_gb) / GB_STEP + 1e-9) * GB_STEP
+        capped = max(MIN_PER_WORKER_GB, round(fits, 2))
+        why.append(
+            f"per-process memory capped from {per_worker_gb:g} to {capped:g} GiB, so that one "
+            f"process fits {largest}"
+        )
+        per_worker_gb = capped
     if task.memory is not None and task.memory.gb is not None:
         memory_gb = task.memory.gb
         procs = processes(pool, memory_gb, base_gb, per_worker_gb)

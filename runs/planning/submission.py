@@ -41,16 +41,26 @@ from runs.planning.resume import Chosen, cached, check_resumable, resumed
 from runs.planning.spec import RunSpec, SpecError, cached_tasks, type_name, validate_spec
 
 
-def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
-    """The latest observations of some task types as the planner reads them, newest first.
+def observed_peaks(
+    type_names: set[str], owner_id: int | None = None
+) -> dict[str, list[ObservedPeak]]:
+    """The latest observations of some task types as the planner reads them, newest first:
+    with ``owner_id``, of a type that owner has observations of, only theirs (one user's runs
+    of a program never decide another's plan); of another type, everyone's.
 
-    One query however many types. On PostgreSQL each type's latest ``OBSERVATIONS_USED`` are
-    read from its index (a lateral top-N): a window over every observation of a type read
-    them all, at each submission, a cost that grew with the history. Elsewhere (the
-    embedded SQLite) the window ranks them.
+    Two queries at most however many types. On PostgreSQL each type's latest are read from
+    its index (a lateral top-N), so the cost never grows with the history; elsewhere (the
+    embedded SQLite) a window ranks them.
     """
+    names = sorted(type_names)
+    own = _peaks(_latest_observations(names, owner_id)) if owner_id is not None else {}
+    everyone = _peaks(_latest_observations([n for n in names if n not in own]))
+    return {**everyone, **own}
+
+
+def _peaks(rows: Iterable[Observation]) -> dict[str, list[ObservedPeak]]:
     peaks: dict[str, list[ObservedPeak]] = {}
-    for row in _latest_observations(sorted(type_names)):
+    for row in rows:
         gb = row.peak_gb_per_process
         if gb is not None:
             at = row.created_at.timestamp()
@@ -61,18 +71,25 @@ def observed_peaks(type_names: set[str]) -> dict[str, list[ObservedPeak]]:
     return peaks
 
 
-def _latest_observations(type_names: list[str]) -> Iterable[Observation]:
-    """The latest ``OBSERVATIONS_USED`` observations of each type, by type, newest first."""
+def _latest_observations(
+    type_names: list[str], owner_id: int | None = None
+) -> Iterable[Observation]:
+    """The latest ``OBSERVATIONS_USED`` observations of each type (of ``owner_id``'s runs
+    only, when given), by type, newest first."""
     if connection.vendor == "postgresql":
-        return Observation.objects.raw(LATEST_OBSERVATIONS, [type_names])
-    return latest_by_window(type_names)
+        if owner_id is None:
+            return Observation.objects.raw(LATEST_OBSERVATIONS, [type_names])
+        return Observation.objects.raw(LATEST_OWN_OBSERVATIONS, [type_names, owner_id])
+    return latest_by_window(type_names, owner_id)
 
 
-def latest_by_window(type_names: list[str]) -> Iterable[Observation]:
+def latest_by_window(type_names: list[str], owner_id: int | None = None) -> Iterable[Observation]:
     """What ``_latest_observations`` gives, ranked by a window: any database."""
+    found = Observation.objects.filter(task_type__in=type_names)
+    if owner_id is not None:
+        found = found.filter(run__owner_id=owner_id)
     return (
-        Observation.objects.filter(task_type__in=type_names)
-        .annotate(
+        found.annotate(
             rank=Window(RowNumber(), partition_by=[F("task_type")], order_by=F("created_at").desc())
         )
         .filter(rank__lte=OBSERVATIONS_USED)
@@ -80,18 +97,21 @@ def latest_by_window(type_names: list[str]) -> Iterable[Observation]:
     )
 
 
-def _latest_observations_sql() -> str:
+def _latest_observations_sql(*, own: bool = False) -> str:
     table = Observation._meta.db_table
+    runs = Run._meta.db_table
+    mine = f' AND "run_id" IN (SELECT "id" FROM "{runs}" WHERE "owner_id" = %s)' if own else ""
     return (
         f"SELECT latest.* FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(task_type, n) "
         f'CROSS JOIN LATERAL (SELECT * FROM "{table}" '
-        f'WHERE "task_type" = wanted.task_type ORDER BY "created_at" DESC '
+        f'WHERE "task_type" = wanted.task_type{mine} ORDER BY "created_at" DESC '
         f"LIMIT {OBSERVATIONS_USED}) latest "
         f'ORDER BY wanted.n, latest."created_at" DESC'
     )
 
 
 LATEST_OBSERVATIONS = _latest_observations_sql()
+LATEST_OWN_OBSERVATIONS = _latest_observations_sql(own=True)
 
 
 def units_of(record: TaskRecord, types: Mapping[str, TaskType]) -> int:
@@ -252,7 +272,7 @@ def _plan_learning_run(
     locked = Run.objects.select_for_update().filter(pk=run.pk, state=RunState.LEARNING).first()
     if locked is None:
         return False
-    plans = _plans(spec, types, backend)
+    plans = _plans(spec, types, backend, run.owner_id)
     Run.objects.filter(pk=run.pk).update(
         state=RunState.SUBMITTING,
         spec=spec.dump(),
@@ -278,15 +298,18 @@ def _create_run(
     """``create_run`` once the types are known: the rows, the store files, the hand-on."""
     schedule = schedule or scheduler()
     check_queue(fields["owner"])
-    plans = _plans(spec, types, backend)
+    plans = _plans(spec, types, backend, fields["owner"].pk)
     run = Run.objects.create(**fields)
     _write_tasks(run, spec, types, plans)
     after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
     return run
 
 
-def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> dict[str, TaskPlan]:
-    """The plan of every task of a spec on ``backend``; ``SpecError`` for one it cannot hold."""
+def _plans(
+    spec: RunSpec, types: Mapping[str, TaskType], backend: Backend, owner_id: int | None
+) -> dict[str, TaskPlan]:
+    """The plan of every task of a spec of ``owner_id`` on ``backend``; ``SpecError`` for one
+    it cannot hold."""
     if spec.reserve_node and not backend.reserves_nodes:
         message = f"the {backend.name} backend has no nodes to reserve: submit without it"
         raise SpecError({"reserve_node": [message]})
@@ -305,7 +328,7 @@ def _plans(spec: RunSpec, types: Mapping[str, TaskType], backend: Backend) -> di
     return plan_run(
         spec,
         types=types,
-        observed=observed_peaks(used),
+        observed=observed_peaks(used, owner_id),
         evidence=prior_evidence(types),
         extra_workers=backend.extra_workers,
         max_cores=backend.max_cores,

@@ -10,6 +10,7 @@ from runs.models import Observation
 from runs.planning.evidence import TOP_NEEDS, aggregated_needs, prior_evidence, top_needs
 from runs.planning.submission import (
     LATEST_OBSERVATIONS,
+    LATEST_OWN_OBSERVATIONS,
     OBSERVATIONS_USED,
     latest_by_window,
     observed_peaks,
@@ -120,3 +121,25 @@ def test_a_submissions_reads_of_a_long_history_use_indexes_not_a_scan():
     assert "observation_need_idx" in plan and "Seq Scan" not in plan, plan
     plan = explained(LATEST_OBSERVATIONS, [["key-3", "key-17"]])
     assert "observation_type_idx" in plan and "Seq Scan" not in plan, plan
+
+
+def test_an_owner_with_evidence_of_their_own_is_planned_from_it_alone(owner, stranger):
+    from runs.models import Run
+
+    alices, mallorys = (Run.objects.create(owner=u, spec={}) for u in (owner, stranger))
+    for at, run, peak, oom in [(1, alices, 0.2, False), (2, mallorys, None, True),
+                               (3, mallorys, None, True), (4, alices, 0.25, False)]:  # fmt: skip
+        Observation.objects.create(
+            task_type="command:relax.py", run=run, worker="w0", attempt=at, processes=1,
+            per_worker_gb=10.0, limit_bytes=10 * GIB, oom=oom,
+            peak_bytes=None if peak is None else int(peak * GIB),
+        )  # fmt: skip
+
+    alice = observed_peaks({"command:relax.py"}, owner.pk)["command:relax.py"]
+    newcomer = observed_peaks({"command:relax.py"}, owner.pk + stranger.pk + 1)
+
+    assert [(round(p.gb_per_process, 2), p.oom) for p in alice] == [(0.25, False), (0.2, False)]
+    assert any(p.oom for p in newcomer["command:relax.py"]), "no evidence of one's own: everyone's"
+    if connection.vendor == "postgresql":
+        plan = explained(LATEST_OWN_OBSERVATIONS, [["command:relax.py"], owner.pk])
+        assert "Seq Scan on runs_observation" not in plan, plan

@@ -238,3 +238,20 @@ def test_the_planner_hands_the_policy_only_its_window_of_observations():
     kept = history(observed)
     assert len(kept) == OBSERVATIONS_USED == sizing.WINDOW
     assert kept[0].at == 30.0
+
+
+def test_evidence_never_makes_a_plan_that_no_process_of_the_machine_fits():
+    killed = [ObservedPeak(10.4, oom=True, at=float(i)) for i in range(5)]
+    for task in (split(cores=4), TaskSpec(command=["sim"])):
+        plan = plan_task(task, SQUARES if task.type else None, killed, max_memory_gb=8.0)
+        assert plan.memory_gb <= 8.0
+        assert plan.base_gb + plan.per_worker_gb <= 8.0, "one process fits"
+        assert processes(plan.cores, plan.memory_gb, plan.base_gb, plan.per_worker_gb) >= 1
+        assert "so that one process fits" in plan.why
+
+
+def test_a_spec_that_sets_the_per_process_memory_is_not_capped_by_the_planner():
+    plan = plan_task(
+        split(memory=MemorySpec(per_worker_gb=9.0)), SQUARES, max_memory_gb=8.0, max_cores=4
+    )
+    assert plan.per_worker_gb == 9.0
