@@ -262,8 +262,7 @@ def planted(kind: str, out: Path, tmp_path: Path) -> None:
     elif kind == "FIFO":
         os.mkfifo(out / "evil")
     elif kind == "oversized file":
-        with (out / "evil").open("wb") as handle:
-            handle.truncate(3 * 2**20)  # sparse: 3 MiB, more than the 1 MiB budget
+        (out / "evil").write_bytes(b"x" * 3 * 2**20)  # 3 MiB on disk, more than the 1 MiB budget
     elif kind == "hard link":
         os.link(out / "result.txt", out / "evil")
     elif kind == "linked folder":
@@ -398,6 +397,32 @@ def test_the_files_a_run_copies_are_bounded_and_a_task_beyond_them_runs_in_full(
 
     assert "more than the 8 files and folders a run may copy" in row(run, "summary").not_reused
     assert states(run) == {"sweep": "done", "summary": "waiting", "plot": "done"}
+
+
+def test_sparse_outputs_are_copied_sparse_and_budgeted_by_what_they_take_on_disk(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    settings,
+):
+    settings.SIMRUN_REUSE_MAX_GB = 0.5
+    source = succeeded(launch, fake)
+    out = task_dir(source, "summary") / "out"
+    for i in range(6):  # 2.4 GiB apparent, a few KiB on disk
+        with open(out / f"sparse-{i}.bin", "wb") as sparse:
+            sparse.seek(100 << 20)
+            sparse.write(b"middle")
+            sparse.truncate(402 << 20)
+
+    run = resumed(source)
+
+    assert row(run, "summary").not_reused == "" and states(run)["summary"] == "done"
+    for i in range(6):
+        copy = task_dir(run, "summary") / "out" / f"sparse-{i}.bin"
+        assert copy.stat().st_size == 402 << 20
+        assert copy.stat().st_blocks * 512 < 1 << 20, "the copy stays sparse"
+        with open(copy, "rb") as read:
+            read.seek(100 << 20)
+            assert read.read(6) == b"middle"
 
 
 # Whose work is reused, and when.
