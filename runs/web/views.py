@@ -36,7 +36,8 @@ from runs.control.states import shown_run_state
 from runs.models import FINAL_TASK_STATES, Run, RunState, TaskState
 from runs.planning.planning_figures import evidence_figures, planning_figures
 from runs.planning.reruns import spec_text, submit_rerun
-from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_spec, validate_spec
+from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, validate_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import CannotRun, QueueFull, create_run
 from runs.reads import accounting, capacity, task_files, task_logs
 from runs.reads.access import (
