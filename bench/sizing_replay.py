@@ -51,23 +51,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.tasktypes import TaskType  # noqa: E402
 from runs.planning import planner  # noqa: E402
-from runs.planning.peak_model import SPREAD_FLOOR, features_of  # noqa: E402
+from runs.planning.peak_model import SPREAD_FLOOR, Features, features_of  # noqa: E402
 from runs.planning.sizing import (  # noqa: E402
     POLICIES,
     PRIOR_MARGIN,
     PRIOR_SPREAD,
     TARGET,
     WINDOW,
-    Features,
-    Policy,
-    Prior,
-    Sample,
     Simrun,
     Wastage,
     need,
     prior_from,
     wastage,
 )
+from runs.planning.sizing_base import Policy, Prior, Sample  # noqa: E402
 from runs.planning.spec import TaskSpec  # noqa: E402
 
 GIB = 2**30

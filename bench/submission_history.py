@@ -105,7 +105,7 @@ def measure() -> dict[str, float]:
 
     from harness.tasktypes import task_types
     from runs.planning.evidence import prior_evidence
-    from runs.planning.spec import parse_spec
+    from runs.planning.spec_document import parse_spec
     from runs.planning.submission import create_run, observed_peaks
 
     types = task_types()

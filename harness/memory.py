@@ -154,17 +154,6 @@ def process_tree_anon(pid: int, proc: Path = PROC) -> int | None:
     return None if tree is None else _sum_kib(tree, _anon_kib)
 
 
-def process_tree_high_water(pid: int, proc: Path = PROC) -> int | None:
-    """The sum of the processes' anonymous peaks (``VmHWM`` less the files mapped) in bytes.
-
-    The kernel keeps each process's peak, so a spike between two samples counts; a process
-    that ended before a sample does not, so it is a lower bound of the tree's peak (and an
-    upper one of the memory its live processes held at once). None when the process is gone.
-    """
-    tree = _tree(pid, proc)
-    return None if tree is None else _sum_kib(tree, _high_water_kib)
-
-
 def _reset_own_high_water(proc: Path = PROC) -> None:
     """Start this process's ``VmHWM`` again at its resident memory now (``clear_refs`` 5)."""
     try:
@@ -222,7 +211,7 @@ class MemorySampler:
         memory), the memory an OOM kill is about. When the page cache changed by more than
         ``CACHE_TOLERANCE`` (or ``CACHE_SHARE`` of the mark) while the work ran, the mark may
         be page cache at its top, and the largest sample is the peak. Of a process tree: the
-        processes' ``VmHWM`` summed (``process_tree_high_water``). Never below a sample.
+        processes' anonymous peaks (``VmHWM`` less the files mapped) summed. Never below a sample.
         """
         sampled = self.peak
         if self.source == "process":

@@ -13,7 +13,7 @@ from rest_framework.parsers import BaseParser
 
 
 class RawSpecParser(BaseParser):
-    """The body as bytes, for ``runs.planning.spec.parse_spec``."""
+    """The body as bytes, for ``runs.planning.spec_document.parse_spec``."""
 
     media_type = "application/json"
 

@@ -43,7 +43,8 @@ from runs.api.serializers import (
 from runs.control import controller
 from runs.models import Run, RunState
 from runs.planning.reruns import submit_rerun
-from runs.planning.spec import RunSpec, SpecError, parse_spec, validate_spec
+from runs.planning.spec import RunSpec, SpecError, validate_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from runs.reads.access import (
     run_or_404,

@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from runs.cli.client import EXIT_OK, Client, reports_errors
+from runs.cli.client_commands import EXIT_OK, Client, reports_errors
 
 NAME = "cancel"
 HELP = "cancel a run"

@@ -13,18 +13,16 @@ import sys
 
 from rich.console import Console
 
-from runs.cli.client import (
+from runs.cli.client_commands import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Client,
     CliError,
-    Settings,
     as_cli_errors,
-    read_config,
     reports_errors,
-    write_config,
 )
-from runs.client import api
+from runs.client import config
+from runs.client.config import Settings, read_config, write_config
 
 NAME = "login"
 HELP = "log in to a simrun server and keep its URL and your API token"
@@ -45,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def obtain_token(url: str, username: str, password: str) -> str:
     """The API token of a user, from their username and password."""
     with as_cli_errors():
-        return api.obtain_token(url, username, password)
+        return config.obtain_token(url, username, password)
 
 
 NO_TERMINAL = (

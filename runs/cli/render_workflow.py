@@ -56,7 +56,7 @@ def render(text: str, *, run_id: str) -> dict[str, Any]:
     from runs.planning.learned_types import run_types
     from runs.planning.planner import plan_run
     from runs.planning.records import spec_record
-    from runs.planning.spec import parse_spec
+    from runs.planning.spec_document import parse_spec
 
     if not RUN_ID.match(run_id):
         raise ValueError(f"run id {run_id!r} must match [a-z][a-z0-9]*, at most 16 characters")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from runs.cli.client import (
+from runs.cli.client_commands import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Client,

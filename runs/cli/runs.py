@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from runs.cli.client import (
+from runs.cli.client_commands import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Client,

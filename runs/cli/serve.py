@@ -210,7 +210,7 @@ def demo(home: Path) -> str:
 
     from harness.tasktypes import task_types
     from runs.cli.user import ensure_user
-    from runs.planning.spec import parse_spec
+    from runs.planning.spec_document import parse_spec
     from runs.planning.submission import create_run
 
     kept = home / "demo-login"

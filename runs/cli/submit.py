@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from runs.cli.client import (
+from runs.cli.client_commands import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Client,

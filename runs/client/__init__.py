@@ -12,7 +12,8 @@ It needs httpx, rich and PyYAML (pandas for ``frame``), never Django. See docs/n
 So it imports nothing of ``runs`` but itself, and nothing of the service imports it but the CLI.
 """
 
-from runs.client.api import Client, Run, obtain_token
+from runs.client.api import Client
+from runs.client.config import obtain_token
 from runs.client.errors import (
     Ambiguous,
     AuthError,
@@ -29,6 +30,7 @@ from runs.client.errors import (
     Throttled,
     Unavailable,
 )
+from runs.client.run import Run
 
 __all__ = [
     "Ambiguous",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,7 +20,7 @@ import yaml
 from rich.console import Console
 
 from runs.client import frames
-from runs.client.config import settings, write_config
+from runs.client.config import TIMEOUT_S, obtain_token, settings, write_config
 from runs.client.errors import (
     Ambiguous,
     AuthError,
@@ -32,23 +31,20 @@ from runs.client.errors import (
     NotFound,
     RunFailed,
     ServerError,
-    Throttled,
     Unavailable,
+    answer_body,
+    answer_detail,
     field_problems,
-    problem_lines,
 )
-from runs.client.progress import duration_text, shown, size_text
+from runs.client.progress import shown, size_text
+from runs.client.run import ENDED, Run
+from runs.client.specs import Spec, local_sources, names_a_file, read_document
 
-TIMEOUT_S = 30.0
 POLL_S = 1.0
 OUTAGE_S = 60.0
 """How long a follower waits for a server that stopped answering before it gives up."""
 PAGE_SIZE = 200
 """The most runs the list API gives in one page."""
-ENDED = frozenset({"succeeded", "failed", "cancelled"})
-SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$")
-Spec = Mapping[str, Any] | str | os.PathLike[str]
-"""A run specification: a mapping, a YAML or JSON text, or the path of a file holding one."""
 
 
 def no_run(run_id: str) -> str:
@@ -58,44 +54,6 @@ def no_run(run_id: str) -> str:
 
 def no_task(run_id: str, task: str) -> str:
     return f"not found: no task {task!r} in a run {run_id!r} you may see"
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text.strip()[:200] or response.reason_phrase
-    if isinstance(body, Mapping) and "detail" in body:
-        return str(body["detail"])
-    return problem_lines(field_problems(body))
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text
-
-
-def obtain_token(url: str, username: str, password: str, *, timeout: float = TIMEOUT_S) -> str:
-    """The API token of a user, from their username and password (a new one at each call)."""
-    url = url.rstrip("/")
-    try:
-        response = httpx.post(
-            f"{url}/api/token/",
-            data={"username": username, "password": password},
-            timeout=timeout,
-        )
-    except httpx.HTTPError as error:
-        raise Unavailable(f"cannot reach the simrun server at {url}: {error}") from None
-    if response.status_code == 400:
-        raise AuthError("the username or password is wrong")
-    if response.status_code == 429:
-        wait = response.headers.get("Retry-After", "?")
-        raise Throttled(f"too many failed logins: try again in {wait} s", wait)
-    if response.status_code != 200:
-        raise ServerError(f"the server at {url} answered {response.status_code} to a login")
-    return str(response.json()["token"])
 
 
 class Client:
@@ -174,21 +132,21 @@ class Client:
         status = response.status_code
         if status == 401:
             raise AuthError(
-                f"the server at {self.config.url} refused the token ({_detail(response)}): "
+                f"the server at {self.config.url} refused the token ({answer_detail(response)}): "
                 "run `simrun login` or set SIMRUN_TOKEN"
             )
         if status == 403:
-            raise Forbidden(f"not allowed: {_detail(response)}")
+            raise Forbidden(f"not allowed: {answer_detail(response)}")
         if status == 404:
-            raise NotFound(missing or f"not found: {_detail(response)}")
+            raise NotFound(missing or f"not found: {answer_detail(response)}")
         if status == 400:
-            problems = _detail(response)
-            fields = field_problems(_json(response))
+            problems = answer_detail(response)
+            fields = field_problems(answer_body(response))
             raise InvalidRequest(f"refused:\n{problems}", fields, problems)
         if status == 409:
-            raise Conflict(_detail(response))
+            raise Conflict(answer_detail(response))
         if status >= 400:
-            raise ServerError(f"the server failed ({status}): {_detail(response)}"[:500])
+            raise ServerError(f"the server failed ({status}): {answer_detail(response)}"[:500])
         return response
 
     def get(self, path: str, *, missing: str = "", **params: Any) -> Any:
@@ -224,7 +182,7 @@ class Client:
         name = ""
         if isinstance(spec, Mapping):
             text, base = json.dumps(spec), Path.cwd()
-        elif isinstance(spec, os.PathLike) or _names_a_file(spec):
+        elif isinstance(spec, os.PathLike) or names_a_file(spec):
             path = Path(spec).expanduser()
             try:
                 text = path.read_text()
@@ -526,143 +484,5 @@ class Client:
         self.console.print(line, markup=False)
 
 
-class Run:
-    """A run as last read from the server, with the calls that concern it.
-
-    ``run["state"]`` reads any field of the API's answer; ``refresh()`` reads it again.
-    """
-
-    def __init__(self, client: Client, data: Mapping[str, Any]) -> None:
-        self.client = client
-        self.data = dict(data)
-
-    def __getitem__(self, field: str) -> Any:
-        if field == "tasks" and "tasks" not in self.data:
-            self.refresh()
-        return self.data[field]
-
-    def __repr__(self) -> str:
-        name = f" {self.name!r}" if self.name else ""
-        return f"<Run {self.id}{name} {self.state}>"
-
-    @property
-    def id(self) -> str:
-        return str(self.data["id"])
-
-    @property
-    def name(self) -> str:
-        return str(self.data.get("name") or "")
-
-    @property
-    def state(self) -> str:
-        return str(self.data["state"])
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED
-
-    @property
-    def succeeded(self) -> bool:
-        return self.state == "succeeded"
-
-    @property
-    def message(self) -> str:
-        return str(self.data.get("message") or "")
-
-    @property
-    def tasks(self) -> list[dict[str, Any]]:
-        return list(self["tasks"])
-
-    @property
-    def url(self) -> str:
-        """The run's page in the dashboard."""
-        return f"{self.client.config.url}/runs/{self.id}/"
-
-    def summary(self) -> str:
-        """``run <id> <state> after <duration>[: <message>]``."""
-        line = f"run {self.id} {self.state} after {duration_text(self.data.get('duration_s') or 0)}"
-        return f"{line}: {self.message}" if self.message else line
-
-    def refresh(self) -> Run:
-        self.data = self.client.run(self.id).data
-        return self
-
-    def wait(self, **options: Any) -> Run:
-        """Wait for the run's end (see ``Client.wait``); this run, as it ended."""
-        try:
-            ended = self.client.wait(self.id, **options)
-        except RunFailed as failure:
-            self.data = failure.run.data
-            failure.run = self
-            raise
-        self.data = ended.data
-        return self
-
-    def cancel(self) -> Run:
-        self.data.update(self.client.cancel(self.id).data)
-        return self
-
-    def rerun(self, spec: Spec | None = None, *, follow: bool = False) -> Run:
-        """Submit this run's spec again (or ``spec``, an edit of it), linked to this run."""
-        if spec is None:
-            return Run(self.client, self.client.submit_text(None, base=Path.cwd(), rerun=self.id))
-        return self.client.submit(spec, follow=follow, rerun=self.id)
-
-    def resume(self, spec: Spec | None = None, *, follow: bool = False) -> Run:
-        """Resume this ended run: its spec again (or ``spec``, an edit of it), reusing every
-        task and unit it finished that the spec has unchanged (docs/resume.md)."""
-        if spec is None:
-            run = Run(self.client, self.client.submit_text(None, base=Path.cwd(), resume=self.id))
-            return run.wait() if follow else run
-        return self.client.submit(spec, follow=follow, resume=self.id)
-
-    def logs(self, task: str, **options: Any) -> str:
-        return self.client.logs(self.id, task, **options)
-
-    def outputs(self, task: str) -> list[dict[str, Any]]:
-        return self.client.outputs(self.id, task)
-
-    def output(self, task: str, path: str) -> str | bytes:
-        return self.client.output(self.id, task, path)
-
-    def download(self, task: str, path: str, to: str | os.PathLike[str] | None = None) -> Path:
-        return self.client.download(self.id, task, path, to)
-
-    def frame(self, task: str, path: str, **read: Any) -> Any:
-        return self.client.frame(self.id, task, path, **read)
-
-    def results(self, task: str | None = None) -> Any:
-        return self.client.results(self, task)
-
-    def results_csv(self, task: str | None = None) -> str:
-        return self.client.results_csv(self, task)
-
-
 def _task_path(run_id: str, task: str) -> str:
     return f"/api/runs/{quote(run_id, safe='')}/tasks/{quote(task, safe='')}/"
-
-
-def read_document(text: str) -> Any:
-    """A spec's document as JSON, else YAML, as the server reads it; a ``YAMLError`` where
-    the text stops reading as either."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        pass
-    return yaml.safe_load(text)
-
-
-def _names_a_file(spec: str) -> bool:
-    """Whether a string is a file's path rather than a spec's text: one line naming a file."""
-    return "\n" not in spec and len(spec) < 4096 and Path(spec).expanduser().is_file()
-
-
-def local_sources(document: Any) -> list[tuple[int, str]]:
-    """The entries of ``sources`` that are paths, not snapshot ids, with their index."""
-    if not isinstance(document, dict) or not isinstance(document.get("sources"), list):
-        return []
-    return [
-        (i, s)
-        for i, s in enumerate(document["sources"])
-        if isinstance(s, str) and not SNAPSHOT_ID.match(s)
-    ]

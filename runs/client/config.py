@@ -1,4 +1,5 @@
-"""Where the server is and the token: given, from the environment, or as ``simrun login`` saved.
+"""Where the server is and the token: given, from the environment, or as ``simrun login`` saved
+(``obtain_token`` asks the server for one with a username and password).
 
 ``simrun login`` keeps both in ``$XDG_CONFIG_HOME/simrun/config.json`` (by default
 ``~/.config/simrun/config.json``), readable by the user only; ``SIMRUN_URL`` and
@@ -12,7 +13,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from runs.client.errors import NotConfigured
+import httpx
+
+from runs.client.errors import AuthError, NotConfigured, ServerError, Throttled, Unavailable
+
+TIMEOUT_S = 30.0
+"""Seconds a request waits for the server's answer."""
 
 
 def config_path() -> Path:
@@ -69,3 +75,24 @@ def settings(url: str | None = None, token: str | None = None) -> Settings:
     if not token:
         raise NotConfigured(f"not logged in to {url}: run `simrun login` or set SIMRUN_TOKEN")
     return Settings(url.rstrip("/"), token)
+
+
+def obtain_token(url: str, username: str, password: str, *, timeout: float = TIMEOUT_S) -> str:
+    """The API token of a user, from their username and password (a new one at each call)."""
+    url = url.rstrip("/")
+    try:
+        response = httpx.post(
+            f"{url}/api/token/",
+            data={"username": username, "password": password},
+            timeout=timeout,
+        )
+    except httpx.HTTPError as error:
+        raise Unavailable(f"cannot reach the simrun server at {url}: {error}") from None
+    if response.status_code == 400:
+        raise AuthError("the username or password is wrong")
+    if response.status_code == 429:
+        wait = response.headers.get("Retry-After", "?")
+        raise Throttled(f"too many failed logins: try again in {wait} s", wait)
+    if response.status_code != 200:
+        raise ServerError(f"the server at {url} answered {response.status_code} to a login")
+    return str(response.json()["token"])

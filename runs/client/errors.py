@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 
 class SimrunError(Exception):
     """Any failure of the client: its message is meant for the person who called it."""
@@ -96,3 +98,23 @@ def problem_lines(fields: Mapping[str, list[str]]) -> str:
         f"  {path}: {' '.join(problems)}" if path else f"  {' '.join(problems)}"
         for path, problems in fields.items()
     )
+
+
+def answer_detail(response: httpx.Response) -> str:
+    """What an answer that is no success says: its ``detail``, its problems by field, or its
+    text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:200] or response.reason_phrase
+    if isinstance(body, Mapping) and "detail" in body:
+        return str(body["detail"])
+    return problem_lines(field_problems(body))
+
+
+def answer_body(response: httpx.Response) -> Any:
+    """An answer's JSON body, else its text."""
+    try:
+        return response.json()
+    except ValueError:
+        return response.text

@@ -16,7 +16,7 @@ from django.db.models.functions import Cast
 from harness.sweep import SWEEP_TYPE
 from harness.tasktypes import TaskType
 from runs.models import Observation
-from runs.planning import sizing
+from runs.planning import sizing_base
 from runs.planning.planner import DEFAULT_COMMAND_GB, SWEEP_PREFIX
 
 GIB = 2**30
@@ -31,14 +31,16 @@ def default_of(key: str, types: Mapping[str, TaskType]) -> float | None:
     return None if task_type is None else task_type.per_worker_gb
 
 
-def prior_evidence(types: Mapping[str, TaskType]) -> dict[str, tuple[float, list[sizing.Sample]]]:
+def prior_evidence(
+    types: Mapping[str, TaskType],
+) -> dict[str, tuple[float, list[sizing_base.Sample]]]:
     """Every key's default and its largest need per process: its top clean peak, its top kill."""
-    found: dict[str, tuple[float, list[sizing.Sample]]] = {}
+    found: dict[str, tuple[float, list[sizing_base.Sample]]] = {}
     for task_type, oom, top in top_needs():
         default = default_of(task_type, types)
         if default is None or top is None:
             continue
-        sample = sizing.Sample(top / GIB, killed=oom)
+        sample = sizing_base.Sample(top / GIB, killed=oom)
         found.setdefault(task_type, (default, []))[1].append(sample)
     return found
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from harness.sweep import SWEEP_TYPE, program_name
 from harness.tasktypes import TaskType
 from runs.backends.base import TaskPlan
-from runs.planning import sizing
+from runs.planning import sizing, sizing_base
 from runs.planning.peak_model import Features, features_of
 from runs.planning.spec import RunSpec, TaskSpec, sweep_settings, type_name
 
@@ -62,7 +62,7 @@ class PerWorker:
     retry_gb: float
     why: str
     short: str = ""
-    """One plain clause, ``{subject}`` and ``{per}`` left open (``sizing.Sizing.short``)."""
+    """One plain clause, ``{subject}`` and ``{per}`` left open (``sizing_base.Sizing.short``)."""
 
 
 def observation_key(
@@ -153,11 +153,11 @@ def task_features(task: TaskSpec, task_type: TaskType | None, cores: int) -> Fea
 
 def history(
     observed: Sequence[ObservedPeak], window: int = OBSERVATIONS_USED
-) -> list[sizing.Sample]:
+) -> list[sizing_base.Sample]:
     """The observations, newest first as read, as the policy's history: the newest
     ``window`` (the policy's, ``OBSERVATIONS_USED`` for the product's), oldest first."""
     samples = [
-        sizing.Sample(o.gb_per_process, killed=o.oom, at=o.at, features=o.features)
+        sizing_base.Sample(o.gb_per_process, killed=o.oom, at=o.at, features=o.features)
         for o in observed
     ]
     return sorted(samples, key=lambda s: s.at)[-window:]
@@ -167,10 +167,10 @@ def per_worker_memory(
     task: TaskSpec,
     task_type: TaskType | None,
     observed: Sequence[ObservedPeak],
-    prior: sizing.Prior | None = None,
+    prior: sizing_base.Prior | None = None,
     *,
-    shown: Sequence[sizing.Sample] = (),
-    policy: sizing.Policy = sizing.DEFAULT,
+    shown: Sequence[sizing_base.Sample] = (),
+    policy: sizing_base.Policy = sizing.DEFAULT,
     features: Features = (),
 ) -> PerWorker:
     """The GiB per process of a task and of its retry, and where they came from.
@@ -219,7 +219,7 @@ def counterfactual_gb(
     default: float,
     base_gb: float,
     procs: int,
-    prior: sizing.Prior | None = None,
+    prior: sizing_base.Prior | None = None,
 ) -> dict[str, float]:
     """The memory per pod each policy of ``COUNTERFACTUAL`` would give a task of this shape."""
     past = history(observed)
@@ -251,9 +251,9 @@ def plan_task(
     extra_workers: bool = True,
     max_cores: int | None = None,
     max_memory_gb: float | None = None,
-    prior: sizing.Prior | None = None,
-    shown: Sequence[sizing.Sample] = (),
-    policy: sizing.Policy = sizing.DEFAULT,
+    prior: sizing_base.Prior | None = None,
+    shown: Sequence[sizing_base.Sample] = (),
+    policy: sizing_base.Policy = sizing.DEFAULT,
     counterfactual: bool = True,
     features: Features | None = None,
     largest: str = "the largest node",
@@ -360,7 +360,7 @@ def plan_run(
     *,
     types: Mapping[str, TaskType],
     observed: Mapping[str, Sequence[ObservedPeak]] | None = None,
-    evidence: Mapping[str, tuple[float, Sequence[sizing.Sample]]] | None = None,
+    evidence: Mapping[str, tuple[float, Sequence[sizing_base.Sample]]] | None = None,
     extra_workers: bool = True,
     max_cores: int | None = None,
     max_memory_gb: float | None = None,
@@ -434,8 +434,8 @@ def oversized(
 
 
 def prior_of(
-    key: str, evidence: Mapping[str, tuple[float, Sequence[sizing.Sample]]]
-) -> sizing.Prior:
+    key: str, evidence: Mapping[str, tuple[float, Sequence[sizing_base.Sample]]]
+) -> sizing_base.Prior:
     """The prior of a key: what the other keys needed of their defaults."""
     return sizing.prior_from({k: found for k, found in evidence.items() if k != key})
 

@@ -1,9 +1,11 @@
-"""Memory sizing policies: a task type's history of peaks and kills in, an allocation out.
+"""simrun's memory sizing policy: a task type's history of peaks and kills in, an allocation
+out; the map of every policy; what an attempt's allocation wasted.
 
 Pure code (stdlib only, no Django, no I/O): the planner sizes tasks with ``DEFAULT`` and the
-replay benchmark (``bench/sizing_replay.py``) plays every policy of ``POLICIES`` against real
-traces. A type without history can be sized from the other types' evidence (``prior_from``).
-Memory is in plain GiB; callers round to their own steps.
+replay benchmark (``bench/sizing_replay.py``) plays every policy of ``POLICIES`` (simrun's and
+the baselines of ``sizing_baselines``) against real traces. A type without history can be
+sized from the other types' evidence (``prior_from``). Memory is in plain GiB; callers round
+to their own steps.
 """
 
 from __future__ import annotations
@@ -12,75 +14,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Protocol
 
 from runs.planning import peak_model
-from runs.planning.peak_model import Features, weighted_quantile
+from runs.planning.peak_model import Features
+from runs.planning.sizing_base import MIB, Policy, Prior, Sample, Sizing, gb_text
+from runs.planning.sizing_baselines import Doubling, MaxSeen, P95OneRetry, Static, Vpa
 
-MIB = 1 / 1024
-"""One MiB in GiB."""
 MIN_GB = 0.05
 """No allocation below this: a process needs some memory whatever its peaks say."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One finished attempt of a task type: its peak GiB, or the limit at which it was killed."""
-
-    gb: float
-    killed: bool = False
-    at: float = 0.0  # when it ended, seconds (any epoch); histories are oldest first, newest last
-    features: Features = ()  # what was known of its task when it was planned (peak_model)
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """The allocation of a task's first attempt and of its retry, with the arithmetic."""
-
-    gb: float  # the first allocation
-    retry_gb: float  # the allocation of the retry after the first is killed for memory
-    why: str  # arithmetic a user can check: source, count, quantile, margin, floor, bump, cap
-    short: str = ""
-    """The same in one plain clause for a scientist, ``{subject}`` and ``{per}`` left for the
-    caller ("the command", " per process"): "3 earlier runs of {subject} peaked at ..."."""
-
-
-@dataclass(frozen=True)
-class Prior:
-    """How much of its default the most demanding of the deployment's other types needed.
-
-    Built by ``prior_from`` from the peaks of types other than the one being sized; simrun's
-    policy starts a type without history of its own from it (the baselines ignore it).
-    """
-
-    types: int  # how many other types have evidence
-    top_share: float  # the largest peak / default among them (a kill at X counts as X × BUMP)
-    top_type: str = ""  # the type it came from
-
-
-class Policy(Protocol):
-    """A sizing policy: what the first attempt and each retry of a task of one type get."""
-
-    name: str
-
-    def size(
-        self,
-        history: Sequence[Sample],
-        *,
-        default_gb: float,
-        prior: Prior | None = None,
-        shown: Sequence[Sample] = (),
-        features: Features = (),
-    ) -> Sizing:
-        """The first allocation and its retry; ``prior`` serves a type without history,
-        ``shown`` holds the type's largest needs ever seen, beyond the recent history, and
-        ``features`` what is known of the task (its numeric settings, units, cores, input
-        bytes), which the baselines ignore."""
-        ...
-
-    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        """The allocation after an attempt at killed_gb was killed for memory."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -115,162 +56,6 @@ def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) ->
     if killed:
         return Wastage(under_gbh=limit_gb * hours)
     return Wastage(used_gbh=peak_gb * hours, over_gbh=max(0.0, limit_gb - peak_gb) * hours)
-
-
-def _gb(value: float) -> str:
-    return f"{value:.3f} GiB"
-
-
-def _doubled(killed_gb: float) -> float:
-    return killed_gb * 2
-
-
-def _peaks(history: Sequence[Sample]) -> list[float]:
-    return [s.gb for s in history if not s.killed]
-
-
-@dataclass
-class Static:
-    """The type's own static allocation, whatever was seen; a retry doubles."""
-
-    name: str = "static"
-
-    def size(
-        self,
-        history: Sequence[Sample],
-        *,
-        default_gb: float,
-        prior: Prior | None = None,
-        shown: Sequence[Sample] = (),
-        features: Features = (),
-    ) -> Sizing:
-        retry = self.retry(history, killed_gb=default_gb, default_gb=default_gb)
-        return Sizing(default_gb, retry, f"static {_gb(default_gb)}; retry 2 × it = {_gb(retry)}")
-
-    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        return _doubled(killed_gb)
-
-
-@dataclass
-class MaxSeen:
-    """Tovar et al.'s first allocation: the largest clean peak seen (the default before any)."""
-
-    name: str = "max-seen"
-
-    def size(
-        self,
-        history: Sequence[Sample],
-        *,
-        default_gb: float,
-        prior: Prior | None = None,
-        shown: Sequence[Sample] = (),
-        features: Features = (),
-    ) -> Sizing:
-        peaks = _peaks(history)
-        if not peaks:
-            gb, why = default_gb, f"default {_gb(default_gb)} (no peaks)"
-        else:
-            gb, why = max(peaks), f"max of {len(peaks)} peaks {_gb(max(peaks))}"
-        retry = self.retry(history, killed_gb=gb, default_gb=default_gb)
-        return Sizing(gb, retry, f"{why}; retry 2 × {_gb(gb)} = {_gb(retry)}")
-
-    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        return _doubled(killed_gb)
-
-
-@dataclass
-class Doubling(MaxSeen):
-    """Max seen, doubled on every failure (Witt et al.'s exponential failure handling, base 2).
-
-    Its first allocation is max-seen's; what differs is that the replay counts it with
-    unlimited retries, as the literature does, where max-seen has simrun's one.
-    """
-
-    name: str = "doubling"
-
-
-VPA_QUANTILE = 0.9
-VPA_MARGIN = 1.15
-VPA_OOM_MIN_BUMP_GB = 100 * MIB
-VPA_OOM_BUMP = 1.2
-VPA_MIN_GB = 250 * MIB
-"""The recommender's ``--pod-recommendation-min-memory-mb`` default."""
-VPA_HALF_LIFE_S = 24 * 3600
-"""The recommender's decaying histogram halves a sample's weight every 24 h."""
-
-
-@dataclass
-class Vpa:
-    """Kubernetes' VPA recommender: p90 of peaks + 15%; a kill counts as max(+100 MiB, ×1.2)."""
-
-    name: str = "vpa"
-
-    def size(
-        self,
-        history: Sequence[Sample],
-        *,
-        default_gb: float,
-        prior: Prior | None = None,
-        shown: Sequence[Sample] = (),
-        features: Features = (),
-    ) -> Sizing:
-        if not history:
-            gb = default_gb
-            why = f"default {_gb(gb)} (no peaks)"
-        else:
-            newest = history[-1].at
-            samples = [
-                (
-                    max(s.gb + VPA_OOM_MIN_BUMP_GB, s.gb * VPA_OOM_BUMP) if s.killed else s.gb,
-                    0.5 ** ((newest - s.at) / VPA_HALF_LIFE_S),
-                )
-                for s in history
-            ]
-            p90 = weighted_quantile(samples, VPA_QUANTILE)
-            gb = max(VPA_MIN_GB, p90 * VPA_MARGIN)
-            why = f"p90 of {len(samples)} samples {_gb(p90)} × {VPA_MARGIN} = {_gb(gb)}"
-        retry = self.retry(history, killed_gb=gb, default_gb=default_gb)
-        return Sizing(gb, retry, f"{why}; retry {_gb(retry)}")
-
-    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        return max(killed_gb + VPA_OOM_MIN_BUMP_GB, killed_gb * VPA_OOM_BUMP)
-
-
-P95_QUANTILE = 0.95
-P95_MARGIN = 1.25
-
-
-@dataclass
-class P95OneRetry:
-    """A naive rule a reviewer would try: p95 of the clean peaks × 1.25, one retry at 2×.
-
-    The p95 is the nearest rank (the smallest peak with 95% of the peaks at or below it);
-    before any clean peak, the default.
-    """
-
-    name: str = "p95-1retry"
-
-    def size(
-        self,
-        history: Sequence[Sample],
-        *,
-        default_gb: float,
-        prior: Prior | None = None,
-        shown: Sequence[Sample] = (),
-        features: Features = (),
-    ) -> Sizing:
-        peaks = _peaks(history)
-        if not peaks:
-            gb, why = default_gb, f"default {_gb(default_gb)} (no peaks)"
-        else:
-            p95 = weighted_quantile([(p, 1.0) for p in peaks], P95_QUANTILE)
-            gb = p95 * P95_MARGIN
-            why = f"p95 of {len(peaks)} peaks {_gb(p95)} × {P95_MARGIN:g} = {_gb(gb)}"
-        retry = self.retry(history, killed_gb=gb, default_gb=default_gb)
-        return Sizing(gb, retry, f"{why}; retry 2 × {_gb(gb)} = {_gb(retry)}")
-
-    def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        return _doubled(killed_gb)
 
 
 # simrun's policy. Each constant is a statement about evidence; the four that trade waste
@@ -342,9 +127,9 @@ def _retry_why(killed_gb: float, default_gb: float, needs: Sequence[float]) -> s
     retry = retry_gb(killed_gb, default_gb=default_gb, needs=needs)
     top = max(needs, default=0.0)
     return (
-        f"retry {_gb(retry)}, the largest of {RETRY_FACTOR:g} × {_gb(killed_gb)}, "
-        f"the default {_gb(default_gb)} and the largest need shown "
-        f"{_gb(top)} × {SHOWN_MARGIN:g}"
+        f"retry {gb_text(retry)}, the largest of {RETRY_FACTOR:g} × {gb_text(killed_gb)}, "
+        f"the default {gb_text(default_gb)} and the largest need shown "
+        f"{gb_text(top)} × {SHOWN_MARGIN:g}"
     )
 
 
@@ -482,9 +267,9 @@ class Simrun:
         z = NormalDist().inv_cdf(self.target)
         steps = [
             f"p{self.target * 100:g} bound of {_evidence(len(read_peaks), len(read_kills))}"
-            f"{where}: median {_gb(center)} × {margin:.3f} margin (exp of {z:.2f} × spread "
+            f"{where}: median {gb_text(center)} × {margin:.3f} margin (exp of {z:.2f} × spread "
             f"{spread:.3f} × √(1 + {fit.leverage:.3f}){least}, own upper spread "
-            f"{fit.own:.3f} of n {fit.n_eff:.1f}, prior {self.prior_spread:g}) = {_gb(gb)}"
+            f"{fit.own:.3f} of n {fit.n_eff:.1f}, prior {self.prior_spread:g}) = {gb_text(gb)}"
         ]
         if fit.n_eff < FEW_RUNS:
             reason = "with so few runs simrun keeps a wide margin"
@@ -495,13 +280,13 @@ class Simrun:
         if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * MIN_MARGIN):
             gb = _up(round(max(peaks), 3) * MIN_MARGIN)
             steps.append(
-                f"capped at the top of {len(peaks)} peaks {_gb(max(peaks))} × {MIN_MARGIN:g} "
-                f"= {_gb(gb)}"
+                f"capped at the top of {len(peaks)} peaks {gb_text(max(peaks))} × {MIN_MARGIN:g} "
+                f"= {gb_text(gb)}"
             )
             reason = f"simrun keeps {round(100 * (MIN_MARGIN - 1))}% above the largest"
         if not read_kills and gb > default_gb:
             gb = default_gb
-            steps.append(f"capped at the default {_gb(default_gb)} (no recent kill)")
+            steps.append(f"capped at the default {gb_text(default_gb)} (no recent kill)")
             reason = (
                 f"{reason}, up to its default"
                 if fit.n_eff < FEW_RUNS
@@ -513,7 +298,7 @@ class Simrun:
             # evidence of the need, so the bound stops where the floor's own retry would be.
             gb = _up(floor * RETRY_FACTOR)
             steps.append(
-                f"capped at {RETRY_FACTOR:g} × the floor {_gb(floor)} = {_gb(gb)} "
+                f"capped at {RETRY_FACTOR:g} × the floor {gb_text(floor)} = {gb_text(gb)} "
                 "(peaks below a kill do not bound its need)"
             )
             reason = "a kill proves more is needed, so simrun plans well above it"
@@ -527,7 +312,7 @@ class Simrun:
             )
         needs = [need(s) for s in (*recent, *shown)]
         retry = retry_gb(gb, default_gb=default_gb, needs=needs)
-        steps.append(f"→ {_gb(gb)}; {_retry_why(gb, default_gb, needs)}")
+        steps.append(f"→ {gb_text(gb)}; {_retry_why(gb, default_gb, needs)}")
         short = f"{_runs(read_peaks, read_kills, near_)}{follows}; {reason}"
         return Sizing(gb, retry, "; ".join(steps), short)
 
@@ -549,8 +334,8 @@ class Simrun:
             return Sizing(
                 default_gb,
                 retry,
-                f"default {_gb(default_gb)} (no history); "
-                f"retry {RETRY_FACTOR:g} × {_gb(default_gb)} = {_gb(retry)}",
+                f"default {gb_text(default_gb)} (no history); "
+                f"retry {RETRY_FACTOR:g} × {gb_text(default_gb)} = {gb_text(retry)}",
                 f"no earlier run of {{subject}}, so its default of {_short_gb(default_gb)}{{per}}",
             )
         top = round(prior.top_share, 3)
@@ -576,13 +361,13 @@ class Simrun:
         gb = default_gb
         if share < 1:
             gb = _up(default_gb * share)
-            steps.append(f"default {_gb(default_gb)} × {share:.3f} = {_gb(gb)}")
+            steps.append(f"default {gb_text(default_gb)} × {share:.3f} = {gb_text(gb)}")
         if gb < MIN_GB <= default_gb:
             gb = MIN_GB
-            steps.append(f"floor {_gb(MIN_GB)}")
+            steps.append(f"floor {gb_text(MIN_GB)}")
         steps.append(
-            f"→ {_gb(gb)}; retry {RETRY_FACTOR:g} × the default {_gb(default_gb)} "
-            f"= {_gb(retry)} (as without the prior)"
+            f"→ {gb_text(gb)}; retry {RETRY_FACTOR:g} × the default {gb_text(default_gb)} "
+            f"= {gb_text(retry)} (as without the prior)"
         )
         others = f"{prior.types} other task type{'s' if prior.types > 1 else ''}"
         short = (
@@ -600,11 +385,11 @@ def _up(gb: float) -> float:
 
 def _floors(peaks: Sequence[float], kills: Sequence[float]) -> list[tuple[float, str]]:
     """The least allocations the recent evidence allows, each with its arithmetic."""
-    floors = [(MIN_GB, f"floor {_gb(MIN_GB)}")]
+    floors = [(MIN_GB, f"floor {gb_text(MIN_GB)}")]
     if peaks:
         top = round(max(peaks), 3)
         floor = _up(top * MIN_MARGIN)
-        floors.append((floor, f"floor top peak {_gb(top)} × {MIN_MARGIN:g} = {_gb(floor)}"))
+        floors.append((floor, f"floor top peak {gb_text(top)} × {MIN_MARGIN:g} = {gb_text(floor)}"))
     if kills:
         top = round(max(kills), 3)
         floor = _up(top * BUMP)
@@ -612,8 +397,8 @@ def _floors(peaks: Sequence[float], kills: Sequence[float]) -> list[tuple[float,
         floors.append(
             (
                 floor,
-                f"floor {len(kills)} kill{plural} at up to {_gb(top)} × {BUMP:g} bump "
-                f"= {_gb(floor)}",
+                f"floor {len(kills)} kill{plural} at up to {gb_text(top)} × {BUMP:g} bump "
+                f"= {gb_text(floor)}",
             )
         )
     return floors

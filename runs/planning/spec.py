@@ -1,21 +1,19 @@
-"""The run specification: the document a user submits (YAML or JSON), parsed and validated.
+"""The run specification: the document a user submits, its models and limits, and the
+validation of its parsed data.
 
 Every problem is reported by the path of the field it is about (``tasks.sweep.settings.n``),
 so a user sees what to fix; no document, however malformed, causes anything but a
 ``SpecError``. The shape is a contract (see docs/run-spec.md): fields may be added, not changed.
+The text is read in ``spec_document``; the checks that need no model are in ``spec_checks``.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import math
 import re
-import shlex
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
-import yaml
 from django.conf import settings as django_settings
 from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as PackageRequirement
@@ -30,10 +28,17 @@ from pydantic import (
     field_validator,
 )
 
-from harness.grid import RESERVED, SweepError, parse_sweep
-from harness.placeholders import PlaceholderError, names, parse
+from harness.grid import RESERVED, parse_sweep
 from harness.sweep import SWEEP_TYPE, Failures, ResultsFile, SweepSettings
-from harness.tasktypes import ShippedType, TaskType, input_names
+from harness.tasktypes import TaskType, input_names
+from runs.planning.spec_checks import (
+    command_hint,
+    input_cycle,
+    known_type,
+    non_finite_paths,
+    sweep_problems,
+    unknown,
+)
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_TASKS = 500
@@ -205,77 +210,10 @@ class RunSpec(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """A safe loader that refuses aliases, so a small document cannot expand into a huge one.
-
-    Dates stay strings (``name: 2024-01-01`` is a name, not a date), as they would in JSON.
-    """
-
-    yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in yaml-stubs
-            raise yaml.MarkedYAMLError(
-                None, None, "aliases (*name) are not allowed", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-def yaml_message(error: yaml.YAMLError, name: str) -> str:
-    """A YAML error that names the document (``in "run.yaml", line 3``): a text's marks say
-    ``"<unicode string>"``."""
-    return str(error).replace('"<unicode string>"', f'"{name}"')
-
-
-def parse_document(text: str | bytes) -> Any:
-    """Read a document as JSON, else YAML; a ``SpecError`` under ``spec`` when it is neither."""
-    if isinstance(text, bytes):
-        if len(text) > MAX_DOCUMENT_BYTES:
-            raise SpecError({"spec": [f"the document is larger than {MAX_DOCUMENT_BYTES} bytes"]})
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SpecError({"spec": ["the document is not UTF-8 text"]}) from None
-    if len(text.encode("utf-8", errors="replace")) > MAX_DOCUMENT_BYTES:
-        raise SpecError({"spec": [f"the document is larger than {MAX_DOCUMENT_BYTES} bytes"]})
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        pass
-    try:
-        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a safe loader
-    except yaml.YAMLError as error:
-        # The message keeps its lines: its caret points into the quoted line under it.
-        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        said = yaml_message(error, DOCUMENT_NAME)
-        raise SpecError({"spec": [f"not valid YAML or JSON: {said}"]}, line=line) from None
-    except (RecursionError, ValueError, TypeError, OverflowError) as error:
-        raise SpecError({"spec": [f"not valid YAML or JSON: {error}"]}) from None
-    try:
-        # Only what JSON can say: a spec means the same whichever of the two it came as.
-        return json.loads(json.dumps(data))
-    except (TypeError, ValueError, RecursionError):
-        raise SpecError(
-            {"spec": ["the document holds values JSON cannot (binary, sets, complex keys)"]}
-        ) from None
-
-
 def _path(prefix: str, loc: tuple[Any, ...]) -> str:
     parts = [prefix] if prefix else []
     parts += [str(p) for p in loc]
     return ".".join(parts) or "spec"
-
-
-def unknown(what: str, name: str, known: Collection[str]) -> str:
-    """The message for an unknown name: the known ones and the closest of them, if any is close."""
-    message = f"unknown {what} {name!r} (known: {', '.join(sorted(known)) or 'none'})"
-    closest = difflib.get_close_matches(name, list(known), n=1)
-    return f"{message}; did you mean {closest[0]!r}?" if closest else message
 
 
 def _fields(model: type[BaseModel]) -> set[str]:
@@ -316,94 +254,6 @@ def _collect(
         elif loc[-1:] == ("command",) and isinstance(item.get("input"), str):
             message = command_hint(item["input"])
         errors.setdefault(path, []).append(message)
-
-
-def command_hint(line: str) -> str:
-    """What a command given as one string must be instead: its arguments as a list (no shell
-    reads it), or a shell's list when it needs one."""
-    try:
-        words = shlex.split(line)
-    except ValueError:  # an unclosed quote: the words as they stand
-        words = line.split()
-    listed = json.dumps(words) if words else '["echo", "hello"]'
-    return (
-        f"a command is a list of arguments, not a string (no shell splits it): "
-        f"command: {listed}, or command: {json.dumps(['sh', '-c', line])} for a shell"
-    )
-
-
-def _cycle(tasks: Mapping[str, TaskSpec]) -> list[str] | None:
-    """A cycle of the inputs as a list of task ids, None without one."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(task: str) -> list[str] | None:
-        state[task] = 1
-        stack.append(task)
-        for source in tasks[task].inputs.values():
-            if source not in tasks or source == task:
-                continue  # reported as an unknown task or as a task reading its own output
-            if state.get(source) == 1:
-                return stack[stack.index(source) :] + [source]
-            if source not in state and (found := visit(source)):
-                return found
-        stack.pop()
-        state[task] = 2
-        return None
-
-    for task in tasks:
-        if task not in state and (found := visit(task)):
-            return found
-    return None
-
-
-def known_type(types: Mapping[str, TaskType], name: str) -> TaskType | None:
-    """The type of a name the spec may use as it is: a ``ShippedType`` is a name some run's
-    sources ship, which this run uses only once its own sources are learned."""
-    task_type = types.get(name)
-    return None if isinstance(task_type, ShippedType) else task_type
-
-
-def _check_sweep(
-    task_id: str, task: TaskSpec, max_units: int, broken: Collection[str]
-) -> dict[str, list[str]]:
-    """The problems of a task's sweep: its axes, their count, the placeholders of its command."""
-    at = f"tasks.{task_id}"
-    if task.command is None:
-        if "command" in broken:
-            return {}
-        return {
-            f"{at}.sweep": [
-                "only a command task takes a sweep (a task type sweeps by its settings)"
-            ]
-        }
-    errors: dict[str, list[str]] = {}
-    if task.image is not None:
-        errors[f"{at}.image"] = [
-            "a sweep runs in the run's image (environment.image), where the harness is: "
-            "it takes no image of its own"
-        ]
-    if task.sweep is None:
-        return errors  # malformed, reported by the schema: its axes are unknown
-    axes = [str(name) for name in task.sweep if name not in RESERVED]
-    try:
-        grid = parse_sweep(task.sweep)
-    except SweepError as error:
-        for path, messages in error.errors.items():
-            errors[f"{at}.sweep.{path}" if path else f"{at}.sweep"] = messages
-    else:
-        if grid.size > max_units:
-            errors[f"{at}.sweep"] = [
-                f"the sweep makes {grid.size:,} combinations, more than the {max_units:,} "
-                "a task may have (SIMRUN_SWEEP_MAX_UNITS)"
-            ]
-    known = names(axes, task.inputs)
-    for index, arg in enumerate(task.command):
-        try:
-            parse(arg, known)
-        except PlaceholderError as error:
-            errors[f"{at}.command.{index}"] = [str(error)]
-    return errors
 
 
 def _check_task(
@@ -447,7 +297,7 @@ def _check_task(
                 "only a split task (or a command with a sweep) has several workers"
             ]
     if task.sweep is not None or "sweep" in broken:
-        errors.update(_check_sweep(task_id, task, max_sweep_units, broken))
+        errors.update(sweep_problems(task_id, task, max_sweep_units, broken))
     else:
         for name in ("results", "failures"):
             if getattr(task, name) is not None:
@@ -536,12 +386,12 @@ def validate_spec(
     for path, message in _collisions(tasks, types):
         errors.setdefault(path, []).append(message)
     try:
-        for path in _non_finite(data):
+        for path in non_finite_paths(data):
             if not any("finite" in message for message in errors.get(path, [])):
                 errors.setdefault(path, []).append("must be a finite number")
     except RecursionError:
         raise SpecError({"spec": ["cannot be read: nested too deeply"]}) from None
-    if cycle := _cycle(tasks):
+    if cycle := input_cycle(tasks):
         errors.setdefault(f"tasks.{cycle[0]}.inputs", []).append(
             f"the inputs form a cycle: {' -> '.join(cycle)}"
         )
@@ -567,24 +417,6 @@ def _collisions(
                     f"the id collides with a pod of the split task {derived['task']!r}",
                 )
             )
-    return found
-
-
-def _non_finite(data: Any, prefix: str = "") -> list[str]:
-    """The paths of the NaNs and infinities of a document, wherever they are (a task type's
-    settings too): JSON's ``NaN``/``1e999`` and YAML's ``.nan``/``.inf`` parse as floats."""
-    if isinstance(data, float):
-        return [] if math.isfinite(data) else [prefix or "spec"]
-    items: Iterable[tuple[Any, Any]]
-    if isinstance(data, dict):
-        items = data.items()
-    elif isinstance(data, list):
-        items = enumerate(data)
-    else:
-        return []
-    found = []
-    for key, value in items:
-        found += _non_finite(value, f"{prefix}.{key}" if prefix else str(key))
     return found
 
 
@@ -621,11 +453,6 @@ def _well_formed_tasks(raw: Any) -> tuple[dict[str, TaskSpec], dict[str, set[str
                 broken[task_id] = left_out
                 break
     return found, broken
-
-
-def parse_spec(text: str | bytes, *, types: Mapping[str, TaskType]) -> RunSpec:
-    """Parse and validate a submitted document (a type its sources may ship is left to them)."""
-    return validate_spec(parse_document(text), types=types)
 
 
 def cached_tasks(spec: RunSpec) -> set[str]:

@@ -14,7 +14,7 @@ from runs.backends import get_backend
 from runs.backends.base import Placement
 from runs.backends.fake import FakeBackend
 from runs.models import Run, RunState, Task, TaskState
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 
 SWEEP_YAML = """

@@ -12,7 +12,7 @@ from harness.tasktypes import task_types
 from runs.backends.base import RunRecord, TaskPlan
 from runs.planning.planner import ObservedPeak, plan_run
 from runs.planning.records import spec_record
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 
 IMAGE = "registry.example/simrun-env:0123456789abcdef"
 

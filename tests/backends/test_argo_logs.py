@@ -15,7 +15,7 @@ from runs.backends.base import ClusterConfig
 from runs.common import store
 from runs.control import controller
 from runs.models import Run, Task, TaskState
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_workflows import WF, argo_pod, container_status
 from tests.backends.kube_api import KubeApiServer, Request

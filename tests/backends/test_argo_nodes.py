@@ -18,7 +18,8 @@ from runs.backends.nodes import choose_node
 from runs.control import controller
 from runs.models import Run, RunState
 from runs.planning.planner import plan_run
-from runs.planning.spec import SpecError, parse_spec
+from runs.planning.spec import SpecError
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_runs import run_of
 from tests.backends.kube_api import KubeApiServer, Request

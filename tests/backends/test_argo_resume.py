@@ -21,7 +21,8 @@ from runs.common import store
 from runs.control import controller
 from runs.models import Run, RunState, Task, TaskState
 from runs.planning.reruns import submit_rerun
-from runs.planning.spec import parse_spec, validate_spec
+from runs.planning.spec import validate_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.api.conftest import ended
 from tests.backends.argo_pods import argo_pods

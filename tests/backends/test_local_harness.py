@@ -12,7 +12,7 @@ import pytest
 from harness.tasktypes import task_types
 from runs.backends.local.backend import LocalBackend, cgroups, workflow_name
 from runs.planning.records import task_records
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from tests.backends.local_fixtures import (
     ended,
     phase,

@@ -20,7 +20,8 @@ from runs.control import controller
 from runs.models import Observation, Run, RunState, Task
 from runs.planning import submission
 from runs.planning.reruns import submit_rerun
-from runs.planning.spec import parse_spec, validate_spec
+from runs.planning.spec import validate_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from runs.reads import accounting
 from tests.backends.local_fixtures import stepping

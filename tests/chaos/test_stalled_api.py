@@ -27,7 +27,7 @@ from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.control import controller
 from runs.models import Run, RunState
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_workflows import WF, Nodes, pod, workflow
 from tests.backends.kube_api import STALL, KubeApiServer

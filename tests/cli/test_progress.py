@@ -7,7 +7,7 @@ import re
 
 from rich.console import Console
 
-from runs.cli.client import EXIT_UNAVAILABLE, CliError
+from runs.cli.client_commands import EXIT_UNAVAILABLE, CliError
 from runs.cli.progress import follow
 
 

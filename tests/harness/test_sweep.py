@@ -26,7 +26,8 @@ from harness.merge import merge_exit, run_merge
 from harness.sweep import TASK_TYPE as SWEEP
 from harness.sweep import FailuresExceeded, SweepSettings
 from harness.tasktypes import task_types
-from runs.planning.spec import parse_spec, sweep_settings
+from runs.planning.spec import sweep_settings
+from runs.planning.spec_document import parse_spec
 from tests.polling import wait_for
 
 from .conftest import (

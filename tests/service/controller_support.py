@@ -24,7 +24,7 @@ from runs.common import store
 from runs.control import controller
 from runs.control.observations import task_of
 from runs.models import Run, Task
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 
 SWEEP = {"tasks": {"sweep": {"type": "squares", "settings": {"n": 6}, "workers": 3}}}

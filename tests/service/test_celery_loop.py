@@ -24,7 +24,7 @@ from harness.tasktypes import task_types
 from runs.backends.base import BackendStatus, workflow_name
 from runs.backends.fake import FakeBackend
 from runs.models import Run, RunState, Task, TaskState
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.polling import wait_for
 from tests.settings import TEST_REDIS

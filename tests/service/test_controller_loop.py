@@ -21,7 +21,7 @@ from runs.backends.base import RETRYING_PHASE
 from runs.backends.fake import FakeBackend
 from runs.control import controller, locks
 from runs.models import Attempt, Observation, Run, RunState, Task
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.service.controller_support import (  # noqa: F401
     PIPELINE,

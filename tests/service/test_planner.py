@@ -7,7 +7,7 @@ import re
 import pytest
 
 from harness.tasktypes import task_types
-from runs.planning import sizing
+from runs.planning import sizing, sizing_base
 from runs.planning.planner import (
     RETRY_FACTOR,
     ObservedPeak,
@@ -59,7 +59,7 @@ def peaks(*gbs: float, kill: float | None = None) -> list[ObservedPeak]:
 def test_observations_size_a_task_with_the_sizing_policy():
     observed = peaks(0.02, 0.03, 0.04, 0.05, 0.06)
     plan = plan_task(split(cores=1), SQUARES, observed)
-    history = [sizing.Sample(o.gb_per_process, at=o.at) for o in reversed(observed)]
+    history = [sizing_base.Sample(o.gb_per_process, at=o.at) for o in reversed(observed)]
     expected = sizing.DEFAULT.size(history, default_gb=SQUARES.per_worker_gb)
     assert plan.per_worker_gb == max(0.05, round_gb(expected.gb))
     assert "5 observations of squares" in plan.why
@@ -209,13 +209,13 @@ def test_a_type_without_observations_starts_from_the_prior_of_the_other_types():
     spec = RunSpec.model_validate(
         {"tasks": {"t": {"type": "alloc", "settings": {"units": 2, "mb": 1}}}}
     )
-    lean = {f"type-{i}": (0.25, [sizing.Sample(0.01)]) for i in range(12)}
+    lean = {f"type-{i}": (0.25, [sizing_base.Sample(0.01)]) for i in range(12)}
     plan = plan_run(spec, types=task_types(), evidence=lean)["t"]
     alone = plan_run(spec, types=task_types())["t"]
     assert alone.per_worker_gb == alloc.per_worker_gb
     assert plan.per_worker_gb < alloc.per_worker_gb
     assert "prior of 12 other types" in plan.why
-    own = plan_run(spec, types=task_types(), evidence={"alloc": (0.25, [sizing.Sample(0.01)])})
+    own = plan_run(spec, types=task_types(), evidence={"alloc": (0.25, [sizing_base.Sample(0.01)])})
     assert own["t"].per_worker_gb == alloc.per_worker_gb  # its own evidence is no prior
 
 

@@ -10,16 +10,14 @@ import pytest
 from runs.planning.sizing import (
     BUMP,
     DEFAULT,
-    MIB,
     MIN_GB,
     POLICIES,
     PRIOR_FLOOR,
     RETRY_FACTOR,
-    Prior,
-    Sample,
     prior_from,
     wastage,
 )
+from runs.planning.sizing_base import MIB, Prior, Sample
 
 PRODUCT = re.compile(r"(\d+\.\d+) GiB × (\d+(?:\.\d+)?)[^=;]*= (\d+\.\d+) GiB")
 RETRY = re.compile(

@@ -9,7 +9,7 @@ import re
 from pydantic import BaseModel
 
 from harness.tasktypes import TaskType
-from runs.planning import sizing
+from runs.planning import sizing, sizing_base
 from runs.planning.planner import MAX_SETTINGS_FEATURES, ObservedPeak, plan_task, task_features
 from runs.planning.spec import TaskSpec
 
@@ -111,7 +111,7 @@ def test_peaks_that_follow_an_input_are_planned_by_a_line_in_it():
     input near its like, and the reason names the feature."""
     inputs = [1e9 * (1 + (i * 37) % 40 / 10) for i in range(40)]  # 1 to 4.9 GB
     history = [
-        sizing.Sample(0.5 * b / 1e9, at=float(i), features=(("input_bytes", b),))
+        sizing_base.Sample(0.5 * b / 1e9, at=float(i), features=(("input_bytes", b),))
         for i, b in enumerate(inputs)
     ]
     big = sizing.DEFAULT.size(history, default_gb=16.0, features=(("input_bytes", 9.8e9),))
@@ -128,7 +128,7 @@ def test_a_need_with_a_fixed_part_and_a_part_per_byte_is_not_planned_short_at_th
     one half as large again, are planned above their need."""
     inputs = [0.3e9 + 2.3e9 * ((i * 17) % 40) / 39 for i in range(40)]
     history = [
-        sizing.Sample(1.7 + b / 1e9, at=float(i), features=(("input_bytes", b),))
+        sizing_base.Sample(1.7 + b / 1e9, at=float(i), features=(("input_bytes", b),))
         for i, b in enumerate(inputs)
     ]
     for top in (2.6e9, 4.0e9):
@@ -143,14 +143,14 @@ def test_a_constant_need_whatever_the_input_is_not_widened_by_an_input_never_see
     nothing of an input four times as large: that one is planned wide."""
     inputs = [1e9 + 3e9 * ((i * 13) % 50) / 49 for i in range(50)]
     steady_history = [
-        sizing.Sample(30.0, at=float(i), features=(("input_bytes", b),))
+        sizing_base.Sample(30.0, at=float(i), features=(("input_bytes", b),))
         for i, b in enumerate(inputs)
     ]
     far = sizing.DEFAULT.size(steady_history, default_gb=64.0, features=(("input_bytes", 8e9),))
     assert 30.0 <= far.gb <= 1.1 * 30.0, far.why
     assert "follow" not in far.short
     few = [
-        sizing.Sample(9.4, at=float(i), features=(("input_bytes", b),))
+        sizing_base.Sample(9.4, at=float(i), features=(("input_bytes", b),))
         for i, b in enumerate((1.30e10, 1.33e10, 1.37e10, 1.6e10))
     ]
     wide = sizing.DEFAULT.size(few, default_gb=64.0, features=(("input_bytes", 6.1e10),))

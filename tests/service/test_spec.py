@@ -7,7 +7,8 @@ import json
 import pytest
 
 from harness.tasktypes import task_types
-from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError, parse_document, parse_spec
+from runs.planning.spec import MAX_DOCUMENT_BYTES, SpecError
+from runs.planning.spec_document import parse_document, parse_spec
 
 TYPES = task_types()
 

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.tasktypes import task_types
-from runs.planning.spec import RunSpec, SpecError, parse_spec
+from runs.planning.spec import RunSpec, SpecError
+from runs.planning.spec_document import parse_spec
 
 TYPES = task_types()
 

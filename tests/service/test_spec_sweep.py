@@ -12,14 +12,8 @@ from harness.sweep import SWEEP_TYPE
 from harness.tasktypes import task_types
 from runs.planning.planner import observation_keys, plan_run
 from runs.planning.records import task_records
-from runs.planning.spec import (
-    SpecError,
-    parse_document,
-    parse_spec,
-    sweep_settings,
-    task_kind,
-    validate_spec,
-)
+from runs.planning.spec import SpecError, sweep_settings, task_kind, validate_spec
+from runs.planning.spec_document import parse_document, parse_spec
 
 TYPES = task_types()
 

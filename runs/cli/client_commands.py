@@ -1,4 +1,5 @@
-"""The REST API as the client commands use it: ``runs.client``'s, with exit codes.
+"""What the client subcommands share: the REST API as they use it (``runs.client``'s, with
+exit codes), how they report a failure, the console they print tables to.
 
 The server and token come from ``SIMRUN_URL`` and ``SIMRUN_TOKEN``, else from the file
 ``simrun login`` writes (``$XDG_CONFIG_HOME/simrun/config.json``). Every failure a user can
@@ -21,17 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from runs.client import api, errors
-from runs.client.api import no_run
-from runs.client.config import Settings, config_path, read_config, write_config
+from runs.client.config import TIMEOUT_S, Settings
 from runs.client.config import settings as client_settings
-
-__all__ = [
-    "Settings",
-    "config_path",
-    "no_run",
-    "read_config",
-    "write_config",
-]
 
 PIPED_WIDTH = 10_000
 """The width of the output of a command piped to a file or a program: no table cell cut."""
@@ -44,7 +36,6 @@ EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
 """No server, a refused token, a server error."""
 
-TIMEOUT_S = api.TIMEOUT_S
 EXIT_CODES: list[tuple[type[errors.SimrunError], int]] = [
     (errors.Forbidden, EXIT_RUN_FAILED),
     (errors.Conflict, EXIT_RUN_FAILED),

@@ -1,0 +1,172 @@
+"""The runs pages: the table of runs and a run's page (its DAG, tasks, attempts and outputs,
+live while the run is), with cancel and a done task's output files.
+
+Every fragment has its own URL and its own view, which checks who may see it exactly as its
+page does: a fragment can be asked for directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from runs.api.filters import filter_values
+from runs.api.listed_json import listed_page
+from runs.api.listing import Listing
+from runs.api.pagination import MAX_PAGE, positive
+from runs.api.task_views import serve_output
+from runs.common import store
+from runs.control import controller
+from runs.control.states import shown_run_state
+from runs.models import RunState, TaskState
+from runs.reads import accounting, task_files
+from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
+from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
+from runs.reads.run_reads import rerun_ids
+from runs.web.dag import layout
+from runs.web.fragments import fragment
+from runs.web.results_views import has_results
+from runs.web.run_table import table_rows
+from runs.web.timeline import timeline
+
+RUNS_PER_PAGE = 25
+"""Rows of the runs table: what a laptop screen shows without much scrolling."""
+OUTPUTS_SHOWN = 50
+
+
+def _run_list_context(request: HttpRequest) -> dict[str, Any]:
+    values, errors = filter_values(request.GET)
+    number = positive(request.GET.get("page"), 1, MAX_PAGE) or 1
+    page = listed_page(Listing.of(request.user, values), number, RUNS_PER_PAGE, timezone.now())
+    query = request.GET.copy()
+    query.pop("page", None)
+    zone = timezone.get_current_timezone()
+    # The rows' links share a prefix: one reverse() for the page, not one per row.
+    base = reverse("runs:run-detail", args=["-"]).removesuffix("-/")
+    rows, any_live = table_rows(page.rows, zone, base)
+    return {
+        "rows": rows,
+        "any_live": any_live,
+        "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
+        "filter_errors": errors,
+        "states": RunState.choices,
+        "count": page.count,
+        "count_exact": page.count_exact,
+        "page": number,
+        "previous_page": number - 1 if number > 1 else None,
+        "next_page": number + 1 if page.has_next else None,
+        "query": query.urlencode(),
+        "full_query": request.GET.urlencode(),
+    }
+
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    """Runs: a table with state, progress, duration and owner; live while a shown run is."""
+    return render(request, "runs/run_list.html", _run_list_context(request))
+
+
+@login_required
+def run_list_table(request: HttpRequest) -> HttpResponse:
+    context = _run_list_context(request)
+    return fragment(request, "runs/run_list.html#table", context, live=context["any_live"])
+
+
+def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    run = run_with_tasks_or_404(request.user, run_id)
+    tasks = list(run.tasks.all())
+    task_files.attach_progress(run, tasks)
+    for task in tasks:
+        outputs, cut = _outputs(task) if task.state == TaskState.DONE else ([], "")
+        task.outputs, task.outputs_cut = outputs, cut  # type: ignore[attr-defined]
+        task.results_present = has_results(task)  # type: ignore[attr-defined]
+        if task.started_at is not None:
+            end = task.ended_at or run.ended_at or timezone.now()
+            task.duration_s = (end - task.started_at).total_seconds()  # type: ignore[attr-defined]
+        for attempt in task.attempts.all():
+            attempt.live = live_figures(attempt)  # type: ignore[attr-defined]
+            attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]
+    units_now = {t.task_id: t.units_now for t in tasks}  # type: ignore[attr-defined]
+    return {
+        "run": run,
+        "run_state": shown_run_state(run.state, [t.state for t in tasks]),
+        "tasks": tasks,
+        "dag": layout(tasks, units_now),
+        "dag_phone": layout(tasks, units_now, phone=True),
+        "live": not run.ended,
+        "reruns": rerun_ids(request.user, run),
+        "timeline": timeline(run, tasks),
+        "timeline_phone": timeline(run, tasks, phone=True),
+        "spark": {"width": SPARK_WIDTH, "height": SPARK_HEIGHT},
+        "usage": accounting.run_usage(run, tasks),
+    }
+
+
+def _outputs(task: Any) -> tuple[list[dict[str, Any]], str]:
+    """The outputs of a done task for its card (a URL each where its name can be one, the
+    start of small texts), and why the list is incomplete (too deep, too many), if it is."""
+    folder = store.task_folder(task.run_id, task.task_id)
+    listing = task_files.output_files(folder, limit=OUTPUTS_SHOWN)
+    shown = []
+    for output in listing.files:
+        url = (
+            reverse("runs:output-file", args=[task.run_id, task.task_id, output.path])
+            if output.linkable
+            else ""
+        )
+        preview = (
+            task_files.preview(folder, output.path)
+            if url and output.inline and not output.is_image
+            else ""
+        )
+        shown.append({"file": output, "url": url, "preview": preview})
+    return shown, listing.cut
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+    """A run: its DAG, per task progress, plan and why, attempts, outputs; cancel."""
+    return render(request, "runs/run_detail.html", _run_context(request, run_id))
+
+
+@login_required
+def run_live(request: HttpRequest, run_id: str) -> HttpResponse:
+    context = _run_context(request, run_id)
+    return fragment(request, "runs/run_detail.html#live", context, live=context["live"])
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Cancel a run (the record is written at once; the backend's pods end after)."""
+    run = run_or_404(request.user, run_id)
+    try:
+        controller.request_cancel(run)
+    except controller.Conflict as error:
+        level, notice = messages.WARNING, str(error)
+    else:
+        level, notice = messages.SUCCESS, f"Run {run.id} cancelled."
+    if not request.htmx:  # type: ignore[attr-defined]
+        messages.add_message(request, level, notice)
+        return redirect("runs:run-detail", run_id=run_id)
+    context = _run_context(request, run_id)
+    context["notice"] = {"level": messages.DEFAULT_TAGS[level], "text": notice}
+    return fragment(request, "runs/run_detail.html#live", context, live=context["live"])
+
+
+@login_required
+def output_file(request: HttpRequest, run_id: str, task_id: str, path: str) -> FileResponse:
+    """A file of a done task's out/; nothing outside it, whatever the path says."""
+    task = task_or_404(request.user, run_id, task_id)
+    response = serve_output(task.run_id, task.task_id, path)
+    if task.state == TaskState.DONE:
+        # The outputs of a done task no longer change: polled pages need not fetch them again.
+        response["Cache-Control"] = "private, max-age=600"
+    return response
