@@ -21,6 +21,7 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 
+from runs.cli.inert import inert_response
 from runs.client import api, errors
 from runs.client.config import TIMEOUT_S, Settings
 from runs.client.config import settings as client_settings
@@ -76,7 +77,8 @@ def settings() -> Settings:
 
 
 class Client(api.Client):
-    """``runs.client.Client`` whose failures are ``CliError``."""
+    """``runs.client.Client`` whose failures are ``CliError`` and whose answers are
+    ``inert``: nothing a task wrote reaches the terminal as a control sequence."""
 
     def __init__(self, config: Settings | None = None, *, timeout: float = TIMEOUT_S) -> None:
         config = config or settings()
@@ -87,7 +89,7 @@ class Client(api.Client):
         self, method: str, path: str, *, missing: str = "", **kwargs: Any
     ) -> httpx.Response:
         with as_cli_errors():
-            return super().request(method, path, missing=missing, **kwargs)
+            return inert_response(super().request(method, path, missing=missing, **kwargs))
 
 
 def tables_console() -> Console:

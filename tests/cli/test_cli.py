@@ -289,3 +289,30 @@ def test_submit_rerun_submits_the_spec_of_a_run_again_linked_to_it(simrun, owner
     assert missing.code == 2 and "'r-nosuch'" in missing.err
     nothing = simrun("submit")
     assert nothing.code == 2 and "--rerun RUN" in nothing.err
+
+
+HOSTILE = (
+    "\x1b]52;c;ZXZpbA==\x07"  # set the clipboard
+    "\x1b]0;owned\x07"  # set the title
+    "\x1b[2J\x1b[H"  # clear the screen
+    "\x9b31m"  # a C1 control sequence introducer
+    "shown\rhidden"  # a carriage return that overwrites
+    "\u202egnp.exe"  # a bidirectional override
+)
+TERMINAL_ACTS = ("\x1b", "\x07", "\x9b", "\r", "\u202e")
+
+
+def test_nothing_a_task_wrote_reaches_the_terminal_as_a_control_sequence(simrun, owner, store):
+    run = running(submitted(owner), sweep="running")
+    folder = store / "runs" / run.id / "tasks" / "sweep"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "logs" / "sweep-w0-0.log").write_text(f"line {HOSTILE}\n")
+    (folder / "out").mkdir(parents=True, exist_ok=True)
+    (folder / "out" / "results.csv").write_text(f"unit,note\n0,{HOSTILE}\n")
+    Task.objects.filter(run=run, task_id="sweep").update(state="failed", message=HOSTILE)
+
+    for args in (("logs", run.id, "sweep"), ("results", run.id, "sweep"), ("show", run.id)):
+        printed = simrun(*args)
+        assert printed.code == 0, printed.err
+        assert "shown" in printed.out and "hidden" in printed.out, args
+        assert not [c for c in TERMINAL_ACTS if c in printed.out + printed.err], args
