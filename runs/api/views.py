@@ -40,7 +40,7 @@ from runs.api.serializers import (
     RunSerializer,
     run_detail_serializer,
 )
-from runs.control import controller
+from runs.control import cancelling
 from runs.models import Run, RunState
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import RunSpec, SpecError, parse_spec, validate_spec
@@ -247,8 +247,8 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     def cancel(self, request: Request, pk: str) -> Response:
         run = get_object_or_404(with_progress(visible_runs(request.user)), pk=pk)
         try:
-            controller.request_cancel(run)
-        except controller.Conflict as error:
+            cancelling.request_cancel(run)
+        except cancelling.Conflict as error:
             return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 

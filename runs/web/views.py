@@ -31,7 +31,7 @@ from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.common import store
-from runs.control import controller, reservations
+from runs.control import cancelling, reservations
 from runs.control.states import shown_run_state
 from runs.models import FINAL_TASK_STATES, Run, RunState, TaskState
 from runs.planning.planning_figures import evidence_figures, planning_figures
@@ -315,8 +315,8 @@ def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
     """Cancel a run (the record is written at once; the backend's pods end after)."""
     run = run_or_404(request.user, run_id)
     try:
-        controller.request_cancel(run)
-    except controller.Conflict as error:
+        cancelling.request_cancel(run)
+    except cancelling.Conflict as error:
         level, notice = messages.WARNING, str(error)
     else:
         level, notice = messages.SUCCESS, f"Run {run.id} cancelled."

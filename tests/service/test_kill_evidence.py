@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.control import controller
+from runs.control import log_keeping
 from runs.models import Observation, Run
 from tests.api.conftest import running, submitted
 
@@ -24,8 +24,8 @@ def test_a_kill_of_a_task_still_retrying_is_observed_at_once_and_once(owner):
     Run.objects.filter(pk=run.pk).update(oom_kills={"sweep-w0": [0]})
     run.refresh_from_db()
     tasks = list(run.tasks.all())
-    controller.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
-    controller.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
+    log_keeping.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
+    log_keeping.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
     (kill,) = Observation.objects.filter(run_id=run.id)
     assert kill.oom and kill.worker == "sweep-w0" and kill.attempt == 0
     sweep = run.tasks.get(task_id="sweep")
