@@ -15,7 +15,9 @@ pytestmark = pytest.mark.django_db
 class NoLogs:
     """A backend whose pods have no logs to keep (the live path asks for them)."""
 
-    def logs(self, workflow: str, task_id: str):
+    logs_in_store = False
+
+    def keep_logs(self, workflow: str, task_id: str, folder):
         raise KeyError(task_id)
 
 
