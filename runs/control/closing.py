@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db import transaction
 
-from runs.control.states import closed, stopped_messages, task_changes
+from runs.control.states import closed, stopped_messages, stopped_tasks, task_changes
 from runs.models import Run, RunState, Task, TaskState
 
 
@@ -17,11 +17,13 @@ def close_run(run: Run, tasks: list[Task], state: RunState, message: str, **upda
     """
     current = {t.task_id: TaskState(t.state) for t in tasks}
     messages = stopped_messages(current, {t.task_id: t.message for t in tasks}, message)
+    stopped = stopped_tasks(current)
     changes, states = closed(run=run, state=state, tasks=current, message=message, **update)
     with transaction.atomic():
         if not Run.objects.write_if_unchanged(run, **changes):
             return False
         for task in tasks:
-            if fields := task_changes(task, states[task.task_id], messages[task.task_id]):
+            key = task.task_id
+            if fields := task_changes(task, states[key], messages[key], stopped=key in stopped):
                 Task.objects.filter(pk=task.pk).update(**fields)
     return True

@@ -18,7 +18,15 @@ from django.db import transaction
 from runs.backends.base import Backend
 from runs.control.log_keeping import keep_logs
 from runs.control.settling import settle_run
-from runs.control.states import Poll, closed, observe, resolve_gone, stopped_messages, task_changes
+from runs.control.states import (
+    Poll,
+    closed,
+    observe,
+    resolve_gone,
+    stopped_messages,
+    stopped_tasks,
+    task_changes,
+)
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Run, RunState, Task, TaskState
 from runs.planning.records import task_plans
 
@@ -55,7 +63,9 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
     if poll.attempts_seen is not None and poll.attempts_seen != run.attempts_seen:
         changes["attempts_seen"] = poll.attempts_seen
     states, messages = poll.states, poll.messages
+    stopped: set[str] = set()
     if poll.verdict is not None:
+        stopped = stopped_tasks(states)
         messages = stopped_messages(states, messages, poll.message)
         final, states = closed(
             run=run,
@@ -65,11 +75,11 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
             workflow_exists=poll.workflow_exists,
         )
         changes.update(final)
-    changed_tasks = {
-        task.pk: found
-        for task in tasks
-        if (found := task_changes(task, states[task.task_id], messages[task.task_id]))
-    }
+    changed_tasks: TaskChanges = {}
+    for task in tasks:
+        key = task.task_id
+        if found := task_changes(task, states[key], messages[key], stopped=key in stopped):
+            changed_tasks[task.pk] = found
     # A task started when its first attempt did (its process, its pod), not when a poll saw it,
     # and ended when the last of this poll's attempts did, if each of them knows its end.
     ends: dict[int, list[datetime | None]] = defaultdict(list)

@@ -177,14 +177,20 @@ def closed(
     return changes, final
 
 
+def stopped_tasks(tasks: Mapping[str, TaskState]) -> set[str]:
+    """The tasks a run's end stops while they run: skipped, yet they ran (their units done
+    kept), so they are marked ``Task.stopped_while_running`` and say so in their message."""
+    return {task_id for task_id, state in tasks.items() if state in ACTIVE_STATES}
+
+
 def stopped_messages(
     tasks: Mapping[str, TaskState], messages: Mapping[str, str], why: str
 ) -> dict[str, str]:
-    """The task messages of a run's end: a task it stops while running says so, so a skipped
-    task that ran (its units done kept) is not taken for one that never started."""
+    """The task messages of a run's end: a task it stops while running says so, and why."""
+    stopped = stopped_tasks(tasks)
     return {
-        task_id: f"{STOPPED_WHILE_IT_RAN}{why}" if state in ACTIVE_STATES else messages[task_id]
-        for task_id, state in tasks.items()
+        task_id: f"{STOPPED_WHILE_IT_RAN}{why}" if task_id in stopped else messages[task_id]
+        for task_id in tasks
     }
 
 
@@ -192,14 +198,15 @@ STOPPED_WHILE_IT_RAN = "stopped while it ran: "
 """The start of the message of a task its run's end stopped (``stopped_messages``)."""
 
 
-def shown_state(state: str, message: str, reused_from: str = "") -> str:
+def shown_state(state: str, message: str, reused_from: str = "", *, stopped: bool = False) -> str:
     """What a task's badge and ``simrun show`` say it is: its state, but "stopped: run
-    cancelled" (or "stopped: run failed") for one its run's end stopped while it ran, whose
-    record stays skipped as the spec says, and "reused from <run>" for one done from the
-    outputs of a task of ``reused_from``."""
+    cancelled" (or "stopped: run failed") for one its run's end ``stopped`` while it ran
+    (``Task.stopped_while_running``), whose record stays skipped as the spec says, and "reused
+    from <run>" for one done from the outputs of a task of ``reused_from``. Why it was stopped
+    is the run's message, kept in the task's after ``STOPPED_WHILE_IT_RAN``."""
     if reused_from:
         return f"reused from {reused_from}"
-    if state != TaskState.SKIPPED or not message.startswith(STOPPED_WHILE_IT_RAN):
+    if state != TaskState.SKIPPED or not stopped:
         return state
     why = message.removeprefix(STOPPED_WHILE_IT_RAN)
     return "stopped: run cancelled" if why.startswith("cancelled") else "stopped: run failed"
@@ -426,13 +433,18 @@ def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
     return poll
 
 
-def task_changes(task: Task, state: TaskState, message: str) -> dict[str, Any]:
-    """The fields of a task to write for its new state, units done included."""
+def task_changes(
+    task: Task, state: TaskState, message: str, *, stopped: bool = False
+) -> dict[str, Any]:
+    """The fields of a task to write for its new state, units done included; ``stopped``: its
+    run's end stopped it while it ran (``stopped_tasks``)."""
     changes: dict[str, Any] = {}
     if state != task.state:
         changes["state"] = state
     if message != task.message:
         changes["message"] = message
+    if stopped and not task.stopped_while_running:
+        changes["stopped_while_running"] = True
     if state in STARTED_STATES and task.started_at is None:
         changes["started_at"] = timezone.now()
     if state in FINAL_TASK_STATES and task.ended_at is None:

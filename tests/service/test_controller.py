@@ -998,8 +998,33 @@ def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(lau
     sweep, summary = (fresh(run).tasks.get(task_id=t) for t in ("sweep", "summary"))
     assert sweep.state == "skipped" and summary.state == "skipped"
     assert sweep.message == "stopped while it ran: cancelled by the user"
+    assert sweep.stopped_while_running and not summary.stopped_while_running
     assert sweep.started_at is not None and sweep.units_done == done
     assert summary.message == "" and summary.started_at is None
+
+
+def test_a_task_a_failed_run_stops_while_it_runs_is_marked_stopped(launch, fake):
+    from runs.control.states import shown_state
+
+    run = launch(
+        {
+            "tasks": {
+                "a": {"type": "squares", "settings": {"n": 2}},
+                "b": {"type": "squares", "settings": {"n": 2}},
+            }
+        }
+    )
+    fake.set_nodes(run.workflow, {"a-w0": "Running", "b-w0": "Running"})
+    poll(fake)
+    fake.set_nodes(run.workflow, {"a-w0": "Failed"})
+    poll(fake)
+
+    a, b = (fresh(run).tasks.get(task_id=t) for t in ("a", "b"))
+    assert fresh(run).state == RunState.FAILED and (a.state, b.state) == ("failed", "skipped")
+    assert b.stopped_while_running and not a.stopped_while_running
+    assert b.message.startswith("stopped while it ran: task a failed")
+    shown = shown_state(b.state, b.message, stopped=b.stopped_while_running)
+    assert shown == "stopped: run failed"
 
 
 def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(launch, fake):
