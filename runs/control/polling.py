@@ -16,17 +16,10 @@ from typing import Any
 from django.db import transaction
 
 from runs.backends.base import Backend
+from runs.control.closing import closed, stopped_messages, stopped_tasks
 from runs.control.log_keeping import keep_logs
 from runs.control.settling import settle_run
-from runs.control.states import (
-    Poll,
-    closed,
-    observe,
-    resolve_gone,
-    stopped_messages,
-    stopped_tasks,
-    task_changes,
-)
+from runs.control.states import Poll, observe, resolve_gone, task_changes
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Run, RunState, Task, TaskState
 from runs.planning.records import task_plans
 

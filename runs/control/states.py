@@ -146,56 +146,9 @@ def _unsplit_state(phase: str | None) -> TaskState:
     return _pods_state([phase])
 
 
-def closed(
-    *,
-    run: Run,
-    state: RunState,
-    tasks: Mapping[str, TaskState],
-    message: str,
-    workflow_exists: bool = True,
-    **update: Any,
-) -> tuple[dict[str, Any], dict[str, TaskState]]:
-    """The terminal record: tasks not final are skipped, the node is to release.
-
-    Returns the changes of the run (``update`` are further fields of it) and the states of
-    its tasks. The workflow is to stop or cancel and its logs to keep, unless it is gone
-    (``workflow_exists=False``) or there is none.
-    """
-    exists = workflow_exists and bool(update.get("workflow", run.workflow))
-    changes = {
-        "state": state,
-        "message": message,
-        "ended_at": timezone.now(),
-        "pending_release": bool(update.get("reserved_node", run.reserved_node)),
-        "pending_cancel": exists,
-        "pending_logs": bool(update.get("workflow", run.workflow)),
-        "merge_pending": {},
-        "reports_pending": {},
-        **update,
-    }
-    final = {t: s if s in FINAL_TASK_STATES else TaskState.SKIPPED for t, s in tasks.items()}
-    return changes, final
-
-
-def stopped_tasks(tasks: Mapping[str, TaskState]) -> set[str]:
-    """The tasks a run's end stops while they run: skipped, yet they ran (their units done
-    kept), so they are marked ``Task.stopped_while_running`` and say so in their message."""
-    return {task_id for task_id, state in tasks.items() if state in ACTIVE_STATES}
-
-
-def stopped_messages(
-    tasks: Mapping[str, TaskState], messages: Mapping[str, str], why: str
-) -> dict[str, str]:
-    """The task messages of a run's end: a task it stops while running says so, and why."""
-    stopped = stopped_tasks(tasks)
-    return {
-        task_id: f"{STOPPED_WHILE_IT_RAN}{why}" if task_id in stopped else messages[task_id]
-        for task_id in tasks
-    }
-
-
 STOPPED_WHILE_IT_RAN = "stopped while it ran: "
-"""The start of the message of a task its run's end stopped (``stopped_messages``)."""
+"""The start of the message of a task its run's end stopped while it ran
+(``runs.control.closing.stopped_messages``)."""
 
 
 def shown_state(state: str, message: str, reused_from: str = "", *, stopped: bool = False) -> str:
