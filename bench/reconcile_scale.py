@@ -197,7 +197,7 @@ def timed_pass(side) -> tuple[float, int, int]:
     """Seconds, queries and backend calls of one reconcile (the lock included)."""
     from django.db import connection
 
-    from runs.control import controller
+    from runs.control import reconciling
 
     queries = 0
 
@@ -209,7 +209,7 @@ def timed_pass(side) -> tuple[float, int, int]:
     calls = side.calls()
     with connection.execute_wrapper(count):
         start = time.perf_counter()
-        controller.reconcile(backend=side.backend)
+        reconciling.reconcile(backend=side.backend)
         seconds = time.perf_counter() - start
     return seconds, queries, side.calls() - calls
 
@@ -220,10 +220,10 @@ STEADY_PASSES = 5
 def resync_due(backend) -> bool:
     """Make every run's resync due, as an hour passed; whether the loop has a poll memory."""
     try:
-        from runs.control import unchanged
+        from runs.control import poll_memory
     except ImportError:
         return False
-    memory = unchanged.memory_of(backend)
+    memory = poll_memory.memory_of(backend)
     if memory is None:
         return False
     memory.clock = lambda: time.monotonic() + 2 * float(os.environ["SIMRUN_RESYNC_S"])
@@ -234,10 +234,10 @@ def forget_polls() -> bool:
     """Lose what the loop remembers of its polls, as a restarted service does; whether the
     loop has a memory (a checkout from before it polls every run in full at each pass)."""
     try:
-        from runs.control import unchanged
+        from runs.control import poll_memory
     except ImportError:
         return False
-    unchanged._memories.clear()
+    poll_memory._memories.clear()
     return True
 
 

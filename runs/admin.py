@@ -17,7 +17,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from runs.common import token_admin  # noqa: F401 (registers)
-from runs.control import controller, reservations
+from runs.common.errors import Conflict
+from runs.control import cancelling, reservations
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 from runs.reads import accounting
 
@@ -147,9 +148,9 @@ class RunAdmin(_RunModelAdmin):
         cancelled, refused = [], []
         for run in queryset:
             try:
-                controller.request_cancel(run)
+                cancelling.request_cancel(run)
                 cancelled.append(run.id)
-            except controller.Conflict as error:
+            except Conflict as error:
                 refused.append(str(error))
         if cancelled:
             self.message_user(request, f"Cancelled {', '.join(cancelled)}.", messages.SUCCESS)

@@ -317,6 +317,10 @@ class Task(models.Model):
     )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    stopped_while_running = models.BooleanField(
+        default=False,
+        help_text="Skipped because its run ended while it ran: it did run, its units done kept.",
+    )
 
     class Meta:
         ordering = ["run", "position"]

@@ -1,12 +1,12 @@
-"""Celery tasks: thin shells that call one function of the controller (runs/control/controller.py).
+"""Celery tasks: thin shells that each call one function of the control loop (runs/control/).
 
 ``reconcile`` and ``settle`` run on the beat schedule (``CELERY_BEAT_SCHEDULE``); ``reconcile``
-is also sent by ``controller.wake`` (``reconcile_later``, the setting ``SIMRUN_RECONCILE_LATER``),
+is also sent by ``waking.wake`` (``reconcile_later``, the setting ``SIMRUN_RECONCILE_LATER``),
 ``settle`` by a cancel or a release (``settle_later``, ``SIMRUN_SETTLE_LATER``): the control loop
 is handed these senders, it does not import this module. ``submit_run`` is sent per run by
 ``submit_later`` (the setting ``SIMRUN_SUBMIT_LATER``) after its submission commits, and again by
 the loop when a submission stopped; ``recover`` when a worker starts, which also subscribes the
-controller's wake-up to the backend, so a backend that sees a change makes the loop reconcile at
+control loop's wake-up to the backend, so a backend that sees a change makes the loop reconcile at
 once.
 """
 
@@ -26,20 +26,20 @@ def submit_run(run_id: str) -> None:
     """Resolve the image, reserve a node if asked and create the workflow of a run.
 
     Nothing is done while another process submits the run; should that one stop, the loop
-    hands the submission on again (``controller.resume_submission``).
+    hands the submission on again (``submitting.resume_submission``).
     """
-    from runs.control import controller
+    from runs.control import submitting
 
-    controller.submit(run_id)
+    submitting.submit(run_id)
 
 
 @shared_task(name="runs.tasks.learn_run")  # type: ignore[untyped-decorator]  # celery ships no types
 def learn_run(run_id: str) -> None:
-    """Learn the types a run's sources ship, then plan and submit it (``controller.learn``);
+    """Learn the types a run's sources ship, then plan and submit it (``learning.learn``);
     on a queue of its own (``CELERY_TASK_ROUTES``), so it never holds the control loop's."""
-    from runs.control import controller
+    from runs.control import learning
 
-    controller.learn(run_id)
+    learning.learn(run_id)
 
 
 def learn_later(run_id: str) -> None:
@@ -65,9 +65,9 @@ def reconcile_later() -> None:
 @shared_task(name="runs.tasks.settle")  # type: ignore[untyped-decorator]  # celery ships no types
 def settle(run_id: str | None = None) -> None:
     """Retry the pending logs, release and cancellation of terminal runs (one, or all)."""
-    from runs.control import controller
+    from runs.control import settling
 
-    controller.settle_pending(run_id)
+    settling.settle_pending(run_id)
 
 
 @shared_task(name="runs.tasks.reconcile")  # type: ignore[untyped-decorator]  # celery ships no types
@@ -77,10 +77,10 @@ def reconcile() -> None:
     A line at INFO only for a pass that changed a run (DEBUG otherwise): every 5 s.
     """
     from runs.common import metrics
-    from runs.control import controller
+    from runs.control import reconciling
 
     with metrics.reconcile_timer() as timer:
-        changed = controller.reconcile()
+        changed = reconciling.reconcile()
     metrics.count_changed(changed)
     level = logging.INFO if changed else logging.DEBUG
     log.log(level, "reconciled", extra={"changed": changed, "seconds": timer.seconds})
@@ -89,19 +89,19 @@ def reconcile() -> None:
 @shared_task(name="runs.tasks.recover")  # type: ignore[untyped-decorator]  # celery ships no types
 def recover() -> None:
     """Resume what a stopped service left: submissions, unnamed records, pending work."""
-    from runs.control import controller
+    from runs.control import recovery
 
-    controller.recover()
+    recovery.recover()
 
 
 @worker_ready.connect  # type: ignore[untyped-decorator]  # celery ships no types
 def follow_backend(**kwargs: Any) -> None:
-    """When a worker starts: subscribe the controller's wake-up to the backend, then recover."""
+    """When a worker starts: subscribe the control loop's wake-up to the backend, then recover."""
     from runs.backends import get_backend
-    from runs.control import controller
+    from runs.control import waking
 
     try:
-        get_backend().subscribe(controller.wake)
+        get_backend().subscribe(waking.wake)
     except Exception:
         log.exception("cannot subscribe to the backend; the loop reconciles at its polls")
     recover.delay()

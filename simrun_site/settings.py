@@ -282,7 +282,7 @@ CELERY_TASK_ROUTES = {"runs.tasks.learn_run": {"queue": "learning"}}
 SIMRUN_POLL_S = _positive("SIMRUN_POLL_S", 5.0)
 SIMRUN_SETTLE_S = _positive("SIMRUN_SETTLE_S", 30.0)
 # A live run whose record and workflow did not change is skipped by a pass, but polled in full
-# at least this often, as informers resync (runs/control/unchanged.py).
+# at least this often, as informers resync (runs/control/poll_memory.py).
 SIMRUN_RESYNC_S = _positive("SIMRUN_RESYNC_S", 60.0)
 # A pass slower than the poll must not queue up beat's messages: stale ones expire.
 CELERY_BEAT_SCHEDULE = {

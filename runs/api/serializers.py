@@ -141,7 +141,12 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         ]
 
     def get_shown_state(self, task: Task) -> str:
-        return shown_state(task.state, task.message, task.reused_run if task.reused_whole else "")
+        return shown_state(
+            task.state,
+            task.message,
+            task.reused_run if task.reused_whole else "",
+            stopped=task.stopped_while_running,
+        )
 
     @extend_schema_field(
         {

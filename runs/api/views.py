@@ -40,7 +40,7 @@ from runs.api.serializers import (
     RunSerializer,
     run_detail_serializer,
 )
-from runs.control import controller
+from runs.control import cancelling
 from runs.models import Run, RunState
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import RunSpec, SpecError, validate_spec
@@ -232,10 +232,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         run = get_object_or_404(with_progress(visible_runs(request.user)), pk=pk)
-        try:
-            controller.request_cancel(run)
-        except controller.Conflict as error:
-            return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
+        cancelling.request_cancel(run)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(

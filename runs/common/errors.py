@@ -27,7 +27,7 @@ class CannotRun(Refusal):
     status_code = 503
 
 
-class Conflict(Refusal):
+class Conflict(Refusal, ValueError):
     """The request does not fit the run's state now (cancelling a run that ended)."""
 
     status_code = 409

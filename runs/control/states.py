@@ -1,14 +1,13 @@
 """What a backend's status means: the states of the tasks and the verdict of a run (spec/000).
 
 Functions of one poll of one live run, which read the record and the store but write
-nothing: ``runs.control.controller`` writes what they decide, compare-and-set. The state of a run
+nothing: ``runs.control.polling`` writes what they decide, compare-and-set. The state of a run
 is the service's, not the backend's (Ruling 17b).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -21,37 +20,35 @@ from django.utils import timezone
 from harness import untrusted
 from harness.merge import MERGED_MARKER
 from harness.report import PROGRESS_UNIT, WorkerReport
-from runs.backends import retry_rule
 from runs.backends.base import (
     PREEMPTED_PHASE,
     RETRYING_PHASE,
     BackendStatus,
-    FailedAttempt,
     TaskPlan,
     worker_of_node,
 )
 from runs.common import store
 from runs.common.store import TaskFolder
-from runs.control import observations
-from runs.control.observations import attempt_memory_gb, task_of
+from runs.control.failures import (
+    FAILED_PHASES,
+    Failures,
+    as_time,
+    exit_codes,
+    read_failures,
+    why_failed,
+)
+from runs.control.observations import attempt_memory_gb
+from runs.control.reports import read_unrefused, report_names, task_of
 from runs.models import FINAL_TASK_STATES, Attempt, Run, RunState, Task, TaskKind, TaskState
 
 log = logging.getLogger(__name__)
 
-FAILED_PHASES = frozenset({"Failed", "Error"})
 SKIPPED_PHASES = frozenset({"Skipped", "Omitted"})
 ENDED_PHASES = frozenset({"Succeeded", "Failed", "Error"})
 ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.PREEMPTED, TaskState.RETRYING})
 STARTED_STATES = ACTIVE_STATES | {TaskState.DONE}
 PROGRESS_BYTES_PER_UNIT = 512
 PROGRESS_MIN_CAP = 64 * 1024
-EXIT_MEANINGS = {
-    3: "a unit or the merge failed",
-    4: "a configuration error",
-    75: "the store failed; retried",
-    137: "killed",
-    143: "stopped on SIGTERM",
-}
 
 
 def has_merge_marker(folder: TaskFolder) -> bool:
@@ -149,72 +146,20 @@ def _unsplit_state(phase: str | None) -> TaskState:
     return _pods_state([phase])
 
 
-def describe(key: str, attempt: FailedAttempt) -> str:
-    """A failed attempt in words, for the message of its task and run."""
-    what = f"{key} (attempt {attempt.attempt})"
-    if attempt.oom_killed:
-        return f"{what} was killed for memory"
-    if attempt.exit_code is None:
-        return f"{what} failed: {attempt.message or 'no exit code'}"
-    meaning = EXIT_MEANINGS.get(attempt.exit_code)
-    text = f"{what} exited {attempt.exit_code}" + (f" ({meaning})" if meaning else "")
-    return text + (f": {attempt.message}" if attempt.message else "")
-
-
-def closed(
-    *,
-    run: Run,
-    state: RunState,
-    tasks: Mapping[str, TaskState],
-    message: str,
-    workflow_exists: bool = True,
-    **update: Any,
-) -> tuple[dict[str, Any], dict[str, TaskState]]:
-    """The terminal record: tasks not final are skipped, the node is to release.
-
-    Returns the changes of the run (``update`` are further fields of it) and the states of
-    its tasks. The workflow is to stop or cancel and its logs to keep, unless it is gone
-    (``workflow_exists=False``) or there is none.
-    """
-    exists = workflow_exists and bool(update.get("workflow", run.workflow))
-    changes = {
-        "state": state,
-        "message": message,
-        "ended_at": timezone.now(),
-        "pending_release": bool(update.get("reserved_node", run.reserved_node)),
-        "pending_cancel": exists,
-        "pending_logs": bool(update.get("workflow", run.workflow)),
-        "merge_pending": {},
-        "reports_pending": {},
-        **update,
-    }
-    final = {t: s if s in FINAL_TASK_STATES else TaskState.SKIPPED for t, s in tasks.items()}
-    return changes, final
-
-
-def stopped_messages(
-    tasks: Mapping[str, TaskState], messages: Mapping[str, str], why: str
-) -> dict[str, str]:
-    """The task messages of a run's end: a task it stops while running says so, so a skipped
-    task that ran (its units done kept) is not taken for one that never started."""
-    return {
-        task_id: f"{STOPPED_WHILE_IT_RAN}{why}" if state in ACTIVE_STATES else messages[task_id]
-        for task_id, state in tasks.items()
-    }
-
-
 STOPPED_WHILE_IT_RAN = "stopped while it ran: "
-"""The start of the message of a task its run's end stopped (``stopped_messages``)."""
+"""The start of the message of a task its run's end stopped while it ran
+(``runs.control.closing.stopped_messages``)."""
 
 
-def shown_state(state: str, message: str, reused_from: str = "") -> str:
+def shown_state(state: str, message: str, reused_from: str = "", *, stopped: bool = False) -> str:
     """What a task's badge and ``simrun show`` say it is: its state, but "stopped: run
-    cancelled" (or "stopped: run failed") for one its run's end stopped while it ran, whose
-    record stays skipped as the spec says, and "reused from <run>" for one done from the
-    outputs of a task of ``reused_from``."""
+    cancelled" (or "stopped: run failed") for one its run's end ``stopped`` while it ran
+    (``Task.stopped_while_running``), whose record stays skipped as the spec says, and "reused
+    from <run>" for one done from the outputs of a task of ``reused_from``. Why it was stopped
+    is the run's message, kept in the task's after ``STOPPED_WHILE_IT_RAN``."""
     if reused_from:
         return f"reused from {reused_from}"
-    if state != TaskState.SKIPPED or not message.startswith(STOPPED_WHILE_IT_RAN):
+    if state != TaskState.SKIPPED or not stopped:
         return state
     why = message.removeprefix(STOPPED_WHILE_IT_RAN)
     return "stopped: run cancelled" if why.startswith("cancelled") else "stopped: run failed"
@@ -257,7 +202,7 @@ def observe(
     failed_seen = sum(len(a) for a in status.failed.values())
     found = Failures(kills=run.oom_kills, reports_pending=run.reports_pending)
     if failed_seen != run.failed_seen or run.reports_pending:
-        found = _failures(run, stored, plans, status, now)
+        found = read_failures(run, stored, plans, status, now)
         # An attempt whose report is awaited is not seen yet: the next poll looks again.
         failed_seen -= len(found.reports_pending)
     kills, attempts = found.kills, found.rows
@@ -283,7 +228,7 @@ def observe(
         elif task_id in killed_twice:
             states[task_id], messages[task_id] = TaskState.FAILED, killed_twice[task_id]
         elif state == TaskState.FAILED:
-            messages[task_id] = _failure(task_id, kinds[task_id], status, plans[task_id], grace)
+            messages[task_id] = why_failed(task_id, kinds[task_id], status, plans[task_id], grace)
         elif task_id in merge_pending and state == TaskState.RUNNING:
             messages[task_id] = f"waiting for out/{MERGED_MARKER} of the coordinator's merge"
         else:  # a task ready to start says why it waits, if its backend says
@@ -329,10 +274,10 @@ def _started(
         if phase == "Succeeded":
             folder = store.task_folder(task.run_id, task_id)
             if task_id not in reports:
-                reports[task_id] = observations.reports(folder)
+                reports[task_id] = report_names(folder)
             name = reports[task_id].get((worker, attempt))
             mark = f"{worker}-{attempt}"
-            report = observations.read_unrefused(folder, name, mark) if name else None
+            report = read_unrefused(folder, name, mark) if name else None
         memory = attempt_memory_gb(
             plans[task_id],
             attempt=attempt,
@@ -348,7 +293,7 @@ def _started(
                 exit_code=0 if phase == "Succeeded" else None,
                 node_name=status.hosts.get(node, ""),
                 memory_gb=memory,
-                started_at=_time(status.started.get(node)),
+                started_at=as_time(status.started.get(node)),
                 ended_at=_ended(report, task, now) if phase == "Succeeded" else None,
             )
         )
@@ -396,154 +341,6 @@ def _named(task_ids: list[str]) -> str:
     return ("task " if len(task_ids) == 1 else "tasks ") + ", ".join(task_ids)
 
 
-def _failure(task_id: str, kind: str, status: BackendStatus, plan: TaskPlan, grace: float) -> str:
-    """Why a task failed, from the failed attempts of its pods."""
-    if kind != TaskKind.SPLIT:
-        return _node_failure(task_id, status)
-    for node in (f"{task_id}-w0", f"{task_id}-merge"):
-        if status.tasks.get(node) in FAILED_PHASES:
-            return _node_failure(node, status)
-    return (
-        f"the coordinator {task_id}-w0 succeeded but wrote no out/{MERGED_MARKER} within "
-        f"{grace:g} s: the harness of its image does not merge"
-    )
-
-
-def _node_failure(node: str, status: BackendStatus) -> str:
-    attempts = status.failed.get(node)
-    if attempts:
-        return describe(node, attempts[-1])
-    detail = f": {status.message}" if status.message else ""
-    return f"{node} {status.tasks.get(node, 'failed')}{detail}"
-
-
-def _failures(
-    run: Run,
-    stored: Mapping[str, Task],
-    plans: Mapping[str, TaskPlan],
-    status: BackendStatus,
-    now: float,
-) -> Failures:
-    """The OOM kills of a run and the rows of its failed attempts.
-
-    A kill for memory needs the OOM killer's evidence (Rulings 34, 39): the backend's
-    OOMKilled, or the report of an attempt that exited 137 counting kills in its cgroup. An
-    exit 137 whose report cannot be read yet is decided at a later poll; without a report
-    after ``SIMRUN_REPORT_GRACE_S`` it was a kill after the grace period: an eviction. Each
-    attempt's memory is the one it ran with (``attempt_memory_gb``); a kill of an attempt
-    that had the retry memory, its second proven one, fails its task (Ruling 35).
-    """
-    grace = settings.SIMRUN_REPORT_GRACE_S
-    found = Failures(kills={w: list(a) for w, a in run.oom_kills.items()})
-    listed: dict[str, dict[tuple[str, int], str]] = {}
-    for key, failed in status.failed.items():
-        task_id = task_of(key, stored)
-        if task_id is None:
-            log.warning("run %s: failed attempts of %s, a pod of no task", run.id, key)
-            continue
-        if task_id not in listed:
-            listed[task_id] = observations.reports(store.task_folder(run.id, task_id))
-        plan = plans[task_id]
-        exits = exit_codes(failed)
-        for attempt in failed:
-            # The report is read only where it decides something: the evidence of an exit
-            # 137, or the memory of an attempt its backend does not know.
-            needed = (attempt.exit_code == 137 and not attempt.oom_killed) or not attempt.memory_gb
-            name = listed[task_id].get((key, attempt.attempt)) if needed else None
-            folder = store.task_folder(run.id, task_id)
-            mark = f"{key}-{attempt.attempt}"
-            report = observations.read_unrefused(folder, name, mark) if name else None
-            evidence, note = _evidence(attempt, report)
-            name = f"{key}-{attempt.attempt}"
-            if attempt.exit_code == 137 and not evidence and report is None:
-                first = run.reports_pending.get(name, now)
-                if now - first < grace:
-                    found.reports_pending[name] = first
-                    continue
-                note = f"no report within {grace:g} s: counted as a kill after the grace period"
-            memory = attempt_memory_gb(
-                plan,
-                attempt=attempt.attempt,
-                exits=exits,
-                known_gb=attempt.memory_gb,
-                report=report,
-            )
-            oom = bool(evidence)
-            if oom and attempt.attempt not in found.kills.get(key, []):
-                found.kills.setdefault(key, []).append(attempt.attempt)
-                found.kills[key].sort()
-            with_retry = retry_rule.ran_with_retry_memory(
-                memory, memory_gb=plan.memory_gb, retry_memory_gb=plan.retry_memory_gb
-            )
-            killed = found.kills.get(key, [])
-            if (
-                oom
-                and retry_rule.fails_the_run(proven_kills=len(killed), with_retry_memory=with_retry)
-                and task_id not in found.killed_with_retry
-            ):
-                found.killed_with_retry[task_id] = (
-                    f"{key} was killed for memory again with the retry memory {memory:g} GiB "
-                    f"(attempts {', '.join(map(str, killed))})"
-                )
-            found.rows.append(
-                Attempt(
-                    task=stored[task_id],
-                    worker=key,
-                    attempt=attempt.attempt,
-                    phase="Failed",
-                    exit_code=attempt.exit_code,
-                    oom_killed=oom,
-                    oom_evidence=evidence,
-                    message=note,
-                    evicted=attempt.evicted or (attempt.exit_code == 137 and not oom),
-                    node_name=attempt.node or "",
-                    memory_gb=memory,
-                    reason=attempt.reason,
-                    started_at=_time(attempt.started_at),
-                    ended_at=_time(attempt.ended_at),
-                )
-            )
-    return found
-
-
-def exit_codes(failed: list[FailedAttempt]) -> dict[int, int | None]:
-    """The exit code of each failed attempt, a kill for memory as 137 (the retry rule's)."""
-    return {a.attempt: 137 if a.oom_killed else a.exit_code for a in failed}
-
-
-def _time(epoch: float | None) -> datetime | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
-
-
-def ended_attempts(run: Run, tasks: list[Task], status: BackendStatus) -> list[Attempt]:
-    """The rows of a run's failed attempts as they ended, a kill without a report included
-    (its report is awaited no longer): for a run whose status is no longer polled."""
-    stored = {t.task_id: t for t in tasks}
-    plans = {t.task_id: TaskPlan.model_validate(t.plan) for t in tasks}
-    return _failures(run, stored, plans, status, now=math.inf).rows
-
-
-def _evidence(attempt: FailedAttempt, report: WorkerReport | None) -> tuple[str, str]:
-    """The OOM killer's evidence of a failed attempt ("" without), and a note on what was read."""
-    if attempt.oom_killed:
-        return "OOMKilled", ""
-    if attempt.exit_code != 137 or report is None:
-        return "", ""
-    if report.oom_kills > 0:
-        return f"exit 137; the report counts {report.oom_kills} OOM kill(s) in its cgroup", ""
-    return "", ""
-
-
-@dataclass
-class Failures:
-    """What the failed attempts of a run say: its kills, rows, and what waits for a report."""
-
-    kills: dict[str, list[int]]
-    rows: list[Attempt] = field(default_factory=list)
-    killed_with_retry: dict[str, str] = field(default_factory=dict)
-    reports_pending: dict[str, float] = field(default_factory=dict)
-
-
 def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
     """The tasks of a run whose workflow is gone, from the record and the store (Ruling 23).
 
@@ -589,13 +386,18 @@ def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
     return poll
 
 
-def task_changes(task: Task, state: TaskState, message: str) -> dict[str, Any]:
-    """The fields of a task to write for its new state, units done included."""
+def task_changes(
+    task: Task, state: TaskState, message: str, *, stopped: bool = False
+) -> dict[str, Any]:
+    """The fields of a task to write for its new state, units done included; ``stopped``: its
+    run's end stopped it while it ran (``stopped_tasks``)."""
     changes: dict[str, Any] = {}
     if state != task.state:
         changes["state"] = state
     if message != task.message:
         changes["message"] = message
+    if stopped and not task.stopped_while_running:
+        changes["stopped_while_running"] = True
     if state in STARTED_STATES and task.started_at is None:
         changes["started_at"] = timezone.now()
     if state in FINAL_TASK_STATES and task.ended_at is None:

@@ -23,7 +23,8 @@ from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
 from runs.api.task_views import serve_output
 from runs.common import store
-from runs.control import controller
+from runs.common.errors import Conflict
+from runs.control import cancelling
 from runs.control.states import shown_run_state
 from runs.models import RunState, TaskState
 from runs.reads import accounting, task_files
@@ -148,8 +149,8 @@ def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
     """Cancel a run (the record is written at once; the backend's pods end after)."""
     run = run_or_404(request.user, run_id)
     try:
-        controller.request_cancel(run)
-    except controller.Conflict as error:
+        cancelling.request_cancel(run)
+    except Conflict as error:
         level, notice = messages.WARNING, str(error)
     else:
         level, notice = messages.SUCCESS, f"Run {run.id} cancelled."

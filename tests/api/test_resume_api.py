@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runs.common import store
-from runs.control import controller
+from runs.control import submitting
 from runs.models import Run, RunState, Task, TaskState
 from tests.api.conftest import ended, submitted
 
@@ -87,7 +87,7 @@ def test_each_task_says_what_it_reused_and_from_which_run(owner_client, owner, b
         f"/api/runs/?resume_of={source.id}", data=EDITED, content_type="application/yaml"
     )
     run_id = response.json()["id"]
-    assert controller.submit(run_id, backend=backend)
+    assert submitting.submit(run_id, backend=backend)
 
     tasks = {t["id"]: t for t in owner_client.get(f"/api/runs/{run_id}/").json()["tasks"]}
 
@@ -108,7 +108,7 @@ def test_a_resume_by_staff_of_another_users_run_is_the_owners_and_reuses_their_w
     assert response.status_code == 201, response.content
     answer = response.json()
     assert (answer["owner"], answer["submitted_by"]) == ("alice", staff.get_username())
-    assert controller.submit(answer["id"], backend=backend)
+    assert submitting.submit(answer["id"], backend=backend)
 
     tasks = staff_client.get(f"/api/runs/{answer['id']}/").json()["tasks"]
     assert {t["id"]: t["reused_from"]["run"] for t in tasks} == dict.fromkeys(

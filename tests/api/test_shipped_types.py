@@ -18,7 +18,7 @@ from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 from runs.cli import main
-from runs.control import controller
+from runs.control.learning import learn
 from runs.models import Run, Task
 from runs.planning import learned_types
 from tests.polling import wait_for
@@ -57,12 +57,12 @@ def calls(monkeypatch) -> dict[str, int]:
 
 def learned(client: Any, spec: dict[str, Any]) -> Run:
     """Submit a spec whose sources must be learned: answered at once (202) with the run
-    ``learning``, no code of theirs run; then learned as the worker does (``controller.learn``)."""
+    ``learning``, no code of theirs run; then learned as the worker does (``learning.learn``)."""
     response = client.post("/api/runs/", spec, format="json")
     assert response.status_code == 202, response.json()
     assert response.json()["state"] == "learning" and response.json()["tasks"] == []
     run_id = response.json()["id"]
-    assert controller.learn(run_id)
+    assert learn(run_id)
     return Run.objects.get(pk=run_id)
 
 
@@ -338,7 +338,7 @@ def test_a_build_that_sleeps_holds_no_request_and_is_stopped_at_its_timeout(
     assert response.status_code == 202, response.json()
     assert calls == {"build": 0, "describe": 0}  # nothing of theirs ran in the request
     assert learning == [response.json()["id"]]  # handed to the learner, after the commit
-    assert controller.learn(response.json()["id"])
+    assert learn(response.json()["id"])
     run = Run.objects.get(pk=response.json()["id"])
     assert run.state == "failed"
     assert "did not end within 8 s" in run.message and "SIMRUN_LEARN_INSTALL_S" in run.message

@@ -222,7 +222,7 @@ def web_calls(backend: ArgoBackend) -> None:
 
 
 def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
-    """What the Celery worker asks of the cluster: a submission (runs.control.controller.submit),
+    """What the Celery worker asks of the cluster: a submission (runs.control.submitting.submit),
     the loop (status, logs, stop), settling (cancel, release) and the watch (runs.tasks)."""
     woken = threading.Event()
     try:

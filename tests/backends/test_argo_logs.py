@@ -13,7 +13,7 @@ from harness.tasktypes import task_types
 from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.common import store
-from runs.control import controller
+from runs.control import log_keeping, submitting
 from runs.models import Run, Task, TaskState
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
@@ -109,7 +109,7 @@ def test_the_controller_keeps_each_log_as_its_pod_ends_so_the_pod_gc_cannot_outr
     backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=settings.SIMRUN_STORE)
     text = yaml.safe_dump({"tasks": {"sweep": {"type": "squares", "settings": {"n": 40}}}})
     run = create_run(spec=parse_spec(text, types=task_types()), owner=owner, backend=backend)
-    assert controller.submit(run.id, backend=backend)
+    assert submitting.submit(run.id, backend=backend)
     run = Run.objects.get(pk=run.pk)
     Task.objects.filter(run=run).update(state=TaskState.RUNNING)
     tasks = list(run.tasks.all())
@@ -126,8 +126,8 @@ def test_the_controller_keeps_each_log_as_its_pod_ends_so_the_pod_gc_cannot_outr
     kube.state.put_pod(pod_of("p0", "sweep-w0(0)", "Failed", 0), log="killed\n")
     kube.state.put_pod(pod_of("p1", "sweep-w0(1)", "Running", 1), log="working\n")
 
-    controller.keep_logs(run, tasks, backend=backend)
-    controller.keep_logs(run, tasks, backend=backend)
+    log_keeping.keep_logs(run, tasks, backend=backend)
+    log_keeping.keep_logs(run, tasks, backend=backend)
 
     folder = store.task_dir(run.id, "sweep") / "logs"
     assert sorted(p.name for p in folder.iterdir()) == ["sweep-w0-0.log"]
@@ -141,7 +141,7 @@ def test_the_controller_keeps_each_log_as_its_pod_ends_so_the_pod_gc_cannot_outr
 
     kube.state.pods[("simrun", "p1")]["status"]["phase"] = "Succeeded"
     kube.state.intercept = gone
-    controller.keep_logs(run, tasks, backend=backend)
+    log_keeping.keep_logs(run, tasks, backend=backend)
 
     assert (folder / "sweep-w0-0.log").read_text() == "killed\n"
     assert (folder / "sweep-w0-1.log").read_text() == (

@@ -15,7 +15,7 @@ from runs.backends.argo.backend import ArgoBackend
 from runs.backends.argo.nodes import POOL_LABEL, RESERVABLE
 from runs.backends.base import ClusterConfig, NodeInfo, TaskPlan
 from runs.backends.nodes import choose_node
-from runs.control import controller
+from runs.control import submitting
 from runs.models import Run, RunState
 from runs.planning.planner import plan_run
 from runs.planning.spec import SpecError
@@ -383,7 +383,7 @@ def test_a_submission_that_loses_its_node_to_another_run_reserves_the_next(
 
     kube.state.intercept = other_run_first
 
-    assert controller.submit(run.id, backend=backend)
+    assert submitting.submit(run.id, backend=backend)
 
     run = Run.objects.get(pk=run.pk)
     assert (run.state, run.reserved_node) == (RunState.RUNNING, "pool-big")

@@ -18,7 +18,7 @@ from harness.tasktypes import task_types
 from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.common import store
-from runs.control import controller
+from runs.control import submitting
 from runs.models import Run, RunState, Task, TaskState
 from runs.planning.reruns import submit_rerun
 from runs.planning.spec import validate_spec
@@ -74,7 +74,7 @@ def test_the_workflow_of_a_resumed_run_leaves_its_reused_tasks_out(
     spec = validate_spec(source.spec, types=task_types())
     run = submit_rerun(source=source, spec=spec, actor=owner, resume=True)
 
-    assert controller.submit(run.id, backend=argo)
+    assert submitting.submit(run.id, backend=argo)
 
     run = Run.objects.get(pk=run.pk)
     workflow = kube.state.workflows[("simrun", run.workflow)]
@@ -97,7 +97,7 @@ def test_the_pods_of_a_partly_reused_split_task_compute_only_the_units_not_reuse
     source = source_run(owner, argo)
     spec = validate_spec(source.spec, types=task_types())
     run = submit_rerun(source=source, spec=spec, actor=owner, resume=True)
-    assert controller.submit(run.id, backend=argo)
+    assert submitting.submit(run.id, backend=argo)
     workflow = kube.state.workflows[("simrun", Run.objects.get(pk=run.pk).workflow)]
 
     for name in ("sweep-w0", "sweep-merge"):

@@ -12,7 +12,7 @@ import yaml
 from harness.tasktypes import task_types
 from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
-from runs.control import controller
+from runs.control import submitting
 from runs.models import Run, RunState
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
@@ -33,7 +33,7 @@ def test_a_resumed_submission_refused_cancels_the_workflow_made_before_the_cache
     earlier = ArgoBackend(cluster=ClusterConfig(), api=kube.client(), store=settings.SIMRUN_STORE)
     spec = parse_spec(yaml.safe_dump(SPEC), types=task_types())
     run = create_run(spec=spec, owner=owner, backend=earlier, schedule=lambda run_id: None)
-    assert controller.submit(run.id, backend=earlier)
+    assert submitting.submit(run.id, backend=earlier)
     made = f"simrun-{run.id}"
     assert ("simrun", made) in kube.state.workflows
     earlier.close()
@@ -42,7 +42,7 @@ def test_a_resumed_submission_refused_cancels_the_workflow_made_before_the_cache
     kube.state.argo_version = "v3.6.5"  # since then the cluster went back: refused now
     resumed = ArgoBackend(cluster=ClusterConfig(), api=kube.client(), store=settings.SIMRUN_STORE)
 
-    assert controller.submit(run.id, backend=resumed)
+    assert submitting.submit(run.id, backend=resumed)
 
     run = Run.objects.get(pk=run.pk)
     assert run.state == RunState.FAILED

@@ -16,7 +16,7 @@ from harness.merge import MERGED_MARKER
 from harness.tasktypes import task_types
 from runs.backends.local.backend import LocalBackend
 from runs.common import store
-from runs.control import controller
+from runs.control import cancelling, reconciling, settling, submitting
 from runs.models import Observation, Run, RunState, Task
 from runs.planning import submission
 from runs.planning.reruns import submit_rerun
@@ -77,7 +77,7 @@ def local(tmp_path: Path, settings, home, monkeypatch) -> Any:  # noqa: F811
 def submitted(owner: Any, spec: dict[str, Any], backend: LocalBackend) -> Run:
     text = yaml.safe_dump(spec)
     run = create_run(spec=parse_spec(text, types=task_types()), owner=owner)
-    assert controller.submit(run.id, backend=backend)
+    assert submitting.submit(run.id, backend=backend)
     return Run.objects.get(pk=run.pk)
 
 
@@ -90,11 +90,11 @@ def progress(run: Run, task: str) -> Counter[int]:
 
 def until_ended(run: Run, backend: LocalBackend) -> Run:
     def ended() -> bool:
-        controller.reconcile_pass(backend=backend, schedule=lambda run_id: None)
+        reconciling.reconcile_pass(backend=backend, schedule=lambda run_id: None)
         return Run.objects.get(pk=run.pk).ended and not backend.placements()
 
     wait_for(ended, 120, f"run {run.id} to end")
-    controller.settle(run.id, backend=backend)
+    settling.settle(run.id, backend=backend)
     return Run.objects.get(pk=run.pk)
 
 
@@ -102,8 +102,8 @@ def cancelled_part_way(owner: Any, spec: dict[str, Any], task: str, local: Local
     """A run of ``spec`` cancelled once a third of its units are recorded done."""
     run = submitted(owner, spec, local)
     wait_for(lambda: len(progress(run, task)) >= UNITS // 3, 60, "a third of the units")
-    controller.cancel(run.id)
-    controller.settle(run.id, backend=local)
+    cancelling.cancel(run.id)
+    settling.settle(run.id, backend=local)
     return until_ended(run, local)
 
 
@@ -123,7 +123,7 @@ def outputs(run: Run, task: str) -> dict[str, bytes]:
 def resume(source: Run, backend: LocalBackend, spec_document: dict[str, Any] | None = None) -> Run:
     spec = validate_spec(spec_document or source.spec, types=task_types())
     run = submit_rerun(source=source, spec=spec, actor=source.owner, resume=True)
-    assert controller.submit(run.id, backend=backend)
+    assert submitting.submit(run.id, backend=backend)
     return until_ended(run, backend)
 
 

@@ -25,7 +25,7 @@ from harness.tasktypes import task_types
 from runs.backends.argo.api import CallPolicy
 from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
-from runs.control import controller
+from runs.control import backoff, reconciling, settling, submitting
 from runs.models import Run, RunState
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
@@ -61,7 +61,7 @@ def stalled_round(owner, kube: KubeApiServer, argo: ArgoBackend) -> dict[str, An
     """One run through a stall of the API; what it showed."""
     spec = parse_spec(yaml.safe_dump(SPEC), types=task_types())
     run = create_run(spec=spec, owner=owner, backend=argo, schedule=lambda run_id: None)
-    assert controller.submit(run.id, backend=argo)
+    assert submitting.submit(run.id, backend=argo)
     run = Run.objects.get(pk=run.pk)
     assert run.state == RunState.RUNNING, run.message
     kube.state.put_workflow(argo_status(run.id, "Running"))
@@ -71,16 +71,16 @@ def stalled_round(owner, kube: KubeApiServer, argo: ArgoBackend) -> dict[str, An
     started = time.monotonic()
     now = timezone.now()
     with time_machine.travel(now, tick=False):
-        controller.reconcile_pass(backend=argo, schedule=lambda run_id: None)
+        reconciling.reconcile_pass(backend=argo, schedule=lambda run_id: None)
     stalled_s = time.monotonic() - started
     aside = Run.objects.get(pk=run.pk).reconcile_after
     kube.state.intercept = None
     kube.state.put_workflow(argo_status(run.id, "Succeeded"))
     time.sleep(CALLS.quiet_s)  # the backend's quiet time after a silence (a monotonic clock)
-    later = now + timedelta(seconds=controller.UNAVAILABLE_MAX_S + 1)
+    later = now + timedelta(seconds=backoff.UNAVAILABLE_MAX_S + 1)
     with time_machine.travel(later, tick=False):
-        controller.reconcile_pass(backend=argo, schedule=lambda run_id: None)
-        controller.settle_pending(backend=argo)
+        reconciling.reconcile_pass(backend=argo, schedule=lambda run_id: None)
+        settling.settle_pending(backend=argo)
     run = Run.objects.get(pk=run.pk)
     return {
         "state": run.state,
@@ -103,4 +103,4 @@ def test_a_stalled_api_neither_freezes_the_loop_nor_leaves_a_run_stuck(owner, ku
     for outcome in found:
         assert outcome["state"] == RunState.SUCCEEDED and not outcome["live"], outcome
         assert outcome["stalled_pass_s"] < PASS_LIMIT_S, outcome
-        assert 0 < outcome["retried_within_s"] <= controller.UNAVAILABLE_MAX_S, outcome
+        assert 0 < outcome["retried_within_s"] <= backoff.UNAVAILABLE_MAX_S, outcome

@@ -23,7 +23,7 @@ from runs import tasks
 from runs.api.authentication import create_token
 from runs.backends.fake import FakeBackend
 from runs.common import store
-from runs.control import controller
+from runs.control import reconciling, submitting
 from runs.models import Run, TaskKind
 from tests.api.conftest import backend, queued, settled  # noqa: F401, F811
 from tests.e2e.service import CONFIGURATION, SIMRUN
@@ -47,11 +47,11 @@ class FakeCluster(threading.Thread):
         try:
             while not self.halt.wait(STEP_S):
                 for run_id in [r for r in self.handed if r not in self.steps]:
-                    controller.submit(run_id, backend=self.backend)
+                    submitting.submit(run_id, backend=self.backend)
                     self.steps[run_id] = 0
                 for run_id in list(self.steps):
                     self.advance(run_id)
-                controller.reconcile_pass(backend=self.backend)
+                reconciling.reconcile_pass(backend=self.backend)
         except BaseException as error:  # reported by the fixture, not lost in a thread
             self.error = error
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.control import controller
+from runs.control import cancelling
 from tests.api.conftest import backend, running, submitted  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 def test_the_api_and_simrun_show_say_it_was_stopped(owner, owner_client, simrun, backend):  # noqa: F811
     cancelled = running(submitted(owner), sweep="running")
-    controller.cancel(cancelled.id)
+    cancelling.cancel(cancelled.id)
     tasks = {t["id"]: t for t in owner_client.get(f"/api/runs/{cancelled.id}/").json()["tasks"]}
     assert tasks["sweep"]["state"] == "skipped"
     assert tasks["sweep"]["shown_state"] == "stopped: run cancelled"

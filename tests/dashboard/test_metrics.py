@@ -11,7 +11,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from runs import tasks
-from runs.control import controller
+from runs.control import submitting
 from runs.models import Attempt, Observation, Run, RunState
 from tests.api.conftest import submitted
 
@@ -39,7 +39,7 @@ def operator(staff) -> Client:
 def test_a_scrape_after_a_run_finds_its_counters(operator, owner, backend):
     before = scrape(operator)
     run = submitted(owner)
-    controller.submit(run.id, backend=backend)
+    submitting.submit(run.id, backend=backend)
     run.refresh_from_db()
     backend.finish(run.workflow, "Succeeded")
     tasks.reconcile()

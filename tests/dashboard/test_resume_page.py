@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from runs.common import store
-from runs.control import controller
+from runs.control import submitting
 from runs.models import Reuse, Run, RunState, Task
 from runs.web.timeline import timeline
 from tests.api.conftest import ended, running, submitted
@@ -90,7 +90,7 @@ def test_a_reused_task_reads_reused_from_its_run_and_the_timeline_marks_its_unit
     source = ended(source, RunState.SUCCEEDED)
     alice.post(f"/runs/{source.id}/resume/")
     run = Run.objects.exclude(pk=source.pk).get()
-    assert controller.submit(run.id, backend=backend)
+    assert submitting.submit(run.id, backend=backend)
 
     page = alice.get(f"/runs/{run.id}/").content.decode()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs.control import controller
+from runs.control import cancelling
 from runs.models import Task, TaskState
 from tests.api.conftest import running, submitted
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def cancelled(owner, backend):
     run = running(submitted(owner), sweep="running")
-    controller.cancel(run.id)
+    cancelling.cancel(run.id)
     return run
 
 

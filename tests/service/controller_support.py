@@ -21,8 +21,8 @@ from runs.backends import get_backend
 from runs.backends.base import PodLog
 from runs.backends.fake import FakeBackend
 from runs.common import store
-from runs.control import controller
-from runs.control.observations import task_of
+from runs.control import reconciling, submitting
+from runs.control.reports import task_of
 from runs.models import Run, Task
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
@@ -83,7 +83,7 @@ def launch(owner: Any, fake: FakeBackend, sent: Any) -> Callable[..., Run]:
             spec=parse_spec(yaml.safe_dump(spec, sort_keys=False), types=task_types()), owner=owner
         )
         if submit:
-            assert controller.submit(run.id, backend=fake)
+            assert submitting.submit(run.id, backend=fake)
         return Run.objects.get(pk=run.pk)
 
     return launch
@@ -91,7 +91,7 @@ def launch(owner: Any, fake: FakeBackend, sent: Any) -> Callable[..., Run]:
 
 def poll(backend: FakeBackend) -> int:
     """One reconcile pass over the live runs."""
-    return controller.reconcile_pass(backend=backend)
+    return reconciling.reconcile_pass(backend=backend)
 
 
 def fresh(run: Run) -> Run:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from runs.backends.base import FailedAttempt
-from runs.control import controller
+from runs.control import cancelling, settling
 from runs.models import Attempt
 from tests.service.controller_support import (  # noqa: F401
     fake,
@@ -29,14 +29,14 @@ def test_a_cancelled_runs_attempts_get_their_exit_code_how_and_when_they_ended(l
     fake.set_nodes(name, {"say": "Running"})
     fake.set_phase(name, "Running")
     poll(fake)
-    controller.request_cancel(fresh(run))
+    cancelling.request_cancel(fresh(run))
     stopped = "stopped by the cancellation of its run (exit code 143)"
     with fake.state() as state:
         state.workflows[name].failed["say"] = [
             FailedAttempt(attempt=0, exit_code=143, node="here", message=stopped, ended_at=ENDED)
         ]
 
-    controller.settle(run.id, backend=fake)
+    settling.settle(run.id, backend=fake)
 
     attempt = Attempt.objects.get(task__run=run)
     assert (attempt.worker, attempt.phase, attempt.exit_code, attempt.node_name) == (
@@ -51,9 +51,9 @@ def test_a_cancelled_runs_attempts_get_their_exit_code_how_and_when_they_ended(l
 
 def test_the_ends_of_a_cancelled_run_wait_until_its_processes_ended(launch, fake):
     run = launch({"tasks": {"say": {"command": ["sleep", "60"]}}})
-    controller.request_cancel(fresh(run))
+    cancelling.request_cancel(fresh(run))
     fake.set_phase(fresh(run).workflow, "Running")  # still ending
 
-    assert not controller.record_ends(fresh(run), list(run.tasks.all()), backend=fake)
+    assert not settling.record_ends(fresh(run), list(run.tasks.all()), backend=fake)
     fake.set_phase(fresh(run).workflow, "Failed")
-    assert controller.record_ends(fresh(run), list(run.tasks.all()), backend=fake)
+    assert settling.record_ends(fresh(run), list(run.tasks.all()), backend=fake)

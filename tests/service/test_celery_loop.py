@@ -89,8 +89,8 @@ class Service:
         )
 
     def wake(self) -> None:
-        """``controller.wake()`` in a process of the service."""
-        script = "import django; django.setup(); from runs.control.controller import wake; wake()"
+        """``waking.wake()`` in a process of the service."""
+        script = "import django; django.setup(); from runs.control.waking import wake; wake()"
         subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=self.env, check=True)
 
 

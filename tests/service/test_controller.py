@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from runs.backends.base import RETRYING_PHASE, TaskPlan
 from runs.common import store
+from runs.common.errors import Conflict
 from runs.models import Attempt, Observation, Run, RunState, Task, TaskState
 from tests.service.controller_support import (  # noqa: F401
     PIPELINE,
@@ -517,10 +518,10 @@ def test_a_report_marked_recorded_is_not_recorded_again_even_without_its_observa
 @pytest.fixture
 def report_reads(monkeypatch):
     """The bytes the controller read of each report, by name."""
-    from runs.control import observations
+    from runs.control import reports
 
     found: dict[str, int] = {}
-    real = observations.untrusted.read_bytes
+    real = reports.untrusted.read_bytes
 
     def counted(base, relative, cap, **options):
         data = real(base, relative, cap, **options)
@@ -528,7 +529,7 @@ def report_reads(monkeypatch):
         found[name] = found.get(name, 0) + len(data)
         return data
 
-    monkeypatch.setattr(observations.untrusted, "read_bytes", counted)
+    monkeypatch.setattr(reports.untrusted, "read_bytes", counted)
     return found
 
 
@@ -544,14 +545,14 @@ def test_a_runs_reports_another_process_records_now_are_left_owed_not_read_again
 ):
     """The settle of a cancelled run and a pass met on it, and both read every report of its
     tasks, 3,000 planted ones twice: one process at a time records a run's reports."""
-    from runs.control import controller, locks
+    from runs.control import locks, log_keeping
 
     run = launch()
     write_report(run, "sweep-w0", 0)
     planted = write_report(
         run, "sweep-w0", 100
     )  # no attempt of the service's: only a record reads it
-    with locks.hold(controller.recording_lock(run.id)) as held:  # another process's
+    with locks.hold(log_keeping.recording_lock(run.id)) as held:  # another process's
         assert held
         finish_sweep(run, fake)
         assert planted.name not in report_reads
@@ -961,21 +962,21 @@ def test_a_sparse_giant_progress_file_costs_a_bounded_read_a_poll(
 def test_a_cancelled_run_is_written_first_then_its_workflow_cancelled_and_node_released(
     launch, fake, sent, django_capture_on_commit_callbacks
 ):
-    from runs.control import controller
+    from runs.control import cancelling, settling
 
     fake.add_node("node-a")
     run = launch({**PIPELINE, "reserve_node": True})
     fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
     poll(fake)
     with django_capture_on_commit_callbacks(execute=True):
-        controller.cancel(run.id)
+        cancelling.cancel(run.id)
     run = fresh(run)
     assert run.state == RunState.CANCELLED and run.ended_at is not None
     assert run.pending_cancel and run.pending_release and run.pending_logs
     assert states(run) == {"sweep": "skipped", "summary": "skipped", "plot": "skipped"}
     assert sent["runs.tasks.settle"] == [(run.id,)]
     assert fake.called("cancel") == []
-    controller.settle(run.id, backend=fake)
+    settling.settle(run.id, backend=fake)
     run = fresh(run)
     assert fake.called("cancel") == [[run.workflow]] and fake.called("stop") == []
     assert not run.pending_cancel and not run.pending_release
@@ -984,7 +985,7 @@ def test_a_cancelled_run_is_written_first_then_its_workflow_cancelled_and_node_r
 
 def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(launch, fake):
     """Skipped, as the spec's terminal record says, but not taken for one that never started."""
-    from runs.control import controller
+    from runs.control import cancelling
 
     run = launch(PIPELINE)
     fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
@@ -993,58 +994,83 @@ def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(lau
     progress = store.task_dir(run.id, "sweep") / "progress.jsonl"
     progress.write_text("".join(f'{{"unit": {i}}}\n' for i in range(done)))
 
-    controller.cancel(run.id)
+    cancelling.cancel(run.id)
 
     sweep, summary = (fresh(run).tasks.get(task_id=t) for t in ("sweep", "summary"))
     assert sweep.state == "skipped" and summary.state == "skipped"
     assert sweep.message == "stopped while it ran: cancelled by the user"
+    assert sweep.stopped_while_running and not summary.stopped_while_running
     assert sweep.started_at is not None and sweep.units_done == done
     assert summary.message == "" and summary.started_at is None
 
 
+def test_a_task_a_failed_run_stops_while_it_runs_is_marked_stopped(launch, fake):
+    from runs.control.states import shown_state
+
+    run = launch(
+        {
+            "tasks": {
+                "a": {"type": "squares", "settings": {"n": 2}},
+                "b": {"type": "squares", "settings": {"n": 2}},
+            }
+        }
+    )
+    fake.set_nodes(run.workflow, {"a-w0": "Running", "b-w0": "Running"})
+    poll(fake)
+    fake.set_nodes(run.workflow, {"a-w0": "Failed"})
+    poll(fake)
+
+    a, b = (fresh(run).tasks.get(task_id=t) for t in ("a", "b"))
+    assert fresh(run).state == RunState.FAILED and (a.state, b.state) == ("failed", "skipped")
+    assert b.stopped_while_running and not a.stopped_while_running
+    assert b.message.startswith("stopped while it ran: task a failed")
+    shown = shown_state(b.state, b.message, stopped=b.stopped_while_running)
+    assert shown == "stopped: run failed"
+
+
 def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(launch, fake):
-    from runs.control import controller
+    from runs.control import cancelling
 
     with pytest.raises(KeyError):
-        controller.cancel("nosuchrun0")
+        cancelling.cancel("nosuchrun0")
     run = launch()
     finish_sweep(run, fake)
     with pytest.raises(ValueError, match="has ended"):
-        controller.cancel(run.id)
-    assert isinstance(controller.Conflict("x"), ValueError)
+        cancelling.cancel(run.id)
+    assert isinstance(Conflict("x"), ValueError)
 
 
 def test_settling_a_run_deleted_meanwhile_is_ignored(launch, fake):
-    from runs.control import controller
+    from runs.control import settling
 
     run = launch()
     Run.objects.filter(pk=run.pk).delete()
-    assert controller.settle(run.id, backend=fake) is False
-    assert controller.settle_pending(run.id, backend=fake) == 0
+    assert settling.settle(run.id, backend=fake) is False
+    assert settling.settle_pending(run.id, backend=fake) == 0
 
 
 def test_a_cancel_wins_over_a_reconcile_that_read_the_run_before(launch, fake):
-    from runs.control import controller
+    from runs.control import cancelling, polling
 
     run = launch()
     fake.set_nodes(run.workflow, SWEEP_DONE)
     read = fresh(run)
     tasks = list(read.tasks.all())
-    controller.request_cancel(fresh(run))
-    assert controller.reconcile_run(read, tasks, backend=fake) is False
+    cancelling.request_cancel(fresh(run))
+    assert polling.reconcile_run(read, tasks, backend=fake) is False
     assert fresh(run).state == RunState.CANCELLED
     assert fake.called("stop") == []
 
 
 def test_ended_runs_are_settled_by_the_settle_task_too(launch, fake):
-    from runs.control import controller
+    from runs.control import settling
 
     fake.add_node("node-a")
     run = launch({**SWEEP, "reserve_node": True})
     fake.fail_next("unreserve")
     finish_sweep(run, fake)
     assert fresh(run).pending_release
-    assert controller.settle_pending(backend=fake) == 1
+    assert settling.settle_pending(backend=fake) == 1
     assert not fresh(run).pending_release
     assert timezone.now() >= fresh(run).ended_at
 

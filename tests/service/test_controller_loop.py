@@ -19,7 +19,17 @@ from harness.tasktypes import task_types
 from runs.backends import get_backend
 from runs.backends.base import RETRYING_PHASE
 from runs.backends.fake import FakeBackend
-from runs.control import controller, locks
+from runs.common.errors import Conflict
+from runs.control import (
+    cancelling,
+    locks,
+    polling,
+    reconciling,
+    recovery,
+    settling,
+    submitting,
+    waking,
+)
 from runs.models import Attempt, Observation, Run, RunState, Task
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
@@ -45,18 +55,18 @@ SWEEP_DONE = {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"}
 
 
 def test_a_reconcile_while_another_holds_the_lock_does_nothing(fake, monkeypatch):
-    monkeypatch.setattr(controller, "reconcile_pass", lambda **_: pytest.fail("a second pass"))
-    with locks.hold(controller.RECONCILE_LOCK) as held:
+    monkeypatch.setattr(reconciling, "reconcile_pass", lambda **_: pytest.fail("a second pass"))
+    with locks.hold(reconciling.RECONCILE_LOCK) as held:
         assert held
-        assert controller.reconcile(backend=fake) is None
+        assert reconciling.reconcile(backend=fake) is None
 
 
 def test_wake_ups_do_not_pile_up_until_a_reconcile_starts(fake, sent):
     for _ in range(5):
-        controller.wake()
+        waking.wake()
     assert sent["runs.tasks.reconcile"] == [()]
-    assert controller.reconcile(backend=fake) == 0
-    controller.wake()
+    assert reconciling.reconcile(backend=fake) == 0
+    waking.wake()
     assert sent["runs.tasks.reconcile"] == [(), ()], "a reconcile lowers the flag"
 
 
@@ -66,11 +76,11 @@ def test_a_wake_up_during_a_pass_makes_one_more_pass(fake, sent, monkeypatch):
     def one_pass(*, backend, schedule):
         passes.append(backend)
         if len(passes) == 1:
-            controller.wake()
+            waking.wake()
         return 1
 
-    monkeypatch.setattr(controller, "reconcile_pass", one_pass)
-    assert controller.reconcile(backend=fake) == 2
+    monkeypatch.setattr(reconciling, "reconcile_pass", one_pass)
+    assert reconciling.reconcile(backend=fake) == 2
     assert len(passes) == 2
 
 
@@ -83,16 +93,16 @@ def test_a_wake_up_the_broker_refuses_is_logged_and_lets_later_ones_through(
         raise ConnectionError("broker down")
 
     monkeypatch.setattr(tasks.reconcile, "delay", refused)
-    controller.wake()
+    waking.wake()
     assert "cannot wake the control loop" in caplog.text
-    assert locks.raise_flag(controller.WAKE_FLAG, ttl_s=60), "the flag was lowered again"
+    assert locks.raise_flag(waking.WAKE_FLAG, ttl_s=60), "the flag was lowered again"
 
 
 def test_the_backend_wakes_the_loop_through_its_subscription(fake, sent):
     from runs.tasks import follow_backend
 
     follow_backend()
-    assert fake.callbacks == [controller.wake]
+    assert fake.callbacks == [waking.wake]
     assert sent["runs.tasks.recover"] == [()]
     fake.notify()
     assert sent["runs.tasks.reconcile"] == [()]
@@ -176,7 +186,7 @@ def test_a_crash_pushes_a_run_aside_without_making_a_cancel_conflict(launch, fak
     fake.fail_next("status")
     poll(fake)
     assert fresh(run).reconcile_failures == 1
-    controller.request_cancel(before)
+    cancelling.request_cancel(before)
     assert fresh(run).state == RunState.CANCELLED
 
 
@@ -205,7 +215,7 @@ def test_a_cancel_racing_a_reconcile_retries_instead_of_conflicting(launch, fake
     stale = fresh(run)
     fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
     assert poll(fake) == 1, "the reconcile wrote the run after the cancel read it"
-    controller.request_cancel(stale)
+    cancelling.request_cancel(stale)
     run = fresh(run)
     assert run.state == RunState.CANCELLED and run.pending_cancel
     assert states(run) == {"sweep": "skipped"}
@@ -217,8 +227,8 @@ def test_a_cancel_of_a_run_that_ended_meanwhile_conflicts(launch, fake):
     fake.set_nodes(run.workflow, SWEEP_DONE)
     fake.set_phase(run.workflow, "Succeeded")
     poll(fake)
-    with pytest.raises(controller.Conflict, match="has ended"):
-        controller.request_cancel(stale)
+    with pytest.raises(Conflict, match="has ended"):
+        cancelling.request_cancel(stale)
     assert fresh(run).state == RunState.SUCCEEDED
 
 
@@ -272,22 +282,22 @@ def drive(owner, backend: FakeBackend, *, restart: bool) -> list[tuple]:
     sweep, pipeline = create({**SWEEP, "reserve_node": True}), create(PIPELINE)
     late = create(SWEEP)
     for run in (sweep, pipeline):
-        controller.submit(run.id, backend=backend)
+        submitting.submit(run.id, backend=backend)
     sweep, pipeline = fresh(sweep), fresh(pipeline)
     backend.set_nodes(sweep.workflow, {"sweep-w0": "Running"})
     backend.set_nodes(pipeline.workflow, {"sweep-w0": "Retrying"})
     backend.fail_attempt(pipeline.workflow, "sweep-w0", attempt=0, exit_code=137, oom_killed=True)
-    controller.reconcile_pass(backend=backend)
+    reconciling.reconcile_pass(backend=backend)
     if restart:
         get_backend.cache_clear()
         backend = FakeBackend(state_file=backend.state_file)
-        controller.recover(backend=backend)
+        recovery.recover(backend=backend)
     else:
-        controller.submit(late.id, backend=backend)
+        submitting.submit(late.id, backend=backend)
     write_report(pipeline, "sweep-w0", 1)
     for run in (sweep, pipeline, fresh(late)):
         backend.finish(run.workflow)
-    controller.reconcile_pass(backend=backend)
+    reconciling.reconcile_pass(backend=backend)
     return [
         (
             r.state,
@@ -318,7 +328,7 @@ def reconcile_in_thread(run_id: str, backend, results: list, barrier: threading.
         run = Run.objects.get(pk=run_id)
         tasks = list(run.tasks.all())
         barrier.wait(timeout=30)
-        results.append(controller.reconcile_run(run, tasks, backend=backend))
+        results.append(polling.reconcile_run(run, tasks, backend=backend))
     finally:
         connection.close()
 
@@ -364,9 +374,9 @@ def test_no_backend_call_is_made_inside_a_transaction(launch, fake):
     poll(fake)
     poll(fake)
     other = launch(SWEEP)
-    controller.request_cancel(other)
-    controller.settle(other.id, backend=fake)
-    controller.recover(backend=fake)
+    cancelling.request_cancel(other)
+    settling.settle(other.id, backend=fake)
+    recovery.recover(backend=fake)
     assert fresh(run).state == RunState.SUCCEEDED and not fresh(run).live
     assert {name for name, _ in fake.calls} >= {"status", "stop", "unreserve", "cancel", "logs"}
     assert inside == []

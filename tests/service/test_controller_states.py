@@ -11,9 +11,10 @@ from harness import untrusted
 from harness.report import WorkerReport
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE, BackendStatus, TaskPlan
 from runs.common.store import TaskFolder
-from runs.control import controller
-from runs.control.controller import has_merge_marker, task_states
-from runs.control.observations import attempt_of, is_oom
+from runs.control import closing
+from runs.control.observations import is_oom
+from runs.control.reports import attempt_of
+from runs.control.states import has_merge_marker, task_states
 from runs.models import Run, RunState, TaskState
 
 PLAN = TaskPlan(
@@ -202,7 +203,7 @@ def test_only_the_oom_killers_evidence_makes_a_kill_for_memory():
 def test_the_terminal_record_skips_tasks_not_final_and_releases_the_node():
     run = Run(id="r1", workflow="simrun-r1", reserved_node="node-a", merge_pending={"a": 1.0})
     tasks = {"a": TaskState.DONE, "b": TaskState.RUNNING, "c": TaskState.FAILED, "d": "waiting"}
-    changes, final = controller.closed(
+    changes, final = closing.closed(
         run=run, state=RunState.FAILED, tasks=tasks, message="task c failed"
     )
     assert final == {"a": "done", "b": "skipped", "c": "failed", "d": "skipped"}
@@ -214,7 +215,7 @@ def test_the_terminal_record_skips_tasks_not_final_and_releases_the_node():
 
 def test_the_terminal_record_of_a_gone_workflow_has_nothing_to_stop_but_reports_to_record():
     run = Run(id="r1", workflow="simrun-r1", reserved_node="")
-    changes, _ = controller.closed(
+    changes, _ = closing.closed(
         run=run, state=RunState.FAILED, tasks={}, message="gone", workflow_exists=False
     )
     assert not changes["pending_cancel"] and changes["pending_logs"]

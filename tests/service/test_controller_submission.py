@@ -11,9 +11,19 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from runs.backends import cluster_config
-from runs.control import controller, locks
+from runs.control import (
+    backoff,
+    cancelling,
+    locks,
+    reconciling,
+    recovery,
+    settling,
+    submitting,
+    waking,
+)
 from runs.models import Run, RunState
 from runs.planning import images
+from runs.planning.records import run_record
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,
     fake,
@@ -108,8 +118,8 @@ def test_the_submission_wakes_the_loop_after_the_workflow_is_created(launch, fak
     assert order == ["submit"] and sent["runs.tasks.reconcile"] == [()]
     launch()
     assert sent["runs.tasks.reconcile"] == [()], "a wake-up pending is not sent twice"
-    locks.lower_flag(controller.WAKE_FLAG)
-    controller.wake()
+    locks.lower_flag(waking.WAKE_FLAG)
+    waking.wake()
     assert sent["runs.tasks.reconcile"] == [(), ()]
 
 
@@ -146,10 +156,10 @@ def test_a_run_cancelled_while_its_workflow_is_created_ends_with_no_live_workflo
 
     def cancel_meanwhile(method: str) -> None:
         if method == "submit":
-            controller.request_cancel(fresh(run))
+            cancelling.request_cancel(fresh(run))
 
     fake.on_call = cancel_meanwhile
-    assert controller.submit(run.id, backend=fake)
+    assert submitting.submit(run.id, backend=fake)
     run = fresh(run)
     assert run.state == RunState.CANCELLED and run.workflow == f"simrun-{run.id}"
     assert fake.called("cancel") == [[run.workflow]]
@@ -161,8 +171,8 @@ def test_a_run_cancelled_while_its_workflow_is_created_ends_with_no_live_workflo
 def test_a_run_cancelled_while_its_image_builds_is_never_submitted(launch, fake):
     fake.runs_images = True
     run = launch(WITH_PACKAGES, submit=False)
-    fake.on_call = lambda m: m == "build_image" and controller.request_cancel(fresh(run))
-    assert controller.submit(run.id, backend=fake)
+    fake.on_call = lambda m: m == "build_image" and cancelling.request_cancel(fresh(run))
+    assert submitting.submit(run.id, backend=fake)
     assert fresh(run).state == RunState.CANCELLED and fake.called("submit") == []
     assert fake.called("cancel") == [[f"simrun-{run.id}"]], "one a process before may have made"
     assert not fresh(run).pending_cancel
@@ -170,7 +180,7 @@ def test_a_run_cancelled_while_its_image_builds_is_never_submitted(launch, fake)
 
 def test_a_run_no_longer_submitting_is_not_submitted_again(launch, fake):
     run = launch()
-    assert controller.submit(run.id, backend=fake)
+    assert submitting.submit(run.id, backend=fake)
     assert fake.called("submit") == [[run.id]]
 
 
@@ -178,9 +188,9 @@ def test_one_process_at_a_time_submits_a_run(launch, fake):
     run = launch(submit=False)
     with locks.hold(f"submit-{run.id}") as held:
         assert held
-        assert controller.submit(run.id, backend=fake) is False
+        assert submitting.submit(run.id, backend=fake) is False
     assert fresh(run).state == RunState.SUBMITTING and fake.called("submit") == []
-    assert controller.submit(run.id, backend=fake)
+    assert submitting.submit(run.id, backend=fake)
     assert fresh(run).state == RunState.RUNNING
 
 
@@ -197,9 +207,9 @@ def test_a_run_left_submitting_resumes_keeping_its_image_node_and_workflow(launc
     Run.objects.filter(pk=run.pk).update(image=image, reserved_node="node-a")
     fake.reserve("node-a", run.id)
     fake.add_node("node-b", cores=64)
-    workflow = fake.submit(controller.run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
+    workflow = fake.submit(run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
     fake.set_nodes(workflow, {"sweep-w0": "Running"})
-    assert controller.recover(backend=fake) == [run.id]
+    assert recovery.recover(backend=fake) == [run.id]
     run = fresh(run)
     assert run.state == RunState.RUNNING and run.workflow == workflow
     assert run.image == image and run.reserved_node == "node-a"
@@ -212,7 +222,7 @@ def test_a_run_left_submitting_resumes_keeping_its_image_node_and_workflow(launc
 def test_recover_fails_a_running_record_without_a_workflow_name(launch, fake):
     run = launch(submit=False)
     Run.objects.filter(pk=run.pk).update(state=RunState.RUNNING)
-    controller.recover(backend=fake)
+    recovery.recover(backend=fake)
     run = fresh(run)
     assert run.state == RunState.FAILED and "no workflow name" in run.message
     assert not run.pending_cancel and not run.live
@@ -222,17 +232,17 @@ def test_recover_retries_the_pending_work_of_terminal_runs(launch, fake):
     fake.add_node("node-a")
     run = launch({**SWEEP, "reserve_node": True})
     fake.fail_next("cancel")
-    controller.request_cancel(fresh(run))
-    controller.settle(run.id, backend=fake)
+    cancelling.request_cancel(fresh(run))
+    settling.settle(run.id, backend=fake)
     assert fresh(run).pending_cancel and not fresh(run).pending_release
-    controller.recover(backend=fake)
+    recovery.recover(backend=fake)
     assert not fresh(run).live and fake.called("cancel") == [[run.workflow]] * 2
 
 
 def test_recover_leaves_a_submission_running_elsewhere_to_it(launch, fake, sent):
     run = launch(submit=False)
     with locks.hold(f"submit-{run.id}"):
-        assert controller.recover(backend=fake) == []
+        assert recovery.recover(backend=fake) == []
     assert sent["runs.tasks.submit_run"] == [], "the loop hands it on should the other stop"
     assert fresh(run).state == RunState.SUBMITTING
 
@@ -241,18 +251,18 @@ def test_recover_goes_on_after_a_run_whose_recovery_raises(launch, fake, monkeyp
     first, second = launch(submit=False), launch(submit=False)
     ended = launch()
     fake.fail_next("cancel")
-    controller.request_cancel(fresh(ended))
-    controller.settle(ended.id, backend=fake)
+    cancelling.request_cancel(fresh(ended))
+    settling.settle(ended.id, backend=fake)
     assert fresh(ended).pending_cancel
-    real = controller._submit
+    real = submitting._submit
 
     def broken_first(run: Run, backend) -> None:
         if run.pk == first.pk:
             raise RuntimeError("a record that cannot be read")
         real(run, backend)
 
-    monkeypatch.setattr(controller, "_submit", broken_first)
-    assert controller.recover(backend=fake) == [second.id]
+    monkeypatch.setattr(submitting, "_submit", broken_first)
+    assert recovery.recover(backend=fake) == [second.id]
     assert fresh(first).state == RunState.SUBMITTING, "left to the loop"
     assert fresh(second).state == RunState.RUNNING
     assert not fresh(ended).pending_cancel, "settle_pending ran all the same"
@@ -271,26 +281,26 @@ def test_a_record_write_failing_after_the_backend_accepted_is_resumed_by_the_loo
     launch, fake, monkeypatch, settings
 ):
     run = launch(submit=False)
-    real = controller._write_submitting
+    real = submitting._write_submitting
 
     def database_down(run: Run, **changes) -> bool:
         if changes.get("state") == RunState.RUNNING:
             raise OperationalError("server closed the connection unexpectedly")
         return real(run, **changes)
 
-    monkeypatch.setattr(controller, "_write_submitting", database_down)
+    monkeypatch.setattr(submitting, "_write_submitting", database_down)
     with pytest.raises(OperationalError):
-        controller.submit(run.id, backend=fake)
-    monkeypatch.setattr(controller, "_write_submitting", real)
+        submitting.submit(run.id, backend=fake)
+    monkeypatch.setattr(submitting, "_write_submitting", real)
     assert fresh(run).state == RunState.SUBMITTING and fake.called("submit") == [[run.id]]
     handed: list[str] = []
-    assert controller.reconcile_pass(backend=fake, schedule=handed.append) == 0
+    assert reconciling.reconcile_pass(backend=fake, schedule=handed.append) == 0
     assert handed == [], "a new run is left to its first submission"
     with past_grace(settings):
-        controller.reconcile_pass(backend=fake, schedule=handed.append)
-        controller.reconcile_pass(backend=fake, schedule=handed.append)
+        reconciling.reconcile_pass(backend=fake, schedule=handed.append)
+        reconciling.reconcile_pass(backend=fake, schedule=handed.append)
     assert handed == [run.id], "handed on once, then pushed aside for a short while"
-    assert controller.submit(handed[0], backend=fake)
+    assert submitting.submit(handed[0], backend=fake)
     run = fresh(run)
     assert run.state == RunState.RUNNING and run.workflow == f"simrun-{run.id}"
     assert fake.called("cancel") == []
@@ -300,13 +310,13 @@ def test_a_resumed_submission_failing_before_the_workflow_cancels_the_one_made_b
     launch, fake, monkeypatch
 ):
     run = launch(submit=False)
-    made = fake.submit(controller.run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
+    made = fake.submit(run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
 
     def broken() -> None:
         raise RuntimeError("SIMRUN_CLUSTER names no namespace")
 
-    monkeypatch.setattr(controller, "cluster_config", broken)
-    assert controller.submit(run.id, backend=fake)
+    monkeypatch.setattr(submitting, "cluster_config", broken)
+    assert submitting.submit(run.id, backend=fake)
     run = fresh(run)
     assert run.state == RunState.FAILED
     assert run.message == "submission failed: SIMRUN_CLUSTER names no namespace"
@@ -316,10 +326,10 @@ def test_a_resumed_submission_failing_before_the_workflow_cancels_the_one_made_b
 
 def test_a_resumed_submission_the_backend_refuses_cancels_the_workflow_made_before(launch, fake):
     run = launch(submit=False)
-    made = fake.submit(controller.run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
+    made = fake.submit(run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
     fake.fail_next("submit", "ValueError", "task big needs 64 GiB, the largest node has 32")
 
-    assert controller.submit(run.id, backend=fake)
+    assert submitting.submit(run.id, backend=fake)
 
     run = fresh(run)
     assert run.state == RunState.FAILED
@@ -333,16 +343,16 @@ def test_a_submission_the_backend_is_unavailable_for_is_tried_again_soon_not_fai
 ):
     run = launch(submit=False)
     fake.fail_next("submit", "BackendUnavailable", "the Kubernetes API did not answer")
-    assert controller.submit(run.id, backend=fake)
+    assert submitting.submit(run.id, backend=fake)
     assert fresh(run).state == RunState.SUBMITTING and fake.called("cancel") == []
     Run.objects.filter(pk=run.pk).update(reconcile_failures=6)
     handed: list[str] = []
     with past_grace(settings):
-        controller.reconcile_pass(backend=fake, schedule=handed.append)
+        reconciling.reconcile_pass(backend=fake, schedule=handed.append)
         wait = fresh(run).reconcile_after - timezone.now()
     assert handed == [run.id]
-    assert timedelta(0) < wait <= timedelta(seconds=controller.UNAVAILABLE_MAX_S)
-    controller.submit(run.id, backend=fake)
+    assert timedelta(0) < wait <= timedelta(seconds=backoff.UNAVAILABLE_MAX_S)
+    submitting.submit(run.id, backend=fake)
     assert fresh(run).state == RunState.RUNNING
 
 
@@ -356,9 +366,9 @@ def test_a_hand_on_the_broker_refuses_is_tried_again_as_soon_as_for_an_unavailab
         raise ConnectionError("broker down")
 
     with past_grace(settings):
-        controller.reconcile_pass(backend=fake, schedule=broker_down)
+        reconciling.reconcile_pass(backend=fake, schedule=broker_down)
         wait = fresh(run).reconcile_after - timezone.now()
-    assert wait <= timedelta(seconds=controller.UNAVAILABLE_MAX_S)
+    assert wait <= timedelta(seconds=backoff.UNAVAILABLE_MAX_S)
     assert fresh(run).state == RunState.SUBMITTING and fresh(run).reconcile_failures == 7
 
 
@@ -366,7 +376,7 @@ def test_a_submission_running_elsewhere_is_not_handed_on(launch, fake, settings)
     run = launch(submit=False)
     handed: list[str] = []
     with locks.hold(f"submit-{run.id}"), past_grace(settings):
-        controller.reconcile_pass(backend=fake, schedule=handed.append)
+        reconciling.reconcile_pass(backend=fake, schedule=handed.append)
     assert handed == [] and fresh(run).state == RunState.SUBMITTING
 
 
@@ -374,14 +384,14 @@ def test_a_submission_that_never_completes_fails_and_its_workflow_is_cancelled(
     launch, fake, settings
 ):
     run = launch(submit=False)
-    made = fake.submit(controller.run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
-    Run.objects.filter(pk=run.pk).update(reconcile_failures=controller.SUBMISSION_TRIES)
+    made = fake.submit(run_record(fresh(run), list(run.tasks.all())), {}, {}, None)
+    Run.objects.filter(pk=run.pk).update(reconcile_failures=submitting.SUBMISSION_TRIES)
     handed: list[str] = []
     with past_grace(settings):
-        controller.reconcile_pass(backend=fake, schedule=handed.append)
+        reconciling.reconcile_pass(backend=fake, schedule=handed.append)
     run = fresh(run)
     assert handed == [] and run.state == RunState.FAILED
-    tries = controller.SUBMISSION_TRIES
+    tries = submitting.SUBMISSION_TRIES
     assert run.message == f"the submission did not complete after {tries} tries"
     assert run.workflow == made and fake.called("cancel") == [[made]]
     assert not run.live

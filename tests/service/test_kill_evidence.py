@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.control import controller
+from runs.control import log_keeping
 from runs.models import Observation, Run
 from tests.api.conftest import running, submitted
 
@@ -15,7 +15,9 @@ pytestmark = pytest.mark.django_db
 class NoLogs:
     """A backend whose pods have no logs to keep (the live path asks for them)."""
 
-    def logs(self, workflow: str, task_id: str):
+    logs_in_store = False
+
+    def keep_logs(self, workflow: str, task_id: str, folder):
         raise KeyError(task_id)
 
 
@@ -24,8 +26,8 @@ def test_a_kill_of_a_task_still_retrying_is_observed_at_once_and_once(owner):
     Run.objects.filter(pk=run.pk).update(oom_kills={"sweep-w0": [0]})
     run.refresh_from_db()
     tasks = list(run.tasks.all())
-    controller.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
-    controller.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
+    log_keeping.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
+    log_keeping.keep_logs(run, tasks, backend=NoLogs())  # type: ignore[arg-type]
     (kill,) = Observation.objects.filter(run_id=run.id)
     assert kill.oom and kill.worker == "sweep-w0" and kill.attempt == 0
     sweep = run.tasks.get(task_id="sweep")

@@ -10,7 +10,7 @@ import pytest
 
 from runs.backends.base import TaskPlan
 from runs.common import store
-from runs.control import controller, observations
+from runs.control import observations, settling
 from runs.models import Attempt, Run, Task, TaskState
 from runs.reads.live_attempts import live_figures
 from tests.service.controller_support import (  # noqa: F401
@@ -170,5 +170,5 @@ def test_the_controller_keeps_the_peak_of_a_done_tasks_attempts(launch, fake):
     write_report(run, "sweep-w0", peak_memory_bytes=456 << 20)
     fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
     poll(fake)
-    controller.settle_pending(backend=fake)
+    settling.settle_pending(backend=fake)
     assert rows(run)[("sweep-w0", 0)].peak_bytes == 456 << 20

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from runs import tasks
 from runs.common.logfmt import KeyValueFormatter, Once
-from runs.control import controller
+from runs.control import submitting
 from tests.api.conftest import backend, submitted  # noqa: F401
 
 
@@ -24,10 +24,8 @@ def line_of(logger: str, message: str, *args, **extra) -> str:
 
 
 def test_a_line_is_key_value_with_the_run_named_in_its_message():
-    line = line_of(
-        "runs.control.controller", "reconciling run %s failed; it is pushed aside", "r1x"
-    )
-    assert " level=WARNING logger=runs.control.controller run=r1x " in line
+    line = line_of("runs.control.backoff", "reconciling run %s failed; it is pushed aside", "r1x")
+    assert " level=WARNING logger=runs.control.backoff run=r1x " in line
     assert line.endswith('msg="reconciling run r1x failed; it is pushed aside"')
     assert line.startswith("time=") and line.split()[0].endswith("Z")
 
@@ -80,7 +78,7 @@ def test_a_reconcile_logs_at_info_only_when_it_changed_a_run(owner, backend, cap
     assert idle.levelno == logging.DEBUG
     caplog.clear()
     run = submitted(owner)
-    controller.submit(run.id, backend=backend)
+    submitting.submit(run.id, backend=backend)
     run.refresh_from_db()
     backend.finish(run.workflow, "Succeeded")
     tasks.reconcile()

@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (the fixtures are imported from controller_support by name)
-"""A pass skips the live runs unchanged since their last poll (runs/control/unchanged.py).
+"""A pass skips the live runs unchanged since their last poll (runs/control/poll_memory.py).
 
 A run is polled again when its workflow or its record changed, when a split task's progress
 grew, while it waits for something in time (a merge marker, a report, logs to keep), at the
@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.backends.fake import FakeBackend
-from runs.control import unchanged
+from runs.control import poll_memory
 from runs.models import Run, RunState, Task, TaskState
 from tests.service.controller_support import (  # noqa: F401 (fixtures)
     PIPELINE,
@@ -156,7 +156,7 @@ def test_a_live_task_whose_log_read_failed_keeps_its_run_polled_until_the_log_is
 
 def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settings):
     settings.SIMRUN_RESYNC_S = 60
-    memory = unchanged.memory_of(fake)
+    memory = poll_memory.memory_of(fake)
     assert memory is not None
     now = memory.clock()
     memory.clock = lambda: now + 44  # each run resyncs within the interval's last quarter
@@ -171,7 +171,7 @@ def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settin
 
 
 def test_a_restarted_service_polls_every_run_once_then_skips_them(steady, fake):
-    unchanged._memories.clear()  # what a new process has
+    poll_memory._memories.clear()  # what a new process has
     poll(fake)
     assert sorted(statuses(fake)) == sorted(run.workflow for run in steady)
     poll(fake)

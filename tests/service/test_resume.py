@@ -16,7 +16,7 @@ from harness.ledger import Ledger
 from harness.tasktypes import task_types
 from runs.backends.fake import FakeBackend
 from runs.common import store
-from runs.control import controller
+from runs.control import reuse, submitting
 from runs.models import Reuse, Run, RunState, Task, TaskState
 from runs.planning import resume as planning_resume
 from runs.planning.reruns import submit_rerun
@@ -95,7 +95,7 @@ def resumed(source: Run, spec: dict[str, Any] | None = None, actor: Any = None) 
         text=yaml.safe_dump(document),
         resume=True,
     )
-    assert controller.submit(run.id)
+    assert submitting.submit(run.id)
     return fresh(run)
 
 
@@ -171,7 +171,7 @@ def test_a_plain_re_run_reuses_nothing(launch, fake: FakeBackend):  # noqa: F811
     source = succeeded(launch, fake)
     run = submit_rerun(source=source, spec=validate_spec(source.spec, types=task_types()),
                        actor=source.owner)  # fmt: skip
-    assert controller.submit(run.id)
+    assert submitting.submit(run.id)
     assert not fresh(run).resume and set(states(run).values()) == {"waiting"}
 
 
@@ -478,14 +478,14 @@ def test_a_resume_cancelled_while_it_copies_ends_cancelled_without_a_workflow(
     source = succeeded(launch, fake)
     run = submit_rerun(source=source, spec=validate_spec(source.spec, types=task_types()),
                        actor=source.owner, resume=True)  # fmt: skip
-    copy_outputs = controller.reuse._copy_outputs
+    copy_outputs = reuse._copy_outputs
 
     def cancelled_meanwhile(*args: Any) -> None:
         copy_outputs(*args)
         Run.objects.filter(pk=run.pk).update(state=RunState.CANCELLED, ended_at=run.created_at)
 
-    monkeypatch.setattr(controller.reuse, "_copy_outputs", cancelled_meanwhile)
-    assert controller.submit(run.id)
+    monkeypatch.setattr(reuse, "_copy_outputs", cancelled_meanwhile)
+    assert submitting.submit(run.id)
 
     assert fresh(run).state == RunState.CANCELLED
     assert fake.called("submit") == [[source.id]]
@@ -500,20 +500,20 @@ def test_a_copy_killed_before_its_row_was_written_is_done_again_whole(
     source = succeeded(launch, fake)
     run = submit_rerun(source=source, spec=validate_spec(source.spec, types=task_types()),
                        actor=source.owner, resume=True)  # fmt: skip
-    place = controller.reuse._place
+    place = reuse._place
 
     def killed(folder: int, stage: int, names: list[str]) -> None:
         place(folder, stage, names)
         raise SystemExit("killed")
 
-    monkeypatch.setattr(controller.reuse, "_place", killed)
+    monkeypatch.setattr(reuse, "_place", killed)
     with pytest.raises(SystemExit):
-        controller.submit(run.id)
+        submitting.submit(run.id)
     [placed] = [t for t in PIPELINE["tasks"] if (store.task_dir(run.id, t) / "out").exists()]
     (store.task_dir(run.id, placed) / "out" / "left-by-the-killed-copy").write_text("?")
-    monkeypatch.setattr(controller.reuse, "_place", place)
+    monkeypatch.setattr(reuse, "_place", place)
 
-    assert controller.submit(run.id)
+    assert submitting.submit(run.id)
 
     assert fresh(run).state == RunState.SUCCEEDED
     assert "left-by-the-killed-copy" not in os.listdir(task_dir(run, placed) / "out")
@@ -527,7 +527,7 @@ def test_a_copy_killed_before_its_row_was_written_is_done_again_whole(
 
 def submitted_run(owner: Any, spec: dict[str, Any]) -> Run:
     run = create_run(spec=validate_spec(spec, types=task_types()), owner=owner)
-    assert controller.submit(run.id)
+    assert submitting.submit(run.id)
     return fresh(run)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from runs.backends import logs
 from runs.common import store
-from runs.control import controller, observations, states
+from runs.control import reports, settling, states
 from runs.models import Attempt, Observation, Task, TaskState
 from tests.service.controller_support import (  # noqa: F401
     fake,
@@ -128,9 +128,10 @@ def test_a_fifo_as_a_worker_report_is_skipped_without_blocking(launch):
     workers.mkdir(parents=True)
     os.mkfifo(workers / "sweep-w0-0.json")
     folder = store.task_folder(run.id, "sweep")
-    assert finishes(lambda: observations.reports(folder), workers / "sweep-w0-0.json") == {}
+    assert finishes(lambda: reports.report_names(folder), workers / "sweep-w0-0.json") == {}
     report = finishes(
-        lambda: observations.read_report(folder, "sweep-w0-0.json"), workers / "sweep-w0-0.json"
+        lambda: reports.read_report_counted(folder, "sweep-w0-0.json")[0],
+        workers / "sweep-w0-0.json",
     )
     assert report is None
 
@@ -154,7 +155,7 @@ def test_a_recorded_folder_a_task_replaced_by_a_link_gets_no_mark_through_it(
     (task_dir(run, "sweep") / "recorded").symlink_to(elsewhere)
     write_report(run, "sweep-w0", 0)
     finish_sweep(run, fake)
-    controller.settle_pending(backend=fake)
+    settling.settle_pending(backend=fake)
     assert list(elsewhere.iterdir()) == []
     marks = task_dir(run, "sweep") / "recorded"
     assert not marks.is_symlink() and (marks / "sweep-w0-0").exists()
@@ -169,7 +170,7 @@ def test_marks_a_task_planted_do_not_hide_its_reports(launch, fake):
     (planted / "sweep-w0-0").touch()
     write_report(run, "sweep-w0", 0)
     finish_sweep(run, fake)
-    controller.settle_pending(backend=fake)
+    settling.settle_pending(backend=fake)
     assert Observation.objects.filter(run=run, worker="sweep-w0").count() == 1
 
 
@@ -195,7 +196,7 @@ def test_a_forged_report_is_not_stored(launch, fake, forged):
     write_report(run, "sweep-w0", 0, **forged)
     write_report(run, "sweep-w1", 0, peak_memory_bytes=200 * 2**20)
     finish_sweep(run, fake)
-    controller.settle_pending(backend=fake)
+    settling.settle_pending(backend=fake)
     observed = {o.worker: o for o in Observation.objects.filter(run=run)}
     assert "sweep-w0" not in observed, forged
     assert observed["sweep-w1"].peak_bytes == 200 * 2**20
@@ -207,16 +208,16 @@ def test_cpu_seconds_beyond_what_the_processes_could_spend_are_cut(launch, fake)
     run = launch()
     write_report(run, "sweep-w0", 0, processes=2, seconds=10.0, cpu_seconds=10.0**9)
     finish_sweep(run, fake)
-    controller.settle_pending(backend=fake)
+    settling.settle_pending(backend=fake)
     observation = Observation.objects.get(run=run, worker="sweep-w0")
-    assert 0 < observation.cpu_seconds <= 2 * 10 * observations.CPU_SLACK + 60 + 1
+    assert 0 < observation.cpu_seconds <= 2 * 10 * reports.CPU_SLACK + 60 + 1
 
 
 def test_a_report_in_json_that_is_no_object_is_refused(launch):
     run = launch()
     path = write_report(run, "sweep-w0", 0)
     path.write_text(json.dumps([1, 2]))
-    assert observations.read_report(store.task_folder(run.id, "sweep"), path.name) is None
+    assert reports.read_report_counted(store.task_folder(run.id, "sweep"), path.name)[0] is None
 
 
 # Progress

@@ -18,7 +18,7 @@ from django.db import connections
 
 from runs.backends import get_backend
 from runs.backends.base import Stepped
-from runs.control import controller
+from runs.control import waking
 
 
 class Command(BaseCommand):
@@ -34,7 +34,7 @@ class Command(BaseCommand):
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-        backend.subscribe(controller.wake)
+        backend.subscribe(waking.wake)
         backend.run_steps(stop)
         # Stopped: leave without the interpreter's teardown of Django (seconds on a busy
         # machine), as simrun serve's other children do.

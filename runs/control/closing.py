@@ -1,0 +1,80 @@
+"""The terminal record of a run: what it is (its tasks not final skipped, a task stopped while
+it ran marked so) and writing it, compare-and-set."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs.control.states import ACTIVE_STATES, STOPPED_WHILE_IT_RAN, task_changes
+from runs.models import FINAL_TASK_STATES, Run, RunState, Task, TaskState
+
+
+def close_run(run: Run, tasks: list[Task], state: RunState, message: str, **update: Any) -> bool:
+    """Write a run terminal, its tasks not final skipped, compare-and-set; whether it was written.
+
+    ``update`` are further fields of the run (see ``closed``).
+    """
+    current = {t.task_id: TaskState(t.state) for t in tasks}
+    messages = stopped_messages(current, {t.task_id: t.message for t in tasks}, message)
+    stopped = stopped_tasks(current)
+    changes, states = closed(run=run, state=state, tasks=current, message=message, **update)
+    with transaction.atomic():
+        if not Run.objects.write_if_unchanged(run, **changes):
+            return False
+        for task in tasks:
+            key = task.task_id
+            if fields := task_changes(task, states[key], messages[key], stopped=key in stopped):
+                Task.objects.filter(pk=task.pk).update(**fields)
+    return True
+
+
+def closed(
+    *,
+    run: Run,
+    state: RunState,
+    tasks: Mapping[str, TaskState],
+    message: str,
+    workflow_exists: bool = True,
+    **update: Any,
+) -> tuple[dict[str, Any], dict[str, TaskState]]:
+    """The terminal record: tasks not final are skipped, the node is to release.
+
+    Returns the changes of the run (``update`` are further fields of it) and the states of
+    its tasks. The workflow is to stop or cancel and its logs to keep, unless it is gone
+    (``workflow_exists=False``) or there is none.
+    """
+    exists = workflow_exists and bool(update.get("workflow", run.workflow))
+    changes = {
+        "state": state,
+        "message": message,
+        "ended_at": timezone.now(),
+        "pending_release": bool(update.get("reserved_node", run.reserved_node)),
+        "pending_cancel": exists,
+        "pending_logs": bool(update.get("workflow", run.workflow)),
+        "merge_pending": {},
+        "reports_pending": {},
+        **update,
+    }
+    final = {t: s if s in FINAL_TASK_STATES else TaskState.SKIPPED for t, s in tasks.items()}
+    return changes, final
+
+
+def stopped_tasks(tasks: Mapping[str, TaskState]) -> set[str]:
+    """The tasks a run's end stops while they run: skipped, yet they ran (their units done
+    kept), so they are marked ``Task.stopped_while_running`` and say so in their message."""
+    return {task_id for task_id, state in tasks.items() if state in ACTIVE_STATES}
+
+
+def stopped_messages(
+    tasks: Mapping[str, TaskState], messages: Mapping[str, str], why: str
+) -> dict[str, str]:
+    """The task messages of a run's end: a task it stops while running says so, and why."""
+    stopped = stopped_tasks(tasks)
+    return {
+        task_id: f"{STOPPED_WHILE_IT_RAN}{why}" if task_id in stopped else messages[task_id]
+        for task_id in tasks
+    }

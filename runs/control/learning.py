@@ -1,0 +1,75 @@
+"""Learning the types of a run's sources (a run ``learning``: no tasks yet), then planning it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from runs.backends.base import Backend
+from runs.common.errors import CannotRun
+from runs.common.handoff import Schedule, learner
+from runs.control import locks
+from runs.control.backoff import push_aside, submission_grace
+from runs.control.cancelling import CANCEL_TRIES
+from runs.control.closing import close_run
+from runs.control.submitting import SUBMISSION_TRIES
+from runs.models import Run, RunState
+from runs.planning import submission
+from runs.planning.spec import SpecError
+
+log = logging.getLogger(__name__)
+
+
+def learn(run_id: str, *, backend: Backend | None = None, schedule: Schedule | None = None) -> bool:
+    """Learn the types a ``learning`` run's sources ship, then plan and hand it on to its
+    submission (``submission.plan_learned``); what cannot run fails the run, saying why
+    (pip's last lines, the settings a type refused, a timeout). One process at a time learns
+    a run: False when another one does."""
+    with locks.hold(f"learn-{run_id}") as held:
+        if not held:
+            return False
+        run = Run.objects.filter(pk=run_id, state=RunState.LEARNING).first()
+        if run is None:
+            return True
+        try:
+            submission.plan_learned(run, backend=backend, schedule=schedule)
+        except SpecError as error:
+            _fail_learning(run, "\n".join(f"{p}: {' '.join(m)}" for p, m in error.errors.items()))
+        except CannotRun as error:
+            _fail_learning(run, str(error))
+    return True
+
+
+def _fail_learning(run: Run, message: str) -> None:
+    """Fail a run whose sources' types could not be learned (a cancel meanwhile wins)."""
+    for _ in range(CANCEL_TRIES):
+        if run.state != RunState.LEARNING or close_run(run, [], RunState.FAILED, message):
+            return
+        fresh = Run.objects.filter(pk=run.pk).first()
+        if fresh is None:
+            return
+        run = fresh
+
+
+def resume_learning(run: Run, now: datetime) -> None:
+    """Hand on the learning of a run that stopped (its worker died, the broker lost it); fail
+    it after ``SUBMISSION_TRIES``. Left alone while it may still be queued or learning: for
+    the longest a learning takes (``SIMRUN_LEARN_INSTALL_S`` and ``_DESCRIBE_S``)."""
+    longest = settings.SIMRUN_LEARN_INSTALL_S + settings.SIMRUN_LEARN_DESCRIBE_S
+    grace = submission_grace() + timedelta(seconds=longest)
+    if run.reconcile_after is None and now - run.created_at < grace:
+        return
+    if locks.held(f"learn-{run.id}"):
+        return
+    if run.reconcile_failures >= SUBMISSION_TRIES:
+        message = f"the learning of its sources did not complete after {SUBMISSION_TRIES} tries"
+        _fail_learning(run, message)
+        return
+    log.info("the learning of run %s stopped; it is handed on again", run.id)
+    push_aside(run, now, unavailable=True)
+    try:
+        learner()(run.id)
+    except Exception:  # the broker: handed on again at the next try
+        log.exception("cannot hand on the learning of run %s", run.id)
