@@ -12,11 +12,13 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
 
 
-def write_atomic(path: Path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` so a reader sees the old file or the whole new one."""
+def write_atomic(path: Path, data: bytes | str, mode: int = 0o644) -> Path:
+    """Write ``data`` to ``path`` so a reader sees the old file or the whole new one; a new
+    file gets ``mode`` (less the umask)."""
     temporary = temporary_name(path)
     try:
-        with open(temporary, "wb") as handle:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data.encode() if isinstance(data, str) else data)
         os.replace(temporary, path)
     except BaseException:

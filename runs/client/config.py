@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.files import write_atomic
 from runs.client.errors import AuthError, NotConfigured, ServerError, Throttled, Unavailable
 
 TIMEOUT_S = 30.0
@@ -40,12 +41,7 @@ def write_config(url: str, token: str) -> Path:
     """Save the server and token, readable by the user only (written aside, then renamed)."""
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(handle, "w") as file:
-        json.dump({"url": url, "token": token}, file, indent=2)
-    os.replace(temporary, path)
-    return path
+    return write_atomic(path, json.dumps({"url": url, "token": token}, indent=2), mode=0o600)
 
 
 @dataclass(frozen=True)
