@@ -117,8 +117,9 @@ def _step(backend: LocalBackend) -> bool:
     began_now = bool(began - backend.began_seen)
     backend.began_seen = began
     # What the step started is in its runs' files, not yet in the views it read first.
-    reread = [submissions.view(backend.state, v.submission) for v in views]
-    write_versions(backend, reread if started else views)
+    if started:
+        views = [submissions.view(backend.state, v.submission) for v in views]
+    write_versions(backend, views)
     return started or ended or began_now
 
 
