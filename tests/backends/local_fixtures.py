@@ -11,7 +11,8 @@ from typing import Any
 from harness.tasktypes import task_types
 from runs.backends.base import ClusterConfig, RunRecord, TaskPlan, TaskRecord
 from runs.backends.local.backend import LocalBackend, workflow_name
-from runs.backends.local.launcher import notify, read_json
+from runs.backends.local.submissions import live, read_json
+from runs.backends.local.wake import notify
 from tests.polling import wait_for
 
 
@@ -103,7 +104,7 @@ def stepping(backend: LocalBackend, poll_s: float = 0.1) -> Iterator[LocalBacken
         yield backend
     finally:
         grace, backend.grace_s = backend.grace_s, 0.0
-        for submission in backend._live():
+        for submission in live(backend.state):
             backend.cancel(submission.name)
         wait_for(lambda: not backend.placements(), what="the processes to end")
         stop.set()

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from harness.report import command_live_name, read_report
-from runs.backends.local import backend as local
+from runs.backends.local import submissions
 from runs.backends.local.backend import LocalBackend, workflow_name
-from runs.backends.local.launcher import process_start
+from runs.backends.local.pids import process_start
 from runs.common.store import TaskFolder
 from runs.reads.live_attempts import read_live
 from tests.backends.local_fixtures import (
@@ -254,15 +255,15 @@ def test_a_launch_freed_by_an_end_the_step_read_after_it_began_starts_after_that
     backend.step()
     wait_for(lambda: phase(backend, "hold", "t") == "Running")
     exit_file = backend.store / "runs/hold/tasks/t/logs/t-0.exit"
-    live = backend._live
+    live = submissions.live
 
-    def ends_meanwhile() -> list:
+    def ends_meanwhile(state: Path) -> list:
         # The holder ends after the step read the clock, before it reads the runs.
         flag.touch()
         wait_for(exit_file.exists, what="the holder's end")
-        return live()
+        return live(state)
 
-    monkeypatch.setattr(backend, "_live", ends_meanwhile)
+    monkeypatch.setattr(submissions, "live", ends_meanwhile)
     backend.step()
     launch = backend.store / "runs/next/tasks/t/logs/t-0.launch"
     assert launch.exists(), "the freed cores start the next run in the same step"
@@ -301,7 +302,7 @@ def test_the_process_gets_the_simrun_environment_and_none_of_the_service_configu
     assert env["SIMRUN_MEMORY_LIMIT_GB"] == "0.5"
     assert env["SIMRUN_MEMORY_SOURCE"] == ("cgroup" if backend.enforces_memory else "process")
     assert env["SIMRUN_SCRATCH"] == str(backend.scratch / "r9" / "env-0")
-    assert env["PATH"].split(":")[0] == str(Path(local.sys.executable).parent)
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
 
 
 def test_without_memory_cgroups_a_plain_command_reports_its_largest_process(tmp_path):
@@ -405,7 +406,7 @@ def test_a_run_submitted_twice_is_kept(backend):
 
 
 def test_only_the_latest_ended_runs_are_kept(backend, monkeypatch):
-    monkeypatch.setattr(local, "ENDED_KEPT", 2)
+    monkeypatch.setattr(submissions, "ENDED_KEPT", 2)
     with stepping(backend):
         for run in ("e1", "e2", "e3"):
             submit(backend, run, {"t": {"command": ["true"]}})

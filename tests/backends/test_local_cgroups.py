@@ -42,7 +42,6 @@ def test_a_v2_machine_gets_memory_cgroups_below_the_service_with_memory_delegate
     assert hierarchy == cgroups.Hierarchy(2, own / "simrun")
     assert (own / "cgroup.subtree_control").read_text() == "+memory"
     assert hierarchy.limit_file == "memory.max"
-    assert hierarchy.oom_file == "memory.events"
 
 
 def test_a_cgroup_gets_the_limit_in_whole_pages_and_no_swap(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runs.backends.local import builds
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 from runs.backends.local.backend import LocalBackend, workflow_name
@@ -154,7 +155,7 @@ def test_whoever_waited_for_a_build_that_failed_fails_with_it(tmp_path, index) -
 
 
 def test_pips_output_in_the_log_is_bounded(tmp_path, index, monkeypatch, capfd) -> None:
-    monkeypatch.setattr(local_env, "PIP_OUTPUT_CAP", 100)
+    monkeypatch.setattr(builds, "PIP_OUTPUT_CAP", 100)
     _, lock = local_env.ensure_packages(install(tmp_path / "store", "pkgdemo"))
     lock.close()
     out = capfd.readouterr().out

@@ -12,7 +12,8 @@ import pytest
 
 from runs.backends.base import PREEMPTED_PHASE
 from runs.backends.local.backend import LocalBackend, workflow_name
-from runs.backends.local.launcher import process_cmdline, process_start, read_json, write_json
+from runs.backends.local.pids import process_cmdline, process_start
+from runs.backends.local.submissions import read_json, write_own_json
 from tests.backends.local_fixtures import (
     log_of,
     phase,
@@ -74,11 +75,11 @@ def test_kill_orphans_never_kills_a_process_that_reuses_the_pid_of_a_file(tmp_pa
         pid_file.parent.mkdir(parents=True)
         pid = bystander.pid
         names = {"pid": pid, "start": process_start(pid) - 1, "cmdline": process_cmdline(pid)}
-        write_json(pid_file, names | {"launcher": pid, "launcher_start": 0})
+        write_own_json(pid_file, names | {"launcher": pid, "launcher_start": 0})
         assert new_backend(tmp_path).kill_orphans() == 0
         assert bystander.poll() is None
         assert not pid_file.exists()
-        write_json(pid_file, names | {"start": process_start(pid), "cmdline": ["sleep", "61"]})
+        write_own_json(pid_file, names | {"start": process_start(pid), "cmdline": ["sleep", "61"]})
         assert new_backend(tmp_path).kill_orphans() == 0
         assert bystander.poll() is None
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local.launcher import read_json
+from runs.backends.local.submissions import read_json
 from runs.control import locks
 from tests.backends import test_local_isolation as isolation
 from tests.backends.local_fixtures import ended, log_of, phase, read_log, shell, stepping, submit

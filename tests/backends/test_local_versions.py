@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.backends.local.backend import VERSIONS_STALE_S, LocalBackend, workflow_name
+from runs.backends.local.backend import LocalBackend, workflow_name
+from runs.backends.local.step import VERSIONS_STALE_S
 from tests.backends.local_fixtures import submit, until_flag
 from tests.polling import wait_for
 

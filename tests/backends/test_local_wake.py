@@ -15,7 +15,7 @@ import pytest
 
 from runs.backends.local import wake as local_wake
 from runs.backends.local.backend import LocalBackend
-from runs.backends.local.launcher import notify
+from runs.backends.local.wake import notify
 from tests.backends import test_local_isolation as isolation
 from tests.backends.local_fixtures import ended, log_of, phase, stepping, submit
 from tests.polling import wait_for

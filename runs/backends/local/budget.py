@@ -80,11 +80,6 @@ def measure(budget: Budget, store: Path, task: tuple[str, ...], scratch: Path) -
     )
 
 
-def overrun(budget: Budget, store: Path, task: tuple[str, ...], scratch: Path) -> str | None:
-    """Which budget a task's folder and scratch exceed, in words; None within them all."""
-    return exceeded(budget, measure(budget, store, task, scratch))
-
-
 def exceeded(budget: Budget, usage: untrusted.Usage) -> str | None:
     """Which budget of one task a count of its files exceeds, in words; None within them."""
     files, size, cut = usage.files, usage.bytes, usage.cut

@@ -41,11 +41,6 @@ class Hierarchy:
     def limit_file(self) -> str:
         return "memory.max" if self.version == 2 else "memory.limit_in_bytes"
 
-    @property
-    def oom_file(self) -> str:
-        """The file whose ``oom_kill N`` line counts the kills of the out of memory killer."""
-        return "memory.events" if self.version == 2 else "memory.oom_control"
-
 
 def own_cgroup(proc: Path = PROC) -> tuple[int, Path] | None:
     """The memory cgroup of this process as (version, directory), None without one.

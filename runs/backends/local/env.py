@@ -14,7 +14,9 @@ and removed at the end of the run: the run's snapshots installed editable, never
 service's environment. Both see the packages of the service's environment (simrun, the task
 types, the build backends) beneath their own; a run's venv sees its packages' venv between.
 
-Only the standard library and the harness: the launcher imports this module.
+Only the standard library, the harness and its sibling ``builds`` (the processes of builds):
+the launcher imports this module from its directory, and this module ``builds`` by its bare
+name there, by its full name in the service.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import fcntl
 import hashlib
 import json
 import os
-import select
 import signal
 import site
 import stat
@@ -32,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import distribution
@@ -41,28 +41,20 @@ from typing import IO
 
 from harness import untrusted
 
+if __package__:  # imported as a module of the service
+    from runs.backends.local import builds
+else:  # imported by its bare name: by the launcher and the builders, from this directory
+    import builds  # type: ignore[no-redef]
+
 READY = ".simrun-ready"
 """The marker of a venv whose snapshots are installed."""
 SERVICE_PTH = "simrun-service.pth"
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 """The variables of the service's environment that building sources keeps."""
-PIP_ENV = (
-    *("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"),
-    *("PIP_TRUSTED_HOST", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES", "PIP_CONSTRAINT"),
-    *("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE"),
-)
-"""The variables of the service's environment an install of packages keeps: where pip finds
-them, as the service's own pip would (the site's /etc/pip.conf applies too)."""
 ENVIRONMENTS = "environments"
 """The folder of the packages' venvs below the store."""
 CACHE = "cache"
 """The folder of the wheel caches in ``ENVIRONMENTS``, one per builder."""
-PIP_OUTPUT_CAP = 256 << 10
-"""The most of pip's output an install writes into the log of the process it prepares."""
-PIP_TAIL_LINES = 20
-"""The lines of pip's output a failed install names."""
-POLL_S = 0.2
-"""Seconds between two looks at a lock another build holds, or at pip's output."""
 
 
 def python(directory: Path) -> Path:
@@ -181,10 +173,6 @@ def build_env(home: Path) -> dict[str, str]:
     }
 
 
-OUTPUT_KEPT = 4 << 20
-"""The most of a bounded child's output that is read back (the end of it)."""
-
-
 @dataclass(frozen=True)
 class Ran:
     """How a bounded child ended: its exit code (None: killed at its timeout) and output."""
@@ -231,14 +219,7 @@ def run_bounded(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)  # what it left running goes too
         child.wait()
-        return Ran(code, _end_of(out), _end_of(err))
-
-
-def _end_of(file: IO[bytes]) -> str:
-    """The last ``OUTPUT_KEPT`` bytes of a file, as text."""
-    size = file.seek(0, os.SEEK_END)
-    file.seek(max(0, size - OUTPUT_KEPT))
-    return file.read().decode(errors="replace")
+        return Ran(code, builds.end_of(out), builds.end_of(err))
 
 
 class BuildTimeout(Exception):
@@ -332,7 +313,7 @@ def packages_key(packages: Sequence[str], uid: int | None) -> str:
 
 def pip_env() -> dict[str, str]:
     """The variables of this process's environment that tell pip where packages are."""
-    return {name: os.environ[name] for name in PIP_ENV if name in os.environ}
+    return {name: os.environ[name] for name in builds.PIP_ENV if name in os.environ}
 
 
 def _environments(store: Path) -> int:
@@ -405,7 +386,7 @@ def _lock(lock: IO[str], how: int, cancelled: Callable[[], bool]) -> None:
         except BlockingIOError:
             if cancelled():
                 raise InterruptedError("stopped on SIGTERM before it started") from None
-            time.sleep(POLL_S)
+            time.sleep(builds.POLL_S)
 
 
 def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], bool]) -> None:
@@ -418,7 +399,7 @@ def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], 
     named = ", ".join(sorted(set(install.packages)))
     print(f"installing the environment's packages ({named}) into {install.directory}", flush=True)
     started = time.monotonic()
-    _remove_tree(install.directory)
+    builds.remove_tree(install.directory)
     os.mkdir(key, 0o700, dir_fd=folder)
     if install.uid is not None:
         os.chown(key, install.uid, install.gid or -1, dir_fd=folder)
@@ -426,7 +407,15 @@ def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], 
     env = build_env(install.directory) | dict(install.pip_env) | {"PIP_CACHE_DIR": str(cache)}
     del env["PIP_NO_CACHE_DIR"]  # the cache is what makes the next build of them fast
     argv = [sys.executable, __file__, "packages", str(install.directory), *install.packages]
-    code, tail = _run_bounded(argv, install, env, cancelled)
+    code, tail = builds.run_capped(
+        argv,
+        env=env,
+        cwd=install.directory,
+        uid=install.uid,
+        gid=install.gid,
+        timeout_s=install.timeout_s,
+        cancelled=cancelled,
+    )
     if cancelled():
         raise InterruptedError("stopped on SIGTERM before it started")
     if code != 0:
@@ -443,7 +432,7 @@ def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], 
     mark = {"packages": sorted(set(install.packages)), "seconds": round(seconds, 3)}
     untrusted.write_atomic_at(folder, _mark(key), json.dumps(mark))
     print(f"installed the environment's packages in {seconds:.1f} s", flush=True)
-    _bound_cache(install, cache)
+    builds.bound_cache(cache, install.cache_gb)
     _forget(install, folder)
 
 
@@ -465,79 +454,6 @@ def _cache(install: Install, folder: int) -> Path:
     return install.store / ENVIRONMENTS / CACHE / name
 
 
-def _run_bounded(
-    argv: list[str], install: Install, env: Mapping[str, str], cancelled: Callable[[], bool]
-) -> tuple[int | None, list[str]]:
-    """Run a build as the install's builder, its output into this process's (at most
-    ``PIP_OUTPUT_CAP``), killed past the time limit or once cancelled; its exit code (None
-    when killed) and the last lines of its output."""
-    child = subprocess.Popen(
-        argv,
-        env=dict(env),
-        cwd=install.directory,
-        user=install.uid,
-        group=install.gid,
-        extra_groups=[] if install.uid is not None else None,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    assert child.stdout is not None
-    deadline = time.monotonic() + install.timeout_s
-    tail: deque[str] = deque(maxlen=PIP_TAIL_LINES)
-    written, pending, killed = 0, b"", False
-    with child.stdout as output:
-        # Until the end of its output, or of the child once it was killed (a process it
-        # started in a session of its own may hold the pipe).
-        while not (killed and child.poll() is not None):
-            if not killed and (time.monotonic() > deadline or cancelled()):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGKILL)
-                killed = True
-            if not select.select([output], [], [], POLL_S)[0]:
-                continue
-            chunk = os.read(output.fileno(), 65536)
-            if not chunk:
-                break
-            if written < PIP_OUTPUT_CAP <= written + len(chunk):
-                sys.stdout.write(chunk[: PIP_OUTPUT_CAP - written].decode(errors="replace"))
-                print(f"\n(the log keeps the first {PIP_OUTPUT_CAP >> 10} KiB of pip's output)")
-            elif written < PIP_OUTPUT_CAP:
-                sys.stdout.write(chunk.decode(errors="replace"))
-            sys.stdout.flush()
-            written += len(chunk)
-            *lines, pending = (pending + chunk).split(b"\n")
-            tail.extend(line.decode(errors="replace") for line in lines if line.strip())
-            pending = pending[-4096:]
-    code = child.wait()
-    if pending.strip():
-        tail.append(pending.decode(errors="replace"))
-    return (None if killed else code), list(tail)
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove a tree a builder made, however deep, following no link in it."""
-    if path.exists() or path.is_symlink():
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
-
-
-def _tree_bytes(path: Path) -> int:
-    """The bytes of the files of a tree, walked without following links."""
-    done = subprocess.run(["du", "-sb", "--", str(path)], capture_output=True, text=True)
-    return int(done.stdout.split()[0]) if done.returncode == 0 and done.stdout else 0
-
-
-def _bound_cache(install: Install, cache: Path) -> None:
-    """Empty the builder's wheel cache when the install left it over its budget."""
-    if _tree_bytes(cache) > install.cache_gb * 2**30:
-        print(
-            f"the wheel cache is over {install.cache_gb:g} GiB (SIMRUN_PACKAGES_CACHE_GB): emptied"
-        )
-        for name in os.listdir(cache):
-            _remove_tree(cache / name)
-
-
 def _forget(install: Install, folder: int) -> None:
     """Remove the venvs of packages beyond the ``kept`` used last, but those in use (their
     lock held by a process) and the one just built."""
@@ -555,7 +471,7 @@ def _forget(install: Install, folder: int) -> None:
                 continue  # in use
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(_mark(key), dir_fd=folder)
-            _remove_tree(install.store / ENVIRONMENTS / key)
+            builds.remove_tree(install.store / ENVIRONMENTS / key)
 
 
 def _install_packages(directory: Path, packages: list[str]) -> int:

@@ -5,7 +5,7 @@ A run submitted to the local backend is a list of nodes with the names of its Ar
 attempt of a node leaves files in ``<task dir>/logs/``: ``<node>-<attempt>.launch`` (written
 when the step started it), ``.log``, ``.pid`` while it runs and ``.exit`` once it ended. The
 phases of the nodes, their failed attempts and what may start next follow from these files
-and the retry policy of the cluster, so any process can read them.
+and the retry policy of the cluster, so any process can read them (``RunView``, ``status_of``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from pydantic import BaseModel, Field
 from harness import untrusted
 from harness.errors import EXIT_STORAGE
 from runs.backends import retry_rule
-from runs.backends.base import PREEMPTED_PHASE, RETRY_LIMIT, RETRYING_PHASE, FailedAttempt
+from runs.backends.base import (
+    PREEMPTED_PHASE,
+    RETRY_LIMIT,
+    RETRYING_PHASE,
+    BackendStatus,
+    FailedAttempt,
+)
 
 Outcome = Literal["succeeded", "oom", "killed", "evicted", "cancelled", "failed"]
 """What an attempt's end means: ``killed`` is a SIGKILL that no cgroup can explain (memory is
@@ -292,4 +298,96 @@ def next_memory_gb(view: NodeView) -> float:
         memory_gb=view.spec.memory_gb,
         retry_memory_gb=view.spec.retry_memory_gb,
         previous_exit=None if last is None else last.get("exit_code"),
+    )
+
+
+@dataclass
+class RunView:
+    """A submitted run with the attempts of its nodes, read from the files."""
+
+    submission: Submission
+    stop: dict[str, Any] | None
+    nodes: dict[str, NodeView]
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop is not None
+
+    def running(self) -> list[tuple[NodeView, Attempt]]:
+        return [(v, a) for v in self.nodes.values() if (a := v.running) is not None]
+
+    def startable(self) -> list[NodeView]:
+        """The nodes whose next attempt may start (cores permitting), in the order of the run.
+
+        A node starts when the nodes it reads from succeeded, whatever other branches did: the
+        Workflow's DAG has ``failFast: false`` and Argo goes on with independent branches, so
+        the local backend does too and the controller decides the run on both alike (Ruling
+        17b). A node whose attempt ended starts again when its retry waits; nothing of a
+        stopped run.
+        """
+        if self.stopped:
+            return []
+        ready = []
+        for view in self.nodes.values():
+            if view.running is not None:
+                continue
+            if view.attempts:
+                if view.outcomes[-1] != "succeeded" and retry(view) is not None:
+                    ready.append(view)
+            elif all(self.phase_of(n) == "Succeeded" for n in view.spec.after):
+                ready.append(view)
+        return ready
+
+    def running_node(self, node: str) -> bool:
+        return node not in self.nodes or self.nodes[node].running is not None
+
+    def phase_of(self, node: str) -> str | None:
+        return node_phase(self.nodes[node], self.stopped)
+
+    def phases(self) -> dict[str, str]:
+        """The phase of every node that exists: started, or ready and waiting for cores."""
+        phases = {n: p for n, v in self.nodes.items() if (p := node_phase(v, self.stopped))}
+        for view in self.startable():
+            phases.setdefault(view.spec.name, "Pending")
+        return phases
+
+    def phase(self) -> str:
+        """The phase of the workflow."""
+        if all(self.phase_of(n) == "Succeeded" for n in self.nodes):
+            return "Succeeded"
+        if self.running() or self.startable():
+            started = any(v.attempts for v in self.nodes.values())
+            return "Running" if started else "Pending"
+        return "Failed"
+
+    def ended(self) -> bool:
+        return self.phase() in {"Succeeded", "Failed"}
+
+
+def status_of(view: RunView, waiting: dict[str, str], host: str) -> BackendStatus:
+    """The status of a run as ``view`` shows it, with why its ready nodes wait."""
+    failed: dict[str, list[FailedAttempt]] = {}
+    hosts, started = {}, {}
+    for node in view.nodes.values():
+        if node.attempts:
+            hosts[node.spec.name] = host
+            if (start := node.attempts[-1].started) is not None:
+                started[node.spec.name] = start
+        for attempt, result in zip(node.attempts, node.outcomes, strict=False):
+            if result != "succeeded":
+                record = failed_attempt(attempt, result, host)
+                record.ended_at = (attempt.exit or {}).get("ended")
+                failed.setdefault(node.spec.worker, []).append(record)
+    message = ""
+    if view.stop is not None:
+        strategy = "Terminate" if view.stop.get("how") == "cancel" else "Stop"
+        message = f"Stopped with strategy '{strategy}'"
+    return BackendStatus(
+        phase=view.phase(),
+        tasks=view.phases(),
+        failed=failed,
+        hosts=hosts,
+        started=started,
+        message=message,
+        waiting={n: r for n, r in waiting.items() if not view.running_node(n)},
     )

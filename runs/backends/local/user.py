@@ -26,8 +26,6 @@ from harness import untrusted
 RUN_DIR_MODE = 0o2770
 """A run's directories: its task user and the service's group; new entries keep the group."""
 RUN_FILE_MODE = 0o660
-PASS_ONLY = 0o711
-"""The roots every task crosses (store, its runs, scratch, venvs): passable, not listable."""
 UMASK = 0o007
 """What a task creates is its own and the service's group's, nobody else's."""
 
@@ -137,9 +135,3 @@ def keep(dir_fd: int, user: TaskUser) -> None:
     the service's group reads it, no task."""
     os.fchown(dir_fd, os.geteuid(), user.service_gid)
     os.fchmod(dir_fd, untrusted.SERVICE_DIR_MODE)
-
-
-def private(path: Path, user: TaskUser) -> None:
-    """A directory only the task user reaches (its scratch, its run's venv)."""
-    os.chown(path, user.uid, user.gid)
-    os.chmod(path, 0o700)

@@ -13,7 +13,7 @@ senders then fail, never block): another user's flood of 5 s cost the step 0.87 
 one by one (112,000 datagrams), 0.20 s now (a drain a poll). The service's own wake-ups wait
 for that poll meanwhile.
 
-Only the standard library: the launcher sends to it with ``launcher.notify``.
+Only the standard library: the launcher imports it from its directory to send to it (``notify``).
 """
 
 from __future__ import annotations
@@ -136,3 +136,12 @@ def close(sock: socket.socket | None, address: str) -> None:
     if not address.startswith("\0"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(address)
+
+
+def notify(address: str, sock: socket.socket | None = None) -> None:
+    """Wake the step of the backend (a datagram to its socket, from ``sock`` if given);
+    nothing when none listens, nor when its queue is full (never a wait: it polls anyway)."""
+    with contextlib.ExitStack() as made, contextlib.suppress(OSError):
+        if sock is None:
+            sock = made.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+        sock.sendto(b"1", socket.MSG_DONTWAIT, address)
