@@ -3,7 +3,7 @@ it ran marked so) and writing it, compare-and-set."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -19,17 +19,54 @@ def close_run(run: Run, tasks: list[Task], state: RunState, message: str, **upda
     ``update`` are further fields of the run (see ``closed``).
     """
     current = {t.task_id: TaskState(t.state) for t in tasks}
-    messages = stopped_messages(current, {t.task_id: t.message for t in tasks}, message)
-    stopped = stopped_tasks(current)
-    changes, states = closed(run=run, state=state, tasks=current, message=message, **update)
+    messages = {t.task_id: t.message for t in tasks}
+    changes, changed_tasks = end_writes(
+        run, tasks, current, messages, state=state, message=message, **update
+    )
     with transaction.atomic():
         if not Run.objects.write_if_unchanged(run, **changes):
             return False
-        for task in tasks:
-            key = task.task_id
-            if fields := task_changes(task, states[key], messages[key], stopped=key in stopped):
-                Task.objects.filter(pk=task.pk).update(**fields)
+        for pk, fields in changed_tasks.items():
+            Task.objects.filter(pk=pk).update(**fields)
     return True
+
+
+TaskChanges = dict[int, dict[str, Any]]
+"""The fields to write of each task that changes, by primary key."""
+
+
+def end_writes(
+    run: Run,
+    tasks: list[Task],
+    states: Mapping[str, TaskState],
+    messages: Mapping[str, str],
+    *,
+    state: RunState,
+    message: str,
+    **closing: Any,
+) -> tuple[dict[str, Any], TaskChanges]:
+    """What a run's end writes: the fields of the run (``closed``) and of its tasks, whose
+    ``states`` and ``messages`` were these: not final, skipped; stopped while running, marked
+    so and saying why (``stopped_messages``)."""
+    stopped = stopped_tasks(states)
+    messages = stopped_messages(states, messages, message)
+    changes, final = closed(run=run, state=state, tasks=states, message=message, **closing)
+    return changes, task_writes(tasks, final, messages, stopped)
+
+
+def task_writes(
+    tasks: list[Task],
+    states: Mapping[str, TaskState],
+    messages: Mapping[str, str],
+    stopped: Collection[str] = (),
+) -> TaskChanges:
+    """The fields to write of each task whose state or message changes (``task_changes``)."""
+    changed: TaskChanges = {}
+    for task in tasks:
+        key = task.task_id
+        if fields := task_changes(task, states[key], messages[key], stopped=key in stopped):
+            changed[task.pk] = fields
+    return changed
 
 
 def closed(

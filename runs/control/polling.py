@@ -16,10 +16,10 @@ from typing import Any
 from django.db import transaction
 
 from runs.backends.base import Backend
-from runs.control.closing import closed, stopped_messages, stopped_tasks
+from runs.control.closing import TaskChanges, end_writes, task_writes
 from runs.control.log_keeping import keep_logs
 from runs.control.settling import settle_run
-from runs.control.states import Poll, observe, resolve_gone, task_changes
+from runs.control.states import Poll, observe, resolve_gone
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Run, RunState, Task, TaskState
 from runs.planning.records import task_plans
 
@@ -39,9 +39,6 @@ def apply(run: Run, tasks: list[Task], poll: Poll) -> bool:
         return write_poll(run, tasks, poll, changes, changed_tasks)
 
 
-TaskChanges = dict[int, dict[str, Any]]
-
-
 def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, Any], TaskChanges]:
     """What a poll changes: the fields of the run and, by primary key, of its tasks."""
     changes: dict[str, Any] = {}
@@ -55,24 +52,19 @@ def pending_writes(run: Run, tasks: list[Task], poll: Poll) -> tuple[dict[str, A
         changes["reports_pending"] = poll.reports_pending
     if poll.attempts_seen is not None and poll.attempts_seen != run.attempts_seen:
         changes["attempts_seen"] = poll.attempts_seen
-    states, messages = poll.states, poll.messages
-    stopped: set[str] = set()
-    if poll.verdict is not None:
-        stopped = stopped_tasks(states)
-        messages = stopped_messages(states, messages, poll.message)
-        final, states = closed(
-            run=run,
+    if poll.verdict is None:
+        changed_tasks = task_writes(tasks, poll.states, poll.messages)
+    else:
+        final, changed_tasks = end_writes(
+            run,
+            tasks,
+            poll.states,
+            poll.messages,
             state=poll.verdict,
-            tasks=states,
             message=poll.message,
             workflow_exists=poll.workflow_exists,
         )
         changes.update(final)
-    changed_tasks: TaskChanges = {}
-    for task in tasks:
-        key = task.task_id
-        if found := task_changes(task, states[key], messages[key], stopped=key in stopped):
-            changed_tasks[task.pk] = found
     # A task started when its first attempt did (its process, its pod), not when a poll saw it,
     # and ended when the last of this poll's attempts did, if each of them knows its end.
     ends: dict[int, list[datetime | None]] = defaultdict(list)
