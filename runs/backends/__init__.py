@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import import_module
+from pathlib import Path
 
 from django.conf import settings
 
@@ -35,6 +36,14 @@ def get_backend(name: str | None = None) -> Backend:
     """The backend of the settings (or of a name), one instance per process."""
     cls = backend_class(name or settings.SIMRUN_BACKEND)
     return cls.from_settings()
+
+
+def task_users_problem(*roots: Path) -> str | None:
+    """Why the users of their own a root service runs tasks (and learnings) as cannot reach
+    these roots, with the fixes; None when they can. ``simrun serve`` asks it before starting."""
+    from runs.backends.local.user import unreachable
+
+    return unreachable(*roots)
 
 
 def cluster_config() -> ClusterConfig:

@@ -322,7 +322,7 @@ def task_users(args: argparse.Namespace, home: Path) -> str | None:
     (or ``SIMRUN_TASK_UID_BASE``) is one; ``--demo`` makes it, saying so, so that the README's
     first command works on any machine.
     """
-    from runs.backends.local.user import unreachable
+    from runs.backends import task_users_problem
 
     if args.tasks_as_service:
         os.environ[TASK_UID_BASE] = "0"
@@ -331,7 +331,7 @@ def task_users(args: argparse.Namespace, home: Path) -> str | None:
         return None
     roots = [Path(sys.executable).resolve(), home]
     roots += [Path(os.environ[n]) for n in ("SIMRUN_STORE", "SIMRUN_SCRATCH") if os.environ.get(n)]
-    problem = unreachable(*roots)
+    problem = task_users_problem(*roots)
     if problem is None:
         return None
     if args.demo:

@@ -1,8 +1,8 @@
 """The task types a run's sources ship, learned from its snapshots without installing them here.
 
 A spec may name a type that only its ``sources`` define. At submission the service installs
-the snapshots into a venv of their own (on the service's packages, as the local backend does
-for a run: ``local.env``), asks the harness there what its types are and what they make of the
+the snapshots into a venv of their own (on the service's packages, as a run has them), asks
+the harness there what its types are and what they make of the
 spec's settings (``python -m harness.describe``), and validates and plans with what it was
 told: a ``LearnedType`` per type. What it learned is kept under
 ``<store>/learned-types/<key>/`` (``types.json``, beside the venv), the key being the digests
@@ -11,8 +11,8 @@ costs no build and no process, new settings one process in the kept venv.
 
 Learning runs the code of the sources (their build and import), so it runs as a task would:
 without the service's environment, as the owner's task user where tasks run as their owners'
-(``builder``), kept per owner; off where ``SIMRUN_LEARN_SOURCES`` is (Argo by default, whose
-service pod holds its secrets).
+(``runs.backends.sources``), kept per owner; off where ``SIMRUN_LEARN_SOURCES`` is (Argo by
+default, whose service pod holds its secrets).
 
 The backends know such a type by its name only (``harness.tasktypes.ShippedType``, from
 ``stand_ins``): its code runs in the pods, which install the sources.
@@ -21,7 +21,6 @@ The backends know such a type by its name only (``harness.tasktypes.ShippedType`
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -29,9 +28,7 @@ import io
 import json
 import logging
 import os
-import subprocess
-import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,7 +37,6 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
-from harness import untrusted
 from harness.tasktypes import (
     PLUGIN_COMMAND,
     TYPE_PROVIDERS,
@@ -49,8 +45,7 @@ from harness.tasktypes import (
     registered_types,
     runs_in_the_pods,
 )
-from runs.backends.local import env as local_env
-from runs.backends.local import user as local_user
+from runs.backends import sources
 from runs.common import store
 from runs.planning.spec import (
     TYPE_NAME_RULE,
@@ -91,48 +86,6 @@ def learned_dir(
         named += ":" + ",".join(sorted(set(packages)))
     key = hashlib.sha256(named.encode()).hexdigest()[:32]
     return store.root() / "learned-types" / key
-
-
-def builder(owner_id: int | None, home: Path) -> local_env.Builder:
-    """Who runs the code of an owner's sources here, and with what: the owner's task user
-    where the service runs tasks as their owners' (root, ``SIMRUN_TASK_UID_BASE``), else the
-    service's user; never with the service's environment (its secret key, its database).
-    ``LearnError`` where the service must not run it (``SIMRUN_LEARN_SOURCES``) or the task
-    user cannot run Python."""
-    if not settings.SIMRUN_LEARN_SOURCES:
-        raise LearnError(LEARNING_OFF)
-    env = local_env.build_env(home)
-    user = local_user.for_owner(owner_id, settings.SIMRUN_TASK_UID_BASE)
-    if user is None:
-        return local_env.Builder(env=env)
-    root = store.root()
-    local_user.pass_only(root, root / "learned-types", root / "snapshots")
-    local_user.pass_only(root / local_env.ENVIRONMENTS)
-    if problem := local_user.unreachable(Path(sys.executable).resolve(), home):
-        raise LearnError(f"the sources' types cannot be learned as your task user: {problem}")
-    return local_env.Builder(env=env, uid=user.uid, gid=user.gid)
-
-
-TEMPORARY = "tmp"
-"""The folder of a learning's temporary files (pip's builds among them) in its ``home``."""
-
-
-@contextlib.contextmanager
-def _temporary(home: Path, user: local_env.Builder) -> Iterator[local_env.Builder]:
-    """``user`` with a folder of its own for temporary files in ``home``, made afresh by the
-    service (``home`` is the service's, closed to the task user) and removed at the end, a
-    killed learning's left ones with it: the task user's tempfile, finding ``home`` closed,
-    fell back to the machine's /tmp, outside every budget, where a killed build's files
-    stayed."""
-    untrusted.remove_tree(home, [TEMPORARY])
-    folder = home / TEMPORARY
-    folder.mkdir(mode=0o700)
-    if user.uid is not None:
-        os.chown(folder, user.uid, user.gid if user.gid is not None else -1)
-    try:
-        yield dataclasses.replace(user, env={**user.env, "TMPDIR": str(folder)})
-    finally:
-        untrusted.remove_tree(home, [TEMPORARY])
 
 
 LEARNING_OFF = (
@@ -230,41 +183,35 @@ def learned_type(name: str, info: Mapping[str, Any], judged: Mapping[str, Any]) 
     )
 
 
-def _tail(text: str | bytes | None) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    return "\n".join(lines[-TAIL_LINES:])
-
-
 def _describe(
-    python: Path, asked: Mapping[str, list[Any]], cwd: Path, user: local_env.Builder
+    learning: sources.Learning,
+    asked: Mapping[str, list[Any]],
+    packages: Sequence[str],
+    snapshots: list[Path],
 ) -> dict[str, Any]:
-    """Ask the harness in the venv of the sources, as ``user``, within
-    ``SIMRUN_LEARN_DESCRIBE_S``; ``LearnError`` with its output if it fails."""
-    timeout_s = settings.SIMRUN_LEARN_DESCRIBE_S
-    done = local_env.run_bounded(
-        [str(python), "-m", "harness.describe"],
-        user,
-        cwd=cwd,
-        timeout_s=timeout_s,
-        stdin=json.dumps({"settings": asked}),
-    )
+    """Install the snapshots and ask the harness in their venv what their types make of
+    ``asked`` (``runs.backends.sources``); ``LearnError`` with the output if it fails."""
+    try:
+        done = sources.describe(
+            learning, snapshots, packages, asked, stdin=json.dumps({"settings": asked})
+        )
+    except sources.SourcesError as error:
+        raise LearnError(str(error)) from None
     if done.returncode is None:
         raise LearnError(
-            f"the types of the sources did not answer within {timeout_s:g} s "
-            f"(python -m harness.describe, SIMRUN_LEARN_DESCRIBE_S): {_tail(done.stderr)}"
+            f"the types of the sources did not answer within {learning.describe_timeout_s:g} s "
+            f"(python -m harness.describe, SIMRUN_LEARN_DESCRIBE_S): {sources.tail(done.stderr)}"
         )
     if done.returncode != 0:
         raise LearnError(
             f"the types of the sources cannot be loaded (python -m harness.describe exited "
-            f"{done.returncode}):\n{_tail(done.stderr)}"
+            f"{done.returncode}):\n{sources.tail(done.stderr)}"
         )
     try:
         answer = json.loads(done.stdout)
     except ValueError:
         raise LearnError(
-            f"python -m harness.describe printed no JSON: {_tail(done.stdout)}"
+            f"python -m harness.describe printed no JSON: {sources.tail(done.stdout)}"
         ) from None
     if not isinstance(answer, dict):
         raise LearnError("python -m harness.describe printed no JSON object")
@@ -274,6 +221,24 @@ def _describe(
             f"{TYPE_NAME_RULE}"
         )
     return answer
+
+
+def _learning(home: Path, owner_id: int | None) -> sources.Learning:
+    """Where and as whom the sources of ``owner_id`` are learned, by the settings;
+    ``LearnError`` where this service does not run them (``SIMRUN_LEARN_SOURCES``)."""
+    if not settings.SIMRUN_LEARN_SOURCES:
+        raise LearnError(LEARNING_OFF)
+    return sources.Learning(
+        home=home,
+        store=store.root(),
+        owner_id=owner_id,
+        task_uid_base=settings.SIMRUN_TASK_UID_BASE,
+        install_timeout_s=settings.SIMRUN_LEARN_INSTALL_S,
+        describe_timeout_s=settings.SIMRUN_LEARN_DESCRIBE_S,
+        packages_timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
+        environments_kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
+        packages_cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
+    )
 
 
 def kept(
@@ -313,8 +278,8 @@ def learn(
 ) -> dict[str, Any]:
     """What the snapshots ``digests`` ship, on the environment's ``packages``: their types and
     what those made of ``asked`` (settings by type name); built, described and kept only as
-    far as it is not kept yet. Their code runs as ``builder`` says, never as the service with
-    its environment; the packages are the venv a run of the environment runs in.
+    far as it is not kept yet. Their code runs as ``runs.backends.sources`` says, never as the
+    service with its environment; the packages are the venv a run of the environment runs in.
 
     The install may take ``SIMRUN_LEARN_INSTALL_S``, the description
     ``SIMRUN_LEARN_DESCRIBE_S``: both are stopped then. One process at a time learns the same
@@ -335,29 +300,16 @@ def learn(
         log.info("learning the task types of the sources %s", ", ".join(d[:12] for d in digests))
         said = io.StringIO()  # the install's lines are for a run's log: here, the service's
         try:
-            with (
-                contextlib.redirect_stdout(said),
-                _temporary(home, builder(owner_id, home)) as user,
-                _packages(packages, user) as base,
-            ):
-                python = local_env.ensure(
-                    home / "venv",
+            with contextlib.redirect_stdout(said):
+                answer = _describe(
+                    _learning(home, owner_id),
+                    missing,
+                    packages,
                     [store.snapshot_dir(d) for d in digests],
-                    user=user,
-                    base=base,
-                    timeout_s=settings.SIMRUN_LEARN_INSTALL_S,
                 )
-                answer = _describe(python, missing, home, user)
-        except local_env.BuildTimeout as error:
-            raise LearnError(f"{error} (SIMRUN_LEARN_INSTALL_S)") from None
-        except subprocess.CalledProcessError as error:
-            raise LearnError(
-                f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
-                f"{_tail(error.output)}"
-            ) from None
         finally:
             if said.getvalue().strip():
-                log.info("%s", _tail(said.getvalue()))
+                log.info("%s", sources.tail(said.getvalue()))
         for name, outcomes in answer.get("settings", {}).items():
             by_key = judged.setdefault(name, {})
             for raw, outcome in zip(missing.get(name, []), outcomes, strict=False):
@@ -367,29 +319,6 @@ def learn(
     own = registered_types()
     note_names([name for name in known["types"] if name not in own])
     return known
-
-
-@contextlib.contextmanager
-def _packages(packages: Sequence[str], user: local_env.Builder) -> Iterator[Path | None]:
-    """The venv of the environment's packages, installed as a run of it would have them
-    (``local_env.ensure_packages``) and kept while the sources' types are learned on it;
-    None without packages."""
-    if not packages:
-        yield None
-        return
-    install = local_env.Install(
-        store=store.root(),
-        packages=tuple(packages),
-        timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
-        uid=user.uid,
-        gid=user.gid,
-        kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
-        cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
-        pip_env=local_env.pip_env(),
-    )
-    _, held = local_env.ensure_packages(install)
-    with held:
-        yield install.directory
 
 
 def note_names(names: list[str]) -> None:
@@ -442,7 +371,7 @@ def run_types(
         known = known or learn(list(spec.sources), asked, owner_id, packages)
     except LearnError as error:
         raise SpecError({"sources": [str(error)]}) from None
-    except local_env.PackagesError as error:
+    except sources.PackagesError as error:
         raise SpecError({"environment.packages": [str(error)]}) from None
     own = registered_types()
     learned = {

@@ -1,0 +1,176 @@
+"""Running a run's sources on this machine to learn the task types they ship.
+
+The service asks what a run's sources define before it plans the run: their snapshots are
+installed into a venv of their own (on the venv of the environment's packages, as a run of
+it would have them) and ``python -m harness.describe`` is asked there. That runs the user's
+code (its build, its import), so it runs as a task would: never with the service's
+environment, as the owner's task user where tasks run as their owners', within time limits.
+Whichever backend runs the tasks, learning runs here, with this machine's task users and
+venvs (those of ``runs.backends.local``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import untrusted
+from runs.backends.local import env as local_env
+from runs.backends.local import user as local_user
+
+TEMPORARY = "tmp"
+"""The folder of a learning's temporary files (pip's builds among them) in its ``home``."""
+TAIL_LINES = 15
+"""The lines of a failed install's output an error quotes."""
+
+
+class SourcesError(Exception):
+    """The sources cannot be installed, or the owner's task user cannot run them; the message
+    says why, with the output."""
+
+
+class PackagesError(Exception):
+    """The environment's packages cannot be installed; the message says why, with pip's."""
+
+
+@dataclass(frozen=True)
+class Learning:
+    """Where and as whom a run's sources are learned, within which limits."""
+
+    home: Path
+    """The learning's own folder (the service's): its venv, its temporary files."""
+    store: Path
+    owner_id: int | None
+    task_uid_base: int | None
+    install_timeout_s: float
+    describe_timeout_s: float
+    packages_timeout_s: float
+    environments_kept: int
+    packages_cache_gb: float
+
+
+@dataclass(frozen=True)
+class Described:
+    """What ``python -m harness.describe`` did: its exit code (None: stopped at its time
+    limit) and its output."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+def describe(
+    learning: Learning,
+    snapshots: list[Path],
+    packages: Sequence[str],
+    asked: Mapping[str, list[Any]],
+    stdin: str,
+) -> Described:
+    """Install ``snapshots`` on the venv of ``packages`` (each kept between learnings) and
+    ask their types, with ``stdin``. ``SourcesError`` or ``PackagesError`` when they cannot
+    be installed."""
+    try:
+        with (
+            _temporary(learning.home, builder(learning)) as user,
+            _packages(learning, packages, user) as base,
+        ):
+            python = local_env.ensure(
+                learning.home / "venv",
+                snapshots,
+                user=user,
+                base=base,
+                timeout_s=learning.install_timeout_s,
+            )
+            done = local_env.run_bounded(
+                [str(python), "-m", "harness.describe"],
+                user,
+                cwd=learning.home,
+                timeout_s=learning.describe_timeout_s,
+                stdin=stdin,
+            )
+    except local_env.BuildTimeout as error:
+        raise SourcesError(f"{error} (SIMRUN_LEARN_INSTALL_S)") from None
+    except subprocess.CalledProcessError as error:
+        raise SourcesError(
+            f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
+            f"{tail(error.output)}"
+        ) from None
+    except local_env.PackagesError as error:
+        raise PackagesError(str(error)) from None
+    return Described(done.returncode, _text(done.stdout), _text(done.stderr))
+
+
+def builder(learning: Learning) -> local_env.Builder:
+    """Who runs the code of an owner's sources: the owner's task user where the service runs
+    tasks as their owners' (root, ``SIMRUN_TASK_UID_BASE``), else the service's user; never
+    with the service's environment (its secret key, its database). ``SourcesError`` where the
+    task user cannot run this Python."""
+    env = local_env.build_env(learning.home)
+    user = local_user.for_owner(learning.owner_id, learning.task_uid_base)
+    if user is None:
+        return local_env.Builder(env=env)
+    root = learning.store
+    local_user.pass_only(root, root / "learned-types", root / "snapshots")
+    local_user.pass_only(root / local_env.ENVIRONMENTS)
+    if problem := local_user.unreachable(Path(sys.executable).resolve(), learning.home):
+        raise SourcesError(f"the sources' types cannot be learned as your task user: {problem}")
+    return local_env.Builder(env=env, uid=user.uid, gid=user.gid)
+
+
+@contextlib.contextmanager
+def _temporary(home: Path, user: local_env.Builder) -> Iterator[local_env.Builder]:
+    """``user`` with a folder of its own for temporary files in ``home``, made afresh by the
+    service (``home`` is the service's, closed to the task user) and removed at the end with
+    whatever a killed learning left there, so nothing of it lands in the machine's /tmp."""
+    untrusted.remove_tree(home, [TEMPORARY])
+    folder = home / TEMPORARY
+    folder.mkdir(mode=0o700)
+    if user.uid is not None:
+        os.chown(folder, user.uid, user.gid if user.gid is not None else -1)
+    try:
+        yield dataclasses.replace(user, env={**user.env, "TMPDIR": str(folder)})
+    finally:
+        untrusted.remove_tree(home, [TEMPORARY])
+
+
+@contextlib.contextmanager
+def _packages(
+    learning: Learning, packages: Sequence[str], user: local_env.Builder
+) -> Iterator[Path | None]:
+    """The venv of the environment's packages, installed as a run of it would have them and
+    kept while the sources' types are learned on it; None without packages."""
+    if not packages:
+        yield None
+        return
+    install = local_env.Install(
+        store=learning.store,
+        packages=tuple(packages),
+        timeout_s=learning.packages_timeout_s,
+        uid=user.uid,
+        gid=user.gid,
+        kept=learning.environments_kept,
+        cache_gb=learning.packages_cache_gb,
+        pip_env=local_env.pip_env(),
+    )
+    _, held = local_env.ensure_packages(install)
+    with held:
+        yield install.directory
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+def tail(output: str | bytes | None) -> str:
+    """The last ``TAIL_LINES`` lines of an output that say something."""
+    lines = [line for line in _text(output).splitlines() if line.strip()]
+    return "\n".join(lines[-TAIL_LINES:])
