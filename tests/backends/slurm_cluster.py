@@ -24,9 +24,13 @@ PARTITION = "simrun"
 
 
 @cache
+def cluster(*args: str) -> str:
+    """The cluster of ``.ci/slurm`` (``args``: its options), started once a session."""
+    return start_cluster(*args)
+
+
 def start_cluster(*args: str) -> str:
-    """Start (or reuse) the cluster with ``.ci/slurm``, once a session; its SLURM_CONF.
-    Fails when it cannot."""
+    """Start (or reuse) the cluster with ``.ci/slurm``; its SLURM_CONF. Fails when it cannot."""
     done = subprocess.run(
         ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=600, check=False
     )
@@ -122,3 +126,29 @@ def wait_phase(
 
 def shell(script: str) -> list[str]:
     return ["sh", "-c", script]
+
+
+def slurm_command(conf: str, *argv: str) -> str:
+    """A Slurm command run by the test itself (as an administrator would); its output."""
+    done = subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": conf},
+    )
+    return done.stdout
+
+
+def job_state(conf: str, job_id: str) -> str:
+    """A job's state in squeue; empty once Slurm forgot it."""
+    done = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": conf},
+    )
+    return done.stdout.strip()

@@ -11,10 +11,10 @@ from runs.backends.base import workflow_name
 from runs.backends.slurm.backend import SlurmBackend
 from runs.common.store import TaskFolder
 from tests.backends.slurm_cluster import (
+    cluster,
     make_backend,
     plan,
     shell,
-    start_cluster,
     submit,
     wait_phase,
 )
@@ -22,7 +22,7 @@ from tests.backends.slurm_cluster import (
 
 @pytest.fixture(scope="session")
 def slurm_conf() -> str:
-    return start_cluster()
+    return cluster()
 
 
 @pytest.fixture
@@ -94,3 +94,9 @@ def test_a_cancel_ends_every_job_of_the_run(backend):
     assert status.message == "Stopped with strategy 'Terminate'"
     assert status.failed["slow"][0].message.startswith("Slurm: CANCELLED")
     assert not backend.placements()
+
+
+def test_a_job_slurm_refuses_fails_the_submission_with_slurms_words(backend):
+    with pytest.raises(ValueError, match="sbatch refused the job"):
+        submit(backend, "big1", {"huge": {"command": shell("true")}}, {"huge": plan(memory_gb=100)})
+    assert backend.ledger.read(workflow_name("big1")).ended

@@ -9,12 +9,12 @@ import pytest
 
 from runs.backends.base import workflow_name
 from runs.backends.slurm.backend import SlurmBackend
-from tests.backends.slurm_cluster import make_backend, plan, start_cluster, submit, wait_phase
+from tests.backends.slurm_cluster import cluster, make_backend, plan, submit, wait_phase
 
 
 @pytest.fixture(scope="session")
 def slurm_conf() -> str:
-    return start_cluster()
+    return cluster()
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ import pytest
 
 from runs.backends.base import workflow_name
 from runs.backends.slurm.backend import SlurmBackend
-from tests.backends.slurm_cluster import make_backend, shell, start_cluster, submit
+from tests.backends.slurm_cluster import cluster, make_backend, shell, submit
 
 
 @pytest.fixture(scope="session")
 def slurm_conf() -> str:
-    return start_cluster()
+    return cluster()
 
 
 @pytest.fixture

@@ -14,21 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shlex
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import untrusted
-from harness.config import GRACE_S, STOP_MARGIN_S
+from harness.config import GRACE_S
 from harness.tasktypes import TaskType
-from runs.backends import logs as kept_logs
 from runs.backends.base import (
-    PREEMPTED_PHASE,
-    RETRYING_PHASE,
     BackendStatus,
     BackendUnavailable,
     ClusterConfig,
@@ -39,6 +33,7 @@ from runs.backends.base import (
     TaskPlan,
     workflow_name,
 )
+from runs.backends.slurm import joblogs
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
 from runs.backends.slurm.nodes import run_nodes
@@ -46,20 +41,18 @@ from runs.backends.slurm.script import (
     Placement as Where,
 )
 from runs.backends.slurm.script import (
-    batch_script,
-    chunks,
     extra_node,
     parse_comment,
-    sbatch_argv,
 )
-from runs.backends.slurm.state import Job, Ledger, NodeSpec, Submission
-from runs.common.store import TaskFolder
+from runs.backends.slurm.state import Job, Ledger, Submission
+from runs.backends.slurm.submitting import Submitter
 
 log = logging.getLogger(__name__)
 
-LOG_CAP = 64 << 20
-"""The most of a log ``logs`` reads."""
 SACCT_LATE_S = 120.0
+ADOPT_SKEW_S = 5.0
+"""Slurm's times are whole seconds: a job submitted this long before its run was kept is
+still the run's."""
 """How long a job that left the queue may be missing from sacct (it records late)."""
 
 
@@ -93,13 +86,12 @@ class SlurmBackend:
         self.ledger = Ledger(self.store)
         self.slurm = slurm or Slurm()
         self.where = where or Where()
+        self.submitter = Submitter(
+            self.slurm, self.where, submit_timeout_s=submit_timeout_s, grace_s=grace_s
+        )
         self.poll_s = poll_s
-        self.submit_timeout_s = submit_timeout_s
         self.pending_timeout_s = pending_timeout_s
-        self.grace_s = grace_s
-        self.bin_dir = Path(sys.executable).parent
         self._callbacks: list[Callable[[], None]] = []
-        self._max_array: int | None = None
         self.max_cores: int | None = None
         self.max_memory_gb: float | None = None
         if probe:
@@ -158,128 +150,16 @@ class SlurmBackend:
             )
             self._save(submission)
             try:
-                self._advance(submission)
-            except SlurmError as error:
-                submission.stopped, submission.ended = "stop", True
-                raise ValueError(f"Slurm refused a job of the run: {error}") from None
+                self.submitter.advance(submission)
             finally:
                 self._save(submission)
+            refused = [j for j in submission.jobs if j.state == "REFUSED"]
+            if refused:
+                submission.stopped, submission.ended = "stop", True
+                self._save(submission)
+                self.slurm.run(["scancel", "--me", f"--name={name}"])
+                raise ValueError(slurm_status.message(refused[0]))
         return name
-
-    def _advance(self, submission: Submission) -> bool:
-        """Submit the jobs that are due: nodes whose inputs succeeded, retries."""
-        if submission.stopped:
-            return False
-        phases = slurm_status.phases(submission)
-        due = slurm_status.due(submission, phases)
-        arrays: dict[str, list[NodeSpec]] = {}
-        for spec in due:
-            if spec.array:
-                arrays.setdefault(spec.array, []).append(spec)
-            else:
-                self._submit_job(submission, spec, attempt=0, memory_gb=spec.memory_gb)
-        for group in arrays.values():
-            self._submit_array(submission, group)
-        for spec in submission.nodes:
-            if phases.get(spec.name) in {RETRYING_PHASE, PREEMPTED_PHASE}:
-                jobs = submission.jobs_of(spec.name)
-                memory = slurm_status.next_memory_gb(spec, jobs, submission.stopped_at)
-                attempt = jobs[-1].latest_attempt + 1
-                self._submit_job(submission, spec, attempt=attempt, memory_gb=memory)
-        return bool(due) or any(p in {RETRYING_PHASE, PREEMPTED_PHASE} for p in phases.values())
-
-    def _logs_dir(self, submission: Submission, task: str) -> Path:
-        """The task's ``logs/``, a folder of the service's own, made now: the job writes there."""
-        parts = ("runs", submission.run, "tasks", task, "logs")
-        os.close(untrusted.service_dir(submission.store, parts))
-        return submission.store.joinpath(*parts)
-
-    def _sbatch(self, argv: list[str], script: str) -> str:
-        out = self.slurm.run(argv, stdin=script, timeout_s=self.submit_timeout_s).strip()
-        return out.split(";")[0]
-
-    def _submit_job(
-        self, submission: Submission, spec: NodeSpec, *, attempt: int, memory_gb: float
-    ) -> None:
-        logs = self._logs_dir(submission, spec.task)
-        script = batch_script(
-            spec,
-            attempt=attempt,
-            memory_gb=memory_gb,
-            logs=logs,
-            bin_dir=self.bin_dir,
-            grace_s=self._unit_grace_s(),
-        )
-        argv = sbatch_argv(
-            spec.model_copy(update={"array": ""}),
-            workflow=submission.name,
-            attempt=attempt,
-            memory_gb=memory_gb,
-            logs=logs,
-            where=self.where,
-        )
-        job_id = self._sbatch(argv, script)
-        submission.jobs.append(
-            Job(
-                node=spec.name,
-                job_id=job_id,
-                attempt=attempt,
-                memory_gb=memory_gb,
-                submitted_at=time.time(),
-            )
-        )
-
-    def _submit_array(self, submission: Submission, group: list[NodeSpec]) -> None:
-        """The first attempts of a task's extra workers, as arrays under ``MaxArraySize``."""
-        spec = group[0]
-        workers = sorted(int(s.worker.rsplit("-w", 1)[1]) for s in group)
-        logs = self._logs_dir(submission, spec.task)
-        for first, count in chunks(workers[0], len(workers), self._max_array_size()):
-            script = batch_script(
-                spec,
-                attempt=0,
-                memory_gb=spec.memory_gb,
-                logs=logs,
-                bin_dir=self.bin_dir,
-                grace_s=self._unit_grace_s(),
-                first=first,
-            )
-            argv = sbatch_argv(
-                spec,
-                workflow=submission.name,
-                attempt=0,
-                memory_gb=spec.memory_gb,
-                logs=logs,
-                where=self.where,
-                array=(first, count),
-            )
-            job_id = self._sbatch(argv, script)
-            now = time.time()
-            submission.jobs += [
-                Job(
-                    node=extra_node(spec.task, first + i),
-                    job_id=f"{job_id}_{i}",
-                    attempt=0,
-                    memory_gb=spec.memory_gb,
-                    submitted_at=now,
-                )
-                for i in range(count)
-            ]
-
-    def _unit_grace_s(self) -> float:
-        """What running units get after a SIGTERM, so the job ends before Slurm's SIGKILL."""
-        return self.grace_s - min(STOP_MARGIN_S, self.grace_s / 2)
-
-    def _max_array_size(self) -> int:
-        """Slurm's ``MaxArraySize`` (read once; 1001, Slurm's default, when unreadable)."""
-        if self._max_array is None:
-            self._max_array = 1001
-            out = self.slurm.run(["scontrol", "show", "config"])
-            for line in out.splitlines():
-                key, _, value = line.partition("=")
-                if key.strip() == "MaxArraySize" and value.strip().isdigit():
-                    self._max_array = int(value.strip())
-        return self._max_array
 
     # The poll.
 
@@ -339,11 +219,12 @@ class SlurmBackend:
                     if self._stuck(job, now):
                         changed.add(submission.name)
                 elif job.submitted_at < now - 1:
+                    job.gone_at = job.gone_at or now
                     gone.append((submission, job))
         if gone:
             changed |= self._resolve_gone(gone, now)
         for submission in live:
-            if self._advance(submission):
+            if self.submitter.advance(submission):
                 changed.add(submission.name)
             if all(j.final for j in submission.jobs) and (
                 submission.stopped or slurm_status.backend_status(submission).phase == "Succeeded"
@@ -363,6 +244,8 @@ class SlurmBackend:
             fields = parse_comment(job.comment)
             if job.name != submission.name or job_id in known or not fields:
                 continue
+            if (job.submitted_at or 0) < submission.created - ADOPT_SKEW_S:
+                continue  # an earlier job of the same name: ids and names are reused
             node = fields.get("node", "")
             if "array" in fields:
                 task = fields["array"].removesuffix("-extra")
@@ -376,7 +259,7 @@ class SlurmBackend:
                     job_id=job_id,
                     attempt=int(fields.get("attempt", 0)),
                     memory_gb=spec.memory_gb,
-                    submitted_at=time.time(),
+                    submitted_at=job.submitted_at or time.time(),
                 )
             )
             slurm_status.learn(submission.jobs[-1], job)
@@ -400,23 +283,28 @@ class SlurmBackend:
 
     def _resolve_gone(self, gone: list[tuple[Submission, Job]], now: float) -> set[str]:
         """Ask ``sacct`` once for the jobs that left the queue. Without accounting, or past
-        the time sacct may be late, a job no one knows is ``LOST``: an eviction, retried."""
+        the time sacct may be late, a job's end is read from its log in the store; a job
+        with none there is ``LOST``: an eviction, retried."""
         ids = ",".join(job.job_id for _, job in gone)
         start = time.strftime(
             "%Y-%m-%dT%H:%M:%S", time.localtime(min(j.submitted_at for _, j in gone) - 60)
         )
         argv = ["sacct", "-n", "-P", "-X", "-S", start, "-j", ids, "-o", slurm_status.SACCT_FIELDS]
+        accounting = True
         try:
             found = slurm_status.parse_sacct(self.slurm.run(argv))
         except SlurmError as error:
             log.info("sacct cannot say what became of %d job(s): %s", len(gone), error)
+            accounting = "accounting storage is disabled" not in str(error).lower()
             found = {}
         changed = set()
         for submission, job in gone:
             if job.job_id in found and found[job.job_id].state in slurm_status.ENDED:
                 slurm_status.learn(job, found[job.job_id])
-            elif now - job.submitted_at > SACCT_LATE_S or not found:
-                job.state, job.final, job.ended_at = "LOST", True, now
+            elif not accounting or now - (job.gone_at or now) > SACCT_LATE_S:
+                code = joblogs.exit_in_log(submission, job)
+                job.state = "LOST" if code is None else "COMPLETED" if code == 0 else "FAILED"
+                job.final, job.ended_at, job.exit_code = True, now, code
             else:
                 continue
             changed.add(submission.name)
@@ -476,62 +364,18 @@ class SlurmBackend:
             self.slurm.run(["scancel", "--me", f"--name={name}"])
 
     def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
-        """The log of each attempt of a task from the store, oldest first, Slurm's own words
-        (``slurm-<job>.out``) after the latest attempt of each job."""
-        submission = self.ledger.read(name)
-        jobs = [j for j in submission.jobs if submission.node(j.node).task == task_id]
-        if not jobs:
-            return []
-        try:
-            fd = untrusted.own_dir(
-                submission.store, ("runs", submission.run, "tasks", task_id, "logs")
-            )
-        except OSError:
-            return []
-        found = []
-        try:
-            for job in sorted(jobs, key=lambda j: j.submitted_at):
-                for number, result in slurm_status.attempts(job, submission.stopped_at):
-                    text = read_text(fd, f"{job.node}-{number}.log")
-                    if number == job.latest_attempt:
-                        text += read_text(fd, f"slurm-{job.job_id}.out")
-                    if tail_lines is not None:
-                        text = "".join(
-                            text.splitlines(keepends=True)[-tail_lines:] if tail_lines else []
-                        )
-                    found.append(
-                        PodLog(
-                            node=f"{job.node}({number})",
-                            pod=f"{job.node}-{number}",
-                            text=text,
-                            done=result is not None,
-                            attempt=number,
-                        )
-                    )
-        finally:
-            os.close(fd)
-        return found
+        """The log of each attempt of a task from the store, oldest first; KeyError for an
+        unknown run."""
+        return joblogs.pod_logs(self.ledger.read(name), task_id, tail_lines)
 
     def keep_logs(self, name: str, task_id: str, folder: Path) -> bool:
         """Whether every attempt of a task has ended and its log is in the store (the jobs
-        write them there): no Slurm call."""
+        write them there, so there is nothing to copy): no Slurm call."""
         try:
             submission = self.ledger.read(name)
         except KeyError:
             return True
-        names = set(
-            kept_logs.kept(TaskFolder(submission.store, ("runs", submission.run, "tasks", task_id)))
-        )
-        for job in submission.jobs:
-            if submission.node(job.node).task != task_id:
-                continue
-            if not job.final:
-                return False
-            started = [*job.restart_started, job.started_at]
-            for (number, _), began in zip(slurm_status.attempts(job, None), started, strict=True):
-                if began is not None and f"{job.node}-{number}.log" not in names:
-                    return False
-        return True
+        return joblogs.complete(submission, task_id)
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes of the partition (every partition's without one), from ``sinfo``."""
@@ -591,12 +435,3 @@ class SlurmBackend:
     def has_image(self, ref: str) -> bool:
         """True: the slurm backend needs no image."""
         return True
-
-
-def read_text(dir_fd: int, name: str) -> str:
-    """A log of the task's ``logs/`` folder (a descriptor); empty when missing."""
-    try:
-        with untrusted.open_regular(dir_fd, name) as handle:
-            return handle.read(LOG_CAP).decode(errors="replace")
-    except OSError:
-        return ""

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -40,6 +41,8 @@ class Slurm:
     timeout_s: float = 30.0
     calls: Counter[str] = field(default_factory=Counter)
     """Calls per command since the start, for the benchmark and the tests."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in each command since the start."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def env(self) -> dict[str, str]:
@@ -55,6 +58,7 @@ class Slurm:
         cannot answer now, SlurmError when the command refused."""
         with self._lock:
             self.calls[argv[0]] += 1
+        began = time.monotonic()
         try:
             done = subprocess.run(
                 argv,
@@ -71,12 +75,15 @@ class Slurm:
             ) from None
         except FileNotFoundError:
             raise BackendUnavailable(f"{argv[0]} is not installed on this host") from None
+        finally:
+            with self._lock:
+                spent = time.monotonic() - began
+                self.seconds[argv[0]] = self.seconds.get(argv[0], 0.0) + spent
         error = done.stderr.strip()
-        if done.returncode != 0 or BUSY.search(error):
-            if BUSY.search(error):
-                raise BackendUnavailable(f"{argv[0]}: {last_line(error)}")
-            if done.returncode != 0:
-                raise SlurmError(f"{argv[0]}: {last_line(error) or f'exit {done.returncode}'}")
+        if BUSY.search(error) and (done.returncode != 0 or not done.stdout.strip()):
+            raise BackendUnavailable(f"{argv[0]}: {last_line(error)}")
+        if done.returncode != 0:
+            raise SlurmError(f"{argv[0]}: {last_line(error) or f'exit {done.returncode}'}")
         return done.stdout
 
 

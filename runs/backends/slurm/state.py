@@ -58,7 +58,9 @@ class Job(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     final: bool = False
-    left_queue: bool = Field(default=False, description="No longer in squeue: ask sacct")
+    gone_at: float | None = Field(
+        default=None, description="When a poll first missed it in squeue: sacct is asked"
+    )
 
     @property
     def latest_attempt(self) -> int:

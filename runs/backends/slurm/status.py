@@ -24,7 +24,8 @@ from runs.backends.base import (
 from runs.backends.slurm.state import Job, NodeSpec, Submission
 
 SQUEUE_FIELDS = (
-    "JobArrayID,Name,Comment,State,Reason,NodeList,exit_code,StartTime,EndTime,RestartCnt"
+    "JobArrayID,Name,Comment,State,Reason,NodeList,exit_code,StartTime,EndTime,RestartCnt,"
+    "SubmitTime"
 )
 """``squeue -O`` columns, each followed by ``|`` (``squeue_format``)."""
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Start,End"
@@ -40,9 +41,11 @@ ENDED = frozenset(
         "BOOT_FAIL",
         "DEADLINE",
         "LOST",
+        "REFUSED",
     }
 )
-"""Final states of a job (``LOST``: simrun's, for a job Slurm no longer knows)."""
+"""Final states of a job (``LOST`` and ``REFUSED`` are simrun's: a job Slurm no longer
+knows, one ``sbatch`` refused)."""
 EVICTIONS = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "LOST"})
 RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
 NEVER_CLEARS = frozenset(
@@ -83,6 +86,7 @@ class Seen:
     started_at: float | None = None
     ended_at: float | None = None
     restarts: int = 0
+    submitted_at: float | None = None
 
 
 def _time(text: str) -> float | None:
@@ -98,7 +102,7 @@ def parse_squeue(text: str) -> dict[str, Seen]:
     found = {}
     for line in text.splitlines():
         parts = [p.strip() for p in line.split("|")]
-        if len(parts) < 10 or not parts[0]:
+        if len(parts) < 11 or not parts[0]:
             continue
         raw = int(parts[6]) if parts[6].isdigit() else None
         code, sig = (None, None) if raw is None else (raw >> 8, raw & 0x7F)
@@ -114,6 +118,7 @@ def parse_squeue(text: str) -> dict[str, Seen]:
             started_at=_time(parts[7]),
             ended_at=_time(parts[8]),
             restarts=int(parts[9]) if parts[9].isdigit() else 0,
+            submitted_at=_time(parts[10]),
         )
     return found
 
@@ -185,6 +190,8 @@ def message(job: Job) -> str:
         "BOOT_FAIL": "Slurm: BOOT_FAIL, its node did not boot",
         "LOST": "Slurm no longer knows the job (past MinJobAge, no accounting)",
     }.get(job.state, f"Slurm: {job.state}")
+    if job.state == "REFUSED":
+        return f"sbatch refused the job: {job.reason}"
     if job.state == "CANCELLED" and job.reason:
         words += f" ({job.reason})"
     return f"{words} ({code}) [job {job.job_id}]" if code else f"{words} [job {job.job_id}]"
