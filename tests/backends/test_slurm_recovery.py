@@ -95,3 +95,18 @@ def test_without_accounting_a_job_slurm_forgot_is_resolved_from_its_log(tmp_path
     [failed] = status.failed["bad"]
     assert failed.exit_code == 3 and not failed.evicted
     assert len(backend.ledger.read(workflow_name("a1")).jobs) == 2
+
+
+def test_a_restarted_service_finds_its_jobs_by_name_and_goes_on(backend, slurm_conf):
+    submit(backend, "s1", {"work": {"command": shell("sleep 3")}})
+    wait_phase(backend, "s1", {"Running"}, node="work")
+    [job] = backend.ledger.read(workflow_name("s1")).jobs
+    # The service stopped between sbatch and its record: the ledger lacks the job.
+    with backend.ledger.lock():
+        submission = backend.ledger.read(workflow_name("s1"))
+        submission.jobs = []
+        backend.ledger.write(submission)
+    restarted = make_backend(backend.store, slurm_conf)
+    assert wait_phase(restarted, "s1", {"Succeeded", "Failed"}) == "Succeeded"
+    [adopted] = restarted.ledger.read(workflow_name("s1")).jobs
+    assert (adopted.job_id, adopted.node, adopted.attempt) == (job.job_id, "work", 0)

@@ -197,7 +197,10 @@ class SlurmBackend:
 
     def _poll(self, now: float) -> bool:
         live = self.ledger.live()
-        asked = [s for s in live if any(not j.final for j in s.jobs)]
+        # Every live run is asked, one with no job left to watch too: a job its ledger lacks
+        # (an sbatch that timed out, a service stopped before its record) is adopted, not
+        # submitted again.
+        asked = live
         seen: dict[str, slurm_status.Seen] = {}
         if asked:
             names = ",".join(sorted({s.name for s in asked}))
