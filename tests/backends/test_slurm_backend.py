@@ -9,15 +9,19 @@ import pytest
 
 from runs.backends.base import workflow_name
 from runs.backends.slurm.backend import SlurmBackend
+from runs.backends.slurm.script import Placement
 from runs.common.store import TaskFolder
 from tests.backends.slurm_cluster import (
     cluster,
+    job_state,
     make_backend,
     plan,
     shell,
+    slurm_command,
     submit,
     wait_phase,
 )
+from tests.polling import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -100,3 +104,25 @@ def test_a_job_slurm_refuses_fails_the_submission_with_slurms_words(backend):
     with pytest.raises(ValueError, match="sbatch refused the job"):
         submit(backend, "big1", {"huge": {"command": shell("true")}}, {"huge": plan(memory_gb=100)})
     assert backend.ledger.read(workflow_name("big1")).ended
+
+
+def test_a_job_waiting_for_a_reason_that_never_clears_fails_naming_it(tmp_path, slurm_conf):
+    failed = slurm_command(
+        slurm_conf, "sbatch", "--parsable", "-p", "simrun", "-o", "/dev/null", "--wrap", "exit 1"
+    ).strip()
+    wait_for(lambda: job_state(slurm_conf, failed) == "FAILED", what="the upstream job to fail")
+    backend = make_backend(tmp_path / "store", slurm_conf)
+    backend.where = backend.submitter.where = Placement(
+        partition="simrun", extra=(f"--dependency=afterok:{failed}",)
+    )
+    backend.pending_timeout_s = 3
+    submit(backend, "w1", {"stuck": {"command": shell("true")}})
+    waiting = wait_for(
+        lambda: (backend.poll(force=True), backend.status(workflow_name("w1")).waiting)[1],
+        what="the job to wait",
+    )
+    assert wait_phase(backend, "w1", {"Failed"}, node="stuck") == "Failed"
+    [attempt] = backend.status(workflow_name("w1")).failed["stuck"]
+    assert "DependencyNeverSatisfied" in attempt.message
+    assert "clears only when an administrator acts" in attempt.message
+    assert waiting in ({"stuck": "Slurm: Dependency"}, {"stuck": "Slurm: DependencyNeverSatisfied"})
