@@ -75,10 +75,22 @@ if SIMRUN_HTTPS:
 SIMRUN_HOME = Path(_read("SIMRUN_HOME", env.str, str(BASE_DIR / "var"))).resolve()
 SIMRUN_STORE = Path(_read("SIMRUN_STORE", env.str, str(SIMRUN_HOME / "store"))).resolve()
 SIMRUN_BACKEND = _read("SIMRUN_BACKEND", env.str, "local")
-if SIMRUN_BACKEND not in {"local", "argo", "fake"}:
+if SIMRUN_BACKEND not in {"local", "argo", "slurm", "fake"}:
     raise ImproperlyConfigured(
-        f"environment variable SIMRUN_BACKEND must be local or argo, not {SIMRUN_BACKEND!r}"
+        f"environment variable SIMRUN_BACKEND must be local, argo or slurm, not {SIMRUN_BACKEND!r}"
     )
+# The Slurm backend (docs/slurm.md): where its jobs go (empty: the site's defaults), the extra
+# sbatch arguments (split as a shell does), how often it asks squeue for all runs at once
+# (an HPC controller is shared: at least 30 s by default), how long sbatch may take, and the
+# slurm.conf its commands read (SLURM_CONF; empty: Slurm's default).
+SIMRUN_SLURM_PARTITION = _read("SIMRUN_SLURM_PARTITION", env.str, "")
+SIMRUN_SLURM_ACCOUNT = _read("SIMRUN_SLURM_ACCOUNT", env.str, "")
+SIMRUN_SLURM_QOS = _read("SIMRUN_SLURM_QOS", env.str, "")
+SIMRUN_SLURM_TIME_LIMIT = _read("SIMRUN_SLURM_TIME_LIMIT", env.str, "")
+SIMRUN_SLURM_SBATCH_ARGS = _read("SIMRUN_SLURM_SBATCH_ARGS", env.str, "")
+SIMRUN_SLURM_POLL_S = _positive("SIMRUN_SLURM_POLL_S", 30.0)
+SIMRUN_SLURM_SUBMIT_TIMEOUT_S = _positive("SIMRUN_SLURM_SUBMIT_TIMEOUT_S", 60.0)
+SIMRUN_SLURM_CONF = _read("SIMRUN_SLURM_CONF", env.str, "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -20,6 +20,7 @@ from runs.backends.base import Backend, ClusterConfig
 BACKENDS = {
     "local": "runs.backends.local.backend:LocalBackend",
     "argo": "runs.backends.argo.backend:ArgoBackend",
+    "slurm": "runs.backends.slurm.backend:SlurmBackend",
     "fake": "runs.backends.fake:FakeBackend",
 }
 

@@ -1,0 +1,440 @@
+"""The Slurm backend: one job per attempt of a DAG node, on the cluster a site already has.
+
+The service keeps the DAG's edges: a node's job is submitted once the nodes of its inputs
+succeeded, so nothing waits in Slurm's queue on an upstream that failed (docs/slurm.md). One
+poll a period (``poll_s``, shared by every process of the service through the ledger's lock)
+asks ``squeue`` once for the jobs of all live runs together, ``sacct`` once for those that
+left the queue, then submits what became due: the next nodes, a retry after a kill for memory
+(with the retry memory) or after an eviction. Status, versions, logs and placements are read
+from the ledger and the store, never by a Slurm call of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.config import GRACE_S
+from harness.tasktypes import TaskType
+from runs.backends.base import (
+    BackendStatus,
+    BackendUnavailable,
+    ClusterConfig,
+    NodeInfo,
+    Placement,
+    PodLog,
+    RunRecord,
+    TaskPlan,
+    workflow_name,
+)
+from runs.backends.slurm import joblogs
+from runs.backends.slurm import status as slurm_status
+from runs.backends.slurm.commands import Slurm, SlurmError
+from runs.backends.slurm.nodes import run_nodes
+from runs.backends.slurm.script import (
+    Placement as Where,
+)
+from runs.backends.slurm.script import (
+    extra_node,
+    parse_comment,
+)
+from runs.backends.slurm.state import Job, Ledger, Submission
+from runs.backends.slurm.submitting import Submitter
+
+log = logging.getLogger(__name__)
+
+SACCT_LATE_S = 120.0
+ADOPT_SKEW_S = 5.0
+"""Slurm's times are whole seconds: a job submitted this long before its run was kept is
+still the run's."""
+"""How long a job that left the queue may be missing from sacct (it records late)."""
+
+
+class SlurmBackend:
+    """A backend whose runs are Slurm jobs, submitted from this host."""
+
+    name = "slurm"
+    runs_images = False
+    extra_workers = True
+    reserves_nodes = False
+    enforces_memory = True
+    logs_in_store = True
+    largest_node = "the largest node"
+
+    def __init__(
+        self,
+        store: Path,
+        *,
+        slurm: Slurm | None = None,
+        where: Where | None = None,
+        poll_s: float = 30.0,
+        submit_timeout_s: float = 60.0,
+        pending_timeout_s: float = 600.0,
+        grace_s: float = GRACE_S,
+        probe: bool = True,
+    ) -> None:
+        """``poll_s`` is the period of the one ``squeue`` of all runs; ``pending_timeout_s``
+        how long a job may wait with a reason that never clears by itself; ``probe`` reads the
+        largest node with ``sinfo`` now (None when Slurm does not answer)."""
+        self.store = Path(store)
+        self.ledger = Ledger(self.store)
+        self.slurm = slurm or Slurm()
+        self.where = where or Where()
+        self.submitter = Submitter(
+            self.slurm, self.where, submit_timeout_s=submit_timeout_s, grace_s=grace_s
+        )
+        self.poll_s = poll_s
+        self.pending_timeout_s = pending_timeout_s
+        self._callbacks: list[Callable[[], None]] = []
+        self.max_cores: int | None = None
+        self.max_memory_gb: float | None = None
+        if probe:
+            try:
+                largest = max(self.nodes(), key=lambda n: (n.cores, n.memory_gb))
+                self.max_cores, self.max_memory_gb = int(largest.cores), largest.memory_gb
+            except (BackendUnavailable, SlurmError, ValueError) as error:
+                log.warning("cannot read Slurm's nodes: %s", error)
+
+    @classmethod
+    def from_settings(cls) -> SlurmBackend:
+        """The backend of the Django settings (``SIMRUN_STORE``, ``SIMRUN_SLURM_*``)."""
+        from django.conf import settings
+
+        return cls(
+            settings.SIMRUN_STORE,
+            slurm=Slurm(conf=settings.SIMRUN_SLURM_CONF),
+            where=Where(
+                partition=settings.SIMRUN_SLURM_PARTITION,
+                account=settings.SIMRUN_SLURM_ACCOUNT,
+                qos=settings.SIMRUN_SLURM_QOS,
+                time_limit=settings.SIMRUN_SLURM_TIME_LIMIT,
+                extra=tuple(shlex.split(settings.SIMRUN_SLURM_SBATCH_ARGS)),
+            ),
+            poll_s=settings.SIMRUN_SLURM_POLL_S,
+            submit_timeout_s=settings.SIMRUN_SLURM_SUBMIT_TIMEOUT_S,
+        )
+
+    # Submission.
+
+    def submit(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str:
+        """Keep the run and submit the jobs of the nodes that wait for nothing; a run submitted
+        before is kept. ValueError when a task cannot run or Slurm refuses its job."""
+        name = workflow_name(record.id)
+        if record.packages:
+            raise ValueError("environment.packages: the slurm backend installs no packages yet")
+        nodes = run_nodes(record, plans, types)
+        with self.ledger.lock():
+            try:
+                self.ledger.read(name)
+                return name
+            except KeyError:
+                pass
+            submission = Submission(
+                name=name,
+                run=record.id,
+                store=record.store,
+                created=time.time() if record.created_at is None else record.created_at,
+                nodes=nodes,
+            )
+            self._save(submission)
+            try:
+                self.submitter.advance(submission)
+            finally:
+                self._save(submission)
+            refused = [j for j in submission.jobs if j.state == "REFUSED"]
+            if refused:
+                submission.stopped, submission.ended = "stop", True
+                self._save(submission)
+                self.slurm.run(["scancel", "--me", f"--name={name}"])
+                raise ValueError(slurm_status.message(refused[0]))
+        return name
+
+    # The poll.
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after a poll that learnt something of a run."""
+        self._callbacks.append(callback)
+
+    def poll(self, *, force: bool = False) -> bool:
+        """One poll of every live run, unless one ran within ``poll_s`` (in any process);
+        whether it learnt anything. BackendUnavailable when Slurm did not answer: the next
+        poll waits longer (up to 8 periods), nothing is lost."""
+        with self.ledger.lock():
+            meta = json.loads(self.ledger.read_meta("poll.json") or "{}")
+            now = time.time()
+            if not force and now < meta.get("next", 0):
+                return False
+            try:
+                changed = self._poll(now)
+            except BackendUnavailable:
+                failures = meta.get("failures", 0) + 1
+                backoff = self.poll_s * 2 ** min(failures, 3)
+                self._write_poll({"at": now, "next": now + backoff, "failures": failures})
+                raise
+            self._write_poll({"at": now, "next": now + self.poll_s, "failures": 0})
+        if changed:
+            for callback in self._callbacks:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("a callback of the slurm backend failed")
+        return changed
+
+    def _write_poll(self, meta: dict[str, Any]) -> None:
+        self.ledger.write_meta("poll.json", json.dumps(meta))
+
+    def _poll(self, now: float) -> bool:
+        live = self.ledger.live()
+        # Every live run is asked, one with no job left to watch too: a job its ledger lacks
+        # (an sbatch that timed out, a service stopped before its record) is adopted, not
+        # submitted again.
+        asked = live
+        seen: dict[str, slurm_status.Seen] = {}
+        if asked:
+            names = ",".join(sorted({s.name for s in asked}))
+            argv = ["squeue", "-h", "-r", "-t", "all", "--me", f"--name={names}"]
+            seen = slurm_status.parse_squeue(
+                self.slurm.run([*argv, "-O", slurm_status.squeue_format()])
+            )
+        changed: set[str] = set()
+        gone: list[tuple[Submission, Job]] = []
+        for submission in asked:
+            if self._adopt(submission, seen):
+                changed.add(submission.name)
+            for job in submission.jobs:
+                if job.final:
+                    continue
+                if job.job_id in seen:
+                    if slurm_status.learn(job, seen[job.job_id]):
+                        changed.add(submission.name)
+                    if self._stuck(job, now):
+                        changed.add(submission.name)
+                elif job.submitted_at < now - 1:
+                    job.gone_at = job.gone_at or now
+                    gone.append((submission, job))
+        if gone:
+            changed |= self._resolve_gone(gone, now)
+        for submission in live:
+            if self.submitter.advance(submission):
+                changed.add(submission.name)
+            if all(j.final for j in submission.jobs) and (
+                submission.stopped or slurm_status.backend_status(submission).phase == "Succeeded"
+            ):
+                submission.ended = True
+                changed.add(submission.name)
+            if submission.name in changed:
+                self._save(submission)
+        return bool(changed)
+
+    def _adopt(self, submission: Submission, seen: dict[str, slurm_status.Seen]) -> bool:
+        """Record the jobs of a run that Slurm has and the ledger lacks (an ``sbatch`` that
+        timed out after it submitted, a service that stopped between the two)."""
+        known = {j.job_id for j in submission.jobs}
+        adopted = False
+        for job_id, job in seen.items():
+            fields = parse_comment(job.comment)
+            if job.name != submission.name or job_id in known or not fields:
+                continue
+            if (job.submitted_at or 0) < submission.created - ADOPT_SKEW_S:
+                continue  # an earlier job of the same name: ids and names are reused
+            node = fields.get("node", "")
+            if "array" in fields:
+                task = fields["array"].removesuffix("-extra")
+                node = extra_node(task, int(fields["first"]) + int(job_id.partition("_")[2] or 0))
+            if not any(s.name == node for s in submission.nodes):
+                continue
+            spec = submission.node(node)
+            submission.jobs.append(
+                Job(
+                    node=node,
+                    job_id=job_id,
+                    attempt=int(fields.get("attempt", 0)),
+                    memory_gb=spec.memory_gb,
+                    submitted_at=job.submitted_at or time.time(),
+                )
+            )
+            slurm_status.learn(submission.jobs[-1], job)
+            adopted = True
+        return adopted
+
+    def _stuck(self, job: Job, now: float) -> bool:
+        """Cancel a job that waited past the pending timeout for a reason that never clears
+        by itself; whether it was."""
+        if job.state != "PENDING" or job.reason not in slurm_status.NEVER_CLEARS:
+            return False
+        if now - job.submitted_at < self.pending_timeout_s:
+            return False
+        self.slurm.run(["scancel", job.job_id])
+        job.state, job.final, job.ended_at = "CANCELLED", True, now
+        job.reason = (
+            f"waited {now - job.submitted_at:.0f} s with reason {job.reason}, "
+            "which clears only when an administrator acts"
+        )
+        return True
+
+    def _resolve_gone(self, gone: list[tuple[Submission, Job]], now: float) -> set[str]:
+        """Ask ``sacct`` once for the jobs that left the queue. Without accounting, or past
+        the time sacct may be late, a job's end is read from its log in the store; a job
+        with none there is ``LOST``: an eviction, retried."""
+        ids = ",".join(job.job_id for _, job in gone)
+        start = time.strftime(
+            "%Y-%m-%dT%H:%M:%S", time.localtime(min(j.submitted_at for _, j in gone) - 60)
+        )
+        argv = ["sacct", "-n", "-P", "-X", "-S", start, "-j", ids, "-o", slurm_status.SACCT_FIELDS]
+        accounting = True
+        try:
+            found = slurm_status.parse_sacct(self.slurm.run(argv))
+        except SlurmError as error:
+            log.info("sacct cannot say what became of %d job(s): %s", len(gone), error)
+            accounting = "accounting storage is disabled" not in str(error).lower()
+            found = {}
+        changed = set()
+        for submission, job in gone:
+            if job.job_id in found and found[job.job_id].state in slurm_status.ENDED:
+                slurm_status.learn(job, found[job.job_id])
+            elif not accounting or now - (job.gone_at or now) > SACCT_LATE_S:
+                code = joblogs.exit_in_log(submission, job)
+                job.state = "LOST" if code is None else "COMPLETED" if code == 0 else "FAILED"
+                job.final, job.ended_at, job.exit_code = True, now, code
+            else:
+                continue
+            changed.add(submission.name)
+        return changed
+
+    def _save(self, submission: Submission) -> None:
+        """Write a run and its version (under the lock)."""
+        self.ledger.write(submission)
+        versions = json.loads(self.ledger.read_meta("versions.json") or "{}")
+        if submission.ended:
+            versions.pop(submission.name, None)
+        else:
+            digest = hashlib.blake2b(submission.model_dump_json().encode(), digest_size=8)
+            versions[submission.name] = digest.hexdigest()
+        self.ledger.write_meta("versions.json", json.dumps(versions))
+
+    # Status and control.
+
+    def _poll_quietly(self) -> None:
+        """A poll if one is due; a Slurm that does not answer leaves the ledger as it is."""
+        try:
+            self.poll()
+        except BackendUnavailable as error:
+            log.warning("slurm did not answer the poll: %s", error)
+
+    def versions(self, names: list[str]) -> dict[str, str]:
+        """The version of each live run after the poll this period (``ChangeSignal``)."""
+        self._poll_quietly()
+        known = json.loads(self.ledger.read_meta("versions.json") or "{}")
+        return {name: known[name] for name in names if name in known}
+
+    def status(self, name: str) -> BackendStatus:
+        """The phases of a run's nodes from the ledger; KeyError for an unknown run."""
+        self._poll_quietly()
+        return slurm_status.backend_status(self.ledger.read(name))
+
+    def cancel(self, name: str) -> None:
+        """Cancel every job of a run by its name; KeyError for a run the backend never had
+        (its jobs, if any, are cancelled all the same)."""
+        self._halt(name, "cancel")
+
+    def stop(self, name: str) -> None:
+        """End a run whose state is decided, as ``cancel``: nothing more is submitted."""
+        self._halt(name, "stop")
+
+    def _halt(self, name: str, how: str) -> None:
+        with self.ledger.lock():
+            try:
+                submission = self.ledger.read(name)
+            except KeyError:
+                self.slurm.run(["scancel", "--me", f"--name={name}"])
+                raise
+            if not submission.stopped:
+                submission.stopped, submission.stopped_at = how, time.time()
+                self._save(submission)
+        if any(not j.final for j in submission.jobs):
+            self.slurm.run(["scancel", "--me", f"--name={name}"])
+
+    def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
+        """The log of each attempt of a task from the store, oldest first; KeyError for an
+        unknown run."""
+        return joblogs.pod_logs(self.ledger.read(name), task_id, tail_lines)
+
+    def keep_logs(self, name: str, task_id: str, folder: Path) -> bool:
+        """Whether every attempt of a task has ended and its log is in the store (the jobs
+        write them there, so there is nothing to copy): no Slurm call."""
+        try:
+            submission = self.ledger.read(name)
+        except KeyError:
+            return True
+        return joblogs.complete(submission, task_id)
+
+    def nodes(self) -> list[NodeInfo]:
+        """The nodes of the partition (every partition's without one), from ``sinfo``."""
+        argv = ["sinfo", "-h", "-N", "-o", "%N|%c|%m|%t"]
+        if self.where.partition:
+            argv.append(f"--partition={self.where.partition}")
+        found: dict[str, NodeInfo] = {}
+        for line in self.slurm.run(argv).splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 4 or parts[0] in found:
+                continue
+            state = parts[3].rstrip("*~#!%$@^-")
+            found[parts[0]] = NodeInfo(
+                name=parts[0],
+                cores=float(parts[1]),
+                memory_gb=float(parts[2]) / 1024,
+                ready=state not in {"down", "drain", "drng", "fail", "maint", "boot", "unk"},
+                reservable=False,
+            )
+        return list(found.values())
+
+    def placements(self) -> list[Placement]:
+        """The jobs of live runs that have not ended, as the last poll saw them."""
+        found = []
+        for submission in self.ledger.live():
+            for job in submission.jobs:
+                if job.final:
+                    continue
+                spec = submission.node(job.node)
+                found.append(
+                    Placement(
+                        workflow=submission.name,
+                        dag_task=job.node,
+                        pod=job.job_id,
+                        node=job.host or None,
+                        phase="Running" if job.state in slurm_status.RUNNING else "Pending",
+                        cores=spec.cores,
+                        memory_gb=job.memory_gb,
+                        worker=spec.worker,
+                        attempt=job.latest_attempt,
+                    )
+                )
+        return found
+
+    def reserve(self, node: str, run_id: str) -> None:
+        """Refused: reservations need Slurm's Operator level, which simrun does not assume."""
+        raise ValueError("the slurm backend reserves no nodes: submit without reserve_node")
+
+    def unreserve(self, node: str, run_id: str) -> None:
+        """Refused: the slurm backend reserves no nodes."""
+        raise ValueError("the slurm backend reserves no nodes")
+
+    def build_image(self, context: Path, ref: str) -> None:
+        """Refused: the slurm backend runs no images."""
+        raise ValueError("the slurm backend builds no images")
+
+    def has_image(self, ref: str) -> bool:
+        """True: the slurm backend needs no image."""
+        return True

@@ -1,0 +1,53 @@
+"""Kills for memory on the real Slurm cluster: OUT_OF_MEMORY is a proven kill, retried once
+with the retry memory; a second kill with the retry memory ends the node (Ruling 35)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runs.backends.base import workflow_name
+from runs.backends.slurm.backend import SlurmBackend
+from tests.backends.slurm_cluster import cluster, make_backend, plan, submit, wait_phase
+
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> str:
+    return cluster()
+
+
+@pytest.fixture
+def backend(tmp_path: Path, slurm_conf: str) -> SlurmBackend:
+    return make_backend(tmp_path / "store", slurm_conf)
+
+
+def alloc(mib: int) -> list[str]:
+    """A command that holds ``mib`` MiB, then exits 0 (a killed child does not fail it)."""
+    return ["sh", "-c", f"python3 -c 'x = bytearray({mib} << 20); print(len(x))'; exit 0"]
+
+
+def test_a_kill_for_memory_is_retried_once_with_the_retry_memory(backend):
+    # 300 MiB: killed under 0.25 GiB, fits in the retry memory of 1 GiB.
+    submit(backend, "m1", {"big": {"command": alloc(300)}}, {"big": plan(retry_memory_gb=1.0)})
+    assert wait_phase(backend, "m1", {"Succeeded", "Failed"}, timeout_s=180) == "Succeeded"
+    status = backend.status(workflow_name("m1"))
+    [killed] = status.failed["big"]
+    assert killed.attempt == 0 and killed.oom_killed and killed.memory_gb == 0.25
+    assert "OUT_OF_MEMORY" in killed.message
+    jobs = backend.ledger.read(workflow_name("m1")).jobs
+    assert [(j.attempt, j.memory_gb, j.state) for j in jobs] == [
+        (0, 0.25, "OUT_OF_MEMORY"),
+        (1, 1.0, "COMPLETED"),
+    ]
+
+
+def test_a_second_kill_with_the_retry_memory_fails_the_node(backend):
+    submit(backend, "m2", {"big": {"command": alloc(900)}}, {"big": plan(retry_memory_gb=0.5)})
+    assert wait_phase(backend, "m2", {"Failed"}, node="big", timeout_s=180) == "Failed"
+    failed = backend.status(workflow_name("m2")).failed["big"]
+    assert [(a.attempt, a.oom_killed, a.memory_gb) for a in failed] == [
+        (0, True, 0.25),
+        (1, True, 0.5),
+    ]
+    assert len(backend.ledger.read(workflow_name("m2")).jobs) == 2
