@@ -49,7 +49,7 @@ def test_a_command_task_succeeds_with_its_log_in_the_store(backend):
     log = backend.store / "runs/c1/tasks/hello/logs/hello-0.log"
     assert f"hello from {status.hosts['hello']}" in log.read_text()
     folder = TaskFolder(backend.store, ("runs", "c1", "tasks", "hello"))
-    assert backend.keep_logs(workflow_name("c1"), "hello", folder.path)
+    assert backend.keep_logs(workflow_name("c1"), "hello", folder).complete
     [pod] = backend.logs(workflow_name("c1"), "hello")
     assert pod.done and "hello from" in pod.text
 

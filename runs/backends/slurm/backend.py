@@ -11,12 +11,13 @@ from the ledger and the store, never by a Slurm call of their own.
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import logging
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from runs.backends.base import (
     BackendStatus,
     BackendUnavailable,
     ClusterConfig,
+    KeptLogs,
     NodeInfo,
     Placement,
     PodLog,
@@ -46,6 +48,7 @@ from runs.backends.slurm.script import (
 )
 from runs.backends.slurm.state import Job, Ledger, Submission
 from runs.backends.slurm.submitting import Submitter
+from runs.common.store import TaskFolder
 
 log = logging.getLogger(__name__)
 
@@ -371,14 +374,25 @@ class SlurmBackend:
         unknown run."""
         return joblogs.pod_logs(self.ledger.read(name), task_id, tail_lines)
 
-    def keep_logs(self, name: str, task_id: str, folder: Path) -> bool:
-        """Whether every attempt of a task has ended and its log is in the store (the jobs
-        write them there, so there is nothing to copy): no Slurm call."""
-        try:
-            submission = self.ledger.read(name)
-        except KeyError:
-            return True
-        return joblogs.complete(submission, task_id)
+    def keep_logs(self, name: str, task_id: str, folder: TaskFolder) -> KeptLogs:
+        """The jobs write their logs into the store, so there is nothing to copy: complete
+        once every attempt of the task ended; no Slurm call. KeyError for an unknown run."""
+        return KeptLogs(complete=joblogs.complete(self.ledger.read(name), task_id))
+
+    def describe(self) -> list[str]:
+        """The banner's summary: whose jobs these are, where they go."""
+        where = self.where.partition or "the default partition"
+        account = f", account {self.where.account}" if self.where.account else ""
+        return [
+            f"jobs submitted as {getpass.getuser()} to {where}{account}: that user's account "
+            "and fairshare pay for every run's jobs (docs/slurm.md)"
+        ]
+
+    def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
+        return None  # each job runs in its own cgroup on its node, as the submitting user
+
+    def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
+        raise LookupError("the Slurm backend does not reserve nodes: submit without it")
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes of the partition (every partition's without one), from ``sinfo``."""
