@@ -7,129 +7,48 @@ compare-and-set on its ``version`` (``write_if_unchanged``).
 
 from __future__ import annotations
 
-import functools
-import operator
-import secrets
-import string
-from typing import Any
-
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-RUN_ID_ALPHABET = string.ascii_lowercase + string.digits
-RUN_ID_LENGTH = 10
-
-
-def new_run_id() -> str:
-    """A short random id: a letter, then letters and digits (a valid Kubernetes name)."""
-    first = secrets.choice(string.ascii_lowercase)
-    return first + "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(RUN_ID_LENGTH - 1))
-
-
-class RunState(models.TextChoices):
-    LEARNING = "learning"
-    SUBMITTING = "submitting"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-ENDED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
-
-
-class TaskKind(models.TextChoices):
-    SPLIT = "split"
-    PLUGIN = "plugin"
-    COMMAND = "command"
-
-
-class TaskState(models.TextChoices):
-    WAITING = "waiting"
-    QUEUED = "queued"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    RETRYING = "retrying"
-    DONE = "done"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-
-
-FINAL_TASK_STATES = (TaskState.DONE, TaskState.FAILED, TaskState.SKIPPED)
-
-
-class Reuse(models.TextChoices):
-    """What a task reuses of an earlier task with its key (docs/resume.md)."""
-
-    NONE = "", "nothing"
-    WHOLE = "whole", "its outputs: done at once"
-    UNITS = "units", "its done units: computes only the others"
-
-
-PENDING_AFTER_END = ("pending_logs", "pending_release", "pending_cancel")
-"""What a run may still have to do after its end: keep its logs, release its node, cancel."""
-
-LIVE = functools.reduce(
-    operator.or_, (Q(**{flag: True}) for flag in PENDING_AFTER_END), Q(ended_at__isnull=True)
+from runs.choices import (
+    ENDED_STATES,
+    FINAL_TASK_STATES,
+    RUN_ID_ALPHABET,
+    RUN_ID_LENGTH,
+    Reuse,
+    RunState,
+    TaskKind,
+    TaskState,
+    new_run_id,
 )
-"""The live-run rule (docs/design.md): a run the control loop follows is not ended (its
-``ended_at`` is set exactly when its state is an ended one), or has something pending after
-its end. ``Liveness`` is its Python form, ``runs.api.listed_json`` its SQL."""
+from runs.querysets import LISTED, LIVE, PENDING_AFTER_END, Liveness, RunQuerySet
 
-
-class Liveness:
-    """``ended`` and ``live`` of anything with a run's state and pending flags (a model, a
-    listed row), by the live-run rule."""
-
-    __slots__ = ()
-    state: str
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED_STATES
-
-    @property
-    def live(self) -> bool:
-        return not self.ended or any(getattr(self, flag) for flag in PENDING_AFTER_END)
-
-
-LISTED = ["id", "name"]
-"""What the runs list's indexes carry besides their keys: what it matches, and the name."""
-
-
-class RunQuerySet(models.QuerySet["Run"]):
-    def live(self) -> RunQuerySet:
-        """Runs the control loop follows: not ended, or with logs, release or cancel pending."""
-        return self.filter(LIVE)
-
-    def settled(self) -> RunQuerySet:
-        """Runs the control loop is done with: ended, nothing pending."""
-        return self.exclude(LIVE)
-
-    def ended(self) -> RunQuerySet:
-        return self.filter(state__in=ENDED_STATES)
-
-    def visible_to(self, user: Any) -> RunQuerySet:
-        """The runs a user may see: their own, every run for staff."""
-        return self if user.is_staff else self.filter(owner=user)
-
-    def write_if_unchanged(self, run: Run, **changes: Any) -> bool:
-        """``UPDATE … WHERE version = n``: write ``changes`` when ``run`` is unchanged.
-
-        On success the instance gets the changes and its new version; returns whether the
-        row was written (not when another writer changed the run or it is gone).
-        """
-        changes["updated_at"] = timezone.now()
-        written = self.filter(pk=run.pk, version=run.version).update(
-            version=F("version") + 1, **changes
-        )
-        if written:
-            for field, value in changes.items():
-                setattr(run, field, value)
-            run.version += 1
-        return bool(written)
+__all__ = [
+    "ATTEMPT_OUTCOME_FIELDS",
+    "ENDED_STATES",
+    "FINAL_TASK_STATES",
+    "LISTED",
+    "LIVE",
+    "PENDING_AFTER_END",
+    "RUN_ID_ALPHABET",
+    "RUN_ID_LENGTH",
+    "Attempt",
+    "Liveness",
+    "Observation",
+    "Reuse",
+    "Run",
+    "RunQuerySet",
+    "RunState",
+    "Snapshot",
+    "Task",
+    "TaskKind",
+    "TaskState",
+    "new_run_id",
+]
+"""The record's names: the models, and the states and queries they are made of (``choices``,
+``querysets``), which every room imports from here."""
 
 
 class Run(Liveness, models.Model):

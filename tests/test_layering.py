@@ -52,10 +52,16 @@ def imported(path: Path, root: Path = ROOT) -> Iterator[str]:
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
+RECORD = {"choices": "models", "querysets": "models"}
+"""Modules of the record that ``runs.models`` is made of: one room with it."""
+
+
 def room(module: str) -> str | None:
     """``runs.control.states`` → ``control``; None outside ``runs``."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "runs" and len(parts) > 1 else None
+    if parts[0] != "runs" or len(parts) < 2:
+        return None
+    return RECORD.get(parts[1], parts[1])
 
 
 def rooms_graph() -> dict[str, dict[str, set[str]]]:

@@ -41,6 +41,7 @@ from harness.sweep import SWEEP_TYPE
 from runs.backends.base import Backend, TaskFolders
 from runs.common import store
 from runs.common.store import TaskFolder
+from runs.control import disk
 from runs.models import Reuse, Run, RunState, Task, TaskState
 
 log = logging.getLogger(__name__)
@@ -396,13 +397,14 @@ def _copy_file(source: int, name: str, target: int, path: str, budget: Budget) -
         status = os.fstat(data.fileno())
         on_disk = min(status.st_size, status.st_blocks * 512)
         budget.size(path, on_disk)
-        _check_room(target, path, on_disk)
+        if full := disk.no_room(target, on_disk):
+            raise Refused(f"{path} takes {_bytes(on_disk)} on disk and {full}")
         mode = EXECUTABLE_MODE if status.st_mode & stat.S_IXUSR else FILE_MODE
         fd = os.open(name, WRITE_FLAGS, mode, dir_fd=target)
         with open(fd, "wb") as copy:
             os.fchmod(fd, mode)
             written = 0
-            for start, end in _data_regions(data.fileno(), status.st_size):
+            for start, end in disk.data_regions(data.fileno(), status.st_size):
                 data.seek(start)
                 at = start
                 while at < end and (chunk := data.read(min(CHUNK, end - at))):
@@ -414,39 +416,6 @@ def _copy_file(source: int, name: str, target: int, path: str, budget: Budget) -
                         copy.write(chunk)
                     at += len(chunk)
             copy.truncate(status.st_size)
-
-
-def _data_regions(fd: int, size: int) -> Iterator[tuple[int, int]]:
-    """The ranges of a file that may hold data (``SEEK_DATA``/``SEEK_HOLE``), the whole file
-    where the filesystem cannot tell."""
-    at = 0
-    while at < size:
-        try:
-            start = os.lseek(fd, at, os.SEEK_DATA)
-            end = os.lseek(fd, start, os.SEEK_HOLE)
-        except OSError as error:
-            if error.errno == errno.ENXIO:  # no data after ``at``: the rest is a hole
-                return
-            yield at, size
-            return
-        yield start, min(end, size)
-        at = end
-
-
-FREE_RESERVE = 0.05
-"""The part of the store's filesystem a copy never takes: others' tasks keep room to write."""
-
-
-def _check_room(target: int, path: str, size: int) -> None:
-    """Refuse a copy that would leave the store's filesystem with less than its reserve."""
-    vfs = os.statvfs(target)
-    free = vfs.f_bavail * vfs.f_frsize
-    reserve = int(vfs.f_blocks * vfs.f_frsize * FREE_RESERVE)
-    if size > free - reserve:
-        raise Refused(
-            f"{path} takes {_bytes(size)} on disk and the store has {_bytes(max(free, 0))} free, "
-            f"{FREE_RESERVE:.0%} of it kept for the tasks that run"
-        )
 
 
 def _read(folder: int, name: str, path: str, budget: Budget) -> bytes:
