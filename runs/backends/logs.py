@@ -1,4 +1,4 @@
-"""Pod logs kept in the store, ``tasks/<task>/logs/<node>-<attempt>.log`` (spec/000).
+"""Pod logs kept in the store, ``tasks/<task>/logs/<node>-<attempt>.log``.
 
 The logs of terminated pods are copied from the backend into the store as the pods end
 (a cluster's pod GC deletes succeeded pods soon), so they outlive the pods (and the workflow,

@@ -1,4 +1,4 @@
-"""Worker reports recorded as resource observations, each once (spec/000, Ruling 24).
+"""Worker reports recorded as resource observations, each once (Ruling 24, docs/design.md).
 
 Once a task is final each of its reports (``runs.control.reports``) becomes an
 ``Observation`` of its task type, and ``tasks/<task>/recorded/<worker>-<attempt>`` marks it

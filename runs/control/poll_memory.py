@@ -11,7 +11,7 @@ change. Every run is still polled in full at least every ``SIMRUN_RESYNC_S``, as
 resync, each at its own point of that interval so the full polls spread over passes.
 
 What this remembers lives in the memory of one process and is safe to lose (the service
-keeps no state in memory, spec/000): a run not remembered, after a restart or in another
+keeps no state in memory): a run not remembered, after a restart or in another
 worker process, is polled.
 """
 

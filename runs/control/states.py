@@ -1,4 +1,4 @@
-"""What a backend's status means: the states of the tasks and the verdict of a run (spec/000).
+"""What a backend's status means: the states of the tasks and a run's verdict (Ruling 17b).
 
 Functions of one poll of one live run, which read the record and the store but write
 nothing: ``runs.control.polling`` writes what they decide, compare-and-set. The state of a run

@@ -1,4 +1,4 @@
-"""The local backend's defaults (spec/004): its cores from the CPUs this process may run on,
+"""The local backend's defaults: its cores from the CPUs this process may run on,
 its memory from the machine's, the venvs of its runs beside the scratch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How the record of a run follows its workflow (spec/000), against the fake backend."""
+"""How the record of a run follows its workflow (the rulings), against the fake backend."""
 # ruff: noqa: F811  (the fixtures are imported from controller_support by name)
 
 from __future__ import annotations

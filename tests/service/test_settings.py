@@ -164,7 +164,7 @@ def test_simrun_https_sets_hsts_redirect_secure_cookies_and_the_proxy_header(tmp
     ],
 )
 def test_the_scratch_is_beside_the_store_unless_set(tmp_path, variables, scratch):
-    """spec/004: the store is the one of the settings, the scratch ``<store>/../scratch``."""
+    """The store is the one of the settings, the scratch ``<store>/../scratch``."""
     environment = {
         "PATH": os.environ["PATH"],
         "SIMRUN_HOME": str(tmp_path / "home"),

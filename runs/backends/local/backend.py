@@ -1,4 +1,4 @@
-"""The local backend: the pods of a run as processes on this machine (spec/004, design.md).
+"""The local backend: the pods of a run as processes on this machine (docs/architecture.md).
 
 The nodes and phases of a run are the ones of its Argo workflow (``nodes``), so the controller
 decides the states of its tasks as on a cluster. Unlike the spec's backend, no thread of a
