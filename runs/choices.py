@@ -55,3 +55,8 @@ class Reuse(models.TextChoices):
     NONE = "", "nothing"
     WHOLE = "whole", "its outputs: done at once"
     UNITS = "units", "its done units: computes only the others"
+
+
+STOPPED_WHILE_IT_RAN = "stopped while it ran: "
+"""The start of the message of a task its run's end stopped while it ran
+(``runs.control.closing.stopped_messages``); the run's message follows it."""

@@ -329,7 +329,7 @@ if SIMRUN_LOCAL_COMMANDS not in {"direct", "docker"}:
         f"environment variable SIMRUN_LOCAL_COMMANDS must be direct or docker, "
         f"not {SIMRUN_LOCAL_COMMANDS!r}"
     )
-# The scratch beside the store, <store>/../scratch whatever SIMRUN_STORE says.
+# The scratch beside the store, <store>/../scratch, whatever SIMRUN_STORE says.
 SIMRUN_SCRATCH = Path(
     _read("SIMRUN_SCRATCH", env.str, str(SIMRUN_STORE.parent / "scratch"))
 ).resolve()

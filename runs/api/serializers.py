@@ -16,10 +16,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from runs.control.states import shown_run_state, shown_state
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 from runs.reads import accounting
 from runs.reads.live_attempts import live_figures
+from runs.reads.shown import shown_run_state, shown_state
 
 
 class PlanSerializer(serializers.Serializer[dict[str, Any]]):

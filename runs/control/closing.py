@@ -9,8 +9,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runs.control.states import ACTIVE_STATES, STOPPED_WHILE_IT_RAN, task_changes
-from runs.models import FINAL_TASK_STATES, Run, RunState, Task, TaskState
+from runs.control.states import ACTIVE_STATES, task_changes
+from runs.models import FINAL_TASK_STATES, STOPPED_WHILE_IT_RAN, Run, RunState, Task, TaskState
 
 
 def close_run(run: Run, tasks: list[Task], state: RunState, message: str, **update: Any) -> bool:

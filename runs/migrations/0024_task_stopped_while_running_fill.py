@@ -6,7 +6,7 @@ from django.db import migrations
 
 STOPPED_WHILE_IT_RAN = "stopped while it ran: "
 """The start of the message the control loop gave a task its run's end stopped while it ran
-(``runs.control.states.STOPPED_WHILE_IT_RAN``), copied: a migration must not change with it."""
+(``runs.choices.STOPPED_WHILE_IT_RAN``), copied: a migration must not change with it."""
 
 
 def mark_stopped(apps: Any, schema_editor: Any) -> None:

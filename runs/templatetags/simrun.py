@@ -8,8 +8,8 @@ from typing import Any
 
 from django import template
 
-from runs.control.states import shown_state
 from runs.models import Task
+from runs.reads.shown import shown_state
 
 register = template.Library()
 

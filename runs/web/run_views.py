@@ -25,12 +25,12 @@ from runs.api.task_views import serve_output
 from runs.common import store
 from runs.common.errors import Conflict
 from runs.control import cancelling
-from runs.control.states import shown_run_state
 from runs.models import RunState, TaskState
 from runs.reads import accounting, task_files
 from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.reads.run_reads import rerun_ids
+from runs.reads.shown import shown_run_state
 from runs.web.dag import layout
 from runs.web.fragments import fragment
 from runs.web.results_views import has_results

@@ -1005,7 +1005,7 @@ def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(lau
 
 
 def test_a_task_a_failed_run_stops_while_it_runs_is_marked_stopped(launch, fake):
-    from runs.control.states import shown_state
+    from runs.reads.shown import shown_state
 
     run = launch(
         {
