@@ -1,6 +1,6 @@
 """The backend protocol: what the service needs of a cluster, and the data it exchanges.
 
-The service, not the backend, decides the state of a run (see ``runs.control.controller``): a
+The service, not the backend, decides the state of a run (``runs.control.states``, Ruling 17b): a
 backend reports the phases of the DAG nodes of a workflow and the attempts of its pods that failed.
 """
 
@@ -449,7 +449,7 @@ class Stepped(Protocol):
 @runtime_checkable
 class ChangeSignal(Protocol):
     """A backend that says cheaply which workflows changed, so the control loop polls only
-    those (``runs.control.unchanged``): a backend without it has every live run polled each pass."""
+    those (``runs.control.poll_memory``): without it, every live run is polled each pass."""
 
     def versions(self, names: list[str]) -> dict[str, str]:
         """The version of each named workflow the backend knows without asking per workflow

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs.control import controller
+from runs.control import reconciling, submitting
 from runs.models import Run, RunState
-from runs.planning.spec import parse_spec
+from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.backends.slurm_cluster import cluster, make_backend
 from tests.polling import wait_for
@@ -31,11 +31,11 @@ def slurm(settings, tmp_path: Path):
 def test_a_pipeline_runs_to_its_results_through_the_control_loop(slurm, owner, sent):  # noqa: F811
     spec = parse_spec(yaml.safe_dump(PIPELINE, sort_keys=False), types=task_types())
     run = create_run(spec=spec, owner=owner)
-    assert controller.submit(run.id, backend=slurm)
+    assert submitting.submit(run.id, backend=slurm)
 
     def ended() -> Run | None:
         slurm.poll(force=True)
-        controller.reconcile_pass(backend=slurm)
+        reconciling.reconcile_pass(backend=slurm)
         current = fresh(run)
         return current if current.state in {RunState.SUCCEEDED, RunState.FAILED} else None
 
@@ -58,11 +58,11 @@ def test_a_second_kill_for_memory_fails_the_run_naming_the_retry_memory(slurm, o
     spec_text = {"tasks": {"hog": {"command": hog, "memory": {"gb": 0.25}}}}
     spec = parse_spec(yaml.safe_dump(spec_text, sort_keys=False), types=task_types())
     run = create_run(spec=spec, owner=owner)
-    assert controller.submit(run.id, backend=slurm)
+    assert submitting.submit(run.id, backend=slurm)
 
     def ended() -> Run | None:
         slurm.poll(force=True)
-        controller.reconcile_pass(backend=slurm)
+        reconciling.reconcile_pass(backend=slurm)
         current = fresh(run)
         return current if current.state in {RunState.SUCCEEDED, RunState.FAILED} else None
 
