@@ -1,14 +1,17 @@
-"""The one retry rule of both backends: the memory each attempt of a pod runs with.
+"""The one retry rule of every backend: the memory each attempt of a pod runs with, and when
+a kill for memory ends its retries (Ruling 35).
 
-An attempt runs with the retry memory exactly when the attempt right before it exited 137;
-every other attempt runs with the plan's memory. 137 is a kill for memory, or a SIGKILL after
-the grace period: Argo's ``podSpecPatch`` sees only the attempt before (``lastRetry``), and
-its exit code alone, so it cannot tell them apart, and the local backend follows the same
-rule so that both agree attempt by attempt. The run fails on the *second proven kill for
-memory* of a pod when that kill hit the retry memory (Ruling 35, ``fails_the_run``); a kill
-with the plan's memory (after an eviction, say) is retried with the retry memory like the
-first, and so is a first proven kill that met the retry memory only because a SIGKILL after
-the grace period (137 without evidence) came before it: both backends retry it once more.
+An attempt is **the retry** exactly when the attempt right before it exited 137 (a proven kill
+for memory counts as 137 wherever its exit code was lost); it runs with the retry memory, every
+other attempt with the plan's. 137 is a kill for memory, or a SIGKILL after the grace period:
+Argo's ``podSpecPatch`` sees only the attempt before (``lastRetry``), and its exit code alone,
+so it cannot tell them apart, and the other backends follow the same rule so that all agree
+attempt by attempt. The run fails on the *second proven kill for memory* of a pod when that
+kill hit the retry, whatever its memory (``fails_the_run``): a plan at the machine's or the
+node's limit has a retry memory equal to its own, and its second kill fails as any other. A
+kill of an attempt that was not the retry (after an eviction, say) is retried like the first,
+and so is a first proven kill that was the retry only because a SIGKILL after the grace period
+(137 without evidence) came before it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ from collections.abc import Mapping
 
 KILLED_EXIT = 137
 """The exit code after which the next attempt gets the retry memory."""
-TOLERANCE = 0.01
-"""A limit read back from a cgroup or a pod differs from the plan's by rounding: 1% is equal."""
 
 
 def gets_retry_memory(previous_exit: int | None) -> bool:
@@ -44,14 +45,8 @@ def rendered_memory_gb(
     )
 
 
-def fails_the_run(*, proven_kills: int, with_retry_memory: bool) -> bool:
-    """Whether a proven kill for memory ends its pod's retries: the second one, with the retry
-    memory (Ruling 35). ``proven_kills`` counts this kill and the pod's earlier proven ones."""
-    return with_retry_memory and proven_kills >= 2
-
-
-def ran_with_retry_memory(attempt_gb: float, *, memory_gb: float, retry_memory_gb: float) -> bool:
-    """Whether an attempt's memory was the retry memory (more than the plan's, to rounding)."""
-    if retry_memory_gb <= memory_gb * (1 + TOLERANCE):
-        return False
-    return attempt_gb >= retry_memory_gb * (1 - TOLERANCE)
+def fails_the_run(*, proven_kills: int, is_retry: bool) -> bool:
+    """Whether a proven kill for memory ends its pod's retries: the second one, of the retry
+    (Ruling 35). ``proven_kills`` counts this kill and the pod's earlier proven ones;
+    ``is_retry``: the attempt before this one exited 137 or was a proven kill."""
+    return is_retry and proven_kills >= 2

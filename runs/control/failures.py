@@ -123,13 +123,12 @@ def read_failures(
             if oom and attempt.attempt not in found.kills.get(key, []):
                 found.kills.setdefault(key, []).append(attempt.attempt)
                 found.kills[key].sort()
-            with_retry = retry_rule.ran_with_retry_memory(
-                memory, memory_gb=plan.memory_gb, retry_memory_gb=plan.retry_memory_gb
-            )
             killed = found.kills.get(key, [])
+            before = attempt.attempt - 1
+            is_retry = before in killed or retry_rule.gets_retry_memory(exits.get(before))
             if (
                 oom
-                and retry_rule.fails_the_run(proven_kills=len(killed), with_retry_memory=with_retry)
+                and retry_rule.fails_the_run(proven_kills=len(killed), is_retry=is_retry)
                 and task_id not in found.killed_with_retry
             ):
                 found.killed_with_retry[task_id] = (

@@ -166,3 +166,55 @@ def test_the_controller_records_the_memory_of_each_attempt_and_decides_on_it(
     expected = RunState.SUCCEEDED if verdict == "succeeded" else RunState.FAILED
     assert run.state == expected, run.message
     assert ("with the retry memory" in run.message) == (verdict == "memory"), run.message
+
+
+# A plan at the limit: the machine's, the node's or a capped plan has a retry memory equal to
+# its own. The retry is the attempt after a kill whatever its memory, so the verdicts are the
+# same as above (Ruling 35): a second proven kill of the retry fails the run.
+
+
+@pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
+def test_the_local_backend_decides_the_same_for_a_plan_at_the_limit(ends, memories, verdict):
+    spec = NodeSpec(
+        name="sweep-w0", task="sweep", worker="sweep-w0", kind="split", cores=1,
+        memory_gb=4.0, retry_memory_gb=4.0,
+    )  # fmt: skip
+    view = NodeView(spec)
+    for number, end in enumerate(ends):
+        assert next_memory_gb(view) == 4.0
+        attempt = LocalAttempt("sweep-w0", number, Path("."), launch={"memory_gb": 4.0})
+        view.attempts.append(attempt)
+        if end == "ok":
+            view.outcomes.append("succeeded")
+            break
+        outcome, attempt.exit = ENDS[end]["local"]
+        view.outcomes.append(outcome)
+        last = number == len(ends) - 1
+        assert (retry(view) is None) == (last and verdict != "succeeded"), f"attempt {number}"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
+def test_the_controller_decides_the_same_for_a_plan_at_the_limit(
+    launch, fake, ends, memories, verdict
+):
+    run = launch(SWEEP)
+    task = Task.objects.get(run=run)
+    task.plan = {**task.plan, "retry_memory_gb": task.plan["memory_gb"]}
+    task.save(update_fields=["plan"])
+    for number, end in enumerate(ends):
+        if end == "ok":
+            fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
+        else:
+            if "report" in ENDS[end]:
+                write_report(run, "sweep-w0", number, **ENDS[end]["report"])
+            phase = "Failed" if end == "fail" else RETRYING_PHASE
+            fake.set_nodes(run.workflow, {"sweep-w0": phase})
+            fake.fail_attempt(run.workflow, "sweep-w0", attempt=number, **ENDS[end]["fake"])
+        poll(fake)
+        if number < len(ends) - 1:
+            assert fresh(run).state == RunState.RUNNING, f"after attempt {number} ({end})"
+    run = fresh(run)
+    expected = RunState.SUCCEEDED if verdict == "succeeded" else RunState.FAILED
+    assert run.state == expected, run.message
+    assert ("with the retry memory" in run.message) == (verdict == "memory"), run.message

@@ -262,11 +262,8 @@ def retry(view: NodeView) -> str | None:
         return RETRYING_PHASE if view.outcomes.count("killed") == 1 else None
     if last == "oom" and not retry_rule.fails_the_run(
         proven_kills=view.outcomes.count("oom"),
-        with_retry_memory=retry_rule.ran_with_retry_memory(
-            view.attempts[len(view.outcomes) - 1].memory_gb,
-            memory_gb=view.spec.memory_gb,
-            retry_memory_gb=view.spec.retry_memory_gb,
-        ),
+        is_retry=len(view.outcomes) > 1
+        and retry_rule.gets_retry_memory(_exit_of(view, len(view.outcomes) - 2)),
     ):
         return RETRYING_PHASE
     if last == "evicted":
@@ -287,17 +284,25 @@ def node_phase(view: NodeView, stopped: bool) -> str | None:
     return waiting if waiting is not None and not stopped else "Failed"
 
 
+def _exit_of(view: NodeView, number: int) -> int | None:
+    """The exit code of an ended attempt as the retry rule reads it: 137 for a proven kill for
+    memory, whatever the process's own code was (a pool whose child was killed exits 3)."""
+    if view.outcomes[number] == "oom":
+        return retry_rule.KILLED_EXIT
+    exit = view.attempts[number].exit
+    return None if exit is None else exit.get("exit_code")
+
+
 def next_memory_gb(view: NodeView) -> float:
     """The memory of the next attempt: the retry memory right after an attempt that exited 137.
 
     The one rule of both backends (``runs.backends.retry_rule``): Argo's ``podSpecPatch`` sees only
     the attempt before, so an attempt gets the retry memory exactly when that one was killed.
     """
-    last = view.attempts[-1].exit if view.attempts else None
     return retry_rule.next_memory_gb(
         memory_gb=view.spec.memory_gb,
         retry_memory_gb=view.spec.retry_memory_gb,
-        previous_exit=None if last is None else last.get("exit_code"),
+        previous_exit=_exit_of(view, len(view.outcomes) - 1) if view.outcomes else None,
     )
 
 

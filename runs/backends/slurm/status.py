@@ -240,10 +240,7 @@ def retry(spec: NodeSpec, jobs: list[Job], stopped_at: float | None) -> str | No
     if len(results) > RETRY_LIMIT:
         return None
     if last == "oom" and not retry_rule.fails_the_run(
-        proven_kills=results.count("oom"),
-        with_retry_memory=retry_rule.ran_with_retry_memory(
-            jobs[-1].memory_gb, memory_gb=spec.memory_gb, retry_memory_gb=spec.retry_memory_gb
-        ),
+        proven_kills=results.count("oom"), is_retry=len(results) > 1 and results[-2] == "oom"
     ):
         return RETRYING_PHASE
     if last == "evicted":
