@@ -38,6 +38,7 @@ from runs.planning.spec_checks import (
     non_finite_paths,
     sweep_problems,
     unknown,
+    unswept_placeholders,
 )
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
@@ -299,6 +300,7 @@ def _check_task(
     if task.sweep is not None or "sweep" in broken:
         errors.update(sweep_problems(task_id, task, max_sweep_units, broken))
     else:
+        errors.update(unswept_placeholders(task_id, task))
         for name in ("results", "failures"):
             if getattr(task, name) is not None:
                 errors[f"{at}.{name}"] = [f"only a command with a sweep takes {name}"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 import shlex
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -110,11 +111,46 @@ def sweep_problems(
                 "a task may have (SIMRUN_SWEEP_MAX_UNITS)"
             ]
     known = names(axes, task.inputs)
+    used: set[str] = set()
     for index, arg in enumerate(task.command):
         try:
-            parse(arg, known)
+            used |= {name for _, name in parse(arg, known) if name is not None}
         except PlaceholderError as error:
             errors[f"{at}.command.{index}"] = [str(error)]
+    if not any(k.startswith((f"{at}.sweep", f"{at}.command")) for k in errors):
+        for axis in axes:
+            if axis not in used:
+                errors[f"{at}.sweep.{axis}"] = [
+                    f"no argument of the command uses {{{axis}}}: every unit would run the "
+                    f"same command, whatever {axis} is; write {{{axis}}} where the program "
+                    "takes it"
+                ]
+    return errors
+
+
+LOOKS_LIKE_PLACEHOLDER = re.compile(
+    r"(?<![$\\{]){([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)?)}(?!})"
+)
+"""``{T}`` or ``{inputs.mesh}`` in an argument, not a shell's ``${T}`` nor a doubled brace."""
+
+
+PROGRAM_TEXT = re.compile(r"[\s()'\"$;|&`]")
+"""What an argument that is a program's text has and a placeholder's argument has not."""
+
+
+def unswept_placeholders(task_id: str, task: TaskSpec) -> dict[str, list[str]]:
+    """Placeholders in the command of a task without a sweep, which nothing fills: passed to
+    the program as they are written, they are a mistake the user would not see. An argument
+    with a space, a quote, a parenthesis or a shell's operator in it is a program's text
+    (``sh -c``, ``python -c``), whose braces are its own."""
+    errors: dict[str, list[str]] = {}
+    for index, arg in enumerate(task.command or ()):
+        if PROGRAM_TEXT.search(arg) or not (found := LOOKS_LIKE_PLACEHOLDER.search(arg)):
+            continue
+        errors[f"tasks.{task_id}.command.{index}"] = [
+            f"{found[0]} would be passed as it is written: placeholders are filled only in a "
+            f"sweep's command (add a sweep), or write {{{{{found[1]}}}}} for the braces themselves"
+        ]
     return errors
 
 

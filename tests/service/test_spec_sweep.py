@@ -84,7 +84,7 @@ tasks:
   a: {command: [/opt/bin/md-sim, "{x}"], sweep: {x: [1]}}
   b: {command: [python, -m, md.relax, "{x}"], sweep: {x: [1]}}
   c: {command: [python, scripts/fit.py, "{x}"], sweep: {x: [1]}}
-  d: {command: [md-sim, "{x}"]}
+  d: {command: [md-sim, "x.dat"]}
 """,
         types=TYPES,
     )
@@ -201,8 +201,8 @@ def test_a_malformed_field_beside_a_sweep_hides_none_of_its_problems():
 def test_the_unit_cap_is_the_setting(settings):
     settings.SIMRUN_SWEEP_MAX_UNITS = 5
 
-    errors = errors_of("tasks:\n  sim: {command: [sim], sweep: {a: {range: [0, 6]}}}\n")
-    parse_spec("tasks:\n  sim: {command: [sim], sweep: {a: {range: [0, 5]}}}\n", types=TYPES)
+    errors = errors_of("tasks:\n  sim: {command: [sim, '{a}'], sweep: {a: {range: [0, 6]}}}\n")
+    parse_spec("tasks:\n  sim: {command: [sim, '{a}'], sweep: {a: {range: [0, 5]}}}\n", types=TYPES)
 
     assert "more than the 5 a task may have" in errors["tasks.sim.sweep"][0]
 
@@ -232,3 +232,41 @@ def test_the_sweep_of_docs_run_spec_is_the_valid_sweep_it_says():
     record = task_records(spec, TYPES)["sim"]
     assert TYPES[SWEEP_TYPE].units(TYPES[SWEEP_TYPE].parse_settings(record.settings)) == 260
     assert record.settings["failures"] == {"allowed": "2%"}
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "said"),
+    [
+        (  # the axis no argument uses: every unit would run at --temperature 1.0
+            "{command: [python, relax.py, --temperature, '1.0'], sweep: {T: [0.5, 1.0]}}",
+            "tasks.sim.sweep.T",
+            "no argument of the command uses {T}",
+        ),
+        (  # one axis of two used
+            "{command: [sim, '--a={a}'], sweep: {a: [1, 2], b: [3, 4]}}",
+            "tasks.sim.sweep.b",
+            "no argument of the command uses {b}",
+        ),
+        (  # a placeholder where nothing fills it
+            "{command: [sim, '--T={T}']}",
+            "tasks.sim.command.1",
+            "{T} would be passed as it is written",
+        ),
+    ],
+)
+def test_a_sweep_axis_or_a_placeholder_that_changes_nothing_is_refused(text, path, said):
+    errors = errors_of(f"tasks:\n  sim: {text}\n")
+    assert said in " ".join(errors[path])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "[sh, -c, 'echo ${HOME} {x}']",  # a program's text: its braces are its own
+        "[python, -c, \"print(f'{x}')\"]",
+        "[find, ., -exec, rm, '{}', ';']",
+        "[sim, '{{T}}']",
+    ],
+)
+def test_braces_of_a_plain_command_that_are_no_placeholder_pass(command):
+    parse_spec(f"tasks:\n  sim: {{command: {command}}}\n", types=TYPES)
