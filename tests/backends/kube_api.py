@@ -13,6 +13,9 @@ Status naming each field), a pod to the Pod Security level its namespace enforce
 the pods Argo makes of each template, first attempt and retry after a kill for memory
 (``argo_pods``), held to the same rules. A real API server would take such a Workflow and
 Argo would fail its pods one by one; the stand-in refuses it at once, naming the pod's fault.
+It refuses what is too large as they do: a request body over the API server's 3 MiB with 413,
+an object over etcd's 1.5 MiB request limit with 500 "etcdserver: request is too large", and
+(the CRD's schema) more than 200 templates or DAG tasks in a Workflow with 422.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 NODES = re.compile(r"^/api/v1/nodes$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 
+REQUEST_BYTES_MAX = 3 << 20
+"""The API server's limit on a request body (``MaxRequestBodyBytes``): 413 past it."""
+ETCD_BYTES_MAX = 1572864
+"""etcd's ``--max-request-bytes`` default: the API server answers 500 past it."""
 STALL = -1
 """What ``KubeState.intercept`` returns to make the server read a request and never answer."""
 STALL_MAX_S = 30.0
@@ -105,6 +112,8 @@ class Request:
     body: Any
     status: int = 0
     authorization: str = ""
+    sent: int = 0
+    """The bytes of the answer's body (a watch's are not counted)."""
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -266,6 +275,12 @@ def manifest_objects(kind: str) -> set[tuple[str, str]]:
     if kind == "ServiceAccount":
         found |= {(namespace, "default") for namespace in manifest_namespaces()}
     return found
+
+
+def stored(obj: dict[str, Any]) -> None:
+    """Refuse an object etcd cannot store, as the API server answers it (500)."""
+    if len(json.dumps(obj, separators=(",", ":")).encode()) > ETCD_BYTES_MAX:
+        raise ApiError(500, "InternalError", "etcdserver: request is too large")
 
 
 def admit(state: KubeState, obj: dict[str, Any], *, pods: bool = True) -> None:
@@ -575,6 +590,12 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if length > REQUEST_BYTES_MAX:
+            with self.server.state.lock:
+                self.server.state.requests.append(Request(method, url.path, query, "", None, 413))
+            message = f"Request entity too large: limit is {REQUEST_BYTES_MAX}"
+            self._send(413, _status(413, "RequestEntityTooLarge", message))
+            return
         content_type = (self.headers.get("Content-Type") or "").split(";")[0]
         body = json.loads(raw) if raw else None
         authorization = self.headers.get("Authorization") or ""
@@ -604,9 +625,10 @@ class _Handler(BaseHTTPRequestHandler):
             if error.details:
                 body["details"] = error.details
         request.status = code
-        self._send(code, body)
+        request.sent = self._send(code, body)
 
-    def _send(self, code: int, body: Any) -> None:
+    def _send(self, code: int, body: Any) -> int:
+        """Answer with ``body``; the bytes of the answer's body."""
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain"
         else:
@@ -616,6 +638,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        return len(data)
 
     def _route(
         self, method: str, path: str, query: dict[str, str], content_type: str, body: Any
@@ -717,6 +740,7 @@ class _Handler(BaseHTTPRequestHandler):
         admit(state, body)
         if (namespace, name) in store:
             raise ApiError(409, "AlreadyExists", f'{kind} "{name}" already exists')
+        stored(body)
         store[(namespace, name)] = state.stamp(body)
         if kind == "workflows":
             state._notify("ADDED", body)
@@ -799,6 +823,7 @@ class _Handler(BaseHTTPRequestHandler):
             username=username,
         ):
             raise ApiError(422, "Invalid", "; ".join(denied))
+        stored(patched)
         store[key] = state.stamp(patched)
         if store is state.workflows:
             state._notify("MODIFIED", patched)

@@ -84,7 +84,7 @@ def test_after_a_call_got_no_answer_the_next_ones_fail_at_once_for_a_while(
     assert len(kube.state.requests) == asked, "not asked while it is silent"
     assert time.monotonic() - started < QUICK.read_timeout_s, "no timeout waited out"
     kube.state.intercept = None
-    backend.core._silence.until = 0  # type: ignore[attr-defined]  # the quiet time is over
+    backend.clients.core._silence.until = 0  # type: ignore[attr-defined]  # the quiet time is over
     assert backend.status(WF).phase == "Running"
 
 

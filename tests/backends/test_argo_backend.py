@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs.backends.argo.backend import ArgoBackend, api_client
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.argo.build import build_pod_name
+from runs.backends.argo.clients import api_client
 from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig, NodeInfo, PodLog
 from runs.planning.spec import SpecError
@@ -515,7 +516,7 @@ def test_the_watch_goes_on_from_where_it_was_after_the_server_ends_it(
     finally:
         backend.close()
     assert all("resourceVersion" in r.query for r in watches(kube))
-    assert not backend._watcher or not backend._watcher.is_alive()
+    assert not backend.watching
 
 
 # Images

@@ -226,6 +226,8 @@ def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
     the loop (status, logs, stop), settling (cancel, release) and the watch (runs.tasks)."""
     woken = threading.Event()
     try:
+        with pytest.raises(KeyError):  # one the watch has not seen is read by a GET
+            backend.status(WF)
         backend.subscribe(woken.set)
         wait_for(lambda: any(r.query.get("watch") for r in state.requests), 10, "the watch")
         backend.build_image(build_context(tmp_path / "images" / "h"), "registry.example/env:h")
@@ -240,6 +242,8 @@ def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
         nodes = Nodes()
         nodes.task("sweep-w0", "Running", [pod("Failed", message=SIGTERM), pod("Pending")])
         state.put_workflow(workflow(nodes))
+        version = state.workflows[("simrun", WF)]["metadata"]["resourceVersion"]
+        wait_for(lambda: backend.versions([WF]).get(WF) == version, 10, "the watch saw it")
         backend.status(WF)
         backend.logs(WF, "sweep")
         backend.placements()

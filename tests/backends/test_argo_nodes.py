@@ -224,7 +224,7 @@ def test_the_caps_are_the_largest_node_the_pods_may_use_and_read_once_a_while(
     assert len([r for r in kube.state.requests if r.path == "/api/v1/nodes"]) == 1
 
     kube.state.put_node(pool("pool-2", "32", "128Gi"))
-    backend.capacity_ttl_s = 0  # the next read refreshes
+    backend.capacity.ttl_s = 0  # the next read refreshes
 
     assert (backend.max_cores, backend.max_memory_gb) == (32, 128.0)
 
@@ -243,8 +243,9 @@ def test_the_caps_are_unknown_while_the_cluster_does_not_answer_after_one_try(
     ], "a web request planning a run tries each once: it does not wait"
 
     kube.state.intercept = None
-    backend._sizes_at = (backend._sizes_at or 0) - 30  # the short wait after a failure
-    backend._quota_at = (backend._quota_at or 0) - 30
+    capacity = backend.capacity
+    capacity._sizes_at = (capacity._sizes_at or 0) - 30  # the short wait after a failure
+    capacity._quota_at = (capacity._quota_at or 0) - 30
 
     assert backend.max_memory_gb == 32.0
 

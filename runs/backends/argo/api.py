@@ -2,7 +2,8 @@
 
 Every call has a connect and a read timeout; a transient failure (no connection, a timeout,
 429, 5xx) is tried again with a capped exponential backoff; what fails for good is raised
-with a one-sentence message instead of the client's HTTP dump.
+with a one-sentence message instead of the client's HTTP dump. An object too large (413, or
+etcd's "request is too large" as a 500) fails for good: the same body is refused each time.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from runs.backends.base import BackendUnavailable
 log = logging.getLogger(__name__)
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+TOO_LARGE = "request is too large"
+"""etcd's refusal of an object over its request limit, answered as a 500: final, as a 413."""
 
 
 class ClusterError(RuntimeError):
@@ -130,7 +133,7 @@ class Resilient:
             try:
                 return method(*args, **kwargs)
             except ApiException as error:
-                if error.status not in TRANSIENT_STATUSES:
+                if error.status not in TRANSIENT_STATUSES or _too_large(error):
                     raise ClusterApiError(error, what) from None
                 if last:
                     raise TransientApiError(error, what) from None
@@ -145,6 +148,11 @@ class Resilient:
                 log.info("the Kubernetes API did not answer %s (%s); trying again", what, error)
             self._sleep(policy.wait_s(attempt))
         raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _too_large(error: ApiException) -> bool:
+    """Whether an answer is etcd's refusal of an object too large: the same each try."""
+    return error.status == 500 and TOO_LARGE in _server_message(error.body)
 
 
 def without_pool_retries(api: ApiClient) -> ApiClient:

@@ -11,7 +11,10 @@ control-plane node. See docs/cluster.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 from runs.backends.argo.manifest import RESERVED_KEY
 
@@ -49,3 +52,19 @@ def reservable(
     """Whether a run may reserve a node of the selector: marked for simrun and usable."""
     marked = bool(node_selector) or POOL_LABEL in labels
     return marked and usable(labels, taints)
+
+
+GIB = 2**30
+
+
+def quantity(value: str) -> Decimal:
+    """A Kubernetes quantity (``500m``, ``4Gi``) as a number."""
+    number: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]  # kubernetes.utils is unannotated
+    return number
+
+
+def allocatable(node: Any) -> tuple[float, float]:
+    """The cores and GiB a node (the client's model) offers to pods."""
+    offered = (node.status.allocatable if node.status else None) or {}
+    cores = float(quantity(offered.get("cpu", "0")))
+    return cores, float(quantity(offered.get("memory", "0"))) / GIB

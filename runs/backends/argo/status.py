@@ -1,24 +1,15 @@
-"""The status of a run from its Argo Workflow: a pure function of the Workflow object.
-
-Nodes are found by name in ``status.nodes`` (or the gzip'd ``status.compressedNodes``): a DAG
-task ``T`` is the node ``<wf>.T`` (a Retry node with its attempts ``<wf>.T(<n>)``), a fan-out
-child ``<wf>.T-extra(<i>:<n>)`` with its attempts ``<wf>.T-extra(<i>:<n>)(<m>)``. Children
-lists are not used: in a DAG they also carry dependency edges (reference §1.1).
-"""
+"""The status of a run from its Argo Workflow: a pure function of the Workflow object, its
+DAG nodes (``dag_nodes``) read with the reasons of their pods."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import gzip
-import json
 import re
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from runs.backends.argo.dag_nodes import NODE_NAME, DagNode, dag_nodes
 from runs.backends.argo.manifest import EVICTION_PATTERN
 from runs.backends.base import (
     FINAL_PHASES,
@@ -29,8 +20,6 @@ from runs.backends.base import (
     worker_of_node,
 )
 
-NODE_NAME = re.compile(r"^(?P<node>[a-z][a-z0-9-]*(?:\(\d+:[^()]*\))?)(?:\((?P<attempt>\d+)\))?$")
-"""A DAG node below the root: a task or a fan-out child, then an attempt number."""
 EVICTION = re.compile(EVICTION_PATTERN)
 AUTO_RESTART = "Pod auto-restarting"
 """The message of a node whose evicted pod Argo (v4, failedPodRestart) restarts itself."""
@@ -39,41 +28,6 @@ OOM_KILLED = re.compile(r"^(main: )?OOMKilled\b")
 """The message of a node whose main container was killed for memory: ``main: OOMKilled (exit
 code 137)`` since Argo 3.7, without the container before; a wait container's is no kill."""
 FAILED_PHASES = frozenset({"Failed", "Error"})
-
-
-class NodesUnavailable(RuntimeError):
-    """The Workflow's nodes are not in the object (offloaded to a database, or compressed
-    with an algorithm Python cannot read): the status is unknown, not empty."""
-
-
-@dataclass
-class _DagNode:
-    """A node of the DAG as simrun names it, with the Argo nodes that make it up."""
-
-    node: dict[str, Any] | None = None
-    attempts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-
-
-def workflow_nodes(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The node map of a Workflow, decoded from ``compressedNodes`` when Argo compressed it."""
-    status = workflow.get("status") or {}
-    if status.get("nodes"):
-        return dict(status["nodes"])
-    compressed = status.get("compressedNodes")
-    if compressed:
-        try:
-            raw = base64.b64decode(compressed)
-        except (binascii.Error, ValueError) as error:
-            raise NodesUnavailable(f"compressedNodes is not base64: {error}") from None
-        if not raw.startswith(b"\x1f\x8b"):
-            raise NodesUnavailable(
-                "compressedNodes is not gzip: set the controller's "
-                "WORKFLOW_COMPRESSION_ALGORITHM to gzip"
-            )
-        return dict(json.loads(gzip.decompress(raw)))
-    if status.get("offloadNodeStatusVersion"):
-        raise NodesUnavailable("the node status is offloaded to Argo's database")
-    return {}
 
 
 def is_eviction(node: dict[str, Any]) -> bool:
@@ -97,29 +51,7 @@ def exit_code(node: dict[str, Any]) -> int | None:
         return None
 
 
-def _dag_nodes(workflow: dict[str, Any]) -> dict[str, _DagNode]:
-    prefix = f"{workflow['metadata']['name']}."
-    found: dict[str, _DagNode] = {}
-    for node in workflow_nodes(workflow).values():
-        name = node.get("name") or ""
-        if not name.startswith(prefix) or node.get("type") == "TaskGroup":
-            continue
-        match = NODE_NAME.match(name[len(prefix) :])
-        if match is None:
-            continue
-        entry = found.setdefault(match["node"], _DagNode())
-        if match["attempt"] is not None and node.get("type") == "Pod":
-            entry.attempts.append((int(match["attempt"]), node))
-        elif match["attempt"] is None:
-            entry.node = node
-    for entry in found.values():
-        entry.attempts.sort(key=lambda pair: pair[0])
-        if not entry.attempts and entry.node is not None and entry.node.get("type") == "Pod":
-            entry.attempts = [(0, entry.node)]  # a pod without a retry strategy
-    return found
-
-
-def _phase(entry: _DagNode) -> str:
+def _phase(entry: DagNode) -> str:
     """The phase simrun reports: Argo's, or Preempted/Retrying while a retry waits."""
     last = entry.attempts[-1][1] if entry.attempts else None
     phase = (entry.node or last or {}).get("phase") or "Pending"
@@ -172,7 +104,7 @@ def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
     hosts: dict[str, str] = {}
     started: dict[str, float] = {}
     waiting: dict[str, str] = {}
-    for name, entry in sorted(_dag_nodes(workflow).items()):
+    for name, entry in sorted(dag_nodes(workflow).items()):
         tasks[name] = _phase(entry)
         if entry.attempts and (start := epoch(entry.attempts[-1][1].get("startedAt"))):
             started[name] = start
