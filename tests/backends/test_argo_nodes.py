@@ -21,6 +21,7 @@ from runs.planning.planner import plan_run
 from runs.planning.spec import SpecError, parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_runs import run_of
+from tests.backends.argo_workflows import WF
 from tests.backends.kube_api import KubeApiServer, Request
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -219,14 +220,14 @@ def test_the_caps_are_the_largest_node_the_pods_may_use_and_read_once_a_while(
     roomy_queue(kube)
     backend = backend_of(kube, tmp_path)
 
-    assert (backend.max_cores, backend.max_memory_gb) == (7, 64.0)
+    assert (backend.max_cores, backend.max_memory_gb) == (7, 63.93)  # Argo's wait beside
     assert backend.max_cores == 7
     assert len([r for r in kube.state.requests if r.path == "/api/v1/nodes"]) == 1
 
     kube.state.put_node(pool("pool-2", "32", "128Gi"))
     backend.capacity.ttl_s = 0  # the next read refreshes
 
-    assert (backend.max_cores, backend.max_memory_gb) == (32, 128.0)
+    assert (backend.max_cores, backend.max_memory_gb) == (31, 127.93)
 
 
 def test_the_caps_are_unknown_while_the_cluster_does_not_answer_after_one_try(
@@ -247,7 +248,7 @@ def test_the_caps_are_unknown_while_the_cluster_does_not_answer_after_one_try(
     capacity._sizes_at = (capacity._sizes_at or 0) - 30  # the short wait after a failure
     capacity._quota_at = (capacity._quota_at or 0) - 30
 
-    assert backend.max_memory_gb == 32.0
+    assert backend.max_memory_gb == 31.93
 
 
 def test_a_plan_is_capped_by_the_nodes_so_its_retry_memory_fits_one(
@@ -267,7 +268,29 @@ def test_a_plan_is_capped_by_the_nodes_so_its_retry_memory_fits_one(
         max_memory_gb=backend.max_memory_gb,
     )["solve"]
 
-    assert (plan.cores, plan.memory_gb, plan.retry_memory_gb) == (32, 40, 64.0)
+    assert (plan.cores, plan.memory_gb, plan.retry_memory_gb) == (31, 40, 63.93)
+
+
+def test_a_task_capped_at_the_largest_node_is_scheduled_there_beside_argos_wait_container(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    put(kube, pool("pool-1", "8", "32Gi"))
+    roomy_queue(kube)
+    backend = backend_of(kube, tmp_path)
+    text = "tasks: {solve: {command: [solve], cores: 64, memory: {gb: 100}}}"
+    record, _ = run_of(text)
+    capped = plan_run(
+        parse_spec(text, types=task_types()),
+        types=task_types(),
+        max_cores=backend.max_cores,
+        max_memory_gb=backend.max_memory_gb,
+    )
+
+    backend.submit(record, capped, task_types(), CLUSTER)
+    [first] = kube.state.argo_creates_pods("simrun", WF)
+
+    conditions = (first.get("status") or {}).get("conditions") or []
+    assert not [c for c in conditions if c.get("reason") == "Unschedulable"], conditions
 
 
 def test_a_task_no_node_can_hold_is_refused_at_submission_with_the_numbers(
@@ -281,8 +304,9 @@ def test_a_task_no_node_can_hold_is_refused_at_submission_with_the_numbers(
         backend.submit(record, task_plans, task_types(), CLUSTER)
 
     assert str(raised.value) == (
-        "task solve needs 16 cores and 100 GiB on one node, which no node simrun may use has "
-        "(the largest have 32 cores and 256.0 GiB)"
+        "task solve needs 16 cores and 100 GiB (200 GiB for its retry after a kill for "
+        "memory) on one node beside Argo's wait container (0.01 cores, 64 MiB), which no node "
+        "simrun may use has (the largest have 32 cores and 256.0 GiB)"
     )
     assert kube.state.workflows == {}
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Mapping
 from decimal import Decimal
@@ -88,10 +87,11 @@ class Capacity:
         return f"the largest node or {named}" if any(by_quota) else "the largest node"
 
     def _node_caps(self) -> tuple[int | None, float | None]:
+        """What a task's ``main`` may ask of the largest node, Argo's ``wait`` beside it."""
         sizes = self.node_sizes()
         if not sizes:
             return None, None
-        return int(max(c for c, _ in sizes)), math.floor(max(m for _, m in sizes) * 100) / 100
+        return main_caps(_offered(max(c for c, _ in sizes), max(m for _, m in sizes)))
 
     def _quota_caps(self) -> tuple[int | None, float | None]:
         quota = self.pod_quota()
@@ -143,12 +143,15 @@ class Capacity:
         if not sizes:
             return
         for task_id, plan in sorted(plans.items()):
-            if not any(plan.cores <= c and plan.memory_gb <= m for c, m in sizes):
+            # The retry after a kill for memory is a pod of its own, placed anew.
+            pod = pod_requests(plan.cores, max(plan.memory_gb, plan.retry_memory_gb), 0)
+            if not any(_holds(_offered(c, m), pod) for c, m in sizes):
                 cores, memory_gb = max(c for c, _ in sizes), max(m for _, m in sizes)
                 raise ValueError(
-                    f"task {task_id} needs {plan.cores} cores and {plan.memory_gb:g} GiB on one "
-                    f"node, which no node simrun may use has (the largest have {cores:g} cores "
-                    f"and {memory_gb:.1f} GiB)"
+                    f"task {task_id} needs {plan.cores} cores and {plan.memory_gb:g} GiB"
+                    f"{_retry(plan)} on one node beside Argo's wait container (0.01 cores, "
+                    f"64 MiB), which no node simrun may use has (the largest have {cores:g} "
+                    f"cores and {memory_gb:.1f} GiB)"
                 )
 
     def check_cluster(self, plans: Mapping[str, TaskPlan]) -> None:
@@ -176,13 +179,9 @@ class Capacity:
             largest = max(plan.memory_gb, plan.retry_memory_gb)
             requests = pod_requests(plan.cores, largest, scratch)
             if any(amount > quota.get(name, Decimal(0)) for name, amount in requests.items()):
-                retry = (
-                    f" ({plan.retry_memory_gb:g} GiB for its retry after a kill for memory)"
-                    if plan.retry_memory_gb > plan.memory_gb
-                    else ""
-                )
                 raise ValueError(
-                    f"task {task_id} needs {plan.cores} cores, {plan.memory_gb:g} GiB{retry} "
+                    f"task {task_id} needs {plan.cores} cores, {plan.memory_gb:g} GiB"
+                    f"{_retry(plan)} "
                     f"and {scratch} GiB of scratch in one pod, beside Argo's wait container "
                     f"(0.01 cores, 64 MiB): more than {queue} admits for one pod "
                     f"({cores:g} cores, {float(memory_gb):.1f} GiB, "
@@ -275,3 +274,20 @@ def _least(*limits: Limit | None) -> Limit | None:
     """The least of the limits known (not None), None when none is."""
     known = [limit for limit in limits if limit is not None]
     return min(known) if known else None
+
+
+def _offered(cores: float, memory_gb: float) -> dict[str, Decimal]:
+    """A node's allocatable cores and GiB as the quantities pods request."""
+    return {"cpu": Decimal(str(cores)), "memory": Decimal(str(memory_gb)) * GIB}
+
+
+def _holds(offered: Mapping[str, Decimal], requests: Mapping[str, Decimal]) -> bool:
+    """Whether what is offered holds the requests (the resources it names)."""
+    return all(amount <= offered[name] for name, amount in requests.items() if name in offered)
+
+
+def _retry(plan: TaskPlan) -> str:
+    """What a refusal adds of a task's retry memory, when it asks more."""
+    if plan.retry_memory_gb <= plan.memory_gb:
+        return ""
+    return f" ({plan.retry_memory_gb:g} GiB for its retry after a kill for memory)"
