@@ -277,6 +277,18 @@ def manifest_objects(kind: str) -> set[tuple[str, str]]:
     return found
 
 
+def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """Whether a toleration tolerates a taint, as the scheduler and the taint manager match
+    them: its key (none with ``Exists``: every key), its value (``Equal``) and its effect."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
 def stored(obj: dict[str, Any]) -> None:
     """Refuse an object etcd cannot store, as the API server answers it (500)."""
     if len(json.dumps(obj, separators=(",", ":")).encode()) > ETCD_BYTES_MAX:
@@ -373,6 +385,8 @@ class KubeState:
     events: list[dict[str, Any]] = field(default_factory=list)
     """The events the kubelet and the scheduler wrote (``kubelet``)."""
     requests: list[Request] = field(default_factory=list)
+    evicted: list[dict[str, Any]] = field(default_factory=list)
+    """The pods the taint manager evicted (``taint_manager``), in order."""
     before_node_patch: Callable[[str], None] | None = None
     """Called before a PATCH of a node is applied, e.g. to play a conflicting writer."""
     on_pod_created: Callable[[dict[str, Any]], None] | None = None
@@ -541,6 +555,28 @@ class KubeState:
     def put_node(self, node: dict[str, Any]) -> None:
         with self.lock:
             self.nodes[node["metadata"]["name"]] = self.stamp(node)
+            self.taint_manager(node)
+
+    def taint_manager(self, node: dict[str, Any]) -> None:
+        """Evict, as Kubernetes' taint manager does, every pod on a node that does not
+        tolerate one of its ``NoExecute`` taints: deleted, its DisruptionTarget condition
+        ``DeletionByTaintManager`` set first (tolerationSeconds is not played)."""
+        taints = [
+            t
+            for t in (node.get("spec") or {}).get("taints") or []
+            if t.get("effect") == "NoExecute"
+        ]
+        for key, pod in list(self.pods.items()):
+            if (pod.get("spec") or {}).get("nodeName") != node["metadata"]["name"]:
+                continue
+            tolerations = (pod.get("spec") or {}).get("tolerations") or []
+            if all(any(tolerates(t, taint) for t in tolerations) for taint in taints):
+                continue
+            status = pod.setdefault("status", {})
+            status.setdefault("conditions", []).append(
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+            )
+            self.evicted.append(self.pods.pop(key))
 
     def _notify(self, event: str, workflow: dict[str, Any]) -> None:
         self._history.append({"type": event, "object": copy.deepcopy(workflow)})
@@ -825,6 +861,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(422, "Invalid", "; ".join(denied))
         stored(patched)
         store[key] = state.stamp(patched)
+        if store is state.nodes:
+            state.taint_manager(patched)
         if store is state.workflows:
             state._notify("MODIFIED", patched)
         return 200, patched

@@ -338,6 +338,7 @@ def test_a_cordoned_node_is_not_ready(backend: ArgoBackend, kube: KubeApiServer)
 
 
 OTHER_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+POOL = {"simrun.io/pool": "sims"}
 
 
 def write_once_meanwhile(kube: KubeApiServer, change: Callable[[dict[str, Any]], object]) -> None:
@@ -357,7 +358,7 @@ def write_once_meanwhile(kube: KubeApiServer, change: Callable[[dict[str, Any]],
 def test_reserve_taints_and_labels_the_node_and_keeps_its_other_taints(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
 
     backend.reserve("node-a", "run1")
 
@@ -365,17 +366,31 @@ def test_reserve_taints_and_labels_the_node_and_keeps_its_other_taints(
     assert node["metadata"]["labels"][RESERVED] == "run1"
     assert node["spec"]["taints"] == [
         OTHER_TAINT,
-        {"key": RESERVED, "value": "run1", "effect": "NoExecute"},
+        {"key": RESERVED, "value": "run1", "effect": "NoSchedule"},
     ]
     [patch] = [r for r in kube.state.requests if r.method == "PATCH"]
     assert patch.content_type == "application/strategic-merge-patch+json"
     assert "resourceVersion" in patch.body["metadata"]
 
 
+def test_a_reservation_leaves_the_daemonset_pods_of_the_node_running(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a", labels=POOL))
+    agent = argo_pod("csi-node-a", node_name="x", phase="Running", host="node-a")
+    agent["spec"]["tolerations"] = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+    kube.state.put_pod(agent)
+
+    backend.reserve("node-a", "run1")
+
+    assert kube.state.evicted == [], "the taint manager evicts no pod for a reservation"
+    assert ("simrun", "csi-node-a") in kube.state.pods
+
+
 def test_reserve_retries_after_a_conflicting_writer_and_keeps_what_it_wrote(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     write_once_meanwhile(
         kube,
         lambda node: node["spec"]["taints"].append({"key": "maintenance", "effect": "NoSchedule"}),
@@ -388,7 +403,7 @@ def test_reserve_retries_after_a_conflicting_writer_and_keeps_what_it_wrote(
     assert kube.state.nodes["node-a"]["spec"]["taints"] == [
         OTHER_TAINT,
         {"key": "maintenance", "effect": "NoSchedule"},
-        {"key": RESERVED, "value": "run1", "effect": "NoExecute"},
+        {"key": RESERVED, "value": "run1", "effect": "NoSchedule"},
     ]
 
 
@@ -398,7 +413,7 @@ def test_a_node_reserved_by_another_run_is_refused_and_left_as_it_is(
     kube.state.put_node(
         kube_node(
             "node-a",
-            labels={RESERVED: "run0"},
+            labels={**POOL, RESERVED: "run0"},
             taints=[{"key": RESERVED, "value": "run0", "effect": "NoExecute"}],
         )
     )
@@ -411,7 +426,7 @@ def test_a_node_reserved_by_another_run_is_refused_and_left_as_it_is(
 def test_reserving_a_node_twice_for_a_run_writes_it_once(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a"))
+    kube.state.put_node(kube_node("node-a", labels=POOL))
 
     backend.reserve("node-a", "run1")
     backend.reserve("node-a", "run1")
@@ -422,7 +437,7 @@ def test_reserving_a_node_twice_for_a_run_writes_it_once(
 def test_unreserve_removes_only_this_runs_taint_and_label(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     backend.reserve("node-a", "run1")
 
     backend.unreserve("node-a", "run1")
@@ -436,7 +451,7 @@ def test_unreserve_removes_only_this_runs_taint_and_label(
 def test_a_late_release_leaves_the_reservation_of_a_later_run(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     backend.reserve("node-a", "run2")
     before = kube.state.nodes["node-a"]
 
@@ -449,7 +464,7 @@ def test_a_late_release_leaves_the_reservation_of_a_later_run(
 def test_unreserve_retries_after_a_conflicting_writer(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     backend.reserve("node-a", "run1")
     write_once_meanwhile(kube, lambda node: node["metadata"]["labels"].update(team="b"))
 
@@ -465,7 +480,7 @@ def test_unreserve_retries_after_a_conflicting_writer(
 def test_a_node_that_keeps_changing_is_an_error_not_a_loop(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a"))
+    kube.state.put_node(kube_node("node-a", labels=POOL))
     kube.state.before_node_patch = lambda name: kube.state.stamp(kube.state.nodes[name])
 
     with pytest.raises(RuntimeError, match="kept changing"):

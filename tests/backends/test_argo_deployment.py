@@ -181,7 +181,13 @@ def backend_on(kube: KubeApiServer, tmp_path: Path, component: str) -> ArgoBacke
     failed (so a status reads the pods), one Kueue holds back and one that never started (so
     a status reads its events)."""
     state = kube.state
-    state.put_node({"metadata": {"name": "node-a", "labels": {}}, "spec": {}, "status": {}})
+    state.put_node(
+        {
+            "metadata": {"name": "node-a", "labels": {"simrun.io/pool": "sims"}},
+            "spec": {},
+            "status": {},
+        }
+    )
     state.on_pod_created = lambda pod: pod.update(status={"phase": "Succeeded"})
     state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Running"), log="unit 1\n")
     gated = argo_pod("q", node_name="sweep-w0(1)", phase="Pending", attempt=1)
@@ -420,7 +426,7 @@ def test_the_worker_may_change_a_nodes_reservation_and_nothing_else_of_it(
     patch: dict[str, Any], allowed: bool
 ) -> None:
     with KubeApiServer() as kube:
-        kube.state.put_node(kube_node("node-a"))
+        kube.state.put_node(kube_node("node-a", labels={"simrun.io/pool": "sims"}))
         worker = CoreV1Api(kube.client("simrun-worker"))
         if allowed:
             worker.patch_node("node-a", patch)
@@ -446,12 +452,32 @@ def test_the_executor_requests_simrun_counts_are_the_ones_the_docs_configure() -
     )
 
 
+@pytest.mark.parametrize(
+    "labels",
+    [{}, {"simrun.io/pool": "sims", "node-role.kubernetes.io/control-plane": ""}],
+    ids=["unmarked", "control-plane"],
+)
+def test_the_worker_may_reserve_no_node_but_those_marked_for_simrun(
+    labels: dict[str, str],
+) -> None:
+    with KubeApiServer() as kube:
+        kube.state.put_node(kube_node("node-a", labels=labels))
+        worker = CoreV1Api(kube.client("simrun-worker"))
+        taint = {"key": "simrun/reserved", "value": "r", "effect": "NoSchedule"}
+        with pytest.raises(ApiException) as refused:
+            worker.patch_node("node-a", {"spec": {"taints": [taint]}})
+
+    assert refused.value.status == 422
+    assert "may reserve only a node labelled simrun.io/pool" in refused.value.body
+    assert "taints" not in kube.state.nodes["node-a"]["spec"]
+
+
 @pytest.mark.parametrize("namespace", ["simrun", "sims-prod"])
 def test_the_node_policy_holds_the_worker_of_any_namespace_the_service_runs_in(
     namespace: str,
 ) -> None:
     """SIMRUN_K8S_NAMESPACE may name another namespace: its simrun-worker is held all the same."""
-    node = kube_node("node-a")
+    node = kube_node("node-a", labels={"simrun.io/pool": "sims"})
     changed = {**node, "metadata": {**node["metadata"], "labels": {"team": "b"}}}
 
     def denied(username: str) -> list[str]:

@@ -396,7 +396,7 @@ def test_a_reserved_run_tolerates_its_taint_and_selects_its_node() -> None:
             "key": "simrun/reserved",
             "operator": "Equal",
             "value": "abc123def0",
-            "effect": "NoExecute",
+            "effect": "NoSchedule",
         }
     ]
     unreserved = manifest(RESERVED, cluster)

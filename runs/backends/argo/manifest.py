@@ -40,6 +40,9 @@ DAG_TASK_LABEL = "simrun/dag-task"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RESERVED_KEY = "simrun/reserved"
 """Key of the taint and of the label of a node reserved for a run (value: the run id)."""
+RESERVATION_EFFECT = "NoSchedule"
+"""The effect of a reservation's taint: other new pods are kept off, the pods already there
+(DaemonSets among them) stay."""
 
 SCRATCH = "/scratch"
 STALE_S = 120
@@ -187,7 +190,12 @@ def _workflow_spec(
     if record.reserved_node:
         node_selector[RESERVED_KEY] = record.id
         tolerations.append(
-            {"key": RESERVED_KEY, "operator": "Equal", "value": record.id, "effect": "NoExecute"}
+            {
+                "key": RESERVED_KEY,
+                "operator": "Equal",
+                "value": record.id,
+                "effect": RESERVATION_EFFECT,
+            }
         )
     spec: dict[str, Any] = {
         "entrypoint": ENTRYPOINT,

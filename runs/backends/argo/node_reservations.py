@@ -15,7 +15,7 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.manifest import RESERVED_KEY
+from runs.backends.argo.manifest import RESERVATION_EFFECT, RESERVED_KEY
 from runs.backends.argo.nodes import RESERVABLE, allocatable, reservable
 from runs.backends.base import NodeInfo, TaskPlan
 from runs.backends.nodes import choose_node
@@ -63,7 +63,10 @@ class NodeReservations:
         return found
 
     def reserve(self, node: str, run_id: str) -> None:
-        """Taint ``simrun/reserved=<run>:NoExecute`` and label the node; other taints are kept.
+        """Taint ``simrun/reserved=<run>:NoSchedule`` and label the node; other taints are kept.
+
+        ``NoSchedule``, not ``NoExecute``: the pods already there (a DaemonSet's CSI node plugin,
+        a monitoring agent) stay, only other new pods are kept off.
 
         KeyError for an unknown node; ValueError when another run holds it.
         """
@@ -73,9 +76,9 @@ class NodeReservations:
             if holder not in (None, run_id):
                 raise ValueError(f"node {node} is reserved by run {holder}")
             taints = self._taints(current)
-            mine = {"key": RESERVED_KEY, "value": run_id, "effect": "NoExecute"}
+            mine = {"key": RESERVED_KEY, "value": run_id, "effect": RESERVATION_EFFECT}
             labelled = (current.metadata.labels or {}).get(RESERVED_KEY) == run_id
-            if labelled and any(_is_reservation(t, run_id) for t in taints):
+            if labelled and mine in taints:
                 return None
             kept = [t for t in taints if t.get("key") != RESERVED_KEY]
             return _node_patch(current, labels={RESERVED_KEY: run_id}, taints=[*kept, mine])

@@ -2,10 +2,11 @@
 
 A run's pods go to the nodes of the configured node selector and tolerate only their own
 run's reservation, so a node with any other ``NoSchedule`` or ``NoExecute`` taint (a control
-plane's, a GPU pool's, a node under maintenance) is no place for them. A reservation evicts
-every pod without the toleration, so only nodes an operator marked for simrun (the label
-``simrun.io/pool``, or the node selector when one is configured) are reservable, and never a
-control-plane node. See docs/cluster.md.
+plane's, a GPU pool's, a node under maintenance) is no place for them. A reservation keeps
+every other new pod off the node (``NoSchedule``: the pods there stay), so only nodes an
+operator marked for simrun (the label ``simrun.io/pool``, or the node selector when one is
+configured) are reservable, and never a control-plane node; the node policy
+(docker/k8s/15-node-policy.yaml) lets the worker reserve no other. See docs/cluster.md.
 """
 
 from __future__ import annotations
