@@ -20,7 +20,7 @@ from runs.backends.base import ClusterConfig, NodeInfo, PodLog
 from runs.planning.spec import SpecError
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import OOM, WF, Nodes, argo_pod, kube_node, pod, workflow
-from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_api import KubeApiServer, Request
 from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -630,6 +630,31 @@ def test_a_build_whose_registry_secret_is_not_in_the_build_namespace_fails_at_on
     reads = [r.status for r in kube.state.requests if r.method == "GET" and "/pods/" in r.path]
     assert reads == [404, 200], "it failed at its first look after creating it, not at the timeout"
     assert kube.state.pods == {} and kube.state.config_maps == {}
+
+
+def test_a_rebuild_after_the_secret_was_fixed_does_not_fail_on_the_earlier_pods_events(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    cluster = CLUSTER.model_copy(update={"pull_secret": "simrun-registry"})
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    ref = "registry.example/simrun-env:abc"
+    with pytest.raises(RuntimeError, match="FailedMount"):
+        backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+    registry_secret(kube, "simrun-build")  # the operator fixed it; the events are still there
+    pod_path = f"/api/v1/namespaces/simrun-build/pods/{build_pod_name(ref)}"
+    reads = []
+
+    def runs_on_its_second_look(request: Request) -> None:
+        if request.method == "GET" and request.path == pod_path:
+            reads.append(request)
+            pod_ = kube.state.pods.get(("simrun-build", build_pod_name(ref)))
+            if len(reads) == 2 and pod_ is not None:
+                pod_["status"] = {"phase": "Succeeded"}
+        return None
+
+    kube.state.intercept = runs_on_its_second_look
+
+    backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
 
 
 def test_a_build_with_the_registry_secret_where_the_build_runs_starts(

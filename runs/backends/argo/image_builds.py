@@ -98,16 +98,19 @@ class ImageBuilds:
     def _build_cannot_start(self, name: str) -> str:
         """Why the build pod cannot start ("" while it may): an image it cannot pull, a
         configuration it cannot get, or (its events) a volume it cannot mount, such as the
-        registry Secret missing from the build namespace."""
+        registry Secret missing from the build namespace. Its events are its own by uid: an
+        earlier pod of the same name (a build before the Secret was fixed) left events that
+        live for the events' time to live."""
         response: Any = self.clients.core.read_namespaced_pod(
             name, self.build_namespace, _preload_content=False
         )
-        why = start_failure(json.loads(response.data))
+        pod = json.loads(response.data)
+        why = start_failure(pod)
         if why:
             return why
         events: Any = self.clients.core.list_namespaced_event(
             self.build_namespace,
-            field_selector=f"involvedObject.name={name}",
+            field_selector=f"involvedObject.uid={pod['metadata']['uid']}",
             _preload_content=False,
         )
         return mount_failure(json.loads(events.data).get("items") or [])
