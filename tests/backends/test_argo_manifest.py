@@ -438,7 +438,16 @@ def test_failed_pods_stay_for_their_logs_until_the_time_to_live_deletes_the_work
     assert wf["spec"]["ttlStrategy"] == {"secondsAfterCompletion": 7200}
 
 
+OVERFLOW = 'Usage of EmptyDir volume "scratch" exceeds the limit "10Gi". '
 LAST_ATTEMPTS = {
+    "scratch overflow, killed": (
+        {"status": "Failed", "exitCode": "137", "message": OVERFLOW},
+        False,
+    ),
+    "scratch overflow, stopped": (
+        {"status": "Failed", "exitCode": "143", "message": OVERFLOW},
+        False,
+    ),
     "killed for memory": (
         {"status": "Failed", "exitCode": "137", "message": "main: OOMKilled (exit code 137)"},
         True,

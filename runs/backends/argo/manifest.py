@@ -72,6 +72,10 @@ NEVER_FIXED_PATTERN = (
 """Messages of an attempt the cluster refused or cannot start as it is (a PodSpecPatch Argo
 cannot apply, a pod the API server or an admission webhook refuses, a missing Secret or
 ConfigMap, a malformed image name): another attempt meets the same refusal."""
+SCRATCH_OVERFLOW_PATTERN = "Usage of EmptyDir volume .* exceeds the limit"
+"""The kubelet's message of a pod it evicted because it wrote more to its scratch directory
+(an ``emptyDir``) than its ``sizeLimit``: the task's own doing, which another attempt repeats,
+so it is a failure, not an eviction (KK ``pkg/kubelet/eviction``, ``emptyDirLimitEviction``)."""
 SECOND_MEMORY_KILL_PATTERN = "OOMKilled.*the retry memory after a kill for memory"
 """The message of an attempt killed for memory while it ran with the retry memory after a
 kill for memory: the harness says so in its termination message (``note_retry_memory``)."""
@@ -80,11 +84,13 @@ RETRY_EXPRESSION = (
     f" or lastRetry.exitCode in ['{MEMORY_KILL_EXIT}', '143', '{STORAGE_ERROR_EXIT}']"
     f" or lastRetry.message matches '{EVICTION_PATTERN}')"
     f" and not (lastRetry.message matches '{SECOND_MEMORY_KILL_PATTERN}')"
+    f" and not (lastRetry.message matches '{SCRATCH_OVERFLOW_PATTERN}')"
 )
 """Retry a pod deleted or failed by the infrastructure (Error, unless a retry cannot fix it),
 killed (137: for memory, or after its grace period), stopped by SIGTERM (143: evicted),
 failed on the store (75) or evicted; not a genuine failure, nor the second kill for memory
-(Ruling 35: the service fails the run, Argo is not to start another pod meanwhile)."""
+(Ruling 35: the service fails the run, Argo is not to start another pod meanwhile), nor a
+scratch directory written past its size (the kubelet's eviction of its own pod)."""
 
 STAGE_SCRIPT = """\
 import os, shutil, sys

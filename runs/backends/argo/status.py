@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from runs.backends.argo.dag_nodes import NODE_NAME, DagNode, dag_nodes
-from runs.backends.argo.manifest import EVICTION_PATTERN
+from runs.backends.argo.manifest import EVICTION_PATTERN, SCRATCH_OVERFLOW_PATTERN
 from runs.backends.base import (
     FINAL_PHASES,
     PREEMPTED_PHASE,
@@ -21,6 +21,7 @@ from runs.backends.base import (
 )
 
 EVICTION = re.compile(EVICTION_PATTERN)
+SCRATCH_OVERFLOW = re.compile(SCRATCH_OVERFLOW_PATTERN)
 AUTO_RESTART = "Pod auto-restarting"
 """The message of a node whose evicted pod Argo (v4, failedPodRestart) restarts itself."""
 SHUTDOWN = "workflow shutdown"
@@ -37,6 +38,8 @@ def is_eviction(node: dict[str, Any]) -> bool:
     SIGTERM (143) outside a shutdown of the workflow.
     """
     message = node.get("message") or ""
+    if SCRATCH_OVERFLOW.search(message):
+        return False  # the kubelet evicted it for what the task wrote: its own failure
     if EVICTION.search(message):
         return True
     return exit_code(node) == 143 and SHUTDOWN not in message
@@ -392,7 +395,10 @@ def with_pods(
                 continue
             attempt.reason = disruption_reason(pod)
             attempt.memory_gb = attempt.memory_gb or main_memory_gb(pod)
-            attempt.evicted = attempt.evicted or (bool(attempt.reason) and not attempt.oom_killed)
+            overflow = bool(SCRATCH_OVERFLOW.search(attempt.message))
+            attempt.evicted = attempt.evicted or (
+                bool(attempt.reason) and not attempt.oom_killed and not overflow
+            )
         if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
             uid = (pod.get("metadata") or {}).get("uid", "")
             workload = workloads.get(uid)
