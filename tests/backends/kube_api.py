@@ -385,6 +385,8 @@ class KubeState:
     events: list[dict[str, Any]] = field(default_factory=list)
     """The events the kubelet and the scheduler wrote (``kubelet``)."""
     requests: list[Request] = field(default_factory=list)
+    retry_after_s: int = 1
+    """The ``Retry-After`` of a 429 a test plays."""
     evicted: list[dict[str, Any]] = field(default_factory=list)
     """The pods the taint manager evicted (``taint_manager``), in order."""
     before_node_patch: Callable[[str], None] | None = None
@@ -647,7 +649,9 @@ class _Handler(BaseHTTPRequestHandler):
         if answer is not None:
             request.status = answer
             reason = REASONS.get(answer, "InternalError")
-            self._send(answer, _status(answer, reason, f"{reason} played by the test"))
+            # The API server's priority and fairness asks a client it throttles to come back.
+            after = {"Retry-After": str(state.retry_after_s)} if answer == 429 else {}
+            self._send(answer, _status(answer, reason, f"{reason} played by the test"), after)
             return
         try:
             authorize(state, request)
@@ -663,8 +667,8 @@ class _Handler(BaseHTTPRequestHandler):
         request.status = code
         request.sent = self._send(code, body)
 
-    def _send(self, code: int, body: Any) -> int:
-        """Answer with ``body``; the bytes of the answer's body."""
+    def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> int:
+        """Answer with ``body`` (and ``headers``); the bytes of the answer's body."""
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain"
         else:
@@ -672,6 +676,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
         return len(data)
@@ -773,10 +779,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = _of_kind(body, *KINDS[kind])
         name = body["metadata"].get("name", "")
         body["metadata"]["namespace"] = namespace
+        stored(body)  # etcd's refusal comes after admission; checked first, as it is cheap
         admit(state, body)
         if (namespace, name) in store:
             raise ApiError(409, "AlreadyExists", f'{kind} "{name}" already exists')
-        stored(body)
         store[(namespace, name)] = state.stamp(body)
         if kind == "workflows":
             state._notify("ADDED", body)

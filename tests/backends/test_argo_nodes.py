@@ -4,6 +4,7 @@ them (a tainted control plane, a GPU pool, a pool marked for simrun)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -372,10 +373,68 @@ def test_the_worker_refuses_a_plan_whose_retry_or_whole_pod_the_queue_cannot_adm
     assert str(raised.value) == (
         f"task solve needs {plan.cores} cores, 100 GiB (128 GiB for its retry after a kill for "
         "memory) and 10 GiB of scratch in one pod, beside Argo's wait container (0.01 cores, 64 "
-        "MiB): more than the ClusterQueue of the LocalQueue simrun admits for one pod (32 cores, "
-        "128.0 GiB, 1024 GiB): Kueue would hold it forever"
+        "MiB): more than the ClusterQueue of the LocalQueue simrun admits for one pod in any of "
+        "its flavors (at most 32 cores, 128.0 GiB, 1024 GiB): Kueue would hold it forever"
     )
     assert kube.state.workflows == {}
+
+
+def flavored(kube: KubeApiServer, *flavors: tuple[str, int, str]) -> None:
+    """The runs' ClusterQueue with these flavors (name, cores, memory) in its one group."""
+    [group] = kube.state.cluster_queues["simrun"]["spec"]["resourceGroups"]
+    group["flavors"] = [
+        {
+            "name": name,
+            "resources": [
+                {"name": "cpu", "nominalQuota": cores},
+                {"name": "memory", "nominalQuota": memory},
+                {"name": "ephemeral-storage", "nominalQuota": "1Ti"},
+            ],
+        }
+        for name, cores, memory in flavors
+    ]
+
+
+def gated_pod(kube: KubeApiServer) -> dict[str, Any]:
+    """Create the first pod of the submitted Workflow, as Argo does: Kueue takes it."""
+    [first] = kube.state.argo_creates_pods("simrun", WF)
+    return kube.state.pods[("simrun", first["metadata"]["name"])]
+
+
+def test_a_task_no_one_flavor_holds_is_refused_though_each_resource_fits_some_flavor(
+    kube: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flavored(kube, ("wide", 64, "16Gi"), ("deep", 4, "256Gi"))
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 100}}}")
+    plans = {"solve": task_plans["solve"].model_copy(update={"retry_memory_gb": 100.0})}
+
+    with pytest.raises(ValueError, match="in any of its flavors"):
+        backend.submit(record, plans, task_types(), CLUSTER)
+    assert kube.state.workflows == {}
+
+    # Kueue itself would never admit that pod (the check left out to show it).
+    monkeypatch.setattr("runs.backends.argo.capacity.admits", lambda groups, requests: True)
+    backend.submit(record, plans, task_types(), CLUSTER)
+    assert gated_pod(kube)["spec"].get("schedulingGates"), "held by Kueue for ever"
+
+
+def test_in_a_cohort_a_queue_without_a_borrowing_limit_borrows_without_limit(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    flavored(kube, ("simrun-flavor", 8, "128Gi"))
+    queue = kube.state.cluster_queues["simrun"]
+    queue["spec"]["cohortName"] = "lab"
+    other = json.loads(json.dumps(queue))
+    other["metadata"]["name"] = "other"
+    other["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 64
+    kube.state.cluster_queues["other"] = other
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 8}}}")
+
+    backend.submit(record, task_plans, task_types(), CLUSTER)
+
+    assert not gated_pod(kube)["spec"].get("schedulingGates"), "Kueue admits it, borrowing"
 
 
 # Reserving in a submission

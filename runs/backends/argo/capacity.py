@@ -16,6 +16,7 @@ from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from runs.backends.argo.clients import Clients
+from runs.backends.argo.kueue_quota import Flavor, admits, covered, queue_flavors, queue_quota
 from runs.backends.argo.node_reservations import listed_nodes
 from runs.backends.argo.nodes import GIB, allocatable, usable
 from runs.backends.argo.versions import (
@@ -27,7 +28,6 @@ from runs.backends.argo.versions import (
     kueue_refusal,
     main_caps,
     pod_requests,
-    queue_quota,
     served_groups,
 )
 from runs.backends.base import TaskPlan
@@ -49,7 +49,7 @@ class Capacity:
     def __init__(self, clients: Clients, *, ttl_s: float = CAPACITY_TTL_S) -> None:
         self.clients = clients
         self.ttl_s = ttl_s
-        self._gate: tuple[str, dict[str, Decimal]] = ("", {})
+        self._gate: tuple[str, list[list[Flavor]]] = ("", [])
         self._gate_at: float | None = None
         self._quota: dict[str, Decimal] | None = None
         self._quota_at: float | None = None
@@ -106,7 +106,7 @@ class Capacity:
             return self._quota
         self._quota_at = now
         try:
-            self._quota = self._queue_quota(self.clients.custom_once)
+            self._quota = queue_quota(self._queue_flavors(self.clients.custom_once))
         except Exception as error:
             why = f"{error.status} {error.reason}" if isinstance(error, ApiException) else error
             log.warning("the quota of the runs' queue is unknown for now: %s", why)
@@ -160,33 +160,34 @@ class Capacity:
         now = time.monotonic()
         if self._gate_at is None or now - self._gate_at >= self.ttl_s:
             refusal = self._argo_refusal() or kueue_refusal(served_groups(self._api_groups()))
-            self._gate = (refusal, {} if refusal else self._queue_quota())
+            self._gate = (refusal, [] if refusal else self._queue_flavors())
             self._gate_at = now
-        refusal, quota = self._gate
+        refusal, groups = self._gate
         if refusal:
             raise ValueError(refusal)
         queue = f"the ClusterQueue of the LocalQueue {self.clients.cluster.queue}"
         scratch = self.clients.cluster.scratch_gb
-        if "ephemeral-storage" not in quota:
+        if "ephemeral-storage" not in covered(groups):
             raise ValueError(
                 f"{queue} does not cover ephemeral-storage, which every pod requests for its "
                 f"scratch directory (SIMRUN_SCRATCH_GB): Kueue would admit none of them; add it "
                 f"to its coveredResources (docker/k8s/30-kueue.yaml)"
             )
+        quota = queue_quota(groups)
         cores, memory_gb = quota.get("cpu", Decimal(0)), quota.get("memory", Decimal(0)) / GIB
+        storage = quota.get("ephemeral-storage")
         for task_id, plan in sorted(plans.items()):
             # The retry after a kill for memory is a pod of its own, Kueue admits it anew.
             largest = max(plan.memory_gb, plan.retry_memory_gb)
             requests = pod_requests(plan.cores, largest, scratch)
-            if any(amount > quota.get(name, Decimal(0)) for name, amount in requests.items()):
+            if not admits(groups, requests):
                 raise ValueError(
                     f"task {task_id} needs {plan.cores} cores, {plan.memory_gb:g} GiB"
                     f"{_retry(plan)} "
                     f"and {scratch} GiB of scratch in one pod, beside Argo's wait container "
-                    f"(0.01 cores, 64 MiB): more than {queue} admits for one pod "
-                    f"({cores:g} cores, {float(memory_gb):.1f} GiB, "
-                    f"{float(quota['ephemeral-storage'] / GIB):g} GiB): Kueue would hold it "
-                    "forever"
+                    f"(0.01 cores, 64 MiB): more than {queue} admits for one pod in any of its "
+                    f"flavors (at most {cores:g} cores, {float(memory_gb):.1f} GiB, "
+                    f"{_gib(storage)} GiB): Kueue would hold it forever"
                 )
 
     def _argo_refusal(self) -> str:
@@ -247,8 +248,9 @@ class Capacity:
         found: dict[str, Any] = json.loads(response.data)
         return found
 
-    def _queue_quota(self, custom: CustomObjectsApi | None = None) -> dict[str, Decimal]:
-        """What the ClusterQueue behind the runs' LocalQueue can give one pod."""
+    def _queue_flavors(self, custom: CustomObjectsApi | None = None) -> list[list[Flavor]]:
+        """What the ClusterQueue behind the runs' LocalQueue can give one pod, by resource
+        group and flavor (``kueue_quota``)."""
         custom = custom or self.clients.custom
         local = cast(
             dict[str, Any],
@@ -267,7 +269,7 @@ class Capacity:
                 KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", self._cluster_queue
             ),
         )
-        return queue_quota(cluster_queue)
+        return queue_flavors(cluster_queue)
 
 
 def _least(*limits: Limit | None) -> Limit | None:
@@ -291,3 +293,8 @@ def _retry(plan: TaskPlan) -> str:
     if plan.retry_memory_gb <= plan.memory_gb:
         return ""
     return f" ({plan.retry_memory_gb:g} GiB for its retry after a kill for memory)"
+
+
+def _gib(amount: Decimal | None) -> str:
+    """Bytes in GiB as a refusal says them; "any" for no limit known."""
+    return "any" if amount is None else f"{float(amount / GIB):g}"

@@ -1,6 +1,7 @@
 """The clients of the Kubernetes API one backend shares among its parts.
 
-Every call has a timeout and is tried again on transient errors (``api.Resilient``); the
+Every call has a timeout, is tried again on transient errors and takes its turn in one rate
+limit (``api.Resilient``, ``api.RateLimit``); the
 ``*_once`` clients try once, quickly, for what a web request asks (a cluster that is away
 must not hold a page); the watch alone calls the client itself.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from kubernetes import config
 from kubernetes.client import (
@@ -23,7 +24,7 @@ from kubernetes.client import (
 )
 from kubernetes.client.exceptions import ApiException
 
-from runs.backends.argo.api import CallPolicy, Resilient, Silence, without_pool_retries
+from runs.backends.argo.api import CallPolicy, RateLimit, Resilient, Silence, without_pool_retries
 from runs.backends.base import ClusterConfig
 
 
@@ -64,17 +65,21 @@ class Clients:
 def clients(api: ApiClient, cluster: ClusterConfig, calls: CallPolicy) -> Clients:
     """The API objects of a backend over one client, sharing one ``Silence``."""
     without_pool_retries(api)
-    silence = Silence()
+    silence, rate = Silence(), RateLimit(calls)
     once = replace(calls, tries=1, read_timeout_s=min(calls.read_timeout_s, 5.0))
+
+    def resilient(kind: Any, policy: CallPolicy = calls) -> Any:
+        return Resilient(kind(api), policy, silence, rate=rate)
+
     return Clients(
         cluster=cluster,
         calls=calls,
-        core=cast(CoreV1Api, Resilient(CoreV1Api(api), calls, silence)),
-        custom=cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), calls, silence)),
-        apps=cast(AppsV1Api, Resilient(AppsV1Api(api), calls, silence)),
-        apis=cast(ApisApi, Resilient(ApisApi(api), calls, silence)),
-        core_once=cast(CoreV1Api, Resilient(CoreV1Api(api), once, silence)),
-        custom_once=cast(CustomObjectsApi, Resilient(CustomObjectsApi(api), once, silence)),
+        core=cast(CoreV1Api, resilient(CoreV1Api)),
+        custom=cast(CustomObjectsApi, resilient(CustomObjectsApi)),
+        apps=cast(AppsV1Api, resilient(AppsV1Api)),
+        apis=cast(ApisApi, resilient(ApisApi)),
+        core_once=cast(CoreV1Api, resilient(CoreV1Api, once)),
+        custom_once=cast(CustomObjectsApi, resilient(CustomObjectsApi, once)),
         watch_api=CustomObjectsApi(api),
     )
 

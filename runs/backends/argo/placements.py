@@ -39,35 +39,46 @@ def listed_pods(clients: Clients, selector: str) -> Iterator[dict[str, Any]]:
 
 
 def placements(clients: Clients) -> list[Placement]:
-    """Every pod of a run that has not terminated, with its node, requests and worker."""
-    pods = clients.core.list_namespaced_pod(clients.namespace, label_selector=RUN_LABEL).items
+    """Every pod of a run that has not terminated, with its node, requests and worker: a
+    paginated list of the runs' pods, read as JSON (the client's models cost seconds for a
+    thousand pods)."""
     found = []
-    for pod in pods:
-        # What the API server returns has metadata and a name, and a pod has its spec.
-        assert pod.metadata is not None and pod.metadata.name is not None
-        assert pod.spec is not None
-        labels = pod.metadata.labels or {}
-        phase = (pod.status.phase if pod.status else None) or "Pending"
+    for pod in listed_pods(clients, RUN_LABEL):
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        labels = meta.get("labels") or {}
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
         if phase in TERMINATED or WORKFLOW_LABEL not in labels:
             continue
         requests = [
-            (c.resources.requests or {}) if c.resources else {} for c in pod.spec.containers
+            (c.get("resources") or {}).get("requests") or {} for c in spec.get("containers") or []
         ]
-        env = main_env(pod)
+        env = _env_of(spec)
         found.append(
             Placement(
                 workflow=labels[WORKFLOW_LABEL],
                 dag_task=labels.get(DAG_TASK_LABEL, ""),
-                pod=pod.metadata.name,
-                node=pod.spec.node_name,
+                pod=meta["name"],
+                node=spec.get("nodeName"),
                 phase=phase,
                 cores=float(sum(quantity(r.get("cpu", "0")) for r in requests)),
                 memory_gb=float(sum(quantity(r.get("memory", "0")) for r in requests)) / GIB,
                 worker=env.get("SIMRUN_WORKER") or None,
-                attempt=attempt(pod),
+                attempt=_number(env.get("SIMRUN_ATTEMPT", "")),
             )
         )
     return found
+
+
+def _env_of(spec: dict[str, Any]) -> dict[str, str]:
+    """The plain environment of a pod's ``main`` container (JSON)."""
+    for container in spec.get("containers") or []:
+        if container.get("name") == "main":
+            return {e["name"]: e.get("value") or "" for e in container.get("env") or []}
+    return {}
+
+
+def _number(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
 
 
 def main_env(pod: Any) -> dict[str, str]:
@@ -78,6 +89,5 @@ def main_env(pod: Any) -> dict[str, str]:
 
 
 def attempt(pod: Any) -> int | None:
-    """The attempt of a pod from its ``SIMRUN_ATTEMPT``, None when it has none."""
-    value = main_env(pod).get("SIMRUN_ATTEMPT", "")
-    return int(value) if value.isdigit() else None
+    """The attempt of a pod (the client's model) from its ``SIMRUN_ATTEMPT``, None without."""
+    return _number(main_env(pod).get("SIMRUN_ATTEMPT", ""))
