@@ -275,6 +275,21 @@ def test_each_component_is_granted_exactly_the_verbs_of_the_calls_it_makes(
     assert not {r.status for r in kube.state.requests} & {401, 403}, "none refused"
 
 
+def test_every_pod_that_mounts_the_store_is_not_re_owned_at_every_start() -> None:
+    pods = [
+        d["spec"]["template"]["spec"]
+        for d in by_kind("Deployment")
+        if any(
+            (v.get("persistentVolumeClaim") or {}).get("claimName") == "simrun-store"
+            for v in d["spec"]["template"]["spec"].get("volumes") or []
+        )
+    ]
+
+    assert len(pods) >= 2
+    for spec in pods:
+        assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+
+
 def test_beat_calls_nothing_and_gets_no_token() -> None:
     [account] = [a for a in by_kind("ServiceAccount") if a["metadata"]["name"] == "simrun-beat"]
     [beat] = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "simrun-beat"]
