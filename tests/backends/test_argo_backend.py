@@ -647,6 +647,24 @@ def test_a_build_whose_registry_secret_is_not_in_the_build_namespace_fails_at_on
     assert kube.state.pods == {} and kube.state.config_maps == {}
 
 
+def test_a_build_pod_is_bounded_in_time_and_in_local_disk(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    cluster = CLUSTER.model_copy(update={"build_timeout_s": 900})
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    kube.state.on_pod_created = lambda pod_: pod_.update(status={"phase": "Succeeded"})
+    created = []
+    kube.state.intercept = lambda r: created.append(r.body) if r.method == "POST" else None
+
+    backend.build_image(build_context(tmp_path / "images" / "b"), "registry.example/e:b")
+
+    [pod_] = [b for b in created if b.get("kind") == "Pod"]
+    [main] = pod_["spec"]["containers"]
+    assert pod_["spec"]["activeDeadlineSeconds"] == 900
+    assert main["resources"]["requests"]["ephemeral-storage"] == "20Gi"
+    assert main["resources"]["limits"]["ephemeral-storage"] == "20Gi"
+
+
 def test_a_rebuild_after_the_secret_was_fixed_does_not_fail_on_the_earlier_pods_events(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
