@@ -419,9 +419,20 @@ def test_an_unschedulable_pod_is_timed_from_its_admission_not_from_its_time_in_t
         clock.shift(CLUSTER.pod_start_timeout_s)
         stuck = backend.status(name)
 
+        kube.state.record_event(
+            made, "TriggeredScaleUp", "pod triggered scale-up: [{pool-b 0->1 (max: 4)}]", "Normal"
+        )
+        clock.shift(1)
+        backend.reasons_ttl_s = 0
+        scaling = backend.status(name)
+
     assert waiting.tasks["plot"] == "Pending"
     assert waiting.waiting["plot"].startswith("Unschedulable: 0/1 nodes are available")
     assert waiting.failed == {}
+    assert (scaling.tasks["plot"], scaling.failed) == ("Pending", {}), "a node is on its way"
+    assert (
+        scaling.waiting["plot"] == "Unschedulable: the cluster autoscaler is adding a node for it"
+    )
     assert stuck.tasks["plot"] == "Failed"
     [attempt] = stuck.failed["plot"]
     assert attempt.message == (

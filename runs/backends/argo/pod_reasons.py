@@ -21,6 +21,8 @@ from runs.backends.argo.status import (
     creating_too_long,
     kubelet_warning,
     needs_workload,
+    scaling_up,
+    unschedulable_too_long,
     with_pods,
 )
 from runs.backends.base import BackendStatus
@@ -60,6 +62,7 @@ class PodReasons:
                 now=now,
                 start_timeout_s=timeout_s,
                 warnings=warnings,
+                scaling=self._scaling(pods, workloads, now, timeout_s),
             )
             return found, True
         except Exception as error:
@@ -78,23 +81,44 @@ class PodReasons:
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         return items
 
+    def _scaling(
+        self,
+        pods: list[dict[str, Any]],
+        workloads: dict[str, dict[str, Any]],
+        now: float,
+        timeout_s: float,
+    ) -> frozenset[str]:
+        """The pods no node fitted within the start timeout for which the cluster autoscaler
+        is adding a node (``scaling_up``: the events of at most ``STUCK_EVENT_PODS``)."""
+        late = [
+            p for p in pods if unschedulable_too_long(p, workloads.get(_uid(p)), now, timeout_s)
+        ]
+        return frozenset(
+            p["metadata"]["name"] for p in late[:STUCK_EVENT_PODS] if scaling_up(self._events(p))
+        )
+
     def _warning(self, pod: dict[str, Any]) -> str:
-        """The kubelet's last warning of a pod ("" when there is none or it cannot be read):
-        one list of its Warning events, field-selected, at most ``STUCK_EVENTS_LIMIT``."""
+        """The kubelet's last warning of a pod ("" when there is none or it cannot be read)."""
+        return kubelet_warning(self._events(pod, ",type=Warning"))
+
+    def _events(self, pod: dict[str, Any], only: str = "") -> list[dict[str, Any]]:
+        """The events of a pod ([] when they cannot be read): one list, field-selected by its
+        uid (and ``only``), at most ``STUCK_EVENTS_LIMIT``."""
         meta = pod["metadata"]
         which = f"involvedObject.uid={meta['uid']}" if meta.get("uid") else ""
         which = which or f"involvedObject.name={meta['name']}"
         try:
             events: Any = self.clients.core.list_namespaced_event(
                 self.clients.namespace,
-                field_selector=f"{which},type=Warning",
+                field_selector=f"{which}{only}",
                 limit=STUCK_EVENTS_LIMIT,
                 _preload_content=False,
             )
         except ApiException as error:
             log.warning("the events of pod %s are unknown: %s", meta["name"], error.reason)
-            return ""
-        return kubelet_warning(json.loads(events.data).get("items") or [])
+            return []
+        found: list[dict[str, Any]] = json.loads(events.data).get("items") or []
+        return found
 
     def _workloads_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The Kueue Workloads of the pods Kueue holds back or admitted to no node that fits
@@ -119,3 +143,7 @@ class PodReasons:
             for w in listing.get("items") or []
             if JOB_UID_LABEL in (w["metadata"].get("labels") or {})
         }
+
+
+def _uid(pod: dict[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))

@@ -372,6 +372,7 @@ def with_pods(
     now: float | None = None,
     start_timeout_s: float | None = None,
     warnings: dict[str, str] | None = None,
+    scaling: frozenset[str] = frozenset(),
 ) -> BackendStatus:
     """A status with what the pods tell: each failed attempt's disruption reason and memory,
     each pending node's reason for waiting (``workloads``: Kueue Workloads by pod uid).
@@ -380,7 +381,9 @@ def with_pods(
     (``still_creating``), for ``start_timeout_s`` since it began waiting to start (scheduled,
     else admitted by Kueue: ``pending_since``) fails its node, with the reason, so the run
     ends and its quota is freed instead of held; ``warnings`` (the kubelet's last warning by
-    pod name, ``kubelet_warning``) tells why a pod that started nothing is stuck.
+    pod name, ``kubelet_warning``) tells why a pod that started nothing is stuck. A pod no node
+    fits for which the cluster autoscaler is adding one (``scaling``, by pod name:
+    ``scaling_up``) is not stuck: it waits for the node.
     """
     failed = {key: [a.model_copy() for a in attempts] for key, attempts in status.failed.items()}
     waiting = dict(status.waiting)
@@ -406,6 +409,9 @@ def with_pods(
                 waiting[node] = reason
             warning = (warnings or {}).get((pod.get("metadata") or {}).get("name", ""), "")
             stuck = _stuck(pod, workload, now, start_timeout_s, warning)
+            if stuck and (pod.get("metadata") or {}).get("name") in scaling:
+                waiting[node] = SCALING_UP
+                stuck = ""
             if stuck and tasks.get(node) not in FINAL_PHASES:
                 tasks[node] = "Failed"
                 waiting.pop(node, None)
@@ -414,6 +420,28 @@ def with_pods(
                     FailedAttempt(attempt=number, message=stuck, started_at=since)
                 )
     return status.model_copy(update={"failed": failed, "waiting": waiting, "tasks": tasks})
+
+
+SCALING_UP = "Unschedulable: the cluster autoscaler is adding a node for it"
+AUTOSCALER_REASONS = frozenset({"TriggeredScaleUp", "NotTriggerScaleUp"})
+
+
+def unschedulable_too_long(
+    pod: dict[str, Any], workload: dict[str, Any] | None, now: float, timeout_s: float
+) -> bool:
+    """Whether no node has fitted a pod for ``timeout_s`` since it began waiting to start: the
+    pods whose events say whether the cluster autoscaler brings a node (``scaling_up``)."""
+    since = pending_since(pod, workload)
+    unschedulable = start_failure(pod).startswith("Unschedulable")
+    return unschedulable and since is not None and now - since >= timeout_s
+
+
+def scaling_up(events: list[dict[str, Any]]) -> bool:
+    """Whether the cluster autoscaler is adding a node for a pod: its last event about it is
+    ``TriggeredScaleUp``, not ``NotTriggerScaleUp`` (no node group would fit it)."""
+    said = [e for e in events if e.get("reason") in AUTOSCALER_REASONS]
+    said.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return bool(said) and said[-1]["reason"] == "TriggeredScaleUp"
 
 
 def _stuck(
