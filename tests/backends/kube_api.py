@@ -21,6 +21,7 @@ an object over etcd's 1.5 MiB request limit with 500 "etcdserver: request is too
 from __future__ import annotations
 
 import base64
+import calendar
 import copy
 import itertools
 import json
@@ -385,6 +386,8 @@ class KubeState:
     events: list[dict[str, Any]] = field(default_factory=list)
     """The events the kubelet and the scheduler wrote (``kubelet``)."""
     requests: list[Request] = field(default_factory=list)
+    event_ttl_s: float = 3600.0
+    """How long an event lives (the API server's ``--event-ttl``, 1 h by default)."""
     retry_after_s: int = 1
     """The ``Retry-After`` of a 429 a test plays."""
     evicted: list[dict[str, Any]] = field(default_factory=list)
@@ -469,6 +472,12 @@ class KubeState:
             return "kubernetes-admin"
         namespace, account = self.tokens[token]
         return f"system:serviceaccount:{namespace}:{account}"
+
+    def expired(self, event: dict[str, Any]) -> bool:
+        """Whether an event outlived ``event_ttl_s`` since it was last seen: the API server
+        deletes it then."""
+        seen = calendar.timegm(time.strptime(event["lastTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+        return time.time() - seen > self.event_ttl_s
 
     def record_event(
         self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning"
@@ -721,7 +730,9 @@ class _Handler(BaseHTTPRequestHandler):
                 items = [
                     e
                     for e in state.events
-                    if e["metadata"]["namespace"] == m["ns"] and field_matches(e, fields)
+                    if e["metadata"]["namespace"] == m["ns"]
+                    and field_matches(e, fields)
+                    and not state.expired(e)
                 ]
                 return 200, _page(state, "EventList", items, query)
             if path.rstrip("/") == "/apis":

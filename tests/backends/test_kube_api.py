@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
+import time_machine
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
@@ -202,6 +204,18 @@ def test_an_object_past_etcds_limit_is_a_500_and_a_body_past_the_api_servers_a_4
     code, status = refused(core.create_namespaced_config_map, "simrun-build", huge)
     assert (code, status["reason"]) == (413, "RequestEntityTooLarge")
     assert kube.state.config_maps == {}
+
+
+def test_events_expire_after_the_api_servers_event_ttl(kube: KubeApiServer) -> None:
+    core = CoreV1Api(kube.client("cluster-admin"))
+    pod = {"metadata": {"name": "p", "namespace": "simrun", "uid": "u1"}}
+    start = time.time()
+    with time_machine.travel(start, tick=False) as clock:
+        kube.state.record_event(pod, "FailedMount", "secret not found")
+        assert len(core.list_namespaced_event("simrun").items) == 1
+        clock.shift(kube.state.event_ttl_s + 1)
+
+        assert core.list_namespaced_event("simrun").items == []
 
 
 def test_an_object_in_a_namespace_that_does_not_exist_is_not_found(kube: KubeApiServer) -> None:
