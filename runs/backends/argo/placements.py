@@ -63,7 +63,7 @@ def placements(clients: Clients) -> list[Placement]:
                 cores=float(sum(quantity(r.get("cpu", "0")) for r in requests)),
                 memory_gb=float(sum(quantity(r.get("memory", "0")) for r in requests)) / GIB,
                 worker=env.get("SIMRUN_WORKER") or None,
-                attempt=_number(env.get("SIMRUN_ATTEMPT", "")),
+                attempt=pod_attempt(pod),
             )
         )
     return found
@@ -77,17 +77,7 @@ def _env_of(spec: dict[str, Any]) -> dict[str, str]:
     return {}
 
 
-def _number(value: str) -> int | None:
+def pod_attempt(pod: dict[str, Any]) -> int | None:
+    """The attempt of a pod (JSON) from its ``SIMRUN_ATTEMPT``, None when it has none."""
+    value = _env_of(pod.get("spec") or {}).get("SIMRUN_ATTEMPT", "")
     return int(value) if value.isdigit() else None
-
-
-def main_env(pod: Any) -> dict[str, str]:
-    for container in pod.spec.containers:
-        if container.name == "main":
-            return {e.name: e.value or "" for e in container.env or []}
-    return {}
-
-
-def attempt(pod: Any) -> int | None:
-    """The attempt of a pod (the client's model) from its ``SIMRUN_ATTEMPT``, None without."""
-    return _number(main_env(pod).get("SIMRUN_ATTEMPT", ""))

@@ -18,7 +18,7 @@ from runs.backends.argo.clients import Clients
 from runs.backends.argo.dag_nodes import NODE_NAME
 from runs.backends.argo.ended_pods import STAGE_CONTAINER, EndedPod, belongs
 from runs.backends.argo.manifest import TASK_LABEL
-from runs.backends.argo.placements import TERMINATED, WORKFLOW_LABEL, attempt, listed_pods
+from runs.backends.argo.placements import TERMINATED, WORKFLOW_LABEL, listed_pods, pod_attempt
 from runs.backends.argo.status import pod_node
 from runs.backends.argo.watch import Cached
 from runs.backends.base import FINAL_PHASES, KeptLogs, PodLog
@@ -64,29 +64,25 @@ class PodLogs:
         one that cannot be read now is left for a later call: one pod never stops the others.
         """
         selector = f"{WORKFLOW_LABEL}={name},{TASK_LABEL}={task_id}"
-        pods = self.clients.core.list_namespaced_pod(
-            self.clients.namespace, label_selector=selector
-        ).items
-        pods.sort(key=_created)
+        pods = sorted(listed_pods(self.clients, selector), key=_created)
         run_id = name.removeprefix("simrun-")
         kept = set(logs.kept(TaskFolder(self.store, task_parts(run_id, task_id))))
         found = []
         for pod in pods:
-            # What the API server returns has metadata and a name.
-            assert pod.metadata is not None and pod.metadata.name is not None
-            node = (pod.metadata.annotations or {}).get(NODE_NAME_ANNOTATION, "")
+            meta = pod["metadata"]
+            node = str((meta.get("annotations") or {}).get(NODE_NAME_ANNOTATION, ""))
             node = node.removeprefix(f"{name}.")
             match = NODE_NAME.match(node)
-            number = int(match["attempt"]) if match and match["attempt"] else attempt(pod)
-            phase = pod.status.phase if pod.status else None
+            number = int(match["attempt"]) if match and match["attempt"] else pod_attempt(pod)
+            phase = (pod.get("status") or {}).get("phase")
             entry = PodLog(
-                node=node, pod=pod.metadata.name, text="", done=phase in TERMINATED, attempt=number
+                node=node, pod=meta["name"], text="", done=phase in TERMINATED, attempt=number
             )
             if entry.done and logs.log_name(entry) in kept:
                 found.append(entry)
                 continue
             try:
-                entry.text = self._pod_log(pod.metadata.name, tail_lines)
+                entry.text = self._pod_log(meta["name"], tail_lines)
             except ApiException as error:
                 if error.status in (400, 404) and entry.done:
                     entry.missing = MISSING_LOGS[error.status]
@@ -97,7 +93,7 @@ class PodLogs:
                     if entry.done:
                         entry.unread = f"{error.status} {error.reason}".strip()
                     entry.done = False  # not kept yet: asked again at the next call
-            if entry.done and STAGE_CONTAINER in _init_containers(pod):
+            if entry.done and _staged(pod):
                 self._with_stage(entry, tail_lines)
             found.append(entry)
         return self._unread_since(name, task_id, found)
@@ -297,20 +293,20 @@ class PodLogs:
             if (pod.get("status") or {}).get("phase") not in TERMINATED:
                 live = True
                 continue
-            init = (pod.get("spec") or {}).get("initContainers") or []
-            stage = any(c.get("name") == STAGE_CONTAINER for c in init)
-            ended.append(EndedPod(found[0], found[1], pod["metadata"]["name"], stage))
+            ended.append(EndedPod(found[0], found[1], pod["metadata"]["name"], _staged(pod)))
         return ended, live
 
 
-def _created(pod: Any) -> tuple[str, str]:
+def _created(pod: dict[str, Any]) -> tuple[str, str]:
     """When a pod was created (RFC 3339 sorts in time), then its name."""
-    created = pod.metadata.creation_timestamp
-    return (created.isoformat() if created else "", pod.metadata.name)
+    meta = pod["metadata"]
+    return (str(meta.get("creationTimestamp") or ""), str(meta["name"]))
 
 
-def _init_containers(pod: Any) -> list[str]:
-    return [c.name for c in (pod.spec.init_containers if pod.spec else None) or []]
+def _staged(pod: dict[str, Any]) -> bool:
+    """Whether a pod has the ``stage`` init container of a command task."""
+    init = (pod.get("spec") or {}).get("initContainers") or []
+    return any(c.get("name") == STAGE_CONTAINER for c in init)
 
 
 def stage_header(stage: str) -> str:
