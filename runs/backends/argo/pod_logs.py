@@ -170,6 +170,8 @@ class PodLogs:
             ended = [pod for pod in cached.ended if belongs(pod.node, task_id)]
             phases = [p for node, p in cached.status.tasks.items() if belongs(node, task_id)]
             live = any(phase not in FINAL_PHASES for phase in phases)
+        if not ended:
+            return KeptLogs(complete=not live)  # nothing to keep: the store is not even listed
         kept = set(logs.kept(folder))
         todo = [pod for pod in ended if logs.log_name(_entry(pod)) not in kept]
         if not todo:
