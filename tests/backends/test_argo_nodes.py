@@ -474,3 +474,23 @@ def test_a_submission_that_loses_its_node_to_another_run_reserves_the_next(
     assert kube.state.nodes["pool-small"]["metadata"]["labels"][RESERVED] == "otherrun01"
     [(_, workflow)] = kube.state.workflows.items()
     assert workflow["spec"]["nodeSelector"] == {RESERVED: run.id}
+
+
+def test_a_sweep_makes_no_more_pods_at_once_than_the_queue_could_ever_admit(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of(
+        "tasks: {sweep: {type: squares, settings: {n: 100000}, workers: 1000, cores: 1}}"
+    )
+    small = run_of("tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2, cores: 1}}")
+
+    backend.submit(record, task_plans, task_types(), CLUSTER)
+    [(_, sweep)] = kube.state.workflows.items()
+    kube.state.workflows.clear()
+    backend.submit(*small, task_types(), CLUSTER)
+    [(_, few)] = kube.state.workflows.items()
+
+    # 32 cores in docker/k8s/30-kueue.yaml, 1.01 a pod with Argo's wait container.
+    assert sweep["spec"]["parallelism"] == 31
+    assert "parallelism" not in few["spec"], "no cap where the queue holds every pod"

@@ -131,13 +131,16 @@ class ArgoBackend:
         ValueError when a task cannot run: no image, more than any node can hold or the
         ClusterQueue can admit, or an Argo or a Kueue simrun does not support
         (``versions``); or when the Workflow is past what Argo and etcd hold
-        (``workflow_limits``).
+        (``workflow_limits``). Its ``parallelism`` is what the queue could ever hold of it
+        (``Capacity.parallelism``).
         """
         manifest = workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
         if refusal := workflow_refusal(manifest):
             raise ValueError(refusal)
         self.capacity.check_fits(plans)
         self.capacity.check_cluster(plans)
+        if parallelism := self.capacity.parallelism(plans):
+            manifest["spec"]["parallelism"] = parallelism
         name: str = manifest["metadata"]["name"]
         try:
             self.clients.custom.create_namespaced_custom_object(

@@ -190,6 +190,29 @@ class Capacity:
                     f"{_gib(storage)} GiB): Kueue would hold it forever"
                 )
 
+    def parallelism(self, plans: Mapping[str, TaskPlan]) -> int | None:
+        """The most pods of a run the ClusterQueue could ever hold at once (the quota of its
+        largest flavor over the smallest pod the plans make, by resource), None when that is
+        no fewer than the run's pods or the quota is not known: Argo then makes no more pods
+        than Kueue could admit, instead of a Workload for each worker of a sweep at once.
+        Read after ``check_cluster``."""
+        refusal, groups = self._gate
+        quota = queue_quota(groups) if not refusal else {}
+        if not plans or not quota:
+            return None
+        cores = min(plan.cores for plan in plans.values())
+        memory_gb = min(plan.memory_gb for plan in plans.values())
+        smallest = pod_requests(cores, memory_gb, self.clients.cluster.scratch_gb)
+        fits = [
+            int(quota[name] // amount)
+            for name, amount in smallest.items()
+            if amount and name in quota
+        ]
+        pods = sum(plan.workers + (0 if plan.coordinator_merges else 1) for plan in plans.values())
+        if not fits or min(fits) >= pods:
+            return None
+        return max(1, min(fits))
+
     def _argo_refusal(self) -> str:
         """Why Argo's controller does not do, "" when it does."""
         return argo_refusal(self._argo_found())
