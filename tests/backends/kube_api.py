@@ -278,6 +278,28 @@ def manifest_objects(kind: str) -> set[tuple[str, str]]:
     return found
 
 
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def service_account_token(pod: dict[str, Any]) -> None:
+    """The ServiceAccount admission plugin: unless the pod opts out
+    (``automountServiceAccountToken: false``), its token (a projected volume) is mounted at
+    ``TOKEN_PATH`` in every container that has no mount there already."""
+    spec = pod["spec"]
+    if spec.get("automountServiceAccountToken") is False:
+        return
+    spec.setdefault("volumes", []).append(
+        {
+            "name": "kube-api-access",
+            "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+        }
+    )
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        mounts = container.setdefault("volumeMounts", [])
+        if not any(m.get("mountPath") == TOKEN_PATH for m in mounts):
+            mounts.append({"name": "kube-api-access", "mountPath": TOKEN_PATH, "readOnly": True})
+
+
 def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     """Whether a toleration tolerates a taint, as the scheduler and the taint manager match
     them: its key (none with ``Exists``: every key), its value (``Equal``) and its effect."""
@@ -511,8 +533,10 @@ class KubeState:
         self.events.append(self.stamp(event))
 
     def pod_created(self, pod: dict[str, Any]) -> None:
-        """After a pod is stored: Kueue's webhook and admission (the kubelet starts a pod Kueue
-        admits), or the kubelet for a pod Kueue does not manage."""
+        """After a pod is stored: the ServiceAccount admission's token, Kueue's webhook and
+        admission (the kubelet starts a pod Kueue admits), or the kubelet for a pod Kueue does
+        not manage."""
+        service_account_token(pod)
         namespace = pod["metadata"]["namespace"]
         managed = kueue.webhook(pod, namespace in self.kueue_namespaces)
         if managed:

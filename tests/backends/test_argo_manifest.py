@@ -310,11 +310,17 @@ def test_every_pod_mounts_the_store_and_a_scratch_directory_and_snapshots_read_o
         {"name": "store", "persistentVolumeClaim": {"claimName": "simrun-store"}}
     ]
     assert template(plain, "sweep-w0")["volumes"] == [
-        {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}
+        {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}},
+        {"name": "no-token", "emptyDir": {"sizeLimit": "1Mi"}},
     ]
     assert template(plain, "sweep-w0")["container"]["volumeMounts"] == [
         {"name": "store", "mountPath": "/mnt/store"},
         {"name": "scratch", "mountPath": "/scratch"},
+        {
+            "name": "no-token",
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True,
+        },
     ]
     assert template(with_sources, "sweep-merge")["container"]["volumeMounts"][-1] == {
         "name": "store",
@@ -415,7 +421,7 @@ def test_the_scratch_directory_is_bounded_and_its_disk_requested() -> None:
     wf = manifest(SPLIT_THREE, CLUSTER.model_copy(update={"scratch_gb": 25}))
 
     for name in ("sweep-w0", "sweep-extra", "sweep-merge"):
-        [scratch] = template(wf, name)["volumes"]
+        scratch = template(wf, name)["volumes"][0]
         assert scratch == {"name": "scratch", "emptyDir": {"sizeLimit": "25Gi"}}
         resources = template(wf, name)["container"]["resources"]
         assert resources["requests"]["ephemeral-storage"] == "25Gi"

@@ -494,3 +494,27 @@ def test_a_sweep_makes_no_more_pods_at_once_than_the_queue_could_ever_admit(
     # 32 cores in docker/k8s/30-kueue.yaml, 1.01 a pod with Argo's wait container.
     assert sweep["spec"]["parallelism"] == 31
     assert "parallelism" not in few["spec"], "no cap where the queue holds every pod"
+
+
+def test_the_runners_token_is_in_argos_containers_and_out_of_reach_of_a_tasks_code(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of(
+        "tasks: {sweep: {type: squares, settings: {n: 10}}, "
+        "plot: {command: [python, plot.py], inputs: {data: sweep}}}"
+    )
+    backend.submit(record, task_plans, task_types(), CLUSTER)
+
+    pods = kube.state.argo_creates_pods("simrun", WF)
+
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    for made in pods:
+        spec = kube.state.pods[("simrun", made["metadata"]["name"])]["spec"]
+        containers = [*spec.get("initContainers", []), *spec["containers"]]
+        mounted = {
+            c["name"]: next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == token)
+            for c in containers
+        }
+        assert mounted.pop("wait") == mounted.pop("init") == "kube-api-access"
+        assert set(mounted.values()) == {"no-token"}, mounted

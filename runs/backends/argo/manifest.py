@@ -45,6 +45,10 @@ RESERVATION_EFFECT = "NoSchedule"
 (DaemonSets among them) stay."""
 
 SCRATCH = "/scratch"
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where Kubernetes mounts a pod's token in each container that has no mount there: an empty
+one there in simrun's containers leaves the token (Argo's, for its wait container) out of
+reach of a task's code."""
 STALE_S = 120
 """Seconds after which the coordinator releases the claims of a silent worker."""
 RUN_AS_USER = 1000
@@ -390,6 +394,7 @@ def _mounts(record: RunRecord, cluster: ClusterConfig) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
         {"name": "store", "mountPath": cluster.store_mount},
         {"name": "scratch", "mountPath": SCRATCH},
+        {"name": "no-token", "mountPath": TOKEN_PATH, "readOnly": True},
     ]
     if record.sources:
         # The snapshots are read-only in the pods; the harness installs them from shadow trees.
@@ -477,7 +482,10 @@ def _pod_template(
             "backoff": {"duration": RETRY_BACKOFF},
         },
         "podSpecPatch": retry_memory_patch(plan.memory_gb, plan.retry_memory_gb),
-        "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": f"{cluster.scratch_gb}Gi"}}],
+        "volumes": [
+            {"name": "scratch", "emptyDir": {"sizeLimit": f"{cluster.scratch_gb}Gi"}},
+            {"name": "no-token", "emptyDir": {"sizeLimit": "1Mi"}},
+        ],
         "container": {
             "image": image,
             "command": command,
