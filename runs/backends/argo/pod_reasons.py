@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from runs.backends.argo.capacity import KUEUE_GROUP, KUEUE_VERSION
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.placements import WORKFLOW_LABEL
+from runs.backends.argo.placements import WORKFLOW_LABEL, listed_pods
 from runs.backends.argo.status import (
     creating_too_long,
     kubelet_warning,
@@ -70,16 +70,9 @@ class PodReasons:
             return status, False
 
     def _pods_of(self, name: str) -> list[dict[str, Any]]:
-        """The pods of a workflow as the API server wrote them: its JSON, as the pure
-        ``status`` reads it, not the client's models (which refuse a pod that lacks a
-        field they require)."""
-        response: Any = self.clients.core.list_namespaced_pod(
-            self.clients.namespace,
-            label_selector=f"{WORKFLOW_LABEL}={name}",
-            _preload_content=False,
-        )
-        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
-        return items
+        """The pods of a workflow as the API server wrote them (``listed_pods``: JSON, as the
+        pure ``status`` reads it, a page at a time)."""
+        return list(listed_pods(self.clients, f"{WORKFLOW_LABEL}={name}"))
 
     def _scaling(
         self,
