@@ -13,11 +13,15 @@ Status naming each field), a pod to the Pod Security level its namespace enforce
 the pods Argo makes of each template, first attempt and retry after a kill for memory
 (``argo_pods``), held to the same rules. A real API server would take such a Workflow and
 Argo would fail its pods one by one; the stand-in refuses it at once, naming the pod's fault.
+It refuses what is too large as they do: a request body over the API server's 3 MiB with 413,
+an object over etcd's 1.5 MiB request limit with 500 "etcdserver: request is too large", and
+(the CRD's schema) more than 200 templates or DAG tasks in a Workflow with 422.
 """
 
 from __future__ import annotations
 
 import base64
+import calendar
 import copy
 import itertools
 import json
@@ -69,6 +73,10 @@ EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 NODES = re.compile(r"^/api/v1/nodes$")
 NODE = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 
+REQUEST_BYTES_MAX = 3 << 20
+"""The API server's limit on a request body (``MaxRequestBodyBytes``): 413 past it."""
+ETCD_BYTES_MAX = 1572864
+"""etcd's ``--max-request-bytes`` default: the API server answers 500 past it."""
 STALL = -1
 """What ``KubeState.intercept`` returns to make the server read a request and never answer."""
 STALL_MAX_S = 30.0
@@ -105,6 +113,8 @@ class Request:
     body: Any
     status: int = 0
     authorization: str = ""
+    sent: int = 0
+    """The bytes of the answer's body (a watch's are not counted)."""
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -268,6 +278,46 @@ def manifest_objects(kind: str) -> set[tuple[str, str]]:
     return found
 
 
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def service_account_token(pod: dict[str, Any]) -> None:
+    """The ServiceAccount admission plugin: unless the pod opts out
+    (``automountServiceAccountToken: false``), its token (a projected volume) is mounted at
+    ``TOKEN_PATH`` in every container that has no mount there already."""
+    spec = pod["spec"]
+    if spec.get("automountServiceAccountToken") is False:
+        return
+    spec.setdefault("volumes", []).append(
+        {
+            "name": "kube-api-access",
+            "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+        }
+    )
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        mounts = container.setdefault("volumeMounts", [])
+        if not any(m.get("mountPath") == TOKEN_PATH for m in mounts):
+            mounts.append({"name": "kube-api-access", "mountPath": TOKEN_PATH, "readOnly": True})
+
+
+def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """Whether a toleration tolerates a taint, as the scheduler and the taint manager match
+    them: its key (none with ``Exists``: every key), its value (``Equal``) and its effect."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
+def stored(obj: dict[str, Any]) -> None:
+    """Refuse an object etcd cannot store, as the API server answers it (500)."""
+    if len(json.dumps(obj, separators=(",", ":")).encode()) > ETCD_BYTES_MAX:
+        raise ApiError(500, "InternalError", "etcdserver: request is too large")
+
+
 def admit(state: KubeState, obj: dict[str, Any], *, pods: bool = True) -> None:
     """Refuse what the API server and its admission refuse: 422 for an invalid object (a
     Workflow whose pods would be invalid too), 403 for a pod its namespace's Pod Security
@@ -358,6 +408,12 @@ class KubeState:
     events: list[dict[str, Any]] = field(default_factory=list)
     """The events the kubelet and the scheduler wrote (``kubelet``)."""
     requests: list[Request] = field(default_factory=list)
+    event_ttl_s: float = 3600.0
+    """How long an event lives (the API server's ``--event-ttl``, 1 h by default)."""
+    retry_after_s: int = 1
+    """The ``Retry-After`` of a 429 a test plays."""
+    evicted: list[dict[str, Any]] = field(default_factory=list)
+    """The pods the taint manager evicted (``taint_manager``), in order."""
     before_node_patch: Callable[[str], None] | None = None
     """Called before a PATCH of a node is applied, e.g. to play a conflicting writer."""
     on_pod_created: Callable[[dict[str, Any]], None] | None = None
@@ -439,6 +495,12 @@ class KubeState:
         namespace, account = self.tokens[token]
         return f"system:serviceaccount:{namespace}:{account}"
 
+    def expired(self, event: dict[str, Any]) -> bool:
+        """Whether an event outlived ``event_ttl_s`` since it was last seen: the API server
+        deletes it then."""
+        seen = calendar.timegm(time.strptime(event["lastTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+        return time.time() - seen > self.event_ttl_s
+
     def record_event(
         self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning"
     ) -> None:
@@ -471,8 +533,10 @@ class KubeState:
         self.events.append(self.stamp(event))
 
     def pod_created(self, pod: dict[str, Any]) -> None:
-        """After a pod is stored: Kueue's webhook and admission (the kubelet starts a pod Kueue
-        admits), or the kubelet for a pod Kueue does not manage."""
+        """After a pod is stored: the ServiceAccount admission's token, Kueue's webhook and
+        admission (the kubelet starts a pod Kueue admits), or the kubelet for a pod Kueue does
+        not manage."""
+        service_account_token(pod)
         namespace = pod["metadata"]["namespace"]
         managed = kueue.webhook(pod, namespace in self.kueue_namespaces)
         if managed:
@@ -526,6 +590,28 @@ class KubeState:
     def put_node(self, node: dict[str, Any]) -> None:
         with self.lock:
             self.nodes[node["metadata"]["name"]] = self.stamp(node)
+            self.taint_manager(node)
+
+    def taint_manager(self, node: dict[str, Any]) -> None:
+        """Evict, as Kubernetes' taint manager does, every pod on a node that does not
+        tolerate one of its ``NoExecute`` taints: deleted, its DisruptionTarget condition
+        ``DeletionByTaintManager`` set first (tolerationSeconds is not played)."""
+        taints = [
+            t
+            for t in (node.get("spec") or {}).get("taints") or []
+            if t.get("effect") == "NoExecute"
+        ]
+        for key, pod in list(self.pods.items()):
+            if (pod.get("spec") or {}).get("nodeName") != node["metadata"]["name"]:
+                continue
+            tolerations = (pod.get("spec") or {}).get("tolerations") or []
+            if all(any(tolerates(t, taint) for t in tolerations) for taint in taints):
+                continue
+            status = pod.setdefault("status", {})
+            status.setdefault("conditions", []).append(
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+            )
+            self.evicted.append(self.pods.pop(key))
 
     def _notify(self, event: str, workflow: dict[str, Any]) -> None:
         self._history.append({"type": event, "object": copy.deepcopy(workflow)})
@@ -575,6 +661,12 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if length > REQUEST_BYTES_MAX:
+            with self.server.state.lock:
+                self.server.state.requests.append(Request(method, url.path, query, "", None, 413))
+            message = f"Request entity too large: limit is {REQUEST_BYTES_MAX}"
+            self._send(413, _status(413, "RequestEntityTooLarge", message))
+            return
         content_type = (self.headers.get("Content-Type") or "").split(";")[0]
         body = json.loads(raw) if raw else None
         authorization = self.headers.get("Authorization") or ""
@@ -590,7 +682,9 @@ class _Handler(BaseHTTPRequestHandler):
         if answer is not None:
             request.status = answer
             reason = REASONS.get(answer, "InternalError")
-            self._send(answer, _status(answer, reason, f"{reason} played by the test"))
+            # The API server's priority and fairness asks a client it throttles to come back.
+            after = {"Retry-After": str(state.retry_after_s)} if answer == 429 else {}
+            self._send(answer, _status(answer, reason, f"{reason} played by the test"), after)
             return
         try:
             authorize(state, request)
@@ -604,9 +698,10 @@ class _Handler(BaseHTTPRequestHandler):
             if error.details:
                 body["details"] = error.details
         request.status = code
-        self._send(code, body)
+        request.sent = self._send(code, body)
 
-    def _send(self, code: int, body: Any) -> None:
+    def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> int:
+        """Answer with ``body`` (and ``headers``); the bytes of the answer's body."""
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain"
         else:
@@ -614,8 +709,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+        return len(data)
 
     def _route(
         self, method: str, path: str, query: dict[str, str], content_type: str, body: Any
@@ -656,7 +754,9 @@ class _Handler(BaseHTTPRequestHandler):
                 items = [
                     e
                     for e in state.events
-                    if e["metadata"]["namespace"] == m["ns"] and field_matches(e, fields)
+                    if e["metadata"]["namespace"] == m["ns"]
+                    and field_matches(e, fields)
+                    and not state.expired(e)
                 ]
                 return 200, _page(state, "EventList", items, query)
             if path.rstrip("/") == "/apis":
@@ -714,6 +814,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = _of_kind(body, *KINDS[kind])
         name = body["metadata"].get("name", "")
         body["metadata"]["namespace"] = namespace
+        stored(body)  # etcd's refusal comes after admission; checked first, as it is cheap
         admit(state, body)
         if (namespace, name) in store:
             raise ApiError(409, "AlreadyExists", f'{kind} "{name}" already exists')
@@ -799,7 +900,10 @@ class _Handler(BaseHTTPRequestHandler):
             username=username,
         ):
             raise ApiError(422, "Invalid", "; ".join(denied))
+        stored(patched)
         store[key] = state.stamp(patched)
+        if store is state.nodes:
+            state.taint_manager(patched)
         if store is state.workflows:
             state._notify("MODIFIED", patched)
         return 200, patched

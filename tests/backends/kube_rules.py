@@ -132,6 +132,8 @@ def label_value_causes(value: str, field: str) -> list[Cause]:
 def pod_spec_causes(spec: dict[str, Any], at: str) -> list[Cause]:
     """What ``ValidatePodSpec`` adds to the schema: names, mounts, quantities, env names."""
     causes = []
+    if not spec.get("containers"):
+        causes.append(Cause(f"{at}.containers", "Required value"))
     volumes = [v.get("name", "") for v in spec.get("volumes") or []]
     causes += _names(volumes, f"{at}.volumes")
     groups = [("initContainers", spec.get("initContainers") or [])]

@@ -4,9 +4,11 @@ A pod created with the label ``kueue.x-k8s.io/queue-name`` in a namespace Kueue 
 (``managed-by-kueue: "true"``, docs/cluster.md) gets the scheduling gate
 ``kueue.x-k8s.io/admission``, the label ``kueue.x-k8s.io/managed`` and Kueue's finalizer,
 and one Workload of its own (labelled with the pod's uid). Workloads are admitted in the order
-they came while their ClusterQueue's quota holds their requests: an admitted pod loses its
-gate (and goes on to the kubelet); one that does not fit stays gated, its Workload saying why
-in Kueue's words (a resource the ClusterQueue does not cover, quota short).
+they came while their ClusterQueue's quota holds their requests, as Kueue's docs define it
+("Cluster Queue"): one flavor per resource group, borrowing within a cohort up to the
+``borrowingLimit`` (none: no limit). An admitted pod loses its gate (and goes on to the
+kubelet); one that does not fit stays gated, its Workload saying why in Kueue's words (a
+resource the ClusterQueue does not cover, quota short in each flavor).
 """
 
 from __future__ import annotations
@@ -75,17 +77,23 @@ def admit(
     cluster_queues: dict[str, dict[str, Any]],
     on_admitted: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Admit pending Workloads in the order they came while their quota holds: an admitted
-    one's pod loses its gate (``on_admitted``); the others say why they wait."""
-    used: dict[str, dict[str, Decimal]] = {}
+    """Admit pending Workloads in the order they came while their quota holds, as Kueue does:
+    one flavor per resource group (the first, in order, that holds all the group's requests),
+    borrowing in a cohort what its other ClusterQueues leave unused (up to ``borrowingLimit``,
+    without one without limit). An admitted one's pod loses its gate (``on_admitted``) and the
+    Workload records its flavors; the others say why they wait."""
+    used: dict[tuple[str, str, str], Decimal] = {}
     for found in workloads:
         pod = pods.get(found["metadata"]["labels"][JOB_UID])
         if pod is None or (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
         if _condition(found, "Admitted"):
             queue = _cluster_queue(found, local_queues)
+            assigned = found["status"]["admission"]["podSetAssignments"][0]["flavors"]
             for name, value in pod_requests(pod["spec"]).items():
-                used.setdefault(queue, {})[name] = used.get(queue, {}).get(name, 0) + value
+                if name in assigned:
+                    key = (queue, assigned[name], name)
+                    used[key] = used.get(key, Decimal(0)) + value
     for found in workloads:
         pod = pods.get(found["metadata"]["labels"][JOB_UID])
         if pod is None or _condition(found, "Admitted"):
@@ -96,12 +104,18 @@ def admit(
             _set(found, "QuotaReserved", "False", "Inadmissible", why)
             continue
         requests = pod_requests(pod["spec"])
-        why = _short(cluster_queues[queue], requests, used.get(queue, {}))
+        assigned, why = _flavors(queue, cluster_queues, requests, used)
         if why:
             _set(found, "QuotaReserved", "False", "Pending", why)
             continue
         for name, value in requests.items():
-            used.setdefault(queue, {})[name] = used.get(queue, {}).get(name, 0) + value
+            if name in assigned:
+                key = (queue, assigned[name], name)
+                used[key] = used.get(key, Decimal(0)) + value
+        found["status"]["admission"] = {
+            "clusterQueue": queue,
+            "podSetAssignments": [{"name": "main", "flavors": assigned, "count": 1}],
+        }
         _set(
             found,
             "QuotaReserved",
@@ -116,36 +130,87 @@ def admit(
         on_admitted(pod)
 
 
-def quota(cluster_queue: dict[str, Any]) -> dict[str, Decimal]:
-    """The most a ClusterQueue lends one workload, by resource: its largest flavor's quota."""
-    found: dict[str, Decimal] = {}
-    for group in cluster_queue["spec"].get("resourceGroups") or []:
-        for flavor in group["flavors"]:
-            for resource in flavor["resources"]:
-                amount = _quantity(resource["nominalQuota"])
-                found[resource["name"]] = max(found.get(resource["name"], Decimal(0)), amount)
-    return found
-
-
-def _short(
-    cluster_queue: dict[str, Any], requests: dict[str, Decimal], used: dict[str, Decimal]
-) -> str:
-    """Why a ClusterQueue cannot admit requests now, in Kueue's words ("" when it can)."""
-    limits = quota(cluster_queue)
-    flavor = cluster_queue["spec"]["resourceGroups"][0]["flavors"][0]["name"]
-    for name, amount in sorted(requests.items()):
-        if name not in limits:
-            return (
+def _flavors(
+    queue: str,
+    cluster_queues: dict[str, dict[str, Any]],
+    requests: dict[str, Decimal],
+    used: dict[tuple[str, str, str], Decimal],
+) -> tuple[dict[str, str], str]:
+    """The flavor of each requested resource, or why none can be assigned now in Kueue's
+    words: a resource the ClusterQueue does not cover, a flavor short of quota."""
+    spec = cluster_queues[queue]["spec"]
+    asked = {name: amount for name, amount in requests.items() if amount > 0}
+    groups = spec.get("resourceGroups") or []
+    assigned: dict[str, str] = {}
+    for name in sorted(asked):
+        if not any(name in g.get("coveredResources", []) for g in groups):
+            return {}, (
                 f"couldn't assign flavors to pod set main: resource {name} unavailable in "
                 "ClusterQueue"
             )
-        more = used.get(name, Decimal(0)) + amount - limits[name]
-        if more > 0:
-            return (
-                f"couldn't assign flavors to pod set main: insufficient unused quota for "
-                f"{name} in flavor {flavor}, {_format(name, more)} more needed"
+    for group in groups:
+        mine = {n: a for n, a in asked.items() if n in group.get("coveredResources", [])}
+        if not mine:
+            continue
+        short = []
+        for flavor in group["flavors"]:
+            lacking = [
+                (name, used.get((queue, flavor["name"], name), Decimal(0)) + amount - room)
+                for name, amount in sorted(mine.items())
+                if (room := _room(queue, flavor["name"], name, cluster_queues, used)) is not None
+                and used.get((queue, flavor["name"], name), Decimal(0)) + amount > room
+            ]
+            if not lacking:
+                assigned.update(dict.fromkeys(mine, flavor["name"]))
+                break
+            name, more = lacking[0]
+            short.append(
+                f"insufficient unused quota for {name} in flavor {flavor['name']}, "
+                f"{_format(name, more)} more needed"
             )
-    return ""
+        else:
+            return {}, "couldn't assign flavors to pod set main: " + "; ".join(short)
+    return assigned, ""
+
+
+def _room(
+    queue: str,
+    flavor: str,
+    name: str,
+    cluster_queues: dict[str, dict[str, Any]],
+    used: dict[tuple[str, str, str], Decimal],
+) -> Decimal | None:
+    """The most a ClusterQueue may use of a resource in a flavor: its nominal quota, and in a
+    cohort what the cohort's other ClusterQueues leave unused of theirs, up to its
+    ``borrowingLimit``; None for no limit."""
+    spec = cluster_queues[queue]["spec"]
+    nominal, limit = _quota(spec, flavor, name)
+    cohort = spec.get("cohortName") or spec.get("cohort")
+    if not cohort:
+        return nominal
+    unused = Decimal(0)
+    for other, found in cluster_queues.items():
+        theirs = found["spec"]
+        if other == queue or (theirs.get("cohortName") or theirs.get("cohort")) != cohort:
+            continue
+        lent, _ = _quota(theirs, flavor, name)
+        unused += max(Decimal(0), lent - used.get((other, flavor, name), Decimal(0)))
+    return nominal + (unused if limit is None else min(limit, unused))
+
+
+def _quota(spec: dict[str, Any], flavor: str, name: str) -> tuple[Decimal, Decimal | None]:
+    """A ClusterQueue's nominal quota and borrowing limit of a resource in a flavor."""
+    for group in spec.get("resourceGroups") or []:
+        for found in group["flavors"]:
+            if found["name"] != flavor:
+                continue
+            for resource in found["resources"]:
+                if resource["name"] == name:
+                    limit = resource.get("borrowingLimit")
+                    return _quantity(resource["nominalQuota"]), (
+                        None if limit is None else _quantity(limit)
+                    )
+    return Decimal(0), Decimal(0)
 
 
 def _cluster_queue(found: dict[str, Any], local_queues: dict[tuple[str, str], str]) -> str:

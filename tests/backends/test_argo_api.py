@@ -84,7 +84,7 @@ def test_after_a_call_got_no_answer_the_next_ones_fail_at_once_for_a_while(
     assert len(kube.state.requests) == asked, "not asked while it is silent"
     assert time.monotonic() - started < QUICK.read_timeout_s, "no timeout waited out"
     kube.state.intercept = None
-    backend.core._silence.until = 0  # type: ignore[attr-defined]  # the quiet time is over
+    backend.clients.core._silence.until = 0  # type: ignore[attr-defined]  # the quiet time is over
     assert backend.status(WF).phase == "Running"
 
 
@@ -210,3 +210,38 @@ def test_a_failure_of_the_client_itself_is_one_sentence_too() -> None:
     assert str(error) == (
         "the Kubernetes API could not be asked to list pod: SSLError bad certificate"
     )
+
+
+def test_a_429_is_tried_again_after_the_retry_after_the_api_server_asked(
+    kube: KubeApiServer,
+) -> None:
+    from kubernetes.client import CoreV1Api
+
+    from runs.backends.argo.api import Resilient, without_pool_retries
+
+    kube.state.retry_after_s = 3
+    fail_first(kube, 429, 1, "/nodes")
+    sleeps: list[float] = []
+    core = Resilient(CoreV1Api(without_pool_retries(kube.client())), QUICK, sleep=sleeps.append)
+
+    core.list_node()
+
+    assert sleeps == [3.0], "the server's Retry-After, not the 0.01 s backoff"
+    assert [r.status for r in kube.state.requests] == [429, 200]
+
+
+def test_the_calls_of_a_backend_keep_to_a_rate_beyond_their_burst() -> None:
+    from runs.backends.argo.api import RateLimit
+
+    now = [0.0]
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    rate = RateLimit(CallPolicy(rate_per_s=10.0, burst=5), clock=lambda: now[0], sleep=sleep)
+    for _ in range(8):
+        rate.take()
+
+    assert sleeps == pytest.approx([0.1, 0.1, 0.1]), "five at once, then ten a second"

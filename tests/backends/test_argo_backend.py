@@ -12,14 +12,15 @@ import pytest
 import yaml
 
 from harness.tasktypes import task_types
-from runs.backends.argo.backend import ArgoBackend, api_client
+from runs.backends.argo.backend import ArgoBackend
 from runs.backends.argo.build import build_pod_name
+from runs.backends.argo.clients import api_client
 from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig, NodeInfo, PodLog
 from runs.planning.spec import SpecError
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import OOM, WF, Nodes, argo_pod, kube_node, pod, workflow
-from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_api import KubeApiServer, Request
 from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -297,6 +298,21 @@ def test_placements_are_the_pods_not_terminated_with_requests_worker_and_attempt
     assert listing.query["labelSelector"] == "simrun/run"
 
 
+def test_placements_list_the_pods_a_page_at_a_time(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    for n in range(1_001):
+        kube.state.put_pod(
+            argo_pod(f"p{n:04d}", node_name=f"sweep-extra({n}:{n})(0)", phase="Pending")
+        )
+
+    assert len(backend.placements()) == 1_001
+
+    pages = [r for r in kube.state.requests if r.path.endswith("/pods")]
+    assert [r.query.get("limit") for r in pages] == ["500", "500", "500"]
+    assert all(r.sent < 1_000_000 for r in pages), "no answer grows with the pods"
+
+
 # Nodes and reservations
 
 
@@ -337,6 +353,7 @@ def test_a_cordoned_node_is_not_ready(backend: ArgoBackend, kube: KubeApiServer)
 
 
 OTHER_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+POOL = {"simrun.io/pool": "sims"}
 
 
 def write_once_meanwhile(kube: KubeApiServer, change: Callable[[dict[str, Any]], object]) -> None:
@@ -356,7 +373,7 @@ def write_once_meanwhile(kube: KubeApiServer, change: Callable[[dict[str, Any]],
 def test_reserve_taints_and_labels_the_node_and_keeps_its_other_taints(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
 
     backend.reserve("node-a", "run1")
 
@@ -364,17 +381,31 @@ def test_reserve_taints_and_labels_the_node_and_keeps_its_other_taints(
     assert node["metadata"]["labels"][RESERVED] == "run1"
     assert node["spec"]["taints"] == [
         OTHER_TAINT,
-        {"key": RESERVED, "value": "run1", "effect": "NoExecute"},
+        {"key": RESERVED, "value": "run1", "effect": "NoSchedule"},
     ]
     [patch] = [r for r in kube.state.requests if r.method == "PATCH"]
     assert patch.content_type == "application/strategic-merge-patch+json"
     assert "resourceVersion" in patch.body["metadata"]
 
 
+def test_a_reservation_leaves_the_daemonset_pods_of_the_node_running(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    kube.state.put_node(kube_node("node-a", labels=POOL))
+    agent = argo_pod("csi-node-a", node_name="x", phase="Running", host="node-a")
+    agent["spec"]["tolerations"] = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+    kube.state.put_pod(agent)
+
+    backend.reserve("node-a", "run1")
+
+    assert kube.state.evicted == [], "the taint manager evicts no pod for a reservation"
+    assert ("simrun", "csi-node-a") in kube.state.pods
+
+
 def test_reserve_retries_after_a_conflicting_writer_and_keeps_what_it_wrote(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     write_once_meanwhile(
         kube,
         lambda node: node["spec"]["taints"].append({"key": "maintenance", "effect": "NoSchedule"}),
@@ -387,7 +418,7 @@ def test_reserve_retries_after_a_conflicting_writer_and_keeps_what_it_wrote(
     assert kube.state.nodes["node-a"]["spec"]["taints"] == [
         OTHER_TAINT,
         {"key": "maintenance", "effect": "NoSchedule"},
-        {"key": RESERVED, "value": "run1", "effect": "NoExecute"},
+        {"key": RESERVED, "value": "run1", "effect": "NoSchedule"},
     ]
 
 
@@ -397,7 +428,7 @@ def test_a_node_reserved_by_another_run_is_refused_and_left_as_it_is(
     kube.state.put_node(
         kube_node(
             "node-a",
-            labels={RESERVED: "run0"},
+            labels={**POOL, RESERVED: "run0"},
             taints=[{"key": RESERVED, "value": "run0", "effect": "NoExecute"}],
         )
     )
@@ -410,7 +441,7 @@ def test_a_node_reserved_by_another_run_is_refused_and_left_as_it_is(
 def test_reserving_a_node_twice_for_a_run_writes_it_once(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a"))
+    kube.state.put_node(kube_node("node-a", labels=POOL))
 
     backend.reserve("node-a", "run1")
     backend.reserve("node-a", "run1")
@@ -421,7 +452,7 @@ def test_reserving_a_node_twice_for_a_run_writes_it_once(
 def test_unreserve_removes_only_this_runs_taint_and_label(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     backend.reserve("node-a", "run1")
 
     backend.unreserve("node-a", "run1")
@@ -435,7 +466,7 @@ def test_unreserve_removes_only_this_runs_taint_and_label(
 def test_a_late_release_leaves_the_reservation_of_a_later_run(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     backend.reserve("node-a", "run2")
     before = kube.state.nodes["node-a"]
 
@@ -448,7 +479,7 @@ def test_a_late_release_leaves_the_reservation_of_a_later_run(
 def test_unreserve_retries_after_a_conflicting_writer(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a", taints=[OTHER_TAINT]))
+    kube.state.put_node(kube_node("node-a", labels=POOL, taints=[OTHER_TAINT]))
     backend.reserve("node-a", "run1")
     write_once_meanwhile(kube, lambda node: node["metadata"]["labels"].update(team="b"))
 
@@ -464,7 +495,7 @@ def test_unreserve_retries_after_a_conflicting_writer(
 def test_a_node_that_keeps_changing_is_an_error_not_a_loop(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
-    kube.state.put_node(kube_node("node-a"))
+    kube.state.put_node(kube_node("node-a", labels=POOL))
     kube.state.before_node_patch = lambda name: kube.state.stamp(kube.state.nodes[name])
 
     with pytest.raises(RuntimeError, match="kept changing"):
@@ -515,7 +546,7 @@ def test_the_watch_goes_on_from_where_it_was_after_the_server_ends_it(
     finally:
         backend.close()
     assert all("resourceVersion" in r.query for r in watches(kube))
-    assert not backend._watcher or not backend._watcher.is_alive()
+    assert not backend.watching
 
 
 # Images
@@ -614,6 +645,49 @@ def test_a_build_whose_registry_secret_is_not_in_the_build_namespace_fails_at_on
     reads = [r.status for r in kube.state.requests if r.method == "GET" and "/pods/" in r.path]
     assert reads == [404, 200], "it failed at its first look after creating it, not at the timeout"
     assert kube.state.pods == {} and kube.state.config_maps == {}
+
+
+def test_a_build_pod_is_bounded_in_time_and_in_local_disk(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    cluster = CLUSTER.model_copy(update={"build_timeout_s": 900})
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    kube.state.on_pod_created = lambda pod_: pod_.update(status={"phase": "Succeeded"})
+    created = []
+    kube.state.intercept = lambda r: created.append(r.body) if r.method == "POST" else None
+
+    backend.build_image(build_context(tmp_path / "images" / "b"), "registry.example/e:b")
+
+    [pod_] = [b for b in created if b.get("kind") == "Pod"]
+    [main] = pod_["spec"]["containers"]
+    assert pod_["spec"]["activeDeadlineSeconds"] == 900
+    assert main["resources"]["requests"]["ephemeral-storage"] == "20Gi"
+    assert main["resources"]["limits"]["ephemeral-storage"] == "20Gi"
+
+
+def test_a_rebuild_after_the_secret_was_fixed_does_not_fail_on_the_earlier_pods_events(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    cluster = CLUSTER.model_copy(update={"pull_secret": "simrun-registry"})
+    backend = ArgoBackend(cluster=cluster, api=kube.client(), store=tmp_path, build_poll_s=0.01)
+    ref = "registry.example/simrun-env:abc"
+    with pytest.raises(RuntimeError, match="FailedMount"):
+        backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
+    registry_secret(kube, "simrun-build")  # the operator fixed it; the events are still there
+    pod_path = f"/api/v1/namespaces/simrun-build/pods/{build_pod_name(ref)}"
+    reads = []
+
+    def runs_on_its_second_look(request: Request) -> None:
+        if request.method == "GET" and request.path == pod_path:
+            reads.append(request)
+            pod_ = kube.state.pods.get(("simrun-build", build_pod_name(ref)))
+            if len(reads) == 2 and pod_ is not None:
+                pod_["status"] = {"phase": "Succeeded"}
+        return None
+
+    kube.state.intercept = runs_on_its_second_look
+
+    backend.build_image(build_context(tmp_path / "images" / "abc"), ref)
 
 
 def test_a_build_with_the_registry_secret_where_the_build_runs_starts(

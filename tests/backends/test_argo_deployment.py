@@ -181,7 +181,13 @@ def backend_on(kube: KubeApiServer, tmp_path: Path, component: str) -> ArgoBacke
     failed (so a status reads the pods), one Kueue holds back and one that never started (so
     a status reads its events)."""
     state = kube.state
-    state.put_node({"metadata": {"name": "node-a", "labels": {}}, "spec": {}, "status": {}})
+    state.put_node(
+        {
+            "metadata": {"name": "node-a", "labels": {"simrun.io/pool": "sims"}},
+            "spec": {},
+            "status": {},
+        }
+    )
     state.on_pod_created = lambda pod: pod.update(status={"phase": "Succeeded"})
     state.put_pod(argo_pod("p", node_name="sweep-w0(0)", phase="Running"), log="unit 1\n")
     gated = argo_pod("q", node_name="sweep-w0(1)", phase="Pending", attempt=1)
@@ -226,6 +232,8 @@ def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
     the loop (status, logs, stop), settling (cancel, release) and the watch (runs.tasks)."""
     woken = threading.Event()
     try:
+        with pytest.raises(KeyError):  # one the watch has not seen is read by a GET
+            backend.status(WF)
         backend.subscribe(woken.set)
         wait_for(lambda: any(r.query.get("watch") for r in state.requests), 10, "the watch")
         backend.build_image(build_context(tmp_path / "images" / "h"), "registry.example/env:h")
@@ -240,6 +248,8 @@ def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
         nodes = Nodes()
         nodes.task("sweep-w0", "Running", [pod("Failed", message=SIGTERM), pod("Pending")])
         state.put_workflow(workflow(nodes))
+        version = state.workflows[("simrun", WF)]["metadata"]["resourceVersion"]
+        wait_for(lambda: backend.versions([WF]).get(WF) == version, 10, "the watch saw it")
         backend.status(WF)
         backend.logs(WF, "sweep")
         backend.placements()
@@ -263,6 +273,21 @@ def test_each_component_is_granted_exactly_the_verbs_of_the_calls_it_makes(
 
     assert granted(f"simrun-{component}") == {used(r) for r in kube.state.requests} - {None}
     assert not {r.status for r in kube.state.requests} & {401, 403}, "none refused"
+
+
+def test_every_pod_that_mounts_the_store_is_not_re_owned_at_every_start() -> None:
+    pods = [
+        d["spec"]["template"]["spec"]
+        for d in by_kind("Deployment")
+        if any(
+            (v.get("persistentVolumeClaim") or {}).get("claimName") == "simrun-store"
+            for v in d["spec"]["template"]["spec"].get("volumes") or []
+        )
+    ]
+
+    assert len(pods) >= 2
+    for spec in pods:
+        assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
 
 
 def test_beat_calls_nothing_and_gets_no_token() -> None:
@@ -416,7 +441,7 @@ def test_the_worker_may_change_a_nodes_reservation_and_nothing_else_of_it(
     patch: dict[str, Any], allowed: bool
 ) -> None:
     with KubeApiServer() as kube:
-        kube.state.put_node(kube_node("node-a"))
+        kube.state.put_node(kube_node("node-a", labels={"simrun.io/pool": "sims"}))
         worker = CoreV1Api(kube.client("simrun-worker"))
         if allowed:
             worker.patch_node("node-a", patch)
@@ -442,12 +467,32 @@ def test_the_executor_requests_simrun_counts_are_the_ones_the_docs_configure() -
     )
 
 
+@pytest.mark.parametrize(
+    "labels",
+    [{}, {"simrun.io/pool": "sims", "node-role.kubernetes.io/control-plane": ""}],
+    ids=["unmarked", "control-plane"],
+)
+def test_the_worker_may_reserve_no_node_but_those_marked_for_simrun(
+    labels: dict[str, str],
+) -> None:
+    with KubeApiServer() as kube:
+        kube.state.put_node(kube_node("node-a", labels=labels))
+        worker = CoreV1Api(kube.client("simrun-worker"))
+        taint = {"key": "simrun/reserved", "value": "r", "effect": "NoSchedule"}
+        with pytest.raises(ApiException) as refused:
+            worker.patch_node("node-a", {"spec": {"taints": [taint]}})
+
+    assert refused.value.status == 422
+    assert "may reserve only a node labelled simrun.io/pool" in refused.value.body
+    assert "taints" not in kube.state.nodes["node-a"]["spec"]
+
+
 @pytest.mark.parametrize("namespace", ["simrun", "sims-prod"])
 def test_the_node_policy_holds_the_worker_of_any_namespace_the_service_runs_in(
     namespace: str,
 ) -> None:
     """SIMRUN_K8S_NAMESPACE may name another namespace: its simrun-worker is held all the same."""
-    node = kube_node("node-a")
+    node = kube_node("node-a", labels={"simrun.io/pool": "sims"})
     changed = {**node, "metadata": {**node["metadata"], "labels": {"team": "b"}}}
 
     def denied(username: str) -> list[str]:

@@ -3,6 +3,7 @@ missing with its reason; one failing pod never stops the others."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +12,23 @@ import yaml
 
 from harness.tasktypes import task_types
 from runs.backends.argo.backend import ArgoBackend
-from runs.backends.base import ClusterConfig
+from runs.backends.base import ClusterConfig, KeptLogs
 from runs.common import store
 from runs.control import log_keeping, submitting
 from runs.models import Run, Task, TaskState
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
-from tests.backends.argo_workflows import WF, argo_pod, container_status
+from tests.backends.argo_workflows import (
+    WF,
+    Nodes,
+    argo_pod,
+    container_status,
+    fnv1a_32,
+    pod,
+    workflow,
+)
 from tests.backends.kube_api import KubeApiServer, Request
+from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 RUN = "abc123def0"
@@ -236,3 +246,153 @@ def test_a_pod_log_longer_than_its_budget_is_kept_as_its_head_and_its_last_lines
         str(64 * 1024),
         str(16 * 1024),
     ]
+
+
+# Keeping logs from what the watch knows
+
+
+def pod_name(node: str, template: str = "sweep-w0") -> str:
+    """The pod of a Pod node, as Argo's controller names it (``v2``, reference §1.6)."""
+    return f"{WF}-{template}-{fnv1a_32(f'{WF}.{node}')}"
+
+
+def folder_of(backend: ArgoBackend, task: str = "sweep") -> store.TaskFolder:
+    """The task's folder, made as the service makes it at submission."""
+    (backend.store / "runs" / RUN / "tasks" / task).mkdir(parents=True, exist_ok=True)
+    return store.TaskFolder(backend.store, store.task_parts(RUN, task))
+
+
+def watched(backend: ArgoBackend, kube: KubeApiServer, nodes: Nodes, phase: str) -> None:
+    """Put the Workflow and wait until the status cache holds this version of it."""
+    kube.state.put_workflow(workflow(nodes, phase), "ADDED")
+    version = kube.state.workflows[("simrun", WF)]["metadata"]["resourceVersion"]
+    wait_for(lambda: backend.versions([WF]).get(WF) == version, what="the cache has it")
+
+
+def test_a_steady_pass_over_running_pods_reads_no_log_and_asks_nothing(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Running", [pod("Failed", exit_code="137"), pod("Running")])
+    kube.state.put_pod(
+        argo_pod(pod_name("sweep-w0(0)"), node_name="sweep-w0(0)", phase="Failed"), log="killed\n"
+    )
+    kube.state.put_pod(
+        argo_pod(pod_name("sweep-w0(1)"), node_name="sweep-w0(1)", phase="Running", attempt=1),
+        log="working\n",
+    )
+    watched(backend, kube, nodes, "Running")
+    kube.state.requests.clear()
+
+    first = backend.keep_logs(WF, "sweep", folder_of(backend))
+    assert [r.path.split("/")[-2] for r in kube.state.requests] == [pod_name("sweep-w0(0)")]
+    kube.state.requests.clear()
+    again = backend.keep_logs(WF, "sweep", folder_of(backend))
+
+    assert kube.state.requests == [], "a pass that finds nothing new asks nothing"
+    assert (first, again) == (KeptLogs(complete=False), KeptLogs(complete=False))
+    assert (kept_dir(backend.store) / "sweep-w0-0.log").read_text() == "killed\n"
+    assert sorted(p.name for p in kept_dir(backend.store).iterdir()) == ["sweep-w0-0.log"]
+
+
+def test_the_last_attempt_is_kept_once_it_ended_and_the_task_is_then_complete(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Running", [pod("Running")])
+    watched(backend, kube, nodes, "Running")
+    assert backend.keep_logs(WF, "sweep", folder_of(backend)) == KeptLogs(complete=False)
+
+    ended = Nodes("Succeeded")
+    ended.task("sweep-w0", "Succeeded", [pod("Succeeded")])
+    kube.state.put_pod(
+        argo_pod(pod_name("sweep-w0(0)"), node_name="sweep-w0(0)", phase="Succeeded"), log="done\n"
+    )
+    watched(backend, kube, ended, "Succeeded")
+
+    assert backend.keep_logs(WF, "sweep", folder_of(backend)) == KeptLogs(complete=True)
+    assert (kept_dir(backend.store) / "sweep-w0-0.log").read_text() == "done\n"
+    assert log_reads(kube) == [pod_name("sweep-w0(0)")]
+
+
+def test_an_ended_attempt_whose_pod_is_gone_is_kept_as_why_and_one_unreadable_now_is_owed(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    from runs.backends.argo.api import CallPolicy
+
+    backend = ArgoBackend(
+        cluster=CLUSTER, api=kube.client(), store=tmp_path, calls=CallPolicy(tries=1)
+    )
+    nodes = Nodes("Failed")
+    nodes.task("sweep-w0", "Failed", [pod("Failed"), pod("Error", message="pod deleted")])
+    kube.state.put_pod(
+        argo_pod(pod_name("sweep-w0(0)"), node_name="sweep-w0(0)", phase="Failed"), log="lost\n"
+    )
+    watched(backend, kube, nodes, "Failed")
+    kube.state.intercept = lambda r: (
+        500 if r.path.endswith(f"{pod_name('sweep-w0(0)')}/log") else None
+    )
+
+    assert backend.keep_logs(WF, "sweep", folder_of(backend)) == KeptLogs(
+        complete=False, unread=True
+    )
+    kube.state.intercept = None
+    assert backend.keep_logs(WF, "sweep", folder_of(backend)) == KeptLogs(complete=True)
+
+    assert (kept_dir(tmp_path) / "sweep-w0-0.log").read_text() == "lost\n"
+    assert (kept_dir(tmp_path) / "sweep-w0-1.log").read_text() == (
+        "[simrun] no log was kept: its pod was deleted (by the pod GC or a preemption) "
+        "before its log was kept\n"
+    )
+
+
+def test_a_log_longer_than_its_budget_is_streamed_into_the_store_as_its_head_and_last_lines(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, log_bytes=64 * 1024)
+    nodes = Nodes("Failed")
+    nodes.task("sweep-w0", "Failed", [pod("Failed")])
+    printed = "".join(f"line {i}\n" for i in range(100_000))  # 1.2 MB
+    kube.state.put_pod(
+        argo_pod(pod_name("sweep-w0(0)"), node_name="sweep-w0(0)", phase="Failed"), log=printed
+    )
+    watched(backend, kube, nodes, "Failed")
+
+    assert backend.keep_logs(WF, "sweep", folder_of(backend)) == KeptLogs(complete=True)
+
+    text = (kept_dir(tmp_path) / "sweep-w0-0.log").read_text()
+    assert len(text.encode()) <= 64 * 1024
+    assert text.startswith("line 0\nline 1\n") and text.endswith("line 99998\nline 99999\n")
+    assert "was dropped (SIMRUN_TASK_LOG_MB)" in text
+    assert [n for n in os.listdir(kept_dir(tmp_path)) if n.startswith(".")] == []
+
+
+def test_a_staged_command_keeps_its_stage_log_before_its_main_log(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes("Failed")
+    nodes.task("plot", "Failed", [pod("Failed")])
+    flow = workflow(nodes, "Failed")
+    flow["spec"]["templates"].append(
+        {"name": "plot", "initContainers": [{"name": "stage"}], "container": {"image": "i"}}
+    )
+    name = pod_name("plot(0)", "plot")
+    staged = argo_pod(name, node_name="plot(0)", phase="Failed", task="plot")
+    staged["spec"]["initContainers"] = [{"name": "stage", "image": "img"}]
+    staged["status"]["initContainerStatuses"] = [
+        container_status("stage", terminated={"exitCode": 1, "reason": "Error"})
+    ]
+    staged["status"]["containerStatuses"] = [
+        container_status("main", waiting={"reason": "PodInitializing"})
+    ]
+    kube.state.put_pod(staged)
+    kube.state.container_logs[("simrun", name, "stage")] = "no such input\n"
+    kube.state.put_workflow(flow, "ADDED")
+    version = kube.state.workflows[("simrun", WF)]["metadata"]["resourceVersion"]
+    wait_for(lambda: backend.versions([WF]).get(WF) == version)
+
+    assert backend.keep_logs(WF, "plot", folder_of(backend, "plot")).complete
+    assert (kept_dir(backend.store).parent.parent / "plot" / "logs" / "plot-0.log").read_text() == (
+        "[simrun] the log of stage, which staged the inputs:\nno such input\n"
+        "[simrun] the log of main:\n(none: its container never started)\n"
+    )

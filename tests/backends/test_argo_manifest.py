@@ -310,11 +310,17 @@ def test_every_pod_mounts_the_store_and_a_scratch_directory_and_snapshots_read_o
         {"name": "store", "persistentVolumeClaim": {"claimName": "simrun-store"}}
     ]
     assert template(plain, "sweep-w0")["volumes"] == [
-        {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}
+        {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}},
+        {"name": "no-token", "emptyDir": {"sizeLimit": "1Mi"}},
     ]
     assert template(plain, "sweep-w0")["container"]["volumeMounts"] == [
         {"name": "store", "mountPath": "/mnt/store"},
         {"name": "scratch", "mountPath": "/scratch"},
+        {
+            "name": "no-token",
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True,
+        },
     ]
     assert template(with_sources, "sweep-merge")["container"]["volumeMounts"][-1] == {
         "name": "store",
@@ -396,7 +402,7 @@ def test_a_reserved_run_tolerates_its_taint_and_selects_its_node() -> None:
             "key": "simrun/reserved",
             "operator": "Equal",
             "value": "abc123def0",
-            "effect": "NoExecute",
+            "effect": "NoSchedule",
         }
     ]
     unreserved = manifest(RESERVED, cluster)
@@ -415,7 +421,7 @@ def test_the_scratch_directory_is_bounded_and_its_disk_requested() -> None:
     wf = manifest(SPLIT_THREE, CLUSTER.model_copy(update={"scratch_gb": 25}))
 
     for name in ("sweep-w0", "sweep-extra", "sweep-merge"):
-        [scratch] = template(wf, name)["volumes"]
+        scratch = template(wf, name)["volumes"][0]
         assert scratch == {"name": "scratch", "emptyDir": {"sizeLimit": "25Gi"}}
         resources = template(wf, name)["container"]["resources"]
         assert resources["requests"]["ephemeral-storage"] == "25Gi"
@@ -438,7 +444,16 @@ def test_failed_pods_stay_for_their_logs_until_the_time_to_live_deletes_the_work
     assert wf["spec"]["ttlStrategy"] == {"secondsAfterCompletion": 7200}
 
 
+OVERFLOW = 'Usage of EmptyDir volume "scratch" exceeds the limit "10Gi". '
 LAST_ATTEMPTS = {
+    "scratch overflow, killed": (
+        {"status": "Failed", "exitCode": "137", "message": OVERFLOW},
+        False,
+    ),
+    "scratch overflow, stopped": (
+        {"status": "Failed", "exitCode": "143", "message": OVERFLOW},
+        False,
+    ),
     "killed for memory": (
         {"status": "Failed", "exitCode": "137", "message": "main: OOMKilled (exit code 137)"},
         True,

@@ -4,6 +4,7 @@ them (a tainted control plane, a GPU pool, a pool marked for simrun)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from runs.planning.spec import SpecError
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_runs import run_of
+from tests.backends.argo_workflows import WF
 from tests.backends.kube_api import KubeApiServer, Request
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -220,14 +222,14 @@ def test_the_caps_are_the_largest_node_the_pods_may_use_and_read_once_a_while(
     roomy_queue(kube)
     backend = backend_of(kube, tmp_path)
 
-    assert (backend.max_cores, backend.max_memory_gb) == (7, 64.0)
+    assert (backend.max_cores, backend.max_memory_gb) == (7, 63.93)  # Argo's wait beside
     assert backend.max_cores == 7
     assert len([r for r in kube.state.requests if r.path == "/api/v1/nodes"]) == 1
 
     kube.state.put_node(pool("pool-2", "32", "128Gi"))
-    backend.capacity_ttl_s = 0  # the next read refreshes
+    backend.capacity.ttl_s = 0  # the next read refreshes
 
-    assert (backend.max_cores, backend.max_memory_gb) == (32, 128.0)
+    assert (backend.max_cores, backend.max_memory_gb) == (31, 127.93)
 
 
 def test_the_caps_are_unknown_while_the_cluster_does_not_answer_after_one_try(
@@ -244,10 +246,11 @@ def test_the_caps_are_unknown_while_the_cluster_does_not_answer_after_one_try(
     ], "a web request planning a run tries each once: it does not wait"
 
     kube.state.intercept = None
-    backend._sizes_at = (backend._sizes_at or 0) - 30  # the short wait after a failure
-    backend._quota_at = (backend._quota_at or 0) - 30
+    capacity = backend.capacity
+    capacity._sizes_at = (capacity._sizes_at or 0) - 30  # the short wait after a failure
+    capacity._quota_at = (capacity._quota_at or 0) - 30
 
-    assert backend.max_memory_gb == 32.0
+    assert backend.max_memory_gb == 31.93
 
 
 def test_a_plan_is_capped_by_the_nodes_so_its_retry_memory_fits_one(
@@ -267,7 +270,29 @@ def test_a_plan_is_capped_by_the_nodes_so_its_retry_memory_fits_one(
         max_memory_gb=backend.max_memory_gb,
     )["solve"]
 
-    assert (plan.cores, plan.memory_gb, plan.retry_memory_gb) == (32, 40, 64.0)
+    assert (plan.cores, plan.memory_gb, plan.retry_memory_gb) == (31, 40, 63.93)
+
+
+def test_a_task_capped_at_the_largest_node_is_scheduled_there_beside_argos_wait_container(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    put(kube, pool("pool-1", "8", "32Gi"))
+    roomy_queue(kube)
+    backend = backend_of(kube, tmp_path)
+    text = "tasks: {solve: {command: [solve], cores: 64, memory: {gb: 100}}}"
+    record, _ = run_of(text)
+    capped = plan_run(
+        parse_spec(text, types=task_types()),
+        types=task_types(),
+        max_cores=backend.max_cores,
+        max_memory_gb=backend.max_memory_gb,
+    )
+
+    backend.submit(record, capped, task_types(), CLUSTER)
+    [first] = kube.state.argo_creates_pods("simrun", WF)
+
+    conditions = (first.get("status") or {}).get("conditions") or []
+    assert not [c for c in conditions if c.get("reason") == "Unschedulable"], conditions
 
 
 def test_a_task_no_node_can_hold_is_refused_at_submission_with_the_numbers(
@@ -281,8 +306,9 @@ def test_a_task_no_node_can_hold_is_refused_at_submission_with_the_numbers(
         backend.submit(record, task_plans, task_types(), CLUSTER)
 
     assert str(raised.value) == (
-        "task solve needs 16 cores and 100 GiB on one node, which no node simrun may use has "
-        "(the largest have 32 cores and 256.0 GiB)"
+        "task solve needs 16 cores and 100 GiB (200 GiB for its retry after a kill for "
+        "memory) on one node beside Argo's wait container (0.01 cores, 64 MiB), which no node "
+        "simrun may use has (the largest have 32 cores and 256.0 GiB)"
     )
     assert kube.state.workflows == {}
 
@@ -348,10 +374,68 @@ def test_the_worker_refuses_a_plan_whose_retry_or_whole_pod_the_queue_cannot_adm
     assert str(raised.value) == (
         f"task solve needs {plan.cores} cores, 100 GiB (128 GiB for its retry after a kill for "
         "memory) and 10 GiB of scratch in one pod, beside Argo's wait container (0.01 cores, 64 "
-        "MiB): more than the ClusterQueue of the LocalQueue simrun admits for one pod (32 cores, "
-        "128.0 GiB, 1024 GiB): Kueue would hold it forever"
+        "MiB): more than the ClusterQueue of the LocalQueue simrun admits for one pod in any of "
+        "its flavors (at most 32 cores, 128.0 GiB, 1024 GiB): Kueue would hold it forever"
     )
     assert kube.state.workflows == {}
+
+
+def flavored(kube: KubeApiServer, *flavors: tuple[str, int, str]) -> None:
+    """The runs' ClusterQueue with these flavors (name, cores, memory) in its one group."""
+    [group] = kube.state.cluster_queues["simrun"]["spec"]["resourceGroups"]
+    group["flavors"] = [
+        {
+            "name": name,
+            "resources": [
+                {"name": "cpu", "nominalQuota": cores},
+                {"name": "memory", "nominalQuota": memory},
+                {"name": "ephemeral-storage", "nominalQuota": "1Ti"},
+            ],
+        }
+        for name, cores, memory in flavors
+    ]
+
+
+def gated_pod(kube: KubeApiServer) -> dict[str, Any]:
+    """Create the first pod of the submitted Workflow, as Argo does: Kueue takes it."""
+    [first] = kube.state.argo_creates_pods("simrun", WF)
+    return kube.state.pods[("simrun", first["metadata"]["name"])]
+
+
+def test_a_task_no_one_flavor_holds_is_refused_though_each_resource_fits_some_flavor(
+    kube: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flavored(kube, ("wide", 64, "16Gi"), ("deep", 4, "256Gi"))
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 100}}}")
+    plans = {"solve": task_plans["solve"].model_copy(update={"retry_memory_gb": 100.0})}
+
+    with pytest.raises(ValueError, match="in any of its flavors"):
+        backend.submit(record, plans, task_types(), CLUSTER)
+    assert kube.state.workflows == {}
+
+    # Kueue itself would never admit that pod (the check left out to show it).
+    monkeypatch.setattr("runs.backends.argo.capacity.admits", lambda groups, requests: True)
+    backend.submit(record, plans, task_types(), CLUSTER)
+    assert gated_pod(kube)["spec"].get("schedulingGates"), "held by Kueue for ever"
+
+
+def test_in_a_cohort_a_queue_without_a_borrowing_limit_borrows_without_limit(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    flavored(kube, ("simrun-flavor", 8, "128Gi"))
+    queue = kube.state.cluster_queues["simrun"]
+    queue["spec"]["cohortName"] = "lab"
+    other = json.loads(json.dumps(queue))
+    other["metadata"]["name"] = "other"
+    other["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 64
+    kube.state.cluster_queues["other"] = other
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 8}}}")
+
+    backend.submit(record, task_plans, task_types(), CLUSTER)
+
+    assert not gated_pod(kube)["spec"].get("schedulingGates"), "Kueue admits it, borrowing"
 
 
 # Reserving in a submission
@@ -391,3 +475,47 @@ def test_a_submission_that_loses_its_node_to_another_run_reserves_the_next(
     assert kube.state.nodes["pool-small"]["metadata"]["labels"][RESERVED] == "otherrun01"
     [(_, workflow)] = kube.state.workflows.items()
     assert workflow["spec"]["nodeSelector"] == {RESERVED: run.id}
+
+
+def test_a_sweep_makes_no_more_pods_at_once_than_the_queue_could_ever_admit(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of(
+        "tasks: {sweep: {type: squares, settings: {n: 100000}, workers: 1000, cores: 1}}"
+    )
+    small = run_of("tasks: {sweep: {type: squares, settings: {n: 100}, workers: 2, cores: 1}}")
+
+    backend.submit(record, task_plans, task_types(), CLUSTER)
+    [(_, sweep)] = kube.state.workflows.items()
+    kube.state.workflows.clear()
+    backend.submit(*small, task_types(), CLUSTER)
+    [(_, few)] = kube.state.workflows.items()
+
+    # 32 cores in docker/k8s/30-kueue.yaml, 1.01 a pod with Argo's wait container.
+    assert sweep["spec"]["parallelism"] == 31
+    assert "parallelism" not in few["spec"], "no cap where the queue holds every pod"
+
+
+def test_the_runners_token_is_in_argos_containers_and_out_of_reach_of_a_tasks_code(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of(
+        "tasks: {sweep: {type: squares, settings: {n: 10}}, "
+        "plot: {command: [python, plot.py], inputs: {data: sweep}}}"
+    )
+    backend.submit(record, task_plans, task_types(), CLUSTER)
+
+    pods = kube.state.argo_creates_pods("simrun", WF)
+
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    for made in pods:
+        spec = kube.state.pods[("simrun", made["metadata"]["name"])]["spec"]
+        containers = [*spec.get("initContainers", []), *spec["containers"]]
+        mounted = {
+            c["name"]: next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == token)
+            for c in containers
+        }
+        assert mounted.pop("wait") == mounted.pop("init") == "kube-api-access"
+        assert set(mounted.values()) == {"no-token"}, mounted

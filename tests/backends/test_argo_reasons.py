@@ -172,6 +172,25 @@ def test_a_kubelet_eviction_without_a_condition_is_told_by_the_pods_reason(
     assert attempt.reason == "Evicted: The node was low on resource: ephemeral-storage."
 
 
+def test_a_pod_the_kubelet_evicted_for_overflowing_its_scratch_failed_itself(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    overflow = 'Usage of EmptyDir volume "scratch" exceeds the limit "10Gi". '
+    nodes = Nodes()
+    nodes.task("sweep-w0", "Failed", [pod("Failed", message=overflow, exit_code="137")])
+    kube.state.put_workflow(workflow(nodes), "ADDED")
+    kube.state.put_pod(
+        failed_pod("p0", "sweep-w0(0)", attempt=0, reason="Evicted", message=overflow)
+    )
+
+    status = backend.status(WF)
+
+    [attempt] = status.failed["sweep-w0"]
+    assert status.tasks["sweep-w0"] == "Failed"
+    assert (attempt.evicted, attempt.oom_killed) == (False, False)
+    assert "exceeds the limit" in attempt.message
+
+
 def test_an_attempt_that_failed_itself_has_no_reason(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:
@@ -400,9 +419,20 @@ def test_an_unschedulable_pod_is_timed_from_its_admission_not_from_its_time_in_t
         clock.shift(CLUSTER.pod_start_timeout_s)
         stuck = backend.status(name)
 
+        kube.state.record_event(
+            made, "TriggeredScaleUp", "pod triggered scale-up: [{pool-b 0->1 (max: 4)}]", "Normal"
+        )
+        clock.shift(1)
+        backend.reasons_ttl_s = 0
+        scaling = backend.status(name)
+
     assert waiting.tasks["plot"] == "Pending"
     assert waiting.waiting["plot"].startswith("Unschedulable: 0/1 nodes are available")
     assert waiting.failed == {}
+    assert (scaling.tasks["plot"], scaling.failed) == ("Pending", {}), "a node is on its way"
+    assert (
+        scaling.waiting["plot"] == "Unschedulable: the cluster autoscaler is adding a node for it"
+    )
     assert stuck.tasks["plot"] == "Failed"
     [attempt] = stuck.failed["plot"]
     assert attempt.message == (

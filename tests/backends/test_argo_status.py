@@ -9,8 +9,9 @@ import json
 import pytest
 
 from harness.tasktypes import task_types
+from runs.backends.argo.dag_nodes import NodesUnavailable
 from runs.backends.argo.manifest import workflow_manifest
-from runs.backends.argo.status import NodesUnavailable, status_from_workflow
+from runs.backends.argo.status import status_from_workflow
 from runs.backends.base import (
     PREEMPTED_PHASE,
     RETRYING_PHASE,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
+import time_machine
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
@@ -163,6 +165,57 @@ def test_a_pod_spec_the_api_server_refuses_beyond_the_schema(kube: KubeApiServer
         "spec.containers[0].volumeMounts.name",
         "spec.containers[0].resources.requests[memory]",
     }
+
+
+def test_a_pod_without_containers_is_refused(kube: KubeApiServer) -> None:
+    core = CoreV1Api(kube.client("cluster-admin"))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}
+
+    code, status = refused(core.create_namespaced_pod, "simrun-build", pod)
+
+    assert code == 422
+    assert [(c["field"], c["message"]) for c in status["details"]["causes"]] == [
+        ("spec.containers", "Required value")
+    ]
+
+
+def test_a_workflow_past_the_crds_200_templates_is_refused(kube: KubeApiServer) -> None:
+    body = a_workflow()
+    [dag, pod, *_] = body["spec"]["templates"]
+    body["spec"]["templates"] = [dag] + [{**pod, "name": f"t{i}"} for i in range(200)]
+
+    code, status = refused(create_workflow, kube, body)
+
+    assert code == 422
+    assert "spec.templates" in {c["field"] for c in status["details"]["causes"]}
+
+
+def test_an_object_past_etcds_limit_is_a_500_and_a_body_past_the_api_servers_a_413(
+    kube: KubeApiServer,
+) -> None:
+    big = config_map(name="big")
+    big["data"] = {"blob": "x" * 1_600_000}
+    huge = config_map(name="huge")
+    huge["data"] = {"blob": "x" * 3_200_000}
+    core = CoreV1Api(kube.client("cluster-admin"))
+
+    code, status = refused(core.create_namespaced_config_map, "simrun-build", big)
+    assert (code, status["message"]) == (500, "etcdserver: request is too large")
+    code, status = refused(core.create_namespaced_config_map, "simrun-build", huge)
+    assert (code, status["reason"]) == (413, "RequestEntityTooLarge")
+    assert kube.state.config_maps == {}
+
+
+def test_events_expire_after_the_api_servers_event_ttl(kube: KubeApiServer) -> None:
+    core = CoreV1Api(kube.client("cluster-admin"))
+    pod = {"metadata": {"name": "p", "namespace": "simrun", "uid": "u1"}}
+    start = time.time()
+    with time_machine.travel(start, tick=False) as clock:
+        kube.state.record_event(pod, "FailedMount", "secret not found")
+        assert len(core.list_namespaced_event("simrun").items) == 1
+        clock.shift(kube.state.event_ttl_s + 1)
+
+        assert core.list_namespaced_event("simrun").items == []
 
 
 def test_an_object_in_a_namespace_that_does_not_exist_is_not_found(kube: KubeApiServer) -> None:

@@ -82,7 +82,7 @@ def test_statuses_of_many_workflows_come_from_one_list_and_the_watch(
         assert all(backend.status(name).tasks == {"sweep-w0": "Running"} for name in wanted)
 
     assert per_workflow(kube) == []
-    assert len(lists(kube)) == 1 and lists(kube)[0].query["limit"] == "500"
+    assert len(lists(kube)) == 1 and lists(kube)[0].query["limit"] == "50"
     assert wait_for(lambda: watches(kube), 10, "the watch")[0].query["resourceVersion"]
 
 

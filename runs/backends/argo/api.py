@@ -2,13 +2,15 @@
 
 Every call has a connect and a read timeout; a transient failure (no connection, a timeout,
 429, 5xx) is tried again with a capped exponential backoff; what fails for good is raised
-with a one-sentence message instead of the client's HTTP dump.
+with a one-sentence message instead of the client's HTTP dump. An object too large (413, or
+etcd's "request is too large" as a 500) fails for good: the same body is refused each time.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from runs.backends.base import BackendUnavailable
 log = logging.getLogger(__name__)
 
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+TOO_LARGE = "request is too large"
+"""etcd's refusal of an object over its request limit, answered as a 500: final, as a 413."""
 
 
 class ClusterError(RuntimeError):
@@ -68,14 +72,49 @@ class CallPolicy:
     backoff_cap_s: float = 8.0
     quiet_s: float = 30.0
     """After a call got no answer, how long further calls fail at once instead of waiting."""
+    retry_after_cap_s: float = 30.0
+    """The longest a 429's ``Retry-After`` is waited before the next try."""
+    rate_per_s: float = 50.0
+    """Calls a second a backend makes at most (client-go's rate limit), beyond ``burst``."""
+    burst: int = 100
 
     @property
     def timeout(self) -> tuple[float, float]:
         return (self.connect_timeout_s, self.read_timeout_s)
 
-    def wait_s(self, attempt: int) -> float:
-        """The pause after failed try ``attempt`` (0, 1, …): doubling, capped."""
-        return float(min(self.backoff_cap_s, self.backoff_s * 2**attempt))
+    def wait_s(self, attempt: int, error: ApiException | None = None) -> float:
+        """The pause after failed try ``attempt`` (0, 1, …): doubling, capped; at least what a
+        429's ``Retry-After`` asks (capped at ``retry_after_cap_s``)."""
+        backoff = float(min(self.backoff_cap_s, self.backoff_s * 2**attempt))
+        return max(backoff, min(self.retry_after_cap_s, _retry_after(error)))
+
+
+class RateLimit:
+    """A token bucket the calls of one backend share, as client-go's: ``burst`` calls at once,
+    then ``rate_per_s`` a second, so a pass over many runs does not flood the API server."""
+
+    def __init__(
+        self,
+        policy: CallPolicy,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._policy, self._clock, self._sleep = policy, clock, sleep
+        self._tokens = float(policy.burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        """Wait for a token, then take it."""
+        with self._lock:
+            now = self._clock()
+            rate = self._policy.rate_per_s
+            self._tokens = min(float(self._policy.burst), self._tokens + (now - self._at) * rate)
+            self._at = now
+            self._tokens -= 1
+            wait = -self._tokens / rate if self._tokens < 0 else 0.0
+        if wait:
+            self._sleep(wait)
 
 
 @dataclass
@@ -102,11 +141,13 @@ class Resilient:
         policy: CallPolicy,
         silence: Silence | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        rate: RateLimit | None = None,
     ) -> None:
         self._api = api
         self._policy = policy
         self._silence = silence or Silence()
         self._sleep = sleep
+        self._rate = rate
         self.api_client: ApiClient = api.api_client
 
     def __getattr__(self, name: str) -> Any:
@@ -127,14 +168,18 @@ class Resilient:
         silent = 0
         for attempt in range(policy.tries):
             last = attempt == policy.tries - 1
+            failed: ApiException | None = None
+            if self._rate is not None:
+                self._rate.take()
             try:
                 return method(*args, **kwargs)
             except ApiException as error:
-                if error.status not in TRANSIENT_STATUSES:
+                if error.status not in TRANSIENT_STATUSES or _too_large(error):
                     raise ClusterApiError(error, what) from None
                 if last:
                     raise TransientApiError(error, what) from None
                 log.info("the Kubernetes API answered %s to %s; trying again", error.status, what)
+                failed = error
             except (urllib3.exceptions.HTTPError, OSError) as error:
                 silent += 1
                 if last or silent >= policy.silent_tries:
@@ -143,8 +188,22 @@ class Resilient:
                     self._silence.until = time.monotonic() + policy.quiet_s
                     raise ClusterUnavailable(self._silence.reason) from None
                 log.info("the Kubernetes API did not answer %s (%s); trying again", what, error)
-            self._sleep(policy.wait_s(attempt))
+            self._sleep(policy.wait_s(attempt, failed))
         raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _retry_after(error: ApiException | None) -> float:
+    """The seconds a 429 (or 503) asks to wait (``Retry-After``), 0 without."""
+    headers = (error.headers if error is not None else None) or {}
+    try:
+        return max(0.0, float(headers.get("Retry-After") or 0))
+    except ValueError:
+        return 0.0  # an HTTP date: the backoff decides
+
+
+def _too_large(error: ApiException) -> bool:
+    """Whether an answer is etcd's refusal of an object too large: the same each try."""
+    return error.status == 500 and TOO_LARGE in _server_message(error.body)
 
 
 def without_pool_retries(api: ApiClient) -> ApiClient:

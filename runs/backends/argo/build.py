@@ -23,6 +23,10 @@ cleans up."""
 CONTEXT_MOUNT = "/workspace"
 CONTEXT_LIMIT = 512 * 1024
 """The most a build context may hold (a ConfigMap holds at most 1 MiB)."""
+BUILD_STORAGE = "20Gi"
+"""The local disk a build may fill (Kaniko unpacks the base image and writes the layers on its
+root filesystem): requested, so it is placed where that much is free, and its limit, past
+which the kubelet evicts it instead of filling the node's disk."""
 
 
 def build_pod_name(ref: str) -> str:
@@ -89,6 +93,8 @@ def build_pod(*, ref: str, cluster: ClusterConfig) -> dict[str, Any]:
         },
         "spec": {
             "restartPolicy": "Never",
+            # Ended by the kubelet past the build timeout, even when no service waits for it.
+            "activeDeadlineSeconds": cluster.build_timeout_s,
             "automountServiceAccountToken": False,
             "nodeSelector": dict(cluster.node_selector),
             "containers": [
@@ -102,8 +108,12 @@ def build_pod(*, ref: str, cluster: ClusterConfig) -> dict[str, Any]:
                         "--snapshot-mode=redo",
                     ],
                     "resources": {
-                        "requests": {"cpu": "1", "memory": "2Gi"},
-                        "limits": {"memory": "4Gi"},
+                        "requests": {
+                            "cpu": "1",
+                            "memory": "2Gi",
+                            "ephemeral-storage": BUILD_STORAGE,
+                        },
+                        "limits": {"memory": "4Gi", "ephemeral-storage": BUILD_STORAGE},
                     },
                     "volumeMounts": mounts,
                 }

@@ -40,8 +40,15 @@ DAG_TASK_LABEL = "simrun/dag-task"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RESERVED_KEY = "simrun/reserved"
 """Key of the taint and of the label of a node reserved for a run (value: the run id)."""
+RESERVATION_EFFECT = "NoSchedule"
+"""The effect of a reservation's taint: other new pods are kept off, the pods already there
+(DaemonSets among them) stay."""
 
 SCRATCH = "/scratch"
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where Kubernetes mounts a pod's token in each container that has no mount there: an empty
+one there in simrun's containers leaves the token (Argo's, for its wait container) out of
+reach of a task's code."""
 STALE_S = 120
 """Seconds after which the coordinator releases the claims of a silent worker."""
 RUN_AS_USER = 1000
@@ -69,6 +76,10 @@ NEVER_FIXED_PATTERN = (
 """Messages of an attempt the cluster refused or cannot start as it is (a PodSpecPatch Argo
 cannot apply, a pod the API server or an admission webhook refuses, a missing Secret or
 ConfigMap, a malformed image name): another attempt meets the same refusal."""
+SCRATCH_OVERFLOW_PATTERN = "Usage of EmptyDir volume .* exceeds the limit"
+"""The kubelet's message of a pod it evicted because it wrote more to its scratch directory
+(an ``emptyDir``) than its ``sizeLimit``: the task's own doing, which another attempt repeats,
+so it is a failure, not an eviction (KK ``pkg/kubelet/eviction``, ``emptyDirLimitEviction``)."""
 SECOND_MEMORY_KILL_PATTERN = "OOMKilled.*the retry memory after a kill for memory"
 """The message of an attempt killed for memory while it ran with the retry memory after a
 kill for memory: the harness says so in its termination message (``note_retry_memory``)."""
@@ -77,11 +88,13 @@ RETRY_EXPRESSION = (
     f" or lastRetry.exitCode in ['{MEMORY_KILL_EXIT}', '143', '{STORAGE_ERROR_EXIT}']"
     f" or lastRetry.message matches '{EVICTION_PATTERN}')"
     f" and not (lastRetry.message matches '{SECOND_MEMORY_KILL_PATTERN}')"
+    f" and not (lastRetry.message matches '{SCRATCH_OVERFLOW_PATTERN}')"
 )
 """Retry a pod deleted or failed by the infrastructure (Error, unless a retry cannot fix it),
 killed (137: for memory, or after its grace period), stopped by SIGTERM (143: evicted),
 failed on the store (75) or evicted; not a genuine failure, nor the second kill for memory
-(Ruling 35: the service fails the run, Argo is not to start another pod meanwhile)."""
+(Ruling 35: the service fails the run, Argo is not to start another pod meanwhile), nor a
+scratch directory written past its size (the kubelet's eviction of its own pod)."""
 
 STAGE_SCRIPT = """\
 import os, shutil, sys
@@ -187,7 +200,12 @@ def _workflow_spec(
     if record.reserved_node:
         node_selector[RESERVED_KEY] = record.id
         tolerations.append(
-            {"key": RESERVED_KEY, "operator": "Equal", "value": record.id, "effect": "NoExecute"}
+            {
+                "key": RESERVED_KEY,
+                "operator": "Equal",
+                "value": record.id,
+                "effect": RESERVATION_EFFECT,
+            }
         )
     spec: dict[str, Any] = {
         "entrypoint": ENTRYPOINT,
@@ -376,6 +394,7 @@ def _mounts(record: RunRecord, cluster: ClusterConfig) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
         {"name": "store", "mountPath": cluster.store_mount},
         {"name": "scratch", "mountPath": SCRATCH},
+        {"name": "no-token", "mountPath": TOKEN_PATH, "readOnly": True},
     ]
     if record.sources:
         # The snapshots are read-only in the pods; the harness installs them from shadow trees.
@@ -463,7 +482,10 @@ def _pod_template(
             "backoff": {"duration": RETRY_BACKOFF},
         },
         "podSpecPatch": retry_memory_patch(plan.memory_gb, plan.retry_memory_gb),
-        "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": f"{cluster.scratch_gb}Gi"}}],
+        "volumes": [
+            {"name": "scratch", "emptyDir": {"sizeLimit": f"{cluster.scratch_gb}Gi"}},
+            {"name": "no-token", "emptyDir": {"sizeLimit": "1Mi"}},
+        ],
         "container": {
             "image": image,
             "command": command,

@@ -2,16 +2,20 @@
 
 A run's pods go to the nodes of the configured node selector and tolerate only their own
 run's reservation, so a node with any other ``NoSchedule`` or ``NoExecute`` taint (a control
-plane's, a GPU pool's, a node under maintenance) is no place for them. A reservation evicts
-every pod without the toleration, so only nodes an operator marked for simrun (the label
-``simrun.io/pool``, or the node selector when one is configured) are reservable, and never a
-control-plane node. See docs/cluster.md.
+plane's, a GPU pool's, a node under maintenance) is no place for them. A reservation keeps
+every other new pod off the node (``NoSchedule``: the pods there stay), so only nodes an
+operator marked for simrun (the label ``simrun.io/pool``, or the node selector when one is
+configured) are reservable, and never a control-plane node; the node policy
+(docker/k8s/15-node-policy.yaml) lets the worker reserve no other. See docs/cluster.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 from runs.backends.argo.manifest import RESERVED_KEY
 
@@ -49,3 +53,19 @@ def reservable(
     """Whether a run may reserve a node of the selector: marked for simrun and usable."""
     marked = bool(node_selector) or POOL_LABEL in labels
     return marked and usable(labels, taints)
+
+
+GIB = 2**30
+
+
+def quantity(value: str) -> Decimal:
+    """A Kubernetes quantity (``500m``, ``4Gi``) as a number."""
+    number: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]  # kubernetes.utils is unannotated
+    return number
+
+
+def allocatable(node: Any) -> tuple[float, float]:
+    """The cores and GiB a node (the client's model) offers to pods."""
+    offered = (node.status.allocatable if node.status else None) or {}
+    cores = float(quantity(offered.get("cpu", "0")))
+    return cores, float(quantity(offered.get("memory", "0"))) / GIB

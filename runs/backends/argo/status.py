@@ -1,25 +1,16 @@
-"""The status of a run from its Argo Workflow: a pure function of the Workflow object.
-
-Nodes are found by name in ``status.nodes`` (or the gzip'd ``status.compressedNodes``): a DAG
-task ``T`` is the node ``<wf>.T`` (a Retry node with its attempts ``<wf>.T(<n>)``), a fan-out
-child ``<wf>.T-extra(<i>:<n>)`` with its attempts ``<wf>.T-extra(<i>:<n>)(<m>)``. Children
-lists are not used: in a DAG they also carry dependency edges (reference §1.1).
-"""
+"""The status of a run from its Argo Workflow: a pure function of the Workflow object, its
+DAG nodes (``dag_nodes``) read with the reasons of their pods."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import gzip
-import json
 import re
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from runs.backends.argo.manifest import EVICTION_PATTERN
+from runs.backends.argo.dag_nodes import NODE_NAME, DagNode, dag_nodes
+from runs.backends.argo.manifest import EVICTION_PATTERN, SCRATCH_OVERFLOW_PATTERN
 from runs.backends.base import (
     FINAL_PHASES,
     PREEMPTED_PHASE,
@@ -29,9 +20,8 @@ from runs.backends.base import (
     worker_of_node,
 )
 
-NODE_NAME = re.compile(r"^(?P<node>[a-z][a-z0-9-]*(?:\(\d+:[^()]*\))?)(?:\((?P<attempt>\d+)\))?$")
-"""A DAG node below the root: a task or a fan-out child, then an attempt number."""
 EVICTION = re.compile(EVICTION_PATTERN)
+SCRATCH_OVERFLOW = re.compile(SCRATCH_OVERFLOW_PATTERN)
 AUTO_RESTART = "Pod auto-restarting"
 """The message of a node whose evicted pod Argo (v4, failedPodRestart) restarts itself."""
 SHUTDOWN = "workflow shutdown"
@@ -41,41 +31,6 @@ code 137)`` since Argo 3.7, without the container before; a wait container's is 
 FAILED_PHASES = frozenset({"Failed", "Error"})
 
 
-class NodesUnavailable(RuntimeError):
-    """The Workflow's nodes are not in the object (offloaded to a database, or compressed
-    with an algorithm Python cannot read): the status is unknown, not empty."""
-
-
-@dataclass
-class _DagNode:
-    """A node of the DAG as simrun names it, with the Argo nodes that make it up."""
-
-    node: dict[str, Any] | None = None
-    attempts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-
-
-def workflow_nodes(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The node map of a Workflow, decoded from ``compressedNodes`` when Argo compressed it."""
-    status = workflow.get("status") or {}
-    if status.get("nodes"):
-        return dict(status["nodes"])
-    compressed = status.get("compressedNodes")
-    if compressed:
-        try:
-            raw = base64.b64decode(compressed)
-        except (binascii.Error, ValueError) as error:
-            raise NodesUnavailable(f"compressedNodes is not base64: {error}") from None
-        if not raw.startswith(b"\x1f\x8b"):
-            raise NodesUnavailable(
-                "compressedNodes is not gzip: set the controller's "
-                "WORKFLOW_COMPRESSION_ALGORITHM to gzip"
-            )
-        return dict(json.loads(gzip.decompress(raw)))
-    if status.get("offloadNodeStatusVersion"):
-        raise NodesUnavailable("the node status is offloaded to Argo's database")
-    return {}
-
-
 def is_eviction(node: dict[str, Any]) -> bool:
     """Whether a failed attempt was evicted, preempted, drained or deleted, not failed itself.
 
@@ -83,6 +38,8 @@ def is_eviction(node: dict[str, Any]) -> bool:
     SIGTERM (143) outside a shutdown of the workflow.
     """
     message = node.get("message") or ""
+    if SCRATCH_OVERFLOW.search(message):
+        return False  # the kubelet evicted it for what the task wrote: its own failure
     if EVICTION.search(message):
         return True
     return exit_code(node) == 143 and SHUTDOWN not in message
@@ -97,29 +54,7 @@ def exit_code(node: dict[str, Any]) -> int | None:
         return None
 
 
-def _dag_nodes(workflow: dict[str, Any]) -> dict[str, _DagNode]:
-    prefix = f"{workflow['metadata']['name']}."
-    found: dict[str, _DagNode] = {}
-    for node in workflow_nodes(workflow).values():
-        name = node.get("name") or ""
-        if not name.startswith(prefix) or node.get("type") == "TaskGroup":
-            continue
-        match = NODE_NAME.match(name[len(prefix) :])
-        if match is None:
-            continue
-        entry = found.setdefault(match["node"], _DagNode())
-        if match["attempt"] is not None and node.get("type") == "Pod":
-            entry.attempts.append((int(match["attempt"]), node))
-        elif match["attempt"] is None:
-            entry.node = node
-    for entry in found.values():
-        entry.attempts.sort(key=lambda pair: pair[0])
-        if not entry.attempts and entry.node is not None and entry.node.get("type") == "Pod":
-            entry.attempts = [(0, entry.node)]  # a pod without a retry strategy
-    return found
-
-
-def _phase(entry: _DagNode) -> str:
+def _phase(entry: DagNode) -> str:
     """The phase simrun reports: Argo's, or Preempted/Retrying while a retry waits."""
     last = entry.attempts[-1][1] if entry.attempts else None
     phase = (entry.node or last or {}).get("phase") or "Pending"
@@ -172,7 +107,7 @@ def status_from_workflow(workflow: dict[str, Any]) -> BackendStatus:
     hosts: dict[str, str] = {}
     started: dict[str, float] = {}
     waiting: dict[str, str] = {}
-    for name, entry in sorted(_dag_nodes(workflow).items()):
+    for name, entry in sorted(dag_nodes(workflow).items()):
         tasks[name] = _phase(entry)
         if entry.attempts and (start := epoch(entry.attempts[-1][1].get("startedAt"))):
             started[name] = start
@@ -437,6 +372,7 @@ def with_pods(
     now: float | None = None,
     start_timeout_s: float | None = None,
     warnings: dict[str, str] | None = None,
+    scaling: frozenset[str] = frozenset(),
 ) -> BackendStatus:
     """A status with what the pods tell: each failed attempt's disruption reason and memory,
     each pending node's reason for waiting (``workloads``: Kueue Workloads by pod uid).
@@ -445,7 +381,9 @@ def with_pods(
     (``still_creating``), for ``start_timeout_s`` since it began waiting to start (scheduled,
     else admitted by Kueue: ``pending_since``) fails its node, with the reason, so the run
     ends and its quota is freed instead of held; ``warnings`` (the kubelet's last warning by
-    pod name, ``kubelet_warning``) tells why a pod that started nothing is stuck.
+    pod name, ``kubelet_warning``) tells why a pod that started nothing is stuck. A pod no node
+    fits for which the cluster autoscaler is adding one (``scaling``, by pod name:
+    ``scaling_up``) is not stuck: it waits for the node.
     """
     failed = {key: [a.model_copy() for a in attempts] for key, attempts in status.failed.items()}
     waiting = dict(status.waiting)
@@ -460,7 +398,10 @@ def with_pods(
                 continue
             attempt.reason = disruption_reason(pod)
             attempt.memory_gb = attempt.memory_gb or main_memory_gb(pod)
-            attempt.evicted = attempt.evicted or (bool(attempt.reason) and not attempt.oom_killed)
+            overflow = bool(SCRATCH_OVERFLOW.search(attempt.message))
+            attempt.evicted = attempt.evicted or (
+                bool(attempt.reason) and not attempt.oom_killed and not overflow
+            )
         if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
             uid = (pod.get("metadata") or {}).get("uid", "")
             workload = workloads.get(uid)
@@ -468,6 +409,9 @@ def with_pods(
                 waiting[node] = reason
             warning = (warnings or {}).get((pod.get("metadata") or {}).get("name", ""), "")
             stuck = _stuck(pod, workload, now, start_timeout_s, warning)
+            if stuck and (pod.get("metadata") or {}).get("name") in scaling:
+                waiting[node] = SCALING_UP
+                stuck = ""
             if stuck and tasks.get(node) not in FINAL_PHASES:
                 tasks[node] = "Failed"
                 waiting.pop(node, None)
@@ -476,6 +420,28 @@ def with_pods(
                     FailedAttempt(attempt=number, message=stuck, started_at=since)
                 )
     return status.model_copy(update={"failed": failed, "waiting": waiting, "tasks": tasks})
+
+
+SCALING_UP = "Unschedulable: the cluster autoscaler is adding a node for it"
+AUTOSCALER_REASONS = frozenset({"TriggeredScaleUp", "NotTriggerScaleUp"})
+
+
+def unschedulable_too_long(
+    pod: dict[str, Any], workload: dict[str, Any] | None, now: float, timeout_s: float
+) -> bool:
+    """Whether no node has fitted a pod for ``timeout_s`` since it began waiting to start: the
+    pods whose events say whether the cluster autoscaler brings a node (``scaling_up``)."""
+    since = pending_since(pod, workload)
+    unschedulable = start_failure(pod).startswith("Unschedulable")
+    return unschedulable and since is not None and now - since >= timeout_s
+
+
+def scaling_up(events: list[dict[str, Any]]) -> bool:
+    """Whether the cluster autoscaler is adding a node for a pod: its last event about it is
+    ``TriggeredScaleUp``, not ``NotTriggerScaleUp`` (no node group would fit it)."""
+    said = [e for e in events if e.get("reason") in AUTOSCALER_REASONS]
+    said.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return bool(said) and said[-1]["reason"] == "TriggeredScaleUp"
 
 
 def _stuck(

@@ -78,21 +78,6 @@ def served_groups(listing: Mapping[str, Any]) -> dict[str, list[str]]:
     }
 
 
-def queue_quota(cluster_queue: Mapping[str, Any]) -> dict[str, Decimal]:
-    """The most a ClusterQueue can give one pod, by resource: its largest flavor's nominal
-    quota (with its borrowing limit) in each resource group; a resource it does not cover is
-    missing, and Kueue admits no pod that requests one."""
-    found: dict[str, Decimal] = {}
-    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for resource in flavor.get("resources") or []:
-                amount = _quantity(resource.get("nominalQuota", 0))
-                amount += _quantity(resource.get("borrowingLimit", 0))
-                name = resource["name"]
-                found[name] = max(found.get(name, Decimal(0)), amount)
-    return found
-
-
 EXECUTOR_REQUESTS = {"cpu": Decimal("0.01"), "memory": Decimal(64 * 2**20)}
 """What Argo's executor containers request (docs/cluster.md gives them in the controller's
 ConfigMap): ``wait`` runs beside a task's ``main``, so Kueue charges the pod its requests too;
@@ -113,9 +98,8 @@ def pod_requests(cores: float, memory_gb: float, scratch_gb: float) -> dict[str,
 
 def main_caps(quota: Mapping[str, Decimal]) -> tuple[int | None, float | None]:
     """The most cores and GiB (to the 0.01 below) a task's ``main`` may ask so that its whole
-    pod, Argo's ``wait`` beside it, fits what the ClusterQueue gives one pod (``queue_quota``);
-    None for a resource the quota does not cover (Kueue admits no such pod: ``_check_cluster``
-    refuses every run then)."""
+    pod, Argo's ``wait`` beside it, fits what a pod may get (``kueue_quota.queue_quota``, or a
+    node's allocatable); None for a resource it does not cap."""
     cores = memory_gb = None
     if "cpu" in quota:
         cores = max(0, int(quota["cpu"] - EXECUTOR_REQUESTS["cpu"]))

@@ -6,7 +6,9 @@ status costs no request. A watch the server ends (its timeout) is started again 
 last version seen; a version too old for the server (410 Gone) makes it list again, and so
 does a watch that failed twice in a row (a dropped connection, an error), the cache
 answering nothing meanwhile: nothing stale is read while no watch follows the changes.
-Only the parsed status of a Workflow is kept, not the object (whose node map can be large),
+It is the backend's one watch of Workflows: its subscribers are called on every change it
+hears (and after a list that follows a gap, in which changes may have been missed). Only the
+parsed status of a Workflow is kept, not the object (whose node map can be large),
 with its ``resourceVersion``: the version the control loop compares (``ChangeSignal``). Each
 process keeps its own cache, started by its first ``start``: a Celery worker's children fork
 from a parent, and a thread does not survive a fork.
@@ -23,13 +25,17 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from runs.backends.argo.ended_pods import EndedPod, ended_pods
 from runs.backends.base import BackendStatus
 
 log = logging.getLogger(__name__)
 
 HTTP_GONE = 410
-PAGE_SIZE = 500
-"""Workflows per page of a list: a large list in one answer weighs on the API server."""
+CHANGES = frozenset({"ADDED", "MODIFIED", "DELETED"})
+"""The events of a watch that are changes (a BOOKMARK only moves the version on)."""
+PAGE_SIZE = 50
+"""Workflows per page of a list: a page is held whole as Python objects while it is read (100
+Workflows of 100 split tasks weigh 291 MiB so), and only each one's status is kept."""
 
 
 @dataclass
@@ -40,6 +46,8 @@ class Cached:
     """Its ``resourceVersion``: another one is another status."""
     status: BackendStatus | None
     """Its status; None when the object cannot say it (its nodes offloaded): read by a GET."""
+    ended: tuple[EndedPod, ...] = ()
+    """The pods of its attempts that ended (``ended_pods``), whose logs are kept."""
     reasons: BackendStatus | None = None
     """Its status with the reasons of its pods, once read (``ArgoBackend.status``)."""
     reasons_at: float = 0.0
@@ -72,6 +80,19 @@ class WorkflowCache:
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
+        self._subscribers: list[Callable[[], None]] = []
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the watch's thread) on every change of a Workflow; it must
+        not block for long, and what it raises is logged."""
+        self._subscribers.append(callback)
+
+    def _notify(self) -> None:
+        for callback in list(self._subscribers):
+            try:
+                callback()
+            except Exception:
+                log.exception("a subscriber of the Argo backend failed")
 
     def start(self) -> None:
         """Start listing and watching in this process, unless it does already."""
@@ -85,9 +106,17 @@ class WorkflowCache:
         )
         self._thread.start()
 
-    def close(self) -> None:
-        """Stop the watch (its thread ends at its next event or timeout)."""
+    def close(self, timeout_s: float = 0.0) -> None:
+        """Stop the watch: its thread ends at its next event or timeout, waited for up to
+        ``timeout_s`` (the caller stops the stream itself to end it sooner)."""
         self._closed.set()
+        if self._thread is not None and timeout_s:
+            self._thread.join(timeout=timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the watch's thread still runs."""
+        return self._thread is not None and self._thread.is_alive()
 
     @property
     def synced(self) -> bool:
@@ -111,16 +140,21 @@ class WorkflowCache:
 
     def _follow(self) -> None:
         version: str | None = None
-        failures = 0
+        failures, lists = 0, 0
         while not self._closed.is_set():
             try:
                 if version is None:
                     version = self._list()
+                    lists += 1
+                    if lists > 1:
+                        self._notify()  # what changed in the gap came with the list
                 for event in self._watch_from(version):
                     if self._closed.is_set():
                         return
                     version = self._apply(event) or version
                     failures = 0
+                    if event.get("type") in CHANGES:
+                        self._notify()
                 failures = 0  # the server ended it: watch on from the version
             except ApiException as error:
                 if error.status == HTTP_GONE:
@@ -169,15 +203,17 @@ class WorkflowCache:
         with self._lock:
             if event.get("type") == "DELETED":
                 self._items.pop(metadata.get("name", ""), None)
-            elif event.get("type") in ("ADDED", "MODIFIED"):
+            elif event.get("type") in CHANGES:
                 self._put(self._items, workflow)
         return metadata.get("resourceVersion")
 
     def _put(self, items: dict[str, Cached], workflow: dict[str, Any]) -> None:
         metadata = workflow["metadata"]
+        ended: tuple[EndedPod, ...] = ()
         try:
             status: BackendStatus | None = self._parse(workflow)
+            ended = ended_pods(workflow)
         except Exception as error:  # e.g. offloaded nodes: a GET tells it as status() does
             log.debug("the status of %s is not read from the watch: %s", metadata["name"], error)
             status = None
-        items[metadata["name"]] = Cached(str(metadata["resourceVersion"]), status)
+        items[metadata["name"]] = Cached(str(metadata["resourceVersion"]), status, ended)

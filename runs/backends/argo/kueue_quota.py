@@ -1,0 +1,88 @@
+"""What a ClusterQueue can admit of one pod, read as Kueue admits (its docs, "Cluster Queue").
+
+A ClusterQueue's ``resourceGroups`` each cover some resources with flavors in order; Kueue
+gives a pod one flavor per resource group, all the group's resources from that flavor, so a
+pod fits when, in each group that covers what it requests, one flavor holds all of it. A
+flavor holds its ``nominalQuota``; a ClusterQueue in a cohort (``cohortName``, ``cohort`` in
+v1beta1) may borrow beyond it up to its ``borrowingLimit``, and without one, without limit (as
+much as the cohort has unused, which one ClusterQueue does not tell): no cap is known then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+Flavor = dict[str, Decimal | None]
+"""The most one pod may get of each resource a flavor lists; None: no limit known."""
+
+
+def queue_flavors(cluster_queue: Mapping[str, Any]) -> list[list[Flavor]]:
+    """The flavors of each resource group of a ClusterQueue, in order, each with the most it
+    may give one pod by resource (``Flavor``)."""
+    spec = cluster_queue.get("spec") or {}
+    pooled = bool(spec.get("cohortName") or spec.get("cohort"))
+    groups = []
+    for group in spec.get("resourceGroups") or []:
+        flavors = []
+        for flavor in group.get("flavors") or []:
+            caps: Flavor = {}
+            for resource in flavor.get("resources") or []:
+                nominal = _quantity(resource.get("nominalQuota", 0))
+                if not pooled:
+                    caps[resource["name"]] = nominal
+                elif "borrowingLimit" in resource:
+                    caps[resource["name"]] = nominal + _quantity(resource["borrowingLimit"])
+                else:
+                    caps[resource["name"]] = None
+            flavors.append(caps)
+        groups.append(flavors)
+    return groups
+
+
+def covered(groups: list[list[Flavor]]) -> set[str]:
+    """The resources a ClusterQueue covers: Kueue admits no pod that requests another."""
+    return {name for flavors in groups for flavor in flavors for name in flavor}
+
+
+def admits(groups: list[list[Flavor]], requests: Mapping[str, Decimal]) -> bool:
+    """Whether the ClusterQueue can ever admit a pod of these requests: each requested resource
+    covered, and in each group one flavor that holds all the group's requested resources."""
+    asked = {name: amount for name, amount in requests.items() if amount > 0}
+    if not set(asked) <= covered(groups):
+        return False
+    for flavors in groups:
+        mine = {n: a for n, a in asked.items() if any(n in flavor for flavor in flavors)}
+        if mine and not any(_holds(flavor, mine) for flavor in flavors):
+            return False
+    return True
+
+
+def queue_quota(groups: list[list[Flavor]]) -> dict[str, Decimal]:
+    """The most one pod may get of each resource in some flavor, for the planner's caps; a
+    resource one flavor may borrow without limit is left out (no cap is known)."""
+    found: dict[str, Decimal] = {}
+    unbounded = set()
+    for flavors in groups:
+        for flavor in flavors:
+            for name, amount in flavor.items():
+                if amount is None:
+                    unbounded.add(name)
+                else:
+                    found[name] = max(found.get(name, Decimal(0)), amount)
+    return {name: amount for name, amount in found.items() if name not in unbounded}
+
+
+def _holds(flavor: Flavor, requests: Mapping[str, Decimal]) -> bool:
+    return all(
+        name in flavor and (flavor[name] is None or amount <= (flavor[name] or 0))
+        for name, amount in requests.items()
+    )
+
+
+def _quantity(value: Any) -> Decimal:
+    parsed: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]  # kubernetes.utils is unannotated
+    return parsed

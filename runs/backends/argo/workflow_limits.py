@@ -1,0 +1,51 @@
+"""What a Workflow may hold on a cluster: Argo's CRD and the API server's object size.
+
+Argo 4.0's full CRD caps ``spec.templates`` and the tasks of a DAG at 200 items (the API server
+refuses more with 422); Argo stores a Workflow in etcd, so it "must be under 1MB" (Argo's
+docs, "Offloading Large Workflows"), with room left for its status; etcd refuses a larger
+request ("request is too large", a 500), the API server a body over 3 MiB (413). A run whose
+Workflow is past any of them is refused at its submission, never POSTed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+TEMPLATES_MAX = 200
+"""``spec.templates`` items, Argo 4.0's full CRD."""
+DAG_TASKS_MAX = 200
+"""``dag.tasks`` items of one template, Argo 4.0's full CRD."""
+WORKFLOW_BYTES_MAX = 1 << 20
+"""The Workflow's JSON as it is created: Argo's 1 MB, below etcd's 1.5 MiB request limit, so
+its status (its nodes, compressed past ~1 MB) has room."""
+
+
+def workflow_bytes(manifest: dict[str, Any]) -> int:
+    """The size of a Workflow as the client sends it (compact JSON)."""
+    return len(json.dumps(manifest, separators=(",", ":")).encode())
+
+
+def workflow_refusal(manifest: dict[str, Any]) -> str:
+    """Why a Workflow cannot be created on a cluster ("" when it can), naming the limit."""
+    spec = manifest.get("spec") or {}
+    templates = spec.get("templates") or []
+    if len(templates) > TEMPLATES_MAX:
+        return (
+            f"the run needs {len(templates)} Argo templates, more than the {TEMPLATES_MAX} "
+            "Argo's Workflow CRD allows (spec.templates): split it into smaller runs"
+        )
+    for template in templates:
+        tasks = (template.get("dag") or {}).get("tasks") or []
+        if len(tasks) > DAG_TASKS_MAX:
+            return (
+                f"the run needs {len(tasks)} DAG tasks, more than the {DAG_TASKS_MAX} Argo's "
+                "Workflow CRD allows in one DAG (dag.tasks): split it into smaller runs"
+            )
+    size = workflow_bytes(manifest)
+    if size > WORKFLOW_BYTES_MAX:
+        return (
+            f"the run's Argo Workflow would be {size / 2**20:.2f} MiB, more than the 1 MiB a "
+            "Workflow may be in etcd: split it into smaller runs"
+        )
+    return ""
