@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("runs", "harness", "simrun_site", "docs", "templates", "tests", "bench", "docker")
 SUFFIXES = {".py", ".md", ".html", ".yaml", ".yml", ".txt", ".toml"}
 RULING = re.compile(r"\bRulings? ((?:\d+[a-z]?(?:, | and |/)?)+)")
-ELSEWHERE = re.compile(r"spec/\d{3}|§|(?<![\w/.])design\.md|\breference \(")
+ELSEWHERE = re.compile(r"spec/\d{3}|§|(?<![\w/.\[(])design\.md|\breference \(")
 """Citations of texts outside the repository: the spec's pages, a reference's sections, the
 design notes that preceded docs/design.md."""
 LINK = re.compile(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)")

@@ -393,7 +393,7 @@ class Backend(Protocol):
         ...
 
     def reserve(self, node: str, run_id: str) -> None:
-        """Taint ``simrun/reserved=<run>:NoExecute`` and label ``simrun/reserved=<run>``."""
+        """Taint ``simrun/reserved=<run>:NoSchedule`` and label ``simrun/reserved=<run>``."""
         ...
 
     def unreserve(self, node: str, run_id: str) -> None:

@@ -5,7 +5,7 @@ context docs/cluster.md gives the executor), the template's container as ``main`
 Workflow's pod-wide fields (service account, security context, volumes, node selector,
 tolerations, pull secrets, ``podMetadata``), the template's labels, and its ``podSpecPatch``
 substituted for the attempt (``retries``, ``lastRetry``) and applied as Argo applies it: a
-strategic merge patch, containers merged by name (reference §2). A fan-out's parameters take
+strategic merge patch, containers merged by name. A fan-out's parameters take
 their first item. The pods are what the stand-in holds to the API server's rules.
 """
 

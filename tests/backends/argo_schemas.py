@@ -18,7 +18,7 @@ SCHEMAS = Path(__file__).parent / "schemas"
 
 def strict(schema: Any) -> Any:
     """Add ``additionalProperties: false`` wherever an object schema lists its properties and
-    does not keep unknown fields, so a misspelt field is an error (reference §7)."""
+    does not keep unknown fields, so a misspelt field is an error."""
     if isinstance(schema, list):
         return [strict(item) for item in schema]
     if not isinstance(schema, dict):

@@ -1,7 +1,7 @@
 """Realistic Argo Workflow objects, as the controller of Argo v4.1 writes them.
 
-Node ids are ``<wf>-<fnv1a32(name)>`` as Argo computes them, names and types follow the
-reference (§1): a DAG task with a retry strategy is a Retry node with Pod children
+Node ids are ``<wf>-<fnv1a32(name)>`` as Argo computes them, names and types follow
+Argo's docs: a DAG task with a retry strategy is a Retry node with Pod children
 ``(<n>)`` flagged ``retried``; a fan-out is a TaskGroup with children ``(<i>:<item>)``.
 """
 
@@ -170,7 +170,7 @@ def argo_pod(
     cores: str = "2",
     memory: str = "512Mi",
 ) -> dict[str, Any]:
-    """A pod as Argo creates it for a node of the workflow (reference §6)."""
+    """A pod as Argo creates it for a node of the workflow."""
     env = [
         {"name": "SIMRUN_TASK_DIR", "value": f"/store/runs/abc123def0/tasks/{task}"},
         {"name": "SIMRUN_ATTEMPT", "value": str(attempt)},

@@ -252,7 +252,7 @@ def test_a_pod_log_longer_than_its_budget_is_kept_as_its_head_and_its_last_lines
 
 
 def pod_name(node: str, template: str = "sweep-w0") -> str:
-    """The pod of a Pod node, as Argo's controller names it (``v2``, reference §1.6)."""
+    """The pod of a Pod node, as Argo's controller names it (``v2``)."""
     return f"{WF}-{template}-{fnv1a_32(f'{WF}.{node}')}"
 
 

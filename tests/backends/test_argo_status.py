@@ -1,4 +1,4 @@
-"""status_from_workflow on Workflow objects as Argo writes them (reference §1)."""
+"""status_from_workflow on Workflow objects as Argo writes them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""The DAG nodes of an Argo Workflow, found by name in its node map (reference §1.1-1.3).
+"""The DAG nodes of an Argo Workflow, found by name in its node map (Argo's node map:
+``status.nodes``, each node with its type, phase, children and template).
 
 Nodes are found by name in ``status.nodes`` (or the gzip'd ``status.compressedNodes``): a DAG
 task ``T`` is the node ``<wf>.T`` (a Retry node with its attempts ``<wf>.T(<n>)``), a fan-out
 child ``<wf>.T-extra(<i>:<n>)`` with its attempts ``<wf>.T-extra(<i>:<n>)(<m>)``. Children
-lists are not used: in a DAG they also carry dependency edges (reference §1.1).
+lists are not used: in a DAG they also carry dependency edges.
 """
 
 from __future__ import annotations

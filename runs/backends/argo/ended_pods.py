@@ -1,4 +1,5 @@
-"""The pods of a Workflow that ended, named from its node map alone (reference §1.6).
+"""The pods of a Workflow that ended, named from its node map alone (Argo's pod names, ``v2``:
+``<workflow>-<template>-<hash of the node id>``).
 
 Argo names a Pod node's pod from the node: ``v1`` (the controller's ``POD_NAMES``) by its id,
 ``v2`` (the default since 3.4) as ``<workflow>-<template>-<the number of its id>``, the prefix

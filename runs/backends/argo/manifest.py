@@ -67,7 +67,7 @@ EVICTION_PATTERN = (
     "(?i)evict|preempt|low on resource|had condition|node shutdown|terminated in response"
     "|pod deleted"
 )
-"""Messages of a pod that was evicted, preempted, drained or deleted (reference §1.4, §5.1);
+"""Messages of a pod that was evicted, preempted, drained or deleted;
 matched by Argo (RE2) in the retry expression and by simrun in the status."""
 NEVER_FIXED_PATTERN = (
     "(?i)error applying podspecpatch|is invalid|is forbidden|violates podsecurity"

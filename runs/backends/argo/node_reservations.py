@@ -150,7 +150,8 @@ def _node_patch(
     node: Any, *, labels: Mapping[str, str | None], taints: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """A strategic merge patch of a node's labels and (atomic) taints, guarded by its
-    resourceVersion: a node written meanwhile makes it fail with 409 (reference §5.2)."""
+        resourceVersion: a node written meanwhile makes it fail with 409 (Kubernetes' optimistic
+    concurrency)."""
     metadata: dict[str, Any] = {"resourceVersion": node.metadata.resource_version}
     if labels:
         metadata["labels"] = dict(labels)

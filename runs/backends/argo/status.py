@@ -138,7 +138,7 @@ NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 DISRUPTIONS = ("DisruptionTarget", "TerminationTarget")
 """Pod conditions set before a pod is ended from outside: Kubernetes' (PreemptionByScheduler,
 EvictionByEvictionAPI, DeletionByTaintManager, TerminationByKubelet, DeletionByPodGC) and
-Kueue's (WorkloadEvictedDueToPreempted, …), reference §4 and §5.1."""
+Kueue's (WorkloadEvictedDueToPreempted, …)."""
 KUBELET_REASONS = frozenset({"Evicted", "Terminated", "NodeShutdown"})
 """``status.reason`` of a pod the kubelet ended (node pressure, node shutdown)."""
 REASON_LENGTH = 200
