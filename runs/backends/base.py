@@ -341,6 +341,18 @@ class Backend(Protocol):
         """Submit a run and return the name of its workflow; ValueError when it cannot be."""
         ...
 
+    def refusal(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str | None:
+        """Why ``submit`` would refuse this run whatever the cluster's state (more than its
+        workflow engine holds, say), naming the limit; None when it would not. Decided without
+        a call to the cluster, so a submission is refused at once, never sent."""
+        ...
+
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Register a callback the backend calls when the status of a run changed."""
         ...

@@ -276,6 +276,15 @@ class FakeBackend:
             state.submitted[name] = Submitted(record=record, plans=plans)
         return name
 
+    def refusal(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str | None:
+        return None  # nothing of a run's size is bounded here beyond what planning checks
+
     def subscribe(self, callback: Callable[[], None]) -> None:
         self.callbacks.append(callback)
 

@@ -19,13 +19,23 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from harness.tasktypes import TaskType, task_types
-from runs.backends import get_backend
+from runs.backends import cluster_config, get_backend
 from runs.backends.base import Backend, TaskPlan, TaskRecord
 from runs.common import store
 from runs.common.errors import CannotRun, QueueFull
 from runs.common.handoff import Schedule, after_commit, learner, scheduler
-from runs.models import ENDED_STATES, Observation, Reuse, Run, RunState, Task, TaskKind
+from runs.models import (
+    ENDED_STATES,
+    RUN_ID_LENGTH,
+    Observation,
+    Reuse,
+    Run,
+    RunState,
+    Task,
+    TaskKind,
+)
 from runs.planning.evidence import prior_evidence
+from runs.planning.images import resolve
 from runs.planning.keys import Environment, task_keys
 from runs.planning.learned_types import MustLearn, run_types
 from runs.planning.peak_model import features_of
@@ -36,7 +46,7 @@ from runs.planning.planner import (
     oversized,
     plan_run,
 )
-from runs.planning.records import task_json, task_records
+from runs.planning.records import spec_record, task_json, task_records
 from runs.planning.resume import Chosen, cached, check_resumable, resumed
 from runs.planning.spec import RunSpec, SpecError, cached_tasks, type_name, validate_spec
 
@@ -325,7 +335,7 @@ def _plans(
     if too_large:
         raise SpecError(too_large)
     used = {key for key in observation_keys(spec).values() if key}
-    return plan_run(
+    plans = plan_run(
         spec,
         types=types,
         observed=observed_peaks(used, owner_id),
@@ -335,6 +345,26 @@ def _plans(
         max_memory_gb=backend.max_memory_gb,
         largest=largest,
     )
+    if refused := _refusal(spec, types, plans, backend):
+        raise SpecError({"tasks": [refused]})
+    return plans
+
+
+def _refusal(
+    spec: RunSpec, types: Mapping[str, TaskType], plans: dict[str, TaskPlan], backend: Backend
+) -> str | None:
+    """Why the backend would refuse this run whatever its cluster's state, asked before the
+    run is accepted; a run id of the length every run has stands for the one to come."""
+    cluster = cluster_config()
+    record = spec_record(
+        spec,
+        types,
+        run_id="a" * RUN_ID_LENGTH,
+        image=resolve(spec.environment.model_dump(), cluster).image,
+        reserved_node="",
+        store=store.root(),
+    )
+    return backend.refusal(record, plans, dict(types), cluster)
 
 
 def reused(

@@ -84,3 +84,23 @@ def test_the_api_servers_too_large_answers_are_final_not_tried_again(
     assert not isinstance(refused.value, BackendUnavailable)
     assert refused.value.status == status
     assert posts(kube) == [status], "one POST: the same body is refused each time"
+
+
+@pytest.mark.django_db
+def test_a_submission_past_the_limits_is_a_400_naming_it_and_no_run(
+    backend: ArgoBackend, kube: KubeApiServer, owner, settings
+) -> None:
+    from runs.models import Run
+    from runs.planning.spec import SpecError
+    from runs.planning.spec_document import parse_spec
+    from runs.planning.submission import create_run
+
+    settings.SIMRUN_CLUSTER = {"namespace": "simrun", "queue": "simrun"}
+    tasks = {f"t{i}": {"command": ["echo", "x"]} for i in range(201)}
+    spec = parse_spec(yaml.safe_dump({"tasks": tasks}), types=task_types())
+
+    with pytest.raises(SpecError) as refused:
+        create_run(spec=spec, owner=owner, backend=backend, schedule=lambda run_id: None)
+
+    assert "more than the 200 Argo's Workflow CRD allows" in " ".join(refused.value.errors["tasks"])
+    assert posts(kube) == [] and not Run.objects.exists()

@@ -119,6 +119,17 @@ class ArgoBackend:
 
     # Workflows
 
+    def refusal(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str | None:
+        """Why the run's Workflow is past what Argo and etcd hold (``workflow_limits``)."""
+        manifest = workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
+        return workflow_refusal(manifest) or None
+
     def submit(
         self,
         record: RunRecord,
@@ -135,8 +146,8 @@ class ArgoBackend:
         (``Capacity.parallelism``).
         """
         manifest = workflow_manifest(record=record, plans=plans, types=types, cluster=cluster)
-        if refusal := workflow_refusal(manifest):
-            raise ValueError(refusal)
+        if refused := workflow_refusal(manifest):
+            raise ValueError(refused)
         self.capacity.check_fits(plans)
         self.capacity.check_cluster(plans)
         if parallelism := self.capacity.parallelism(plans):

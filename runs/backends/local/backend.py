@@ -223,6 +223,15 @@ class LocalBackend:
         local_wake.notify(self.address)
         return name
 
+    def refusal(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str | None:
+        return None  # nothing of a run's size is bounded here beyond what planning checks
+
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after every launch, start and end of a process that a step
         noticed."""

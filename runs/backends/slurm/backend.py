@@ -166,6 +166,15 @@ class SlurmBackend:
 
     # The poll.
 
+    def refusal(
+        self,
+        record: RunRecord,
+        plans: dict[str, TaskPlan],
+        types: dict[str, TaskType],
+        cluster: ClusterConfig,
+    ) -> str | None:
+        return None  # nothing of a run's size is bounded here beyond what planning checks
+
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after a poll that learnt something of a run."""
         self._callbacks.append(callback)
