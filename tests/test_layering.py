@@ -142,14 +142,14 @@ def test_one_backend_imports_nothing_of_the_other(one, other):
 
 def test_the_local_launcher_a_script_needs_only_the_standard_library_the_harness_and_siblings():
     """It starts as ``python launcher.py`` without the service's packages: what it imports, and
-    what the siblings it imports by their bare names import, is the stdlib, the harness or
-    pydantic (the launch file's model, which the harness depends on too). A sibling the service
+    what the siblings it imports by their bare names import, is the stdlib or the harness (the
+    launch file is dataclasses: a model library costs each attempt's start). A sibling the service
     imports too may import another by its full name only beside its bare name (the service's
     import and the launcher's of the same module)."""
     folder = ROOT / "runs" / "backends" / "local"
     package = "runs.backends.local"
     siblings = {path.stem for path in folder.glob("*.py")}
-    allowed = set(sys.stdlib_module_names) | {"harness", "pydantic", "__future__"}
+    allowed = set(sys.stdlib_module_names) | {"harness", "__future__"}
     seen, todo, offending = set(), ["launcher"], []
     while todo:
         name = todo.pop()

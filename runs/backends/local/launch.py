@@ -30,6 +30,7 @@ from runs.backends.local.launch_file import (
     Shm,
     UserLedger,
     Venv,
+    dump,
 )
 from runs.backends.local.logs import logs_dir
 from runs.backends.local.state import NodeSpec, NodeView, Submission, next_memory_gb
@@ -59,7 +60,7 @@ def launch(backend: LocalBackend, submission: Submission, node: NodeView, logs: 
     stem = f"{spec.name}-{number}"
     written = launch_file(backend, submission, node, logs)
     # The service's group reads it, never a task (``logs/`` is the service's).
-    untrusted.write_atomic_at(logs, f"{stem}.launch", written.model_dump_json(), mode=0o640)
+    untrusted.write_atomic_at(logs, f"{stem}.launch", dump(written), mode=0o640)
     log = untrusted.open_own(logs, f"{stem}.log")
     launch_fd = os.open(f"{stem}.launch", untrusted.FILE_FLAGS, dir_fd=logs)
     try:
@@ -134,7 +135,7 @@ def launch_file(backend: LocalBackend, submission: Submission, node: NodeView, l
         shm=Shm(bytes=math.ceil(memory_gb * 2**30), inodes=backend.budget.files)
         if container is None and local_shm.usable(submission.store, backend.scratch)
         else None,
-        network=backend.task_network,
+        network="host" if backend.task_network == "host" else "loopback",
         venv=Venv(dir=venv, snapshots=submission.snapshots, base=base) if venv else None,
         packages=install,
         container=container,

@@ -20,13 +20,14 @@ It runs as a script, not as a module of ``runs``, so that it starts in milliseco
 the service's packages: its siblings are imported from its directory by their bare names
 (``launch_file``, the contract with the step; ``prepare``, what it does before the process
 runs; ``plain_command``, what it writes for a plain command; ``pids``, ``wake``, ``cgroups``,
-``env``, ``shm`` and ``budget``), and it uses nothing else of the service (only pydantic and
-the harness's stdlib modules). Nothing of the service imports it.
+``env``, ``shm`` and ``budget``), and it uses nothing else of the service (only the standard
+library and the harness's stdlib modules). Nothing of the service imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -37,7 +38,7 @@ import time
 from typing import Any
 
 import pids
-from launch_file import STARTING_EXIT, Launch
+from launch_file import STARTING_EXIT, Launch, load
 from plain_command import LiveSampler, report
 from prepare import prepare, start
 from wake import notify
@@ -127,11 +128,11 @@ def _watch(launch: Launch) -> Any:
     """The watch of the task's budget of files (``local_budget``), None without a budget."""
     import budget as local_budget  # the sibling module, see the docstring of this module
 
-    budget = local_budget.Budget.from_json(launch.budget.model_dump())
+    budget = local_budget.Budget.from_json(dataclasses.asdict(launch.budget))
     store, task = launch.store, tuple(untrusted.parts_of(launch.task))
     scratch = launch.cwd
     user = launch.user_budget
-    ledger = local_budget.Ledger.from_json(user.model_dump()) if user else None
+    ledger = local_budget.Ledger.from_json(dataclasses.asdict(user)) if user else None
 
     def count() -> str | None:
         usage = local_budget.measure(budget, store, task, scratch)
@@ -161,7 +162,7 @@ def run(launch_fd: int, logs_fd: int) -> int:
     """Run the process of a launch file to its end and record it beside it, in the folder of
     ``logs_fd``; returns its exit code."""
     with os.fdopen(launch_fd, "rb") as handle:
-        launch = Launch.model_validate_json(handle.read(SERVICE_FILE_CAP))
+        launch = load(handle.read(SERVICE_FILE_CAP))
     stop_capture = _capture(launch) if launch.log_bytes else None
     try:
         return _run(launch, logs_fd, stop_capture)

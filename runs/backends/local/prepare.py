@@ -12,6 +12,7 @@ Only the standard library, the harness and siblings: the launcher imports it fro
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import fcntl
 import functools
 import os
@@ -188,7 +189,7 @@ def start(launch: Launch) -> subprocess.Popen[bytes]:
     import budget as local_budget  # the sibling module, see the docstring of this module
     import shm as local_shm  # noqa: F401 - imported before the fork, for ``_enter``
 
-    budget = local_budget.Budget.from_json(launch.budget.model_dump())
+    budget = local_budget.Budget.from_json(dataclasses.asdict(launch.budget))
 
     return subprocess.Popen(
         launch.argv,

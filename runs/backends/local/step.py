@@ -25,7 +25,7 @@ from runs.backends.local import cgroups, launch, processes, submissions
 from runs.backends.local import env as local_env
 from runs.backends.local import wake as local_wake
 from runs.backends.local.admission import Demand, Held, admit
-from runs.backends.local.launch_file import STARTING_EXIT, Launched
+from runs.backends.local.launch_file import STARTING_EXIT, Launched, dump
 from runs.backends.local.logs import logs_dir
 from runs.backends.local.processes import launcher_alive, process_alive, signal_process
 from runs.backends.local.state import (
@@ -181,7 +181,7 @@ def refuse(submission: Submission, node: NodeView, reason: str, now: float) -> N
         with os.fdopen(log, "a") as handle:
             handle.write(f"simrun: {message}\n")
         launched = Launched(started=now, cores=0, memory_gb=0)
-        untrusted.write_atomic_at(logs, f"{stem}.launch", launched.model_dump_json())
+        untrusted.write_atomic_at(logs, f"{stem}.launch", dump(launched))
         end = {"exit_code": STARTING_EXIT, "signal": None, "ended": now, "message": message}
         untrusted.write_atomic_at(logs, f"{stem}.exit", json.dumps(end))
     finally:
