@@ -27,9 +27,25 @@ TIERS = {
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its folder's tiers, before ``-m`` selects."""
+    """Mark each test with its folder's tiers, before ``-m`` selects; keep the tests of a module
+    that share a module-scoped fixture (a ``simrun serve``, a browser's server) on one worker of
+    a parallel run (``--dist loadgroup``), so it starts once."""
     for item in items:
         if TESTS not in item.path.parents:
             continue
         for marker in TIERS.get(item.path.relative_to(TESTS).parts[0], ()):
             item.add_marker(marker)
+        if shares_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(TESTS).as_posix()))
+
+
+def shares_module_fixture(item: pytest.Item) -> bool:
+    """Whether a test uses a fixture of the suite set up once per module (or per class)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "class") and definition.func.__module__.startswith("tests.")
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
