@@ -1,96 +1,51 @@
-"""Fixtures shared by the whole suite: personas, API clients, a store of its own per test."""
+"""The suite's tiers, by folder, and the fixtures each tier loads.
+
+This file needs nothing the harness does not (pytest alone), so ``pytest tests/harness`` runs
+with ``pip install -e .``: the service's fixtures (Django, the Kubernetes stand-in) are plugins
+loaded only where pytest-django is installed, as ``pip install -e '.[dev]'`` does.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
-from rest_framework.test import APIClient
 
-from tests.backends.kube_api import KubeApiServer
-from tests.backends.packages import pip_index
+TESTS = Path(__file__).resolve().parent
 
+SERVICE_FIXTURES = ["tests.service_fixtures", "tests.backends.kube_fixtures"]
+pytest_plugins = SERVICE_FIXTURES if find_spec("pytest_django") else []
 
-@pytest.fixture
-def kube() -> Iterator[KubeApiServer]:
-    """A local HTTP server that speaks the Kubernetes API, for the real kubernetes client."""
-    with KubeApiServer() as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def argo_backends_closed(monkeypatch) -> Iterator[None]:
-    """Every Argo backend a test made is closed after it: its watch threads end, instead of
-    calling a Kubernetes API that is gone for the rest of the session."""
-    from runs.backends.argo.backend import ArgoBackend
-
-    made: list[ArgoBackend] = []
-    init = ArgoBackend.__init__
-
-    def recorded(self: ArgoBackend, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(ArgoBackend, "__init__", recorded)
-    yield
-    for backend in made:
-        backend.close()
+TIERS = {
+    "browser": ("browser", "slow"),
+    "e2e": ("e2e", "slow"),
+    "chaos": ("chaos", "slow"),
+}
+"""The markers every test of a folder carries, so ``-m "not slow"``, ``-m e2e`` select tiers."""
 
 
-@pytest.fixture(autouse=True)
-def store(settings, tmp_path: Path) -> Path:
-    """Every test gets a store of its own."""
-    settings.SIMRUN_STORE = tmp_path / "store"
-    settings.SIMRUN_STORE.mkdir()
-    return settings.SIMRUN_STORE
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's tiers, before ``-m`` selects; keep the tests of a module
+    that share a module-scoped fixture (a ``simrun serve``, a browser's server) on one worker of
+    a parallel run (``--dist loadgroup``), so it starts once."""
+    for item in items:
+        if TESTS not in item.path.parents:
+            continue
+        for marker in TIERS.get(item.path.relative_to(TESTS).parts[0], ()):
+            item.add_marker(marker)
+        if shares_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(TESTS).as_posix()))
 
 
-@pytest.fixture
-def owner(db) -> User:
-    return User.objects.create_user("alice", password="alice-password")
-
-
-@pytest.fixture
-def stranger(db) -> User:
-    return User.objects.create_user("mallory", password="mallory-password")
-
-
-@pytest.fixture
-def staff(db) -> User:
-    return User.objects.create_user("operator", password="operator-password", is_staff=True)
-
-
-def client_for(user: User | None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
-
-
-@pytest.fixture
-def owner_client(owner) -> APIClient:
-    return client_for(owner)
-
-
-@pytest.fixture
-def stranger_client(stranger) -> APIClient:
-    return client_for(stranger)
-
-
-@pytest.fixture
-def staff_client(staff) -> APIClient:
-    return client_for(staff)
-
-
-@pytest.fixture
-def anonymous_client() -> APIClient:
-    return APIClient()
-
-
-@pytest.fixture
-def index(tmp_path: Path, monkeypatch) -> Path:
-    """A folder that is pip's only index (``tests/backends/packages.py``), ``pkgdemo`` in it."""
-    return pip_index(tmp_path / "index", monkeypatch)
+def shares_module_fixture(item: pytest.Item) -> bool:
+    """Whether a test uses a fixture of the suite set up once per module (or per class)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "class") and definition.func.__module__.startswith("tests.")
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )

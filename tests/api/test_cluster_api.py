@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Run, RunState
-from tests.api.conftest import ended, pod, running, submitted
+from tests.factories import ended, pod, running, submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from runs.models import Observation, Snapshot
 from runs.planning import snapshots
 from tests import floods
-from tests.api.conftest import SWEEP_YAML, submitted
+from tests.factories import SWEEP_YAML, submitted
 
 pytestmark = pytest.mark.django_db
 

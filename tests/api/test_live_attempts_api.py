@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.conftest import running, submitted
 from tests.api.live_attempts import MIB, SAMPLES, with_live_attempts
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

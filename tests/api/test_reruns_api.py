@@ -7,7 +7,7 @@ from django.db import connection
 
 from runs.models import Run, RunState
 from runs.planning import submission
-from tests.api.conftest import ended, submitted
+from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ import pytest
 
 from runs.models import Run
 from runs.reads import results as tables
-from tests.api.conftest import ended, submitted
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db
 

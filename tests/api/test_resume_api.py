@@ -8,7 +8,7 @@ import pytest
 from runs.common import store
 from runs.control import submitting
 from runs.models import Run, RunState, Task, TaskState
-from tests.api.conftest import ended, submitted
+from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db
 

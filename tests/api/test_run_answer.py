@@ -12,8 +12,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from runs.models import Attempt, Task
-from tests.api.conftest import running, submitted
-from tests.conftest import client_for
+from tests.factories import client_for, running, submitted
 
 
 def with_attempts(run) -> None:

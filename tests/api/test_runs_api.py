@@ -16,7 +16,7 @@ from runs.api.listing import Listing
 from runs.api.serializers import RunSerializer
 from runs.models import Attempt, Run, RunState, Task
 from runs.reads.access import listed_rows, visible_runs, with_progress
-from tests.api.conftest import running, submitted
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

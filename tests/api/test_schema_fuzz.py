@@ -26,7 +26,7 @@ from runs.api.authentication import create_token
 from runs.api.schema import EXAMPLE_SPEC
 from runs.models import RunState
 from runs.planning.snapshots import save_snapshot
-from tests.api.conftest import ended, running, submitted
+from tests.factories import ended, running, submitted
 
 pytestmark = pytest.mark.slow
 

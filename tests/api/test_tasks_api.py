@@ -12,7 +12,7 @@ import pytest
 from runs.backends.base import PodLog
 from runs.models import Attempt
 from runs.planning.records import run_record
-from tests.api.conftest import ended, running, submitted
+from tests.factories import ended, running, submitted
 from tests.floods import deep_tree, tmpfs
 
 pytestmark = pytest.mark.django_db

@@ -15,11 +15,11 @@ from harness.tasktypes import task_types
 from runs.backends.argo.backend import ArgoBackend
 from runs.backends.base import ClusterConfig
 from runs.models import Attempt
-from tests.api.conftest import running, submitted
 from tests.backends import kubelet
 from tests.backends.argo_runs import run_of
 from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer
+from tests.factories import running, submitted
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 UNSCHEDULABLE = (

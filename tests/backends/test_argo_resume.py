@@ -24,9 +24,9 @@ from runs.planning.reruns import submit_rerun
 from runs.planning.spec import validate_spec
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
-from tests.api.conftest import ended
 from tests.backends.argo_pods import argo_pods
 from tests.backends.kube_api import KubeApiServer
+from tests.factories import ended
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from runs.models import Attempt, Run, Task
-from tests.api.conftest import running, submitted
+from tests.factories import running, submitted
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

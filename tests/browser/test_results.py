@@ -8,8 +8,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from runs.models import Run, Task, TaskState
-from tests.api.conftest import ended, running, submitted
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.factories import ended, running, submitted
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

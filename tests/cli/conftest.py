@@ -1,88 +1,30 @@
-"""The CLI against a live server: the ``simrun`` command as a process, a cluster played by a thread.
-
-The live server hands each submitted run to the submission task; here a thread plays that
-task and the cluster: it submits the run to the fake backend through the controller, then
-moves its pods along (progress written to the store, node phases), ending the run as its
-name asks (a name with ``fail`` fails), and reconciles after every step.
-"""
+"""Fixtures of the CLI's tests: the ``simrun`` command as a process against a live server,
+whose cluster a thread plays (``tests/fake_cluster.py``)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from runs import tasks
 from runs.api.authentication import create_token
-from runs.backends.fake import FakeBackend
-from runs.common import store
-from runs.control import reconciling, submitting
-from runs.models import Run, TaskKind
-from tests.api.conftest import backend, queued, settled  # noqa: F401, F811
 from tests.e2e.service import CONFIGURATION, SIMRUN
-
-STEPS = 4
-STEP_S = 0.8
-"""Slower than the CLI's polls (1 s), so a follower sees the steps between."""
+from tests.fake_cluster import FakeCluster
 
 
-class FakeCluster(threading.Thread):
-    """Submits the runs handed to submission and moves them to their end in ``STEPS`` steps."""
-
-    def __init__(self, fake: FakeBackend, handed: list[str]) -> None:
-        super().__init__(daemon=True)
-        self.backend, self.handed = fake, handed
-        self.steps: dict[str, int] = {}
-        self.halt = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.halt.wait(STEP_S):
-                for run_id in [r for r in self.handed if r not in self.steps]:
-                    submitting.submit(run_id, backend=self.backend)
-                    self.steps[run_id] = 0
-                for run_id in list(self.steps):
-                    self.advance(run_id)
-                reconciling.reconcile_pass(backend=self.backend)
-        except BaseException as error:  # reported by the fixture, not lost in a thread
-            self.error = error
-        finally:
-            connection.close()
-
-    def advance(self, run_id: str) -> None:
-        run = Run.objects.filter(pk=run_id).first()
-        if run is None or run.ended or not run.workflow:
-            return
-        step = self.steps[run_id] = self.steps[run_id] + 1
-        nodes = self.backend.dag_nodes(run.workflow)
-        if step < STEPS:
-            self.backend.set_phase(run.workflow, "Running")
-            self.backend.set_nodes(run.workflow, dict.fromkeys(nodes, "Running"))
-            for task in run.tasks.filter(kind=TaskKind.SPLIT):
-                done = task.units_total * step // STEPS
-                lines = "".join(f'{{"unit": {i}}}\n' for i in range(done))
-                path = store.task_dir(run.id, task.task_id) / "progress.jsonl"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(lines)
-        elif "fail" in run.name:
-            first = nodes[0]
-            self.backend.fail_attempt(run.workflow, first, attempt=0, exit_code=3)
-            self.backend.set_nodes(run.workflow, {first: "Failed"})
-            self.backend.set_phase(run.workflow, "Failed", "child failed")
-        else:
-            self.backend.finish(run.workflow, "Succeeded")
+@pytest.fixture(autouse=True)
+def handed_off(queued, learning, settled) -> None:
+    """The Celery tasks these tests hand runs to are recorded, not sent."""
 
 
 @pytest.fixture
-def cluster(backend, queued, monkeypatch) -> Iterator[FakeCluster]:  # noqa: F811
+def cluster(backend, queued, monkeypatch) -> Iterator[FakeCluster]:
     monkeypatch.setattr(tasks.reconcile, "delay", lambda: None)
     player = FakeCluster(backend, queued)
     player.start()

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from runs.models import Attempt, Run, RunState, Snapshot, Task
-from tests.api.conftest import running, submitted
 from tests.e2e.service import CONFIGURATION, SIMRUN, free_port
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,8 +17,8 @@ from runs.cli.progress import follow
 from runs.client.progress import size_text
 from runs.models import Run, RunState, Task
 from runs.templatetags.simrun import gbh, gbh_unit
-from tests.api.conftest import submitted
 from tests.cli.test_progress import ScriptedClient
+from tests.factories import submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Run
-from tests.api.conftest import ended, submitted
 from tests.client.test_results import TWO_SWEEPS
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

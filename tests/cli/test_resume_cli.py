@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Reuse, Run, RunState, Task
-from tests.api.conftest import ended, submitted
+from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

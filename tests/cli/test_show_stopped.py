@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runs.control import cancelling
-from tests.api.conftest import backend, running, submitted  # noqa: F401
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.conftest import running, submitted
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -24,8 +24,8 @@ from runs.client import (
 )
 from runs.client.config import write_config
 from runs.models import Run, RunState
-from tests.api.conftest import submitted
 from tests.e2e.service import free_port
+from tests.factories import submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

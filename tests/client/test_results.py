@@ -9,8 +9,8 @@ import pytest
 
 from runs.client import Ambiguous, MissingPandas, NotFound
 from runs.models import Run
-from tests.api.conftest import ended, submitted
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

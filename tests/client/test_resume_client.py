@@ -6,7 +6,7 @@ import pytest
 
 from runs.client import InvalidRequest
 from runs.models import Run, RunState
-from tests.api.conftest import ended, submitted
+from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

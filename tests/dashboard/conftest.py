@@ -1,3 +1,8 @@
-"""The dashboard's tests share the API's fixtures: a fresh fake backend, Celery hand-offs."""
+"""Fixtures of the dashboard's tests."""
 
-from tests.api.conftest import backend, queued, settled  # noqa: F401
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def handed_off(queued, learning, settled) -> None:
+    """The Celery tasks these tests hand runs to are recorded, not sent."""

@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from runs.models import Run, RunState
-from tests.api.conftest import ended, running, submitted
+from tests.factories import ended, running, submitted
 
 pytestmark = pytest.mark.django_db
 

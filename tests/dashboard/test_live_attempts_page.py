@@ -11,8 +11,8 @@ from django.test import Client
 from django.utils import timezone
 
 from runs.models import Task
-from tests.api.conftest import running, submitted
 from tests.api.live_attempts import with_live_attempts
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

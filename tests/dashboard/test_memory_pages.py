@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from runs.models import Attempt, Observation
 from runs.planning import sizing
-from tests.api.conftest import running, submitted
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

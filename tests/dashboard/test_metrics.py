@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from runs import tasks
 from runs.control import submitting
 from runs.models import Attempt, Observation, Run, RunState
-from tests.api.conftest import submitted
+from tests.factories import submitted
 
 pytestmark = pytest.mark.django_db
 

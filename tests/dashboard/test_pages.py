@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from runs.models import Attempt, Observation, Run, RunState, Task
-from tests.api.conftest import ended, pod, running, submitted
+from tests.factories import ended, pod, running, submitted
 from tests.floods import deep_tree, tmpfs
 
 pytestmark = pytest.mark.django_db

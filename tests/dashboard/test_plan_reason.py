@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from tests.api.conftest import submitted
+from tests.factories import submitted
 
 pytestmark = pytest.mark.django_db
 

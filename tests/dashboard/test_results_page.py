@@ -14,8 +14,8 @@ from django.test import Client
 
 from runs.models import Run, RunState, Task, TaskState
 from runs.web import results_chart
-from tests.api.conftest import ended, running, submitted
 from tests.dashboard.test_pages import logged_in
+from tests.factories import ended, running, submitted
 
 pytestmark = pytest.mark.django_db
 

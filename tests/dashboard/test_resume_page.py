@@ -10,7 +10,7 @@ from runs.common import store
 from runs.control import submitting
 from runs.models import Reuse, Run, RunState, Task
 from runs.web.timeline import timeline
-from tests.api.conftest import ended, running, submitted
+from tests.factories import ended, running, submitted
 
 pytestmark = pytest.mark.django_db
 

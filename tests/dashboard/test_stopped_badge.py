@@ -8,7 +8,7 @@ from django.test import Client
 
 from runs.control import cancelling
 from runs.models import Task, TaskState
-from tests.api.conftest import running, submitted
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

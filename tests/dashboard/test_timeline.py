@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from runs.models import Attempt, Reuse, Run, RunState, Task
 from runs.web.timeline import LABEL_WIDTH, PLOT_WIDTH, timeline
-from tests.api.conftest import running, submitted
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -9,11 +9,10 @@ import pytest
 import redis
 
 from tests.e2e.service import Service
-from tests.settings import TEST_E2E_DATABASE, TEST_REDIS
+from tests.settings import E2E_REDIS, TEST_E2E_DATABASE
 
 POSTGRES = "postgres://simrun:simrun@127.0.0.1:5432/{}"
 E2E_DATABASE = TEST_E2E_DATABASE
-E2E_REDIS = f"{TEST_REDIS}/6"
 
 
 def fresh_database(name: str) -> str:

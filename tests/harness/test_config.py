@@ -11,8 +11,7 @@ from harness import config
 from harness.config import cores, memory_limit, paths_from_env
 from harness.errors import ConfigurationError
 from harness.memory import GIB
-
-from .conftest import make_task
+from tests.harness.task_dirs import make_task
 
 
 def test_paths_come_from_the_task_directory_in_the_store(store: Path, tmp_path: Path) -> None:

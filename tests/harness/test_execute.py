@@ -16,9 +16,9 @@ import pytest
 from harness import execute
 from harness.execute import THREAD_VARIABLES
 from harness.lifecycle import note_retry_memory
+from tests.harness.processes import clean_environ, finish, spawn
+from tests.harness.task_dirs import make_task, report_of
 from tests.polling import wait_for
-
-from .conftest import clean_environ, finish, make_task, report_of, spawn
 
 SHOW_ENV = (
     "import json, os, sys\n"

@@ -14,8 +14,7 @@ from harness.config import TaskPaths
 from harness.examples.squares import TASK_TYPE as SQUARES
 from harness.ledger import Ledger
 from harness.tasktypes import TaskType
-
-from .conftest import make_task
+from tests.harness.task_dirs import make_task
 
 BEATS_SEEN = 2
 """The beats each unit waits for while it runs."""

@@ -11,9 +11,9 @@ from typing import cast
 from harness.heartbeat import Heartbeat
 from harness.memory import MemorySampler
 from harness.report import LIVE_SAMPLES, LiveMemory, live_path
+from tests.harness.processes import clean_environ, finish, spawn
+from tests.harness.task_dirs import make_task
 from tests.polling import wait_for
-
-from .conftest import clean_environ, finish, make_task, spawn
 
 GIB = 2**30
 

@@ -22,10 +22,11 @@ from harness.memory import (
     processes,
 )
 from harness.report import WorkerReport, cpu_seconds
+from tests.harness.processes import clean_environ, finish, spawn
+from tests.harness.task_dirs import make_task, report_of
 from tests.polling import wait_for
 
 from .cgroup import child_cgroup
-from .conftest import clean_environ, finish, make_task, report_of, spawn
 
 MIB = 1 << 20
 ALLOCATE = """

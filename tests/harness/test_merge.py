@@ -14,8 +14,7 @@ from harness.examples.squares import TASK_TYPE as SQUARES
 from harness.ledger import Ledger
 from harness.merge import MERGED_MARKER, merge_exit, run_merge
 from harness.tasktypes import MergeContext, TaskType
-
-from .conftest import make_task
+from tests.harness.task_dirs import make_task
 
 
 def _ledger(task_dir: Path, n: int, done: list[int]) -> None:

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 from harness.memory import Evidence, descendants
+from tests.harness.processes import clean_environ, finish, spawn
+from tests.harness.task_dirs import claims, make_task, report_of
 from tests.polling import wait_for
 
 from .cgroup import child_cgroup
-from .conftest import claims, clean_environ, finish, make_task, report_of, spawn
 
 LIMIT = 256 << 20
 GREEDY = "b = bytearray(600 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"

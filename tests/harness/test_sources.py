@@ -16,9 +16,9 @@ import pytest
 
 from harness.errors import EXIT_TERMINATED
 from harness.sources import install_editable, shadow_tree, stage
+from tests.harness.processes import clean_environ, finish
+from tests.harness.task_dirs import make_task
 from tests.polling import wait_for
-
-from .conftest import clean_environ, finish, make_task
 
 
 def _tree(root: Path) -> Path:

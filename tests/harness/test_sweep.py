@@ -28,17 +28,9 @@ from harness.sweep import FailuresExceeded, SweepSettings
 from harness.tasktypes import task_types
 from runs.planning.spec import sweep_settings
 from runs.planning.spec_document import parse_spec
+from tests.harness.processes import clean_environ, finish, spawn
+from tests.harness.task_dirs import claims, make_task, progress_units, report_of
 from tests.polling import wait_for
-
-from .conftest import (
-    claims,
-    clean_environ,
-    finish,
-    make_task,
-    progress_units,
-    report_of,
-    spawn,
-)
 
 RESULT = 'printf \'{{"energy": %s, "label": "%s"}}\' "$(( $1 * 10 + $2 ))" "T$1" > "$3/result.json"'
 """A program of the sweeps below: writes a flat JSON object into its {out}."""

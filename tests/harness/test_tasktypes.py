@@ -16,8 +16,7 @@ from harness.errors import ConfigurationError
 from harness.merge import MERGED_MARKER, run_merge
 from harness.tasktypes import TaskType, get_task_type
 from harness.worker import run_worker
-
-from .conftest import make_task
+from tests.harness.task_dirs import make_task
 
 
 def test_an_unknown_task_type_is_a_configuration_error_naming_it_and_the_known() -> None:

@@ -22,8 +22,7 @@ from harness.memory import GIB
 from harness.merge import MERGED_MARKER
 from harness.report import units_done
 from harness.tasktypes import TaskType
-
-from .conftest import claims, make_task, progress_units, report_of
+from tests.harness.task_dirs import claims, make_task, progress_units, report_of
 
 
 def squares_paths(store: Path, n: int, **settings: object) -> tuple[TaskPaths, SquaresSettings]:

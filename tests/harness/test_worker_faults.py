@@ -19,9 +19,9 @@ from harness.examples.squares import SquaresSettings
 from harness.ledger import Ledger
 from harness.memory import descendants
 from harness.tasktypes import TaskType
+from tests.harness.processes import clean_environ, finish, spawn
+from tests.harness.task_dirs import claims, make_task, progress_units, report_of
 from tests.polling import wait_for
-
-from .conftest import claims, clean_environ, finish, make_task, progress_units, report_of, spawn
 
 
 class FaultSettings(SquaresSettings):

@@ -10,18 +10,9 @@ from pathlib import Path
 
 from harness import merge, worker
 from harness.merge import MERGED_MARKER
+from tests.harness.processes import block_sigterm, clean_environ, finish, spawn
+from tests.harness.task_dirs import claims, make_task, progress_units, report_of
 from tests.polling import wait_for
-
-from .conftest import (
-    block_sigterm,
-    claims,
-    clean_environ,
-    finish,
-    make_task,
-    progress_units,
-    report_of,
-    spawn,
-)
 
 
 def squares_out(task_dir: Path) -> list[int]:

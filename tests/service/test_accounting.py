@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from runs.models import Observation, Run, Task
 from runs.reads import accounting
-from tests.api.conftest import submitted
+from tests.factories import submitted
 
 pytestmark = pytest.mark.django_db
 

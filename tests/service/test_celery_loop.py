@@ -27,9 +27,9 @@ from runs.models import Run, RunState, Task, TaskState
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.polling import wait_for
-from tests.settings import TEST_REDIS
+from tests.settings import LOOP_REDIS
 
-REDIS_URL = f"{TEST_REDIS}/5"
+REDIS_URL = LOOP_REDIS
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = {"tasks": {"sweep": {"type": "squares", "settings": {"n": 4}, "workers": 2}}}
 

@@ -13,7 +13,7 @@ from runs.models import Task
 from runs.planning.keys import Environment, task_keys
 from runs.planning.records import task_records
 from runs.planning.spec import validate_spec
-from tests.api.conftest import submitted
+from tests.factories import submitted
 
 TYPES = task_types()
 SOURCE_A = "a" * 64

@@ -7,7 +7,7 @@ import pytest
 
 from runs.control import log_keeping
 from runs.models import Observation, Run
-from tests.api.conftest import running, submitted
+from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
 

@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from runs.control import locks
-from tests.settings import TEST_REDIS
+from tests.settings import LOOP_REDIS
 
-REDIS_URL = f"{TEST_REDIS}/5"
+REDIS_URL = LOOP_REDIS
 ROOT = Path(__file__).resolve().parents[2]
 
 

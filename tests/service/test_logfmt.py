@@ -13,7 +13,7 @@ from django.conf import settings
 from runs import tasks
 from runs.common.logfmt import KeyValueFormatter, Once
 from runs.control import submitting
-from tests.api.conftest import backend, submitted  # noqa: F401
+from tests.factories import submitted
 
 
 def line_of(logger: str, message: str, *args, **extra) -> str:

@@ -18,7 +18,7 @@ from runs.planning.reruns import submit_rerun
 from runs.planning.spec import validate_spec
 from runs.planning.submission import create_run
 from runs.reads import run_reads
-from tests.api.conftest import submitted
+from tests.factories import submitted
 
 pytestmark = pytest.mark.django_db
 

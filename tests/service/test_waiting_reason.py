@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Task
-from tests.api.conftest import submitted
+from tests.factories import submitted
 from tests.service.controller_support import (  # noqa: F401
     fake,
     fresh,

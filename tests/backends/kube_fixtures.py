@@ -1,0 +1,36 @@
+"""The Kubernetes stand-in of the Argo tests (tests/backends, tests/chaos): a pytest plugin,
+loaded by tests/conftest.py with the service's fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from runs.backends.argo.backend import ArgoBackend
+from tests.backends.kube_api import KubeApiServer
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiServer]:
+    """A local HTTP server that speaks the Kubernetes API, for the real kubernetes client."""
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def argo_backends_closed(monkeypatch) -> Iterator[None]:
+    """Every Argo backend a test made is closed after it: its watch threads end, instead of
+    calling a Kubernetes API that is gone for the rest of the session."""
+    made: list[ArgoBackend] = []
+    init = ArgoBackend.__init__
+
+    def recorded(self: ArgoBackend, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(ArgoBackend, "__init__", recorded)
+    yield
+    for backend in made:
+        backend.close()

@@ -1,0 +1,101 @@
+"""The fixtures of every tier but the harness's (a pytest plugin, loaded by tests/conftest.py
+with pytest-django): a store of its own per test, the personas and their API clients, the
+service's fake backend, and the Celery hand-offs recorded instead of sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from runs import tasks
+from runs.backends import get_backend
+from runs.backends.fake import FakeBackend
+from tests import factories
+from tests.backends.packages import pip_index
+
+
+@pytest.fixture(autouse=True)
+def store(settings, tmp_path: Path) -> Path:
+    """Every test gets a store of its own."""
+    settings.SIMRUN_STORE = tmp_path / "store"
+    settings.SIMRUN_STORE.mkdir()
+    return settings.SIMRUN_STORE
+
+
+@pytest.fixture
+def owner(db) -> User:
+    return factories.alice()
+
+
+@pytest.fixture
+def stranger(db) -> User:
+    return factories.mallory()
+
+
+@pytest.fixture
+def staff(db) -> User:
+    return factories.operator()
+
+
+@pytest.fixture
+def owner_client(owner) -> APIClient:
+    return factories.client_for(owner)
+
+
+@pytest.fixture
+def stranger_client(stranger) -> APIClient:
+    return factories.client_for(stranger)
+
+
+@pytest.fixture
+def staff_client(staff) -> APIClient:
+    return factories.client_for(staff)
+
+
+@pytest.fixture
+def anonymous_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch) -> Path:
+    """A folder that is pip's only index (``tests/backends/packages.py``), ``pkgdemo`` in it."""
+    return pip_index(tmp_path / "index", monkeypatch)
+
+
+@pytest.fixture
+def backend() -> Iterator[FakeBackend]:
+    """The service's backend, a fake of its own for this test."""
+    get_backend.cache_clear()
+    fake = get_backend()
+    assert isinstance(fake, FakeBackend)
+    yield fake
+    get_backend.cache_clear()
+
+
+@pytest.fixture
+def queued(monkeypatch) -> list[str]:
+    """The runs handed to the submission task (the Celery task itself is the controller's)."""
+    handed: list[str] = []
+    monkeypatch.setattr(tasks.submit_run, "delay", handed.append)
+    return handed
+
+
+@pytest.fixture
+def learning(monkeypatch) -> list[str]:
+    """The runs handed to the learner (the Celery task itself is ``learning.learn``)."""
+    handed: list[str] = []
+    monkeypatch.setattr(tasks.learn_run, "delay", handed.append)
+    return handed
+
+
+@pytest.fixture
+def settled(monkeypatch) -> list[str | None]:
+    """The runs handed to the settle task."""
+    handed: list[str | None] = []
+    monkeypatch.setattr(tasks.settle, "delay", handed.append)
+    return handed

@@ -1,0 +1,45 @@
+"""The suite's tiers hold: no test imports a conftest file, and the harness's tier (the root
+conftest, tests/harness) imports nothing of the service, read from the source."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+SERVICE = ("runs", "simrun_site", "django", "rest_framework", "kubernetes", "celpy")
+"""Top-level packages only ``pip install -e '.[dev]'`` brings."""
+HARNESS_TIER = ("tests.harness", "tests.polling")
+"""The modules of the suite the harness's tier may import."""
+
+
+def imports_of(path: Path) -> Iterator[str]:
+    """The modules a file imports, anywhere in it; a relative import as ``.name``."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield "." * node.level + (node.module or "")
+
+
+def test_no_test_module_imports_a_conftest_file() -> None:
+    found = {
+        f"{path.relative_to(TESTS)}: {name}"
+        for path in TESTS.rglob("*.py")
+        for name in imports_of(path)
+        if name.split(".")[-1] == "conftest"
+    }
+    assert not found
+
+
+def test_the_root_conftest_and_the_harness_helpers_need_nothing_of_the_service() -> None:
+    files = [TESTS / "conftest.py", *(TESTS / "harness").glob("[!t]*.py")]
+    found = {
+        f"{path.relative_to(TESTS)}: {name}"
+        for path in files
+        for name in imports_of(path)
+        if name.split(".")[0] in SERVICE
+        or (name.startswith("tests.") and not name.startswith(HARNESS_TIER))
+    }
+    assert not found
