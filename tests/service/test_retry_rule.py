@@ -21,7 +21,7 @@ from runs.backends.argo.manifest import RETRY_EXPRESSION, workflow_manifest
 from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig, TaskPlan
 from runs.backends.local.state import Attempt as LocalAttempt
 from runs.backends.local.state import NodeSpec, NodeView, next_memory_gb, retry
-from runs.models import Attempt, RunState, Task
+from runs.models import Attempt, Run, RunState, Task
 from tests.backends.argo_runs import evaluate, run_of, substitute
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,
@@ -118,11 +118,12 @@ def test_the_argo_workflow_gives_each_attempt_the_memory_of_the_rule(ends, memor
     assert symbols(found, plans["sweep"]) == memories
 
 
-@pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
-def test_the_local_backend_gives_each_attempt_the_memory_of_the_rule(ends, memories, verdict):
+def local_memories(ends: list[str], verdict: str, memory_gb: float, retry_gb: float) -> list[float]:
+    """The local backend through ``ends``, asserting its retry decision after each attempt;
+    the memory each attempt ran with."""
     spec = NodeSpec(
         name="sweep-w0", task="sweep", worker="sweep-w0", kind="split", cores=1,
-        memory_gb=1.0, retry_memory_gb=2.0,
+        memory_gb=memory_gb, retry_memory_gb=retry_gb,
     )  # fmt: skip
     view = NodeView(spec)
     for number, end in enumerate(ends):
@@ -136,17 +137,23 @@ def test_the_local_backend_gives_each_attempt_the_memory_of_the_rule(ends, memor
         view.outcomes.append(outcome)
         last = number == len(ends) - 1
         assert (retry(view) is None) == (last and verdict != "succeeded"), f"attempt {number}"
-    plan = TaskPlan(cores=1, memory_gb=1.0, base_gb=0, per_worker_gb=1.0, retry_memory_gb=2.0)
-    assert symbols([a.memory_gb for a in view.attempts], plan) == memories
+    return [a.memory_gb for a in view.attempts]
 
 
-@pytest.mark.django_db
 @pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
-def test_the_controller_records_the_memory_of_each_attempt_and_decides_on_it(
-    launch, fake, ends, memories, verdict
-):
+def test_the_local_backend_gives_each_attempt_the_memory_of_the_rule(ends, memories, verdict):
+    plan = TaskPlan(cores=1, memory_gb=1.0, base_gb=0, per_worker_gb=1.0, retry_memory_gb=2.0)
+    assert symbols(local_memories(ends, verdict, 1.0, 2.0), plan) == memories
+
+
+def controller_run(launch, fake, ends: list[str], *, at_the_limit: bool = False) -> Run:
+    """A run of ``SWEEP`` whose coordinator ends as ``ends`` say, polled after each; with
+    ``at_the_limit``, its plan's retry memory is its memory (a plan capped at the machine)."""
     run = launch(SWEEP)
-    plan = TaskPlan.model_validate(Task.objects.get(run=run).plan)
+    if at_the_limit:
+        task = Task.objects.get(run=run)
+        task.plan = {**task.plan, "retry_memory_gb": task.plan["memory_gb"]}
+        task.save(update_fields=["plan"])
     for number, end in enumerate(ends):
         if end == "ok":
             fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
@@ -159,13 +166,26 @@ def test_the_controller_records_the_memory_of_each_attempt_and_decides_on_it(
         poll(fake)
         if number < len(ends) - 1:
             assert fresh(run).state == RunState.RUNNING, f"after attempt {number} ({end})"
-    run = fresh(run)
-    rows = Attempt.objects.filter(task__run=run, worker="sweep-w0").order_by("attempt")
-    assert [a.attempt for a in rows] == list(range(len(ends)))
-    assert symbols([a.memory_gb for a in rows], plan) == memories
+    return fresh(run)
+
+
+def assert_verdict(run: Run, verdict: str) -> None:
     expected = RunState.SUCCEEDED if verdict == "succeeded" else RunState.FAILED
     assert run.state == expected, run.message
     assert ("with the retry memory" in run.message) == (verdict == "memory"), run.message
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
+def test_the_controller_records_the_memory_of_each_attempt_and_decides_on_it(
+    launch, fake, ends, memories, verdict
+):
+    run = controller_run(launch, fake, ends)
+    plan = TaskPlan.model_validate(Task.objects.get(run=run).plan)
+    rows = Attempt.objects.filter(task__run=run, worker="sweep-w0").order_by("attempt")
+    assert [a.attempt for a in rows] == list(range(len(ends)))
+    assert symbols([a.memory_gb for a in rows], plan) == memories
+    assert_verdict(run, verdict)
 
 
 # A plan at the limit: the machine's, the node's or a capped plan has a retry memory equal to
@@ -175,22 +195,7 @@ def test_the_controller_records_the_memory_of_each_attempt_and_decides_on_it(
 
 @pytest.mark.parametrize(("ends", "memories", "verdict"), SEQUENCES, ids=IDS)
 def test_the_local_backend_decides_the_same_for_a_plan_at_the_limit(ends, memories, verdict):
-    spec = NodeSpec(
-        name="sweep-w0", task="sweep", worker="sweep-w0", kind="split", cores=1,
-        memory_gb=4.0, retry_memory_gb=4.0,
-    )  # fmt: skip
-    view = NodeView(spec)
-    for number, end in enumerate(ends):
-        assert next_memory_gb(view) == 4.0
-        attempt = LocalAttempt("sweep-w0", number, Path("."), launch={"memory_gb": 4.0})
-        view.attempts.append(attempt)
-        if end == "ok":
-            view.outcomes.append("succeeded")
-            break
-        outcome, attempt.exit = ENDS[end]["local"]
-        view.outcomes.append(outcome)
-        last = number == len(ends) - 1
-        assert (retry(view) is None) == (last and verdict != "succeeded"), f"attempt {number}"
+    assert set(local_memories(ends, verdict, 4.0, 4.0)) == {4.0}
 
 
 @pytest.mark.django_db
@@ -198,23 +203,4 @@ def test_the_local_backend_decides_the_same_for_a_plan_at_the_limit(ends, memori
 def test_the_controller_decides_the_same_for_a_plan_at_the_limit(
     launch, fake, ends, memories, verdict
 ):
-    run = launch(SWEEP)
-    task = Task.objects.get(run=run)
-    task.plan = {**task.plan, "retry_memory_gb": task.plan["memory_gb"]}
-    task.save(update_fields=["plan"])
-    for number, end in enumerate(ends):
-        if end == "ok":
-            fake.set_nodes(run.workflow, {"sweep-w0": "Succeeded", "sweep-merge": "Succeeded"})
-        else:
-            if "report" in ENDS[end]:
-                write_report(run, "sweep-w0", number, **ENDS[end]["report"])
-            phase = "Failed" if end == "fail" else RETRYING_PHASE
-            fake.set_nodes(run.workflow, {"sweep-w0": phase})
-            fake.fail_attempt(run.workflow, "sweep-w0", attempt=number, **ENDS[end]["fake"])
-        poll(fake)
-        if number < len(ends) - 1:
-            assert fresh(run).state == RunState.RUNNING, f"after attempt {number} ({end})"
-    run = fresh(run)
-    expected = RunState.SUCCEEDED if verdict == "succeeded" else RunState.FAILED
-    assert run.state == expected, run.message
-    assert ("with the retry memory" in run.message) == (verdict == "memory"), run.message
+    assert_verdict(controller_run(launch, fake, ends, at_the_limit=True), verdict)
