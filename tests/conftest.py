@@ -23,6 +23,9 @@ TIERS = {
     "chaos": ("chaos", "slow"),
 }
 """The markers every test of a folder carries, so ``-m "not slow"``, ``-m e2e`` select tiers."""
+SHARED_CLUSTER = "backends/test_slurm_"
+"""Modules of tests on the one real Slurm of the machine, some of which stop and start its
+daemons: one worker runs them all, one after another."""
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -35,8 +38,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         for marker in TIERS.get(item.path.relative_to(TESTS).parts[0], ()):
             item.add_marker(marker)
-        if shares_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(TESTS).as_posix()))
+        module = item.path.relative_to(TESTS).as_posix()
+        if module.startswith(SHARED_CLUSTER):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif shares_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def shares_module_fixture(item: pytest.Item) -> bool:

@@ -72,7 +72,7 @@ name: chain
 tasks:
   sweep: {type: squares, settings: {n: 4}}
   stats: {type: csv-stats, inputs: {table: sweep}}
-  report: {command: [cat, "{inputs.table}"], inputs: {table: stats}}
+  report: {command: [ls, inputs/table], inputs: {table: stats}}
 """
 
 
