@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.tasktypes import task_types
-from runs.backends.base import ClusterConfig, RunRecord, TaskPlan, TaskRecord, workflow_name
+from runs.backends.base import (
+    BackendUnavailable,
+    ClusterConfig,
+    RunRecord,
+    TaskPlan,
+    TaskRecord,
+    workflow_name,
+)
 from runs.backends.slurm.backend import SlurmBackend
 from runs.backends.slurm.commands import Slurm
 from runs.backends.slurm.script import Placement
@@ -104,8 +111,12 @@ def submit(
 
 
 def polled_phase(backend: SlurmBackend, run_id: str, node: str | None = None) -> str | None:
-    """A run's phase (or a node's) after a poll now."""
-    backend.poll(force=True)
+    """A run's phase (or a node's) after a poll now; None while Slurm's controller does not
+    answer (a test before may have just started it again), as the service waits for it."""
+    try:
+        backend.poll(force=True)
+    except BackendUnavailable:
+        return None
     status = backend.status(workflow_name(run_id))
     return status.tasks.get(node) if node else status.phase
 

@@ -9,6 +9,7 @@ import pytest
 from harness.report import read_report
 from runs.backends.base import RETRYING_PHASE
 from runs.backends.local.backend import LocalBackend, cgroups, workflow_name
+from runs.backends.local.launch import cgroup_name
 from tests.backends.local_fixtures import (
     ended,
     phase,
@@ -48,14 +49,14 @@ def test_each_process_runs_in_a_memory_cgroup_of_its_own_with_the_plan_as_limit(
     with stepping(backend):
         submit(backend, "m0", {"t": {"command": command}}, {"t": plan(memory_gb=0.25)})
         pid = process_of(backend, "m0", "t", "t")
-        cgroup = backend.hierarchy.parent / "m0.t.0"
+        cgroup = backend.hierarchy.parent / cgroup_name(backend, "m0", "t", 0)
         assert pid in cgroups.pids(cgroup)
         limit = int((cgroup / backend.hierarchy.limit_file).read_text())
         assert limit == 0.25 * 2**30
         flag.touch()
         wait_for(lambda: phase(backend, "m0") == "Succeeded")
     assert not cgroup.exists()
-    assert "m0.t.0" in read_log(backend, "m0", "t", "t")
+    assert cgroup_name(backend, "m0", "t", 0) in read_log(backend, "m0", "t", "t")
 
 
 def test_a_kill_for_memory_is_proven_and_retried_once_with_the_retry_memory(backend):

@@ -12,6 +12,7 @@ import pytest
 
 from runs.backends.base import PREEMPTED_PHASE
 from runs.backends.local.backend import LocalBackend, workflow_name
+from runs.backends.local.launch import cgroup_name
 from runs.backends.local.pids import process_cmdline, process_start
 from runs.backends.local.submissions import read_json, write_own_json
 from tests.backends.local_fixtures import (
@@ -114,14 +115,16 @@ def test_kill_orphans_leaves_the_cgroups_of_another_service_s_runs(tmp_path):
     if backend.pids_parent is None:
         pytest.skip("no pids cgroups here (not root)")
     (tmp_path / "store" / "runs" / "ours").mkdir(parents=True)
-    ended = backend.pids_parent / "ours.t.0"
+    ended = backend.pids_parent / cgroup_name(backend, "ours", "t", 0)
     theirs = backend.pids_parent / f"theirs{os.getpid()}.t.0"  # made, not yet joined
-    ended.mkdir(exist_ok=True)
-    theirs.mkdir(exist_ok=True)
+    # Another service's (a test's in parallel) of a run with the same id: made, not yet joined.
+    same_id = backend.pids_parent / f"ours.t.0.other{os.getpid()}"
+    for cgroup in (ended, theirs, same_id):
+        cgroup.mkdir(exist_ok=True)
     try:
         backend.kill_orphans()
-        assert theirs.is_dir() and not ended.exists()
+        assert theirs.is_dir() and same_id.is_dir() and not ended.exists()
     finally:
-        for cgroup in (ended, theirs):
+        for cgroup in (ended, theirs, same_id):
             with contextlib.suppress(FileNotFoundError):
                 cgroup.rmdir()

@@ -15,6 +15,7 @@ in the store as it runs (``logs``), and its process is found and signalled from 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -128,6 +129,8 @@ class LocalBackend:
         self.max_cores: int | None = self.cores
         self.max_memory_gb: float | None = self.memory_gb
         self.hostname = socket.gethostname()
+        self.cgroup_tag = hashlib.blake2b(str(self.store).encode(), digest_size=4).hexdigest()
+        """Ends the names of this store's cgroups (``launch.cgroup_name``)."""
         self.grace_s = grace_s
         self.task_uid_base = task_uid_base if os.geteuid() == 0 else None
         self.hierarchy = cgroups.detect() if enforce_memory else None

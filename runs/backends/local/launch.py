@@ -82,6 +82,13 @@ def launch(backend: LocalBackend, submission: Submission, node: NodeView, logs: 
         os.close(log)
 
 
+def cgroup_name(backend: LocalBackend, run: str, node: str, number: int) -> str:
+    """The cgroups of an attempt, ``<run>.<node>.<attempt>.<store>``: the parents are the
+    machine's, shared by every service (and test) on it, so the store's tag keeps each
+    service's own apart, a run id used by two of them included."""
+    return f"{run}.{node}.{number}.{backend.cgroup_tag}"
+
+
 def launch_file(backend: LocalBackend, submission: Submission, node: NodeView, logs: int) -> Launch:
     """What the launcher of the next attempt of a node runs, as what user, in which cgroups
     (made here) and within which budgets; the run's folder is handed to its task user first."""
@@ -93,7 +100,7 @@ def launch_file(backend: LocalBackend, submission: Submission, node: NodeView, l
     user = isolate(backend, submission, logs)
     cgroup = None
     pids_cgroup = None
-    name = f"{submission.run}.{spec.name}.{number}"
+    name = cgroup_name(backend, submission.run, spec.name, number)
     if backend.hierarchy is not None and not spec.image:
         cgroup = cgroups.create(backend.hierarchy, name, math.ceil(memory_gb * 2**30))
     if backend.pids_parent is not None and not spec.image:

@@ -102,9 +102,10 @@ def kill_orphans(backend: LocalBackend) -> int:
             # The parent is the machine's, shared by every service on it: only the cgroups
             # of this store's ended runs go, never another service's (made by its step, not
             # yet joined by its launcher: empty, so removing it failed that launch).
-            for cgroup in parent.iterdir():  # named <run>.<node>.<attempt>
+            for cgroup in parent.iterdir():  # named <run>.<node>.<attempt>.<store's tag>
                 run_id = cgroup.name.partition(".")[0]
-                if run_id in ours and cgroup.is_dir() and not cgroups.pids(cgroup):
+                mine = cgroup.name.endswith(f".{backend.cgroup_tag}")
+                if mine and run_id in ours and cgroup.is_dir() and not cgroups.pids(cgroup):
                     cgroups.remove(cgroup, timeout_s=0)
     return killed
 
