@@ -31,6 +31,7 @@ from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from tests.backends.argo_workflows import WF, Nodes, pod, workflow
 from tests.backends.kube_api import STALL, KubeApiServer
+from tests.polling import wait_for
 from tests.service.controller_support import home  # noqa: F401
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db]
@@ -61,9 +62,16 @@ def stalled_round(owner, kube: KubeApiServer, argo: ArgoBackend) -> dict[str, An
     """One run through a stall of the API; what it showed."""
     spec = parse_spec(yaml.safe_dump(SPEC), types=task_types())
     run = create_run(spec=spec, owner=owner, backend=argo, schedule=lambda run_id: None)
-    assert submitting.submit(run.id, backend=argo)
+    # A create that timed out on a loaded machine is handed on and made again, as the loop does.
+    wait_for(
+        lambda: (
+            submitting.submit(run.id, backend=argo)
+            and Run.objects.get(pk=run.pk).state == RunState.RUNNING
+        ),
+        60,
+        "the run to be submitted",
+    )
     run = Run.objects.get(pk=run.pk)
-    assert run.state == RunState.RUNNING, run.message
     kube.state.put_workflow(argo_status(run.id, "Running"))
     # Several passes failed already (minutes of an outage): a broken record would wait 600 s.
     Run.objects.filter(pk=run.pk).update(reconcile_failures=6)
