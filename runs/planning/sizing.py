@@ -292,6 +292,15 @@ class Simrun:
                 if fit.n_eff < FEW_RUNS
                 else "without a kill simrun never plans more than the default"
             )
+        before = self.unseen(default_gb, prior, shown).gb
+        top_need = max((need(s) for s in recent), default=0.0)
+        if not read_kills and gb > before and top_need * SHOWN_MARGIN <= before:
+            gb = before
+            steps.append(
+                f"capped at the plan without history {gb_text(before)}: the largest need "
+                f"{gb_text(top_need)} × {SHOWN_MARGIN:g} is below it"
+            )
+            reason = "peaks well below the plan never raise it"
         floor, floor_why = max(_floors(peaks, kills))
         if kills and gb > _up(floor * RETRY_FACTOR):
             # Peaks far below a kill are of inputs before a step up: their spread is no
