@@ -222,6 +222,7 @@ class Simrun:
     prior_spread: float = PRIOR_SPREAD
     prior_margin: float = PRIOR_MARGIN
     prior_default_types: int = PRIOR_DEFAULT_TYPES
+    prior_floor: float = PRIOR_FLOOR
     window: int = WINDOW
     spread_floor: float = peak_model.SPREAD_FLOOR
 
@@ -354,9 +355,9 @@ class Simrun:
             f"top peak/default {top:.3f} ({prior.top_type}) × {self.prior_margin:g} margin "
             f"= {evidence:.3f}"
         ]
-        if evidence < PRIOR_FLOOR:
-            evidence = PRIOR_FLOOR
-            steps.append(f"floored at {PRIOR_FLOOR:g}")
+        if evidence < self.prior_floor:
+            evidence = self.prior_floor
+            steps.append(f"floored at {self.prior_floor:g}")
         elif evidence > 1:
             evidence = 1.0
             steps.append("capped at 1, the default")
