@@ -11,7 +11,7 @@ import pytest
 
 from runs.backends.base import TaskPlan
 from runs.control import log_keeping
-from runs.models import Observation, Run, RunState, Task
+from runs.models import Attempt, Observation, Run, RunState, Task
 from tests.factories import running, submitted
 from tests.service.controller_support import (  # noqa: F401
     fake,
@@ -82,3 +82,24 @@ def test_two_kills_in_one_poll_with_a_refused_report_are_each_observed_once(laun
     assert at_limit.oom and not at_limit.from_report and at_limit.peak_bytes is None
     assert at_limit.limit_bytes == int(sweep.memory_gb * 2**30)
     assert reported.oom and reported.from_report and reported.peak_bytes == 2**30
+
+
+def test_a_kill_whose_report_is_left_unread_over_the_budget_is_observed_at_its_limit(
+    launch, fake, settings
+):
+    """The reports of a task are read up to SIMRUN_REPORTS_READ_MB: a kill whose report is
+    past it is observed all the same, at the limit its attempt ran with."""
+    settings.SIMRUN_REPORTS_READ_MB = 100 / 2**20  # the first report takes it all
+    run = launch()
+    write_report(run, "sweep-w0", 0, oom_kills=1)
+    write_report(run, "sweep-w0", 1, oom_kills=1)
+    for attempt in (0, 1):
+        fake.fail_attempt(run.workflow, "sweep-w0", attempt=attempt, exit_code=137, oom_killed=True)
+    poll(fake)
+
+    observed = {o.attempt: o for o in Observation.objects.filter(run=run)}
+    assert sorted(observed) == [0, 1]
+    assert observed[0].from_report
+    assert not observed[1].from_report
+    row = Attempt.objects.get(task__run=run, worker="sweep-w0", attempt=1)
+    assert observed[1].limit_bytes == int(row.memory_gb * 2**30)
