@@ -58,9 +58,10 @@ def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) ->
     return Wastage(used_gbh=peak_gb * hours, over_gbh=max(0.0, limit_gb - peak_gb) * hours)
 
 
-# simrun's policy. Each constant is a statement about evidence; the four that trade waste
-# against kills (WINDOW, TARGET, PRIOR_SPREAD, PRIOR_MARGIN) are chosen by the replay's
-# cross-validation (``bench/sizing_replay.py --cross-validate``) by the folds' worst case.
+# simrun's policy. Each constant is a statement about evidence; those that trade waste
+# against kills (WINDOW, TARGET, PRIOR_SPREAD, SPREAD_FLOOR; the prior's PRIOR_MARGIN,
+# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR) are chosen by the replay's leave-one-trace-out
+# cross-validation (``bench/sizing_replay.py --cross-validate``, ``--first-tasks``).
 WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
 (``runs/planning/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
@@ -95,12 +96,13 @@ more demanding than any seen (cross-validated); a miss costs the first wave one 
 each, since its retry gets twice the default."""
 PRIOR_FLOOR = 0.25
 """The prior's evidence never says less than this share of the default, whatever the other
-types needed: one tiny type cannot pull a new type far below what its author set."""
+types needed: one tiny type cannot pull a new type far below what its author set
+(cross-validated on the first tasks alone: ``bench/sizing_replay.py --first-tasks``)."""
 PRIOR_DEFAULT_TYPES = 12
 """The type's own default counts as this many types that needed all of theirs. With K other
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
 (types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
-few types, halfway (in log) at 12, three quarters at 36."""
+few types, halfway (in log) at 12, three quarters at 36 (cross-validated: ``--first-tasks``)."""
 FEW_RUNS = 5.0
 """Below this many effective samples the short reason says the margin is wide for want of
 runs."""
