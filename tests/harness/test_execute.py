@@ -101,10 +101,17 @@ def test_an_attempt_after_a_kill_for_memory_says_so_in_its_termination_message(
     termination = tmp_path / "termination-log"
     monkeypatch.setattr("harness.lifecycle.TERMINATION_LOG", str(termination))
 
-    code, _ = _run(store, tmp_path, harness_env, "true", SIMRUN_AFTER_MEMORY_KILL=after)
+    code, _ = _run(
+        store,
+        tmp_path,
+        harness_env,
+        "true",
+        SIMRUN_AFTER_MEMORY_KILL=after,
+        SIMRUN_MEMORY_LIMIT_GB="4.5",
+    )
 
     assert code == 0
-    expected = "simrun: the retry memory after a kill for memory"
+    expected = "simrun: the retry memory after a kill for memory (4.5 GiB)"
     assert (termination.read_text() if termination.exists() else "") == (expected if note else "")
 
 
