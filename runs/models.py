@@ -70,6 +70,12 @@ class Run(Liveness, models.Model):
     backend = models.CharField(max_length=20)
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.SUBMITTING)
     message = models.TextField(blank=True)
+    refused = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Why the learning of its sources' types refused it, by the path of the field "
+        "(tasks.decay.settings.steps), as a 400 says it: the run failed at submission.",
+    )
     workflow = models.CharField(max_length=100, blank=True, help_text="Name in the backend.")
     image = models.CharField(max_length=500, blank=True)
     reserved_node = models.CharField(max_length=253, blank=True)
