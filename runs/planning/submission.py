@@ -36,6 +36,7 @@ from runs.models import (
 )
 from runs.planning.evidence import prior_evidence
 from runs.planning.images import resolve
+from runs.planning.installable import not_installable
 from runs.planning.keys import Environment, task_keys
 from runs.planning.learned_types import MustLearn, run_types
 from runs.planning.peak_model import features_of
@@ -134,13 +135,15 @@ def units_of(record: TaskRecord, types: Mapping[str, TaskType]) -> int:
 
 
 def check_sources(spec: RunSpec, owner: User) -> None:
-    """Every snapshot a spec names must be one the owner uploaded."""
+    """Every snapshot a spec names must be one the owner uploaded, and a tree pip can install
+    as far as its files tell (``not_installable``)."""
     known = set(owner.snapshots.filter(digest__in=spec.sources).values_list("digest", flat=True))
-    errors = {
-        f"sources.{i}": [f"unknown snapshot {digest!r}: upload it first"]
-        for i, digest in enumerate(spec.sources)
-        if digest not in known
-    }
+    errors = {}
+    for i, digest in enumerate(spec.sources):
+        if digest not in known:
+            errors[f"sources.{i}"] = [f"unknown snapshot {digest!r}: upload it first"]
+        elif problem := not_installable(digest):
+            errors[f"sources.{i}"] = [f"snapshot {digest[:12]}: {problem}"]
     if errors:
         raise SpecError(errors)
 
