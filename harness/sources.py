@@ -73,9 +73,13 @@ class InstallFailed(subprocess.CalledProcessError):
 
 
 def pip_reason(output: str | bytes | None) -> str:
-    """pip's reason for a failure, from its output: its ``ERROR:`` lines, else its last line."""
+    """pip's reason for a failure, from its output: the last lines of a build's own output
+    (what pip frames with ``[end of output]``), else pip's ``ERROR:`` lines, else its last."""
     text = output.decode(errors="replace") if isinstance(output, bytes) else output or ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    ends = [i for i, line in enumerate(lines) if line == "[end of output]"]
+    if ends and ends[-1] > 0:
+        return " ".join(lines[max(0, ends[-1] - 2) : ends[-1]])
     errors = [line for line in lines if line.startswith("ERROR:")]
     return " ".join(errors or lines[-1:]) or "it printed nothing"
 
