@@ -15,8 +15,9 @@ What a path holds is told by a ``Named`` digest: ``sha256:…`` of its content; 
 times, inode) of a file larger than ``MAX_HASHED`` or that the service may not read; ``folder``;
 ``absent``; ``not-a-file`` (a FIFO, a device: never opened for reading). A path in the store,
 or leading into it by a link, is what a task could have written: it is opened component by
-component without following a link (``harness.untrusted``), and one that leads in by a link
-is never the same (a fresh nonce). Every file is opened without waiting (a FIFO never blocks
+component without following a link (``harness.untrusted``), and one with a link on the way,
+one that leads in by a link, or one the service cannot read there is never the same (a
+fresh nonce: its task always runs). Every file is opened without waiting (a FIFO never blocks
 the service) and read at most ``MAX_HASHED`` bytes.
 """
 
@@ -111,14 +112,15 @@ def _in_store(root: str, relative: str) -> str:
     try:
         with untrusted.open_file(Path(root), relative) as file:
             return _content(file.fileno())
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return "absent"
     except untrusted.Refused:
         return "not-a-file"  # a folder, a FIFO, a device
     except OSError as error:
-        if error.errno == errno.ELOOP:
-            return "not-a-file"  # a link: not followed
-        return f"unreadable:{secrets.token_hex(16)}"
+        # A link on the way (ELOOP, or ENOTDIR past one) is not followed, and what it leads
+        # to may change unseen: never the same, as a file the service cannot read.
+        what = "link" if error.errno in (errno.ELOOP, errno.ENOTDIR) else "unreadable"
+        return f"{what}:{secrets.token_hex(16)}"
 
 
 def _content(fd: int) -> str:
