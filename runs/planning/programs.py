@@ -12,7 +12,8 @@ run is submitted and becomes part of the task's key (``runs.planning.keys``):
   (``--input=/data/x.csv``); one with a placeholder differs per unit and is left out.
 
 What a path holds is told by a ``Named`` digest: ``sha256:…`` of its content; ``stat:…`` (size,
-times, inode) of a file larger than ``MAX_HASHED`` or that the service may not read; ``folder``;
+times, inode) of a file larger than ``MAX_HASHED`` (or than what is left of the run's
+``MAX_HASHED_PER_RUN``) or that the service may not read; ``folder``;
 ``absent``; ``not-a-file`` (a FIFO, a device: never opened for reading). A path in the store,
 or leading into it by a link, is what a task could have written: it is opened component by
 component without following a link (``harness.untrusted``), and one with a link on the way,
@@ -30,6 +31,7 @@ import secrets
 import shutil
 import stat
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import untrusted
@@ -39,10 +41,20 @@ from runs.common import store
 
 MAX_HASHED = 256 * 2**20
 """The most bytes of one file read for its digest; a larger file is keyed by its ``stat``."""
+MAX_HASHED_PER_RUN = 1 << 30
+"""The most bytes read for the digests of one run's files (a submission is a web request):
+the files past it are keyed by their ``stat``."""
 CHUNK = 2**20
 INTERPRETERS = frozenset({"python", "python3"})
 """Programs that are the harness's interpreter: keyed by simrun's version and the environment."""
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+@dataclass
+class Budget:
+    """The bytes one submission may still read for its digests."""
+
+    left: int
 
 
 def command_of(record: TaskRecord) -> list[str]:
@@ -76,21 +88,24 @@ def named_files(records: Mapping[str, TaskRecord]) -> dict[str, dict[str, str]]:
     """What every path each task's command names holds, by task id then path; a path named by
     several tasks is read once."""
     read: dict[str, str] = {}
+    budget = Budget(MAX_HASHED_PER_RUN)
     files = {}
     for task_id, record in records.items():
         paths = named_paths(command_of(record))
         for path in paths:
             if path not in read:
-                read[path] = digest(path)
+                read[path] = digest(path, budget)
         files[task_id] = {path: read[path] for path in paths}
     return files
 
 
-def digest(path: str) -> str:
-    """What the absolute ``path`` holds, as a ``Named`` digest (the module's docstring)."""
+def digest(path: str, budget: Budget | None = None) -> str:
+    """What the absolute ``path`` holds, as a ``Named`` digest (the module's docstring); the
+    bytes read are taken from ``budget``, a file beyond what is left keyed by its ``stat``."""
+    budget = budget if budget is not None else Budget(MAX_HASHED)
     root = os.path.normpath(store.root())
     if _below(path, root):
-        return _in_store(root, os.path.relpath(path, root))
+        return _in_store(root, os.path.relpath(path, root), budget)
     try:
         if _below(os.path.realpath(path), os.path.realpath(root)):
             return f"link-into-store:{secrets.token_hex(16)}"  # a task's: never the same
@@ -102,16 +117,16 @@ def digest(path: str) -> str:
     except OSError:
         return _status(path)
     try:
-        return _content(fd)
+        return _content(fd, budget)
     finally:
         os.close(fd)
 
 
-def _in_store(root: str, relative: str) -> str:
+def _in_store(root: str, relative: str, budget: Budget) -> str:
     """What a path in the store holds, walked without following a link."""
     try:
         with untrusted.open_file(Path(root), relative) as file:
-            return _content(file.fileno())
+            return _content(file.fileno(), budget)
     except FileNotFoundError:
         return "absent"
     except untrusted.Refused:
@@ -123,22 +138,25 @@ def _in_store(root: str, relative: str) -> str:
         return f"{what}:{secrets.token_hex(16)}"
 
 
-def _content(fd: int) -> str:
-    """The digest of an open file: its content's, or its ``stat`` when it is too large; a
-    folder or a FIFO is said, never read."""
+def _content(fd: int, budget: Budget) -> str:
+    """The digest of an open file: its content's, or its ``stat`` when it is larger than
+    ``MAX_HASHED`` or what is left of ``budget``; a folder or a FIFO is said, never read."""
     status = os.fstat(fd)
     if stat.S_ISDIR(status.st_mode):
         return "folder"
     if not stat.S_ISREG(status.st_mode):
         return "not-a-file"
-    if status.st_size > MAX_HASHED:
+    if status.st_size > min(MAX_HASHED, budget.left):
         return _identity(status)
     os.set_blocking(fd, True)
     hashed = hashlib.sha256()
-    left = MAX_HASHED
+    left = status.st_size
     while left > 0 and (chunk := os.read(fd, min(CHUNK, left))):
         hashed.update(chunk)
         left -= len(chunk)
+    budget.left -= status.st_size
+    if os.read(fd, 1):  # it grew while read: its content is not what was hashed
+        return _identity(os.fstat(fd))
     return f"sha256:{hashed.hexdigest()}"
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from harness.ledger import Ledger
+from runs.backends.base import TaskRecord
 from runs.backends.fake import FakeBackend
 from runs.common import store
 from runs.models import Reuse, Run, Task
@@ -170,6 +171,24 @@ def test_a_file_larger_than_what_is_read_is_keyed_by_its_status(tmp_path: Path, 
     assert first.startswith("stat:10:")
     big.write_bytes(b"9876543210")
     assert programs.digest(str(big)) != first
+
+
+def test_what_one_submission_reads_is_bounded_the_files_past_it_keyed_by_status(
+    tmp_path: Path, monkeypatch
+):
+    monkeypatch.setattr(programs, "MAX_HASHED_PER_RUN", 15)
+    named = []
+    for name in "abc":
+        (tmp_path / name).write_bytes(b"0123456789"[:6])
+        named.append(str(tmp_path / name))
+    records = {
+        "t": TaskRecord(id="t", kind="command", command=["/bin/true", *named[:2]]),
+        "u": TaskRecord(id="u", kind="command", command=["/bin/true", named[0], named[2]]),
+    }
+    files = programs.named_files(records)
+    kinds = {path: files[task][path].split(":")[0] for task in files for path in files[task]}
+    # /bin/true first (its bytes count too, over the bound alone), then 6 + 6 bytes of 15.
+    assert [kinds[path] for path in named] == ["sha256", "sha256", "stat"]
 
 
 def test_a_file_the_service_may_not_read_is_keyed_by_its_status(tmp_path: Path, monkeypatch):
