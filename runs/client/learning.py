@@ -35,9 +35,13 @@ def learned(
     if run.get("state") != LEARNING:
         return run
     report(f"run {run['id']} is learning the task types its sources ship: waiting for them")
-    while run.get("state") == LEARNING:
-        sleep(poll_s)
-        run = client.poll(run["id"], sleep=sleep)
+    try:
+        while run.get("state") == LEARNING:
+            sleep(poll_s)
+            run = client.poll(run["id"], sleep=sleep)
+    except KeyboardInterrupt:
+        report(f"stopped waiting: run {run['id']} goes on (simrun show {run['id']})")
+        raise
     if refused := run.get("refused"):
         fields = field_problems(refused)
         problems = problem_lines(fields)
