@@ -47,7 +47,7 @@ from harness.grid import Grid, SweepError, Value, allowed_failures, format_value
 from harness.grid import percentage as is_percentage
 from harness.ledger import describe
 from harness.placeholders import Template, fill, names, parse
-from harness.results import Scalar, is_flat, write_table
+from harness.results import REUSED_FROM, Scalar, is_flat, write_table
 from harness.tasktypes import MergeContext, TaskType
 
 SWEEP_TYPE = "sweep"
@@ -60,7 +60,7 @@ them in the merge's memory, so 100,000 units hold at most 800 MiB of them."""
 SIGTERM_WAIT_S = 1.0
 """How long a unit whose program a SIGTERM ended waits for the worker's stop before it counts
 as failed: locally the backend's SIGTERM reaches every process of the task's tree."""
-HARNESS_COLUMNS = ("unit", "exit_code", "seconds", "peak_gib", "error")
+HARNESS_COLUMNS = ("unit", "exit_code", "seconds", "peak_gib", "error", REUSED_FROM)
 INTEGER = re.compile(r"[-+]?\d{1,300}")
 FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(inf|nan)", re.IGNORECASE)
 PYTHON = ("python", "python3")
@@ -406,7 +406,7 @@ def merge(settings: SweepSettings, context: MergeContext) -> None:
     """Write the results table; fail when more units failed than allowed."""
     results: list[UnitResult] = list(context.results)
     columns, rows = table(settings, results)
-    write_table(context.out, columns, rows)
+    write_table(context.out, columns, rows, context.reused_from)
     failed = [unit for unit, result in enumerate(results) if result.error is not None]
     allowed = allowed_failures(settings.failures.allowed, len(results))
     if len(failed) > allowed:

@@ -4,6 +4,7 @@ service's fake backend, and the Celery hand-offs recorded instead of sent."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,32 @@ def learning(monkeypatch) -> list[str]:
     handed: list[str] = []
     monkeypatch.setattr(tasks.learn_run, "delay", handed.append)
     return handed
+
+
+@pytest.fixture
+def learner(learning, monkeypatch) -> Iterator[None]:
+    """The runs handed to the learner learned in a thread of their own, as its worker does
+    (``learning.learn``), while the submission's client waits for them (a live server)."""
+    from django.db import connection
+
+    from runs.control import learning as learner_task
+
+    threads: list[threading.Thread] = []
+
+    def learn(run_id: str) -> None:
+        try:
+            learner_task.learn(run_id)
+        finally:
+            connection.close()
+
+    def hand_on(run_id: str) -> None:
+        threads.append(threading.Thread(target=learn, args=(run_id,), daemon=True))
+        threads[-1].start()
+
+    monkeypatch.setattr(tasks.learn_run, "delay", hand_on)
+    yield
+    for thread in threads:
+        thread.join(timeout=600)
 
 
 @pytest.fixture

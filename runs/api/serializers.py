@@ -280,6 +280,7 @@ class RunDetailSerializer(RunSerializer):
             "reruns",
             "resume_of",
             "usage",
+            "refused",
         ]
 
     def get_shown_state(self, run: Run) -> str:

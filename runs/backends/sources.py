@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import untrusted
+from harness.sources import pip_reason
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 
@@ -98,10 +99,7 @@ def describe(
     except local_env.BuildTimeout as error:
         raise SourcesError(f"{error} (SIMRUN_LEARN_INSTALL_S)") from None
     except subprocess.CalledProcessError as error:
-        raise SourcesError(
-            f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
-            f"{tail(error.output)}"
-        ) from None
+        raise SourcesError(not_installed(error.output)) from None
     except local_env.PackagesError as error:
         raise PackagesError(str(error)) from None
     return Described(done.returncode, _text(done.stdout), _text(done.stderr))
@@ -168,6 +166,19 @@ def _text(output: str | bytes | None) -> str:
     if isinstance(output, bytes):
         return output.decode(errors="replace")
     return output or ""
+
+
+def not_installed(output: str | bytes | None) -> str:
+    """Why the sources could not be installed, from the output of the process that ran pip:
+    pip's reason first (``harness.sources.pip_reason``), then pip's last lines, not the
+    traceback of the process that ran it."""
+    said = _text(output).split(TRACEBACK)[0]
+    return (
+        f"the sources cannot be installed: pip install -e failed: {pip_reason(said)}\n{tail(said)}"
+    )
+
+
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def tail(output: str | bytes | None) -> str:

@@ -36,14 +36,22 @@ def learn(run_id: str, *, backend: Backend | None = None, schedule: Schedule | N
         try:
             submission.plan_learned(run, backend=backend, schedule=schedule)
         except SpecError as error:
-            _fail_learning(run, "\n".join(f"{p}: {' '.join(m)}" for p, m in error.errors.items()))
+            _fail_learning(
+                run,
+                "\n".join(f"{p}: {' '.join(m)}" for p, m in error.errors.items()),
+                refused=error.errors,
+            )
         except CannotRun as error:
             _fail_learning(run, str(error))
     return True
 
 
-def _fail_learning(run: Run, message: str) -> None:
-    """Fail a run whose sources' types could not be learned (a cancel meanwhile wins)."""
+def _fail_learning(run: Run, message: str, refused: dict[str, list[str]] | None = None) -> None:
+    """Fail a run whose sources' types could not be learned (a cancel meanwhile wins); a spec
+    they refused keeps its problems by field (``Run.refused``), which ``simrun submit`` and
+    ``Client.submit`` raise as the 400 of a type already known would be."""
+    if refused:
+        Run.objects.filter(pk=run.pk, state=RunState.LEARNING).update(refused=refused)
     for _ in range(CANCEL_TRIES):
         if run.state != RunState.LEARNING or close_run(run, [], RunState.FAILED, message):
             return

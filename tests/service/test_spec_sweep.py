@@ -20,7 +20,7 @@ TYPES = task_types()
 ISSUE_EXAMPLE = """
 tasks:
   sim:
-    command: [./md-sim, --temperature, "{T}", --seed, "{seed}", --out, "{out}/result.json"]
+    command: [/opt/bin/md-sim, --temperature, "{T}", --seed, "{seed}", --out, "{out}/result.json"]
     sweep:
       T: {linspace: [0.5, 3.0, 26]}
       seed: {range: [0, 10]}
@@ -83,7 +83,7 @@ name: study
 tasks:
   a: {command: [/opt/bin/md-sim, "{x}"], sweep: {x: [1]}}
   b: {command: [python, -m, md.relax, "{x}"], sweep: {x: [1]}}
-  c: {command: [python, scripts/fit.py, "{x}"], sweep: {x: [1]}}
+  c: {command: [python, /home/me/scripts/fit.py, "{x}"], sweep: {x: [1]}}
   d: {command: [md-sim, "x.dat"]}
 """,
         types=TYPES,
@@ -272,7 +272,7 @@ def test_the_sweep_of_docs_run_spec_is_the_valid_sweep_it_says():
     ("text", "path", "said"),
     [
         (  # the axis no argument uses: every unit would run at --temperature 1.0
-            "{command: [python, relax.py, --temperature, '1.0'], sweep: {T: [0.5, 1.0]}}",
+            "{command: [python, /home/me/relax.py, --temperature, '1.0'], sweep: {T: [0.5, 1.0]}}",
             "tasks.sim.sweep.T",
             "no argument of the command uses {T}",
         ),

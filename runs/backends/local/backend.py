@@ -233,7 +233,19 @@ class LocalBackend:
         types: dict[str, TaskType],
         cluster: ClusterConfig,
     ) -> str | None:
-        return None  # nothing of a run's size is bounded here beyond what planning checks
+        """An ``image`` of a command task where commands run directly on this machine: it
+        would be ignored without a word, the command run with the machine's programs instead
+        (nothing of a run's size is bounded here beyond what planning checks)."""
+        if (record.local_commands or self.commands) != "direct":
+            return None
+        imaged = [t.id for t in record.tasks.values() if t.kind == "command" and t.image]
+        if not imaged:
+            return None
+        return (
+            f"tasks.{imaged[0]}.image: {record.tasks[imaged[0]].image!r} would not be used: "
+            "command tasks run directly on this machine here (commands: direct), with its "
+            "programs; give commands: docker to run them in their image, or drop image"
+        )
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after every launch, start and end of a process that a step

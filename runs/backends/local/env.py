@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO
 
 from harness import untrusted
+from harness.sources import InstallFailed
 
 if __package__:  # imported as a module of the service
     from runs.backends.local import builds
@@ -233,8 +234,9 @@ def isolated(
     base: Path | None = None,
     timeout_s: float | None = None,
 ) -> None:
-    """Make the venv in a child process as ``user``, printing its one line of output; a
-    ``CalledProcessError`` whose ``output`` is the tail of pip's output when it fails,
+    """Make the venv in a child process as ``user``, printing its one line of output;
+    ``InstallFailed`` (a ``CalledProcessError`` said as pip's reason, never as the command
+    line) whose ``output`` is the tail of pip's output when it fails,
     ``BuildTimeout`` (with that tail) when it takes longer than ``timeout_s``."""
     directory.mkdir(parents=True)
     if user.uid is not None:
@@ -256,7 +258,7 @@ def isolated(
             + (f":\n{output}" if output else "")
         )
     if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, argv, output=output)
+        raise InstallFailed(done.returncode, argv, output=output)  # said as pip's reason
     if said:
         print(said, flush=True)
 
