@@ -345,6 +345,11 @@ SIMRUN_TASK_PIDS_MAX = _read("SIMRUN_TASK_PIDS_MAX", env.int, 4096)
 SIMRUN_PACKAGES_TIMEOUT_S = _positive("SIMRUN_PACKAGES_TIMEOUT_S", 1800.0)
 SIMRUN_ENVIRONMENTS_KEPT = int(_positive("SIMRUN_ENVIRONMENTS_KEPT", 8))
 SIMRUN_PACKAGES_CACHE_GB = _positive("SIMRUN_PACKAGES_CACHE_GB", 5.0)
+# Every process of a user's code outside a task (a learning, a build of packages or sources)
+# runs behind a wall (runs/backends/local/wall.py) with this memory (its /tmp and /dev/shm
+# included) and these processes at most.
+SIMRUN_BUILD_MEMORY_GB = _positive("SIMRUN_BUILD_MEMORY_GB", 2.0)
+SIMRUN_BUILD_PIDS_MAX = int(_positive("SIMRUN_BUILD_PIDS_MAX", 512))
 # The most units (combinations) one command sweep may have (docs/run-spec.md, Sweeps).
 SIMRUN_SWEEP_MAX_UNITS = _read("SIMRUN_SWEEP_MAX_UNITS", env.int, 100_000)
 # What the submission of one resumed run may copy of the work it reuses (runs/control/reuse.py):

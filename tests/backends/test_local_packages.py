@@ -109,7 +109,7 @@ def test_a_split_task_runs_the_harness_of_the_packages_venv(backend, index, tmp_
 def test_a_second_build_of_the_same_packages_takes_their_wheels_from_the_cache(
     tmp_path, index
 ) -> None:
-    builds = tmp_path / "builds"
+    builds = tmp_path / "store" / "builds"  # the store stays visible behind the wall
     write_sdist(index, "slowbuild", builds)
     python, lock = local_env.ensure_packages(install(tmp_path / "store", "slowbuild"))
     lock.close()
@@ -122,7 +122,7 @@ def test_a_second_build_of_the_same_packages_takes_their_wheels_from_the_cache(
 
 
 def test_an_install_past_its_time_limit_is_stopped_and_says_so(tmp_path, index, capfd) -> None:
-    write_sdist(index, "hangs", tmp_path / "builds", sleep_s=600)
+    write_sdist(index, "hangs", tmp_path / "store" / "builds", sleep_s=600)
     slow = local_env.Install(
         tmp_path / "store", ("hangs",), timeout_s=2, pip_env=local_env.pip_env()
     )
@@ -130,7 +130,7 @@ def test_an_install_past_its_time_limit_is_stopped_and_says_so(tmp_path, index, 
         local_env.ensure_packages(slow)
     assert "took longer than 2 s (SIMRUN_PACKAGES_TIMEOUT_S)" in str(error.value)
     assert "hangs" in str(error.value)
-    gone = subprocess.run(["pgrep", "-f", str(tmp_path / "builds")], capture_output=True)
+    gone = subprocess.run(["pgrep", "-f", str(tmp_path / "store" / "builds")], capture_output=True)
     assert gone.stdout == b""  # the build and its children were killed
 
 
@@ -186,7 +186,7 @@ def test_the_venvs_beyond_those_kept_go_but_not_one_in_use(tmp_path, index) -> N
 
 
 def test_the_wheel_cache_over_its_budget_is_emptied(tmp_path, index) -> None:
-    write_sdist(index, "slowbuild", tmp_path / "builds")
+    write_sdist(index, "slowbuild", tmp_path / "store" / "builds")
     _, lock = local_env.ensure_packages(install(tmp_path / "store", "slowbuild", cache_gb=1e-9))
     lock.close()
     cache = tmp_path / "store" / local_env.ENVIRONMENTS / local_env.CACHE / "service"

@@ -1,7 +1,8 @@
 """The budget of one task's files on the local backend: the entries (inodes) and bytes of its
 folder in the store and of its scratch together, and how deep their folders nest.
 
-The kernel caps one file: the task's processes run with ``RLIMIT_FSIZE`` at the bytes budget.
+The kernel caps one file: the task's processes run with ``RLIMIT_FSIZE`` at the bytes budget
+(``wall.enter``).
 The rest needs a filesystem quota per folder, which a store on an ordinary disk (or a kernel
 built without ``CONFIG_QUOTA``) does not have, so the task's launcher counts, with a bounded
 walk that follows no link (``harness.untrusted.usage``): every ``check_s`` while the task runs,
@@ -22,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import threading
 import time
 from collections.abc import Callable
@@ -56,10 +56,6 @@ class Budget:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Budget:
         return cls(int(data["files"]), int(data["bytes"]), int(data["depth"]), data["check_s"])
-
-    def limit_file_size(self) -> None:
-        """No file of this process (and its children) may grow beyond the bytes budget."""
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.bytes, self.bytes))
 
     def too_large_a_file(self) -> str:
         return f"over its budget: a file larger than {_size(self.bytes)} (SIMRUN_TASK_DISK_GB)"

@@ -145,6 +145,8 @@ def launch_file(backend: LocalBackend, submission: Submission, node: NodeView, l
         network="host" if backend.task_network == "host" else "loopback",
         venv=Venv(dir=venv, snapshots=submission.snapshots, base=base) if venv else None,
         packages=install,
+        build_memory_bytes=math.ceil(backend.packages.build_memory_gb * 2**30),
+        build_pids_max=backend.packages.build_pids_max,
         container=container,
         notify=backend.address,
         cores=spec.cores,

@@ -118,6 +118,9 @@ class Launch(Launched):
     network: Literal["loopback", "host"]
     venv: Venv | None
     packages: Packages | None
+    build_memory_bytes: int
+    """The memory of a build of the packages or of the run's sources, behind its wall."""
+    build_pids_max: int
     container: str | None
     """The name of the attempt's Docker container, None for a process of this machine."""
     notify: str

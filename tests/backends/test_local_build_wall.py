@@ -1,0 +1,158 @@
+"""A build of an environment's packages runs its user's code behind the wall a task has
+(runs/backends/local/wall.py): a build backend (in its own tree, no index needed) that
+allocates past the build's memory, listens on a port, reaches for the web's port and leaves
+files in the machine's shared folders is stopped, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runs.backends.local import env as local_env
+from tests.backends.packages import pip_index, write_sdist
+from tests.e2e.service import task_user_venv
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task users and cgroups need root")
+
+UID = 330000 + 7
+SHARED = ("/dev/shm", "/tmp", "/var/tmp", "/run/lock")
+
+HOG = """import os, socket, time
+from pathlib import Path
+
+SEEN, MARK, PORT, LISTEN, HOG_BYTES = {seen!r}, {mark!r}, {port!r}, {listen!r}, {hog!r}
+SHARED = {shared!r}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def _daemon():
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    seen = Path(SEEN)
+    server = socket.socket()
+    try:
+        server.bind(("127.0.0.1", LISTEN))
+        server.listen(8)
+    except OSError:
+        pass
+    for folder in SHARED:
+        try:
+            Path(folder, MARK).write_text("left behind")
+        except OSError:
+            pass
+    try:
+        socket.create_connection(("127.0.0.1", PORT), timeout=5).close()
+        said = "reached"
+    except OSError as error:
+        said = "refused: " + str(error)
+    (seen / "daemon.pid.tmp").write_text(str(os.getpid()))
+    os.rename(seen / "daemon.pid.tmp", seen / "daemon.pid")
+    (seen / "net.tmp").write_text(said)
+    os.rename(seen / "net.tmp", seen / "net")
+    time.sleep(600)
+    os._exit(0)
+
+
+def build_wheel(directory, config_settings=None, metadata_directory=None):
+    first = os.fork()
+    if first == 0:
+        _daemon()
+    os.waitpid(first, 0)
+    deadline = time.monotonic() + 60
+    while not Path(SEEN, "net").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hog = b"x" * HOG_BYTES  # every page written: resident
+    Path(SEEN, "allocated").write_text(str(len(hog)))
+    raise SystemExit("built nothing")
+"""
+"""A build backend that daemonises (double fork, ``setsid``), listens on ``LISTEN``, tries
+``PORT``, leaves files in the shared folders, then allocates ``HOG_BYTES``."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture
+def team_folder(monkeypatch) -> Path:
+    """A folder every task user may cross, with a Python they may run (``task_user_venv``)."""
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    task_user_venv(base)
+    monkeypatch.setattr(sys, "executable", str(base / "venv" / "bin" / "python"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_build_that_allocates_listens_and_daemonises_is_stopped_and_leaves_nothing(
+    team_folder, monkeypatch
+) -> None:
+    seen = team_folder / "store" / "seen"
+    seen.mkdir(parents=True)
+    seen.chmod(0o777)
+    index = pip_index(team_folder / "index", monkeypatch)
+    mark, listen = f"simrun-wall-{uuid.uuid4().hex}", free_port()
+    with socket.socket() as web:
+        web.bind(("127.0.0.1", 0))
+        web.listen(8)
+        web.setblocking(False)
+        backend = HOG.format(
+            seen=str(seen),
+            mark=mark,
+            port=web.getsockname()[1],
+            listen=listen,
+            hog=1 << 30,
+            shared=SHARED,
+        )
+        write_sdist(index, "hogbuild", seen / "builds", backend=backend)
+        install = local_env.Install(
+            store=team_folder / "store",
+            packages=("hogbuild",),
+            timeout_s=120,
+            uid=UID,
+            gid=UID,
+            pip_env=local_env.pip_env(),
+            memory_bytes=256 << 20,
+        )
+
+        with pytest.raises(local_env.PackagesError) as error:
+            local_env.ensure_packages(install)
+
+        # Stopped at its memory, saying so.
+        assert "was killed for memory" in str(error.value), str(error.value)
+        assert "SIMRUN_BUILD_MEMORY_GB" in str(error.value)
+        assert not (seen / "allocated").exists()
+        # Nothing of it outlives the build.
+        assert gone(int((seen / "daemon.pid").read_text()))
+        # Its loopback was its own: the web's port was not reached, its port is not the
+        # machine's.
+        assert (seen / "net").read_text().startswith("refused")
+        with pytest.raises(BlockingIOError):
+            web.accept()
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", listen)):
+        pass
+    for folder in SHARED:
+        assert not Path(folder, mark).exists(), folder
