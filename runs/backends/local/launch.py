@@ -135,6 +135,7 @@ def launch_file(backend: LocalBackend, submission: Submission, node: NodeView, l
         pids_cgroup=pids_cgroup,
         pids_max=backend.pids_max,
         task=task_dir.relative_to(submission.store).as_posix(),
+        siblings=sorted({each.task for each in submission.nodes}),
         budget=FileBudget(**backend.budget.to_json()),
         user_budget=user_budget(backend, submission, name),
         log_bytes=backend.log_bytes,

@@ -111,6 +111,8 @@ class Launch(Launched):
     pids_max: int
     task: str
     """The task's folder below the store."""
+    siblings: list[str]
+    """The task folders of its run (``budget.measure``)."""
     budget: FileBudget
     user_budget: UserLedger | None
     log_bytes: int

@@ -16,6 +16,7 @@ import functools
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -127,17 +128,36 @@ def _stage(pairs: list[tuple[str, str]], store: Path, scratch: Path, user: Ids |
         raise OSError(int(number) if number.isdigit() else 0, f"staging its inputs failed: {why}")
 
 
+def kept(launch: Launch) -> list[str]:
+    """The folders a task must see below ``/tmp`` (a service whose home is there, as in
+    tests): the service's home (the folder of its store and of its scratch), venvs and
+    Python; the rest of ``/tmp`` is its own. A kept folder stays as open to the task as it was."""
+    scratch_root = launch.cwd.parent.parent
+    found = [launch.store.parent, scratch_root.parent, launch.cwd]
+    found += [Path(sys.executable).parent.parent, Path(sys.prefix)]
+    if launch.venv:
+        found += [launch.venv.dir] + ([launch.venv.base] if launch.venv.base else [])
+    if launch.packages:
+        found.append(launch.packages.dir)
+    if launch.argv and launch.argv[0].startswith("/"):
+        found.append(Path(launch.argv[0]).parent.parent)
+    return [str(path) for path in found]
+
+
 def _enter(launch: Launch, budget: Any) -> None:
-    """In the child before its exec: a ``/dev/shm`` of its own, then as every process of a
+    """In the child before its exec: a ``/dev/shm``, ``/tmp`` and ``/var/tmp`` of its own
+    (gone with it, counted in its memory), then as every process of a
     user's code is entered (``wall.enter``): its cgroups, its budget's limit of a file's size,
     its task user."""
     if shm := launch.shm:
         import shm as local_shm  # the sibling module, see the docstring of this module
 
         try:
-            local_shm.own_shm(shm.bytes, shm.inodes)
+            local_shm.private_mounts(shm.bytes, shm.inodes, kept(launch))
         except OSError as error:
-            print(f"simrun: /dev/shm is the machine's, not the task's own: {error}", flush=True)
+            print(
+                f"simrun: /dev/shm and /tmp are the machine's, not the task's: {error}", flush=True
+            )
     joined = [path for path in (launch.cgroup, launch.pids_cgroup) if path]
     enter(joined, launch.user, pids_max=launch.pids_max, file_bytes=budget.bytes)
 

@@ -41,17 +41,6 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def own_shm(size_bytes: int, inodes: int) -> None:
-    """Give this process (a child of the launcher, still root) a ``/dev/shm`` of its own of
-    ``size_bytes`` and ``inodes`` files, in mount and IPC namespaces of its own."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
-    options = f"size={max(size_bytes, 1 << 20)},nr_inodes={max(inodes, 64)},mode=1777"
-    flags = MS_NOSUID | MS_NODEV
-    _check(libc.mount(b"tmpfs", SHM.encode(), b"tmpfs", flags, options.encode()), "mount")
-
-
 def private_mounts(size_bytes: int, inodes: int, keep: list[str]) -> None:
     """Give this process (root) mount and IPC namespaces of its own in which ``/dev/shm``,
     ``/tmp`` and ``/var/tmp`` are tmpfs of ``size_bytes`` and ``inodes`` files each; the
