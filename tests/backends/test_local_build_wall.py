@@ -6,10 +6,7 @@ files in the machine's shared folders is stopped, and leaves nothing behind."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -17,7 +14,6 @@ import pytest
 
 from runs.backends.local import env as local_env
 from tests.backends.packages import pip_index, write_sdist
-from tests.e2e.service import task_user_venv
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task users and cgroups need root")
 
@@ -94,17 +90,6 @@ def gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
     except FileNotFoundError:
         return True
-
-
-@pytest.fixture
-def team_folder(monkeypatch) -> Path:
-    """A folder every task user may cross, with a Python they may run (``task_user_venv``)."""
-    base = Path(tempfile.mkdtemp(dir="/tmp"))
-    base.chmod(0o755)
-    task_user_venv(base)
-    monkeypatch.setattr(sys, "executable", str(base / "venv" / "bin" / "python"))
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_build_that_allocates_listens_and_daemonises_is_stopped_and_leaves_nothing(

@@ -4,6 +4,7 @@ the process it prepares, a failure with pip's last lines, bounded in time, log a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -222,3 +223,26 @@ def test_on_a_team_serve_the_packages_are_built_as_the_owners_task_user(monkeypa
         assert (venv.stat().st_mode & 0o777, cache.stat().st_mode & 0o777) == (0o700, 0o700)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing users needs root")
+def test_one_users_installs_never_evict_anothers_venvs(team_folder, monkeypatch) -> None:
+    """Each user's task user keeps SIMRUN_ENVIRONMENTS_KEPT venvs of its own: mallory's
+    installs remove mallory's least recently used, never alice's."""
+    index = pip_index(team_folder / "index", monkeypatch)
+    write_wheel(index, "other", {"other.py": ""})
+    write_wheel(index, "third", {"third.py": ""})
+    store, alice, mallory = team_folder / "store", 340001, 340002
+
+    def built(uid: int, *packages: str) -> local_env.Install:
+        wanted = install(store, *packages, kept=1)
+        wanted = dataclasses.replace(wanted, uid=uid, gid=uid)
+        _, lock = local_env.ensure_packages(wanted)
+        lock.close()
+        return wanted
+
+    alices = built(alice, "pkgdemo")
+    mallorys = [built(mallory, "other"), built(mallory, "third"), built(mallory, "pkgdemo")]
+
+    assert alices.directory.is_dir()  # alice's one venv is hers to keep
+    assert [m.directory.is_dir() for m in mallorys] == [False, False, True]

@@ -316,7 +316,8 @@ class Install:
     """The builder: the owner's task user, None for the service's own user."""
     gid: int | None = None
     kept: int = 8
-    """The venvs of packages kept under the store; the least recently used beyond go."""
+    """The venvs of packages kept under the store per builder (a user's task user); the
+    least recently used of that builder beyond go."""
     cache_gb: float = 5.0
     """The builder's wheel cache is emptied after an install that left it larger."""
     pip_env: Mapping[str, str] = field(default_factory=dict)
@@ -471,7 +472,11 @@ def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], 
     seconds = time.monotonic() - started
     with contextlib.suppress(FileNotFoundError):
         os.unlink(failed, dir_fd=folder)
-    mark = {"packages": sorted(set(install.packages)), "seconds": round(seconds, 3)}
+    mark = {
+        "packages": sorted(set(install.packages)),
+        "seconds": round(seconds, 3),
+        "builder": install.uid,
+    }
     untrusted.write_atomic_at(folder, _mark(key), json.dumps(mark))
     print(f"installed the environment's packages in {seconds:.1f} s", flush=True)
     builds.bound_cache(cache, install.cache_gb)
@@ -496,13 +501,25 @@ def _cache(install: Install, folder: int) -> Path:
     return install.store / ENVIRONMENTS / CACHE / name
 
 
+def _builder(folder: int, key: str) -> int | None:
+    """Who built a venv of packages, as its mark says (None: the service's user)."""
+    try:
+        builder = json.loads(untrusted.read_own(folder, _mark(key), 1 << 16)).get("builder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return builder if isinstance(builder, int) else None
+
+
 def _forget(install: Install, folder: int) -> None:
-    """Remove the venvs of packages beyond the ``kept`` used last, but those in use (their
-    lock held by a process) and the one just built."""
+    """Remove the venvs of packages of the install's builder (a user's task user) beyond the
+    ``kept`` it used last, but those in use (their lock held by a process) and the one just
+    built: each user keeps ``kept`` of its own, which no other user's installs evict."""
     used = {}
     for entry in untrusted.entries(folder):
         if entry.name.endswith(".json") and entry.is_file and entry.name != _mark(install.key):
             key = entry.name.removesuffix(".json")
+            if _builder(folder, key) != install.uid:
+                continue
             with contextlib.suppress(FileNotFoundError):
                 used[key] = os.stat(f"{key}.lock", dir_fd=folder, follow_symlinks=False).st_mtime
     for key in sorted(used, key=used.__getitem__, reverse=True)[max(0, install.kept - 1) :]:
