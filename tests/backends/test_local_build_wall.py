@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runs.backends.local import env as local_env
+from runs.backends.local import wall
 from tests.backends.packages import pip_index, write_sdist
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task users and cgroups need root")
@@ -141,3 +142,30 @@ def test_a_build_that_allocates_listens_and_daemonises_is_stopped_and_leaves_not
         pass
     for folder in SHARED:
         assert not Path(folder, mark).exists(), folder
+
+
+def walled(argv: list[str], folder: Path, timeout_s: float) -> wall.Spec:
+    """What the wall runs as the service's user here (as root: its namespaces, no task user),
+    ``folder`` visible."""
+    limits = wall.Limits(memory_bytes=256 << 20, pids_max=64, timeout_s=timeout_s)
+    return wall.Spec(argv, {"PATH": "/usr/bin:/bin"}, str(folder), None, limits, [str(folder)])
+
+
+def test_the_wall_stops_its_process_at_its_time_with_what_it_started_in_another_session(
+    tmp_path,
+) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    inner = f"echo \\$\\$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 300"
+    script = f'setsid sh -c "{inner}" & until [ -e {pid_file} ]; do sleep 0.05; done; sleep 300'
+
+    ended = wall.run(walled(["sh", "-c", script], tmp_path, timeout_s=3))
+
+    assert (ended.returncode, ended.stopped) == (None, wall.STOPPED_TIMEOUT)
+    assert gone(int(pid_file.read_text()))
+
+
+def test_a_process_the_wall_cannot_start_says_why(tmp_path) -> None:
+    ended = wall.run(walled([str(tmp_path / "missing")], tmp_path, timeout_s=30))
+
+    assert ended.returncode is None
+    assert ended.stopped.startswith("could not be started") and "missing" in ended.stopped

@@ -235,20 +235,20 @@ def _load(text: bytes) -> Spec:
     return Spec(**data)
 
 
-def _cgroups(limits: Limits) -> list[Path]:
-    """A memory and a pids cgroup of this wall's own with its limits, where the machine lets
-    this process make them (root); none otherwise."""
+def _cgroups(limits: Limits, made: list[Path]) -> None:
+    """Make a memory and a pids cgroup of this wall's own with its limits (into ``made`` as
+    each is made), where the machine lets this process make them (root)."""
     import cgroups  # the siblings, see the docstring of this module
 
     name = f"wall-{os.getpid()}"
-    made = []
     hierarchy = cgroups.detect()
     if hierarchy is not None:
         made.append(cgroups.create(hierarchy, name, limits.memory_bytes))
     pids_parent = cgroups.detect_pids()
     if pids_parent is not None:
-        made.append(cgroups.create_pids(pids_parent, name, limits.pids_max))
-    return made
+        path = cgroups.create_pids(pids_parent, name, limits.pids_max)
+        if path not in made:  # on cgroup v2, the memory cgroup itself
+            made.append(path)
 
 
 def _walled(spec: Spec, verdict: int) -> int:
@@ -263,10 +263,11 @@ def _walled(spec: Spec, verdict: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     limits, walls = spec.limits, os.geteuid() == 0
-    made = _cgroups(limits) if walls else []
+    made: list[Path] = []
     ended = Ended(None, "not started")
     try:
         if walls:
+            _cgroups(limits, made)
             if limits.network == "own":
                 isolate_network()
             shm.private_mounts(limits.memory_bytes, 1 << 16, spec.keep)
@@ -281,7 +282,8 @@ def _walled(spec: Spec, verdict: int) -> int:
             ),
         )
         ended = _wait(child.pid, limits.timeout_s, stopping)
-    except OSError as error:
+    except (OSError, subprocess.SubprocessError) as error:
+        # Said on its output: the caller quotes the output's last lines.
         print(f"simrun: the process could not be started behind its wall: {error}", flush=True)
         ended = Ended(None, f"could not be started: {error}")
     finally:
