@@ -5,15 +5,20 @@ files in the machine's shared folders is stopped, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
+import sys
+import tempfile
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
+from runs.backends.local import builds, egress, wall
 from runs.backends.local import env as local_env
-from runs.backends.local import wall
 from tests.backends.packages import pip_index, write_sdist
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="task users and cgroups need root")
@@ -169,3 +174,105 @@ def test_a_process_the_wall_cannot_start_says_why(tmp_path) -> None:
 
     assert ended.returncode is None
     assert ended.stopped.startswith("could not be started") and "missing" in ended.stopped
+
+
+REACH = """import os, socket, sys, urllib.request
+port = int(sys.argv[1])
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    print("direct reached")
+except OSError:
+    print("direct refused")
+proxy = os.environ["HTTPS_PROXY"].removeprefix("http://").split(":")
+for host in sys.argv[2:]:
+    with socket.create_connection((proxy[0], int(proxy[1])), timeout=30) as sock:
+        sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+        print("connect", host, sock.recv(100).split(b"\\r\\n")[0].decode())
+    try:
+        urllib.request.urlopen(f"http://{host}:{port}/", timeout=30)
+        print("get", host, "reached")
+    except OSError as error:
+        print("get", host, getattr(error, "code", error))
+"""
+"""A build's code trying the web's port directly, then through its proxy to each address."""
+
+
+def machine_addresses() -> list[str]:
+    """Addresses of this machine: loopback, and those of its interfaces a route uses."""
+    found = {"127.0.0.1", "localhost"}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe, contextlib.suppress(OSError):
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: the route's source address
+        found.add(probe.getsockname()[0])
+    return sorted(found)
+
+
+def test_a_build_whose_index_is_on_the_network_reaches_no_port_of_this_machine(tmp_path) -> None:
+    """Its proxy (``egress``) dials other machines only: the web's port, on loopback or on an
+    address of the machine's interfaces, is refused before any connection is made."""
+    with socket.socket() as web:
+        web.bind(("0.0.0.0", 0))
+        web.listen(8)
+        web.setblocking(False)
+        port = web.getsockname()[1]
+        limits = wall.Limits(256 << 20, 64, timeout_s=120, network="proxy")
+        argv = [sys.executable, "-c", REACH, str(port), *machine_addresses()]
+        env, folder = {"PATH": "/usr/bin:/bin"}, str(tmp_path)
+        spec = wall.Spec(argv, env, folder, None, limits, [folder])
+        with tempfile.TemporaryFile() as out:
+            ended = wall.run(spec, stdout=out, stderr=subprocess.STDOUT)
+            out.seek(0)
+            said = out.read().decode()
+
+        assert ended.returncode == 0, said
+        assert "direct refused" in said
+        for host in machine_addresses():
+            assert f"connect {host} HTTP/1.1 403 Forbidden" in said, said
+            assert f"get {host} 403" in said, said
+        with pytest.raises(BlockingIOError):
+            web.accept()  # not even a connection was made
+
+
+def test_the_build_proxy_relays_https_and_http_to_another_machine(monkeypatch) -> None:
+    """What the proxy does for an index elsewhere, with this machine's loopback standing in
+    for another machine (``is_local`` told otherwise)."""
+    monkeypatch.setattr(egress, "is_local", lambda address: False)
+    with socket.socket() as index:
+        index.bind(("127.0.0.1", 0))
+        index.listen(8)
+        port = index.getsockname()[1]
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        threading.Thread(target=egress.serve_dialer, args=(theirs,), daemon=True).start()
+        proxy = egress.Proxy(mine, bind=lambda: None)
+        proxy.start()
+        where = proxy.url.removeprefix("http://").split(":")
+        with socket.create_connection((where[0], int(where[1])), timeout=10) as client:
+            client.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+            assert client.recv(100).startswith(b"HTTP/1.1 200")
+            upstream, _ = index.accept()
+            with upstream:
+                client.sendall(b"hello")
+                assert upstream.recv(5) == b"hello"
+                upstream.sendall(b"index")
+                assert client.recv(5) == b"index"
+        with socket.create_connection((where[0], int(where[1])), timeout=10) as client:
+            asked = f"GET http://127.0.0.1:{port}/simple/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            client.sendall(asked)
+            upstream, _ = index.accept()
+            with upstream:
+                assert upstream.recv(len(asked)) == asked  # passed on as it came
+        theirs.close()
+
+
+@pytest.mark.parametrize(
+    ("pip_env", "network"),
+    [
+        ({"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/srv/wheels"}, "own"),
+        ({"PIP_INDEX_URL": "file:///srv/simple"}, "own"),
+        ({}, "proxy"),  # pip's own default: PyPI
+        ({"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "https://wheels.example.org/"}, "proxy"),
+        ({"PIP_INDEX_URL": "https://mirror.example.org/simple"}, "proxy"),
+        ({"HTTPS_PROXY": "http://proxy.example.org:3128"}, "host"),
+    ],
+)
+def test_a_builds_network_follows_where_pip_finds_its_packages(pip_env, network) -> None:
+    assert builds.index_network(pip_env) == network

@@ -54,9 +54,15 @@ def _places(pip_env: Mapping[str, str]) -> tuple[list[str], bool]:
 
 
 def index_network(pip_env: Mapping[str, str]) -> str:
-    """The network a build needs: ``own`` (a loopback of its own) where pip's settings name
-    only folders of this machine, else ``host``: its index is on the network."""
-    return "own" if _places(pip_env)[1] else "host"
+    """The network a build needs (``wall.Limits``): ``own`` (a loopback of its own) where
+    pip's settings name only folders of this machine; ``host`` (the machine's) where the
+    service reaches the network through a proxy of its own, which the build must use too;
+    else ``proxy``: a loopback of its own and a way to other machines, never this one."""
+    if _places(pip_env)[1]:
+        return "own"
+    if any(name.lower() in {"http_proxy", "https_proxy"} for name in pip_env):
+        return "host"
+    return "proxy"
 
 
 def index_folders(pip_env: Mapping[str, str]) -> list[str]:

@@ -9,9 +9,10 @@ inherited pipe and then
 - becomes the subreaper of what it starts, so a double fork and a ``setsid`` end with it;
 - makes a memory and a pids cgroup of its own (its budget: ``Limits``), which it empties
   with a kill at the end, wherever a process of it went;
-- moves into a network namespace of its own with only a loopback of its own (unless the
-  caller asks for the machine's: a build whose index is on the network), so no port of the
-  machine's (the web's, the database's, Redis's) is reachable or can be taken;
+- moves into a network namespace of its own with only a loopback of its own, so no port of
+  the machine's (the web's, the database's, Redis's) is reachable or can be taken; a build
+  whose index is on the network gets a proxy there to other machines, never this one
+  (``egress``);
 - moves into mount and IPC namespaces of its own in which ``/dev/shm``, ``/tmp`` and
   ``/var/tmp`` are tmpfs of its own, charged to its memory cgroup and gone with it (the
   folders the service keeps below them, a store in ``/tmp`` in tests, stay visible);
@@ -27,8 +28,8 @@ then only bounds the time and kills what the process left (subreaper, session).
 launcher's task does the same through it, so no other module changes a process's user
 (tests/test_layering.py holds it).
 
-Only the standard library and siblings imported by their bare names (``cgroups``, ``pids``,
-``shm``): the launcher imports it from its directory, and it runs as a script.
+Only the standard library and siblings imported by their bare names (``cgroups``, ``egress``,
+``pids``, ``shm``): the launcher imports it from its directory, and it runs as a script.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ PR_SET_PDEATHSIG = 1
 POLL_S = 0.05
 """Seconds between two looks of the wall at its process (and at a SIGTERM)."""
 STOPPED_TIMEOUT, STOPPED_SIGNAL = "timeout", "stopped"
+PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
+"""The proxy settings of a process's environment (either case), replaced by the wall's own."""
 SPEC_CAP = 1 << 22
 """The most the wall reads of what it is told to run."""
 BUILD_MEMORY_GB = 2.0
@@ -79,8 +82,9 @@ class Ids:
 @dataclass(frozen=True)
 class Limits:
     """What one walled process (with all it starts) may hold: memory (its ``/dev/shm`` and
-    ``/tmp`` included), processes and time; ``network`` ``own`` (a loopback of its own) or
-    ``host`` (the machine's, for a build that fetches from an index on the network)."""
+    ``/tmp`` included), processes and time; ``network`` ``own`` (a loopback of its own),
+    ``proxy`` (a loopback of its own and a proxy to other machines, never this one:
+    ``egress``, for a build whose index is on the network) or ``host`` (the machine's)."""
 
     memory_bytes: int
     pids_max: int
@@ -254,6 +258,7 @@ def _cgroups(limits: Limits, made: list[Path]) -> None:
 def _walled(spec: Spec, verdict: int) -> int:
     """Run the spec behind the wall (this process: see the module's docstring)."""
     import cgroups
+    import egress
     import pids
     import shm
 
@@ -264,16 +269,21 @@ def _walled(spec: Spec, verdict: int) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     limits, walls = spec.limits, os.geteuid() == 0
     made: list[Path] = []
+    env, proxy = dict(spec.env), None
     ended = Ended(None, "not started")
     try:
         if walls:
             _cgroups(limits, made)
-            if limits.network == "own":
+            if limits.network == "proxy":  # its dialer stays in the machine's network
+                proxy = egress.Proxy(egress.start_dialer(), bind=isolate_network)
+                env = {k: v for k, v in env.items() if k.lower() not in PROXY_VARIABLES}
+                env |= dict.fromkeys(("HTTPS_PROXY", "HTTP_PROXY"), proxy.url)
+            elif limits.network == "own":
                 isolate_network()
             shm.private_mounts(limits.memory_bytes, 1 << 16, spec.keep)
         child = subprocess.Popen(
             spec.argv,
-            env=spec.env,
+            env=env,
             cwd=spec.cwd,
             start_new_session=True,
             # The wall is single-threaded: a function before the exec is safe here.
@@ -281,6 +291,8 @@ def _walled(spec: Spec, verdict: int) -> int:
                 made, spec.user if walls else None, pids_max=limits.pids_max, die_with_parent=True
             ),
         )
+        if proxy is not None:
+            proxy.start()  # threads only once the child is forked
         ended = _wait(child.pid, limits.timeout_s, stopping)
     except (OSError, subprocess.SubprocessError) as error:
         # Said on its output: the caller quotes the output's last lines.
