@@ -4,6 +4,9 @@ service's fake backend, and the Celery hand-offs recorded instead of sent."""
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +69,20 @@ def anonymous_client() -> APIClient:
 def index(tmp_path: Path, monkeypatch) -> Path:
     """A folder that is pip's only index (``tests/backends/packages.py``), ``pkgdemo`` in it."""
     return pip_index(tmp_path / "index", monkeypatch)
+
+
+@pytest.fixture
+def team_folder(monkeypatch) -> Iterator[Path]:
+    """A folder every task user may cross, with a Python they may run (``task_user_venv``:
+    this venv's is below /root), which the service's builds and learnings use as its own."""
+    from tests.e2e.service import task_user_venv
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    task_user_venv(base)
+    monkeypatch.setattr(sys, "executable", str(base / "venv" / "bin" / "python"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -239,6 +239,8 @@ def _learning(home: Path, owner_id: int | None) -> sources.Learning:
         packages_timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
         environments_kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
         packages_cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
+        memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
+        pids_max=settings.SIMRUN_BUILD_PIDS_MAX,
     )
 
 

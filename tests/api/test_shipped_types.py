@@ -18,6 +18,7 @@ from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 from runs.cli import main
+from runs.common import store
 from runs.control.learning import learn
 from runs.models import Run, Task
 from runs.planning import learned_types
@@ -263,8 +264,10 @@ def write_snoop_package(directory: Path, seen: Path) -> Path:
 
 @pytest.fixture
 def seen(tmp_path: Path) -> Path:
-    """A folder any user may write into, for what the sources' code saw."""
-    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-"))
+    """A folder any user may write into, for what the sources' code saw: in the store, which
+    the wall keeps visible (its /tmp is its own)."""
+    store.root().mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir=store.root()))
     folder.chmod(0o777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)

@@ -46,6 +46,7 @@ from runs.backends.local import nodes as workflow_nodes
 from runs.backends.local import step as local_step
 from runs.backends.local import user as local_user
 from runs.backends.local import wake as local_wake
+from runs.backends.local import wall as local_wall
 from runs.backends.local.banner import describe
 from runs.backends.local.budget import Budget, UserBudget
 from runs.backends.local.processes import signal_process
@@ -77,6 +78,9 @@ class PackagesLimits:
     """The venvs of packages kept under the store, the least recently used removed beyond."""
     cache_gb: float = 5.0
     """The most a builder's wheel cache keeps; emptied after an install that left it larger."""
+    build_memory_gb: float = local_wall.BUILD_MEMORY_GB
+    """The memory of a build (of packages, of sources) behind its wall."""
+    build_pids_max: int = local_wall.BUILD_PIDS_MAX
 
 
 class LocalBackend:
@@ -170,6 +174,8 @@ class LocalBackend:
                 timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
                 kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
                 cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
+                build_memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
+                build_pids_max=settings.SIMRUN_BUILD_PIDS_MAX,
             ),
             task_network=settings.SIMRUN_TASK_NETWORK,
             budget=Budget(
