@@ -75,6 +75,9 @@ class Submission(BaseModel):
     store: Path
     created: float
     nodes: list[NodeSpec]
+    login: str = Field(
+        default="", description="The Unix login its jobs run as (team mode); empty: the service's"
+    )
     jobs: list[Job] = Field(default_factory=list)
     stopped: str = Field(default="", description="cancel or stop, once asked")
     stopped_at: float | None = None
