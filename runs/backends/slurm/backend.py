@@ -296,16 +296,17 @@ class SlurmBackend:
         return adopted
 
     def _stuck(self, job: Job, now: float) -> bool:
-        """Cancel a job that waited past the pending timeout for a reason that never clears
-        by itself; whether it was."""
-        if job.state != "PENDING" or job.reason not in slurm_status.NEVER_CLEARS:
+        """Cancel a job that waited past the pending timeout, counted from when its reason
+        became one that never clears by itself (a node drained for a minute is no cause to
+        fail); whether it was."""
+        if job.state != "PENDING" or job.stuck_since is None:
             return False
-        if now - job.submitted_at < self.pending_timeout_s:
+        if now - job.stuck_since < self.pending_timeout_s:
             return False
         self.slurm.run(["scancel", job.job_id])
         job.state, job.final, job.ended_at = "CANCELLED", True, now
         job.reason = (
-            f"waited {now - job.submitted_at:.0f} s with reason {job.reason}, "
+            f"waited {now - job.stuck_since:.0f} s with reason {job.reason}, "
             "which clears only when an administrator acts"
         )
         return True

@@ -61,6 +61,10 @@ class Job(BaseModel):
     gone_at: float | None = Field(
         default=None, description="When a poll first missed it in squeue: sacct is asked"
     )
+    stuck_since: float | None = Field(
+        default=None,
+        description="Since when it waits for a reason that never clears by itself",
+    )
 
     @property
     def latest_attempt(self) -> int:
