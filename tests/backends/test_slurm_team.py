@@ -64,9 +64,9 @@ def test_a_team_job_runs_as_the_login_mapped_to_its_owner(team, slurm_conf):
 
 def test_a_split_task_needs_an_interpreter_the_login_reaches(team):
     assert team.isolation_problem(1, "command") is None
-    assert team.isolation_problem(1, "split") == local_user.unreachable(
-        team.store, Path(sys.executable).resolve()
-    )
+    expected = local_user.unreachable(team.store, Path(sys.executable).resolve(), otherwise="")
+    assert team.isolation_problem(1, "split") == expected
+    assert "SIMRUN_TASK_UID_BASE" not in (expected or "")  # no task users on Slurm
 
 
 def test_a_user_without_a_login_gets_a_400_saying_how_to_map_one(
@@ -101,3 +101,18 @@ def test_the_banner_says_which_mode(team, tmp_path, slurm_conf):
     assert line.startswith("team mode:") and "never as root" in line
     [line] = make_backend(tmp_path, slurm_conf).describe()
     assert line.startswith("scientist mode: jobs submitted as root")
+
+
+@pytest.mark.django_db
+def test_serve_demo_says_why_the_example_sweep_was_not_submitted(
+    team, settings, tmp_path, monkeypatch, capsys
+):
+    from runs.cli import serve
+
+    settings.SIMRUN_HOME = tmp_path
+    monkeypatch.setattr("runs.planning.submission.get_backend", lambda: team)
+    assert serve.demo(tmp_path).startswith("log in as demo")
+    said = capsys.readouterr().out
+    assert "the example sweep" in said and "was not submitted" in said
+    assert "simrun user NAME --login LOGIN" in said or "lets no other user pass" in said
+    assert not Run.objects.exists()

@@ -41,7 +41,7 @@ def unreachable(team: bool, store: Path, kind: str) -> str | None:
     if not team:
         return None
     roots = [store] if kind == "command" else [store, Path(sys.executable).resolve()]
-    return unreachable_roots(*roots)
+    return unreachable_roots(*roots, otherwise="")  # a root service never submits as root
 
 
 def sbatch_flags(login: str) -> list[str]:
