@@ -30,7 +30,7 @@ from tests.backends.slurm_cluster import (
 from tests.polling import wait_for
 from tests.service.controller_support import sent  # noqa: F401
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("sent")]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.usefixtures("sent")]
 UNITS = 24
 STATE = Path("/var/lib/simrun-slurm/simrun/run")
 
