@@ -171,10 +171,7 @@ def run_problem(spec: RunSpec, owner: User, backend: Backend) -> str | None:
         what = "no split or plugin task, nor a run with sources or packages,"
     else:
         return None
-    return (
-        f"this service can start {what} of yours: {problem} "
-        "(`simrun serve --tasks-as-service` does that; docs/team.md)"
-    )
+    return f"this service can start {what} of yours: {problem}"
 
 
 def create_run(

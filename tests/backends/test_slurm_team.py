@@ -115,4 +115,5 @@ def test_serve_demo_says_why_the_example_sweep_was_not_submitted(
     said = capsys.readouterr().out
     assert "the example sweep" in said and "was not submitted" in said
     assert "simrun user NAME --login LOGIN" in said or "lets no other user pass" in said
+    assert "tasks-as-service" not in said and "SIMRUN_TASK_UID_BASE" not in said  # local's fixes
     assert not Run.objects.exists()

@@ -53,7 +53,11 @@ def for_owner(owner_id: int | None, uid_base: int | None) -> TaskUser | None:
 
 
 def unreachable(
-    *roots: Path, otherwise: str = "set SIMRUN_TASK_UID_BASE=0 to run tasks as the service"
+    *roots: Path,
+    otherwise: str = (
+        "set SIMRUN_TASK_UID_BASE=0 to run tasks as the service "
+        "(`simrun serve --tasks-as-service` does that; docs/team.md)"
+    ),
 ) -> str | None:
     """Why a task user cannot reach these roots (a folder above one lets no other user pass),
     with the fixes that apply to that root and ``otherwise``, the way out without task users
