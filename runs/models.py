@@ -39,6 +39,7 @@ __all__ = [
     "Attempt",
     "Liveness",
     "Observation",
+    "Profile",
     "Reuse",
     "Run",
     "RunQuerySet",
@@ -458,3 +459,23 @@ class Snapshot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.digest[:12]} {self.name}".strip()
+
+
+class Profile(models.Model):
+    """What simrun keeps of a user beyond Django's: the Unix login its cluster jobs run as.
+
+    A service run as root for a team submits each user's Slurm jobs as the login mapped here
+    (``simrun user NAME --login LOGIN``), never as root; a user without one cannot submit
+    there (docs/slurm.md)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="simrun_profile"
+    )
+    login = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="The Unix login the user's jobs are submitted as in team mode; empty: none.",
+    )
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.login or '(no login)'}"

@@ -288,6 +288,11 @@ class RunRecord(BaseModel):
         default=None, description="When the run was submitted (Unix time): runs queue by it."
     )
     owner: int | None = Field(default=None, description="The id of the user who submitted it.")
+    login: str = Field(
+        default="",
+        description="The Unix login mapped to its owner (``simrun user NAME --login``): a "
+        "service run as root for a team submits its cluster jobs as it; empty: none.",
+    )
     reused: list[str] = Field(
         default_factory=list,
         description="Tasks done before the run starts, from the outputs of an earlier task "

@@ -209,11 +209,14 @@ def protect_home(home: Path) -> None:
 
 
 def demo(home: Path) -> str:
-    """The demo user (its login kept in the home) with the example sweep submitted once."""
+    """The demo user (its login kept in the home) with the example sweep submitted once, unless
+    the backend refuses it (said, and serve goes on)."""
     from django.contrib.auth.models import User
 
     from harness.tasktypes import task_types
     from runs.cli.user import ensure_user
+    from runs.common.errors import CannotRun
+    from runs.planning.spec import SpecError
     from runs.planning.spec_document import parse_spec
     from runs.planning.submission import create_run
 
@@ -227,8 +230,16 @@ def demo(home: Path) -> str:
     user = User.objects.get(username=DEMO_USER)
     if not user.runs.exists():
         text = DEMO_SPEC.read_text()
-        run = create_run(spec=parse_spec(text, types=task_types()), owner=user, text=text)
-        print(f"simrun: submitted the example sweep {DEMO_SPEC.name} as run {run.id}")
+        try:
+            run = create_run(spec=parse_spec(text, types=task_types()), owner=user, text=text)
+        except (SpecError, CannotRun) as refused:  # a Slurm team service: the demo user has
+            # no login, or the logins cannot reach this Python
+            why = str(refused)
+            if isinstance(refused, SpecError):
+                why = "; ".join(m for messages in refused.errors.values() for m in messages)
+            print(f"simrun: the example sweep {DEMO_SPEC.name} was not submitted: {why}")
+        else:
+            print(f"simrun: submitted the example sweep {DEMO_SPEC.name} as run {run.id}")
     token = (
         f"API token {login.token} (shown only now; simrun login --token)"
         if login.token

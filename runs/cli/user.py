@@ -4,6 +4,8 @@ Runs against the service's database (``SIMRUN_HOME`` or ``DATABASE_URL``), like 
 A new user gets a generated password, printed once, unless ``--password`` gives one. Tokens
 are stored hashed: each is printed once, when it is made. ``--revoke`` ends every way in (the
 tokens, the password, the browser sessions); running ``simrun user NAME`` again restores it.
+``--login LOGIN`` maps the user to a Unix login: a service run as root for a team submits that
+user's Slurm jobs as it (docs/slurm.md).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import argparse
 import secrets
 from dataclasses import dataclass
+
+from runs.common.logins import login_problem
 
 NAME = "user"
 HELP = "create a user of the service (or find one) and print a new API token, or revoke them"
@@ -39,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the new token expires after this many days (0: never; SIMRUN_TOKEN_DAYS by default)",
     )
     parser.add_argument(
+        "--login",
+        help="the Unix login this user's cluster jobs are submitted as when the service runs "
+        "as root for a team (Slurm); '' removes it",
+    )
+    parser.add_argument(
         "--revoke",
         action="store_true",
         help="end every way in of the user: API tokens, password, browser sessions "
@@ -53,17 +62,21 @@ def ensure_user(
     password: str | None = None,
     token: bool = True,
     days: int | None = None,
+    login: str | None = None,
 ) -> Login:
     """The user ``name``, created when missing, with a new API token unless ``token`` is false.
 
     A new user, or one whose access was revoked, gets ``password`` or a generated one; another
     user's password changes only when ``password`` is given; ``staff`` makes a user staff and
-    superuser, never the reverse.
+    superuser, never the reverse. ``login`` (not None) maps the user to that Unix login ('' unmaps
+    it); ValueError, before anything changes, for a login jobs cannot be submitted as.
     """
     from django.contrib.auth.models import User
 
     from runs.api.authentication import create_token
 
+    if login and (problem := login_problem(login)):
+        raise ValueError(f"--login {login}: {problem}")
     user, created = User.objects.get_or_create(username=name)
     if (created or not user.has_usable_password()) and password is None:
         password = secrets.token_urlsafe(12)
@@ -72,6 +85,10 @@ def ensure_user(
     if staff:
         user.is_staff = user.is_superuser = True
     user.save()
+    if login is not None:
+        from runs.models import Profile
+
+        Profile.objects.update_or_create(user=user, defaults={"login": login})
     if not token:
         return Login(name=name, password=password, token=None)
     record, key = create_token(user, days)
@@ -111,6 +128,19 @@ def run(args: argparse.Namespace) -> int:
             "and token."
         )
         return 0
-    login = ensure_user(name=args.name, staff=args.staff, password=args.password, days=args.days)
+    try:
+        login = ensure_user(
+            name=args.name,
+            staff=args.staff,
+            password=args.password,
+            days=args.days,
+            login=args.login,
+        )
+    except ValueError as error:
+        print(f"simrun: {error}")
+        return 2
     print(printed(login))
+    if args.login is not None:
+        mapped = f"as the Unix login {args.login}" if args.login else "as no Unix login"
+        print(f"{args.name}'s Slurm jobs are submitted {mapped} in team mode")
     return 0

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from harness.tasktypes import TaskType
 from runs.backends.base import RunRecord, TaskPlan, TaskRecord
-from runs.models import Run, Task
+from runs.models import Profile, Run, Task
 from runs.planning.spec import RunSpec, sweep_settings, task_kind, type_name
 
 
@@ -39,6 +39,7 @@ def run_record(run: Run, tasks: list[Task] | None = None) -> RunRecord:
         store=settings.SIMRUN_STORE,
         created_at=run.created_at.timestamp(),
         owner=run.owner_id,
+        login=owner_login(run.owner_id),
         reused=[t.task_id for t in rows if t.reused_whole],
     )
 
@@ -61,6 +62,14 @@ def task_json(task: Task) -> dict[str, object]:
         "plan": task.plan,
         "units": task.units_total,
     }
+
+
+def owner_login(owner_id: int | None) -> str:
+    """The Unix login mapped to a user (``simrun user NAME --login``); empty when none is."""
+    if owner_id is None:
+        return ""
+    found = Profile.objects.filter(user_id=owner_id).values_list("login", flat=True).first()
+    return found or ""
 
 
 def task_records(spec: RunSpec, types: Mapping[str, TaskType]) -> dict[str, TaskRecord]:
@@ -94,8 +103,11 @@ def spec_record(
     image: str,
     reserved_node: str,
     store: Path,
+    owner: int | None = None,
+    login: str = "",
 ) -> RunRecord:
-    """The record a validated spec would become, without a database (render-workflow)."""
+    """The record a validated spec of ``owner`` (mapped to ``login``) would become, without a
+    database (render-workflow)."""
     return RunRecord(
         id=run_id,
         name=spec.name,
@@ -105,4 +117,6 @@ def spec_record(
         sources=spec.sources,
         tasks=task_records(spec, types),
         store=store,
+        owner=owner,
+        login=login,
     )

@@ -48,7 +48,7 @@ from runs.planning.planner import (
     plan_run,
 )
 from runs.planning.programs import named_files
-from runs.planning.records import spec_record, task_json, task_records
+from runs.planning.records import owner_login, spec_record, task_json, task_records
 from runs.planning.resume import Chosen, cached, check_resumable, not_resumed, resumed
 from runs.planning.spec import RunSpec, SpecError, cached_tasks, type_name, validate_spec
 
@@ -175,10 +175,7 @@ def run_problem(spec: RunSpec, owner: User, backend: Backend) -> str | None:
         what = "no split or plugin task, nor a run with sources or packages,"
     else:
         return None
-    return (
-        f"this service can start {what} of yours: {problem} "
-        "(`simrun serve --tasks-as-service` does that; docs/team.md)"
-    )
+    return f"this service can start {what} of yours: {problem}"
 
 
 def create_run(
@@ -349,16 +346,21 @@ def _plans(
         max_memory_gb=backend.max_memory_gb,
         largest=largest,
     )
-    if refused := _refusal(spec, types, plans, backend):
+    if refused := _refusal(spec, types, plans, backend, owner_id):
         raise SpecError({"tasks": [refused]})
     return plans
 
 
 def _refusal(
-    spec: RunSpec, types: Mapping[str, TaskType], plans: dict[str, TaskPlan], backend: Backend
+    spec: RunSpec,
+    types: Mapping[str, TaskType],
+    plans: dict[str, TaskPlan],
+    backend: Backend,
+    owner_id: int | None,
 ) -> str | None:
-    """Why the backend would refuse this run whatever its cluster's state, asked before the
-    run is accepted; a run id of the length every run has stands for the one to come."""
+    """Why the backend would refuse this run of ``owner_id`` whatever its cluster's state
+    (a user without the Unix login its jobs must run as, say), asked before the run is
+    accepted; a run id of the length every run has stands for the one to come."""
     cluster = cluster_config()
     record = spec_record(
         spec,
@@ -367,6 +369,8 @@ def _refusal(
         image=resolve(spec.environment.model_dump(), cluster).image,
         reserved_node="",
         store=store.root(),
+        owner=owner_id,
+        login=owner_login(owner_id),
     )
     return backend.refusal(record, plans, dict(types), cluster)
 

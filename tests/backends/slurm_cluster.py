@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from harness.tasktypes import task_types
 from runs.backends.base import (
@@ -46,14 +49,22 @@ def start_cluster(*args: str) -> str:
     return lines[-1].partition("=")[2]
 
 
-def make_backend(store: Path, conf: str, poll_s: float = 0.5) -> SlurmBackend:
-    """A backend on the test cluster polling every ``poll_s``."""
+TEAM_LOGIN = "simrun-team"
+"""The Unix login ``.ci/slurm`` makes (with an association) for the tests of the team mode."""
+
+
+def make_backend(
+    store: Path, conf: str, poll_s: float = 0.5, *, team: bool = False
+) -> SlurmBackend:
+    """A backend on the test cluster polling every ``poll_s``; ``team``: in team mode (the
+    tests run as root), else as a scientist submitting as the tests' own user."""
     return SlurmBackend(
         store,
         slurm=Slurm(conf=conf),
         where=Placement(partition=PARTITION, time_limit="10"),
         poll_s=poll_s,
         grace_s=2.0,
+        team=team,
     )
 
 
@@ -80,9 +91,10 @@ def submit(
     run_id: str,
     tasks: dict[str, dict[str, Any]],
     plans: dict[str, TaskPlan] | None = None,
+    login: str = "",
 ) -> str:
     """Write each task's task.json as the service does, then submit the run (command tasks by
-    default)."""
+    default) of an owner mapped to ``login``."""
     plans = {task_id: (plans or {}).get(task_id, plan()) for task_id in tasks}
     records = {}
     for task_id, fields in tasks.items():
@@ -106,7 +118,7 @@ def submit(
                 }
             )
         )
-    run = RunRecord(id=run_id, tasks=records, store=backend.store)
+    run = RunRecord(id=run_id, tasks=records, store=backend.store, login=login)
     return backend.submit(run, plans, task_types(), ClusterConfig())
 
 
@@ -135,6 +147,42 @@ def wait_phase(
     return str(found)
 
 
+def started_run(spec: dict[str, Any], owner: Any, backend: SlurmBackend) -> Any:
+    """A run of ``spec`` created and submitted by the service, as ``simrun serve`` does."""
+    from runs.control import submitting
+    from runs.planning.spec_document import parse_spec
+    from runs.planning.submission import create_run
+
+    run = create_run(spec=parse_spec(yaml.safe_dump(spec), types=task_types()), owner=owner)
+    assert submitting.submit(run.id, backend=backend)
+    return run
+
+
+def service_pass(backend: SlurmBackend, run: Any) -> Any:
+    """One pass of the service's control loop (a poll now, then the reconcile); the run."""
+    from runs.control import reconciling
+    from runs.models import Run
+
+    with suppress(BackendUnavailable):  # the service waits for a controller that does not answer
+        backend.poll(force=True)
+    reconciling.reconcile_pass(backend=backend)
+    return Run.objects.get(pk=run.pk)
+
+
+def run_to_end(backend: SlurmBackend, run: Any, timeout_s: float = 300) -> Any:
+    """Drive the control loop until the run ended; the run."""
+    from runs.models import RunState, Task
+
+    ends = {RunState.SUCCEEDED, RunState.FAILED}
+    return wait_for(
+        lambda: (current := service_pass(backend, run)).state in ends and current,
+        timeout_s=timeout_s,
+        interval_s=1,
+        what=f"run {run.id} to end",
+        details=lambda: str(list(Task.objects.filter(run=run).values("task_id", "state"))),
+    )
+
+
 def shell(script: str) -> list[str]:
     return ["sh", "-c", script]
 
@@ -150,6 +198,12 @@ def slurm_command(conf: str, *argv: str) -> str:
         env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SLURM_CONF": conf},
     )
     return done.stdout
+
+
+def accounted_user(conf: str, job_id: str) -> str:
+    """The user sacct records for a job (as an administrator asks it: every user's)."""
+    out = slurm_command(conf, "sacct", "-n", "-P", "-X", "--allusers", "-j", job_id, "-o", "User")
+    return out.strip()
 
 
 def job_state(conf: str, job_id: str) -> str:

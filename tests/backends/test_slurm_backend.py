@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,47 @@ def test_a_job_waiting_for_a_reason_that_never_clears_fails_naming_it(tmp_path, 
     assert "DependencyNeverSatisfied" in attempt.message
     assert "clears only when an administrator acts" in attempt.message
     assert waiting in ({"stuck": "Slurm: Dependency"}, {"stuck": "Slurm: DependencyNeverSatisfied"})
+
+
+def waits_for(backend: SlurmBackend, name: str) -> str:
+    """Why the run's task waits, after a poll now."""
+    backend.poll(force=True)
+    return backend.status(name).waiting.get("stuck", "")
+
+
+@pytest.mark.parametrize("cause", ["held", "drained"])
+def test_a_job_an_administrator_must_release_fails_after_the_timeout_naming_why(
+    cause, backend, slurm_conf
+):
+    """Held by an administrator (``JobHeldAdmin``), or asking for a drained node (Slurm adds
+    the nodes: ``ReqNodeNotAvail, UnavailableNodes:n1``): neither clears by itself."""
+    backend.pending_timeout_s = 3
+    # Held: it waits a minute first, so the hold comes before it could run.
+    extra = ("-w", "n1") if cause == "drained" else ("--begin=now+60",)
+    backend.where = backend.submitter.where = Placement(partition="simrun", extra=extra)
+    if cause == "drained":
+        slurm_command(slurm_conf, "scontrol", "update", "NodeName=n1", "State=DRAIN", "Reason=t")
+    try:
+        submit(backend, f"h{cause}", {"stuck": {"command": shell("true")}})
+        if cause == "held":
+            # Waiting longer than the timeout for a reason that clears (its begin time) does
+            # not count: the timeout starts with the hold.
+            name = workflow_name(f"h{cause}")
+            [job] = backend.ledger.read(name).jobs
+            wait_for(
+                lambda: (
+                    waits_for(backend, name) == "Slurm: BeginTime"
+                    and time.time() - job.submitted_at > backend.pending_timeout_s
+                ),
+                what="the job to wait past the timeout for its begin time",
+            )
+            slurm_command(slurm_conf, "scontrol", "hold", job.job_id)
+            wait_for(lambda: waits_for(backend, name) == "Slurm: JobHeldAdmin", what="the hold")
+            assert backend.status(name).tasks == {"stuck": "Pending"}
+        assert wait_phase(backend, f"h{cause}", {"Failed"}, node="stuck") == "Failed"
+    finally:
+        if cause == "drained":
+            slurm_command(slurm_conf, "scontrol", "update", "NodeName=n1", "State=RESUME")
+    [attempt] = backend.status(workflow_name(f"h{cause}")).failed["stuck"]
+    reason = "JobHeldAdmin" if cause == "held" else "ReqNodeNotAvail, UnavailableNodes:n1"
+    assert f"reason {reason}, which clears only when an administrator acts" in attempt.message

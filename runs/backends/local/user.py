@@ -52,17 +52,24 @@ def for_owner(owner_id: int | None, uid_base: int | None) -> TaskUser | None:
     return TaskUser(uid=uid, gid=uid, service_gid=os.getegid())
 
 
-def unreachable(*roots: Path) -> str | None:
+def unreachable(
+    *roots: Path,
+    otherwise: str = (
+        "set SIMRUN_TASK_UID_BASE=0 to run tasks as the service "
+        "(`simrun serve --tasks-as-service` does that; docs/team.md)"
+    ),
+) -> str | None:
     """Why a task user cannot reach these roots (a folder above one lets no other user pass),
-    with the fixes that apply to that root; None when it can. A root itself is the backend's
-    to open up (``pass_only``)."""
+    with the fixes that apply to that root and ``otherwise``, the way out without task users
+    (empty: none); None when it can. A root itself is the backend's to open up
+    (``pass_only``)."""
     for root in roots:
         for folder in root.resolve().parents:
             if folder.exists() and not folder.stat().st_mode & 0o001:
+                fixes = _fixes(root, folder) + (f", or {otherwise}" if otherwise else "")
                 return (
                     f"{folder} lets no other user pass, so the tasks' users cannot reach "
-                    f"{root}: {_fixes(root, folder)}, or set SIMRUN_TASK_UID_BASE=0 to run "
-                    "tasks as the service"
+                    f"{root}: {fixes}"
                 )
     return None
 

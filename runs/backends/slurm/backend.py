@@ -15,6 +15,7 @@ import getpass
 import hashlib
 import json
 import logging
+import os
 import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -35,7 +36,7 @@ from runs.backends.base import (
     TaskPlan,
     workflow_name,
 )
-from runs.backends.slurm import joblogs
+from runs.backends.slurm import joblogs, owners
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
 from runs.backends.slurm.nodes import run_nodes
@@ -81,11 +82,14 @@ class SlurmBackend:
         pending_timeout_s: float = 600.0,
         grace_s: float = GRACE_S,
         probe: bool = True,
+        team: bool = False,
     ) -> None:
         """``poll_s`` is the period of the one ``squeue`` of all runs; ``pending_timeout_s``
         how long a job may wait with a reason that never clears by itself; ``probe`` reads the
-        largest node with ``sinfo`` now (None when Slurm does not answer)."""
+        largest node with ``sinfo`` now (None when Slurm does not answer); ``team``: the
+        service runs as root for a team and submits each run's jobs as its owner's login."""
         self.store = Path(store)
+        self.team = team
         self.ledger = Ledger(self.store)
         self.slurm = slurm or Slurm()
         self.where = where or Where()
@@ -121,6 +125,7 @@ class SlurmBackend:
             ),
             poll_s=settings.SIMRUN_SLURM_POLL_S,
             submit_timeout_s=settings.SIMRUN_SLURM_SUBMIT_TIMEOUT_S,
+            team=os.geteuid() == 0,
         )
 
     # Submission.
@@ -137,6 +142,9 @@ class SlurmBackend:
         name = workflow_name(record.id)
         if record.packages:
             raise ValueError("environment.packages: the slurm backend installs no packages yet")
+        if problem := owners.refusal(self.team, record.login):
+            raise ValueError(problem)
+        login = record.login if self.team else ""
         nodes = run_nodes(record, plans, types)
         with self.ledger.lock():
             try:
@@ -150,7 +158,10 @@ class SlurmBackend:
                 store=record.store,
                 created=time.time() if record.created_at is None else record.created_at,
                 nodes=nodes,
+                login=login,
             )
+            if login:
+                owners.hand_over_run(self.store, record.id, login)
             self._save(submission)
             try:
                 self.submitter.advance(submission)
@@ -160,7 +171,7 @@ class SlurmBackend:
             if refused:
                 submission.stopped, submission.ended = "stop", True
                 self._save(submission)
-                self.slurm.run(["scancel", "--me", f"--name={name}"])
+                self.slurm.run(["scancel", *owners.whose({login}), f"--name={name}"])
                 raise ValueError(slurm_status.message(refused[0]))
         return name
 
@@ -173,7 +184,9 @@ class SlurmBackend:
         types: dict[str, TaskType],
         cluster: ClusterConfig,
     ) -> str | None:
-        return None  # nothing of a run's size is bounded here beyond what planning checks
+        """Why a run cannot be submitted: in team mode, an owner without a Unix login (or
+        with one jobs cannot run as). Nothing of a run's size is bounded beyond planning's."""
+        return owners.refusal(self.team, record.login)
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after a poll that learnt something of a run."""
@@ -216,7 +229,8 @@ class SlurmBackend:
         seen: dict[str, slurm_status.Seen] = {}
         if asked:
             names = ",".join(sorted({s.name for s in asked}))
-            argv = ["squeue", "-h", "-r", "-t", "all", "--me", f"--name={names}"]
+            logins = owners.whose({s.login for s in asked})
+            argv = ["squeue", "-h", "-r", "-t", "all", *logins, f"--name={names}"]
             seen = slurm_status.parse_squeue(
                 self.slurm.run([*argv, "-O", slurm_status.squeue_format()])
             )
@@ -282,16 +296,17 @@ class SlurmBackend:
         return adopted
 
     def _stuck(self, job: Job, now: float) -> bool:
-        """Cancel a job that waited past the pending timeout for a reason that never clears
-        by itself; whether it was."""
-        if job.state != "PENDING" or job.reason not in slurm_status.NEVER_CLEARS:
+        """Cancel a job that waited past the pending timeout, counted from when its reason
+        became one that never clears by itself (a node drained for a minute is no cause to
+        fail); whether it was."""
+        if job.state != "PENDING" or job.stuck_since is None:
             return False
-        if now - job.submitted_at < self.pending_timeout_s:
+        if now - job.stuck_since < self.pending_timeout_s:
             return False
         self.slurm.run(["scancel", job.job_id])
         job.state, job.final, job.ended_at = "CANCELLED", True, now
         job.reason = (
-            f"waited {now - job.submitted_at:.0f} s with reason {job.reason}, "
+            f"waited {now - job.stuck_since:.0f} s with reason {job.reason}, "
             "which clears only when an administrator acts"
         )
         return True
@@ -305,6 +320,8 @@ class SlurmBackend:
             "%Y-%m-%dT%H:%M:%S", time.localtime(min(j.submitted_at for _, j in gone) - 60)
         )
         argv = ["sacct", "-n", "-P", "-X", "-S", start, "-j", ids, "-o", slurm_status.SACCT_FIELDS]
+        if any(submission.login for submission, _ in gone):
+            argv.append("--allusers")  # root sees only its own jobs without it
         accounting = True
         try:
             found = slurm_status.parse_sacct(self.slurm.run(argv))
@@ -369,14 +386,14 @@ class SlurmBackend:
         with self.ledger.lock():
             try:
                 submission = self.ledger.read(name)
-            except KeyError:
-                self.slurm.run(["scancel", "--me", f"--name={name}"])
+            except KeyError:  # a run's name is its own, whoever's jobs they are
+                self.slurm.run(["scancel", *([] if self.team else ["--me"]), f"--name={name}"])
                 raise
             if not submission.stopped:
                 submission.stopped, submission.stopped_at = how, time.time()
                 self._save(submission)
         if any(not j.final for j in submission.jobs):
-            self.slurm.run(["scancel", "--me", f"--name={name}"])
+            self.slurm.run(["scancel", *owners.whose({submission.login}), f"--name={name}"])
 
     def logs(self, name: str, task_id: str, tail_lines: int | None = None) -> list[PodLog]:
         """The log of each attempt of a task from the store, oldest first; KeyError for an
@@ -389,16 +406,27 @@ class SlurmBackend:
         return KeptLogs(complete=joblogs.complete(self.ledger.read(name), task_id))
 
     def describe(self) -> list[str]:
-        """The banner's summary: whose jobs these are, where they go."""
+        """The banner's summary: which mode (a scientist as themselves, or a team), whose
+        jobs these are, where they go."""
         where = self.where.partition or "the default partition"
         account = f", account {self.where.account}" if self.where.account else ""
+        if self.team:
+            return [
+                f"team mode: each simrun user's jobs are submitted to {where}{account} as the "
+                "Unix login mapped to them (simrun user NAME --login LOGIN), never as root; "
+                "a user without one cannot submit (docs/slurm.md)"
+            ]
         return [
-            f"jobs submitted as {getpass.getuser()} to {where}{account}: that user's account "
-            "and fairshare pay for every run's jobs (docs/slurm.md)"
+            f"scientist mode: jobs submitted as {getpass.getuser()} to {where}{account}: that "
+            "user's account and fairshare pay for every run's jobs (docs/slurm.md)"
         ]
 
     def isolation_problem(self, owner: int | None = 0, kind: str = "split") -> str | None:
-        return None  # each job runs in its own cgroup on its node, as the submitting user
+        """Why the jobs of a run cannot run as its owner's login (team mode): the login
+        cannot reach the store, or (a split or plugin task) the service's interpreter, whose
+        ``simrun-worker`` the jobs run. None as a scientist: the jobs are the service's user's.
+        """
+        return owners.unreachable(self.team, self.store, kind)
 
     def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
         raise LookupError("the Slurm backend does not reserve nodes: submit without it")

@@ -28,8 +28,12 @@ late); past that an attempt with no log (one ended before its script began) has 
 
 
 def logs_fd(submission: Submission, task: str) -> int:
-    """A descriptor of a task's ``logs/``, a folder of the service's own; OSError without."""
-    return untrusted.own_dir(submission.store, ("runs", submission.run, "tasks", task, "logs"))
+    """A descriptor of a task's ``logs/``, a folder of the service's own (of the run's login
+    in team mode, walked without links all the same); OSError without."""
+    parts = ("runs", submission.run, "tasks", task, "logs")
+    if submission.login:
+        return untrusted.open_dir(submission.store, parts)
+    return untrusted.own_dir(submission.store, parts)
 
 
 def read_text(dir_fd: int, name: str) -> str:

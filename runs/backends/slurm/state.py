@@ -61,6 +61,10 @@ class Job(BaseModel):
     gone_at: float | None = Field(
         default=None, description="When a poll first missed it in squeue: sacct is asked"
     )
+    stuck_since: float | None = Field(
+        default=None,
+        description="Since when it waits for a reason that never clears by itself",
+    )
 
     @property
     def latest_attempt(self) -> int:
@@ -75,6 +79,9 @@ class Submission(BaseModel):
     store: Path
     created: float
     nodes: list[NodeSpec]
+    login: str = Field(
+        default="", description="The Unix login its jobs run as (team mode); empty: the service's"
+    )
     jobs: list[Job] = Field(default_factory=list)
     stopped: str = Field(default="", description="cancel or stop, once asked")
     stopped_at: float | None = None

@@ -59,10 +59,20 @@ NEVER_CLEARS = frozenset(
         "PartitionNodeLimit",
         "AccountNotAllowed",
         "QOSJobLimit",
+        "JobHeldAdmin",
+        "launch_failed_requeued_held",
     }
 )
 """Pending reasons that clear only when an administrator acts: a task waiting with one of
-them longer than the backend's pending timeout fails, naming it."""
+them longer than the backend's pending timeout fails, naming it (``never_clears``)."""
+
+
+def never_clears(reason: str) -> bool:
+    """Whether a job's pending reason is one of ``NEVER_CLEARS``. Slurm adds details after a
+    comma (``ReqNodeNotAvail, UnavailableNodes:n1``) and squeue spells some reasons with
+    spaces (``launch failed requeued held``)."""
+    return reason.split(",")[0].strip().replace(" ", "_") in NEVER_CLEARS
+
 
 Outcome = Literal["succeeded", "oom", "evicted", "cancelled", "failed"]
 
@@ -154,6 +164,10 @@ def learn(job: Job, seen: Seen) -> bool:
         job.started_at = None
     job.state = seen.state or job.state
     job.reason = seen.reason if seen.state == "PENDING" else ""
+    if job.reason and never_clears(job.reason):
+        job.stuck_since = job.stuck_since or time.time()
+    else:
+        job.stuck_since = None  # a reason that clears restarts the count
     job.host = seen.host or job.host
     if seen.state in RUNNING or seen.state in ENDED:
         job.started_at = seen.started_at or job.started_at

@@ -16,6 +16,7 @@ from pathlib import Path
 from harness import untrusted
 from harness.config import GRACE_S, STOP_MARGIN_S
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE
+from runs.backends.slurm import owners
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
 from runs.backends.slurm.script import Placement as Where
@@ -62,12 +63,18 @@ class Submitter:
         return bool(due) or any(p in {RETRYING_PHASE, PREEMPTED_PHASE} for p in phases.values())
 
     def _logs_dir(self, submission: Submission, task: str) -> Path:
-        """The task's ``logs/``, a folder of the service's own, made now: the job writes there."""
+        """The task's ``logs/``, made now: the job writes there. A folder of the service's
+        own, or of the run's login in team mode (its jobs write as it)."""
         parts = ("runs", submission.run, "tasks", task, "logs")
-        os.close(untrusted.service_dir(submission.store, parts))
+        if submission.login:
+            owners.logs_dir(submission.store, parts, submission.login)
+        else:
+            os.close(untrusted.service_dir(submission.store, parts))
         return submission.store.joinpath(*parts)
 
-    def _sbatch(self, argv: list[str], script: str) -> str:
+    def _sbatch(self, submission: Submission, argv: list[str], script: str) -> str:
+        """Submit a job as the run's login (the service's own user without one); its id."""
+        argv = [*argv, *owners.sbatch_flags(submission.login)]
         out = self.slurm.run(argv, stdin=script, timeout_s=self.submit_timeout_s).strip()
         return out.split(";")[0]
 
@@ -92,7 +99,7 @@ class Submitter:
             where=self.where,
         )
         try:
-            job_id = self._sbatch(argv, script)
+            job_id = self._sbatch(submission, argv, script)
         except SlurmError as error:
             refuse(submission, spec, attempt, memory_gb, error)
             return
@@ -130,7 +137,7 @@ class Submitter:
                 where=self.where,
                 array=(first, count),
             )
-            job_id = self._sbatch(argv, script)
+            job_id = self._sbatch(submission, argv, script)
             now = time.time()
             submission.jobs += [
                 Job(

@@ -17,6 +17,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         login = user.ensure_user(
-            name=options["name"], staff=options["staff"], password=options["password"]
+            name=options["name"],
+            staff=options["staff"],
+            password=options["password"],
+            login=options["login"],
         )
         self.stdout.write(user.printed(login))

@@ -1,0 +1,173 @@
+"""Evictions on the real Slurm cluster, through the service: a requeued and a preempted job
+count as evictions, and no unit the ledger had finished is computed again; a ``slurmd`` killed
+mid-run and started again costs nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.ledger import Ledger
+from runs.backends.base import workflow_name
+from runs.backends.slurm.backend import SlurmBackend
+from runs.common import store
+from runs.models import Attempt, RunState, Task
+from tests.backends.slurm_cluster import (
+    cluster,
+    job_state,
+    make_backend,
+    run_to_end,
+    service_pass,
+    slurm_command,
+    start_cluster,
+    started_run,
+)
+from tests.polling import wait_for
+from tests.service.controller_support import sent  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.usefixtures("sent")]
+UNITS = 24
+STATE = Path("/var/lib/simrun-slurm/simrun/run")
+
+
+@pytest.fixture
+def slurm(settings, tmp_path: Path) -> SlurmBackend:
+    settings.SIMRUN_HOME = tmp_path / "home"
+    settings.SIMRUN_HOME.mkdir()
+    settings.SIMRUN_STORE = tmp_path / "store"
+    return make_backend(settings.SIMRUN_STORE, cluster())
+
+
+def traced_sweep(trace: Path, gate: Path) -> dict[str, Any]:
+    """A command sweep whose every computed unit appends its number to ``trace``; the units
+    from the fourth on wait while ``gate`` exists, so the test evicts a job that is surely
+    mid-run."""
+    unit = (
+        f"[ {{U}} -lt 3 ] || while [ -e {gate} ]; do sleep 0.1; done; echo {{U}} >> {trace}; "
+        'echo "{{\\"v\\": $(({U}*{U}))}}" > {out}/r.json'
+    )
+    sweep = {"U": {"range": [0, UNITS]}}
+    return {
+        "tasks": {
+            "sim": {"command": ["sh", "-c", unit], "sweep": sweep, "results": "r.json", "cores": 1}
+        }
+    }
+
+
+def done_units(run_id: str) -> set[int]:
+    """The units the task's ledger records as finished."""
+    try:
+        ledger = Ledger.read(store.task_dir(run_id, "sim") / "units")
+    except FileNotFoundError:
+        return set()
+    ledger.refresh()
+    return set(ledger.covered([range(UNITS)]))
+
+
+def running_sweep(slurm: SlurmBackend, owner: Any, folder: Path) -> tuple[Any, str]:
+    """A traced sweep (``folder``: its trace and gate) started, with a unit finished and
+    the next ones held by the gate; the run and its job's id."""
+    (folder / "gate").touch()
+    run = started_run(traced_sweep(folder / "trace", folder / "gate"), owner, slurm)
+    wait_for(lambda: (service_pass(slurm, run), done_units(run.id))[1], timeout_s=120)
+    [job] = slurm.ledger.read(workflow_name(run.id)).jobs
+    return run, job.job_id
+
+
+def preempt(conf: str) -> str:
+    """A job of the partition ``urgent`` taking both nodes whole: Slurm preempts (requeues)
+    the partition ``simrun``'s running jobs for it. Its id."""
+    argv = ["sbatch", "--parsable", "-p", "urgent", "-N", "2", "--exclusive", "-o", "/dev/null"]
+    return slurm_command(conf, *argv, "--wrap", "sleep 300").strip()
+
+
+@pytest.mark.parametrize("evict", ["requeue", "preempt"])
+def test_an_evicted_sweep_goes_on_without_redoing_a_finished_unit(evict, slurm, owner, tmp_path):
+    run, job = running_sweep(slurm, owner, tmp_path)
+    urgent = ""
+    if evict == "requeue":
+        slurm_command(slurm.slurm.conf, "scontrol", "requeue", job)
+    else:
+        urgent = preempt(slurm.slurm.conf)
+    wait_for(lambda: job_state(slurm.slurm.conf, job) == "PENDING", what="the eviction")
+    finished = done_units(run.id)
+    assert 1 <= len(finished) <= 3
+    (tmp_path / "gate").unlink()
+    if urgent:
+        slurm_command(slurm.slurm.conf, "scancel", urgent)
+    # Slurm holds a requeued job about 2 minutes: let it start now.
+    slurm_command(slurm.slurm.conf, "scontrol", "update", f"JobId={job}", "StartTime=now")
+
+    done = run_to_end(slurm, run)
+
+    assert done.state == RunState.SUCCEEDED, done.message
+    computed = Counter(int(line) for line in (tmp_path / "trace").read_text().split())
+    assert set(computed) == set(range(UNITS))
+    assert {unit: computed[unit] for unit in finished} == dict.fromkeys(finished, 1)
+    task = Task.objects.get(run=run, task_id="sim")
+    assert task.units_done == UNITS
+    [evicted] = Attempt.objects.filter(task=task, evicted=True)
+    assert evicted.attempt == 0
+
+
+def restarts(conf: str, job: str) -> int:
+    """How often Slurm requeued a job (squeue's RestartCnt)."""
+    out = slurm_command(conf, "squeue", "-h", "-t", "all", "-j", job, "-O", "RestartCnt")
+    return int(out.strip() or 0)
+
+
+def steps_running(job: str) -> bool:
+    """Whether a ``slurmstepd`` of the job still runs on this host."""
+    title = f"slurmstepd: [{job}.".encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().startswith(title):
+                return True
+        except OSError:
+            continue  # ended meanwhile
+    return False
+
+
+@pytest.mark.parametrize("restart", ["at-once", "after-node-fail"])
+def test_a_slurmd_killed_mid_run_loses_no_finished_unit(restart, slurm, owner, tmp_path):
+    """Started again at once (as an init system does), the job goes on as if nothing happened;
+    started only after Slurm declared its node failed (SlurmdTimeout), the job was requeued:
+    an eviction, with no finished unit computed again."""
+    run, job = running_sweep(slurm, owner, tmp_path)
+    [host] = {j.host for j in slurm.ledger.read(workflow_name(run.id)).jobs}
+    pid = int((STATE / f"slurmd-{host}.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    try:
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), what=f"slurmd {host} to die")
+        finished = done_units(run.id)
+        if restart == "after-node-fail":
+            wait_for(
+                lambda: (service_pass(slurm, run), restarts(slurm.slurm.conf, job))[1] == 1,
+                timeout_s=180,
+                interval_s=1,
+                what="Slurm to requeue the job of the failed node",
+            )
+        assert service_pass(slurm, run).state == RunState.RUNNING
+    finally:
+        start_cluster()  # starts the slurmd again, as a site's init system would
+    if restart == "after-node-fail":
+        # The restarted slurmd ends the step its node ran before it failed (a node that really
+        # failed lost it); the requeued job may then start without its 2 minutes' hold.
+        wait_for(lambda: not steps_running(job), what=f"the stale step of job {job} to end")
+        slurm_command(slurm.slurm.conf, "scontrol", "update", f"JobId={job}", "StartTime=now")
+    (tmp_path / "gate").unlink()
+
+    done = run_to_end(slurm, run)
+
+    assert done.state == RunState.SUCCEEDED, done.message
+    computed = Counter(int(line) for line in (tmp_path / "trace").read_text().split())
+    assert set(computed) == set(range(UNITS))
+    assert {unit: computed[unit] for unit in finished} == dict.fromkeys(finished, 1)
+    evicted = Attempt.objects.filter(task__run=run, evicted=True)
+    assert evicted.count() == (1 if restart == "after-node-fail" else 0)
+    assert not Attempt.objects.filter(task__run=run, evicted=False).exclude(phase="Succeeded")
