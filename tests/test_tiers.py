@@ -1,5 +1,6 @@
 """The suite's tiers hold: no test imports a conftest file, and the harness's tier (the root
-conftest, tests/harness) imports nothing of the service, read from the source."""
+conftest, tests/harness, its helpers and its tests) imports nothing of the service, read from
+the source."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 SERVICE = ("runs", "simrun_site", "django", "rest_framework", "kubernetes", "celpy")
 """Top-level packages only ``pip install -e '.[dev]'`` brings."""
-HARNESS_TIER = ("tests.harness", "tests.polling")
+HARNESS_TIER = ("tests.harness", "tests.polling", "tests.floods")
 """The modules of the suite the harness's tier may import."""
 
 
@@ -33,8 +34,9 @@ def test_no_test_module_imports_a_conftest_file() -> None:
     assert not found
 
 
-def test_the_root_conftest_and_the_harness_helpers_need_nothing_of_the_service() -> None:
-    files = [TESTS / "conftest.py", *(TESTS / "harness").glob("[!t]*.py")]
+def test_the_root_conftest_and_the_harness_tier_need_nothing_of_the_service() -> None:
+    shared = [TESTS / f"{name.removeprefix('tests.')}.py" for name in HARNESS_TIER[1:]]
+    files = [TESTS / "conftest.py", *shared, *(TESTS / "harness").glob("*.py")]
     found = {
         f"{path.relative_to(TESTS)}: {name}"
         for path in files

@@ -1,4 +1,5 @@
-"""local_env: the mark of a made venv is never written through a link its build planted."""
+"""local_env: a run's venv of its sources, installed with one line in the log and pip's reason
+when it fails, and its mark of a made venv never written through a link its build planted."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.sources import PIP_LOG
 from runs.backends.local import env as local_env
 from tests.floods import deep_tree, tmpfs
+from tests.walkthrough import PACKAGE, write_walkthrough
 
 
 def test_a_link_planted_as_the_ready_mark_is_not_followed(tmp_path: Path, monkeypatch) -> None:
@@ -65,3 +68,22 @@ def test_sources_pip_cannot_build_fail_with_pips_reason_not_the_command(tmp_path
     said = str(failed.value)
     assert said.startswith("pip install -e exited 1: ") and "project.version" in said
     assert "Traceback" not in said and sys.executable not in said
+
+
+def test_installing_sources_writes_one_line_and_keeps_pips_output(tmp_path: Path, capfd) -> None:
+    write_walkthrough(tmp_path)
+    venv = tmp_path / "venv"
+    local_env.ensure(venv, [tmp_path / PACKAGE])
+    out = capfd.readouterr().out
+    assert len(out.splitlines()) == 1 and "installed the sources" in out, out
+    assert "Successfully installed decay-sim" in (venv / "sources" / PIP_LOG).read_text()
+
+
+def test_a_failed_install_shows_the_tail_of_pips_output(tmp_path: Path, capfd) -> None:
+    package = tmp_path / PACKAGE
+    package.mkdir()
+    (package / "pyproject.toml").write_text("[project]\nname = 'broken'\nversion = 'x y'\n")
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        local_env.ensure(tmp_path / "venv", [package])
+    assert "`project.version` must be pep440" in str(failed.value.output)
+    assert "pip failed to install the sources" in capfd.readouterr().out

@@ -1,5 +1,5 @@
 """The harness's side of task types a run's sources ship: describing them, running a plugin's
-command, and installing the sources with one line in the log."""
+command. Installing the sources is the local backend's (tests/backends/test_local_env.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from harness.describe import describe
 from harness.plugin import command_of_task
-from harness.sources import PIP_LOG
-from runs.backends.local import env as local_env
-from tests.walkthrough import PACKAGE, write_walkthrough
 
 
 def test_describe_tells_the_types_and_judges_the_settings_asked_about() -> None:
@@ -49,22 +44,3 @@ def test_the_plugin_command_is_the_types_command_for_the_tasks_settings(tmp_path
     )
     command = command_of_task({"SIMRUN_TASK_DIR": str(task_dir)})
     assert command == [sys.executable, "-m", "harness.examples.csv_stats", "--port", "rows"]
-
-
-def test_installing_sources_writes_one_line_and_keeps_pips_output(tmp_path: Path, capfd) -> None:
-    write_walkthrough(tmp_path)
-    venv = tmp_path / "venv"
-    local_env.ensure(venv, [tmp_path / PACKAGE])
-    out = capfd.readouterr().out
-    assert len(out.splitlines()) == 1 and "installed the sources" in out, out
-    assert "Successfully installed decay-sim" in (venv / "sources" / PIP_LOG).read_text()
-
-
-def test_a_failed_install_shows_the_tail_of_pips_output(tmp_path: Path, capfd) -> None:
-    package = tmp_path / PACKAGE
-    package.mkdir()
-    (package / "pyproject.toml").write_text("[project]\nname = 'broken'\nversion = 'x y'\n")
-    with pytest.raises(subprocess.CalledProcessError) as failed:
-        local_env.ensure(tmp_path / "venv", [package])
-    assert "`project.version` must be pep440" in str(failed.value.output)
-    assert "pip failed to install the sources" in capfd.readouterr().out
