@@ -258,11 +258,13 @@ def units_now(task: Task) -> int:
 
 
 def attach_progress(run: Run, tasks: list[Task]) -> None:
-    """Set ``units_now`` on each task and the run's sums ``units_done_sum``/``units_total_sum``."""
+    """Set ``units_now`` on each task and the run's sums ``units_done_sum``,
+    ``units_total_sum`` and ``units_failed_sum``."""
     for task in tasks:
         task.units_now = units_now(task)  # type: ignore[attr-defined]
     run.units_done_sum = sum(t.units_now for t in tasks)  # type: ignore[attr-defined]
     run.units_total_sum = sum(t.units_total for t in tasks)  # type: ignore[attr-defined]
+    run.units_failed_sum = sum(t.units_failed for t in tasks)  # type: ignore[attr-defined]
 
 
 def preview(folder: TaskFolder, relative: str, max_bytes: int = 8192) -> str:
