@@ -34,7 +34,7 @@ MEDIA = {
 def read_or_404(task: Task) -> tables.Results:
     """The task's results table; 404 when it has none or none the service reads."""
     try:
-        results = tables.read_results(store.task_folder(task.run_id, task.task_id))
+        results = tables.read_table(store.task_folder(task.run_id, task.task_id))
     except tables.Unreadable as error:
         raise NotFound(f"task {task.task_id} has no readable results table: {error}") from None
     if results is None:
@@ -97,6 +97,7 @@ def results_page(request: Request, run_id: str, task_id: str) -> Response:
         "count_exact": results.complete,
         "kept": len(results.rows),
         "notes": results.notes,
+        "partial": results.partial,
         "next": page_link(request, number + 1) if start + size < len(order) else None,
         "previous": page_link(request, number - 1) if number > 1 else None,
         "results": [results.typed(index) for index in shown],

@@ -459,3 +459,13 @@ class ResultsPageSerializer(serializers.Serializer[Any]):
         child=serializers.DictField(allow_null=True),
         help_text="a row per unit: numbers as numbers, no value as null",
     )
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        """The fields above and ``partial``, a name a serializer's class cannot declare (it is
+        its flag for partial updates)."""
+        fields = super().get_fields()
+        fields["partial"] = serializers.BooleanField(
+            help_text="the task ended before its merge (cancelled, failed): the rows of the "
+            "units it finished, as each ended"
+        )
+        return fields

@@ -214,7 +214,12 @@ def output_files(folder: TaskFolder, limit: int = MAX_OUTPUTS_LISTED) -> Outputs
     cut = walk.cut
     if len(found) > limit:
         found, cut = found[:limit], cut or f"too many: more than {limit} files"
-    return Outputs(sorted(found, key=lambda f: f.path), cut)
+    return Outputs(sorted(found, key=lambda f: natural(f.path)), cut)
+
+
+def natural(path: str) -> tuple[tuple[int, int, str], ...]:
+    """A path's sort key with its numbers as numbers: ``units/2`` before ``units/10``."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.split("/"))
 
 
 def open_output(folder: TaskFolder, relative: str) -> tuple[BinaryIO, OutputFile]:

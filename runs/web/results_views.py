@@ -25,7 +25,7 @@ from django.urls import reverse
 
 from runs.api.results_views import serve_results
 from runs.common import store
-from runs.models import Task, TaskState
+from runs.models import FINAL_TASK_STATES, Task
 from runs.reads import results as tables
 from runs.reads.access import task_or_404
 from runs.web import results_chart
@@ -40,24 +40,19 @@ class BadQuery(ValueError):
 
 
 def has_results(task: Task) -> bool:
-    """Whether a task shows a results section: ended done or failed (the merge of a sweep
-    with more failures than allowed writes its table, then fails), with an
-    ``out/results.csv`` of any kind (one that is no regular file is shown as a problem)."""
-    if task.state not in (TaskState.DONE, TaskState.FAILED):
+    """Whether a task shows a results section: ended (done; failed, as the merge of a sweep
+    with more failures than allowed writes its table, then fails; or stopped by its run's
+    end) with a table: the merge's ``out/results.csv`` or the rows of the units it finished
+    (``tables.table_entry``; one that is no regular file is shown as a problem)."""
+    if task.state not in FINAL_TASK_STATES:
         return False
-    try:
-        return (
-            tables.file_entry(store.task_folder(task.run_id, task.task_id), tables.CSV_NAME)
-            is not None
-        )
-    except tables.Unreadable:
-        return True
+    return tables.table_entry(store.task_folder(task.run_id, task.task_id))
 
 
 def _read(task: Task) -> tuple[tables.Results | None, str]:
     """The task's table, or the problem that keeps it from being read; 404 when none."""
     try:
-        results = tables.read_results(store.task_folder(task.run_id, task.task_id))
+        results = tables.read_table(store.task_folder(task.run_id, task.task_id))
     except tables.Unreadable as error:
         return None, str(error)
     if results is None:

@@ -40,6 +40,8 @@ from runs.web.timeline import timeline
 RUNS_PER_PAGE = 25
 """Rows of the runs table: what a laptop screen shows without much scrolling."""
 OUTPUTS_SHOWN = 50
+UNIT_FOLDERS = "units/"
+"""Where a sweep's units write (``{out}``): listed folded, below the task's own outputs."""
 
 
 def _run_list_context(request: HttpRequest) -> dict[str, Any]:
@@ -86,7 +88,9 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     task_files.attach_progress(run, tasks)
     for task in tasks:
         outputs, cut = _outputs(task) if task.state == TaskState.DONE else ([], "")
-        task.outputs, task.outputs_cut = outputs, cut  # type: ignore[attr-defined]
+        task.outputs = [o for o in outputs if not o["unit"]]  # type: ignore[attr-defined]
+        task.unit_outputs = [o for o in outputs if o["unit"]]  # type: ignore[attr-defined]
+        task.outputs_cut = cut  # type: ignore[attr-defined]
         task.results_present = has_results(task)  # type: ignore[attr-defined]
         if task.started_at is not None:
             end = task.ended_at or run.ended_at or timezone.now()
@@ -95,6 +99,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
             attempt.live = live_figures(attempt)  # type: ignore[attr-defined]
             attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]
     units_now = {t.task_id: t.units_now for t in tasks}  # type: ignore[attr-defined]
+    failed = [t for t in tasks if t.units_failed]
     return {
         "run": run,
         "run_state": shown_run_state(run.state, [t.state for t in tasks]),
@@ -107,6 +112,8 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
         "timeline_phone": timeline(run, tasks, phone=True),
         "spark": {"width": SPARK_WIDTH, "height": SPARK_HEIGHT},
         "usage": accounting.run_usage(run, tasks),
+        "failed_tasks": failed,
+        "results_tasks": [t for t in tasks if t.results_present],  # type: ignore[attr-defined]
     }
 
 
@@ -127,7 +134,8 @@ def _outputs(task: Any) -> tuple[list[dict[str, Any]], str]:
             if url and output.inline and not output.is_image
             else ""
         )
-        shown.append({"file": output, "url": url, "preview": preview})
+        unit = output.path.startswith(UNIT_FOLDERS)
+        shown.append({"file": output, "url": url, "preview": preview, "unit": unit})
     return shown, listing.cut
 
 
