@@ -19,6 +19,7 @@ from runs.api.task_views import OUTPUT_HEADERS
 from runs.common import store
 from runs.models import Task
 from runs.reads import results as tables
+from runs.reads import table_views
 from runs.reads.access import task_or_404
 from runs.reads.inert_csv import inert_rows
 
@@ -40,6 +41,15 @@ def read_or_404(task: Task) -> tables.Results:
     if results is None:
         raise NotFound(f"task {task.task_id} has no results table (out/{tables.CSV_NAME})")
     return results
+
+
+def viewed(results: tables.Results, query: dict[str, str]) -> tables.Results:
+    """The table as the query asks (``filter``, ``over``: ``table_views.view``);
+    ``ValidationError`` naming the field."""
+    try:
+        return table_views.view(results, query.get("filter", ""), query.get("over", ""))
+    except table_views.BadView as error:
+        raise ValidationError({error.field: [str(error)]}) from None
 
 
 def sort_of(query: dict[str, str], results: tables.Results) -> tuple[str | None, bool]:
@@ -71,6 +81,18 @@ def sort_of(query: dict[str, str], results: tables.Results) -> tuple[str | None,
             description=f"rows per page, {PAGE_SIZE} by default",
         ),
         OpenApiParameter("sort", OpenApiTypes.STR, description="a column to sort the rows by"),
+        OpenApiParameter(
+            "filter",
+            OpenApiTypes.STR,
+            description="rows where clauses hold: <column> <op> <value> joined by 'and', op "
+            "one of = != < <= > >= ~ (contains); e.g. T >= 1 and method = mc",
+        ),
+        OpenApiParameter(
+            "over",
+            OpenApiTypes.STR,
+            description="a parameter to average over (a seed): a row per combination of the "
+            "others, with n and each numeric field's mean, std, min and max",
+        ),
         OpenApiParameter("order", {"type": "string", "enum": list(ORDERS)}, description="asc"),
     ],
     responses={200: ResultsPageSerializer, 400: schema.FIELD_ERRORS, 404: schema.NOT_FOUND},
@@ -84,7 +106,7 @@ def results_page(request: Request, run_id: str, task_id: str) -> Response:
         raise ValidationError({"page": [f"an integer from 1 to {MAX_PAGE}"]})
     if size is None:
         raise ValidationError({"page_size": [f"an integer from 1 to {MAX_PAGE_SIZE}"]})
-    results = read_or_404(task)
+    results = viewed(read_or_404(task), request.query_params.dict())
     column, descending = sort_of(request.query_params.dict(), results)
     order = results.order(column, descending=descending)
     start = (number - 1) * size

@@ -87,6 +87,10 @@ class Results:
     partial: bool = False
     """The rows of the units a task finished before it ended unmerged (``read_partial``)."""
     orders: dict[tuple[str | None, bool], list[int]] = field(default_factory=dict, repr=False)
+    views: dict[tuple[str, str], Results] = field(default_factory=dict, repr=False)
+    """The views made of it (``table_views.view``: filtered, averaged), most recent last."""
+    grouped: tuple[str, ...] | None = None
+    """The parameters of an averaged view (its first columns); None for a table as read."""
     """The orders asked so far, kept: a table is read by many requests."""
 
     def numeric(self, column: str) -> bool:
@@ -97,13 +101,18 @@ class Results:
         return [row[index] for row in self.rows]
 
     def parameters(self) -> list[str]:
-        """The columns between ``unit`` and ``exit_code``, as the merge of a sweep writes them."""
+        """The columns between ``unit`` and ``exit_code``, as the merge of a sweep writes them
+        (of an averaged view: the parameters it kept)."""
+        if self.grouped is not None:
+            return list(self.grouped)
         if "unit" not in self.columns or "exit_code" not in self.columns:
             return []
         return list(self.columns[self.columns.index("unit") + 1 : self.columns.index("exit_code")])
 
     def result_fields(self) -> list[str]:
         """The columns after ``peak_gib``; without it, every column but the bookkeeping."""
+        if self.grouped is not None:
+            return [c for c in self.columns if c not in self.grouped and c != "n"]
         if "peak_gib" in self.columns:
             after = self.columns[self.columns.index("peak_gib") + 1 :]
             return [c for c in after if c not in BOOKKEEPING]

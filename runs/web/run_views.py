@@ -8,6 +8,7 @@ page does: a fragment can be asked for directly.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -33,7 +34,7 @@ from runs.reads.run_reads import rerun_ids
 from runs.reads.shown import shown_run_state
 from runs.web.dag import layout
 from runs.web.fragments import fragment
-from runs.web.results_views import has_results
+from runs.web.results_views import PAGE_PARAMETERS, has_results
 from runs.web.run_table import table_rows
 from runs.web.timeline import timeline
 
@@ -86,7 +87,13 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     run = run_with_tasks_or_404(request.user, run_id)
     tasks = list(run.tasks.all())
     task_files.attach_progress(run, tasks)
+    asked = request.GET.get("task", "")
     for task in tasks:
+        task.results_query = (  # type: ignore[attr-defined]
+            urlencode({k: request.GET[k] for k in PAGE_PARAMETERS if k in request.GET})
+            if task.task_id == asked
+            else ""
+        )
         outputs, cut = _outputs(task) if task.state == TaskState.DONE else ([], "")
         task.outputs = [o for o in outputs if not o["unit"]]  # type: ignore[attr-defined]
         task.unit_outputs = [o for o in outputs if o["unit"]]  # type: ignore[attr-defined]

@@ -100,3 +100,78 @@ def test_a_failed_attempt_is_described_without_its_log_line_prefix():
     line = "2026-12-06 07:05:55,123 simrun-worker ERROR unit 5 failed: ValueError: bad"
     attempt = FailedAttempt(attempt=0, exit_code=3, message=line)
     assert describe("sweep-w0", attempt).endswith(": unit 5 failed: ValueError: bad")
+
+
+SEEDS = ["unit", "T", "seed", "exit_code", "seconds", "peak_gib", "energy"]
+
+
+def seeded_rows() -> list[list[object]]:
+    """T × seed, an energy of 10 T + seed: each T's mean is 10 T + 0.5, its std √0.5."""
+    return [
+        [unit, t, seed, 0, 0.1, 0.2, 10 * t + seed]
+        for unit, (t, seed) in enumerate((t, s) for t in (0.5, 1.0, 1.5) for s in (0, 1))
+    ]
+
+
+def test_the_api_filters_rows_by_an_expression_and_refuses_one_it_cannot_read(
+    store: Path, owner, owner_client
+):
+    run = ended(submitted(owner, SWEEP))
+    (out_dir(store, run) / "results.csv").write_text(csv_text(HEADER, grid_rows()))
+    url = f"/api/runs/{run.id}/tasks/sweep/results/"
+
+    page = owner_client.get(url, {"filter": "T >= 1 and method = mc"}).json()
+    assert [(r["T"], r["method"]) for r in page["results"]] == [(1.0, "mc"), (1.5, "mc")]
+    assert owner_client.get(url, {"filter": "`energy` < 5.5"}).json()["count"] == 1
+    assert owner_client.get(url, {"filter": "method ~ M"}).json()["count"] == 6
+
+    for bad, says in [
+        ("__import__('os').system('true')", "each clause is <column> <op> <value>"),
+        ("pressure > 1", "no column 'pressure'"),
+        ("T > 1 or seed = 0", "joined by 'and'"),
+        ("T > 1 and", "missing after 'and'"),
+    ]:
+        answer = owner_client.get(url, {"filter": bad})
+        assert answer.status_code == 400, bad
+        assert says in answer.json()["filter"][0], answer.json()
+
+
+def test_rows_averaged_over_the_seeds_give_a_mean_and_a_spread_drawn_as_error_bars(
+    store: Path, alice, owner, owner_client
+):
+    run = ended(submitted(owner, SWEEP))
+    (out_dir(store, run) / "results.csv").write_text(csv_text(SEEDS, seeded_rows()))
+
+    page = owner_client.get(
+        f"/api/runs/{run.id}/tasks/sweep/results/", {"over": "seed", "filter": "T < 1.5"}
+    ).json()
+    assert [c["name"] for c in page["columns"]][:4] == ["T", "n", "energy mean", "energy std"]
+    first = page["results"][0]
+    assert (first["T"], first["n"], first["energy mean"]) == (0.5, 2, 5.5)
+    assert first["energy std"] == pytest.approx(0.5**0.5)
+    assert (first["energy min"], first["energy max"]) == (5.0, 6.0)
+    assert page["count"] == 2
+    bad = owner_client.get(f"/api/runs/{run.id}/tasks/sweep/results/", {"over": "energy"})
+    assert bad.status_code == 400 and "no parameter" in bad.json()["over"][0]
+
+    section = alice.get(f"/runs/{run.id}/tasks/sweep/results/", {"over": "seed"})
+    html = section.content.decode()
+    assert 'data-y="energy mean"' in html
+    assert html.count("data-spread") == 3
+
+
+def test_the_link_of_a_view_restores_its_filter_average_and_plot(store: Path, alice, owner):
+    run = ended(submitted(owner, SWEEP))
+    (out_dir(store, run) / "results.csv").write_text(csv_text(SEEDS, seeded_rows()))
+    asked = {"over": "seed", "filter": "T > 0.5", "x": "T", "y": "energy max", "kind": "lines"}
+
+    section = alice.get(f"/runs/{run.id}/tasks/sweep/results/", asked).content.decode()
+    link = re.search(r'data-view-link href="([^"]+)"', section).group(1).replace("&amp;", "&")
+    assert link.startswith(f"/runs/{run.id}/?") and link.endswith("#results-sweep")
+
+    page = alice.get(link.split("#")[0]).content.decode()
+    placeholder = re.search(r'data-results="sweep"[^>]*hx-get="([^"]+)"', page).group(1)
+    restored = alice.get(placeholder.replace("&amp;", "&")).content.decode()
+    assert 'data-y="energy max"' in restored and 'data-x="T"' in restored
+    assert [row[0] for row in body_rows(restored)] == ["1.0", "1.5"]
+    assert 'value="T &gt; 0.5"' in restored
