@@ -280,6 +280,8 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = [
             *RunSerializer.Meta.fields,
+            "tags",
+            "note",
             "shown_state",
             "workflow",
             "image",
@@ -439,6 +441,22 @@ class ErrorSerializer(serializers.Serializer[Any]):
 class ResultsColumnSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     numeric = serializers.BooleanField(help_text="every cell is a number or no value")
+
+
+class RunLabelsSerializer(serializers.Serializer[dict[str, Any]]):
+    """What an owner files a run under: its tags and its note; the fields not given stay."""
+
+    tags = serializers.ListField(
+        child=serializers.RegexField(
+            r"^[^\s,]{1,50}$", error_messages={"invalid": "a word of 1 to 50 characters"}
+        ),
+        required=False,
+        max_length=20,
+        help_text="words to find it by (runs?tag=...), replacing its tags",
+    )
+    note = serializers.CharField(
+        required=False, allow_blank=True, max_length=5000, help_text="a note, replacing its note"
+    )
 
 
 class ResultsPageSerializer(serializers.Serializer[Any]):

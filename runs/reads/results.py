@@ -89,6 +89,8 @@ class Results:
     orders: dict[tuple[str | None, bool], list[int]] = field(default_factory=dict, repr=False)
     views: dict[tuple[str, str], Results] = field(default_factory=dict, repr=False)
     """The views made of it (``table_views.view``: filtered, averaged), most recent last."""
+    sources: list[Results] = field(default_factory=list, repr=False)
+    """The tables a combined one was made of (``runs.reads.comparison``), held while it is."""
     grouped: tuple[str, ...] | None = None
     """The parameters of an averaged view (its first columns); None for a table as read."""
     """The orders asked so far, kept: a table is read by many requests."""

@@ -152,7 +152,11 @@ def averaged(results: Results, indexes: list[int], over: str) -> Results:
         raise BadView(
             "over", f"{over[:80]!r} is no parameter of the table ({', '.join(parameters)})"
         )
-    keys = [p for p in parameters if p != over]
+    # A combined table's rows stay apart by run (``runs.reads.comparison``).
+    keys = [
+        *(["run"] if results.columns[:1] == ("run",) else []),
+        *(p for p in parameters if p != over),
+    ]
     fields = [f for f in results.result_fields() if results.numeric(f)]
     places = [results.columns.index(k) for k in keys]
     groups: dict[tuple[str, ...], list[int]] = {}

@@ -27,6 +27,8 @@ ROWS_KEPT = 5_000  # ended runs' rows kept per process: 200 tables, about 5 MB
 
 ROW = (
     '<tr data-run="{id}">'
+    '<td class="pick"><input type="checkbox" name="runs" value="{id}" form="compare-runs" '
+    'aria-label="compare {id}"></td>'
     '<td><a class="strong" href="{base}{id}/">{name}</a>'
     '<div class="muted mono small">{id}</div></td>'
     '<td><span class="badge state-{state}">{state}</span></td>'

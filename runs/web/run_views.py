@@ -22,11 +22,12 @@ from runs.api.filters import filter_values
 from runs.api.listed_json import listed_page
 from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
+from runs.api.serializers import RunLabelsSerializer
 from runs.api.task_views import serve_output
 from runs.common import store
 from runs.common.errors import Conflict
 from runs.control import cancelling
-from runs.models import RunState, TaskState
+from runs.models import Run, RunState, TaskState
 from runs.reads import accounting, task_files
 from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
@@ -58,7 +59,10 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     return {
         "rows": rows,
         "any_live": any_live,
-        "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
+        "filters": {
+            k: request.GET.get(k, "")
+            for k in ("state", "name", "owner", "live", "tag", "param", "created_after")
+        },
         "filter_errors": errors,
         "states": RunState.choices,
         "count": page.count,
@@ -175,6 +179,27 @@ def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
     context = _run_context(request, run_id)
     context["notice"] = {"level": messages.DEFAULT_TAGS[level], "text": notice}
     return fragment(request, "runs/run_detail.html#live", context, live=context["live"])
+
+
+@login_required
+@require_POST
+def run_labels(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Set a run's tags (words, space or comma separated) and note: its owner's, or staff's."""
+    run = run_or_404(request.user, run_id)
+    if run.owner_id != request.user.pk and not request.user.is_staff:
+        messages.warning(request, "Only its owner tags a run or notes on it.")
+        return redirect("runs:run-detail", run_id=run_id)
+    words = request.POST.get("tags", "").replace(",", " ").split()
+    given = RunLabelsSerializer(data={"tags": words, "note": request.POST.get("note", "")})
+    if given.is_valid():
+        changes = dict(given.validated_data)
+        changes["tags"] = list(dict.fromkeys(changes["tags"]))
+        Run.objects.filter(pk=run.pk).update(**changes)
+        messages.success(request, "Tags and note saved.")
+    else:
+        problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in given.errors.items())
+        messages.warning(request, f"Not saved: {problems}")
+    return redirect("runs:run-detail", run_id=run_id)
 
 
 @login_required
