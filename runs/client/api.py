@@ -10,7 +10,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote, urlencode
@@ -54,6 +54,10 @@ def no_run(run_id: str) -> str:
 
 def no_task(run_id: str, task: str) -> str:
     return f"not found: no task {task!r} in a run {run_id!r} you may see"
+
+
+RESULT_PAGE = 1000
+"""Rows a page of results brings: the most the API gives at once."""
 
 
 class Client:
@@ -426,13 +430,53 @@ class Client:
 
     # Results tables.
 
-    def results(self, run: str | Run, task: str | None = None) -> Any:
+    def results(
+        self,
+        run: str | Run | Sequence[str | Run],
+        task: str | None = None,
+        *,
+        filter: str | None = None,  # noqa: A002 - the API's name for it
+        over: str | None = None,
+    ) -> Any:
         """A task's results table as a pandas DataFrame: a row per unit, in unit order, with
         its parameters, exit code, seconds, peak memory and result fields, as the merge of a
         sweep writes ``out/results.csv``. Without ``task``, the run's one task that has a
-        table. Needs pandas (``pip install pandas``): ``MissingPandas`` says so."""
+        table. A list of runs gives their tables as one, a ``run`` column first
+        (``compared_rows``), viewed as ``filter`` and ``over`` ask. Needs pandas
+        (``pip install pandas``): ``MissingPandas`` says so."""
         pandas = frames.pandas(instead="results_csv() gives the table as CSV text")
-        return pandas.read_csv(io.StringIO(self.results_csv(run, task)))
+        if isinstance(run, str | Run) and filter is None and over is None:
+            return pandas.read_csv(io.StringIO(self.results_csv(run, task)))
+        runs = [run] if isinstance(run, str | Run) else list(run)
+        columns, rows = self.compared_rows(runs, task, filter=filter, over=over)
+        return pandas.DataFrame(rows, columns=columns)
+
+    def compared_rows(
+        self,
+        runs: Sequence[str | Run],
+        task: str | None = None,
+        *,
+        filter: str | None = None,  # noqa: A002 - the API's name for it
+        over: str | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """The tables of runs as one (``GET /api/results/``): its columns and every row, a
+        ``run`` column first; one run alone is its table, viewed likewise."""
+        ids = [r.id if isinstance(r, Run) else r for r in runs]
+        asked = {"filter": filter, "over": over, "task": task}
+        params: dict[str, Any] = {k: v for k, v in asked.items() if v}
+        if len(ids) == 1:
+            path = f"{_task_path(ids[0], task or self.results_task(ids[0]))}results/"
+            params.pop("task", None)
+        else:
+            path, params["runs"] = "/api/results/", ",".join(ids)
+        rows: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            answer = self.get(path, page=page, page_size=RESULT_PAGE, **params)
+            rows += answer["results"]
+            if not answer.get("next"):
+                return [c["name"] for c in answer["columns"]], rows
+            page += 1
 
     def results_csv(self, run: str | Run, task: str | None = None) -> str:
         """A task's results table as the CSV text of its ``out/results.csv``, all of it."""
