@@ -16,7 +16,6 @@ import csv
 import io
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -28,6 +27,7 @@ from runs.cli.client_commands import (
     as_cli_errors,
     reports_errors,
 )
+from runs.client.api import rows_csv
 
 NAME = "results"
 HELP = "print a task's results table (a row per unit of a sweep), or save it as CSV"
@@ -111,22 +111,14 @@ def targets(client: Client, args: argparse.Namespace) -> tuple[list[str], str | 
     return [args.run_id, *args.more], args.task
 
 
-def as_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([["" if r[c] is None else r[c] for c in columns] for r in rows])
-    return text.getvalue()
-
-
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client, as_cli_errors():  # the choice of the task fails as a call does
         runs, task = targets(client, args)
         if len(runs) == 1 and not args.filter and not args.over:
-            text = client.results_csv(runs[0], task)
+            text = client.whole_or_partial_csv(runs[0], task)
         else:
-            text = as_csv(*client.compared_rows(runs, task, filter=args.filter, over=args.over))
+            text = rows_csv(*client.compared_rows(runs, task, filter=args.filter, over=args.over))
     if args.csv == "-":
         sys.stdout.write(text)
         return EXIT_OK

@@ -6,6 +6,7 @@ one of the exceptions of ``runs.client.errors``. Never imports Django.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -58,6 +59,15 @@ def no_task(run_id: str, task: str) -> str:
 
 RESULT_PAGE = 1000
 """Rows a page of results brings: the most the API gives at once."""
+
+
+def rows_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    """Rows of the API's pages as CSV text: a header, a line per row, no value as empty."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([["" if row[c] is None else row[c] for c in columns] for row in rows])
+    return text.getvalue()
 
 
 class Client:
@@ -446,7 +456,8 @@ class Client:
         (``pip install pandas``): ``MissingPandas`` says so."""
         pandas = frames.pandas(instead="results_csv() gives the table as CSV text")
         if isinstance(run, str | Run) and filter is None and over is None:
-            return pandas.read_csv(io.StringIO(self.results_csv(run, task)))
+            text = self.whole_or_partial_csv(run, task)
+            return pandas.read_csv(io.StringIO(text))
         runs = [run] if isinstance(run, str | Run) else list(run)
         columns, rows = self.compared_rows(runs, task, filter=filter, over=over)
         return pandas.DataFrame(rows, columns=columns)
@@ -478,6 +489,24 @@ class Client:
                 return [c["name"] for c in answer["columns"]], rows
             page += 1
 
+    def whole_or_partial_csv(self, run: str | Run, task: str | None = None) -> str:
+        """A task's table as CSV text: its ``out/results.csv``, or, for a task that ended
+        before its merge (a cancelled sweep), the rows of the units it finished."""
+        run_id = run.id if isinstance(run, Run) else run
+        task = task or self.results_task(run_id)
+        if self._status("HEAD", f"{_task_path(run_id, task)}results.csv") == 404:
+            page = f"{_task_path(run_id, task)}results/"
+            if self._status("GET", page, {"page_size": 1}) == 200:
+                return rows_csv(*self.compared_rows([run_id], task))
+        return self.results_csv(run_id, task)  # or what its answer means
+
+    def _status(self, method: str, path: str, params: dict[str, Any] | None = None) -> int:
+        """The status of an answer, 0 for none."""
+        try:
+            return self.http.request(method, path, params=params).status_code
+        except httpx.HTTPError:
+            return 0
+
     def results_csv(self, run: str | Run, task: str | None = None) -> str:
         """A task's results table as the CSV text of its ``out/results.csv``, all of it."""
         run_id = run.id if isinstance(run, Run) else run
@@ -495,7 +524,8 @@ class Client:
         found = [
             task["id"]
             for task in self.run(run_id).tasks
-            if task["state"] in ("done", "failed") and self._has_results(run_id, task["id"])
+            if task["state"] in ("done", "failed", "skipped")
+            and self._has_results(run_id, task["id"])
         ]
         if not found:
             raise NotFound(
@@ -507,16 +537,20 @@ class Client:
         return str(found[0])
 
     def _has_results(self, run_id: str, task: str) -> bool:
-        """Whether a task has a results table: a HEAD of its CSV, which sends no body."""
-        path = f"{_task_path(run_id, task)}results.csv"
-        try:
-            status = self.http.head(path).status_code
-        except httpx.HTTPError:
-            status = 0
-        if status in (200, 404):
-            return status == 200
-        self.request("HEAD", path)  # raises what any other answer means
-        return True
+        """Whether a task has a results table: a HEAD of its CSV, which sends no body; else
+        a page of one row, for the rows of a task that ended before its merge."""
+        for path, params in (
+            (f"{_task_path(run_id, task)}results.csv", None),
+            (f"{_task_path(run_id, task)}results/", {"page_size": 1}),
+        ):
+            method = "HEAD" if params is None else "GET"
+            status = self._status(method, path, params)
+            if status == 200:
+                return True
+            if status != 404:
+                self.request(method, path, params=params)  # raises what the answer means
+                return True
+        return False
 
     def _output(self, run_id: str, task: str, path: str) -> httpx.Response:
         url = f"{_task_path(run_id, task)}outputs/{quote(path.lstrip('/'))}"

@@ -7,6 +7,7 @@ import pytest
 from runs.models import Run
 from tests.client.test_results import TWO_SWEEPS, shifted_runs
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.dashboard.test_sweep_page import cancelled_with_rows
 from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,3 +100,13 @@ def test_results_of_several_runs_prints_one_table_with_a_run_column(simrun, owne
     assert [line.split()[-1] for line in lines[2:]] == ["6.0", "106.0"]
     one = simrun("results", runs[0], "sweep")  # a task of the run: its table, as before
     assert one.code == 0 and one.out.splitlines()[0].split() == HEADER
+
+
+def test_a_cancelled_sweep_gives_the_rows_of_the_units_it_finished(simrun, owner, store):
+    made = cancelled_with_rows(owner, store)
+
+    shown = simrun("results", made.id)
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert lines[0].split() == ["unit", "T", "exit_code", "seconds", "peak_gib", "energy"]
+    assert [line.split()[0] for line in lines[2:]] == ["0", "1"]

@@ -10,6 +10,7 @@ import pytest
 from runs.client import Ambiguous, MissingPandas, NotFound
 from runs.models import Run
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.dashboard.test_sweep_page import cancelled_with_rows
 from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,3 +105,8 @@ def test_results_of_several_runs_is_one_frame_with_a_run_column_viewed_as_asked(
         [runs[1], 1.5, 115.0],
         [runs[1], 1.5, 116.0],
     ]  # a row per T and method: method is a parameter too, one seed each
+
+
+def test_results_of_a_cancelled_sweep_are_the_rows_of_the_units_it_finished(client, owner, store):
+    table = client.results(cancelled_with_rows(owner, store).id)
+    assert table["unit"].tolist() == [0, 1] and table["energy"].tolist() == [5.0, 10.0]

@@ -64,6 +64,14 @@ def rows_line(unit: int, t: float, error: str | None = None) -> str:
     return json.dumps({"unit": unit, "row": row}) + "\n"
 
 
+def cancelled_with_rows(owner, store: Path):
+    """A cancelled sweep whose units 0 and 1 finished, their rows kept, no merge."""
+    made = ended(submitted(owner, SWEEP), RunState.CANCELLED)
+    rows = "".join(rows_line(unit, 0.5 * (unit + 1)) for unit in (1, 0))
+    (out_dir(store, made).parent / "rows.jsonl").write_text(rows)
+    return made
+
+
 def test_a_cancelled_sweep_shows_the_table_of_the_units_it_finished_marked_partial(
     store: Path,
     alice,
