@@ -323,7 +323,7 @@ def _fail(context: Context, unit: int, why: str, result: UnitResult) -> UnitResu
     context.failed += 1
     if context.failed > context.allowed:
         more = f" (more than the {context.allowed} failures allowed)" if context.allowed else ""
-        raise ProgramFailed(f"unit {unit} ({parameters(result.values)}): {why}{more}")
+        raise ProgramFailed(f"with {parameters(result.values)}, {why}{more}")
     log.warning("unit %d failed: %s", unit, why)
     return result
 

@@ -267,9 +267,9 @@ def test_more_failures_than_allowed_fail_the_task_in_the_worker_or_else_in_the_m
         run(paths, settings, cores=1)  # the third failure of the process
 
     assert raised.value.index == 5
-    assert "unit 5 (i=5): sh exited 1: bad 5 (more than the 2 failures allowed)" in str(
-        raised.value
-    )
+    assert str(raised.value) == (
+        "unit 5 failed: with i=5, sh exited 1: bad 5 (more than the 2 failures allowed)"
+    )  # its parameters, not the harness's exception class
 
     paths, settings = sweep(command, {"i": {"range": [0, 6]}}, "sim2", failures={"allowed": 3})
     run(paths, settings)
