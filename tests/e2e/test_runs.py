@@ -106,6 +106,24 @@ def test_a_sweep_with_allowed_failures_counts_them_with_their_exception_and_para
     assert errors == ["ValueError: bad 1", "ValueError: bad 5", "ValueError: bad 9"]
 
 
+def test_a_cancelled_sweep_shows_the_rows_of_the_units_it_finished(sqlite_service, token):
+    script = "import sys, time\ntime.sleep(0 if int(sys.argv[1]) < 3 else 8)"
+    spec = {
+        "tasks": {
+            "sim": {"command": ["python", "-c", script, "{i}"], "sweep": {"i": {"range": [0, 40]}}}
+        }
+    }
+    with sqlite_service.client(token) as api:
+        run_id = submit(api, spec)
+        wait_for(lambda: run_of(api, run_id)["units_done"] >= 3, 120, "the quick units to be done")
+        assert api.post(f"runs/{run_id}/cancel/").status_code == 202
+        wait_until_ended(api, run_id)
+        table = api.get(f"runs/{run_id}/tasks/sim/results/").json()
+    assert table["partial"] is True
+    assert [row["i"] for row in table["results"]][:3] == [0, 1, 2]
+    assert all(row["exit_code"] == 0 for row in table["results"])
+
+
 def test_a_cancel_ends_every_process_of_the_run_within_the_grace_period(sqlite_service, token):
     with sqlite_service.client(token) as api:
         run_id = submit(api, {"tasks": {"sq": squares(200, delay_s=1.0)}})
