@@ -1,10 +1,8 @@
 """``csv-stats``: a plugin type; count, mean, min and max of every numeric CSV column.
 
-Run as ``simrun-exec python -m harness.examples.csv_stats --port table [--files results.csv]``:
-it reads the CSV files of its input port ``table`` (staged by simrun-exec into
-``inputs/table``) whose names match ``files`` (every ``*.csv`` by default, at any depth) and
-writes ``stats.json`` into ``SIMRUN_OUT``. Name one file where the input holds a table twice
-(the ``ising`` type writes ``ising.csv`` and ``results.csv``): each row is counted once.
+Run as ``simrun-exec python -m harness.examples.csv_stats --port table``: it reads every CSV
+file of its input port ``table`` (staged by simrun-exec into ``inputs/table``) and writes
+``stats.json`` into ``SIMRUN_OUT``.
 """
 
 from __future__ import annotations
@@ -25,23 +23,13 @@ from harness.tasktypes import TaskType
 
 
 class CsvStatsSettings(BaseModel):
-    """``port``: the input port whose CSV files are read; ``files``: the names read (a glob
-    of a name, matched at any depth)."""
+    """``port``: the input port whose CSV files are read."""
 
     port: str = Field(default="table", pattern=r"^[a-z][a-z0-9_-]*$")
-    files: str = Field(default="*.csv", pattern=r"^[A-Za-z0-9_.*?\[\]-]{1,100}$")
 
 
 def command(settings: CsvStatsSettings) -> list[str]:
-    return [
-        "python",
-        "-m",
-        "harness.examples.csv_stats",
-        "--port",
-        settings.port,
-        "--files",
-        settings.files,
-    ]
+    return ["python", "-m", "harness.examples.csv_stats", "--port", settings.port]
 
 
 def _number(text: str) -> float | None:
@@ -102,8 +90,7 @@ def out_dir() -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     port = args[args.index("--port") + 1] if "--port" in args else "table"
-    pattern = args[args.index("--files") + 1] if "--files" in args else "*.csv"
-    files = sorted(p for p in input_dir(port).rglob(pattern) if p.is_file())
+    files = sorted(p for p in input_dir(port).rglob("*.csv") if p.is_file())
     out = out_dir()
     out.mkdir(parents=True, exist_ok=True)
     stats = {"files": [p.name for p in files], "columns": column_stats(files)}

@@ -351,8 +351,6 @@ def test_a_plugin_task_runs_its_types_command_through_simrun_exec() -> None:
         "harness.examples.csv_stats",
         "--port",
         "table",
-        "--files",
-        "*.csv",
     ]
 
 

@@ -12,10 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness import execute
-from harness.examples.csv_stats import TASK_TYPE as CSV_STATS
 from harness.execute import THREAD_VARIABLES
 from harness.lifecycle import note_retry_memory
 from tests.harness.processes import clean_environ, finish, spawn
@@ -66,29 +64,6 @@ def test_csv_stats_reads_its_staged_port_and_writes_stats_json(
     assert report.processes == 1 and not report.failed and report.oom_kills == 0
     assert report.completed is True and report.per_worker_gb == 0.1 and report.cpu_seconds > 0
     assert report.peak_memory_bytes is not None
-
-
-def test_csv_stats_counts_a_table_written_twice_once_when_its_file_is_named(
-    store: Path, tmp_path: Path, harness_env
-) -> None:
-    """The demo's report read ising.csv and results.csv, the same rows: each counted twice."""
-    _upstream(store)
-    task_dir = make_task(store, "csv-stats", {"files": "a.csv"}, task="stats", kind="plugin")
-    harness_env(
-        SIMRUN_TASK_DIR=str(task_dir),
-        SIMRUN_INPUTS="table=runs/r1/tasks/sweep/out",
-        SIMRUN_SCRATCH=str(tmp_path / "scratch"),
-    )
-    settings = CSV_STATS.parse_settings({"files": "a.csv"})
-    assert CSV_STATS.command is not None
-
-    assert execute.main(CSV_STATS.command(settings)) == 0
-
-    stats = json.loads((task_dir / "out" / "stats.json").read_text())
-    assert stats["files"] == ["a.csv"]
-    assert stats["columns"]["square"]["count"] == 2
-    demo = yaml.safe_load((Path(__file__).parents[2] / "docs/examples/demo.yaml").read_text())
-    assert demo["tasks"]["stats"]["settings"] == {"files": "results.csv"}
 
 
 def test_the_command_runs_in_scratch_with_single_threaded_blas_and_simrun_out(

@@ -48,9 +48,7 @@ def test_the_plugin_command_is_the_types_command_for_the_tasks_settings(tmp_path
         json.dumps({"task": "summary", "type": "csv-stats", "settings": {"port": "rows"}})
     )
     command = command_of_task({"SIMRUN_TASK_DIR": str(task_dir)})
-    assert command == [
-        sys.executable, "-m", "harness.examples.csv_stats", "--port", "rows", "--files", "*.csv",
-    ]  # fmt: skip
+    assert command == [sys.executable, "-m", "harness.examples.csv_stats", "--port", "rows"]
 
 
 def test_installing_sources_writes_one_line_and_keeps_pips_output(tmp_path: Path, capfd) -> None:

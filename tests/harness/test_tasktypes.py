@@ -116,6 +116,4 @@ def test_the_plugin_example_is_a_command_run_through_simrun_exec() -> None:
         "harness.examples.csv_stats",
         "--port",
         "table",
-        "--files",
-        "*.csv",
     ]
