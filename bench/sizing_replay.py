@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/sizing_replay.py TRACE.csv... [--policy NAME] [--json] [--frontier]
     .venv/bin/python bench/sizing_replay.py --cross-validate TRACE.csv TRACE.csv TRACE.csv...
+    .venv/bin/python bench/sizing_replay.py --first-tasks TRACE.csv TRACE.csv TRACE.csv...
 
 Each trace (Nextflow trace format, see ../shared/traces/README.md) is replayed in submission
 order. Every policy keeps its own history per task type and sizes each task from the attempts
@@ -28,7 +29,9 @@ tasks, less waste than the best baseline; over all traces ≥ 25% less waste tha
 margin, window, spread floor) on a grid, fold by fold: it
 fits on all traces but one (among the points safe on each, the fewest retries on the worst,
 then the most saving on the worst) and scores the one left out; the shipped defaults are the
-point chosen that way on every trace given.
+point chosen that way on every trace given. ``--first-tasks`` cross-validates the prior's
+constants on the tasks planned without history alone (``bench/first_tasks.py``). Both hold
+one trace out by the one procedure of ``bench/cross_validation.py``, and need two traces.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cross_validation import leave_one_out  # noqa: E402
 from harness.tasktypes import TaskType  # noqa: E402
 from runs.planning import planner  # noqa: E402
 from runs.planning.peak_model import SPREAD_FLOOR, Features, features_of  # noqa: E402
@@ -313,13 +317,19 @@ def sizer_of(policy: Policy) -> Sizer:
 
 
 def replay(
-    tasks: Iterable[Task], policy: Policy, retries: int | None, *, inputs: bool = True
+    tasks: Iterable[Task],
+    policy: Policy,
+    retries: int | None,
+    *,
+    inputs: bool = True,
+    sizer: Sizer | None = None,
 ) -> Figures:
     """Play every task's attempts as ``policy`` sizes them; ``retries`` None is unlimited;
-    ``inputs`` False hides the tasks' input bytes from it (the input-blind column)."""
+    ``inputs`` False hides the tasks' input bytes from it (the input-blind column); ``sizer``
+    sizes the first attempts instead of ``sizer_of(policy)``."""
     figures = Figures()
     histories = Histories()
-    sizer = sizer_of(policy)
+    sizer = sizer or sizer_of(policy)
     limit = MAX_ATTEMPTS if retries is None else retries + 1
     for task in tasks:
         history = histories.before(task.type, task.submit)
@@ -658,11 +668,11 @@ def cross_validate(traces: dict[str, list[Task]], show_grid: bool) -> tuple[list
             f"{f.retries_per_100:>12.2f}{per_1000(f):>12.2f}"
         )
 
-    folds: list[tuple[str, Scored]] = []
-    for stem in stems:
-        train = [s for s in stems if s != stem] or [stem]
-        chosen = choose(scored, train, best)
-        folds.append((stem, chosen))
+    folds = [
+        (fold.held_out, fold.chosen)
+        for fold in leave_one_out(stems, lambda train: choose(scored, train, best))
+    ]
+    for stem, chosen in folds:
         lines.append(row(stem, chosen, [stem]))
     held = Figures()
     held_best = Figures()
@@ -688,9 +698,9 @@ def cross_validate(traces: dict[str, list[Task]], show_grid: bool) -> tuple[list
     for stem, chosen in folds:
         lines.extend(trace_targets(f"{stem} (held out)", chosen.traces[stem], {"b": best[stem]}))
     lines.append("the other rule of choice, safe points ranked by their worst saving first:")
-    for stem in stems:
-        train = [s for s in stems if s != stem] or [stem]
-        other = choose(scored, train, best, rule="saving")
+    by_saving = leave_one_out(stems, lambda train: choose(scored, train, best, rule="saving"))
+    for fold in by_saving:
+        stem, other = fold.held_out, fold.chosen
         held_out = other.traces[stem]
         lines.append(
             f"  {stem} held out: {other.point}, saving {saving(held_out, best[stem]):.1f}%, "
@@ -740,6 +750,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="with --cross-validate, print the whole grid, not only its frontier",
     )
+    parser.add_argument(
+        "--first-tasks",
+        action="store_true",
+        help="cross-validate the prior's constants on the tasks planned without history",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     traces: dict[str, list[Task]] = {}
@@ -749,6 +764,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{path}: no such file.", file=sys.stderr)
             return 2
         traces[path.stem], skipped[path.stem] = read_trace(path)
+    if (args.cross_validate or args.first_tasks) and len(traces) < 2:
+        print("cross-validation holds one trace out: give two traces at least.", file=sys.stderr)
+        return 2
+    if args.first_tasks:
+        from bench import first_tasks
+
+        print("\n".join(first_tasks.cross_validate(traces)))
+        print(f"\nelapsed {time.perf_counter() - started:.2f} s")
+        return 0
     if args.cross_validate:
         lines, _ = cross_validate(traces, args.frontier)
         print("\n".join(lines))

@@ -55,6 +55,11 @@ DAMAGED_SUFFIX = ".damaged"
 PIECE_FOLDERS = ("done", "reused")
 """Where the pieces of a ledger are: those its workers wrote, those the service reused."""
 REUSED = "reused"
+ORIGINS = ".origins.json"
+"""In ``reused/``: the task that computed each reused piece, ``{piece: "<run>/<task>"}``,
+written by the service's copy (hidden: no piece)."""
+ORIGINS_CAP = 16 * 2**20
+"""The most read of ``reused/.origins.json``."""
 
 
 class DamagedPieces(RuntimeError):
@@ -423,6 +428,28 @@ class Ledger:
             return self.results()  # other pieces cover the damaged ones' units
         return results[: self.size]
 
+    def reused_from(self) -> dict[int, str]:
+        """The units of the merge that no worker of this task computed, each with the task it
+        was reused from (``<run>/<task>``, as ``reused/.origins.json`` says): those only a
+        reused piece covers. Empty when nothing was reused; an origin unreadable or unsaid is
+        ``"earlier"`` (the unit is still said to be reused)."""
+        pieces = self._pieces.items()
+        reused = [(name, units) for name, units in pieces if name.startswith(f"{REUSED}/")]
+        if not reused:
+            return {}
+        origins = _read_origins(self.directory / REUSED / ORIGINS)
+        computed: set[int] = set()
+        for name, (start, end) in self._pieces.items():
+            if not name.startswith(f"{REUSED}/"):
+                computed.update(range(start, min(end, self.size)))
+        found: dict[int, str] = {}
+        for name, (start, end) in sorted(reused, key=lambda item: item[1]):
+            origin = origins.get(name.partition("/")[2], "earlier")
+            for unit in range(start, min(end, self.size)):
+                if unit not in computed:
+                    found.setdefault(unit, origin)
+        return found
+
     def _set_aside(self, piece: str) -> None:
         """Rename a damaged piece out of the listing and forget it; one the workers may not
         rename (a reused piece: the service's) is only forgotten."""
@@ -436,6 +463,19 @@ class Ledger:
             self._aside.add(piece)
         self._pieces.pop(piece, None)
         self._find_gaps()
+
+
+def _read_origins(path: Path) -> dict[str, str]:
+    """``reused/.origins.json`` as piece name to origin; nothing when absent or not what the
+    service writes."""
+    try:
+        with open(path, "rb") as file:
+            data = json.loads(file.read(ORIGINS_CAP))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def describe(ranges: Sequence[range], limit: int = 20) -> str:

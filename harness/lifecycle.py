@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -10,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 
+from harness.config import MEMORY_LIMIT_ENV
 from harness.memory import descendants
 
 
@@ -62,16 +64,32 @@ message of its node (``main: OOMKilled (exit code 137): <message>``, Argo 3.7 on
 AFTER_MEMORY_KILL = "SIMRUN_AFTER_MEMORY_KILL"
 """Set to 1 by the pod's ``podSpecPatch`` when the attempt before was killed for memory."""
 RETRY_MEMORY_NOTE = "simrun: the retry memory after a kill for memory"
+"""The start of the termination message of an attempt with the retry memory after a proven
+kill; the memory follows it in brackets (``(4.5 GiB)``), so Argo's message of the node names
+it and a harness of before (the note alone) still matches the retry expression."""
+
+
+def retry_memory_note(env: Mapping[str, str]) -> str:
+    """The note of an attempt with the retry memory, naming it when ``SIMRUN_MEMORY_LIMIT_GB``
+    (the retry memory, set by the pod's ``podSpecPatch``) is a number."""
+    try:
+        gb = float(env.get(MEMORY_LIMIT_ENV, ""))
+    except ValueError:
+        return RETRY_MEMORY_NOTE
+    return (
+        f"{RETRY_MEMORY_NOTE} ({gb:g} GiB)" if math.isfinite(gb) and gb > 0 else RETRY_MEMORY_NOTE
+    )
 
 
 def note_retry_memory(env: Mapping[str, str], path: str | None = None) -> None:
     """Say in the termination message that this attempt runs with the retry memory after a
-    proven kill for memory: Argo's retry expression reads it, so a second kill of the pod is
-    not retried (Ruling 35). Nothing is written elsewhere, nor when the file cannot be."""
+    proven kill for memory, and which (``retry_memory_note``): Argo's retry expression reads
+    it, so a second kill of the pod is not retried (Ruling 35), and Argo's message of the node
+    names the memory it had. Nothing is written elsewhere, nor when the file cannot be."""
     if env.get(AFTER_MEMORY_KILL) != "1":
         return
     try:
         with open(path or TERMINATION_LOG, "w") as log:
-            log.write(RETRY_MEMORY_NOTE)
+            log.write(retry_memory_note(env))
     except OSError:
         pass

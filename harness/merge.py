@@ -46,7 +46,8 @@ def run_merge(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> Non
     """Merge the units of a task once its ledger is complete, then write the marker.
 
     When every unit returned a flat mapping (``harness.results.is_flat``), the results table
-    ``out/results.csv`` is written after the type's merge.
+    ``out/results.csv`` is written after the type's merge; the units reused from an earlier
+    task (a resume: ``Ledger.reused_from``) are marked in its ``reused_from`` column.
 
     Units of pieces the store damaged (truncated, a bad checksum) are computed again here
     first. Raises ``ValueError`` when the task type is not splittable or the ledger has
@@ -70,9 +71,13 @@ def run_merge(task_type: TaskType, settings: BaseModel, paths: TaskPaths) -> Non
     paths.out.mkdir(parents=True, exist_ok=True)
     marker = paths.out / MERGED_MARKER
     marker.unlink(missing_ok=True)  # a merge again: no marker until this one is whole
-    task_type.merge(settings, MergeContext(results=results, out=paths.out, inputs=paths.inputs))
-    if all(is_flat(result) for result in results):
-        write_mappings(paths.out, results)  # the results table of a type (a sweep writes its own)
+    reused_from = ledger.reused_from()
+    task_type.merge(
+        settings,
+        MergeContext(results=results, out=paths.out, inputs=paths.inputs, reused_from=reused_from),
+    )
+    if all(is_flat(result) for result in results):  # a type's table (a sweep writes its own)
+        write_mappings(paths.out, results, reused_from)
     write_atomic(marker, json.dumps({"units": units, "merged": time.time()}))
 
 

@@ -2,7 +2,9 @@
 
 The merge of a command sweep writes it (``harness.sweep``), and so does the merge of any
 split type whose units all return a flat mapping (``ising``): the first column is ``unit``,
-the rows are in unit order. Values are written so that ``pandas.read_csv`` reads numbers as
+the rows are in unit order. The table of a task that reused units of an earlier one (a resume)
+ends in a ``reused_from`` column: ``<run>/<task>`` of the task that computed the row, empty for
+the rows this task computed. Values are written so that ``pandas.read_csv`` reads numbers as
 numbers: integers as integers, floats in their shortest exact form (``nan`` and ``inf`` too),
 booleans as ``True``/``False``, a missing value as an empty field. ``out/results.parquet``
 holds the same where ``pyarrow`` is installed, each column of one type.
@@ -22,6 +24,7 @@ from harness.files import temporary_name, write_atomic
 
 RESULTS_CSV = "results.csv"
 RESULTS_PARQUET = "results.parquet"
+REUSED_FROM = "reused_from"
 MAX_FIELDS = 256
 """Columns a flat mapping may add to the table at most (a result is no table of its own)."""
 
@@ -55,8 +58,17 @@ def cell(value: Scalar) -> str:
     return str(value)
 
 
-def write_table(out: Path, columns: Sequence[str], rows: Sequence[Sequence[Scalar]]) -> None:
-    """Write ``out/results.csv`` (and ``out/results.parquet`` with pyarrow), each atomically."""
+def write_table(
+    out: Path,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Scalar]],
+    reused_from: Mapping[int, str] | None = None,
+) -> None:
+    """Write ``out/results.csv`` (and ``out/results.parquet`` with pyarrow), each atomically:
+    ``rows`` in unit order, with the ``reused_from`` column when any unit was reused."""
+    if reused_from:
+        columns = [*columns, REUSED_FROM]
+        rows = [[*row, reused_from.get(unit, "")] for unit, row in enumerate(rows)]
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
@@ -65,14 +77,17 @@ def write_table(out: Path, columns: Sequence[str], rows: Sequence[Sequence[Scala
     _write_parquet(out / RESULTS_PARQUET, columns, rows)
 
 
-def write_mappings(out: Path, results: Sequence[Mapping[str, Scalar]]) -> None:
+def write_mappings(
+    out: Path, results: Sequence[Mapping[str, Scalar]], reused_from: Mapping[int, str]
+) -> None:
     """The table of a split type whose units returned flat mappings: ``unit``, then their
-    keys in the order first seen (a key named ``unit`` is written as ``results.unit``)."""
+    keys in the order first seen (a key named ``unit`` or ``reused_from`` is written as
+    ``results.<key>``)."""
     keys = first_seen(results)
-    columns = ["unit", *("results.unit" if key == "unit" else key for key in keys)]
-    write_table(
-        out, columns, [[unit, *(row.get(k) for k in keys)] for unit, row in enumerate(results)]
-    )
+    taken = {"unit", REUSED_FROM}
+    columns = ["unit", *(f"results.{key}" if key in taken else key for key in keys)]
+    rows = [[unit, *(row.get(k) for k in keys)] for unit, row in enumerate(results)]
+    write_table(out, columns, rows, reused_from)
 
 
 def column_values(rows: Sequence[Sequence[Scalar]], index: int) -> list[Scalar]:

@@ -64,6 +64,26 @@ def shadow_tree(source: Path, target: Path) -> Path:
     return target
 
 
+class InstallFailed(subprocess.CalledProcessError):
+    """pip could not install the sources: said as pip's reason, never as the command line
+    (``output`` is the tail of pip's output)."""
+
+    def __str__(self) -> str:
+        return f"pip install -e exited {self.returncode}: {pip_reason(self.output)}"
+
+
+def pip_reason(output: str | bytes | None) -> str:
+    """pip's reason for a failure, from its output: the last lines of a build's own output
+    (what pip frames with ``[end of output]``), else pip's ``ERROR:`` lines, else its last."""
+    text = output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    ends = [i for i, line in enumerate(lines) if line == "[end of output]"]
+    if ends and ends[-1] > 0:
+        return " ".join(lines[max(0, ends[-1] - 2) : ends[-1]])
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return " ".join(errors or lines[-1:]) or "it printed nothing"
+
+
 def install_editable(
     snapshots: list[str], python: str = sys.executable, root: Path | None = None
 ) -> None:
@@ -73,7 +93,8 @@ def install_editable(
     build backends. Each snapshot (mounted read-only) is installed from a writable shadow tree
     below ``root`` (``SOURCES_DIR`` in the temporary directory by default). Nothing is done
     without a snapshot. pip's output goes to ``root/PIP_LOG``; the log gets one line, or the
-    tail of that output when pip fails: a ``CalledProcessError`` whose ``output`` is that tail.
+    tail of that output when pip fails: ``InstallFailed`` (a ``CalledProcessError``, said as
+    pip's reason) whose ``output`` is that tail.
     """
     if not snapshots:
         return
@@ -93,7 +114,7 @@ def install_editable(
         tail = "\n".join(lines[-PIP_TAIL_LINES:])
         print(f"pip failed to install the sources (all of its output: {output}):\n{tail}")
         sys.stdout.flush()
-        raise subprocess.CalledProcessError(done.returncode, command, output=tail)
+        raise InstallFailed(done.returncode, command, output=tail)
     names = ", ".join(Path(s).name[:12] for s in snapshots)
     print(f"installed the sources {names} editable (pip's output: {output})")
     sys.stdout.flush()

@@ -47,7 +47,7 @@ from harness.grid import Grid, SweepError, Value, allowed_failures, format_value
 from harness.grid import percentage as is_percentage
 from harness.ledger import describe
 from harness.placeholders import Template, fill, names, parse
-from harness.results import Scalar, is_flat, write_table
+from harness.results import REUSED_FROM, Scalar, is_flat, write_table
 from harness.tasktypes import MergeContext, TaskType
 
 SWEEP_TYPE = "sweep"
@@ -60,9 +60,7 @@ them in the merge's memory, so 100,000 units hold at most 800 MiB of them."""
 SIGTERM_WAIT_S = 1.0
 """How long a unit whose program a SIGTERM ended waits for the worker's stop before it counts
 as failed: locally the backend's SIGTERM reaches every process of the task's tree."""
-HARNESS_COLUMNS = ("unit", "exit_code", "seconds", "peak_gib", "error")
-INTERPRETERS = frozenset({"python", "python3", "Rscript", "julia", "perl", "ruby", "node", "sh"})
-INTERPRETERS_TOO = ("python3.", "bash")
+HARNESS_COLUMNS = ("unit", "exit_code", "seconds", "peak_gib", "error", REUSED_FROM)
 INTEGER = re.compile(r"[-+]?\d{1,300}")
 FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(inf|nan)", re.IGNORECASE)
 PYTHON = ("python", "python3")
@@ -149,23 +147,6 @@ class UnitResult(NamedTuple):
 
 class ProgramFailed(RuntimeError):
     """A unit whose program failed, where no failure is allowed (or no more): the task fails."""
-
-
-def program_name(command: Sequence[str]) -> str:
-    """The name a sweep's memory is learnt by: the program's, with the script or module of an
-    interpreter (``python -m md.sim`` is ``python md.sim``, ``sh -c '…'`` is ``sh -c``)."""
-    first = PurePosixPath(command[0]).name
-    if first not in INTERPRETERS and not first.startswith(INTERPRETERS_TOO):
-        return first
-    args = list(command[1:])
-    for index, arg in enumerate(args):
-        if arg == "-m" and index + 1 < len(args):
-            return f"{first} {args[index + 1]}"
-        if arg in ("-c", "-e"):
-            return f"{first} {arg}"
-        if not arg.startswith("-"):
-            return f"{first} {PurePosixPath(arg).name}"
-    return first
 
 
 def units(settings: SweepSettings) -> int:
@@ -436,7 +417,7 @@ def merge(settings: SweepSettings, context: MergeContext) -> None:
     """Write the results table; fail when more units failed than allowed."""
     results: list[UnitResult] = list(context.results)
     columns, rows = table(settings, results)
-    write_table(context.out, columns, rows)
+    write_table(context.out, columns, rows, context.reused_from)
     failed = [unit for unit, result in enumerate(results) if result.error is not None]
     allowed = allowed_failures(settings.failures.allowed, len(results))
     if len(failed) > allowed:

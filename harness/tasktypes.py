@@ -10,6 +10,7 @@ whose code runs in the pods, where the sources are installed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -63,6 +64,9 @@ class MergeContext:
     """The output directory of the task (``out/``), created before the merge."""
     inputs: Mapping[str, Path]
     """The directories of the input ports, by port."""
+    reused_from: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    """The units an earlier task computed (a resume), each with that task (``<run>/<task>``):
+    the results table says so in its ``reused_from`` column."""
 
 
 @dataclass(frozen=True)

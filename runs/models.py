@@ -74,6 +74,12 @@ class Run(Liveness, models.Model):
         default=list, blank=True, help_text="Words its owner files it under, to find it by."
     )
     note = models.TextField(blank=True, help_text="Its owner's note on it.")
+    refused = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Why the learning of its sources' types refused it, by the path of the field "
+        "(tasks.decay.settings.steps), as a 400 says it: the run failed at submission.",
+    )
     workflow = models.CharField(max_length=100, blank=True, help_text="Name in the backend.")
     image = models.CharField(max_length=500, blank=True)
     reserved_node = models.CharField(max_length=253, blank=True)
@@ -205,6 +211,12 @@ class Task(models.Model):
         help_text="The digest of what decides its outputs (runs.planning.keys): the same key, "
         "the same outputs. Empty for a task submitted before keys.",
     )
+    named_files = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Path -> what it held at submission, of the programs and files its command "
+        "names on the service's machine (runs.planning.programs): part of its key.",
+    )
     plan = models.JSONField(help_text="The TaskPlan decided at submission.")
     state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.WAITING)
     message = models.TextField(blank=True)
@@ -247,8 +259,8 @@ class Task(models.Model):
     not_reused = models.CharField(
         max_length=300,
         blank=True,
-        help_text="Why the work chosen for reuse was not reused (a link in its outputs, more "
-        "than the budget): the task runs in full.",
+        help_text="Why the work of the run resumed or chosen for reuse was not reused (its "
+        "program changed, a link in its outputs, more than the budget): the task runs in full.",
     )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)

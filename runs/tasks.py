@@ -35,11 +35,12 @@ def submit_run(run_id: str) -> None:
 
 @shared_task(name="runs.tasks.learn_run")  # type: ignore[untyped-decorator]  # celery ships no types
 def learn_run(run_id: str) -> None:
-    """Learn the types a run's sources ship, then plan and submit it (``learning.learn``);
-    on a queue of its own (``CELERY_TASK_ROUTES``), so it never holds the control loop's."""
+    """A turn of the learner, handed on for ``run_id``: learn the runs waiting, the users' in
+    turn (``learning.learn_in_turn``), then plan and submit each; on a queue of its own
+    (``CELERY_TASK_ROUTES``), so it never holds the control loop's."""
     from runs.control import learning
 
-    learning.learn(run_id)
+    learning.learn_in_turn()
 
 
 def learn_later(run_id: str) -> None:

@@ -340,11 +340,16 @@ SIMRUN_TASK_UID_BASE = _read("SIMRUN_TASK_UID_BASE", env.int, 200000) or None
 SIMRUN_TASK_PIDS_MAX = _read("SIMRUN_TASK_PIDS_MAX", env.int, 4096)
 # A run's environment.packages are installed into a venv per content on the local backend
 # (runs/backends/local/env.py): within SIMRUN_PACKAGES_TIMEOUT_S, at most
-# SIMRUN_ENVIRONMENTS_KEPT such venvs kept, a builder's wheel cache at most
+# SIMRUN_ENVIRONMENTS_KEPT such venvs kept per user, a builder's wheel cache at most
 # SIMRUN_PACKAGES_CACHE_GB.
 SIMRUN_PACKAGES_TIMEOUT_S = _positive("SIMRUN_PACKAGES_TIMEOUT_S", 1800.0)
 SIMRUN_ENVIRONMENTS_KEPT = int(_positive("SIMRUN_ENVIRONMENTS_KEPT", 8))
 SIMRUN_PACKAGES_CACHE_GB = _positive("SIMRUN_PACKAGES_CACHE_GB", 5.0)
+# Every process of a user's code outside a task (a learning, a build of packages or sources)
+# runs behind a wall (runs/backends/local/wall.py) with this memory (its /tmp and /dev/shm
+# included) and these processes at most.
+SIMRUN_BUILD_MEMORY_GB = _positive("SIMRUN_BUILD_MEMORY_GB", 2.0)
+SIMRUN_BUILD_PIDS_MAX = int(_positive("SIMRUN_BUILD_PIDS_MAX", 512))
 # The most units (combinations) one command sweep may have (docs/run-spec.md, Sweeps).
 SIMRUN_SWEEP_MAX_UNITS = _read("SIMRUN_SWEEP_MAX_UNITS", env.int, 100_000)
 # What the submission of one resumed run may copy of the work it reuses (runs/control/reuse.py):
@@ -391,6 +396,9 @@ SIMRUN_LEARN_SOURCES = _read("SIMRUN_LEARN_SOURCES", env.bool, SIMRUN_BACKEND !=
 # build code) and then the description of their types are stopped after these seconds each.
 SIMRUN_LEARN_INSTALL_S = _positive("SIMRUN_LEARN_INSTALL_S", 300.0)
 SIMRUN_LEARN_DESCRIBE_S = _positive("SIMRUN_LEARN_DESCRIBE_S", 60.0)
+# The learnings at once, each of another user's runs (runs/control/learning.py): one user's
+# slow sources delay only that user's runs.
+SIMRUN_LEARNERS = int(_positive("SIMRUN_LEARNERS", 2))
 # The extracted bytes of source snapshots the store keeps: of one user's, and of everyone's
 # (each tree once); an upload past either is refused while it is extracted.
 SIMRUN_SNAPSHOT_USER_BYTES = _read("SIMRUN_SNAPSHOT_USER_BYTES", env.int, 2 << 30)

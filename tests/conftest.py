@@ -32,7 +32,8 @@ daemons: one worker runs them all, one after another."""
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its folder's tiers, before ``-m`` selects; keep the tests of a module
     that share a module-scoped fixture (a ``simrun serve``, a browser's server) on one worker of
-    a parallel run (``--dist loadgroup``), so it starts once."""
+    a parallel run (``--dist loadgroup``), so it starts once; then put the modules with a
+    slow test first (``slow_modules_first``)."""
     for item in items:
         if TESTS not in item.path.parents:
             continue
@@ -43,6 +44,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif shares_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(module))
+    slow_modules_first(items)
+
+
+def slow_modules_first(items: list[pytest.Item]) -> None:
+    """Order the modules that hold a slow test before the others, each module's tests in
+    their order: a parallel run starts its longest work first and ends on short tests, rather
+    than waiting at the end for one long test that started last."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 def shares_module_fixture(item: pytest.Item) -> bool:

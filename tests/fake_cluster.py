@@ -89,7 +89,7 @@ class SquaresCluster(FakeCluster):
                 settings = ising.IsingSettings(**task.settings)
                 units = [ising.compute(settings, None, i) for i in range(task.units_total)]
                 (folder / "out").mkdir(parents=True, exist_ok=True)
-                write_mappings(folder / "out", units)
+                write_mappings(folder / "out", units, {})
                 continue
             (folder / "out").mkdir(parents=True, exist_ok=True)
             (folder / "logs").mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,10 @@ service's fake backend, and the Celery hand-offs recorded instead of sent."""
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +72,20 @@ def index(tmp_path: Path, monkeypatch) -> Path:
 
 
 @pytest.fixture
+def team_folder(monkeypatch) -> Iterator[Path]:
+    """A folder every task user may cross, with a Python they may run (``task_user_venv``:
+    this venv's is below /root), which the service's builds and learnings use as its own."""
+    from tests.e2e.service import task_user_venv
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    task_user_venv(base)
+    monkeypatch.setattr(sys, "executable", str(base / "venv" / "bin" / "python"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
 def backend() -> Iterator[FakeBackend]:
     """The service's backend, a fake of its own for this test."""
     get_backend.cache_clear()
@@ -91,6 +109,32 @@ def learning(monkeypatch) -> list[str]:
     handed: list[str] = []
     monkeypatch.setattr(tasks.learn_run, "delay", handed.append)
     return handed
+
+
+@pytest.fixture
+def learner(learning, monkeypatch) -> Iterator[None]:
+    """The runs handed to the learner learned in a thread of their own, as its worker does
+    (``learning.learn``), while the submission's client waits for them (a live server)."""
+    from django.db import connection
+
+    from runs.control import learning as learner_task
+
+    threads: list[threading.Thread] = []
+
+    def learn(run_id: str) -> None:
+        try:
+            learner_task.learn(run_id)
+        finally:
+            connection.close()
+
+    def hand_on(run_id: str) -> None:
+        threads.append(threading.Thread(target=learn, args=(run_id,), daemon=True))
+        threads[-1].start()
+
+    monkeypatch.setattr(tasks.learn_run, "delay", hand_on)
+    yield
+    for thread in threads:
+        thread.join(timeout=600)
 
 
 @pytest.fixture

@@ -252,3 +252,67 @@ def test_the_backend_checks_see_a_lazy_import_and_a_comparison_in_a_set(tmp_path
         "runs.reads.sneaky -> runs.backends.argo.nodes",
     ]
     assert backend_comparisons(tmp_path) == ["runs.reads.sneaky:3"]
+
+
+WALL = "runs.backends.local.wall"
+"""The one module that starts a process of a user's code and changes a process's user."""
+CHANGES_USER = frozenset(
+    {"setuid", "setgid", "setgroups", "seteuid", "setegid", "setreuid", "setregid"}
+    | {"setresuid", "setresgid", "initgroups"}
+)
+USER_KEYWORDS = frozenset({"user", "group", "extra_groups"})
+"""The keywords of ``subprocess`` that start a process as another user."""
+BEFORE_EXEC = {
+    "runs.backends.local.prepare": "the launcher's task enters through wall.enter",
+    "runs.cli.serve": "serve's own children die with it, as the service's user",
+}
+"""Who else may run a function in a child before its exec (``preexec_fn``), and why."""
+SUBPROCESS_CALLS = frozenset({"Popen", "run", "call", "check_call", "check_output"})
+
+
+def user_starts(root: Path = ROOT) -> list[str]:
+    """Where a module other than the wall changes a process's user or starts one as another
+    user (``os.setuid`` and its kin, ``subprocess`` with ``user=``/``group=``), or runs code
+    in a child before its exec without a reason in ``BEFORE_EXEC``."""
+    found = []
+    for path in sorted([*(root / "runs").rglob("*.py"), *(root / "harness").rglob("*.py")]):
+        name = module_name(path, root)
+        if name == WALL:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            called = called or (node.func.id if isinstance(node.func, ast.Name) else "")
+            keywords = {k.arg for k in node.keywords if k.arg}
+            if called in CHANGES_USER:
+                found.append(f"{name}:{node.lineno} {called}")
+            elif called in SUBPROCESS_CALLS and keywords & USER_KEYWORDS:
+                found.append(f"{name}:{node.lineno} {called}({sorted(keywords & USER_KEYWORDS)})")
+            elif "preexec_fn" in keywords and name not in BEFORE_EXEC:
+                found.append(f"{name}:{node.lineno} preexec_fn")
+    return found
+
+
+def test_only_the_wall_starts_a_users_code_or_changes_a_processs_user():
+    """Every process of a user's code (a task, a learning, a build) is started behind one wall:
+    a second way to start one would be a way around it."""
+    assert not user_starts()
+
+
+def test_the_wall_check_sees_a_start_as_another_user_anywhere(tmp_path):
+    sneaky = tmp_path / "runs" / "control" / "sneaky.py"
+    sneaky.parent.mkdir(parents=True)
+    (tmp_path / "harness").mkdir()
+    sneaky.write_text(
+        "import os, subprocess\n"
+        "def f(uid):\n"
+        "    subprocess.Popen(['x'], user=uid)\n"
+        "    os.setuid(uid)\n"
+        "    subprocess.run(['x'], preexec_fn=lambda: None)\n"
+    )
+    assert user_starts(tmp_path) == [
+        "runs.control.sneaky:3 Popen(['user'])",
+        "runs.control.sneaky:4 setuid",
+        "runs.control.sneaky:5 preexec_fn",
+    ]

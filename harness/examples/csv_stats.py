@@ -1,8 +1,11 @@
 """``csv-stats``: a plugin type; count, mean, min and max of every numeric CSV column.
 
-Run as ``simrun-exec python -m harness.examples.csv_stats --port table``: it reads every CSV
-file of its input port ``table`` (staged by simrun-exec into ``inputs/table``) and writes
-``stats.json`` into ``SIMRUN_OUT``.
+Run as ``simrun-exec python -m harness.examples.csv_stats --port table``: it reads the CSV
+files of its input port ``table`` (staged by simrun-exec into ``inputs/table``) and writes
+``stats.json`` into ``SIMRUN_OUT``. A split task's results table (``results.csv`` at the top
+of its outputs: one row per unit) holds the rows of the task's other CSVs again (``ising``
+writes ``ising.csv`` too, a command sweep each unit's own file): where it is, it is read
+alone, so no row counts twice; else every CSV of the port.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pydantic import BaseModel, Field
 from harness.config import OUT_ENV, paths_from_env
 from harness.execute import INPUTS_DIR
 from harness.files import write_atomic
+from harness.results import RESULTS_CSV
 from harness.tasktypes import TaskType
 
 
@@ -87,10 +91,18 @@ def out_dir() -> Path:
     return paths_from_env(os.environ).out
 
 
+def tables(folder: Path) -> list[Path]:
+    """The CSV files of a port to read: its results table alone where it has one (every row
+    once), else all of them."""
+    if (folder / RESULTS_CSV).is_file():
+        return [folder / RESULTS_CSV]
+    return sorted(p for p in folder.rglob("*.csv") if p.is_file())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     port = args[args.index("--port") + 1] if "--port" in args else "table"
-    files = sorted(p for p in input_dir(port).rglob("*.csv") if p.is_file())
+    files = tables(input_dir(port))
     out = out_dir()
     out.mkdir(parents=True, exist_ok=True)
     stats = {"files": [p.name for p in files], "columns": column_stats(files)}

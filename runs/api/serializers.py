@@ -296,6 +296,7 @@ class RunDetailSerializer(RunSerializer):
             "reruns",
             "resume_of",
             "usage",
+            "refused",
         ]
 
     def get_shown_state(self, run: Run) -> str:

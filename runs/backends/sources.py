@@ -3,8 +3,10 @@
 The service asks what a run's sources define before it plans the run: their snapshots are
 installed into a venv of their own (on the venv of the environment's packages, as a run of
 it would have them) and ``python -m harness.describe`` is asked there. That runs the user's
-code (its build, its import), so it runs as a task would: never with the service's
-environment, as the owner's task user where tasks run as their owners', within time limits.
+code (its build, its import), so it runs as a task would: behind the wall every process of a
+user's code gets (``runs.backends.local.wall``: the owner's task user, a network, memory and
+pids cgroups, ``/tmp`` and ``/dev/shm`` of its own, nothing it starts outliving it, within
+time limits), never with the service's environment.
 Whichever backend runs the tasks, learning runs here, with this machine's task users and
 venvs (those of ``runs.backends.local``).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import untrusted
+from harness.sources import pip_reason
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 
@@ -54,6 +58,9 @@ class Learning:
     packages_timeout_s: float
     environments_kept: int
     packages_cache_gb: float
+    memory_gb: float
+    """The memory of the install and of the description, each behind its wall."""
+    pids_max: int
 
 
 @dataclass(frozen=True)
@@ -98,10 +105,7 @@ def describe(
     except local_env.BuildTimeout as error:
         raise SourcesError(f"{error} (SIMRUN_LEARN_INSTALL_S)") from None
     except subprocess.CalledProcessError as error:
-        raise SourcesError(
-            f"the sources cannot be installed (pip install -e exited {error.returncode}):\n"
-            f"{tail(error.output)}"
-        ) from None
+        raise SourcesError(not_installed(error.output)) from None
     except local_env.PackagesError as error:
         raise PackagesError(str(error)) from None
     return Described(done.returncode, _text(done.stdout), _text(done.stderr))
@@ -112,16 +116,21 @@ def builder(learning: Learning) -> local_env.Builder:
     tasks as their owners' (root, ``SIMRUN_TASK_UID_BASE``), else the service's user; never
     with the service's environment (its secret key, its database). ``SourcesError`` where the
     task user cannot run this Python."""
-    env = local_env.build_env(learning.home)
+    walled = local_env.Builder(
+        env=local_env.build_env(learning.home),
+        memory_bytes=math.ceil(learning.memory_gb * 2**30),
+        pids_max=learning.pids_max,
+        keep=(str(learning.store),),
+    )
     user = local_user.for_owner(learning.owner_id, learning.task_uid_base)
     if user is None:
-        return local_env.Builder(env=env)
+        return walled
     root = learning.store
     local_user.pass_only(root, root / "learned-types", root / "snapshots")
     local_user.pass_only(root / local_env.ENVIRONMENTS)
     if problem := local_user.unreachable(Path(sys.executable).resolve(), learning.home):
         raise SourcesError(f"the sources' types cannot be learned as your task user: {problem}")
-    return local_env.Builder(env=env, uid=user.uid, gid=user.gid)
+    return dataclasses.replace(walled, uid=user.uid, gid=user.gid)
 
 
 @contextlib.contextmanager
@@ -158,6 +167,8 @@ def _packages(
         kept=learning.environments_kept,
         cache_gb=learning.packages_cache_gb,
         pip_env=local_env.pip_env(),
+        memory_bytes=user.memory_bytes,
+        pids_max=user.pids_max,
     )
     _, held = local_env.ensure_packages(install)
     with held:
@@ -168,6 +179,19 @@ def _text(output: str | bytes | None) -> str:
     if isinstance(output, bytes):
         return output.decode(errors="replace")
     return output or ""
+
+
+def not_installed(output: str | bytes | None) -> str:
+    """Why the sources could not be installed, from the output of the process that ran pip:
+    pip's reason first (``harness.sources.pip_reason``), then pip's last lines, not the
+    traceback of the process that ran it."""
+    said = _text(output).split(TRACEBACK)[0]
+    return (
+        f"the sources cannot be installed: pip install -e failed: {pip_reason(said)}\n{tail(said)}"
+    )
+
+
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def tail(output: str | bytes | None) -> str:

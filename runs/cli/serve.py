@@ -87,6 +87,8 @@ def _die_with_parent() -> None:
 
 def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]:
     """The processes of the service, the worker first and the web server last."""
+    from django.conf import settings
+
     python = sys.executable
     celery = [python, "-m", "celery", "--app", "simrun_site", "--quiet"]
     found = [
@@ -103,10 +105,12 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             quiet=True,
         ),
         # Learning a run's sources runs their code for up to SIMRUN_LEARN_INSTALL_S: a worker
-        # of its own, so it never holds the one the control loop runs on.
+        # of its own, so it never holds the one the control loop runs on; SIMRUN_LEARNERS
+        # at once, the users in turn (runs/control/learning.py).
         Child(
             "learner",
-            [*celery, "worker", "--loglevel", "INFO", "--concurrency", "1", "-Q", "learning"]
+            [*celery, "worker", "--loglevel", "INFO", "-Q", "learning"]
+            + ["--concurrency", str(settings.SIMRUN_LEARNERS)]
             + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             + ["--hostname", f"simrun-learner-{os.getpid()}@%h"],
             quiet=True,

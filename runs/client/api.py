@@ -37,6 +37,7 @@ from runs.client.errors import (
     answer_detail,
     field_problems,
 )
+from runs.client.learning import learned
 from runs.client.progress import shown, size_text
 from runs.client.run import ENDED, Run
 from runs.client.specs import Spec, local_sources, names_a_file, read_document
@@ -191,7 +192,8 @@ class Client:
         re-run of that run; ``resume`` as a resume of that ended run, reusing every task and
         unit it finished that this spec has unchanged (docs/resume.md). A spec the server
         refuses raises ``InvalidRequest``, whose ``fields`` hold the problems by the path of
-        their field.
+        their field; so does one whose settings a type its sources ship refuses, once the
+        service learned that type (the call waits for it: ``runs.client.learning``).
         """
         name = ""
         if isinstance(spec, Mapping):
@@ -220,14 +222,17 @@ class Client:
     ) -> dict[str, Any]:
         """Submit a spec's text (YAML or JSON; none to re-run ``rerun``, or resume ``resume``,
         as it was), its local sources uploaded first from ``base``; the run as the server
-        returned it. Text that is neither, read from the file ``name``, is refused here, the
-        file named where it stops reading (the server knows no file)."""
+        returned it, once the types its sources ship are learned (``runs.client.learning``:
+        settings they refuse raise ``InvalidRequest`` as a 400 does). Text that is neither,
+        read from the file ``name``, is refused here, the file named where it stops reading
+        (the server knows no file)."""
         endpoint = "/api/runs/" if rerun is None else f"/api/runs/{rerun}/rerun/"
         if resume is not None:
             endpoint = f"/api/runs/?{urlencode({'resume_of': resume})}"
         missing = no_run(rerun) if rerun else ""
         if text is None:
-            return dict(self.post(endpoint, missing=missing).json())
+            created = dict(self.post(endpoint, missing=missing).json())
+            return learned(self, created, report=report or self._say, poll_s=POLL_S)
         try:
             document = read_document(text)
         except yaml.YAMLError as error:
@@ -244,7 +249,7 @@ class Client:
         response = self.post(
             endpoint, missing=missing, content=body, headers={"Content-Type": content_type}
         )
-        return dict(response.json())
+        return learned(self, dict(response.json()), report=report or self._say, poll_s=POLL_S)
 
     def upload_sources(
         self, document: dict[str, Any], base: Path, *, report: Callable[[str], None]

@@ -1,4 +1,10 @@
-"""Learning the types of a run's sources (a run ``learning``: no tasks yet), then planning it."""
+"""Learning the types of a run's sources (a run ``learning``: no tasks yet), then planning it.
+
+The learner learns the users' runs in turn (``learn_in_turn``): one run of a user at a time,
+and the next run learned is another user's whenever another user has one waiting, so a
+user's slow sources delay only that user's runs (with ``SIMRUN_LEARNERS`` learnings at once,
+a user never waits behind another's while a learner is free of them).
+"""
 
 from __future__ import annotations
 
@@ -36,14 +42,63 @@ def learn(run_id: str, *, backend: Backend | None = None, schedule: Schedule | N
         try:
             submission.plan_learned(run, backend=backend, schedule=schedule)
         except SpecError as error:
-            _fail_learning(run, "\n".join(f"{p}: {' '.join(m)}" for p, m in error.errors.items()))
+            _fail_learning(
+                run,
+                "\n".join(f"{p}: {' '.join(m)}" for p, m in error.errors.items()),
+                refused=error.errors,
+            )
         except CannotRun as error:
             _fail_learning(run, str(error))
     return True
 
 
-def _fail_learning(run: Run, message: str) -> None:
-    """Fail a run whose sources' types could not be learned (a cancel meanwhile wins)."""
+CANDIDATES = 500
+"""The oldest runs waiting to be learned that one choice of the next looks at."""
+
+
+def _owner_lock(owner_id: int) -> str:
+    return f"learner-of-{owner_id}"
+
+
+def learn_in_turn() -> int:
+    """The learner's work: learn the runs waiting for it, each user's in turn and one of a
+    user's at a time, until none is waiting whose user is not being served elsewhere; how
+    many it learned. A message to the learner is a turn, not a run: a run waits for the
+    turn of its user (the learning of a user's run held elsewhere goes on to the next of
+    theirs when it ends)."""
+    learned, last = 0, None
+    while (run := _next_in_turn(last)) is not None:
+        with locks.hold(_owner_lock(run.owner_id)) as mine:
+            if not mine:
+                continue  # taken by another learner meanwhile: it goes on with that user
+            learn(run.id)
+        learned, last = learned + 1, run.owner_id
+    return learned
+
+
+def _next_in_turn(last: int | None) -> Run | None:
+    """The next run to learn: the oldest waiting one whose user is being served nowhere, of
+    another user than ``last`` (served just now) while another has one waiting."""
+    waiting = Run.objects.filter(state=RunState.LEARNING).order_by("created_at", "id")
+    chosen, busy = None, set()
+    for run in waiting.only("id", "owner_id")[:CANDIDATES]:
+        if run.owner_id in busy or locks.held(f"learn-{run.id}"):
+            continue
+        if locks.held(_owner_lock(run.owner_id)):
+            busy.add(run.owner_id)
+            continue
+        if run.owner_id != last:
+            return run
+        chosen = chosen or run
+    return chosen
+
+
+def _fail_learning(run: Run, message: str, refused: dict[str, list[str]] | None = None) -> None:
+    """Fail a run whose sources' types could not be learned (a cancel meanwhile wins); a spec
+    they refused keeps its problems by field (``Run.refused``), which ``simrun submit`` and
+    ``Client.submit`` raise as the 400 of a type already known would be."""
+    if refused:
+        Run.objects.filter(pk=run.pk, state=RunState.LEARNING).update(refused=refused)
     for _ in range(CANCEL_TRIES):
         if run.state != RunState.LEARNING or close_run(run, [], RunState.FAILED, message):
             return

@@ -2,11 +2,11 @@
 
 Once a task is final each of its reports (``runs.control.reports``) becomes an
 ``Observation`` of its task type, and ``tasks/<task>/recorded/<worker>-<attempt>`` marks it
-right after, so it is never recorded twice. An attempt killed for memory without a report is
-observed at its pod's limit. The reports of the attempts the service knows are read first,
-and a task's reports are read up to ``SIMRUN_REPORTS_READ_MB`` in all; beyond that the rest
-are left unread for good (one mark, ``OVER_BUDGET``), so a task that plants thousands of giant
-reports costs the loop that serves everyone a bounded read, once.
+right after, so it is never recorded twice. An attempt killed for memory without a sound
+report (none, or one refused) is observed at its pod's limit. The reports of the attempts the
+service knows are read first, and a task's reports are read up to ``SIMRUN_REPORTS_READ_MB``
+in all; beyond that the rest are left unread for good (one mark, ``OVER_BUDGET``), so a task
+that plants thousands of giant reports costs the loop that serves everyone a bounded read, once.
 """
 
 from __future__ import annotations
@@ -93,7 +93,12 @@ def attempt_memory_gb(
 def record(
     *, task: Task, plan: TaskPlan, folder: TaskFolder, kills: Mapping[str, list[int]]
 ) -> int:
-    """Record the reports of a task not yet recorded, and its kills without a report.
+    """Record the reports of a task not yet recorded, and its kills without a sound report.
+
+    Every proven kill is observed exactly once (Ruling 24): from its report when the report
+    is believed, else at the limit its attempt ran with, whether its report is missing,
+    refused (now or at an earlier read) or left unread over the budget. A kill's mark in
+    ``recorded/`` is written only once it is observed, so no later pass observes it again.
 
     Returns the observations written. Each carries the memory its attempt ran with, as its
     attempt row says (``attempt_memory_gb``), and gives the row its measured peak. A command
@@ -172,7 +177,7 @@ def _record(
     if not key:
         return written
     for worker, attempt in _killed(task, kills):
-        if (worker, attempt) in found or f"{worker}-{attempt}" in recorded:
+        if f"{worker}-{attempt}" in recorded:  # observed from its sound report
             continue
         observation = rows.kill(key, worker, attempt)
         _store(observation, marks, node="", memory_gb=rows.memory_gb(worker, attempt))

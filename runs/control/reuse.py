@@ -36,7 +36,14 @@ from django.conf import settings
 from django.utils import timezone
 
 from harness import untrusted
-from harness.ledger import PIECE_FOLDERS, REUSED, piece_intact, piece_units
+from harness.ledger import (
+    ORIGINS,
+    ORIGINS_CAP,
+    PIECE_FOLDERS,
+    REUSED,
+    piece_intact,
+    piece_units,
+)
 from harness.sweep import SWEEP_TYPE
 from runs.backends.base import Backend, TaskFolders
 from runs.common import store
@@ -125,7 +132,8 @@ def copy_reused(run: Run, tasks: Sequence[Task], *, backend: Backend) -> bool:
 def _copy(run: Run, task: Task, budget: Budget, backend: Backend) -> dict[str, Any]:
     """Copy one task's reused work; the fields of its row after it."""
     source_run, _, source_task = task.reused_from.partition("/")
-    if not Task.objects.filter(run_id=source_run, task_id=source_task).exists():
+    earlier = Task.objects.filter(run_id=source_run, task_id=source_task).first()
+    if earlier is None:
         raise Refused("that task is gone")
     source = store.task_folder(source_run, source_task)
     with _staged(run.id, task.task_id) as (folder, stage):
@@ -143,7 +151,7 @@ def _copy(run: Run, task: Task, budget: Budget, backend: Backend) -> dict[str, A
                 "ended_at": now,
                 "logs_kept": True,
             }
-        units = _copy_units(source, stage, task, budget)
+        units = _copy_units(source, stage, task, earlier, budget)
         if units is None:  # it never started: nothing to say
             return {"reuse": Reuse.NONE, "reused_from": ""}
         if not units:
@@ -245,7 +253,9 @@ def _copy_outputs(source: TaskFolder, stage: int, budget: Budget) -> None:
         os.close(outputs)
 
 
-def _copy_units(source: TaskFolder, stage: int, task: Task, budget: Budget) -> int | None:
+def _copy_units(
+    source: TaskFolder, stage: int, task: Task, earlier: Task, budget: Budget
+) -> int | None:
     """Copy the done units of the earlier task's ledger into ``units/reused`` of the stage
     (and, of a command sweep, their ``out/units/<unit>/``); how many units they cover, None
     when it has no ledger (no worker of it started)."""
@@ -262,7 +272,7 @@ def _copy_units(source: TaskFolder, stage: int, task: Task, budget: Budget) -> i
     with untrusted.directory(stage, ["units"]) as units:
         os.mkdir(REUSED, DIR_MODE, dir_fd=units)
         with untrusted.directory(units, [REUSED]) as target:
-            covered = _copy_pieces(source, target, size, budget)
+            covered = _copy_pieces(source, target, size, budget, earlier)
     if not covered:
         return 0
     if task.type == SWEEP_TYPE:
@@ -271,13 +281,14 @@ def _copy_units(source: TaskFolder, stage: int, task: Task, budget: Budget) -> i
 
 
 def _copy_pieces(
-    source: TaskFolder, target: int, size: int, budget: Budget
+    source: TaskFolder, target: int, size: int, budget: Budget, earlier: Task
 ) -> list[tuple[int, int]]:
     """Copy every piece of the earlier ledger (its workers' and those it reused) whose
-    checksum holds; the units they cover, as merged ranges. A damaged piece is left: its
-    units are computed again."""
+    checksum holds, and say which task computed each (``reused/.origins.json``, read by the
+    merge for the table's ``reused_from`` column); the units they cover, as merged ranges. A
+    damaged piece is left: its units are computed again."""
     ranges: list[tuple[int, int]] = []
-    copied: set[str] = set()
+    origins: dict[str, str] = {}
     for folder in PIECE_FOLDERS:
         relative = f"units/{folder}"
         try:
@@ -285,9 +296,15 @@ def _copy_pieces(
         except FileNotFoundError:
             continue
         try:
+            said = _origins(pieces) if folder == REUSED else {}
+            otherwise = (
+                earlier.reused_from or "earlier"
+                if folder == REUSED
+                else f"{earlier.run_id}/{earlier.task_id}"
+            )
             for entry in _listed(pieces, relative, budget):
                 units = piece_units(entry.name)
-                if units is None or units[1] > size or entry.name in copied:
+                if units is None or units[1] > size or entry.name in origins:
                     continue
                 path = f"{relative}/{entry.name}"
                 if not entry.is_file:
@@ -298,11 +315,29 @@ def _copy_pieces(
                     log.warning("%s/%s is damaged: its units run again", source.path, path)
                     continue
                 untrusted.write_atomic_at(target, entry.name, data, mode=FILE_MODE)
-                copied.add(entry.name)
+                origins[entry.name] = said.get(entry.name, otherwise)
                 ranges.append(units)
         finally:
             os.close(pieces)
+    if origins:
+        untrusted.write_atomic_at(target, ORIGINS, json.dumps(origins), mode=FILE_MODE)
     return _merged(ranges)
+
+
+def _origins(pieces: int) -> dict[str, str]:
+    """Which task computed each piece the earlier task reused itself, as its copy said
+    (``.origins.json``, read as a task could have left it: bounded, no link followed)."""
+    try:
+        data = json.loads(untrusted.read_bytes(pieces, ORIGINS, ORIGINS_CAP))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        name: origin[:60]
+        for name, origin in data.items()
+        if isinstance(name, str) and isinstance(origin, str)
+    }
 
 
 def _copy_unit_outputs(

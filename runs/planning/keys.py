@@ -1,11 +1,12 @@
 """Task keys: what "the same task" means when finished work is reused (docs/resume.md).
 
 A task's key is a digest of what decides its outputs: its kind and type (or command), its
-settings (a command sweep's normalised sweep), the environment it runs in (the run's image and
-packages, simrun's version), the digests of the run's source snapshots, and the keys of the
-tasks it reads by port, so a change upstream changes the key of everything downstream. Its
-plan (cores, memory, workers) is not part of it. A unit's key is its task's key and its index:
-unit ``i`` of a task is unit ``i`` of any task with the same key.
+settings (a command sweep's normalised sweep), the content of the programs and files its
+command names on the service's machine (``runs.planning.programs``), the environment it runs in
+(the run's image and packages, simrun's version), the digests of the run's source snapshots,
+and the keys of the tasks it reads by port, so a change upstream changes the key of everything
+downstream. Its plan (cores, memory, workers) is not part of it. A unit's key is its task's
+key and its index: unit ``i`` of a task is unit ``i`` of any task with the same key.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import harness
 from runs.backends.base import TaskRecord
 from runs.planning.spec import RunSpec
 
-KEY_SCHEME = "simrun-task-key-1"
+KEY_SCHEME = "simrun-task-key-2"
 """Changes when what a key covers changes, so no key of before matches one of after."""
 
 
@@ -43,21 +44,30 @@ class Environment:
         )
 
 
-def task_keys(records: Mapping[str, TaskRecord], environment: Environment) -> dict[str, str]:
-    """The key of every task of a run (``records`` as ``task_records`` makes them, a DAG)."""
+def task_keys(
+    records: Mapping[str, TaskRecord],
+    environment: Environment,
+    files: Mapping[str, Mapping[str, str]],
+) -> dict[str, str]:
+    """The key of every task of a run (``records`` as ``task_records`` makes them, a DAG;
+    ``files`` what the paths each one's command names hold, as ``named_files`` reads them)."""
     keys: dict[str, str] = {}
     for task_id in _upstream_first(records):
         record = records[task_id]
         inputs = {port: keys[source] for port, source in record.inputs.items()}
-        keys[task_id] = _digest(_what_decides(record, environment, inputs))
+        keys[task_id] = _digest(_what_decides(record, environment, inputs, files.get(task_id, {})))
     return keys
 
 
 def _what_decides(
-    record: TaskRecord, environment: Environment, inputs: Mapping[str, str]
+    record: TaskRecord,
+    environment: Environment,
+    inputs: Mapping[str, str],
+    files: Mapping[str, str],
 ) -> dict[str, Any]:
     """Everything a task's key covers, as JSON."""
     return {
+        "files": dict(files),
         "scheme": KEY_SCHEME,
         "simrun": harness.__version__,
         "kind": record.kind,

@@ -47,6 +47,7 @@ from harness.tasktypes import (
 )
 from runs.backends import sources
 from runs.common import store
+from runs.planning.known_settings import refusals
 from runs.planning.spec import (
     TYPE_NAME_RULE,
     RunSpec,
@@ -238,6 +239,8 @@ def _learning(home: Path, owner_id: int | None) -> sources.Learning:
         packages_timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
         environments_kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
         packages_cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
+        memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
+        pids_max=settings.SIMRUN_BUILD_PIDS_MAX,
     )
 
 
@@ -249,12 +252,21 @@ def kept(
 ) -> dict[str, Any] | None:
     """What is kept of the snapshots ``digests`` on ``packages`` (``learn``'s answer) if it
     answers every settings of ``asked``, None if learning must run their code."""
+    known = kept_types(digests, owner_id, packages)
+    return known if known is not None and not _missing(known, asked) else None
+
+
+def kept_types(
+    digests: list[str], owner_id: int | None = None, packages: Sequence[str] = ()
+) -> dict[str, Any] | None:
+    """What is kept of the snapshots ``digests`` on ``packages``, however much it answers;
+    None when nothing is."""
     path = learned_dir(digests, owner_id, packages) / TYPES_FILE
     try:
-        known: dict[str, Any] = json.loads(path.read_text())
+        known = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return known if not _missing(known, asked) else None
+    return known if isinstance(known, dict) else None
 
 
 def _missing(known: Mapping[str, Any], asked: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
@@ -355,7 +367,9 @@ def run_types(
     ``ShippedType`` stand-ins, which are the backends') and the spec as it is. Else the types
     the sources ship join them (``learn``) and the spec is validated again, now
     with them: a ``SpecError`` under ``sources`` when they cannot be learned. Without
-    ``run_code``, only what is kept is used: ``MustLearn`` when their code must run.
+    ``run_code``, only what is kept is used: ``MustLearn`` when their code must run, unless
+    what is kept of a type already refuses its settings (``known_settings.refusals``), a
+    ``SpecError`` by field.
     """
     types = dict(registered_types())
     asked = shipped(spec, types)
@@ -367,6 +381,9 @@ def run_types(
         if known is None and not settings.SIMRUN_LEARN_SOURCES:
             raise LearnError(LEARNING_OFF)
         if known is None and not run_code:
+            partly = kept_types(list(spec.sources), owner_id, packages)
+            if partly and (problems := refusals(spec, partly, canonical)):
+                raise SpecError(problems)  # what the type already said: no need to learn
             raise MustLearn
         known = known or learn(list(spec.sources), asked, owner_id, packages)
     except LearnError as error:

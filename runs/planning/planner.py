@@ -14,7 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.sweep import SWEEP_TYPE, program_name
+from harness.programs import program_name
+from harness.sweep import SWEEP_TYPE
 from harness.tasktypes import TaskType
 from runs.backends.base import TaskPlan
 from runs.planning import sizing, sizing_base
@@ -73,7 +74,7 @@ def observation_key(
     A task type's name; for a command task ``command:<run name>/<task id>``, so the same task
     of a workflow submitted again learns from its earlier runs. A command task of a run
     without a name has no key ("") and is planned at the default. A command sweep's is
-    ``sweep:<program>`` (``harness.sweep.program_name``): every sweep of a program learns from
+    ``sweep:<program>`` (``harness.programs.program_name``): every sweep of a program learns from
     the others, whatever its run or task.
     """
     if task_type == SWEEP_TYPE and command:

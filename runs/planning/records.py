@@ -101,6 +101,7 @@ def spec_record(
         name=spec.name,
         image=image,
         reserved_node=reserved_node,
+        local_commands=spec.commands or "",
         sources=spec.sources,
         tasks=task_records(spec, types),
         store=store,

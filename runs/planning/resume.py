@@ -4,7 +4,8 @@ Chosen at submission from the record alone, by key (``runs.planning.keys``): a t
 is a succeeded task's of the run resumed is done from that task's outputs; a split task whose
 key is that of one which did not finish starts with its done units; a task with ``cache``
 that neither chose is done from the outputs of the newest task with its key that succeeded in
-any run of its owner. Nothing else is reused. The
+any run of its owner. Nothing else is reused, and a task of the run resumed whose key differs
+is said (``not_resumed``: its program changed, its settings, a task it reads), never mixed. The
 copy itself is the submission's, in a worker (``runs.control.reuse``), which may still refuse
 what the store holds. Work is reused only from runs of the new run's owner: what a task left in
 the store (the pickled results of its units) is read by the tasks of the run that reuses it,
@@ -16,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from runs.backends.base import TaskRecord
 from runs.models import Reuse, Run, Task, TaskKind, TaskState
+from runs.planning.programs import changed, paths_of
 from runs.planning.spec import SpecError
 
 
@@ -92,3 +95,54 @@ def resumed(
         elif kinds[task_id] == TaskKind.SPLIT and key in unfinished:
             chosen[task_id] = Chosen(Reuse.UNITS, unfinished[key])
     return chosen
+
+
+def not_resumed(
+    *,
+    chosen: Mapping[str, Chosen],
+    keys: Mapping[str, str],
+    records: Mapping[str, TaskRecord],
+    files: Mapping[str, Mapping[str, str]],
+    source: Run,
+) -> dict[str, str]:
+    """Why each task of a new run that reuses nothing runs in full though the run it resumes
+    has a task of its id whose work was there to reuse (it succeeded, or is a split task):
+    its key differs, and the user who resumed is told what changed, by task id."""
+    earlier = {task.task_id: task for task in source.tasks.all()}
+    why = {}
+    for task_id, record in records.items():
+        before = earlier.get(task_id)
+        if task_id in chosen or before is None or before.key == keys[task_id]:
+            continue
+        if before.state == TaskState.DONE or before.kind == TaskKind.SPLIT:
+            reason = _what_changed(before, record, files.get(task_id, {}), earlier, keys)
+            why[task_id] = f"not reused from {source.id}/{task_id}: {reason}"[:300]
+    return why
+
+
+def _what_changed(
+    before: Task,
+    record: TaskRecord,
+    files: Mapping[str, str],
+    earlier: Mapping[str, Task],
+    keys: Mapping[str, str],
+) -> str:
+    """What made a task's key differ from that of the task of its id in the run resumed."""
+    if not before.key:
+        return "it was run before tasks had keys"
+    if paths := changed(before.named_files, files):
+        return f"its program or a file its command names changed since: {paths_of(paths)}"
+    if (before.settings, before.command, before.image) != (
+        record.settings,
+        record.command,
+        record.image,
+    ):
+        return "its settings or command changed"
+    upstream = [
+        source
+        for source in record.inputs.values()
+        if source not in earlier or earlier[source].key != keys[source]
+    ]
+    if upstream or before.inputs != record.inputs:
+        return f"a task it reads changed: {paths_of(upstream) or 'its inputs'}"
+    return "its environment, its sources, simrun's version or what its command names changed"

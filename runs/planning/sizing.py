@@ -58,9 +58,10 @@ def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) ->
     return Wastage(used_gbh=peak_gb * hours, over_gbh=max(0.0, limit_gb - peak_gb) * hours)
 
 
-# simrun's policy. Each constant is a statement about evidence; the four that trade waste
-# against kills (WINDOW, TARGET, PRIOR_SPREAD, PRIOR_MARGIN) are chosen by the replay's
-# cross-validation (``bench/sizing_replay.py --cross-validate``) by the folds' worst case.
+# simrun's policy. Each constant is a statement about evidence; those that trade waste
+# against kills (WINDOW, TARGET, PRIOR_SPREAD, SPREAD_FLOOR; the prior's PRIOR_MARGIN,
+# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR) are chosen by the replay's leave-one-trace-out
+# cross-validation (``bench/sizing_replay.py --cross-validate``, ``--first-tasks``).
 WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
 (``runs/planning/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
@@ -95,12 +96,13 @@ more demanding than any seen (cross-validated); a miss costs the first wave one 
 each, since its retry gets twice the default."""
 PRIOR_FLOOR = 0.25
 """The prior's evidence never says less than this share of the default, whatever the other
-types needed: one tiny type cannot pull a new type far below what its author set."""
+types needed: one tiny type cannot pull a new type far below what its author set
+(cross-validated on the first tasks alone: ``bench/sizing_replay.py --first-tasks``)."""
 PRIOR_DEFAULT_TYPES = 12
 """The type's own default counts as this many types that needed all of theirs. With K other
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
 (types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
-few types, halfway (in log) at 12, three quarters at 36."""
+few types, halfway (in log) at 12, three quarters at 36 (cross-validated: ``--first-tasks``)."""
 FEW_RUNS = 5.0
 """Below this many effective samples the short reason says the margin is wide for want of
 runs."""
@@ -222,6 +224,7 @@ class Simrun:
     prior_spread: float = PRIOR_SPREAD
     prior_margin: float = PRIOR_MARGIN
     prior_default_types: int = PRIOR_DEFAULT_TYPES
+    prior_floor: float = PRIOR_FLOOR
     window: int = WINDOW
     spread_floor: float = peak_model.SPREAD_FLOOR
 
@@ -292,6 +295,15 @@ class Simrun:
                 if fit.n_eff < FEW_RUNS
                 else "without a kill simrun never plans more than the default"
             )
+        before = self.unseen(default_gb, prior, shown).gb
+        top_need = max((need(s) for s in recent), default=0.0)
+        if not read_kills and gb > before and top_need * SHOWN_MARGIN <= before:
+            gb = before
+            steps.append(
+                f"capped at the plan without history {gb_text(before)}: the largest need "
+                f"{gb_text(top_need)} × {SHOWN_MARGIN:g} is below it"
+            )
+            reason = "peaks well below the plan never raise it"
         floor, floor_why = max(_floors(peaks, kills))
         if kills and gb > _up(floor * RETRY_FACTOR):
             # Peaks far below a kill are of inputs before a step up: their spread is no
@@ -345,9 +357,9 @@ class Simrun:
             f"top peak/default {top:.3f} ({prior.top_type}) × {self.prior_margin:g} margin "
             f"= {evidence:.3f}"
         ]
-        if evidence < PRIOR_FLOOR:
-            evidence = PRIOR_FLOOR
-            steps.append(f"floored at {PRIOR_FLOOR:g}")
+        if evidence < self.prior_floor:
+            evidence = self.prior_floor
+            steps.append(f"floored at {self.prior_floor:g}")
         elif evidence > 1:
             evidence = 1.0
             steps.append("capped at 1, the default")

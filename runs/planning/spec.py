@@ -31,6 +31,7 @@ from pydantic import (
 from harness.grid import RESERVED, parse_sweep
 from harness.sweep import SWEEP_TYPE, Failures, ResultsFile, SweepSettings
 from harness.tasktypes import TaskType, input_names
+from runs.planning.relative_paths import relative_problem, relative_program
 from runs.planning.spec_checks import (
     command_hint,
     input_cycle,
@@ -291,6 +292,8 @@ def _check_task(
         elif source == task_id:
             errors[f"{at}.inputs.{port}"] = ["a task cannot read its own output"]
     if task.command is not None:
+        if relative := relative_program(task.command):
+            errors[f"{at}.command.{relative[0]}"] = [relative_problem(relative[1])]
         if task.settings:
             errors[f"{at}.settings"] = ["a command task takes no settings"]
         if task.workers is not None and task.workers > 1 and task.sweep is None:

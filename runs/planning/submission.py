@@ -36,6 +36,7 @@ from runs.models import (
 )
 from runs.planning.evidence import prior_evidence
 from runs.planning.images import resolve
+from runs.planning.installable import not_installable
 from runs.planning.keys import Environment, task_keys
 from runs.planning.learned_types import MustLearn, run_types
 from runs.planning.peak_model import features_of
@@ -46,8 +47,9 @@ from runs.planning.planner import (
     oversized,
     plan_run,
 )
+from runs.planning.programs import named_files
 from runs.planning.records import spec_record, task_json, task_records
-from runs.planning.resume import Chosen, cached, check_resumable, resumed
+from runs.planning.resume import Chosen, cached, check_resumable, not_resumed, resumed
 from runs.planning.spec import RunSpec, SpecError, cached_tasks, type_name, validate_spec
 
 
@@ -133,13 +135,15 @@ def units_of(record: TaskRecord, types: Mapping[str, TaskType]) -> int:
 
 
 def check_sources(spec: RunSpec, owner: User) -> None:
-    """Every snapshot a spec names must be one the owner uploaded."""
+    """Every snapshot a spec names must be one the owner uploaded, and a tree pip can install
+    as far as its files tell (``not_installable``)."""
     known = set(owner.snapshots.filter(digest__in=spec.sources).values_list("digest", flat=True))
-    errors = {
-        f"sources.{i}": [f"unknown snapshot {digest!r}: upload it first"]
-        for i, digest in enumerate(spec.sources)
-        if digest not in known
-    }
+    errors = {}
+    for i, digest in enumerate(spec.sources):
+        if digest not in known:
+            errors[f"sources.{i}"] = [f"unknown snapshot {digest!r}: upload it first"]
+        elif problem := not_installable(digest):
+            errors[f"sources.{i}"] = [f"snapshot {digest[:12]}: {problem}"]
     if errors:
         raise SpecError(errors)
 
@@ -368,17 +372,27 @@ def _refusal(
 
 
 def reused(
-    run: Run, spec: RunSpec, records: Mapping[str, TaskRecord], keys: Mapping[str, str]
-) -> dict[str, Chosen]:
+    run: Run,
+    spec: RunSpec,
+    records: Mapping[str, TaskRecord],
+    keys: Mapping[str, str],
+    files: Mapping[str, Mapping[str, str]],
+) -> tuple[dict[str, Chosen], dict[str, str]]:
     """What each task of a new run reuses, by task id: of the run it resumes, then, for the
-    tasks with ``cache`` it gives nothing to, of the newest same task of its owner's runs."""
-    chosen = {}
+    tasks with ``cache`` it gives nothing to, of the newest same task of its owner's runs; and
+    why the tasks of the run resumed whose key changed are not reused."""
+    chosen: dict[str, Chosen] = {}
+    refused: dict[str, str] = {}
     if run.resume and run.rerun_of is not None:
         kinds = {task_id: record.kind for task_id, record in records.items()}
         chosen = resumed(keys=keys, kinds=kinds, source=run.rerun_of, owner_id=run.owner_id)
     if wanted := {t: keys[t] for t in cached_tasks(spec) if t not in chosen}:
         chosen |= cached(keys=wanted, owner_id=run.owner_id)
-    return chosen
+    if run.resume and run.rerun_of is not None:
+        refused = not_resumed(
+            chosen=chosen, keys=keys, records=records, files=files, source=run.rerun_of
+        )
+    return chosen, refused
 
 
 def _write_tasks(
@@ -387,8 +401,9 @@ def _write_tasks(
     """The tasks of a run, each with its key and what it reuses (``reused``), and its store
     files (``run.json``, each ``task.json``)."""
     records = task_records(spec, types)
-    keys = task_keys(records, Environment.of(spec))
-    chosen = reused(run, spec, records, keys)
+    files = named_files(records)
+    keys = task_keys(records, Environment.of(spec), files)
+    chosen, refused = reused(run, spec, records, keys, files)
     tasks = [
         Task(
             run=run,
@@ -400,8 +415,10 @@ def _write_tasks(
             command=record.command,
             image=record.image,
             key=keys[task_id],
+            named_files=files[task_id],
             reuse=chosen[task_id].how if task_id in chosen else Reuse.NONE,
             reused_from=chosen[task_id].reused_from if task_id in chosen else "",
+            not_reused=refused.get(task_id, ""),
             plan=plans[task_id].model_dump(mode="json"),
             units_total=units_of(record, types),
             position=position,

@@ -19,7 +19,7 @@ SWEEP = """
 name: {name}
 tasks:
   sim:
-    command: [python, sim.py, --temperature, "{{T}}", --seed, "{{seed}}", --out, "{{out}}"]
+    command: [python, -c, "import sys", --temperature, "{{T}}", --seed, "{{seed}}", "{{out}}"]
     sweep: {{T: {axis}, seed: [0, 1]}}
 """
 

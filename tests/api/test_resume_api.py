@@ -97,7 +97,10 @@ def test_each_task_says_what_it_reused_and_from_which_run(owner_client, owner, b
     assert sweep["units_reused"] == sweep["units_done"] == sweep["units_total"] == 20
     assert sweep["key"] == Task.objects.get(run=source, task_id="sweep").key
     assert summary["reused_from"] is None and summary["units_reused"] == 0
-    assert summary["shown_state"] == TaskState.WAITING and summary["not_reused"] == ""
+    assert summary["shown_state"] == TaskState.WAITING
+    assert summary["not_reused"] == (
+        f"not reused from {source.id}/summary: its settings or command changed"
+    )
 
 
 def test_a_resume_by_staff_of_another_users_run_is_the_owners_and_reuses_their_work(

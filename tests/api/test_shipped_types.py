@@ -18,6 +18,7 @@ from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 from runs.cli import main
+from runs.common import store
 from runs.control.learning import learn
 from runs.models import Run, Task
 from runs.planning import learned_types
@@ -130,6 +131,29 @@ def test_the_types_problems_fail_the_run_by_field(owner, owner_client, package) 
     assert "greater than or equal to 1" in again.json()["tasks.low.settings.steps"][0]
 
 
+def test_new_settings_a_learned_types_bounds_refuse_are_a_400_at_once_naming_the_field(
+    owner, owner_client, package, calls
+) -> None:
+    digest = upload_package(owner, package)
+    assert learned(owner_client, decay_spec(digest)).state == "submitting"
+    learned_once = dict(calls)
+
+    response = owner_client.post(
+        "/api/runs/", decay_spec(digest, rates=[0.1], steps=0), format="json"
+    )
+
+    assert response.status_code == 400, response.json()
+    assert response.json() == {
+        "tasks.decay.settings.steps": ["Input should be greater than or equal to 1"]
+    }
+    assert calls == learned_once and Run.objects.count() == 1  # no code run, no run made
+    # New settings its bounds allow are still the type's to judge: learned, in the worker.
+    accepted = owner_client.post(
+        "/api/runs/", decay_spec(digest, rates=[0.1], steps=3), format="json"
+    )
+    assert accepted.status_code == 202 and accepted.json()["state"] == "learning"
+
+
 def test_a_learned_name_is_no_type_of_a_run_without_those_sources(
     owner, owner_client, package
 ) -> None:
@@ -160,7 +184,10 @@ def test_sources_that_cannot_be_learned_fail_the_run_with_the_reason(
     (package / "pyproject.toml").write_text("[project]\nname = 'decay-sim'\nversion = 'x y'\n")
     run = learned(owner_client, decay_spec(upload_package(owner, package)))
     assert run.state == "failed"
-    assert "cannot be installed" in run.message and "version" in run.message.lower()
+    reason = run.message.splitlines()[0]  # pip's reason first: the build's own last words
+    assert reason.startswith("sources: the sources cannot be installed: pip install -e failed:")
+    assert "project.version" in reason, run.message
+    assert "Traceback" not in run.message and "--disable-pip-version-check" not in run.message
     assert not Task.objects.exists()
 
 
@@ -237,8 +264,10 @@ def write_snoop_package(directory: Path, seen: Path) -> Path:
 
 @pytest.fixture
 def seen(tmp_path: Path) -> Path:
-    """A folder any user may write into, for what the sources' code saw."""
-    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-"))
+    """A folder any user may write into, for what the sources' code saw: in the store, which
+    the wall keeps visible (its /tmp is its own)."""
+    store.root().mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir=store.root()))
     folder.chmod(0o777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)

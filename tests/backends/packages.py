@@ -77,9 +77,11 @@ def pip_index(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def write_sdist(index: Path, name: str, builds: Path, sleep_s: float = 0.0) -> Path:
+def write_sdist(
+    index: Path, name: str, builds: Path, sleep_s: float = 0.0, backend: str | None = None
+) -> Path:
     """A source archive of ``name`` whose build appends a line to ``builds`` each time it
-    runs (after ``sleep_s``)."""
+    runs (after ``sleep_s``); or whose build backend (``backend.py``) is ``backend``."""
     root = f"{name}-0.1"
     members = {
         "pyproject.toml": (
@@ -87,7 +89,7 @@ def write_sdist(index: Path, name: str, builds: Path, sleep_s: float = 0.0) -> P
             f'[project]\nname = "{name}"\nversion = "0.1"\n'
         ),
         "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
-        "backend.py": BACKEND.format(name=name, builds=str(builds), sleep_s=sleep_s),
+        "backend.py": backend or BACKEND.format(name=name, builds=str(builds), sleep_s=sleep_s),
     }
     index.mkdir(parents=True, exist_ok=True)
     path = index / f"{root}.tar.gz"

@@ -492,6 +492,15 @@ LAST_ATTEMPTS = {
         },
         False,
     ),
+    "a second kill for memory, its note naming the retry memory": (
+        {
+            "status": "Failed",
+            "exitCode": "137",
+            "message": "main: OOMKilled (exit code 137): simrun: the retry memory after a kill "
+            "for memory (4.5 GiB)",
+        },
+        False,
+    ),
     "a kill for memory with the retry memory after a SIGKILL": (
         {"status": "Failed", "exitCode": "137", "message": "main: OOMKilled (exit code 137)"},
         True,

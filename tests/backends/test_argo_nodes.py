@@ -503,7 +503,7 @@ def test_the_runners_token_is_in_argos_containers_and_out_of_reach_of_a_tasks_co
     backend = backend_of(kube, tmp_path)
     record, task_plans = run_of(
         "tasks: {sweep: {type: squares, settings: {n: 10}}, "
-        "plot: {command: [python, plot.py], inputs: {data: sweep}}}"
+        "plot: {command: [python, /app/plot.py], inputs: {data: sweep}}}"
     )
     backend.submit(record, task_plans, task_types(), CLUSTER)
 

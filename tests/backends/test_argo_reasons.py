@@ -327,7 +327,7 @@ def test_the_run_page_shows_why_an_attempt_was_ended(owner: Any) -> None:
 def a_submitted_run(backend: ArgoBackend, kube: KubeApiServer, image: str) -> str:
     """A run of one command task in ``image``, submitted, its workflow Pending, its pod made
     by Argo and started by the kubelet."""
-    record, plans = run_of(f"tasks: {{plot: {{command: [python, plot.py], image: '{image}'}}}}")
+    record, plans = run_of(f"tasks: {{plot: {{command: [python, /a/plot.py], image: '{image}'}}}}")
     name = backend.submit(record, plans, task_types(), CLUSTER)
     nodes = Nodes("Pending")
     nodes.task("plot", "Pending", [pod("Pending", message="ImagePullBackOff: Back-off")])
@@ -396,7 +396,7 @@ def test_an_unschedulable_pod_is_timed_from_its_admission_not_from_its_time_in_t
     assert quota["name"] == "memory"
     start = time.time()
     with time_machine.travel(start, tick=False) as clock:
-        record, plans = run_of("tasks: {plot: {command: [python, plot.py], image: 'python:3'}}")
+        record, plans = run_of("tasks: {plot: {command: [python, /a/plot.py], image: 'python:3'}}")
         name = backend.submit(record, plans, task_types(), CLUSTER)
         nodes = Nodes("Pending")
         nodes.task("plot", "Pending", [pod("Pending")])

@@ -294,3 +294,36 @@ def test_a_count_of_a_launcher_that_died_is_passed_over(tmp_path):
     )
     mine.leave()
     assert not (ledger / "mine.json").exists()
+
+
+def test_files_beside_the_task_folder_in_its_run_folder_count_against_its_budget(backend):
+    """Its task user writes its run's folder too: 2 MiB beside the run's task folders and 3 MiB
+    in the run's folder are 5 MiB of a 4 MiB budget, and are removed with what it wrote."""
+    script = (
+        'head -c 2M /dev/zero > "$SIMRUN_OUT/../../beside" && '
+        'head -c 3M /dev/zero > "$SIMRUN_OUT/../../../beside" && sleep 30'
+    )
+    end = run_to_end(backend, "r1", script)
+
+    assert end["phase"] == "Failed"
+    assert "SIMRUN_TASK_DISK_GB" in end["failed"][0].message
+    run = backend.store / "runs" / "r1"
+    assert not (run / "beside").exists() and not (run / "tasks" / "beside").exists()
+    assert (run / "tasks" / "t").is_dir()  # its own folder, the service's files in it, stays
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a /tmp of a task's own needs root")
+def test_a_task_s_tmp_and_var_tmp_are_its_own_and_gone_with_it(backend):
+    mark = f"simrun-left-behind-{os.getpid()}-{id(backend)}"
+    script = (
+        f"head -c 1M /dev/zero > /tmp/{mark} && head -c 1M /dev/zero > /var/tmp/{mark} && "
+        "df -k /tmp | tail -1 | awk '{print \"tmp-kib\", $2}'"
+    )
+    with stepping(backend):
+        submit(backend, "s2", {"t": {"command": shell(script)}}, {"t": plan(memory_gb=1 / 16)})
+        wait_for(lambda: ended(backend, "s2"), what="the end of s2")
+    log = log_of(backend, "s2", "t", "t").read_text()
+
+    assert phase(backend, "s2") == "Succeeded", log
+    assert "tmp-kib 65536" in log  # a tmpfs as large as its memory, counted in it
+    assert not Path("/tmp", mark).exists() and not Path("/var/tmp", mark).exists()

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from runs.backends.local import env as local_env
 from tests.floods import deep_tree, tmpfs
@@ -45,3 +49,19 @@ def test_a_venv_its_build_left_3000_folders_deep_is_made_again(tmp_path: Path, m
         assert made == [venv] and local_env._ready(venv)
         assert sorted(p.name for p in venv.iterdir()) == [local_env.READY]
         assert (fs / "kept").read_text() == "beside"
+
+
+def test_sources_pip_cannot_build_fail_with_pips_reason_not_the_command(tmp_path: Path) -> None:
+    """The message a run's process gets when its venv cannot be made ("could not be started:
+    …") is pip's reason, not the command line of the build."""
+    tree = tmp_path / "snapshot"
+    tree.mkdir()
+    (tree / "pyproject.toml").write_text("[project]\nname = 'sim'\nversion = 'x y'\n")
+    builder = local_env.Builder(env=local_env.build_env(tmp_path))
+
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        local_env.isolated(tmp_path / "venv", [tree], builder)
+
+    said = str(failed.value)
+    assert said.startswith("pip install -e exited 1: ") and "project.version" in said
+    assert "Traceback" not in said and sys.executable not in said

@@ -4,6 +4,7 @@ the process it prepares, a failure with pip's last lines, bounded in time, log a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -109,7 +110,7 @@ def test_a_split_task_runs_the_harness_of_the_packages_venv(backend, index, tmp_
 def test_a_second_build_of_the_same_packages_takes_their_wheels_from_the_cache(
     tmp_path, index
 ) -> None:
-    builds = tmp_path / "builds"
+    builds = tmp_path / "store" / "builds"  # the store stays visible behind the wall
     write_sdist(index, "slowbuild", builds)
     python, lock = local_env.ensure_packages(install(tmp_path / "store", "slowbuild"))
     lock.close()
@@ -122,7 +123,7 @@ def test_a_second_build_of_the_same_packages_takes_their_wheels_from_the_cache(
 
 
 def test_an_install_past_its_time_limit_is_stopped_and_says_so(tmp_path, index, capfd) -> None:
-    write_sdist(index, "hangs", tmp_path / "builds", sleep_s=600)
+    write_sdist(index, "hangs", tmp_path / "store" / "builds", sleep_s=600)
     slow = local_env.Install(
         tmp_path / "store", ("hangs",), timeout_s=2, pip_env=local_env.pip_env()
     )
@@ -130,7 +131,7 @@ def test_an_install_past_its_time_limit_is_stopped_and_says_so(tmp_path, index, 
         local_env.ensure_packages(slow)
     assert "took longer than 2 s (SIMRUN_PACKAGES_TIMEOUT_S)" in str(error.value)
     assert "hangs" in str(error.value)
-    gone = subprocess.run(["pgrep", "-f", str(tmp_path / "builds")], capture_output=True)
+    gone = subprocess.run(["pgrep", "-f", str(tmp_path / "store" / "builds")], capture_output=True)
     assert gone.stdout == b""  # the build and its children were killed
 
 
@@ -186,7 +187,7 @@ def test_the_venvs_beyond_those_kept_go_but_not_one_in_use(tmp_path, index) -> N
 
 
 def test_the_wheel_cache_over_its_budget_is_emptied(tmp_path, index) -> None:
-    write_sdist(index, "slowbuild", tmp_path / "builds")
+    write_sdist(index, "slowbuild", tmp_path / "store" / "builds")
     _, lock = local_env.ensure_packages(install(tmp_path / "store", "slowbuild", cache_gb=1e-9))
     lock.close()
     cache = tmp_path / "store" / local_env.ENVIRONMENTS / local_env.CACHE / "service"
@@ -222,3 +223,26 @@ def test_on_a_team_serve_the_packages_are_built_as_the_owners_task_user(monkeypa
         assert (venv.stat().st_mode & 0o777, cache.stat().st_mode & 0o777) == (0o700, 0o700)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing users needs root")
+def test_one_users_installs_never_evict_anothers_venvs(team_folder, monkeypatch) -> None:
+    """Each user's task user keeps SIMRUN_ENVIRONMENTS_KEPT venvs of its own: mallory's
+    installs remove mallory's least recently used, never alice's."""
+    index = pip_index(team_folder / "index", monkeypatch)
+    write_wheel(index, "other", {"other.py": ""})
+    write_wheel(index, "third", {"third.py": ""})
+    store, alice, mallory = team_folder / "store", 340001, 340002
+
+    def built(uid: int, *packages: str) -> local_env.Install:
+        wanted = install(store, *packages, kept=1)
+        wanted = dataclasses.replace(wanted, uid=uid, gid=uid)
+        _, lock = local_env.ensure_packages(wanted)
+        lock.close()
+        return wanted
+
+    alices = built(alice, "pkgdemo")
+    mallorys = [built(mallory, "other"), built(mallory, "third"), built(mallory, "pkgdemo")]
+
+    assert alices.directory.is_dir()  # alice's one venv is hers to keep
+    assert [m.directory.is_dir() for m in mallorys] == [False, False, True]

@@ -211,3 +211,43 @@ def test_a_command_sweep_resumed_keeps_the_outputs_of_the_units_it_reused(
     header = table[0].split(",")
     values = [int(line.split(",")[header.index("v")]) for line in table[1:]]
     assert values == [i * i for i in range(UNITS)]
+    # The rows reused say where from; those this run computed say nothing.
+    origins = [line.split(",")[header.index("reused_from")] for line in table[1:]]
+    assert origins == [f"{source.id}/sim" if u in reused else "" for u in range(UNITS)]
+
+
+def test_a_command_sweep_whose_script_changed_is_resumed_in_full_never_mixed(
+    owner,
+    local,
+    sent,  # noqa: F811
+    tmp_path: Path,
+):
+    script = tmp_path / "crashy.py"
+    formula = "import sys, time; time.sleep(0.04); u = int(sys.argv[1]); v = {}\n"
+    write = 'open(sys.argv[2] + "/r.json", "w").write(\'{"v": %d}\' % v)\n'
+    script.write_text(formula.format("u * u") + write)
+    spec = {
+        "tasks": {
+            "sim": {
+                "command": ["python", str(script), "{U}", "{out}"],
+                "sweep": {"U": {"range": [0, UNITS]}},
+                "results": "r.json",
+                "cores": 1,
+            }
+        }
+    }
+    source = cancelled_part_way(owner, spec, "sim", local)
+    assert done_units(source, "sim")
+    script.write_text(formula.format("u + 1000") + write)
+
+    run = resume(source, local)
+
+    assert run.state == RunState.SUCCEEDED, run.message
+    task = Task.objects.get(run=run, task_id="sim")
+    assert task.units_reused is None and str(script) in task.not_reused
+    assert set(progress(run, "sim")) == set(range(UNITS))
+    table = (store.task_dir(run.id, "sim") / "out" / "results.csv").read_text().splitlines()
+    header = table[0].split(",")
+    assert "reused_from" not in header
+    values = [int(line.split(",")[header.index("v")]) for line in table[1:]]
+    assert values == [u + 1000 for u in range(UNITS)]

@@ -126,7 +126,7 @@ def zombies_of(parent: int) -> int:
 
 
 def test_three_hundred_orphans_that_exit_leave_no_zombie_while_the_task_runs(backend, home, owner):
-    go = home.parent / "go"
+    go = home / "go"  # the service's home: a task's /tmp is its own
     script = (
         "i=0; while [ $i -lt 300 ]; do (/bin/true &); i=$((i+1)); done; "
         'touch "$SIMRUN_OUT/ready"; '
@@ -180,7 +180,7 @@ def test_a_task_sees_no_other_users_run_id_in_locks_or_process_titles(
     settings.SIMRUN_LOCK_URL = ""
     alice_run = Run.objects.create(owner=owner, spec={}, backend="local")
     mallory_run = Run.objects.create(owner=stranger, spec={}, backend="local")
-    go = home.parent / "go"
+    go = home / "go"  # the service's home: a task's /tmp is its own
     look = "; ".join(
         [
             f"ls -a {home / 'locks'} 2>&1",

@@ -137,20 +137,18 @@ def test_a_start_says_nothing_alarming(tmp_path):
         service.stop()
 
 
-def test_ctrl_c_stops_everything_in_under_3_s_with_one_line(tmp_path):
+def test_ctrl_c_stops_everything_with_one_line(tmp_path):
+    """How long the stop takes is bench/first_start.py's figure, not this test's."""
     service = Service(home=tmp_path / "home")
     service.start()
     assert service.process is not None
     session = service.process.pid
     before = len(since_start(service).splitlines())
 
-    started = time.monotonic()
     code = service.interrupt()
-    took = time.monotonic() - started
 
     said = since_start(service).splitlines()[before:]
     assert code == 0
-    assert took < 3, f"{took:.1f} s"
     # A control-loop step that was running may still log its end (level=INFO); nothing else.
     noise = [line for line in said if "level=INFO" not in line]
     assert noise == ["simrun: stopped; the processes of live runs go on"], said

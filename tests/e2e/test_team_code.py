@@ -98,7 +98,8 @@ def test_a_builds_temporary_files_stay_in_the_store_and_go_with_its_learning(tea
     """The learning's folder is the service's: a task user's tempfile, finding it closed,
     fell back to the machine's /tmp, outside every budget, where a killed build's files
     stayed."""
-    seen = Path(tempfile.mkdtemp(prefix="simrun-seen-"))
+    # In the store: a build's /tmp is its own (the wall's), the store stays visible.
+    seen = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir=team.store))
     seen.chmod(0o777)
     package = write_plugin_package(tmp_path)
     (package / "setup.py").write_text(f"SEEN = {str(seen)!r}\n" + LEAVING_BUILD)
@@ -194,8 +195,8 @@ def task_of(client: httpx.Client, run_id: str) -> dict:
 def test_four_runs_taking_every_core_let_another_users_task_through_at_their_first_end(
     team, alice, bob, operator
 ):
-    flags = team.home.parent / "flags"
-    flags.mkdir(mode=0o755)
+    flags = team.store / "flags"  # a task's /tmp is its own: the store stays visible
+    flags.mkdir(mode=0o755, parents=True)
     wide = [
         submitted(alice, {"tasks": {"wide": {"command": until(flags / str(i)), "cores": 2}}})
         for i in range(4)

@@ -66,6 +66,36 @@ def test_csv_stats_reads_its_staged_port_and_writes_stats_json(
     assert report.peak_memory_bytes is not None
 
 
+def test_csv_stats_of_a_split_tasks_outputs_counts_each_unit_once_from_its_results_table(
+    store: Path, tmp_path: Path, harness_env
+) -> None:
+    from harness.config import TaskPaths
+    from harness.examples.ising import TASK_TYPE as ISING
+    from harness.examples.ising import IsingSettings
+    from harness.merge import run_merge
+    from harness.worker import run_worker
+
+    settings = IsingSettings(size=4, points=3, sweeps=10)
+    sweep = make_task(store, "ising", settings.model_dump(), task="sweep")
+    paths = TaskPaths(task_dir=sweep, store=store, scratch=tmp_path)
+    options = {"cores": 1, "memory_bytes": None, "base_gb": 0.1, "per_worker_gb": 0.1}
+    run_worker(ISING, settings, paths, "sweep-w0", coordinator=True, **options)
+    run_merge(ISING, settings, paths)
+    assert {"ising.csv", "results.csv"} <= {p.name for p in (sweep / "out").iterdir()}
+    task_dir = make_task(store, "csv-stats", {}, task="stats", kind="plugin")
+    harness_env(
+        SIMRUN_TASK_DIR=str(task_dir),
+        SIMRUN_INPUTS="table=runs/r1/tasks/sweep/out",
+        SIMRUN_SCRATCH=str(tmp_path / "scratch"),
+    )
+
+    assert execute.main(["python", "-m", "harness.examples.csv_stats", "--port", "table"]) == 0
+
+    stats = json.loads((task_dir / "out" / "stats.json").read_text())
+    assert stats["files"] == ["results.csv"]
+    assert stats["columns"]["energy"]["count"] == 3 == stats["columns"]["unit"]["count"]
+
+
 def test_the_command_runs_in_scratch_with_single_threaded_blas_and_simrun_out(
     store: Path, tmp_path: Path, harness_env
 ) -> None:
@@ -101,10 +131,17 @@ def test_an_attempt_after_a_kill_for_memory_says_so_in_its_termination_message(
     termination = tmp_path / "termination-log"
     monkeypatch.setattr("harness.lifecycle.TERMINATION_LOG", str(termination))
 
-    code, _ = _run(store, tmp_path, harness_env, "true", SIMRUN_AFTER_MEMORY_KILL=after)
+    code, _ = _run(
+        store,
+        tmp_path,
+        harness_env,
+        "true",
+        SIMRUN_AFTER_MEMORY_KILL=after,
+        SIMRUN_MEMORY_LIMIT_GB="4.5",
+    )
 
     assert code == 0
-    expected = "simrun: the retry memory after a kill for memory"
+    expected = "simrun: the retry memory after a kill for memory (4.5 GiB)"
     assert (termination.read_text() if termination.exists() else "") == (expected if note else "")
 
 

@@ -67,6 +67,21 @@ def test_install_editable_does_nothing_without_snapshots(tmp_path: Path) -> None
     assert not root.exists()
 
 
+def test_a_tree_pip_cannot_install_fails_with_pips_reason_not_the_command(
+    tmp_path: Path,
+) -> None:
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    (snapshot / "sim.py").write_text("print(1)\n")
+
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        install_editable([str(snapshot)], root=tmp_path / "sources")
+
+    said = str(failed.value)
+    assert said.startswith("pip install -e exited 1: ERROR:")
+    assert "does not appear to be a Python project" in said and "--no-index" not in said
+
+
 def test_stage_copies_files_and_trees_relative_to_store_and_scratch(tmp_path: Path) -> None:
     store, scratch = tmp_path / "store", tmp_path / "scratch"
     (store / "runs" / "out" / "deep").mkdir(parents=True)

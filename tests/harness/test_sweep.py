@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import threading
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from harness.errors import Terminated, UnitError
 from harness.examples.ising import TASK_TYPE as ISING
 from harness.examples.ising import IsingSettings
 from harness.grid import parse_sweep
+from harness.ledger import ORIGINS, Ledger, store_pieces
 from harness.memory import descendants
 from harness.merge import merge_exit, run_merge
 from harness.sweep import TASK_TYPE as SWEEP
@@ -417,6 +419,32 @@ def test_the_memory_of_a_unit_is_its_programs_peak_and_counts_into_the_report(sw
 
     assert table(paths)["peak_gib"][0] > 0.29
     assert report.peak_memory_bytes > 300 * 2**20
+
+
+def test_the_table_of_a_resumed_sweep_says_which_rows_were_reused_and_from_where(sweep):
+    command = ["sh", "-c", RESULT, "sh", "{T}", "0", "{out}"]
+    earlier, settings = sweep(command, {"T": {"range": [0, 6]}}, results="result.json")
+    run(earlier, settings)
+    computed = Ledger.read(earlier.task_dir / "units").results()
+    paths, _ = sweep(command, {"T": {"range": [0, 6]}}, results="result.json", task="again")
+    reused = paths.task_dir / "units" / "reused"
+    reused.mkdir(parents=True)
+    payloads = [pickle.dumps(result) for result in computed]
+    store_pieces(reused, [0, 1], payloads[0:2])
+    store_pieces(reused, [4], payloads[4:5])
+    (reused / ORIGINS).write_text(json.dumps({"0-2": "r0/sim", "4-5": "r9/sim"}))
+
+    report = run(paths, settings)
+    run_merge(SWEEP, settings, paths)
+
+    assert report.units_done == [2, 3, 5]
+    found = table(paths)
+    assert list(found.columns)[-1] == "reused_from"
+    assert found["reused_from"].fillna("").tolist() == ["r0/sim", "r0/sim", "", "", "r9/sim", ""]
+    assert found["energy"].tolist() == [t * 10 for t in range(6)]
+    # A table of a sweep that reused nothing has no such column.
+    run_merge(SWEEP, settings, earlier)
+    assert "reused_from" not in table(earlier).columns
 
 
 def test_ising_gets_the_results_table_of_its_mappings(store, tmp_path):

@@ -11,6 +11,7 @@ import harness
 from harness.tasktypes import task_types
 from runs.models import Task
 from runs.planning.keys import Environment, task_keys
+from runs.planning.programs import named_files
 from runs.planning.records import task_records
 from runs.planning.spec import validate_spec
 from tests.factories import submitted
@@ -36,7 +37,8 @@ BASE: dict[str, Any] = {
 
 def keys_of(document: dict[str, Any]) -> dict[str, str]:
     spec = validate_spec(document, types=TYPES, sources_learned=True)
-    return task_keys(task_records(spec, TYPES), Environment.of(spec))
+    records = task_records(spec, TYPES)
+    return task_keys(records, Environment.of(spec), named_files(records))
 
 
 def changed(change) -> set[str]:
@@ -134,4 +136,5 @@ def test_each_task_is_stored_with_its_key_at_submission(owner):
     run = submitted(owner)
     stored = dict(Task.objects.filter(run=run).values_list("task_id", "key"))
     spec = validate_spec(run.spec, types=TYPES)
-    assert stored == task_keys(task_records(spec, TYPES), Environment.of(spec))
+    records = task_records(spec, TYPES)
+    assert stored == task_keys(records, Environment.of(spec), named_files(records))

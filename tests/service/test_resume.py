@@ -4,6 +4,7 @@ started with the done units of those it did not; what the store holds read witho
 from __future__ import annotations
 
 import copy
+import json
 import os
 import stat
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.ledger import Ledger
+from harness.ledger import ORIGINS, Ledger
 from harness.tasktypes import task_types
 from runs.backends.fake import FakeBackend
 from runs.common import store
@@ -103,6 +104,14 @@ def row(run: Run, task_id: str) -> Task:
     return Task.objects.get(run=run, task_id=task_id)
 
 
+def pieces(run: Run) -> dict[str, str]:
+    """The pieces a run's sweep reused, each with the task that computed it (``ORIGINS``)."""
+    reused = task_dir(run, "sweep") / "units" / "reused"
+    origins = json.loads((reused / ORIGINS).read_text())
+    assert sorted(origins) == sorted(name for name in os.listdir(reused) if name != ORIGINS)
+    return origins
+
+
 def edited(spec: dict[str, Any], change) -> dict[str, Any]:
     document = copy.deepcopy(spec)
     change(document)
@@ -189,7 +198,7 @@ def test_a_split_task_that_did_not_finish_starts_with_its_done_units_in_the_ledg
     assert (task.reuse, task.units_reused, task.units_done) == (Reuse.UNITS, 7, 7)
     assert task.state == TaskState.WAITING and fake.dag_nodes(run.workflow)[0] == "sweep-w0"
     units = task_dir(run, "sweep") / "units"
-    assert sorted(os.listdir(units / "reused")) == ["0-3", "5-9"]
+    assert pieces(run) == {"0-3": f"{source.id}/sweep", "5-9": f"{source.id}/sweep"}
     assert (units / "reused" / "5-9").read_bytes() == (
         task_dir(source, "sweep") / "units" / "done" / "5-9"
     ).read_bytes()
@@ -221,7 +230,8 @@ def test_a_resume_of_a_resume_reuses_the_units_its_source_reused_and_those_it_co
     third = resumed(sweep_failed(fake, second))
 
     assert row(third, "sweep").units_reused == 6
-    assert sorted(os.listdir(task_dir(third, "sweep") / "units" / "reused")) == ["0-4", "4-6"]
+    # Each piece says which task computed it, for the reused_from column of the merged table.
+    assert pieces(third) == {"0-4": f"{first.id}/sweep", "4-6": f"{second.id}/sweep"}
 
 
 def test_a_damaged_piece_is_not_reused_and_the_others_are(
@@ -235,7 +245,7 @@ def test_a_damaged_piece_is_not_reused_and_the_others_are(
     run = resumed(source)
 
     assert row(run, "sweep").units_reused == 3
-    assert os.listdir(task_dir(run, "sweep") / "units" / "reused") == ["0-3"]
+    assert pieces(run) == {"0-3": f"{source.id}/sweep"}
 
 
 def test_a_task_that_had_no_unit_done_reuses_nothing_and_says_so(

@@ -333,3 +333,20 @@ def test_the_plain_reason_names_the_runs_their_peak_and_why_the_margin():
         "1 earlier run of this command peaked at 0.09 GiB; "
         "with so few runs simrun keeps a wide margin, up to its default"
     )
+
+
+@pytest.mark.parametrize("default_gb", [1.0, 2.25, 8.0])
+@pytest.mark.parametrize("prior", [None, Prior(3, 0.4, "a"), Prior(20, 0.1, "b")])
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_peaks_far_below_the_plan_lower_or_keep_it_never_raise_it(default_gb, prior, count):
+    """One peak of 0.02 GiB raised the next plan from 1.65 to 2.25 GiB (issue 47): a few
+    peaks far below a plan are evidence that less is needed, not a wide margin to add."""
+    first = DEFAULT.size([], default_gb=default_gb, prior=prior).gb
+    low = peaks(*[first * share for share in (0.01, 0.2, 0.05, 0.3, 0.1)[:count]])
+    assert DEFAULT.size(low, default_gb=default_gb, prior=prior).gb <= first
+
+
+def test_a_peak_near_the_plan_may_still_raise_it_up_to_the_default():
+    prior = Prior(20, 0.1, "b")
+    first = DEFAULT.size([], default_gb=8.0, prior=prior).gb
+    assert DEFAULT.size(peaks(first * 0.95), default_gb=8.0, prior=prior).gb > first

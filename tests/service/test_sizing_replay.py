@@ -344,3 +344,27 @@ def test_the_replay_plans_with_the_features_the_planner_is_given(capsys, tmp_pat
     assert replayed_gb == pytest.approx(plan.memory_gb, abs=1e-6)
     assert plan.memory_gb != blind.memory_gb
     assert "follow `input_bytes`" in plan.why_short
+
+
+def test_the_first_tasks_replay_counts_only_the_tasks_planned_without_history(tmp_path):
+    """A's first task (no prior yet: its default 4 GiB, peak 1) wastes 3 GiB·h; A's second,
+    with history, is given its peak and costs nothing; B, submitted after A ended, starts
+    from the prior A gives, below its default, as the product plans it."""
+    from bench import first_tasks
+
+    path = tmp_path / "t.csv"
+    lines = [HEADER, row("A", 0, 1.0, 4), row("A", 4000, 3.0, 4), row("B", 4000, 2.0, 4)]
+    path.write_text("\n".join(lines) + "\n")
+    tasks, _ = first_tasks.replay.read_trace(path)
+
+    shipped = first_tasks.figures_at(first_tasks.SHIPPED, tasks)
+
+    assert (shipped.tasks, shipped.unseen_tasks, shipped.retries, shipped.failed) == (3, 2, 0, 0)
+    b_over = shipped.wastage.over_gbh - 3.0
+    assert 0 < b_over < 4.0 - 2.0
+    assert shipped.unseen.wasted_gbh == pytest.approx(shipped.wastage.wasted_gbh)
+
+
+def test_the_first_tasks_cross_validation_needs_two_traces(capsys, trace_a):
+    assert replay.main([str(trace_a), "--first-tasks"]) == 2
+    assert "two traces at least" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 
 from harness.sweep import SWEEP_TYPE
 from harness.tasktypes import task_types
-from runs.planning.planner import observation_keys, plan_run
+from runs.planning.planner import ObservedPeak, observation_keys, plan_run
 from runs.planning.records import task_records
 from runs.planning.spec import SpecError, sweep_settings, task_kind, validate_spec
 from runs.planning.spec_document import parse_document, parse_spec
@@ -20,7 +20,7 @@ TYPES = task_types()
 ISSUE_EXAMPLE = """
 tasks:
   sim:
-    command: [./md-sim, --temperature, "{T}", --seed, "{seed}", --out, "{out}/result.json"]
+    command: [/opt/bin/md-sim, --temperature, "{T}", --seed, "{seed}", --out, "{out}/result.json"]
     sweep:
       T: {linspace: [0.5, 3.0, 26]}
       seed: {range: [0, 10]}
@@ -83,7 +83,7 @@ name: study
 tasks:
   a: {command: [/opt/bin/md-sim, "{x}"], sweep: {x: [1]}}
   b: {command: [python, -m, md.relax, "{x}"], sweep: {x: [1]}}
-  c: {command: [python, scripts/fit.py, "{x}"], sweep: {x: [1]}}
+  c: {command: [python, /home/me/scripts/fit.py, "{x}"], sweep: {x: [1]}}
   d: {command: [md-sim, "x.dat"]}
 """,
         types=TYPES,
@@ -95,6 +95,40 @@ tasks:
         "c": "sweep:python fit.py",
         "d": "command:study/d",
     }
+
+
+SHELL_SWEEPS = """
+tasks:
+  small: {command: [sh, -c, './scripts/small.sh "$1"', sh, "{x}"], sweep: {x: [1, 2]}}
+  big: {command: [bash, -c, 'cd work && OMP_NUM_THREADS=1 exec ../big.sh "$1"', sh, "{x}"],
+        sweep: {x: [1, 2]}}
+  python: {command: [sh, -ec, 'mkdir -p out; python3 -m md.relax "$1"', sh, "{x}"],
+           sweep: {x: [1, 2]}}
+  builtins: {command: [sh, -c, 'echo "$1" > "$2"', sh, "{x}", "{out}/r"], sweep: {x: [1]}}
+"""
+
+
+def test_a_shell_line_is_observed_by_the_program_it_runs_not_by_the_shell():
+    """Every ``sh -c`` shared one history, so unrelated scripts sized each other (issue 47)."""
+    assert observation_keys(parse_spec(SHELL_SWEEPS, types=TYPES)) == {
+        "small": "sweep:small.sh",
+        "big": "sweep:big.sh",
+        "python": "sweep:python3 md.relax",
+        "builtins": "sweep:sh -c",
+    }
+
+
+def test_two_shell_scripts_with_different_needs_are_planned_from_separate_histories():
+    spec = parse_spec(SHELL_SWEEPS, types=TYPES)
+    keys = observation_keys(spec)
+    big = [ObservedPeak(6.0, at=float(i)) for i in range(20)]
+    small = [ObservedPeak(0.1, at=float(i)) for i in range(20)]
+    plans = plan_run(spec, types=TYPES, observed={keys["big"]: big, keys["small"]: small})
+
+    assert plans["big"].per_worker_gb >= 6.0 > 1.0 > plans["small"].per_worker_gb
+    assert "20 observations of big.sh" in plans["big"].why
+    assert "20 observations of small.sh" in plans["small"].why
+    assert plans["python"].why.startswith("per-worker memory 1 GiB: default of python3 md.relax")
 
 
 def test_a_sweep_may_zip_sample_allow_failures_and_read_inputs():
@@ -238,7 +272,7 @@ def test_the_sweep_of_docs_run_spec_is_the_valid_sweep_it_says():
     ("text", "path", "said"),
     [
         (  # the axis no argument uses: every unit would run at --temperature 1.0
-            "{command: [python, relax.py, --temperature, '1.0'], sweep: {T: [0.5, 1.0]}}",
+            "{command: [python, /home/me/relax.py, --temperature, '1.0'], sweep: {T: [0.5, 1.0]}}",
             "tasks.sim.sweep.T",
             "no argument of the command uses {T}",
         ),

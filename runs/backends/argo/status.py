@@ -9,6 +9,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from harness.lifecycle import RETRY_MEMORY_NOTE
 from runs.backends.argo.dag_nodes import NODE_NAME, DagNode, dag_nodes
 from runs.backends.argo.manifest import EVICTION_PATTERN, SCRATCH_OVERFLOW_PATTERN
 from runs.backends.base import (
@@ -29,6 +30,8 @@ OOM_KILLED = re.compile(r"^(main: )?OOMKilled\b")
 """The message of a node whose main container was killed for memory: ``main: OOMKilled (exit
 code 137)`` since Argo 3.7, without the container before; a wait container's is no kill."""
 FAILED_PHASES = frozenset({"Failed", "Error"})
+NOTED_MEMORY = re.compile(re.escape(RETRY_MEMORY_NOTE) + r" \((\d+(?:\.\d+)?) GiB\)")
+"""The harness's note of an attempt with the retry memory, naming it (``retry_memory_note``)."""
 
 
 def is_eviction(node: dict[str, Any]) -> bool:
@@ -78,12 +81,21 @@ def _failed(attempts: list[tuple[int, dict[str, Any]]]) -> list[FailedAttempt]:
             evicted=is_eviction(node),
             node=node.get("hostNodeName") or None,
             message=node.get("message") or "",
+            memory_gb=noted_memory_gb(node.get("message") or ""),
             started_at=epoch(node.get("startedAt")),
             ended_at=epoch(node.get("finishedAt")),
         )
         for number, node in attempts
         if node.get("phase") in FAILED_PHASES
     ]
+
+
+def noted_memory_gb(message: str) -> float | None:
+    """The retry memory an attempt's harness said it ran with in its termination message
+    (Argo appends it to the node's message), None without: the memory it had even when its
+    pod is gone."""
+    found = NOTED_MEMORY.search(message)
+    return float(found.group(1)) if found else None
 
 
 def epoch(value: Any) -> float | None:

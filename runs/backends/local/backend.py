@@ -46,6 +46,7 @@ from runs.backends.local import nodes as workflow_nodes
 from runs.backends.local import step as local_step
 from runs.backends.local import user as local_user
 from runs.backends.local import wake as local_wake
+from runs.backends.local import wall as local_wall
 from runs.backends.local.banner import describe
 from runs.backends.local.budget import Budget, UserBudget
 from runs.backends.local.processes import signal_process
@@ -77,6 +78,9 @@ class PackagesLimits:
     """The venvs of packages kept under the store, the least recently used removed beyond."""
     cache_gb: float = 5.0
     """The most a builder's wheel cache keeps; emptied after an install that left it larger."""
+    build_memory_gb: float = local_wall.BUILD_MEMORY_GB
+    """The memory of a build (of packages, of sources) behind its wall."""
+    build_pids_max: int = local_wall.BUILD_PIDS_MAX
 
 
 class LocalBackend:
@@ -170,6 +174,8 @@ class LocalBackend:
                 timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
                 kept=settings.SIMRUN_ENVIRONMENTS_KEPT,
                 cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
+                build_memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
+                build_pids_max=settings.SIMRUN_BUILD_PIDS_MAX,
             ),
             task_network=settings.SIMRUN_TASK_NETWORK,
             budget=Budget(
@@ -233,7 +239,19 @@ class LocalBackend:
         types: dict[str, TaskType],
         cluster: ClusterConfig,
     ) -> str | None:
-        return None  # nothing of a run's size is bounded here beyond what planning checks
+        """An ``image`` of a command task where commands run directly on this machine: it
+        would be ignored without a word, the command run with the machine's programs instead
+        (nothing of a run's size is bounded here beyond what planning checks)."""
+        if (record.local_commands or self.commands) != "direct":
+            return None
+        imaged = [t.id for t in record.tasks.values() if t.kind == "command" and t.image]
+        if not imaged:
+            return None
+        return (
+            f"tasks.{imaged[0]}.image: {record.tasks[imaged[0]].image!r} would not be used: "
+            "command tasks run directly on this machine here (commands: direct), with its "
+            "programs; give commands: docker to run them in their image, or drop image"
+        )
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after every launch, start and end of a process that a step

@@ -1,7 +1,11 @@
 """The budget of one task's files on the local backend: the entries (inodes) and bytes of its
-folder in the store and of its scratch together, and how deep their folders nest.
+folder in the store, of its scratch and of what is beside its run's task folders (its task
+user may write in its run's folder too) together, and how deep their folders nest. Its
+``/tmp``, ``/var/tmp`` and ``/dev/shm`` are its own tmpfs, counted in its memory and gone
+with it (``shm``).
 
-The kernel caps one file: the task's processes run with ``RLIMIT_FSIZE`` at the bytes budget.
+The kernel caps one file: the task's processes run with ``RLIMIT_FSIZE`` at the bytes budget
+(``wall.enter``).
 The rest needs a filesystem quota per folder, which a store on an ordinary disk (or a kernel
 built without ``CONFIG_QUOTA``) does not have, so the task's launcher counts, with a bounded
 walk that follows no link (``harness.untrusted.usage``): every ``check_s`` while the task runs,
@@ -22,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import threading
 import time
 from collections.abc import Callable
@@ -57,10 +60,6 @@ class Budget:
     def from_json(cls, data: dict[str, Any]) -> Budget:
         return cls(int(data["files"]), int(data["bytes"]), int(data["depth"]), data["check_s"])
 
-    def limit_file_size(self) -> None:
-        """No file of this process (and its children) may grow beyond the bytes budget."""
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.bytes, self.bytes))
-
     def too_large_a_file(self) -> str:
         return f"over its budget: a file larger than {_size(self.bytes)} (SIMRUN_TASK_DISK_GB)"
 
@@ -69,14 +68,33 @@ def _size(count: int) -> str:
     return f"{count / GIB:.3g} GiB" if count >= GIB else f"{count / 2**20:.3g} MiB"
 
 
-def measure(budget: Budget, store: Path, task: tuple[str, ...], scratch: Path) -> untrusted.Usage:
-    """The entries and bytes of a task's folder and scratch together, counted to one past its
-    budget of files (``cut`` says why a count stopped short)."""
-    folder = _usage(budget, store, task, budget.files + 1, SERVICE_ENTRIES)
-    rest = max(1, budget.files + 1 - folder.files)
-    own = _usage(budget, scratch.parent, (scratch.name,), rest, frozenset())
+RUN_ENTRIES = frozenset({"tasks", "run.json"})
+"""What of a run's folder is not written beside its tasks' folders: counted by each task."""
+
+
+def measure(
+    budget: Budget,
+    store: Path,
+    task: tuple[str, ...],
+    scratch: Path,
+    siblings: frozenset[str] = frozenset(),
+) -> untrusted.Usage:
+    """The entries and bytes of a task's folder and scratch together, and of what is beside
+    the run's task folders (in the run's folder and in its ``tasks/``: the task user writes
+    there too; ``siblings`` are the run's task folders, each counted by its own task), counted
+    to one past its budget of files (``cut`` says why a count stopped short)."""
+    run, tasks = task[:2], task[:3]
+    limit = budget.files + 1
+    counted = [
+        _usage(budget, store, task, limit, SERVICE_ENTRIES),
+        _usage(budget, store, run, limit, RUN_ENTRIES),
+        _usage(budget, store, tasks, limit, siblings | {task[-1]}),
+        _usage(budget, scratch.parent, (scratch.name,), limit, frozenset()),
+    ]
     return untrusted.Usage(
-        folder.files + own.files, folder.bytes + own.bytes, folder.cut or own.cut
+        sum(u.files for u in counted),
+        sum(u.bytes for u in counted),
+        next((u.cut for u in counted if u.cut), ""),
     )
 
 
@@ -218,12 +236,20 @@ def process_start(pid: int) -> int | None:
         return None
 
 
-def remove_written(store: Path, task: tuple[str, ...]) -> None:
-    """Remove what a task wrote in its folder (all but the service's files), however deep."""
-    with contextlib.suppress(OSError), untrusted.directory(store, task) as folder:
-        for entry in untrusted.entries(folder):
-            if entry.name not in KEPT_ENTRIES:
-                untrusted.remove_tree(folder, [entry.name])
+def remove_written(
+    store: Path, task: tuple[str, ...], siblings: frozenset[str] = frozenset()
+) -> None:
+    """Remove what a task wrote in its folder (all but the service's files), however deep,
+    and what is beside the run's task folders (``measure``)."""
+    for parts, kept in (
+        (task, KEPT_ENTRIES),
+        (task[:2], RUN_ENTRIES),
+        (task[:3], siblings | {task[-1]}),
+    ):
+        with contextlib.suppress(OSError), untrusted.directory(store, parts) as folder:
+            for entry in untrusted.entries(folder):
+                if entry.name not in kept:
+                    untrusted.remove_tree(folder, [entry.name])
 
 
 class Watch:

@@ -8,17 +8,19 @@ Only the standard library: the launcher imports it from its directory, through `
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import signal
 import subprocess
 import sys
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
+
+if __package__:  # imported as a module of the service
+    from runs.backends.local import wall
+else:  # imported by its bare name: by the launcher, from this directory
+    import wall  # type: ignore[no-redef]
 
 PIP_ENV = (
     *("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"),
@@ -39,43 +41,57 @@ POLL_S = 0.2
 """Seconds between two looks at a lock another build holds, or at pip's output."""
 
 
-def run_capped(
-    argv: list[str],
-    *,
-    env: Mapping[str, str],
-    cwd: Path,
-    uid: int | None,
-    gid: int | None,
-    timeout_s: float,
-    cancelled: Callable[[], bool],
-) -> tuple[int | None, list[str]]:
-    """Run a build as its builder (``uid``, ``gid``; None: the service's), its output into
-    this process's (at most ``PIP_OUTPUT_CAP``), killed past ``timeout_s`` or once cancelled;
-    its exit code (None when killed) and the last lines of its output."""
-    child = subprocess.Popen(
-        argv,
-        env=dict(env),
-        cwd=cwd,
-        user=uid,
-        group=gid,
-        extra_groups=[] if uid is not None else None,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    assert child.stdout is not None
-    deadline = time.monotonic() + timeout_s
+def _places(pip_env: Mapping[str, str]) -> tuple[list[str], bool]:
+    """Where pip's settings say packages are, and whether they name only folders of this
+    machine (``PIP_NO_INDEX`` with ``PIP_FIND_LINKS`` folders, or ``file:`` indexes)."""
+    places = pip_env.get("PIP_FIND_LINKS", "").split()
+    local = pip_env.get("PIP_NO_INDEX", "").lower() in {"1", "true", "yes", "on"}
+    if not local:
+        indexes = [pip_env.get("PIP_INDEX_URL", ""), pip_env.get("PIP_EXTRA_INDEX_URL", "")]
+        places += " ".join(indexes).split()
+        local = pip_env.get("PIP_INDEX_URL", "").startswith("file:")
+    return places, local and all("://" not in p or p.startswith("file:") for p in places)
+
+
+def index_network(pip_env: Mapping[str, str]) -> str:
+    """The network a build needs (``wall.Limits``): ``own`` (a loopback of its own) where
+    pip's settings name only folders of this machine; ``host`` (the machine's) where the
+    service reaches the network through a proxy of its own, which the build must use too;
+    else ``proxy``: a loopback of its own and a way to other machines, never this one."""
+    if _places(pip_env)[1]:
+        return "own"
+    if any(name.lower() in {"http_proxy", "https_proxy"} for name in pip_env):
+        return "host"
+    return "proxy"
+
+
+def index_folders(pip_env: Mapping[str, str]) -> list[str]:
+    """The folders of this machine pip's settings name: a build behind its wall sees them."""
+    places = _places(pip_env)[0]
+    return [
+        p.removeprefix("file://").removeprefix("file:")
+        for p in places
+        if "://" not in p or p.startswith("file:")
+    ]
+
+
+def run_capped(spec: wall.Spec, *, cancelled: Callable[[], bool]) -> tuple[wall.Ended, list[str]]:
+    """Run a build behind its wall (``wall``), its output into this process's (at most
+    ``PIP_OUTPUT_CAP``), stopped past its time limit or once cancelled; how it ended and the
+    last lines of its output."""
+    read, write = os.pipe()
+    try:
+        walled = wall.start(spec, stdin=subprocess.DEVNULL, stdout=write, stderr=write)
+    finally:
+        os.close(write)
     tail: deque[str] = deque(maxlen=PIP_TAIL_LINES)
-    written, pending, killed = 0, b"", False
-    with child.stdout as output:
-        # Until the end of its output, or of the child once it was killed (a process it
-        # started in a session of its own may hold the pipe).
-        while not (killed and child.poll() is not None):
-            if not killed and (time.monotonic() > deadline or cancelled()):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGKILL)
-                killed = True
+    written, pending, asked = 0, b"", False
+    with os.fdopen(read, "rb") as output:
+        # Until the end of its output: the wall kills whatever holds the pipe at its end.
+        while True:
+            if not asked and cancelled():
+                walled.stop()
+                asked = True
             if not select.select([output], [], [], POLL_S)[0]:
                 continue
             chunk = os.read(output.fileno(), 65536)
@@ -91,10 +107,10 @@ def run_capped(
             *lines, pending = (pending + chunk).split(b"\n")
             tail.extend(line.decode(errors="replace") for line in lines if line.strip())
             pending = pending[-4096:]
-    code = child.wait()
+    ended = walled.wait()
     if pending.strip():
         tail.append(pending.decode(errors="replace"))
-    return (None if killed else code), list(tail)
+    return ended, list(tail)
 
 
 def remove_tree(path: Path) -> None:

@@ -40,11 +40,13 @@ from pathlib import Path
 from typing import IO
 
 from harness import untrusted
+from harness.sources import InstallFailed
 
 if __package__:  # imported as a module of the service
-    from runs.backends.local import builds
+    from runs.backends.local import builds, wall
 else:  # imported by its bare name: by the launcher and the builders, from this directory
     import builds  # type: ignore[no-redef]
+    import wall  # type: ignore[no-redef]
 
 READY = ".simrun-ready"
 """The marker of a venv whose snapshots are installed."""
@@ -151,13 +153,45 @@ def _ready(directory: Path) -> bool:
         return False
 
 
+BUILD_UMASK = 0o022
+"""What a builder makes (a venv) its user alone writes."""
+
+
 @dataclass(frozen=True)
 class Builder:
-    """Who makes a venv from sources: a user id (None: the service's) and an environment."""
+    """Who runs the code of a user's sources outside a task (a build, a learning): a user id
+    (None: the service's), an environment, and the budget of its wall (``wall.Limits``):
+    memory and processes; ``keep``, folders below ``/tmp`` it must see (the store's)."""
 
     env: Mapping[str, str]
     uid: int | None = None
     gid: int | None = None
+    memory_bytes: int = int(wall.BUILD_MEMORY_GB * 2**30)
+    pids_max: int = wall.BUILD_PIDS_MAX
+    keep: tuple[str, ...] = ()
+
+    def walled(
+        self, argv: list[str], cwd: Path, timeout_s: float | None, network: str = "own"
+    ) -> wall.Spec:
+        """What the wall runs for this builder: ``argv`` in ``cwd`` within its limits; the
+        folders ``argv`` names and the service's Python stay visible."""
+        user = None
+        if self.uid is not None:
+            gid = self.gid if self.gid is not None else self.uid
+            user = wall.Ids(uid=self.uid, gid=gid, umask=BUILD_UMASK)
+        named = [Path(a) for a in argv if a.startswith("/")]
+        python = Path(sys.executable)
+        keep = [*self.keep, str(cwd), sys.prefix, str(python.parent.parent)]
+        keep.append(str(python.resolve().parent.parent))
+        keep += [str(p if p.is_dir() else p.parent) for p in named]
+        return wall.Spec(
+            argv=argv,
+            env=dict(self.env),
+            cwd=str(cwd),
+            user=user,
+            limits=wall.Limits(self.memory_bytes, self.pids_max, timeout_s, network),
+            keep=keep,
+        )
 
 
 def build_env(home: Path) -> dict[str, str]:
@@ -182,6 +216,18 @@ class Ran:
     stderr: str
 
 
+def said_by_the_wall(ended: wall.Ended, memory_bytes: int) -> str:
+    """What the wall adds to a process's output: a kill for memory, a start that failed."""
+    if ended.oom_kills:
+        return (
+            f"\nkilled for memory: over its budget of {memory_bytes / 2**30:g} GiB "
+            "(SIMRUN_BUILD_MEMORY_GB)"
+        )
+    if ended.stopped not in (None, wall.STOPPED_TIMEOUT, wall.STOPPED_SIGNAL):
+        return f"\n{ended.stopped}"
+    return ""
+
+
 def run_bounded(
     argv: list[str],
     user: Builder,
@@ -190,9 +236,8 @@ def run_bounded(
     timeout_s: float | None,
     stdin: str = "",
 ) -> Ran:
-    """Run code of a user's sources as ``user``, killed with its whole process group after
-    ``timeout_s``; its output goes to unnamed files, not pipes, so a child it left behind
-    cannot hold the wait open."""
+    """Run code of a user's sources as ``user`` behind its wall (``wall``), stopped with all
+    it started after ``timeout_s``; its output goes to unnamed files, not pipes."""
     with (
         tempfile.TemporaryFile() as given,
         tempfile.TemporaryFile() as out,
@@ -200,26 +245,12 @@ def run_bounded(
     ):
         given.write(stdin.encode())
         given.seek(0)
-        child = subprocess.Popen(
-            argv,
-            stdin=given,
-            stdout=out,
-            stderr=err,
-            cwd=cwd,
-            env=dict(user.env),
-            user=user.uid,
-            group=user.gid,
-            extra_groups=[] if user.uid is not None else None,
-            start_new_session=True,
-        )
-        try:
-            code: int | None = child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            code = None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)  # what it left running goes too
-        child.wait()
-        return Ran(code, builds.end_of(out), builds.end_of(err))
+        ended = wall.run(user.walled(argv, cwd, timeout_s), stdin=given, stdout=out, stderr=err)
+        code = None if ended.stopped == wall.STOPPED_TIMEOUT else ended.returncode
+        if code is None and ended.stopped != wall.STOPPED_TIMEOUT:
+            code = -signal.SIGKILL.value
+        said = said_by_the_wall(ended, user.memory_bytes)
+        return Ran(code, builds.end_of(out), builds.end_of(err) + said)
 
 
 class BuildTimeout(Exception):
@@ -233,8 +264,9 @@ def isolated(
     base: Path | None = None,
     timeout_s: float | None = None,
 ) -> None:
-    """Make the venv in a child process as ``user``, printing its one line of output; a
-    ``CalledProcessError`` whose ``output`` is the tail of pip's output when it fails,
+    """Make the venv in a child process as ``user``, printing its one line of output;
+    ``InstallFailed`` (a ``CalledProcessError`` said as pip's reason, never as the command
+    line) whose ``output`` is the tail of pip's output when it fails,
     ``BuildTimeout`` (with that tail) when it takes longer than ``timeout_s``."""
     directory.mkdir(parents=True)
     if user.uid is not None:
@@ -256,7 +288,7 @@ def isolated(
             + (f":\n{output}" if output else "")
         )
     if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, argv, output=output)
+        raise InstallFailed(done.returncode, argv, output=output)  # said as pip's reason
     if said:
         print(said, flush=True)
 
@@ -286,10 +318,14 @@ class Install:
     """The builder: the owner's task user, None for the service's own user."""
     gid: int | None = None
     kept: int = 8
-    """The venvs of packages kept under the store; the least recently used beyond go."""
+    """The venvs of packages kept under the store per builder (a user's task user); the
+    least recently used of that builder beyond go."""
     cache_gb: float = 5.0
     """The builder's wheel cache is emptied after an install that left it larger."""
     pip_env: Mapping[str, str] = field(default_factory=dict)
+    memory_bytes: int = int(wall.BUILD_MEMORY_GB * 2**30)
+    """The memory of the build (its wall's budget), its ``/tmp`` and ``/dev/shm`` included."""
+    pids_max: int = wall.BUILD_PIDS_MAX
 
     @property
     def key(self) -> str:
@@ -407,29 +443,42 @@ def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], 
     env = build_env(install.directory) | dict(install.pip_env) | {"PIP_CACHE_DIR": str(cache)}
     del env["PIP_NO_CACHE_DIR"]  # the cache is what makes the next build of them fast
     argv = [sys.executable, __file__, "packages", str(install.directory), *install.packages]
-    code, tail = builds.run_capped(
-        argv,
+    builder = Builder(
         env=env,
-        cwd=install.directory,
         uid=install.uid,
         gid=install.gid,
-        timeout_s=install.timeout_s,
-        cancelled=cancelled,
+        memory_bytes=install.memory_bytes,
+        pids_max=install.pids_max,
+        keep=(str(install.store), *builds.index_folders(install.pip_env)),
     )
+    network = builds.index_network(install.pip_env)
+    spec = builder.walled(argv, install.directory, install.timeout_s, network)
+    ended, tail = builds.run_capped(spec, cancelled=cancelled)
     if cancelled():
         raise InterruptedError("stopped on SIGTERM before it started")
-    if code != 0:
-        if code is None:
+    if ended.returncode != 0:
+        if ended.stopped == wall.STOPPED_TIMEOUT:
             why = f"took longer than {install.timeout_s:g} s (SIMRUN_PACKAGES_TIMEOUT_S)"
+        elif ended.oom_kills:
+            why = (
+                f"was killed for memory: over its budget of {install.memory_bytes / 2**30:g} GiB "
+                "(SIMRUN_BUILD_MEMORY_GB)"
+            )
+        elif ended.returncode is None:
+            why = f"failed: {ended.stopped}"
         else:
-            why = f"failed: pip exited {code}"
+            why = f"failed: pip exited {ended.returncode}"
         message = f"installing the environment's packages ({named}) {why}:\n" + "\n".join(tail)
         untrusted.write_atomic_at(folder, failed, message)
         raise PackagesError(message)
     seconds = time.monotonic() - started
     with contextlib.suppress(FileNotFoundError):
         os.unlink(failed, dir_fd=folder)
-    mark = {"packages": sorted(set(install.packages)), "seconds": round(seconds, 3)}
+    mark = {
+        "packages": sorted(set(install.packages)),
+        "seconds": round(seconds, 3),
+        "builder": install.uid,
+    }
     untrusted.write_atomic_at(folder, _mark(key), json.dumps(mark))
     print(f"installed the environment's packages in {seconds:.1f} s", flush=True)
     builds.bound_cache(cache, install.cache_gb)
@@ -454,13 +503,25 @@ def _cache(install: Install, folder: int) -> Path:
     return install.store / ENVIRONMENTS / CACHE / name
 
 
+def _builder(folder: int, key: str) -> int | None:
+    """Who built a venv of packages, as its mark says (None: the service's user)."""
+    try:
+        builder = json.loads(untrusted.read_own(folder, _mark(key), 1 << 16)).get("builder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return builder if isinstance(builder, int) else None
+
+
 def _forget(install: Install, folder: int) -> None:
-    """Remove the venvs of packages beyond the ``kept`` used last, but those in use (their
-    lock held by a process) and the one just built."""
+    """Remove the venvs of packages of the install's builder (a user's task user) beyond the
+    ``kept`` it used last, but those in use (their lock held by a process) and the one just
+    built: each user keeps ``kept`` of its own, which no other user's installs evict."""
     used = {}
     for entry in untrusted.entries(folder):
         if entry.name.endswith(".json") and entry.is_file and entry.name != _mark(install.key):
             key = entry.name.removesuffix(".json")
+            if _builder(folder, key) != install.uid:
+                continue
             with contextlib.suppress(FileNotFoundError):
                 used[key] = os.stat(f"{key}.lock", dir_fd=folder, follow_symlinks=False).st_mtime
     for key in sorted(used, key=used.__getitem__, reverse=True)[max(0, install.kept - 1) :]:

@@ -111,6 +111,8 @@ class Launch(Launched):
     pids_max: int
     task: str
     """The task's folder below the store."""
+    siblings: list[str]
+    """The task folders of its run (``budget.measure``)."""
     budget: FileBudget
     user_budget: UserLedger | None
     log_bytes: int
@@ -118,6 +120,9 @@ class Launch(Launched):
     network: Literal["loopback", "host"]
     venv: Venv | None
     packages: Packages | None
+    build_memory_bytes: int
+    """The memory of a build of the packages or of the run's sources, behind its wall."""
+    build_pids_max: int
     container: str | None
     """The name of the attempt's Docker container, None for a process of this machine."""
     notify: str

@@ -131,11 +131,12 @@ def _watch(launch: Launch) -> Any:
     budget = local_budget.Budget.from_json(dataclasses.asdict(launch.budget))
     store, task = launch.store, tuple(untrusted.parts_of(launch.task))
     scratch = launch.cwd
+    siblings = frozenset(launch.siblings)
     user = launch.user_budget
     ledger = local_budget.Ledger.from_json(dataclasses.asdict(user)) if user else None
 
     def count() -> str | None:
-        usage = local_budget.measure(budget, store, task, scratch)
+        usage = local_budget.measure(budget, store, task, scratch, siblings)
         over: str | None = local_budget.exceeded(budget, usage)
         if over is None and ledger is not None:
             over = ledger.over(usage)
@@ -153,7 +154,8 @@ def _over_budget(launch: Launch, result: dict[str, Any], over: str) -> None:
     """Fail an attempt over its budget of files, naming it, and remove what it wrote."""
     import budget as local_budget  # the sibling module, see the docstring of this module
 
-    local_budget.remove_written(launch.store, tuple(untrusted.parts_of(launch.task)))
+    task = tuple(untrusted.parts_of(launch.task))
+    local_budget.remove_written(launch.store, task, frozenset(launch.siblings))
     result["over_budget"] = over
     result["message"] = f"{over}; what it wrote was removed"
 

@@ -11,48 +11,20 @@ Only the standard library, the harness and siblings: the launcher imports it fro
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import fcntl
 import functools
 import os
-import resource
 import signal
-import socket
-import struct
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import pids  # the sibling module, see the docstring of this module
 from launch_file import Ids, Launch
+from wall import become, enter, isolate_network
 
 from harness import untrusted
-
-CLONE_NEWNET = 0x40000000
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-IFREQ = "16sh14x"
-"""``struct ifreq`` with its flags: the name of an interface and its flags."""
-
-
-def isolate_network() -> None:
-    """Move the launcher, and so all it starts from now on (the sources' build, the staging,
-    the task), into a network namespace of its own with only a loopback of its own: no port,
-    address or abstract socket of the machine's is theirs to take or reach
-    (``SIMRUN_TASK_NETWORK=loopback``, docs/team.md)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        error = ctypes.get_errno()
-        raise OSError(
-            error,
-            f"its network could not be isolated ({os.strerror(error)}); "
-            "SIMRUN_TASK_NETWORK=host gives tasks the machine's network (docs/team.md)",
-        )
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack(IFREQ, b"lo", 0)
-        flags = struct.unpack(IFREQ, fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
 
 
 def prepare(launch: Launch, stopped: Callable[[], bool]) -> IO[str] | None:
@@ -76,17 +48,25 @@ def prepare(launch: Launch, stopped: Callable[[], bool]) -> IO[str] | None:
             kept=packages.kept,
             cache_gb=packages.cache_gb,
             pip_env=packages.pip_env,
+            memory_bytes=launch.build_memory_bytes,
+            pids_max=launch.build_pids_max,
         )
+        # Built behind the wall of its own (``wall``): nothing of it outlives the build.
         _, held = local_env.ensure_packages(install, stopped)
-        pids.end_tree()  # what the packages' build code left running does not outlive it
     try:
         if user and launch.network == "loopback":
             isolate_network()  # the packages came from their index: nothing after needs it
         if venv:
             sources_builder = None
-            if user:  # the sources' build code runs as the task user
-                env = local_env.build_env(venv.dir)
-                sources_builder = local_env.Builder(env=env, uid=user.uid, gid=user.gid)
+            if user:  # the sources' build code runs as the task user, behind its wall
+                sources_builder = local_env.Builder(
+                    env=local_env.build_env(venv.dir),
+                    uid=user.uid,
+                    gid=user.gid,
+                    memory_bytes=launch.build_memory_bytes,
+                    pids_max=launch.build_pids_max,
+                    keep=(str(launch.store), str(venv.dir.parent)),
+                )
             snapshots = [Path(s) for s in venv.snapshots]
             local_env.ensure(venv.dir, snapshots, user=sources_builder, base=venv.base)
         scratch = launch.cwd
@@ -115,14 +95,6 @@ def _hand_over(directory: Path, user: Ids) -> None:
         os.fchmod(fd, 0o700)
 
 
-def _become(user: Ids) -> None:
-    """Drop to the task user for good (in a child of the launcher)."""
-    os.setgroups([])
-    os.setgid(user.gid)
-    os.setuid(user.uid)
-    os.umask(user.umask)
-
-
 def _stage(pairs: list[tuple[str, str]], store: Path, scratch: Path, user: Ids | None) -> None:
     """Copy the inputs into the scratch as the task user (a child that dropped to it), so
     only what that user could read is copied; its error, if any, is raised here."""
@@ -138,7 +110,7 @@ def _stage(pairs: list[tuple[str, str]], store: Path, scratch: Path, user: Ids |
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.close(read)
-            _become(user)
+            become(user)
             stage(pairs, store, scratch)
         except BaseException as error:  # noqa: BLE001 - told to the launcher, then exit
             number = getattr(error, "errno", None) or 0
@@ -156,31 +128,38 @@ def _stage(pairs: list[tuple[str, str]], store: Path, scratch: Path, user: Ids |
         raise OSError(int(number) if number.isdigit() else 0, f"staging its inputs failed: {why}")
 
 
+def kept(launch: Launch) -> list[str]:
+    """The folders a task must see below ``/tmp`` (a service whose home is there, as in
+    tests): the service's home (the folder of its store and of its scratch), venvs and
+    Python; the rest of ``/tmp`` is its own. A kept folder stays as open to the task as it was."""
+    scratch_root = launch.cwd.parent.parent
+    found = [launch.store.parent, scratch_root.parent, launch.cwd]
+    found += [Path(sys.executable).parent.parent, Path(sys.prefix)]
+    if launch.venv:
+        found += [launch.venv.dir] + ([launch.venv.base] if launch.venv.base else [])
+    if launch.packages:
+        found.append(launch.packages.dir)
+    if launch.argv and launch.argv[0].startswith("/"):
+        found.append(Path(launch.argv[0]).parent.parent)
+    return [str(path) for path in found]
+
+
 def _enter(launch: Launch, budget: Any) -> None:
-    """In the child before its exec: join its cgroup (as root), get a ``/dev/shm`` of its own
-    and its budget's limit of a file's size (a ``budget.Budget``), then become its task user."""
-    if launch.cgroup:
-        import cgroups  # the sibling module, see the docstring of this module
-
-        cgroups.join(launch.cgroup)
-    if launch.pids_cgroup:
-        import cgroups
-
-        cgroups.join(launch.pids_cgroup)
+    """In the child before its exec: a ``/dev/shm``, ``/tmp`` and ``/var/tmp`` of its own
+    (gone with it, counted in its memory), then as every process of a
+    user's code is entered (``wall.enter``): its cgroups, its budget's limit of a file's size,
+    its task user."""
     if shm := launch.shm:
         import shm as local_shm  # the sibling module, see the docstring of this module
 
         try:
-            local_shm.own_shm(shm.bytes, shm.inodes)
+            local_shm.private_mounts(shm.bytes, shm.inodes, kept(launch))
         except OSError as error:
-            print(f"simrun: /dev/shm is the machine's, not the task's own: {error}", flush=True)
-    budget.limit_file_size()
-    if user := launch.user:
-        if not launch.pids_cgroup and launch.pids_max:
-            # No pids controller: the limit of the task user's processes, all of its tasks'.
-            limit = int(launch.pids_max)
-            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
-        _become(user)
+            print(
+                f"simrun: /dev/shm and /tmp are the machine's, not the task's: {error}", flush=True
+            )
+    joined = [path for path in (launch.cgroup, launch.pids_cgroup) if path]
+    enter(joined, launch.user, pids_max=launch.pids_max, file_bytes=budget.bytes)
 
 
 def start(launch: Launch) -> subprocess.Popen[bytes]:

@@ -9,6 +9,11 @@ of files. Its pages are charged to the memory cgroup of the process that writes 
 task's), and the tmpfs is gone when the last process of the task is: nothing is left behind.
 Mounts made on the machine later still reach the task (the namespace is a slave of it).
 
+A process behind the wall (``wall``: a learning, a build) gets ``/tmp`` and ``/var/tmp`` of its
+own the same way (``private_mounts``): nothing it writes there outlives it or escapes its
+memory budget. The folders the service keeps below them (a store in ``/tmp``, as in tests)
+are bound back into the new ``/tmp``, so they stay what they were.
+
 Only the standard library: the launcher imports it from its directory.
 """
 
@@ -22,9 +27,12 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_SLAVE = 0x80000
 SHM = "/dev/shm"
+TEMPORARY = ("/tmp", "/var/tmp", "/run/lock")
+"""The machine's folders every user may write into, besides ``/dev/shm``."""
 
 
 def _check(result: int, what: str) -> None:
@@ -33,15 +41,40 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def own_shm(size_bytes: int, inodes: int) -> None:
-    """Give this process (a child of the launcher, still root) a ``/dev/shm`` of its own of
-    ``size_bytes`` and ``inodes`` files, in mount and IPC namespaces of its own."""
+def private_mounts(size_bytes: int, inodes: int, keep: list[str]) -> None:
+    """Give this process (root) mount and IPC namespaces of its own in which ``/dev/shm``,
+    ``/tmp`` and ``/var/tmp`` are tmpfs of ``size_bytes`` and ``inodes`` files each; the
+    folders of ``keep`` below them are bound back where they were."""
     libc = ctypes.CDLL(None, use_errno=True)
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
     options = f"size={max(size_bytes, 1 << 20)},nr_inodes={max(inodes, 64)},mode=1777"
     flags = MS_NOSUID | MS_NODEV
-    _check(libc.mount(b"tmpfs", SHM.encode(), b"tmpfs", flags, options.encode()), "mount")
+    for folder in (SHM, *TEMPORARY):
+        if not os.path.isdir(folder) or os.path.islink(folder):
+            continue
+        below = _kept_below(folder, keep)
+        held = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in below]
+        try:
+            _check(
+                libc.mount(b"tmpfs", folder.encode(), b"tmpfs", flags, options.encode()), "mount"
+            )
+            for path, fd in zip(below, held, strict=True):
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                source = f"/proc/self/fd/{fd}".encode()
+                _check(libc.mount(source, path.encode(), None, MS_BIND | MS_REC, None), "bind")
+        finally:
+            for fd in held:
+                os.close(fd)
+
+
+def _kept_below(folder: str, keep: list[str]) -> list[str]:
+    """The outermost folders of ``keep`` that are below ``folder`` and exist."""
+    root = Path(folder).resolve()
+    found = sorted(
+        {str(p) for p in (Path(k).resolve() for k in keep) if root in p.parents and p.is_dir()}
+    )
+    return [p for p in found if not any(p.startswith(q + "/") for q in found if q != p)]
 
 
 def usable(*paths: Path) -> bool:

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0024_task_stopped_while_running_fill'),
+        ('runs', '0026_run_refused'),
     ]
 
     operations = [
