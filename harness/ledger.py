@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import temporary_name, write_atomic
+from harness.report import FAILURE_CHARS
 
 MAX_BLOCKS = 4096
 """Blocks of a ledger at most: bounds its files and the imbalance of the last block."""
@@ -488,14 +489,27 @@ def describe(ranges: Sequence[range], limit: int = 20) -> str:
 
 
 def append_progress(
-    path: Path, worker: str, units: Sequence[int], seconds: Sequence[float]
+    path: Path,
+    worker: str,
+    units: Sequence[int],
+    seconds: Sequence[float],
+    failures: Sequence[str | None] = (),
 ) -> None:
-    """Append a ``unit_done`` line per unit to ``progress.jsonl``, in one write."""
+    """Append a ``unit_done`` line per unit to ``progress.jsonl``, in one write; a unit with
+    a failure (``failures``, a why or None per unit) says it last, as ``"failed": "<why>"``."""
     name = json.dumps(worker)
+    whys = list(failures) or [None] * len(units)
     text = "".join(
-        f'{{"unit": {unit}, "worker": {name}, "seconds": {s:.6f}}}\n'
-        for unit, s in zip(units, seconds, strict=True)
+        f'{{"unit": {unit}, "worker": {name}, "seconds": {s:.6f}'
+        + (f', "failed": {json.dumps(why[:FAILURE_CHARS])}' if why is not None else "")
+        + "}\n"
+        for unit, s, why in zip(units, seconds, whys, strict=True)
     ).encode()
+    append_lines(path, text)
+
+
+def append_lines(path: Path, text: bytes) -> None:
+    """Append lines to a file in one ``O_APPEND`` write (the whole of it, however many calls)."""
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         view = memoryview(text)

@@ -1,7 +1,8 @@
 """What runs in the pool processes of a worker: the setup once, then batches of units.
 
 A pool process stores the units it computed itself: every ``FLUSH_S`` (and at the end of a
-batch) it writes their piece to the ledger and their lines to ``progress.jsonl``, so a SIGKILL
+batch) it writes their piece to the ledger, their lines to ``progress.jsonl`` (and their
+rows to ``rows.jsonl`` where the task type gives them), so a SIGKILL
 of the process or of its worker loses at most the unit in flight and ``FLUSH_S`` of finished
 work. It ignores SIGTERM (the worker decides when its units stop), dies with its worker, and
 checks a shared stop flag between units, so a batch ends at the next unit boundary after a
@@ -16,6 +17,7 @@ process killed (137, retried with the retry memory after a kill for memory).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pickle
 import resource
@@ -28,7 +30,8 @@ from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
-from harness.ledger import append_progress, store_pieces
+from harness.ledger import append_lines, append_progress, store_pieces
+from harness.report import UNIT_ROWS
 from harness.tasktypes import TaskType
 
 FLUSH_S = 0.5
@@ -126,17 +129,39 @@ def initialize(
     slots[_Process.slot * SLOT + 1] = BETWEEN_BATCHES
 
 
-def _store(units: list[int], payloads: list[bytes], seconds: list[float]) -> str | None:
-    """Store units and clear the lists; why it failed, None when it did not."""
+class Described(NamedTuple):
+    """What a unit's result says of it beyond its piece: its row and why it failed."""
+
+    rows: list[bytes]
+    failures: list[str | None]
+
+
+def describe_unit(unit: int, result: Any, described: Described) -> None:
+    """Add a unit's row and failure, as its task type gives them (``TaskType.row`` and
+    ``failure``), to what the next store writes."""
+    task_type, settings = _Process.task_type, _Process.settings
+    if task_type.row is not None:
+        row = {"unit": unit, "row": dict(task_type.row(settings, unit, result))}
+        described.rows.append(json.dumps(row, allow_nan=True).encode() + b"\n")
+    why = task_type.failure(settings, unit, result) if task_type.failure is not None else None
+    described.failures.append(why)
+
+
+def _store(
+    units: list[int], payloads: list[bytes], seconds: list[float], described: Described
+) -> str | None:
+    """Store units (their piece, their progress lines, their rows) and clear the lists; why
+    it failed, None when it did not."""
     store = _Process.store
     try:
         store_pieces(store.done, units, payloads)
-        append_progress(store.progress, store.worker, units, seconds)
+        if described.rows:
+            append_lines(store.progress.with_name(UNIT_ROWS), b"".join(described.rows))
+        append_progress(store.progress, store.worker, units, seconds, described.failures)
     except OSError as error:
         return str(error)
-    units.clear()
-    payloads.clear()
-    seconds.clear()
+    for kept in (units, payloads, seconds, described.rows, described.failures):
+        kept.clear()
     return None
 
 
@@ -156,6 +181,7 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
     units: list[int] = []
     payloads: list[bytes] = []
     seconds: list[float] = []
+    described = Described([], [])
     failed = storage = None
     cpu = time.process_time()
     flushed = time.perf_counter()
@@ -169,13 +195,13 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
                 if task_type.setup is not None:
                     _Process.context = task_type.setup(settings)
                 _Process.ready = True
-            payload = pickle.dumps(
-                compute(settings, _Process.context, unit), pickle.HIGHEST_PROTOCOL
-            )
+            result = compute(settings, _Process.context, unit)
+            payload = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
+            describe_unit(unit, result, described)
         except Interrupted:
             break
         except Killed:
-            _store(units, payloads, seconds)
+            _store(units, payloads, seconds, described)
             os.kill(os.getpid(), signal.SIGKILL)
         except BaseException:
             failed = (unit, traceback.format_exc())
@@ -189,14 +215,14 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
         if ended - flushed >= FLUSH_S:
             stored += units
             stored_seconds += seconds
-            storage = _store(units, payloads, seconds)
+            storage = _store(units, payloads, seconds, described)
             flushed = ended
             if storage is not None:
                 break
     if units and storage is None:
         stored += units
         stored_seconds += seconds
-        storage = _store(units, payloads, seconds)
+        storage = _store(units, payloads, seconds, described)
     if storage is not None:  # the units of the failed write are not stored
         del stored[len(stored) - len(units) :]
         del stored_seconds[len(stored_seconds) - len(seconds) :]

@@ -2,8 +2,11 @@
 
 A report is ``task_dir/workers/<worker>-<attempt>.json``; ``progress.jsonl`` has one line per
 unit done. The service reads reports through ``read_report`` and counts the distinct units of
-``progress.jsonl`` by ``PROGRESS_UNIT``. While a worker runs, ``task_dir/live/<worker>-
-<attempt>.json`` holds its recent memory samples (``LiveMemory``), for the run page.
+``progress.jsonl`` by ``PROGRESS_UNIT``, the failed ones (a unit a split type says failed
+without failing its task: ``"failed": "<why>"`` ends its line) by ``PROGRESS_FAILED``; a type
+that gives its units' rows appends them to ``rows.jsonl`` (``UNIT_ROWS``). While a worker
+runs, ``task_dir/live/<worker>-<attempt>.json`` holds its recent memory samples
+(``LiveMemory``), for the run page.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ HARNESS_STARTED = "SIMRUN_HARNESS_STARTED"
 NODE_ENV = ("SIMRUN_NODE", "NODE_NAME")
 """Where the node name is read (the downward API of a pod), else the host name."""
 PROGRESS_UNIT = re.compile(rb'"unit":\s*(\d+)')
+PROGRESS_FAILED = re.compile(rb'"unit":\s*(\d+)[^\n]*, "failed":\s*("(?:[^"\\\n]|\\.)*")')
+"""A failed unit's line: its unit and why, a JSON string."""
+FAILURE_CHARS = 500
+"""A failed unit's why is cut to this many characters in its progress line."""
+UNIT_ROWS = "rows.jsonl"
+"""``{"unit": n, "row": {...}}`` per unit done, beside ``progress.jsonl``: the table so far."""
 
 
 @dataclass

@@ -300,16 +300,16 @@ def read_results(out: str, name: str) -> dict[str, Scalar]:
 
 def _fail(context: Context, unit: int, why: str, result: UnitResult) -> UnitResult:
     """A failed unit, ``why`` in one line: recorded if the allowance holds in this process,
-    else the task fails."""
+    else the task fails, saying which unit (and its parameters) and why."""
     context.failed += 1
     if context.failed > context.allowed:
         more = f" (more than the {context.allowed} failures allowed)" if context.allowed else ""
-        raise ProgramFailed(why + more)
+        raise ProgramFailed(f"with {parameters(result.values)}, {why}{more}")
     log.warning("unit %d failed: %s", unit, why)
     return result
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1].strip()[:300] if lines else ""
 
@@ -353,7 +353,7 @@ def compute(settings: SweepSettings, context: Context, unit: int) -> UnitResult:
         tail = stderr_tail(context)
         if tail:
             log.info("unit %d: the end of the stderr of %s:\n%s", unit, argv[0], tail)
-        why = f"{argv[0]} exited {ended.code}" + (f": {_last_line(tail)}" if tail else "")
+        why = f"{argv[0]} exited {ended.code}" + (f": {last_line(tail)}" if tail else "")
         return _fail(context, unit, why, result._replace(error=tail or f"exit {ended.code}"))
     if settings.results is None:
         return result
@@ -368,38 +368,49 @@ class FailuresExceeded(RuntimeError):
     """More units failed than the task allows: the merge fails after writing the table."""
 
 
+def unit_row(settings: SweepSettings, unit: int, result: UnitResult) -> dict[str, Scalar]:
+    """A unit's row of the results table: ``unit``, the axes, ``exit_code``, ``seconds``,
+    ``peak_gib``, its results' fields (one named like a column before it as
+    ``results.<name>``) and, for a failed unit, ``error``: the last line of its stderr (a
+    traceback's exception), its whole tail being in ``{out}/stderr``."""
+    taken = {*settings.grid.names, *HARNESS_COLUMNS}
+    row: dict[str, Scalar] = {
+        "unit": unit,
+        **{axis: result.values.get(axis) for axis in settings.grid.names},
+        "exit_code": result.exit_code,
+        "seconds": round(result.seconds, 6),
+        "peak_gib": round(result.peak_bytes / 2**30, 6),
+    }
+    for key, value in result.fields.items():
+        row[f"results.{key}" if key in taken else key] = value
+    if result.error is not None:
+        row["error"] = last_line(result.error) or f"exit {result.exit_code}"
+    return row
+
+
+def unit_failure(settings: SweepSettings, unit: int, result: UnitResult) -> str | None:
+    """Why a unit failed in one line, its parameters first; None when it did not fail."""
+    if result.error is None:
+        return None
+    error = last_line(result.error) or f"exit {result.exit_code}"
+    return f"unit {unit} ({parameters(result.values)}): {error}"
+
+
+def parameters(values: dict[str, Value]) -> str:
+    return ", ".join(f"{name}={format_value(value)}" for name, value in values.items())
+
+
 def table(
     settings: SweepSettings, results: Sequence[UnitResult]
 ) -> tuple[list[str], list[list[Scalar]]]:
-    """The columns and rows of a sweep's results table (``harness.results``): ``unit``, the
-    axes, ``exit_code``, ``seconds``, ``peak_gib``, the results' fields in the order first
-    seen (one named like a column before it as ``results.<name>``), ``error`` if a unit has one."""
-    axes = settings.grid.names
-    taken = {*axes, *HARNESS_COLUMNS}
-    keys = list(dict.fromkeys(key for result in results for key in result.fields))
-    errors = any(result.error is not None for result in results)
-    columns = [
-        "unit",
-        *axes,
-        "exit_code",
-        "seconds",
-        "peak_gib",
-        *(f"results.{key}" if key in taken else key for key in keys),
-        *(["error"] if errors else []),
-    ]
-    rows = [
-        [
-            unit,
-            *(r.values.get(axis) for axis in axes),
-            r.exit_code,
-            round(r.seconds, 6),
-            round(r.peak_bytes / 2**30, 6),
-            *(r.fields.get(key) for key in keys),
-            *([r.error] if errors else []),
-        ]
-        for unit, r in enumerate(results)
-    ]
-    return columns, rows
+    """The columns and rows of a sweep's results table (``harness.results``): a row per unit
+    (``unit_row``), the results' fields in the order first seen, ``error`` last if a unit has
+    one."""
+    rows = [unit_row(settings, unit, result) for unit, result in enumerate(results)]
+    columns = list(dict.fromkeys(key for row in rows for key in row if key != "error"))
+    if any("error" in row for row in rows):
+        columns.append("error")
+    return columns, [[row.get(column) for column in columns] for row in rows]
 
 
 def merge(settings: SweepSettings, context: MergeContext) -> None:
@@ -423,6 +434,8 @@ TASK_TYPE = TaskType(
     setup=setup,
     compute=compute,
     merge=merge,
+    row=unit_row,
+    failure=unit_failure,
     base_gb=0.25,
     per_worker_gb=1.0,
     description="a program run once per combination of a grid of parameters",

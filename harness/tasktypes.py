@@ -76,7 +76,11 @@ class TaskType:
     The functions take the validated settings (an instance of ``settings``) first. ``setup``
     runs once in each pool process; what it returns is passed to every ``compute`` call of
     that process (load a table, build a lattice). ``compute`` returns the result of one unit,
-    any picklable value. ``merge`` writes the outputs into ``MergeContext.out``.
+    any picklable value. ``merge`` writes the outputs into ``MergeContext.out``. A split type
+    may also say of a unit's result its row of the results table (``row``: a flat mapping, kept
+    as each unit ends so that a run that never merges still shows the units it finished) and
+    why it failed (``failure``: one line, the unit's parameters and its error; None when it did
+    not), counted live into the task's ``units_failed``.
     """
 
     name: str
@@ -86,6 +90,8 @@ class TaskType:
     merge: Callable[[Any, MergeContext], None] | None = None
     setup: Callable[[Any], Any] | None = None
     command: Callable[[Any], list[str]] | None = None
+    row: Callable[[Any, int, Any], Mapping[str, Any]] | None = None
+    failure: Callable[[Any, int, Any], str | None] | None = None
     base_gb: float = 0.25
     """Memory of a pod besides its pool processes, in GiB (the planner's default)."""
     per_worker_gb: float = 0.5

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import re
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -42,6 +43,17 @@ SETTLE_POLL_S = 0.02
 """How often a stopping worker looks whether its pool processes stored their last batch."""
 
 log = logging.getLogger("simrun.harness")
+
+
+OWN_EXCEPTION = re.compile(r"^harness\.[\w.]+: ")
+"""The qualified name the harness's own exceptions print with: no news to the reader."""
+
+
+def exception_line(trace: str) -> str:
+    """The last line of a traceback (the exception), without the module path of one of the
+    harness's own exceptions (``harness.sweep.ProgramFailed: ``): its message says it all."""
+    lines = trace.strip().splitlines()
+    return OWN_EXCEPTION.sub("", lines[-1]) if lines else ""
 
 
 @dataclass
@@ -174,7 +186,7 @@ class WorkLoop:
             unit, trace = batch.failed
             log.error("unit %d failed; released:\n%s", unit, trace)
             # The exception's own line, for the last line of the log: the task's message.
-            self._fail(unit, trace.strip().splitlines()[-1] if trace.strip() else "")
+            self._fail(unit, exception_line(trace))
 
     def _fail(self, unit: int, reason: str) -> None:
         self.failed, self.failure = unit, reason

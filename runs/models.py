@@ -71,6 +71,10 @@ class Run(Liveness, models.Model):
     backend = models.CharField(max_length=20)
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.SUBMITTING)
     message = models.TextField(blank=True)
+    tags = models.JSONField(
+        default=list, blank=True, help_text="Words its owner files it under, to find it by."
+    )
+    note = models.TextField(blank=True, help_text="Its owner's note on it.")
     refused = models.JSONField(
         default=dict,
         blank=True,
@@ -219,6 +223,16 @@ class Task(models.Model):
     message = models.TextField(blank=True)
     units_done = models.PositiveIntegerField(default=0)
     units_total = models.PositiveIntegerField(default=0)
+    units_failed = models.PositiveIntegerField(
+        default=0,
+        help_text="Units done that failed (allowed by failures.allowed), counted from "
+        "progress.jsonl as they end.",
+    )
+    unit_failure = models.CharField(
+        max_length=600,
+        blank=True,
+        help_text="Why its first failed unit failed: the unit, its parameters, its error.",
+    )
     position = models.PositiveIntegerField(default=0, help_text="Order in the spec.")
     progress_bytes = models.PositiveBigIntegerField(
         default=0, help_text="Bytes of progress.jsonl counted into units_done."

@@ -4,6 +4,7 @@ from django.urls import path
 
 from runs.web import (
     cluster_views,
+    compare_views,
     log_views,
     metrics_views,
     observation_views,
@@ -21,9 +22,11 @@ urlpatterns = [
     path("", run_views.run_list, name="run-list"),
     path("runs/table/", run_views.run_list_table, name="run-list-table"),
     path("runs/new/", submit_views.run_new, name="run-new"),
+    path("runs/compare/", compare_views.compare, name="compare"),
     path(RUN, run_views.run_detail, name="run-detail"),
     path(RUN + "live/", run_views.run_live, name="run-live"),
     path(RUN + "cancel/", run_views.run_cancel, name="run-cancel"),
+    path(RUN + "labels/", run_views.run_labels, name="run-labels"),
     path(RUN + "rerun/", submit_views.run_rerun, name="run-rerun"),
     path(RUN + "resume/", submit_views.run_resume, name="run-resume"),
     path(TASK + "logs/", log_views.task_log_page, name="task-logs"),

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import re
 from functools import lru_cache
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.http import QueryDict
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 
-from runs.models import RunQuerySet, RunState
+from runs.models import RunQuerySet, RunState, Task
 
 DATE_FORMATS = ["iso-8601", "%Y-%m-%d"]
+TAG_CHARS = 50
+PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
+NO_VALUE = object()
+"""A ``param`` without a value: any run with the parameter."""
 
 
 class RunFilters(serializers.Serializer[dict[str, Any]]):
@@ -38,9 +44,55 @@ class RunFilters(serializers.Serializer[dict[str, Any]]):
     live = serializers.BooleanField(
         required=False, allow_null=True, default=None, help_text="only live (or only ended) runs"
     )
+    tag = serializers.ListField(
+        child=serializers.CharField(max_length=TAG_CHARS),
+        required=False,
+        max_length=10,
+        help_text="runs filed under this tag (repeat it: under every one)",
+    )
+    param = serializers.CharField(
+        required=False,
+        max_length=200,
+        help_text="runs with a task of this parameter (NAME), or of this value of it "
+        "(NAME=VALUE): a sweep's axis listing the value or whose range or linspace spans "
+        "it, or a task setting equal to it",
+    )
+
+    def validate_param(self, text: str) -> tuple[str, Any]:
+        name, equals, raw = text.partition("=")
+        name = name.strip()
+        if not PARAMETER.fullmatch(name) or "__" in name:
+            raise serializers.ValidationError("NAME or NAME=VALUE, NAME a parameter's name")
+        return name, (scalar(raw.strip()) if equals else NO_VALUE)
 
 
 FIELDS = tuple(RunFilters().fields)
+
+
+def scalar(text: str) -> Any:
+    """A parameter's value as a query gives it: a JSON number or literal, else the text."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, int | float | str | bool) else text
+
+
+def with_parameter(name: str, value: Any) -> Q:
+    """Runs with a task of a parameter, or of a value of it: a sweep's axis listing it or
+    whose ``range`` or ``linspace`` spans it (its grid's points are not matched one by
+    one), or a task setting equal to it."""
+    axis = f"settings__sweep__{name}"
+    if value is NO_VALUE:
+        found = Q(settings__sweep__has_key=name) | Q(settings__has_key=name)
+    else:
+        found = Q(**{f"{axis}__contains": [value]}) | Q(**{f"settings__{name}": value})
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            found |= Q(**{f"{axis}__linspace__0__lte": value, f"{axis}__linspace__1__gte": value})
+            found |= Q(**{f"{axis}__range__0__lte": value, f"{axis}__range__1__gt": value})
+    return Q(Exists(Task.objects.filter(found, run=OuterRef("pk"))))
+
+
 Asked = tuple[tuple[str, tuple[str, ...]], ...]
 
 
@@ -53,7 +105,9 @@ def filter_values(query: QueryDict) -> tuple[dict[str, Any], dict[str, Any]]:
     """
     if not query:
         return {}, {}
-    asked = tuple((name, tuple(query.getlist(name))) for name in FIELDS if name in query)
+    # An empty value is no filter: the page's form sends every field, "any state" as "".
+    given = ((name, tuple(v for v in query.getlist(name) if v)) for name in FIELDS)
+    asked = tuple((name, values) for name, values in given if values)
     values, errors = validated(asked)
     return dict(values), dict(errors)
 
@@ -97,6 +151,10 @@ def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:
         runs = runs.filter(created_at__gte=values["created_after"])
     if values.get("created_before"):
         runs = runs.filter(created_at__lt=values["created_before"])
+    for tag in values.get("tag", ()):
+        runs = runs.filter(tags__contains=[tag])
+    if values.get("param"):
+        runs = runs.filter(with_parameter(*values["param"]))
     if values.get("live") is True:
         runs = runs.live()
     elif values.get("live") is False:

@@ -72,6 +72,7 @@ def _document() -> str:
         "live": _live(),
         "units_done": _units("units_done"),
         "units_total": _units("units_total"),
+        "units_failed": _units("units_failed"),
         "duration_s": (
             f"EXTRACT(EPOCH FROM COALESCE({_column('ended_at')}, %s) - {_column('created_at')})"
         ),
@@ -81,7 +82,7 @@ def _document() -> str:
         "rerun_of": _column("rerun_of_id"),
     }
     pairs = ", ".join(f"'{key}', {sql}" for key, sql in fields.items())
-    # One pass over the run's tasks gives both sums, half the work of a subquery for each.
+    # One pass over the run's tasks gives every sum, a fraction of the work of a subquery each.
     tasks = f'FROM "{TASKS}" WHERE "{TASKS}"."run_id" = {_column("id")}'
     return f"(SELECT json_build_object({pairs})::text {tasks})"
 
@@ -92,7 +93,8 @@ DOCUMENT = _document()
 # its tasks' sums. While these are the same, so is the text: a settled run's duration ends.
 VERSION = (
     f"{_column('id')}, {_column('xmin')}::text || {_column('ctid')}::text, {_owner()}, "
-    f'(SELECT ARRAY[{_units("units_done")}, {_units("units_total")}] FROM "{TASKS}" '
+    f"(SELECT ARRAY[{_units('units_done')}, {_units('units_total')}, {_units('units_failed')}] "
+    f'FROM "{TASKS}" '
     f'WHERE "{TASKS}"."run_id" = {_column("id")})'
 )
 # A settled run's text comes from the cache when its version is there; a live one's always

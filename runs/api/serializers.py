@@ -110,6 +110,13 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         help_text="the earlier task whose work it reused (docs/resume.md), as {run, task}; "
         "null when it reused nothing"
     )
+    units_failed = serializers.IntegerField(
+        help_text="its units done that failed (allowed by failures.allowed): rows of its "
+        "results table with an error"
+    )
+    unit_failure = serializers.CharField(
+        help_text="why its first failed unit failed: the unit, its parameters, its error"
+    )
     units_reused = serializers.SerializerMethodField(
         help_text="its units copied from reused_from, done without computing (all of them "
         "for a task done from its outputs)"
@@ -131,6 +138,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
             "message",
             "units_done",
             "units_total",
+            "units_failed",
+            "unit_failure",
             "reused_from",
             "units_reused",
             "not_reused",
@@ -184,6 +193,9 @@ class RunSerializer(serializers.ModelSerializer[Run]):
     duration_s = serializers.FloatField(help_text="from creation to its end, or to now")
     units_done = serializers.IntegerField(source="units_done_sum", help_text="over its tasks")
     units_total = serializers.IntegerField(source="units_total_sum", help_text="over its tasks")
+    units_failed = serializers.IntegerField(
+        source="units_failed_sum", help_text="units done that failed (allowed), over its tasks"
+    )
     rerun_of = serializers.CharField(
         source="rerun_of_id", allow_null=True, help_text="the run this one re-runs, if any"
     )
@@ -200,6 +212,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "live",
             "units_done",
             "units_total",
+            "units_failed",
             "duration_s",
             "created_at",
             "submitted_at",
@@ -226,6 +239,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "live": run.live,
             "units_done": run.units_done_sum,  # type: ignore[attr-defined]
             "units_total": run.units_total_sum,  # type: ignore[attr-defined]
+            "units_failed": run.units_failed_sum,  # type: ignore[attr-defined]
             "duration_s": run.duration_s,
             "created_at": iso(run.created_at, zone),
             "submitted_at": iso(run.submitted_at, zone),
@@ -266,6 +280,8 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = [
             *RunSerializer.Meta.fields,
+            "tags",
+            "note",
             "shown_state",
             "workflow",
             "image",
@@ -428,6 +444,22 @@ class ResultsColumnSerializer(serializers.Serializer[Any]):
     numeric = serializers.BooleanField(help_text="every cell is a number or no value")
 
 
+class RunLabelsSerializer(serializers.Serializer[dict[str, Any]]):
+    """What an owner files a run under: its tags and its note; the fields not given stay."""
+
+    tags = serializers.ListField(
+        child=serializers.RegexField(
+            r"^[^\s,]{1,50}$", error_messages={"invalid": "a word of 1 to 50 characters"}
+        ),
+        required=False,
+        max_length=20,
+        help_text="words to find it by (runs?tag=...), replacing its tags",
+    )
+    note = serializers.CharField(
+        required=False, allow_blank=True, max_length=5000, help_text="a note, replacing its note"
+    )
+
+
 class ResultsPageSerializer(serializers.Serializer[Any]):
     """A page of a task's results table (``runs.reads.results``)."""
 
@@ -446,3 +478,13 @@ class ResultsPageSerializer(serializers.Serializer[Any]):
         child=serializers.DictField(allow_null=True),
         help_text="a row per unit: numbers as numbers, no value as null",
     )
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        """The fields above and ``partial``, a name a serializer's class cannot declare (it is
+        its flag for partial updates)."""
+        fields = super().get_fields()
+        fields["partial"] = serializers.BooleanField(
+            help_text="the task ended before its merge (cancelled, failed): the rows of the "
+            "units it finished, as each ended"
+        )
+        return fields

@@ -36,6 +36,7 @@ urlpatterns = [
     path(TASK + "results/", results_views.results_page, name="api-results"),
     path(TASK + "results.csv", results_views.results_csv, name="api-results-csv"),
     path(TASK + "results.parquet", results_views.results_parquet, name="api-results-parquet"),
+    path("results/", results_views.compared_page, name="api-compared-results"),
     path("placements/", cluster_views.placement_list, name="api-placements"),
     path("nodes/", cluster_views.node_list, name="api-nodes"),
     path("nodes/<str:name>/release/", cluster_views.node_release, name="api-node-release"),

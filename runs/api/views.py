@@ -23,7 +23,13 @@ from drf_spectacular.utils import (
 )
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, UnsupportedMediaType, ValidationError
+from rest_framework.exceptions import (
+    APIException,
+    PermissionDenied,
+    UnsupportedMediaType,
+    ValidationError,
+)
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -37,6 +43,7 @@ from runs.api.parsers import SPEC_MEDIA_TYPES, SPEC_PARSERS, Undeclared
 from runs.api.serializers import (
     ErrorSerializer,
     RunDetailSerializer,
+    RunLabelsSerializer,
     RunSerializer,
     run_detail_serializer,
 )
@@ -229,6 +236,28 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             409: schema.CONFLICT,
         },
     )
+    @extend_schema(
+        summary="Tag a run and note on it",
+        description="Sets the run's tags (find it by runs?tag=...) and note; a field not "
+        "given stays as it is. Its owner's, or staff's.",
+        request=RunLabelsSerializer,
+        parameters=[schema.RUN],
+        responses={200: RunLabelsSerializer, 400: schema.FIELD_ERRORS, 404: schema.NOT_FOUND},
+    )
+    @action(detail=True, methods=["post"], parser_classes=[JSONParser])
+    def labels(self, request: Request, pk: str) -> Response:
+        run = run_or_404(request.user, pk)
+        if run.owner_id != request.user.pk and not request.user.is_staff:
+            raise PermissionDenied("only its owner tags a run or notes on it")
+        given = RunLabelsSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        changes = dict(given.validated_data)
+        if "tags" in changes:
+            changes["tags"] = list(dict.fromkeys(changes["tags"]))
+        Run.objects.filter(pk=run.pk).update(**changes)
+        run.refresh_from_db(fields=["tags", "note"])
+        return Response({"tags": run.tags, "note": run.note})
+
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         run = get_object_or_404(with_progress(visible_runs(request.user)), pk=pk)

@@ -1,6 +1,9 @@
-"""``simrun results RUN [TASK] [--csv FILE]``: a task's results table, printed or saved.
+"""``simrun results RUN [TASK] [--csv FILE]``: a task's results table, printed or saved;
+``simrun results RUN RUN... [--task T]``: the tables of runs as one, a ``run`` column first.
 
-The table is the task's ``out/results.csv`` (a row per unit of a sweep), fetched whole. It is
+The table is the task's ``out/results.csv`` (a row per unit of a sweep), fetched whole;
+``--filter`` and ``--over`` view it as the pages do (rows where clauses hold, averaged over
+a parameter), as do several runs (``GET /api/results/``, the rows the service keeps). It is
 printed as aligned columns of plain text, the same on a terminal and a pipe (no colours, no
 wrapping at the terminal's width), numbers right-aligned, long cells cut; ``--csv`` saves the
 file as it is instead (``-`` writes it to stdout).
@@ -24,6 +27,7 @@ from runs.cli.client_commands import (
     as_cli_errors,
     reports_errors,
 )
+from runs.client.api import rows_csv
 
 NAME = "results"
 HELP = "print a task's results table (a row per unit of a sweep), or save it as CSV"
@@ -35,8 +39,17 @@ GAP = "  "
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN", help="the run's id")
     parser.add_argument(
-        "task", nargs="?", help="the task's id (default: the run's one task with a table)"
+        "more",
+        nargs="*",
+        metavar="TASK|RUN",
+        help="the task's id (default: the run's one task with a table), or more runs to "
+        "compare with it: one table, a run column first",
     )
+    parser.add_argument("--task", help="the task of each run compared (default: its one table)")
+    parser.add_argument(
+        "--filter", help="only the rows where clauses hold: 'T >= 1 and method = mc'"
+    )
+    parser.add_argument("--over", help="average over this parameter (a seed): mean, std, min, max")
     parser.add_argument(
         "--csv", metavar="FILE", help="save the whole table as CSV to FILE (- for stdout)"
     )
@@ -88,10 +101,24 @@ def aligned(rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def targets(client: Client, args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """The runs asked for and their task: ``RUN TASK`` when the second names a task of the
+    first run, else every argument is a run."""
+    if len(args.more) == 1 and not args.task:
+        tasks = {task["id"] for task in client.run(args.run_id).tasks}
+        if args.more[0] in tasks:
+            return [args.run_id], args.more[0]
+    return [args.run_id, *args.more], args.task
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client, as_cli_errors():  # the choice of the task fails as a call does
-        text = client.results_csv(args.run_id, args.task)
+        runs, task = targets(client, args)
+        if len(runs) == 1 and not args.filter and not args.over:
+            text = client.whole_or_partial_csv(runs[0], task)
+        else:
+            text = rows_csv(*client.compared_rows(runs, task, filter=args.filter, over=args.over))
     if args.csv == "-":
         sys.stdout.write(text)
         return EXIT_OK

@@ -34,13 +34,26 @@ def tasks_table(tasks: list[dict[str, Any]]) -> Table:
             task["id"],
             task["type"] or task["kind"],
             styled(task.get("shown_state") or task["state"]),
-            f"{task['units_done']}/{task['units_total']}",
+            f"{task['units_done']}/{task['units_total']}" + failed_text(task.get("units_failed")),
             str(plan["cores"]),
             f"{gib_text(plan['memory_gb'])} GiB",
             str(plan.get("workers", 1)),
             plan.get("why_short") or plan.get("why", ""),
         )
     return table
+
+
+def failed_text(failed: int | None) -> str:
+    """The count of failed units beside a progress, nothing when none failed."""
+    return f" ({failed} failed)" if failed else ""
+
+
+def failed_line(task: dict[str, Any]) -> str:
+    """How many units of a task failed and the first one's why, in a line; "" for none."""
+    if not task.get("units_failed"):
+        return ""
+    why = f"; the first: {task['unit_failure']}" if task.get("unit_failure") else ""
+    return f"{task['id']}: {task['units_failed']} of {task['units_total']} units failed{why}"
 
 
 def reused_line(task: dict[str, Any]) -> str:
@@ -132,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]{title}{item['id']}[/] {styled(state)}  {url}")
     console.print(
         f"by {item['owner']} · {item['backend']} backend · created {item['created_at'][:19]} · "
-        f"{item['units_done']}/{item['units_total']} units · "
+        f"{item['units_done']}/{item['units_total']} units"
+        f"{failed_text(item.get('units_failed'))} · "
         f"{duration_text(item['duration_s'] or 0)}"
     )
     if item.get("resume_of"):
@@ -151,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"command of {task['id']}: {shlex.join(task['command'])}", markup=False)
         if task.get("message"):  # why it waits, or why it failed
             console.print(f"{task['id']}: {task['message']}", markup=False)
+        if line := failed_line(task):
+            console.print(line, markup=False)
         if line := reused_line(task):
             console.print(line, markup=False)
     attempts = attempts_table(item["tasks"])

@@ -6,11 +6,12 @@ one of the exceptions of ``runs.client.errors``. Never imports Django.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote, urlencode
@@ -55,6 +56,19 @@ def no_run(run_id: str) -> str:
 
 def no_task(run_id: str, task: str) -> str:
     return f"not found: no task {task!r} in a run {run_id!r} you may see"
+
+
+RESULT_PAGE = 1000
+"""Rows a page of results brings: the most the API gives at once."""
+
+
+def rows_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    """Rows of the API's pages as CSV text: a header, a line per row, no value as empty."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([["" if row[c] is None else row[c] for c in columns] for row in rows])
+    return text.getvalue()
 
 
 class Client:
@@ -431,13 +445,72 @@ class Client:
 
     # Results tables.
 
-    def results(self, run: str | Run, task: str | None = None) -> Any:
+    def results(
+        self,
+        run: str | Run | Sequence[str | Run],
+        task: str | None = None,
+        *,
+        filter: str | None = None,  # noqa: A002 - the API's name for it
+        over: str | None = None,
+    ) -> Any:
         """A task's results table as a pandas DataFrame: a row per unit, in unit order, with
         its parameters, exit code, seconds, peak memory and result fields, as the merge of a
         sweep writes ``out/results.csv``. Without ``task``, the run's one task that has a
-        table. Needs pandas (``pip install pandas``): ``MissingPandas`` says so."""
+        table. A list of runs gives their tables as one, a ``run`` column first
+        (``compared_rows``), viewed as ``filter`` and ``over`` ask. Needs pandas
+        (``pip install pandas``): ``MissingPandas`` says so."""
         pandas = frames.pandas(instead="results_csv() gives the table as CSV text")
-        return pandas.read_csv(io.StringIO(self.results_csv(run, task)))
+        if isinstance(run, str | Run) and filter is None and over is None:
+            text = self.whole_or_partial_csv(run, task)
+            return pandas.read_csv(io.StringIO(text))
+        runs = [run] if isinstance(run, str | Run) else list(run)
+        columns, rows = self.compared_rows(runs, task, filter=filter, over=over)
+        return pandas.DataFrame(rows, columns=columns)
+
+    def compared_rows(
+        self,
+        runs: Sequence[str | Run],
+        task: str | None = None,
+        *,
+        filter: str | None = None,  # noqa: A002 - the API's name for it
+        over: str | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """The tables of runs as one (``GET /api/results/``): its columns and every row, a
+        ``run`` column first; one run alone is its table, viewed likewise."""
+        ids = [r.id if isinstance(r, Run) else r for r in runs]
+        asked = {"filter": filter, "over": over, "task": task}
+        params: dict[str, Any] = {k: v for k, v in asked.items() if v}
+        if len(ids) == 1:
+            path = f"{_task_path(ids[0], task or self.results_task(ids[0]))}results/"
+            params.pop("task", None)
+        else:
+            path, params["runs"] = "/api/results/", ",".join(ids)
+        rows: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            answer = self.get(path, page=page, page_size=RESULT_PAGE, **params)
+            rows += answer["results"]
+            if not answer.get("next"):
+                return [c["name"] for c in answer["columns"]], rows
+            page += 1
+
+    def whole_or_partial_csv(self, run: str | Run, task: str | None = None) -> str:
+        """A task's table as CSV text: its ``out/results.csv``, or, for a task that ended
+        before its merge (a cancelled sweep), the rows of the units it finished."""
+        run_id = run.id if isinstance(run, Run) else run
+        task = task or self.results_task(run_id)
+        if self._status("HEAD", f"{_task_path(run_id, task)}results.csv") == 404:
+            page = f"{_task_path(run_id, task)}results/"
+            if self._status("GET", page, {"page_size": 1}) == 200:
+                return rows_csv(*self.compared_rows([run_id], task))
+        return self.results_csv(run_id, task)  # or what its answer means
+
+    def _status(self, method: str, path: str, params: dict[str, Any] | None = None) -> int:
+        """The status of an answer, 0 for none."""
+        try:
+            return self.http.request(method, path, params=params).status_code
+        except httpx.HTTPError:
+            return 0
 
     def results_csv(self, run: str | Run, task: str | None = None) -> str:
         """A task's results table as the CSV text of its ``out/results.csv``, all of it."""
@@ -456,7 +529,8 @@ class Client:
         found = [
             task["id"]
             for task in self.run(run_id).tasks
-            if task["state"] in ("done", "failed") and self._has_results(run_id, task["id"])
+            if task["state"] in ("done", "failed", "skipped")
+            and self._has_results(run_id, task["id"])
         ]
         if not found:
             raise NotFound(
@@ -468,16 +542,20 @@ class Client:
         return str(found[0])
 
     def _has_results(self, run_id: str, task: str) -> bool:
-        """Whether a task has a results table: a HEAD of its CSV, which sends no body."""
-        path = f"{_task_path(run_id, task)}results.csv"
-        try:
-            status = self.http.head(path).status_code
-        except httpx.HTTPError:
-            status = 0
-        if status in (200, 404):
-            return status == 200
-        self.request("HEAD", path)  # raises what any other answer means
-        return True
+        """Whether a task has a results table: a HEAD of its CSV, which sends no body; else
+        a page of one row, for the rows of a task that ended before its merge."""
+        for path, params in (
+            (f"{_task_path(run_id, task)}results.csv", None),
+            (f"{_task_path(run_id, task)}results/", {"page_size": 1}),
+        ):
+            method = "HEAD" if params is None else "GET"
+            status = self._status(method, path, params)
+            if status == 200:
+                return True
+            if status != 404:
+                self.request(method, path, params=params)  # raises what the answer means
+                return True
+        return False
 
     def _output(self, run_id: str, task: str, path: str) -> httpx.Response:
         url = f"{_task_path(run_id, task)}outputs/{quote(path.lstrip('/'))}"

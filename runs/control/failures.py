@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,16 +36,29 @@ EXIT_MEANINGS = {
 }
 
 
+LOG_PREFIX = re.compile(
+    r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    r"(?:\S+\s+)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+)
+"""The time, program and level a log line starts with (the harness's format): not the why."""
+
+
+def plain(message: str) -> str:
+    """An attempt's message (often its log's last line) without the log line's prefix."""
+    return LOG_PREFIX.sub("", message, count=1)
+
+
 def describe(key: str, attempt: FailedAttempt) -> str:
     """A failed attempt in words, for the message of its task and run."""
     what = f"{key} (attempt {attempt.attempt})"
+    message = plain(attempt.message)
     if attempt.oom_killed:
         return f"{what} was killed for memory"
     if attempt.exit_code is None:
-        return f"{what} failed: {attempt.message or 'no exit code'}"
+        return f"{what} failed: {message or 'no exit code'}"
     meaning = EXIT_MEANINGS.get(attempt.exit_code)
     text = f"{what} exited {attempt.exit_code}" + (f" ({meaning})" if meaning else "")
-    return text + (f": {attempt.message}" if attempt.message else "")
+    return text + (f": {message}" if message else "")
 
 
 def why_failed(task_id: str, kind: str, status: BackendStatus, plan: TaskPlan, grace: float) -> str:

@@ -7,6 +7,7 @@ is the service's, not the backend's (Ruling 17b).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from harness import untrusted
 from harness.merge import MERGED_MARKER
-from harness.report import PROGRESS_UNIT, WorkerReport
+from harness.report import PROGRESS_FAILED, PROGRESS_UNIT, WorkerReport
 from runs.backends.base import (
     PREEMPTED_PHASE,
     RETRYING_PHASE,
@@ -374,6 +375,8 @@ def task_changes(
     if state in FINAL_TASK_STATES and task.ended_at is None:
         changes["ended_at"] = timezone.now()
     if state == TaskState.DONE:
+        if task.kind == TaskKind.SPLIT:
+            changes.update(_progress(task))  # the failed units of its last lines
         if task.units_done != task.units_total:
             changes["units_done"] = task.units_total
     elif task.kind == TaskKind.SPLIT and (state in ACTIVE_STATES or "state" in changes):
@@ -419,4 +422,23 @@ def _progress(task: Task) -> dict[str, Any]:
     done = min(task.units_done + fresh, task.units_total)
     if done != task.units_done:
         changes["units_done"] = done
+    return changes | _failures(task, data[:end])
+
+
+def _failures(task: Task, data: bytes) -> dict[str, Any]:
+    """The failed units of fresh progress lines added to the task's count (as units done
+    are), and the first one's why kept when it has none yet."""
+    failed = dict(PROGRESS_FAILED.findall(data))
+    if not failed:
+        return {}
+    changes: dict[str, Any] = {
+        "units_failed": min(task.units_failed + len(failed), task.units_total)
+    }
+    if not task.unit_failure:
+        first = failed[min(failed, key=int)]
+        try:
+            why = json.loads(first)
+        except ValueError:
+            why = first.decode(errors="replace")
+        changes["unit_failure"] = str(why)[: Task._meta.get_field("unit_failure").max_length]
     return changes

@@ -60,6 +60,7 @@ class ListedRun(Liveness):
     owner_name: str
     units_done_sum: int
     units_total_sum: int
+    units_failed_sum: int
 
     @property
     def duration_s(self) -> float:
@@ -85,6 +86,7 @@ def units_sum(column: str) -> RawSQL:
 LISTED_UNITS = {
     "units_done_sum": units_sum("units_done"),
     "units_total_sum": units_sum("units_total"),
+    "units_failed_sum": units_sum("units_failed"),
 }
 
 
@@ -97,7 +99,8 @@ def listed_rows(runs: RunQuerySet) -> Iterator[ListedRun]:
 
 
 def with_progress(runs: RunQuerySet) -> RunQuerySet:
-    """Annotate ``units_done_sum`` and ``units_total_sum`` over the tasks of each run.
+    """Annotate ``units_done_sum``, ``units_total_sum`` and ``units_failed_sum`` over the
+    tasks of each run.
 
     Correlated subqueries rather than a join and GROUP BY: evaluated only for the rows of a
     page, not for every run the filter matches.
@@ -113,7 +116,11 @@ def with_progress(runs: RunQuerySet) -> RunQuerySet:
         )
         return Coalesce(Subquery(summed, output_field=IntegerField()), 0)
 
-    return runs.annotate(units_done_sum=total("units_done"), units_total_sum=total("units_total"))
+    return runs.annotate(
+        units_done_sum=total("units_done"),
+        units_total_sum=total("units_total"),
+        units_failed_sum=total("units_failed"),
+    )
 
 
 def run_or_404(user: Any, run_id: str) -> Run:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 import threading
@@ -29,6 +30,8 @@ from typing import BinaryIO
 from django.conf import settings
 
 from harness import untrusted
+from harness.report import UNIT_ROWS
+from harness.results import cell, is_scalar
 from runs.common.store import TaskFolder
 
 CSV_NAME = "results.csv"
@@ -81,7 +84,15 @@ class Results:
     """What was left out, and why, in words for the page and the API."""
     numbers: dict[str, list[float | None]] = field(default_factory=dict)
     """The values of each numeric column, a row each (None: no value)."""
+    partial: bool = False
+    """The rows of the units a task finished before it ended unmerged (``read_partial``)."""
     orders: dict[tuple[str | None, bool], list[int]] = field(default_factory=dict, repr=False)
+    views: dict[tuple[str, str], Results] = field(default_factory=dict, repr=False)
+    """The views made of it (``table_views.view``: filtered, averaged), most recent last."""
+    sources: list[Results] = field(default_factory=list, repr=False)
+    """The tables a combined one was made of (``runs.reads.comparison``), held while it is."""
+    grouped: tuple[str, ...] | None = None
+    """The parameters of an averaged view (its first columns); None for a table as read."""
     """The orders asked so far, kept: a table is read by many requests."""
 
     def numeric(self, column: str) -> bool:
@@ -92,13 +103,18 @@ class Results:
         return [row[index] for row in self.rows]
 
     def parameters(self) -> list[str]:
-        """The columns between ``unit`` and ``exit_code``, as the merge of a sweep writes them."""
+        """The columns between ``unit`` and ``exit_code``, as the merge of a sweep writes them
+        (of an averaged view: the parameters it kept)."""
+        if self.grouped is not None:
+            return list(self.grouped)
         if "unit" not in self.columns or "exit_code" not in self.columns:
             return []
         return list(self.columns[self.columns.index("unit") + 1 : self.columns.index("exit_code")])
 
     def result_fields(self) -> list[str]:
         """The columns after ``peak_gib``; without it, every column but the bookkeeping."""
+        if self.grouped is not None:
+            return [c for c in self.columns if c not in self.grouped and c != "n"]
         if "peak_gib" in self.columns:
             after = self.columns[self.columns.index("peak_gib") + 1 :]
             return [c for c in after if c not in BOOKKEEPING]
@@ -228,6 +244,85 @@ def read_results(folder: TaskFolder, limits: Limits | None = None) -> Results | 
     results = parse(data, limits, size=st.st_size)
     PARSED.put(key, results, cost=len(data))
     return results
+
+
+def read_partial(folder: TaskFolder, limits: Limits | None = None) -> Results | None:
+    """The table of the units a split task finished, from the rows its workers appended to
+    ``rows.jsonl`` as each unit ended (``harness.report.UNIT_ROWS``): what a cancelled or
+    failed sweep shows instead of the merge's table. None without the file. Read within the
+    budgets and parsed once while the file is unchanged, as ``read_results``."""
+    limits = limits or Limits.from_settings()
+    try:
+        file = untrusted.open_file(folder.base, folder / UNIT_ROWS)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise Unreadable(f"{UNIT_ROWS} is not a regular file the service reads ({error})") from None
+    with file:
+        st = os.fstat(file.fileno())
+        key = ("rows", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, limits)
+        if (kept := PARSED.get(key)) is not None:
+            return kept
+        data = file.read(limits.max_bytes + 1)
+    results = parse_rows(data, limits, size=st.st_size)
+    PARSED.put(key, results, cost=len(data))
+    return results
+
+
+def parse_rows(data: bytes, limits: Limits, *, size: int) -> Results:
+    """The table of ``rows.jsonl``'s bytes: a row per unit (the last line of a unit stored
+    twice), in unit order, the columns in the order first seen with ``error`` last."""
+    notes: list[str] = []
+    if len(data) > limits.max_bytes:
+        data = data[: data.rfind(b"\n", 0, limits.max_bytes) + 1]
+        notes.append(f"too large: {size:,} bytes of rows, only the first {len(data):,} read")
+    by_unit: dict[int, dict[str, object]] = {}
+    for line in data.splitlines():
+        try:
+            entry = json.loads(line)
+            by_unit[int(entry["unit"])] = dict(entry["row"])
+        except (ValueError, TypeError, KeyError):
+            continue  # a line cut by the end of a write, or no row: not a unit's row
+    names = dict.fromkeys(name for row in by_unit.values() for name in row)
+    names.pop("error", None)
+    if any("error" in row for row in by_unit.values()):
+        names["error"] = None
+    columns = column_names(list(names)[: limits.max_columns])
+    units = sorted(by_unit)
+    rows = [
+        tuple(csv_cell(by_unit[unit].get(name)) for name in columns)
+        for unit in units[: limits.max_rows]
+    ]
+    if len(units) > limits.max_rows:
+        notes.append(f"too large: {len(units):,} rows, showing the first {limits.max_rows:,}")
+    results = Results(columns, rows, len(units), False, size, notes, partial=True)
+    results.numbers = numeric_columns(columns, rows)
+    return results
+
+
+def csv_cell(value: object) -> str:
+    """A JSON value as the merge writes it into a cell (``harness.results.cell``)."""
+    return cell(value) if is_scalar(value) else json.dumps(value)  # type: ignore[arg-type]
+
+
+def read_table(folder: TaskFolder, limits: Limits | None = None) -> Results | None:
+    """A task's results table: the merge's ``out/results.csv``, else the rows of the units
+    it finished (``read_partial``, marked ``partial``); None when it has neither."""
+    found = read_results(folder, limits)
+    return found if found is not None else read_partial(folder, limits)
+
+
+def table_entry(folder: TaskFolder) -> bool:
+    """Whether a task has a table to show (the merge's or the rows of its units): an entry
+    that is no regular file counts, and is shown as a problem."""
+    try:
+        if file_entry(folder, CSV_NAME) is not None:
+            return True
+        return untrusted.file_size(folder.base, folder / UNIT_ROWS) is not None
+    except FileNotFoundError:
+        return False
+    except (OSError, Unreadable):
+        return True
 
 
 def parse(data: bytes, limits: Limits, *, size: int) -> Results:

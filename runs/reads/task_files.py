@@ -214,7 +214,12 @@ def output_files(folder: TaskFolder, limit: int = MAX_OUTPUTS_LISTED) -> Outputs
     cut = walk.cut
     if len(found) > limit:
         found, cut = found[:limit], cut or f"too many: more than {limit} files"
-    return Outputs(sorted(found, key=lambda f: f.path), cut)
+    return Outputs(sorted(found, key=lambda f: natural(f.path)), cut)
+
+
+def natural(path: str) -> tuple[tuple[int, int, str], ...]:
+    """A path's sort key with its numbers as numbers: ``units/2`` before ``units/10``."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.split("/"))
 
 
 def open_output(folder: TaskFolder, relative: str) -> tuple[BinaryIO, OutputFile]:
@@ -258,11 +263,13 @@ def units_now(task: Task) -> int:
 
 
 def attach_progress(run: Run, tasks: list[Task]) -> None:
-    """Set ``units_now`` on each task and the run's sums ``units_done_sum``/``units_total_sum``."""
+    """Set ``units_now`` on each task and the run's sums ``units_done_sum``,
+    ``units_total_sum`` and ``units_failed_sum``."""
     for task in tasks:
         task.units_now = units_now(task)  # type: ignore[attr-defined]
     run.units_done_sum = sum(t.units_now for t in tasks)  # type: ignore[attr-defined]
     run.units_total_sum = sum(t.units_total for t in tasks)  # type: ignore[attr-defined]
+    run.units_failed_sum = sum(t.units_failed for t in tasks)  # type: ignore[attr-defined]
 
 
 def preview(folder: TaskFolder, relative: str, max_bytes: int = 8192) -> str:

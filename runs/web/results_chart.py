@@ -127,6 +127,16 @@ class Series:
     label: str
     points: list[tuple[float, float, int]]
     """(x, mean y, rows averaged) by x."""
+    spreads: dict[float, float] = field(default_factory=dict)
+    """The spread (the mean std) of y at each x, where y is an average's mean."""
+
+
+def spread_column(results: Results, y: str) -> str | None:
+    """The std beside a mean (``energy std`` for ``energy mean``), drawn as error bars."""
+    if not y.endswith(" mean"):
+        return None
+    std = y.removesuffix(" mean") + " std"
+    return std if results.numeric(std) else None
 
 
 def lines(results: Results, choice: Choice) -> Plot:
@@ -137,7 +147,7 @@ def lines(results: Results, choice: Choice) -> Plot:
         return Plot(empty_svg("no row has both an x and a y"), notes)
     width = WIDTH - (LEGEND_W if choice.colour else 0)
     xs = [p[0] for s in series for p in s.points]
-    ys = [p[1] for s in series for p in s.points]
+    ys = [p[1] + d * s.spreads.get(p[0], 0.0) for s in series for p in s.points for d in (-1, 1)]
     x_axis, y_axis = Axis.of(xs, LEFT, width - 16), Axis.of(ys, HEIGHT - BOTTOM, TOP)
     parts = [
         svg_open(f"{choice.y} against {choice.x}", choice, len(series)),
@@ -151,6 +161,12 @@ def lines(results: Results, choice: Choice) -> Plot:
             f'<g class="series series-{index}" data-series="{label}">{title}'
             f'<polyline points="{points}"/>'
         )
+        for x, y, _ in one.points:
+            if (spread := one.spreads.get(x)) is not None:
+                parts.append(
+                    f'<line class="spread" data-spread x1="{x_axis(x):.1f}" x2="{x_axis(x):.1f}" '
+                    f'y1="{y_axis(y - spread):.1f}" y2="{y_axis(y + spread):.1f}"/>'
+                )
         if len(one.points) <= DOTS_UP_TO:
             for x, y, count in one.points:
                 tip = escape(
@@ -174,15 +190,22 @@ def line_series(results: Results, choice: Choice, notes: list[str]) -> list[Seri
     ``MAX_POINTS``; at most ``MAX_SERIES`` lines, the first values of the colour column."""
     xs, ys = plotted(results.numbers[choice.x]), plotted(results.numbers[choice.y])
     keys, label = colour_keys(results, choice.colour)
-    sums: dict[object, dict[float, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    spread = spread_column(results, choice.y)
+    stds = plotted(results.numbers[spread]) if spread else [None] * len(xs)
+    sums: dict[object, dict[float, list[float]]] = defaultdict(
+        lambda: defaultdict(lambda: [0, 0, 0, 0])
+    )
     skipped = 0
-    for x, y, key in zip(xs, ys, keys, strict=True):
+    for x, y, key, std in zip(xs, ys, keys, stds, strict=True):
         if x is None or y is None:
             skipped += 1
             continue
         total = sums[key][x]
         total[0] += y
         total[1] += 1
+        if std is not None:
+            total[2] += std
+            total[3] += 1
     if skipped:
         notes.append(f"{skipped:,} row(s) without a finite {choice.x} and {choice.y} left out")
     ordered = sorted(sums, key=sort_key)
@@ -195,11 +218,12 @@ def line_series(results: Results, choice: Choice, notes: list[str]) -> list[Seri
     found = []
     most = 0
     for key in ordered:
-        points = [(x, s / n, int(n)) for x, (s, n) in sorted(sums[key].items())]
+        points = [(x, s / n, int(n)) for x, (s, n, _, _) in sorted(sums[key].items())]
         most = max(most, len(points))
+        spreads = {x: d / m for x, (_, _, d, m) in sums[key].items() if m}
         if len(points) > MAX_POINTS:
-            points = binned(points, MAX_POINTS)
-        found.append(Series(label(key), points))
+            points, spreads = binned(points, MAX_POINTS), {}
+        found.append(Series(label(key), points, spreads))
     if most > MAX_POINTS:
         notes.append(
             f"up to {most:,} distinct {choice.x} in a line: averaged into {MAX_POINTS} bins"

@@ -25,14 +25,18 @@ from django.urls import reverse
 
 from runs.api.results_views import serve_results
 from runs.common import store
-from runs.models import Task, TaskState
+from runs.models import FINAL_TASK_STATES, Task
 from runs.reads import results as tables
+from runs.reads import table_views
 from runs.reads.access import task_or_404
 from runs.web import results_chart
 
 CELL_CHARS = 120
 """A cell longer than this is shown cut, with an ellipsis; the downloads have all of it."""
 ORDERS = ("asc", "desc")
+VIEW_PARAMETERS = ("filter", "over")
+PAGE_PARAMETERS = (*VIEW_PARAMETERS, "sort", "order", "x", "y", "colour", "kind")
+"""What the run page passes on to the results section of the task its ``task`` names."""
 
 
 class BadQuery(ValueError):
@@ -40,29 +44,50 @@ class BadQuery(ValueError):
 
 
 def has_results(task: Task) -> bool:
-    """Whether a task shows a results section: ended done or failed (the merge of a sweep
-    with more failures than allowed writes its table, then fails), with an
-    ``out/results.csv`` of any kind (one that is no regular file is shown as a problem)."""
-    if task.state not in (TaskState.DONE, TaskState.FAILED):
+    """Whether a task shows a results section: ended (done; failed, as the merge of a sweep
+    with more failures than allowed writes its table, then fails; or stopped by its run's
+    end) with a table: the merge's ``out/results.csv`` or the rows of the units it finished
+    (``tables.table_entry``; one that is no regular file is shown as a problem)."""
+    if task.state not in FINAL_TASK_STATES:
         return False
-    try:
-        return (
-            tables.file_entry(store.task_folder(task.run_id, task.task_id), tables.CSV_NAME)
-            is not None
-        )
-    except tables.Unreadable:
-        return True
+    return tables.table_entry(store.task_folder(task.run_id, task.task_id))
 
 
-def _read(task: Task) -> tuple[tables.Results | None, str]:
-    """The task's table, or the problem that keeps it from being read; 404 when none."""
+def _read(task: Task, query: Any) -> tuple[tables.Results | None, str]:
+    """The task's table as the query views it (``filter``, ``over``), or the problem that
+    keeps it from being read; 404 when none, ``BadQuery`` for a view it cannot take."""
     try:
-        results = tables.read_results(store.task_folder(task.run_id, task.task_id))
+        results = tables.read_table(store.task_folder(task.run_id, task.task_id))
     except tables.Unreadable as error:
         return None, str(error)
     if results is None:
         raise Http404(f"task {task.task_id} has no results table")
-    return results, ""
+    try:
+        return table_views.view(results, view_of(query)["filter"], view_of(query)["over"]), ""
+    except table_views.BadView as error:
+        raise BadQuery(f"{error.field}: {error}") from None
+
+
+def view_of(query: Any) -> dict[str, str]:
+    """The view a query asks for: ``filter`` and ``over``, "" for none."""
+    return {name: query.get(name, "").strip() for name in VIEW_PARAMETERS}
+
+
+def view_choices(results: tables.Results | None, over: str) -> list[str]:
+    """The parameters a table may be averaged over (those of the table before its average)."""
+    if results is None:
+        return []
+    return results.parameters() + ([over] if results.grouped is not None else [])
+
+
+def view_link(task: Task, query: Any, choice: results_chart.Choice | None) -> str:
+    """The run page's URL that opens on this view of the task's table: its filter, its axis
+    and its plot's choices, as a link to share."""
+    asked = {k: v for k, v in view_of(query).items() if v}
+    if choice is not None:
+        asked |= {"x": choice.x, "y": choice.y, "colour": choice.colour, "kind": choice.kind}
+    base = reverse("runs:run-detail", args=[task.run_id])
+    return f"{base}?{urlencode(asked | {'task': task.task_id})}#results-{task.task_id}"
 
 
 def table_context(task: Task, results: tables.Results, query: Any) -> dict[str, Any]:
@@ -87,7 +112,7 @@ def table_context(task: Task, results: tables.Results, query: Any) -> dict[str, 
                 "name": name,
                 "numeric": results.numeric(name),
                 "sorted": sorted_now if name == column else "",
-                "url": f"{url}?{urlencode({'sort': name, 'order': following})}",
+                "url": f"{url}?{urlencode(view_of(query) | {'sort': name, 'order': following})}",
             }
         )
     numeric = [results.numeric(name) for name in results.columns]
@@ -122,6 +147,8 @@ def plot_context(task: Task, results: tables.Results, query: Any) -> dict[str, A
     plot = results_chart.draw(results, choice) if choice else None
     return {
         "task": task,
+        "view": view_of(query),
+        "link": view_link(task, query, choice),
         "choice": choice,
         "plot": plot,
         "numeric_columns": [c for c in results.columns if results.numeric(c)],
@@ -132,8 +159,14 @@ def plot_context(task: Task, results: tables.Results, query: Any) -> dict[str, A
 
 def results_context(task: Task, query: Any) -> dict[str, Any]:
     """The whole results section of a task: its figures, downloads, table and plot."""
-    results, problem = _read(task)
-    context: dict[str, Any] = {"task": task, "problem": problem, "results": results}
+    results, problem = _read(task, query)
+    context: dict[str, Any] = {
+        "task": task,
+        "problem": problem,
+        "results": results,
+        "view": view_of(query),
+        "parameters": view_choices(results, view_of(query)["over"]),
+    }
     if results is None:
         return context
     folder = store.task_folder(task.run_id, task.task_id)
@@ -170,7 +203,7 @@ def task_results_table(request: HttpRequest, run_id: str, task_id: str) -> HttpR
     task = task_or_404(request.user, run_id, task_id)
 
     def build() -> dict[str, Any]:
-        results, problem = _read(task)
+        results, problem = _read(task, request.GET)
         if results is None:
             raise Http404(problem)
         return {"table": table_context(task, results, request.GET)}
@@ -184,7 +217,7 @@ def task_results_plot(request: HttpRequest, run_id: str, task_id: str) -> HttpRe
     task = task_or_404(request.user, run_id, task_id)
 
     def build() -> dict[str, Any]:
-        results, problem = _read(task)
+        results, problem = _read(task, request.GET)
         if results is None:
             raise Http404(problem)
         return {"chart": plot_context(task, results, request.GET)}

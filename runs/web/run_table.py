@@ -27,13 +27,15 @@ ROWS_KEPT = 5_000  # ended runs' rows kept per process: 200 tables, about 5 MB
 
 ROW = (
     '<tr data-run="{id}">'
+    '<td class="pick"><input type="checkbox" name="runs" value="{id}" form="compare-runs" '
+    'aria-label="compare {id}"></td>'
     '<td><a class="strong" href="{base}{id}/">{name}</a>'
     '<div class="muted mono small">{id}</div></td>'
     '<td><span class="badge state-{state}">{state}</span></td>'
     '<td><div class="progress-wrap"><div class="progress" role="progressbar" '
     'aria-valuemin="0" aria-valuemax="{total}" aria-valuenow="{done}">'
     '<div class="bar state-{state}" style="width: {width:.1f}%"></div></div>'
-    '<span class="progress-label">{done}&thinsp;/&thinsp;{total}</span></div></td>'
+    '<span class="progress-label">{done}&thinsp;/&thinsp;{total}</span>{failed}</div></td>'
     '<td class="nowrap">{duration}</td>'
     "<td>{owner}</td>"
     '<td class="nowrap">{created}</td>'
@@ -53,11 +55,22 @@ def table_row(run: dict[str, Any], zone: tzinfo, base: str) -> SafeString:
         done=done,
         total=total,
         width=percent(done, total),
+        failed=failed_badge(int(run.get("units_failed") or 0)),
         duration=duration(run["duration_s"]),
         owner=escape(run["owner"]),
         created=created.strftime("%Y-%m-%d %H:%M"),
     )
     return mark_safe(row)  # noqa: S308 - every value above is escaped or digits and a state
+
+
+def failed_badge(failed: int) -> str:
+    """The count of a run's failed units beside its progress; nothing when none failed."""
+    if not failed:
+        return ""
+    return (
+        f'<span class="badge state-failed units-failed" data-units-failed="{failed}" '
+        f'title="units that failed (allowed by failures.allowed)">{failed} failed</span>'
+    )
 
 
 RowKey = tuple[str, tzinfo, str]

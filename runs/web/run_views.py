@@ -8,6 +8,7 @@ page does: a fragment can be asked for directly.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -21,11 +22,12 @@ from runs.api.filters import filter_values
 from runs.api.listed_json import listed_page
 from runs.api.listing import Listing
 from runs.api.pagination import MAX_PAGE, positive
+from runs.api.serializers import RunLabelsSerializer
 from runs.api.task_views import serve_output
 from runs.common import store
 from runs.common.errors import Conflict
 from runs.control import cancelling
-from runs.models import RunState, TaskState
+from runs.models import Run, RunState, TaskState
 from runs.reads import accounting, task_files
 from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
@@ -33,13 +35,15 @@ from runs.reads.run_reads import rerun_ids
 from runs.reads.shown import shown_run_state
 from runs.web.dag import layout
 from runs.web.fragments import fragment
-from runs.web.results_views import has_results
+from runs.web.results_views import PAGE_PARAMETERS, has_results
 from runs.web.run_table import table_rows
 from runs.web.timeline import timeline
 
 RUNS_PER_PAGE = 25
 """Rows of the runs table: what a laptop screen shows without much scrolling."""
 OUTPUTS_SHOWN = 50
+UNIT_FOLDERS = "units/"
+"""Where a sweep's units write (``{out}``): listed folded, below the task's own outputs."""
 
 
 def _run_list_context(request: HttpRequest) -> dict[str, Any]:
@@ -55,7 +59,10 @@ def _run_list_context(request: HttpRequest) -> dict[str, Any]:
     return {
         "rows": rows,
         "any_live": any_live,
-        "filters": {k: request.GET.get(k, "") for k in ("state", "name", "owner", "live")},
+        "filters": {
+            k: request.GET.get(k, "")
+            for k in ("state", "name", "owner", "live", "tag", "param", "created_after")
+        },
         "filter_errors": errors,
         "states": RunState.choices,
         "count": page.count,
@@ -84,9 +91,17 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     run = run_with_tasks_or_404(request.user, run_id)
     tasks = list(run.tasks.all())
     task_files.attach_progress(run, tasks)
+    asked = request.GET.get("task", "")
     for task in tasks:
+        task.results_query = (  # type: ignore[attr-defined]
+            urlencode({k: request.GET[k] for k in PAGE_PARAMETERS if k in request.GET})
+            if task.task_id == asked
+            else ""
+        )
         outputs, cut = _outputs(task) if task.state == TaskState.DONE else ([], "")
-        task.outputs, task.outputs_cut = outputs, cut  # type: ignore[attr-defined]
+        task.outputs = [o for o in outputs if not o["unit"]]  # type: ignore[attr-defined]
+        task.unit_outputs = [o for o in outputs if o["unit"]]  # type: ignore[attr-defined]
+        task.outputs_cut = cut  # type: ignore[attr-defined]
         task.results_present = has_results(task)  # type: ignore[attr-defined]
         if task.started_at is not None:
             end = task.ended_at or run.ended_at or timezone.now()
@@ -95,6 +110,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
             attempt.live = live_figures(attempt)  # type: ignore[attr-defined]
             attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]
     units_now = {t.task_id: t.units_now for t in tasks}  # type: ignore[attr-defined]
+    failed = [t for t in tasks if t.units_failed]
     return {
         "run": run,
         "run_state": shown_run_state(run.state, [t.state for t in tasks]),
@@ -107,6 +123,8 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
         "timeline_phone": timeline(run, tasks, phone=True),
         "spark": {"width": SPARK_WIDTH, "height": SPARK_HEIGHT},
         "usage": accounting.run_usage(run, tasks),
+        "failed_tasks": failed,
+        "results_tasks": [t for t in tasks if t.results_present],  # type: ignore[attr-defined]
     }
 
 
@@ -127,7 +145,8 @@ def _outputs(task: Any) -> tuple[list[dict[str, Any]], str]:
             if url and output.inline and not output.is_image
             else ""
         )
-        shown.append({"file": output, "url": url, "preview": preview})
+        unit = output.path.startswith(UNIT_FOLDERS)
+        shown.append({"file": output, "url": url, "preview": preview, "unit": unit})
     return shown, listing.cut
 
 
@@ -160,6 +179,27 @@ def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
     context = _run_context(request, run_id)
     context["notice"] = {"level": messages.DEFAULT_TAGS[level], "text": notice}
     return fragment(request, "runs/run_detail.html#live", context, live=context["live"])
+
+
+@login_required
+@require_POST
+def run_labels(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Set a run's tags (words, space or comma separated) and note: its owner's, or staff's."""
+    run = run_or_404(request.user, run_id)
+    if run.owner_id != request.user.pk and not request.user.is_staff:
+        messages.warning(request, "Only its owner tags a run or notes on it.")
+        return redirect("runs:run-detail", run_id=run_id)
+    words = request.POST.get("tags", "").replace(",", " ").split()
+    given = RunLabelsSerializer(data={"tags": words, "note": request.POST.get("note", "")})
+    if given.is_valid():
+        changes = dict(given.validated_data)
+        changes["tags"] = list(dict.fromkeys(changes["tags"]))
+        Run.objects.filter(pk=run.pk).update(**changes)
+        messages.success(request, "Tags and note saved.")
+    else:
+        problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in given.errors.items())
+        messages.warning(request, f"Not saved: {problems}")
+    return redirect("runs:run-detail", run_id=run_id)
 
 
 @login_required

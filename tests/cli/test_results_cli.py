@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Run
-from tests.client.test_results import TWO_SWEEPS
+from tests.client.test_results import TWO_SWEEPS, shifted_runs
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.dashboard.test_sweep_page import cancelled_with_rows
 from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,3 +87,26 @@ def test_results_of_another_users_run_is_not_found(simrun, stranger, store):
     for args in ((theirs.id,), (theirs.id, "sweep")):
         result = simrun("results", *args)
         assert result.code == 2 and "not found" in result.err, args
+
+
+def test_results_of_several_runs_prints_one_table_with_a_run_column(simrun, owner, store):
+    runs = shifted_runs(owner, store)
+
+    shown = simrun("results", *runs, "--filter", "T = 0.5 and seed = 1")
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert lines[0].split()[:3] == ["run", "unit", "T"]
+    assert [line.split()[0] for line in lines[2:]] == runs
+    assert [line.split()[-1] for line in lines[2:]] == ["6.0", "106.0"]
+    one = simrun("results", runs[0], "sweep")  # a task of the run: its table, as before
+    assert one.code == 0 and one.out.splitlines()[0].split() == HEADER
+
+
+def test_a_cancelled_sweep_gives_the_rows_of_the_units_it_finished(simrun, owner, store):
+    made = cancelled_with_rows(owner, store)
+
+    shown = simrun("results", made.id)
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert lines[0].split() == ["unit", "T", "exit_code", "seconds", "peak_gib", "energy"]
+    assert [line.split()[0] for line in lines[2:]] == ["0", "1"]

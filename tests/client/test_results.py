@@ -10,6 +10,7 @@ import pytest
 from runs.client import Ambiguous, MissingPandas, NotFound
 from runs.models import Run
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
+from tests.dashboard.test_sweep_page import cancelled_with_rows
 from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -72,3 +73,40 @@ def test_results_without_pandas_says_to_install_it_and_what_needs_nothing(client
     with pytest.raises(MissingPandas, match=r"pip install pandas.*results_csv\(\)"):
         client.results(run.id)
     assert client.results_csv(run.id).startswith("unit,T,seed")
+
+
+def shifted_runs(owner, store) -> list[str]:
+    """Two runs of the same sweep, the second's energies 100 higher."""
+    runs = []
+    for shift in (0, 100):
+        made = ended(submitted(owner, SWEEP))
+        rows = [[*row[:-2], row[-2] + shift, ""] for row in grid_rows()]
+        (out_dir(store, made) / "results.csv").write_text(csv_text(HEADER, rows))
+        runs.append(made.id)
+    return runs
+
+
+def test_results_of_several_runs_is_one_frame_with_a_run_column_viewed_as_asked(
+    client, owner, store
+):
+    runs = shifted_runs(owner, store)
+
+    table = client.results(runs)
+    assert list(table.columns) == ["run", *HEADER] and len(table) == 12
+    assert table.groupby("run")["energy"].mean().to_dict() == {runs[0]: 10.5, runs[1]: 110.5}
+    averaged = client.results(runs, over="seed", filter="T >= 1")
+    assert averaged[["run", "T", "energy mean"]].values.tolist() == [
+        [runs[0], 1.0, 10.0],
+        [runs[0], 1.0, 11.0],
+        [runs[0], 1.5, 15.0],
+        [runs[0], 1.5, 16.0],
+        [runs[1], 1.0, 110.0],
+        [runs[1], 1.0, 111.0],
+        [runs[1], 1.5, 115.0],
+        [runs[1], 1.5, 116.0],
+    ]  # a row per T and method: method is a parameter too, one seed each
+
+
+def test_results_of_a_cancelled_sweep_are_the_rows_of_the_units_it_finished(client, owner, store):
+    table = client.results(cancelled_with_rows(owner, store).id)
+    assert table["unit"].tolist() == [0, 1] and table["energy"].tolist() == [5.0, 10.0]

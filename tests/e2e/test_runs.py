@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -74,6 +75,53 @@ def test_a_unit_that_raises_fails_the_run_with_a_message_naming_the_unit(sqlite_
         run = wait_until_ended(api, run_id)
     assert run["state"] == "failed"
     assert "unit 13" in run["message"], run["message"]
+    assert not re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", run["message"]), "a log line's prefix"
+
+
+def test_a_sweep_with_allowed_failures_counts_them_with_their_exception_and_parameters(
+    sqlite_service, token
+):
+    """Three units raise; the run succeeds, and says so: never a plain 11/11."""
+    script = "import sys\nif int(sys.argv[1]) % 4 == 1: raise ValueError('bad ' + sys.argv[1])"
+    spec = {
+        "tasks": {
+            "sim": {
+                "command": ["python", "-c", script, "{i}", "{T}"],
+                "sweep": {"i": {"range": [0, 11]}, "T": [0.5]},
+                "failures": {"allowed": 3},
+            }
+        }
+    }
+    with sqlite_service.client(token) as api:
+        run_id = submit(api, spec)
+        run = wait_until_ended(api, run_id)
+        task = api.get(f"runs/{run_id}/tasks/sim/").json()
+        table = api.get(f"runs/{run_id}/tasks/sim/results/").json()
+        listed = next(r for r in api.get("runs/").json()["results"] if r["id"] == run_id)
+    assert run["state"] == "succeeded", run
+    assert (run["units_done"], run["units_total"], run["units_failed"]) == (11, 11, 3)
+    assert listed["units_failed"] == 3
+    assert task["unit_failure"] == "unit 1 (i=1, T=0.5): ValueError: bad 1"
+    errors = [row["error"] for row in table["results"] if row["error"]]
+    assert errors == ["ValueError: bad 1", "ValueError: bad 5", "ValueError: bad 9"]
+
+
+def test_a_cancelled_sweep_shows_the_rows_of_the_units_it_finished(sqlite_service, token):
+    script = "import sys, time\ntime.sleep(0 if int(sys.argv[1]) < 3 else 8)"
+    spec = {
+        "tasks": {
+            "sim": {"command": ["python", "-c", script, "{i}"], "sweep": {"i": {"range": [0, 40]}}}
+        }
+    }
+    with sqlite_service.client(token) as api:
+        run_id = submit(api, spec)
+        wait_for(lambda: run_of(api, run_id)["units_done"] >= 3, 120, "the quick units to be done")
+        assert api.post(f"runs/{run_id}/cancel/").status_code == 202
+        wait_until_ended(api, run_id)
+        table = api.get(f"runs/{run_id}/tasks/sim/results/").json()
+    assert table["partial"] is True
+    assert [row["i"] for row in table["results"]][:3] == [0, 1, 2]
+    assert all(row["exit_code"] == 0 for row in table["results"])
 
 
 def test_a_cancel_ends_every_process_of_the_run_within_the_grace_period(sqlite_service, token):

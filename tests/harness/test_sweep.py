@@ -240,6 +240,34 @@ def test_failed_units_within_the_allowance_are_recorded_with_their_exit_and_stde
     assert (paths.out / "units/1/stderr").read_text() == "no convergence\n"
 
 
+def test_a_failed_unit_says_its_exception_and_parameters_in_its_row_and_progress_line(sweep):
+    """The error cell is the traceback's last line (the exception), not its first; the unit's
+    progress line says it failed, with its parameters; every unit's row is kept as it ends."""
+    script = "import sys\nif sys.argv[1] == '2': raise ValueError('bad ' + sys.argv[2])"
+    paths, settings = sweep(
+        ["python", "-c", script, "{i}", "{T}"],
+        {"i": {"range": [0, 4]}, "T": [0.5]},
+        failures={"allowed": 1},
+    )
+
+    run(paths, settings)
+    run_merge(SWEEP, settings, paths)
+
+    assert table(paths)["error"].fillna("").tolist() == ["", "", "ValueError: bad 0.5", ""]
+    lines = [json.loads(line) for line in paths.progress.read_text().splitlines()]
+    assert [line.get("failed") for line in sorted(lines, key=lambda line: line["unit"])] == [
+        None,
+        None,
+        "unit 2 (i=2, T=0.5): ValueError: bad 0.5",
+        None,
+    ]
+    rows = [json.loads(line) for line in (paths.task_dir / "rows.jsonl").read_text().splitlines()]
+    by_unit = {row["unit"]: row["row"] for row in rows}
+    assert sorted(by_unit) == [0, 1, 2, 3]
+    assert by_unit[2]["error"] == "ValueError: bad 0.5" and by_unit[2]["T"] == 0.5
+    assert "error" not in by_unit[0] and by_unit[0]["exit_code"] == 0
+
+
 def test_more_failures_than_allowed_fail_the_task_in_the_worker_or_else_in_the_merge(sweep):
     command = ["sh", "-c", 'echo "bad $1" >&2; [ $(( $1 % 2 )) = 0 ]', "sh", "{i}"]
     paths, settings = sweep(command, {"i": {"range": [0, 6]}}, failures={"allowed": 2})
@@ -248,7 +276,9 @@ def test_more_failures_than_allowed_fail_the_task_in_the_worker_or_else_in_the_m
         run(paths, settings, cores=1)  # the third failure of the process
 
     assert raised.value.index == 5
-    assert "sh exited 1: bad 5 (more than the 2 failures allowed)" in str(raised.value)
+    assert str(raised.value) == (
+        "unit 5 failed: with i=5, sh exited 1: bad 5 (more than the 2 failures allowed)"
+    )  # its parameters, not the harness's exception class
 
     paths, settings = sweep(command, {"i": {"range": [0, 6]}}, "sim2", failures={"allowed": 3})
     run(paths, settings)

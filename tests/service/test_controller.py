@@ -875,6 +875,30 @@ def test_units_done_follow_progress_jsonl_counting_each_unit_once(launch, fake):
     assert Task.objects.get(run=run).units_done == 3
 
 
+def test_failed_units_are_counted_from_progress_to_the_task_end_with_the_first_why(launch, fake):
+    """A unit that failed within the allowance counts into ``units_failed`` as it ends, those
+    of the lines written just before the task's end too; the first one's why is kept."""
+    run = launch()
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    progress = task_dir(run, "sweep") / "progress.jsonl"
+    failed = ', "failed": "unit {u} (T=0.5): ValueError: bad {u}"'
+    lines = [
+        f'{{"unit": {u}, "worker": "sweep-w0", "seconds": 0.1{failed.format(u=u) * (u % 2)}}}\n'
+        for u in range(4)
+    ]
+    progress.write_text("".join(lines[:2]))
+    poll(fake)
+    task = Task.objects.get(run=run)
+    assert (task.units_done, task.units_failed) == (2, 1)
+    assert task.unit_failure == "unit 1 (T=0.5): ValueError: bad 1"
+    with progress.open("a") as handle:
+        handle.write("".join(lines[2:]))
+    finish_sweep(run, fake)
+    task = Task.objects.get(run=run)
+    assert (task.state, task.units_failed) == (TaskState.DONE, 2)
+    assert task.unit_failure == "unit 1 (T=0.5): ValueError: bad 1"
+
+
 class CountedReads:
     """``untrusted.open_file`` as the controller calls it, with the bytes of each read kept."""
 
