@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0026_run_refused'),
+        ('runs', '0027_profile_login'),
     ]
 
     operations = [
