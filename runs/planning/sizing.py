@@ -103,6 +103,13 @@ PRIOR_DEFAULT_TYPES = 12
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
 (types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
 few types, halfway (in log) at 12, three quarters at 36 (cross-validated: ``--first-tasks``)."""
+SPREAD_GAIN = 0.0
+"""From SPREAD_N effective samples on, without a recent kill, the margin is at most
+exp(this × the type's own upper spread × √(1 + leverage)): a type that has shown its spread
+is sized by it, not by the tail TARGET's normal quantile (3.09 σ) extrapolates. 0 turns it
+off (cross-validated, ``bench/margins.py``)."""
+SPREAD_N = 20.0
+"""The effective count of samples from which a type's own spread alone sizes its margin."""
 FEW_RUNS = 5.0
 """Below this many effective samples the short reason says the margin is wide for want of
 runs."""
@@ -227,6 +234,8 @@ class Simrun:
     prior_floor: float = PRIOR_FLOOR
     window: int = WINDOW
     spread_floor: float = peak_model.SPREAD_FLOOR
+    spread_gain: float = SPREAD_GAIN
+    spread_n: float = SPREAD_N
 
     def size(
         self,
@@ -264,6 +273,13 @@ class Simrun:
         )
         margin = round(max(MIN_MARGIN, stretch), 3)
         least = ", the least" if stretch < MIN_MARGIN else ""
+        own_margin = self.own_margin(fit, kills=len(read_kills))
+        if own_margin is not None and own_margin < margin:
+            margin = own_margin
+            least = (
+                f"; its own: exp of {self.spread_gain:g} × spread "
+                f"{max(fit.own, self.spread_floor):.3f}, at least {MIN_MARGIN:g}"
+            )
         center = round(fit.center, 3) or MIB
         gb = _up(center * margin)
         where, near_, follows = _model_said(fit, features)
@@ -327,6 +343,20 @@ class Simrun:
         steps.append(f"→ {gb_text(gb)}; {_retry_why(gb, default_gb, needs)}")
         short = f"{_runs(read_peaks, read_kills, near_)}{follows}; {reason}"
         return Sizing(gb, retry, "; ".join(steps), short)
+
+    def own_margin(self, fit: peak_model.Fit, *, kills: int) -> float | None:
+        """The margin a type's own spread earns, or None while it has not earned one.
+
+        exp(spread_gain × its own upper spread (at least the floor) × √(1 + leverage)), at
+        least MIN_MARGIN, once the model read spread_n effective samples: the margin follows
+        the type's spread, narrow for a steady type, wide for a noisy one. A recent kill among
+        the samples read, or a task off the features seen, earns none: the believed margin
+        (wider) serves again, and the kill widens the spread it reads.
+        """
+        if self.spread_gain <= 0 or kills or fit.off > 0 or fit.n_eff < self.spread_n:
+            return None
+        sigma = max(fit.own, self.spread_floor) * math.sqrt(1 + fit.leverage)
+        return round(max(MIN_MARGIN, math.exp(self.spread_gain * sigma)), 3)
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
         return retry_gb(killed_gb, default_gb=default_gb, needs=[need(s) for s in history])
