@@ -236,6 +236,7 @@ class Simrun:
     spread_floor: float = peak_model.SPREAD_FLOOR
     spread_gain: float = SPREAD_GAIN
     spread_n: float = SPREAD_N
+    min_margin: float = MIN_MARGIN
 
     def size(
         self,
@@ -271,14 +272,14 @@ class Simrun:
             floor=self.spread_floor,
             off=fit.off,
         )
-        margin = round(max(MIN_MARGIN, stretch), 3)
-        least = ", the least" if stretch < MIN_MARGIN else ""
+        margin = round(max(self.min_margin, stretch), 3)
+        least = ", the least" if stretch < self.min_margin else ""
         own_margin = self.own_margin(fit, kills=len(read_kills))
         if own_margin is not None and own_margin < margin:
             margin = own_margin
             least = (
                 f"; its own: exp of {self.spread_gain:g} × spread "
-                f"{max(fit.own, self.spread_floor):.3f}, at least {MIN_MARGIN:g}"
+                f"{max(fit.own, self.spread_floor):.3f}, at least {self.min_margin:g}"
             )
         center = round(fit.center, 3) or MIB
         gb = _up(center * margin)
@@ -296,13 +297,13 @@ class Simrun:
             reason = "their peaks vary widely, so simrun keeps a wide margin"
         else:
             reason = f"simrun adds {round(100 * (margin - 1))}% for how much they vary"
-        if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * MIN_MARGIN):
-            gb = _up(round(max(peaks), 3) * MIN_MARGIN)
+        if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * self.min_margin):
+            gb = _up(round(max(peaks), 3) * self.min_margin)
             steps.append(
-                f"capped at the top of {len(peaks)} peaks {gb_text(max(peaks))} × {MIN_MARGIN:g} "
-                f"= {gb_text(gb)}"
+                f"capped at the top of {len(peaks)} peaks {gb_text(max(peaks))} × "
+                f"{self.min_margin:g} = {gb_text(gb)}"
             )
-            reason = f"simrun keeps {round(100 * (MIN_MARGIN - 1))}% above the largest"
+            reason = f"simrun keeps {round(100 * (self.min_margin - 1))}% above the largest"
         if not read_kills and gb > default_gb:
             gb = default_gb
             steps.append(f"capped at the default {gb_text(default_gb)} (no recent kill)")
@@ -320,7 +321,7 @@ class Simrun:
                 f"{gb_text(top_need)} × {SHOWN_MARGIN:g} is below it"
             )
             reason = "peaks well below the plan never raise it"
-        floor, floor_why = max(_floors(peaks, kills))
+        floor, floor_why = max(_floors(peaks, kills, self.min_margin))
         if kills and gb > _up(floor * RETRY_FACTOR):
             # Peaks far below a kill are of inputs before a step up: their spread is no
             # evidence of the need, so the bound stops where the floor's own retry would be.
@@ -356,7 +357,7 @@ class Simrun:
         if self.spread_gain <= 0 or kills or fit.off > 0 or fit.n_eff < self.spread_n:
             return None
         sigma = max(fit.own, self.spread_floor) * math.sqrt(1 + fit.leverage)
-        return round(max(MIN_MARGIN, math.exp(self.spread_gain * sigma)), 3)
+        return round(max(self.min_margin, math.exp(self.spread_gain * sigma)), 3)
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
         return retry_gb(killed_gb, default_gb=default_gb, needs=[need(s) for s in history])
@@ -425,13 +426,15 @@ def _up(gb: float) -> float:
     return math.ceil(round(gb * 1000, 6)) / 1000
 
 
-def _floors(peaks: Sequence[float], kills: Sequence[float]) -> list[tuple[float, str]]:
+def _floors(
+    peaks: Sequence[float], kills: Sequence[float], min_margin: float = MIN_MARGIN
+) -> list[tuple[float, str]]:
     """The least allocations the recent evidence allows, each with its arithmetic."""
     floors = [(MIN_GB, f"floor {gb_text(MIN_GB)}")]
     if peaks:
         top = round(max(peaks), 3)
-        floor = _up(top * MIN_MARGIN)
-        floors.append((floor, f"floor top peak {gb_text(top)} × {MIN_MARGIN:g} = {gb_text(floor)}"))
+        floor = _up(top * min_margin)
+        floors.append((floor, f"floor top peak {gb_text(top)} × {min_margin:g} = {gb_text(floor)}"))
     if kills:
         top = round(max(kills), 3)
         floor = _up(top * BUMP)

@@ -26,10 +26,10 @@ def test_a_point_near_the_retry_target_loses_to_a_safe_one_that_saves_less():
     """1.5 retries per 100 is under the target (2) but not under half of it: on the next
     trace it would not be safe, so the point with room to spare is chosen."""
     close = margins.Scored(
-        (2.5, 10.0), {"a": figures(wasted=40, retries=15), "b": figures(wasted=40)}
+        (2.5, 10.0, 1.05), {"a": figures(wasted=40, retries=15), "b": figures(wasted=40)}
     )
     roomy = margins.Scored(
-        (2.0, 20.0), {"a": figures(wasted=70, retries=5), "b": figures(wasted=70)}
+        (2.0, 20.0, 1.05), {"a": figures(wasted=70, retries=5), "b": figures(wasted=70)}
     )
     off = margins.Scored(margins.OFF, {"a": figures(wasted=90), "b": figures(wasted=90)})
     assert margins.choose([off, close, roomy], ["a", "b"], BEST) is roomy
@@ -38,7 +38,7 @@ def test_a_point_near_the_retry_target_loses_to_a_safe_one_that_saves_less():
 
 def test_ties_keep_the_cap_off():
     off = margins.Scored(margins.OFF, {"a": figures(wasted=90)})
-    same = margins.Scored((2.0, 20.0), {"a": figures(wasted=90)})
+    same = margins.Scored((2.0, 20.0, 1.05), {"a": figures(wasted=90)})
     assert margins.choose([same, off], ["a"], BEST) is off
 
 
@@ -47,7 +47,7 @@ def test_the_held_out_trace_scores_a_point_chosen_without_it():
     chooses it (it cannot see c) and the fold's figure is c's, unsafe, which is what the
     verdict reads."""
     fit = margins.Scored(
-        (2.5, 10.0),
+        (2.5, 10.0, 1.05),
         {
             "a": figures(wasted=40),
             "b": figures(wasted=40),
@@ -75,6 +75,13 @@ def test_a_grid_point_with_the_cap_on_replays_a_steady_trace_with_less_waste(tmp
     path.write_text("\n".join(lines) + "\n")
     tasks, _ = replay.read_trace(path)
     off = margins.figures_at(margins.OFF, tasks)
-    own = margins.figures_at((2.0, 10.0), tasks)
+    own = margins.figures_at((2.0, 10.0, 1.05), tasks)
     assert own.failed == off.failed == 0
     assert own.wastage.wasted_gbh < off.wastage.wasted_gbh
+
+
+def test_the_margins_cross_validation_needs_two_traces(capsys, tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text("process,status,submit,start,complete,realtime,memory,peak_rss\n")
+    assert replay.main([str(path), "--margins"]) == 2
+    assert "two traces at least" in capsys.readouterr().err
