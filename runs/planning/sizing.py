@@ -81,8 +81,9 @@ yet; its own peaks outweigh it as they come (ten within 1% are believed steady).
 EMPIRICAL_N = 50
 """From this many recent peaks on (near the task's features), their top (× MIN_MARGIN) caps
 the bound: the data show where the tail ends, which a log-normal overshoots."""
-MIN_MARGIN = 1.05
-"""Never closer than this to a recent peak: peaks vary a little even for one input."""
+MIN_MARGIN = 1.02
+"""Never closer than this to a recent peak: peaks vary a little even for one input
+(cross-validated with SPREAD_GAIN: ``bench/margins.py``; 1.05 before it)."""
 BUMP = 1.3
 """A kill at X proves the need is above X: the next allocation is at least X × BUMP."""
 RETRY_FACTOR = 2.0
@@ -103,11 +104,11 @@ PRIOR_DEFAULT_TYPES = 12
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
 (types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
 few types, halfway (in log) at 12, three quarters at 36 (cross-validated: ``--first-tasks``)."""
-SPREAD_GAIN = 0.0
+SPREAD_GAIN = 2.0
 """From SPREAD_N effective samples on, without a recent kill, the margin is at most
 exp(this × the type's own upper spread × √(1 + leverage)): a type that has shown its spread
 is sized by it, not by the tail TARGET's normal quantile (3.09 σ) extrapolates. 0 turns it
-off (cross-validated, ``bench/margins.py``)."""
+off (cross-validated with SPREAD_N and MIN_MARGIN: ``bench/margins.py``)."""
 SPREAD_N = 20.0
 """The effective count of samples from which a type's own spread alone sizes its margin."""
 FEW_RUNS = 5.0
@@ -278,8 +279,9 @@ class Simrun:
         if own_margin is not None and own_margin < margin:
             margin = own_margin
             least = (
-                f"; its own: exp of {self.spread_gain:g} × spread "
-                f"{max(fit.own, self.spread_floor):.3f}, at least {self.min_margin:g}"
+                f"; narrowed to its own spread's: exp of {self.spread_gain:g} × "
+                f"{max(fit.own, self.spread_floor):.3f} × √(1 + {fit.leverage:.3f}), "
+                f"at least {self.min_margin:g}"
             )
         center = round(fit.center, 3) or MIB
         gb = _up(center * margin)
