@@ -32,7 +32,9 @@ GRID_MIN_MARGINS = (1.02, 1.035, 1.05)
 """The least margin above the top recent peak binds a steady type before its spread does,
 so it is on the grid beside the gain. n: 10 and 40 were on an earlier grid (docs/memory.md):
 10 retried most, 40 saved least, in every fold."""
-OFF: Point = (0.0, SPREAD_N, MIN_MARGIN)
+OFF: Point = (0.0, SPREAD_N, 1.05)
+"""The policy before its margins followed the type's spread: no gain, the least margin 1.05:
+the "before" the folds are compared with."""
 SHIPPED: Point = (SPREAD_GAIN, SPREAD_N, MIN_MARGIN)
 HEADROOM = 0.5
 """A point is safe on a trace it fits with at most this share of the retries the target
@@ -55,12 +57,16 @@ class Scored:
 
 
 def choose(
-    scored: Sequence[Scored], stems: Sequence[str], best: dict[str, replay.Figures]
+    scored: Sequence[Scored],
+    stems: Sequence[str],
+    best: dict[str, replay.Figures],
+    rule: str = "saving",
 ) -> Scored:
     """The point chosen on some traces: safe with HEADROOM on each (else the fewest failed,
     then retries, on the worst), then the best worst-trace saving against its best baseline,
     then the least total waste; ties go to the cap off, then to the wider margin (less gain,
-    more samples needed)."""
+    more samples needed). ``rule="retries"`` ranks by the worst trace's retries before its
+    saving, as ``--cross-validate`` does: printed beside, to show what that rule would ship."""
 
     def key(s: Scored) -> tuple[bool, float, float, float, float, float, float, float]:
         unsafe = not s.safe(stems, HEADROOM)
@@ -70,6 +76,8 @@ def choose(
         total = round(sum(s.traces[t].wastage.wasted_gbh for t in stems), 3)
         gain, n, least = s.point
         rank = (gain, -n, -least)
+        if rule == "retries":
+            worst_retries = max(s.traces[t].retries_per_100 for t in stems)
         return (unsafe, worst_failed, worst_retries, -round(worst_saving, 3), total, *rank)
 
     return min(scored, key=key)
@@ -129,6 +137,11 @@ def cross_validate(traces: dict[str, list[replay.Task]]) -> list[str]:
         f"{'':13}{held_best.wastage.wasted_gbh:>9.1f}"
         f"{replay.saving(held, held_best):>7.1f}%{replay.saving(before, held_best):>7.1f}%"
         f"{held.retries_per_100:>12.2f}{before.retries_per_100:>7.2f}{replay.per_1000(held):>12.2f}"
+    )
+    by_retries = leave_one_out(stems, lambda train: choose(scored, train, best, "retries"))
+    lines.append(
+        "by the fewest retries first (the rule of --cross-validate), the folds pick: "
+        + ", ".join(f"{f.held_out} {f.chosen.point}" for f in by_retries)
     )
     lines += ["", "the grid (per trace: wasted GiB·h, retries per 100):"]
     for s in scored:

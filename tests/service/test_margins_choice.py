@@ -85,3 +85,10 @@ def test_the_margins_cross_validation_needs_two_traces(capsys, tmp_path):
     path.write_text("process,status,submit,start,complete,realtime,memory,peak_rss\n")
     assert replay.main([str(path), "--margins"]) == 2
     assert "two traces at least" in capsys.readouterr().err
+
+
+def test_by_retries_first_the_point_that_retries_least_wins_whatever_it_saves():
+    saves = margins.Scored((2.0, 20.0, 1.05), {"a": figures(wasted=70, retries=5)})
+    off = margins.Scored(margins.OFF, {"a": figures(wasted=90, retries=4)})
+    assert margins.choose([saves, off], ["a"], BEST) is saves
+    assert margins.choose([saves, off], ["a"], BEST, "retries") is off
