@@ -60,8 +60,9 @@ def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) ->
 
 # simrun's policy. Each constant is a statement about evidence; those that trade waste
 # against kills (WINDOW, TARGET, PRIOR_SPREAD, SPREAD_FLOOR; the prior's PRIOR_MARGIN,
-# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR) are chosen by the replay's leave-one-trace-out
-# cross-validation (``bench/sizing_replay.py --cross-validate``, ``--first-tasks``).
+# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR; the own spread's SPREAD_GAIN, SPREAD_N, MIN_MARGIN) are
+# chosen by the replay's leave-one-trace-out cross-validation (``bench/sizing_replay.py
+# --cross-validate``, ``--first-tasks``, ``--margins``).
 WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
 (``runs/planning/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
@@ -221,7 +222,8 @@ class Simrun:
     with probability TARGET, the spread believed from the type's own upper spread and the
     prior's (PRIOR_SPREAD), so few samples give a wide margin (and then the default, which
     caps the allocation unless a recent kill proved it too small), a steady type a few
-    percent. A kill at X is a censored observation: it counts as X × BUMP and floors the
+    percent; from SPREAD_N samples without a recent kill, the type's own spread alone
+    (``own_margin``). A kill at X is a censored observation: it counts as X × BUMP and floors the
     allocation at X × BUMP while it is among the recent samples near the task. A type
     without history starts from how much of their defaults the deployment's other types
     needed (``Prior``). The retry follows ``retry_gb``.
