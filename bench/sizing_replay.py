@@ -755,6 +755,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="cross-validate the prior's constants on the tasks planned without history",
     )
+    parser.add_argument(
+        "--margins",
+        action="store_true",
+        help="cross-validate the margins that follow a type's own spread (bench/margins.py)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     traces: dict[str, list[Task]] = {}
@@ -764,13 +769,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{path}: no such file.", file=sys.stderr)
             return 2
         traces[path.stem], skipped[path.stem] = read_trace(path)
-    if (args.cross_validate or args.first_tasks) and len(traces) < 2:
+    if (args.cross_validate or args.first_tasks or args.margins) and len(traces) < 2:
         print("cross-validation holds one trace out: give two traces at least.", file=sys.stderr)
         return 2
     if args.first_tasks:
         from bench import first_tasks
 
         print("\n".join(first_tasks.cross_validate(traces)))
+        print(f"\nelapsed {time.perf_counter() - started:.2f} s")
+        return 0
+    if args.margins:
+        from bench import margins
+
+        print("\n".join(margins.cross_validate(traces)))
         print(f"\nelapsed {time.perf_counter() - started:.2f} s")
         return 0
     if args.cross_validate:

@@ -60,8 +60,9 @@ def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) ->
 
 # simrun's policy. Each constant is a statement about evidence; those that trade waste
 # against kills (WINDOW, TARGET, PRIOR_SPREAD, SPREAD_FLOOR; the prior's PRIOR_MARGIN,
-# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR) are chosen by the replay's leave-one-trace-out
-# cross-validation (``bench/sizing_replay.py --cross-validate``, ``--first-tasks``).
+# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR; the own spread's SPREAD_GAIN, SPREAD_N, MIN_MARGIN) are
+# chosen by the replay's leave-one-trace-out cross-validation (``bench/sizing_replay.py
+# --cross-validate``, ``--first-tasks``, ``--margins``).
 WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
 (``runs/planning/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
@@ -81,8 +82,9 @@ yet; its own peaks outweigh it as they come (ten within 1% are believed steady).
 EMPIRICAL_N = 50
 """From this many recent peaks on (near the task's features), their top (× MIN_MARGIN) caps
 the bound: the data show where the tail ends, which a log-normal overshoots."""
-MIN_MARGIN = 1.05
-"""Never closer than this to a recent peak: peaks vary a little even for one input."""
+MIN_MARGIN = 1.02
+"""Never closer than this to a recent peak: peaks vary a little even for one input
+(cross-validated with SPREAD_GAIN: ``bench/margins.py``; 1.05 before it)."""
 BUMP = 1.3
 """A kill at X proves the need is above X: the next allocation is at least X × BUMP."""
 RETRY_FACTOR = 2.0
@@ -103,6 +105,13 @@ PRIOR_DEFAULT_TYPES = 12
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
 (types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
 few types, halfway (in log) at 12, three quarters at 36 (cross-validated: ``--first-tasks``)."""
+SPREAD_GAIN = 2.0
+"""From SPREAD_N effective samples on, without a recent kill, the margin is at most
+exp(this × the type's own upper spread × √(1 + leverage)): a type that has shown its spread
+is sized by it, not by the tail TARGET's normal quantile (3.09 σ) extrapolates. 0 turns it
+off (cross-validated with SPREAD_N and MIN_MARGIN: ``bench/margins.py``)."""
+SPREAD_N = 20.0
+"""The effective count of samples from which a type's own spread alone sizes its margin."""
 FEW_RUNS = 5.0
 """Below this many effective samples the short reason says the margin is wide for want of
 runs."""
@@ -213,7 +222,8 @@ class Simrun:
     with probability TARGET, the spread believed from the type's own upper spread and the
     prior's (PRIOR_SPREAD), so few samples give a wide margin (and then the default, which
     caps the allocation unless a recent kill proved it too small), a steady type a few
-    percent. A kill at X is a censored observation: it counts as X × BUMP and floors the
+    percent; from SPREAD_N samples without a recent kill, the type's own spread alone
+    (``own_margin``). A kill at X is a censored observation: it counts as X × BUMP and floors the
     allocation at X × BUMP while it is among the recent samples near the task. A type
     without history starts from how much of their defaults the deployment's other types
     needed (``Prior``). The retry follows ``retry_gb``.
@@ -227,6 +237,9 @@ class Simrun:
     prior_floor: float = PRIOR_FLOOR
     window: int = WINDOW
     spread_floor: float = peak_model.SPREAD_FLOOR
+    spread_gain: float = SPREAD_GAIN
+    spread_n: float = SPREAD_N
+    min_margin: float = MIN_MARGIN
 
     def size(
         self,
@@ -262,8 +275,16 @@ class Simrun:
             floor=self.spread_floor,
             off=fit.off,
         )
-        margin = round(max(MIN_MARGIN, stretch), 3)
-        least = ", the least" if stretch < MIN_MARGIN else ""
+        margin = round(max(self.min_margin, stretch), 3)
+        least = ", the least" if stretch < self.min_margin else ""
+        own_margin = self.own_margin(fit, kills=len(read_kills))
+        if own_margin is not None and own_margin < margin:
+            margin = own_margin
+            least = (
+                f"; narrowed to its own spread's: exp of {self.spread_gain:g} × "
+                f"{max(fit.own, self.spread_floor):.3f} × √(1 + {fit.leverage:.3f}), "
+                f"at least {self.min_margin:g}"
+            )
         center = round(fit.center, 3) or MIB
         gb = _up(center * margin)
         where, near_, follows = _model_said(fit, features)
@@ -280,13 +301,13 @@ class Simrun:
             reason = "their peaks vary widely, so simrun keeps a wide margin"
         else:
             reason = f"simrun adds {round(100 * (margin - 1))}% for how much they vary"
-        if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * MIN_MARGIN):
-            gb = _up(round(max(peaks), 3) * MIN_MARGIN)
+        if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * self.min_margin):
+            gb = _up(round(max(peaks), 3) * self.min_margin)
             steps.append(
-                f"capped at the top of {len(peaks)} peaks {gb_text(max(peaks))} × {MIN_MARGIN:g} "
-                f"= {gb_text(gb)}"
+                f"capped at the top of {len(peaks)} peaks {gb_text(max(peaks))} × "
+                f"{self.min_margin:g} = {gb_text(gb)}"
             )
-            reason = f"simrun keeps {round(100 * (MIN_MARGIN - 1))}% above the largest"
+            reason = f"simrun keeps {round(100 * (self.min_margin - 1))}% above the largest"
         if not read_kills and gb > default_gb:
             gb = default_gb
             steps.append(f"capped at the default {gb_text(default_gb)} (no recent kill)")
@@ -304,7 +325,7 @@ class Simrun:
                 f"{gb_text(top_need)} × {SHOWN_MARGIN:g} is below it"
             )
             reason = "peaks well below the plan never raise it"
-        floor, floor_why = max(_floors(peaks, kills))
+        floor, floor_why = max(_floors(peaks, kills, self.min_margin))
         if kills and gb > _up(floor * RETRY_FACTOR):
             # Peaks far below a kill are of inputs before a step up: their spread is no
             # evidence of the need, so the bound stops where the floor's own retry would be.
@@ -327,6 +348,20 @@ class Simrun:
         steps.append(f"→ {gb_text(gb)}; {_retry_why(gb, default_gb, needs)}")
         short = f"{_runs(read_peaks, read_kills, near_)}{follows}; {reason}"
         return Sizing(gb, retry, "; ".join(steps), short)
+
+    def own_margin(self, fit: peak_model.Fit, *, kills: int) -> float | None:
+        """The margin a type's own spread earns, or None while it has not earned one.
+
+        exp(spread_gain × its own upper spread (at least the floor) × √(1 + leverage)), at
+        least MIN_MARGIN, once the model read spread_n effective samples: the margin follows
+        the type's spread, narrow for a steady type, wide for a noisy one. A recent kill among
+        the samples read, or a task off the features seen, earns none: the believed margin
+        (wider) serves again, and the kill widens the spread it reads.
+        """
+        if self.spread_gain <= 0 or kills or fit.off > 0 or fit.n_eff < self.spread_n:
+            return None
+        sigma = max(fit.own, self.spread_floor) * math.sqrt(1 + fit.leverage)
+        return round(max(self.min_margin, math.exp(self.spread_gain * sigma)), 3)
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
         return retry_gb(killed_gb, default_gb=default_gb, needs=[need(s) for s in history])
@@ -395,13 +430,15 @@ def _up(gb: float) -> float:
     return math.ceil(round(gb * 1000, 6)) / 1000
 
 
-def _floors(peaks: Sequence[float], kills: Sequence[float]) -> list[tuple[float, str]]:
+def _floors(
+    peaks: Sequence[float], kills: Sequence[float], min_margin: float = MIN_MARGIN
+) -> list[tuple[float, str]]:
     """The least allocations the recent evidence allows, each with its arithmetic."""
     floors = [(MIN_GB, f"floor {gb_text(MIN_GB)}")]
     if peaks:
         top = round(max(peaks), 3)
-        floor = _up(top * MIN_MARGIN)
-        floors.append((floor, f"floor top peak {gb_text(top)} × {MIN_MARGIN:g} = {gb_text(floor)}"))
+        floor = _up(top * min_margin)
+        floors.append((floor, f"floor top peak {gb_text(top)} × {min_margin:g} = {gb_text(floor)}"))
     if kills:
         top = round(max(kills), 3)
         floor = _up(top * BUMP)

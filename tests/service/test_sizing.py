@@ -11,9 +11,11 @@ from runs.planning.sizing import (
     BUMP,
     DEFAULT,
     MIN_GB,
+    MIN_MARGIN,
     POLICIES,
     PRIOR_FLOOR,
     RETRY_FACTOR,
+    Simrun,
     prior_from,
     wastage,
 )
@@ -350,3 +352,47 @@ def test_a_peak_near_the_plan_may_still_raise_it_up_to_the_default():
     prior = Prior(20, 0.1, "b")
     first = DEFAULT.size([], default_gb=8.0, prior=prior).gb
     assert DEFAULT.size(peaks(first * 0.95), default_gb=8.0, prior=prior).gb > first
+
+
+# Margins that follow a type's own spread (``Simrun.own_margin``; constants cross-validated
+# by ``bench/margins.py``): a policy with the cap on, whatever the shipped gain.
+OWN = Simrun(spread_gain=2.0, spread_n=20.0)
+
+
+def margin_of(sizing) -> float:
+    """The margin the why applied to the median."""
+    found = re.search(r"median \d+\.\d+ GiB × (\d+\.\d+) margin", sizing.why)
+    assert found, sizing.why
+    return float(found.group(1))
+
+
+def test_a_steady_type_gets_a_narrower_own_margin_than_a_noisy_one():
+    steady = OWN.size(peaks(*[1.0, 1.02, 0.98, 1.01, 0.99] * 8), default_gb=100.0)
+    noisy = OWN.size(peaks(*[1.0, 1.3, 0.8, 1.15, 0.9] * 8), default_gb=100.0)
+    assert "narrowed to its own spread's: exp of 2 × " in steady.why
+    assert margin_of(steady) < margin_of(noisy)
+    assert steady.gb < noisy.gb / 1.2
+
+
+def test_the_own_margin_is_narrower_than_the_believed_one_for_a_steady_type():
+    history = peaks(*[1.0, 1.05, 0.95, 1.02, 0.98] * 8)
+    believed = Simrun(spread_gain=0.0).size(history, default_gb=100.0)
+    own = OWN.size(history, default_gb=100.0)
+    assert margin_of(own) < margin_of(believed)
+    assert own.gb >= ceil_mib(1.05 * MIN_MARGIN)  # never below the top recent peak × it
+
+
+def test_too_few_samples_earn_no_own_margin():
+    history = peaks(*[1.0, 1.05, 0.95, 1.02, 0.98] * 2)
+    off = Simrun(spread_gain=0.0)
+    assert OWN.size(history, default_gb=100.0).gb == off.size(history, default_gb=100.0).gb
+
+
+def test_a_kill_widens_the_own_margin_back_to_the_believed_one():
+    history = peaks(*[1.0, 1.05, 0.95, 1.02, 0.98] * 8)
+    before = OWN.size(history, default_gb=100.0)
+    killed = [*history, Sample(1.0, at=99.0, killed=True)]
+    after = OWN.size(killed, default_gb=100.0)
+    assert "narrowed" not in after.why
+    assert margin_of(after) > margin_of(before)
+    assert after.gb >= ceil_mib(1.0 * BUMP)
