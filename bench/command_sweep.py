@@ -7,17 +7,20 @@ its file; the harness runs it as a split task runs, the coordinator alone on all
 (``simrun-worker`` with ``SIMRUN_ROLE=base`` that merges: the ledger, progress, the report,
 the per-unit ``{out}`` directories and the results table included). The two run as
 ``--repeat`` interleaved pairs (which goes first alternates) and the verdict is the median of
-the pairs' ratios; then the sweep runs once through the whole service: a ``simrun serve`` in a
-temporary home (its defaults, SQLite and the filesystem broker), the sweep POSTed to its API
-and timed until the API says it succeeded (the planner, the controller, the local backend's
-launcher and step, the worker, the merge), after a 4-unit warm-up run; its extra seconds over
-the harness's median are printed beside it.
+the pairs' ratios (with ``--variant NAME=PYTHONPATH``, e.g. an export of an older commit, a
+round runs parallel and each variant of the harness, in an order that rotates); then the
+sweep runs once through the whole service: a ``simrun serve`` in a temporary home (its
+defaults, SQLite and the filesystem broker), the sweep POSTed to its API and timed until the
+API says it succeeded (the planner, the controller, the local backend's launcher and step,
+the worker, the merge), after a 4-unit warm-up run; its extra seconds over the (first)
+harness's median are printed beside it.
 
 The per-unit overhead is ``wall × cores / units`` less the program's CPU time: what a unit
 costs beyond the program itself, on each side. The CPU seconds of each side (its processes',
 the programs' included) are printed beside it: on a loaded machine, the steadier figure.
 
     .venv/bin/python bench/command_sweep.py [--repeat 5] [--only 10000x10] [--no-service]
+        [--variant before=/tmp/old --variant after=]
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ SIZES = {
     "200x10": (200, 10.0, 0.9),  # a quick look, not a target of the issue
 }
 """Units, milliseconds of CPU per unit, and the largest ratio harness / parallel allowed."""
+OVERHEAD_TARGET_MS = 1.0
+"""The most a unit of the 10 ms program may cost beyond the program, wall (issue 48)."""
 
 
 class Timed(NamedTuple):
@@ -85,7 +90,7 @@ def axes(units: int) -> tuple[int, int]:
 
 def parallel_run(
     program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path
-) -> float:
+) -> Timed:
     """Seconds of GNU parallel over the product of the axes, each job writing its result."""
     out = folder / "parallel"
     shutil.rmtree(out, ignore_errors=True)
@@ -121,8 +126,8 @@ def plan(cores: int) -> dict[str, object]:
 
 
 def harness_run(
-    program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path
-) -> float:
+    program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path, pythonpath: str = ""
+) -> Timed:
     """Seconds of ``simrun-worker`` as the coordinator alone, merging: the whole split task."""
     store = folder / "store"
     shutil.rmtree(store, ignore_errors=True)
@@ -139,6 +144,8 @@ def harness_run(
         "SIMRUN_CORES": str(cores),
         "SIMRUN_MEMORY_SOURCE": "process",
     }
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     with Timer() as timer:
         subprocess.run(
             [str(Path(sys.executable).parent / "simrun-worker")],
@@ -205,16 +212,23 @@ def _row(label: str, values: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="interleaved pairs of each size")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved rounds of each size")
     parser.add_argument("--only", choices=sorted(SIZES), action="append", help="sizes to run")
     parser.add_argument("--no-service", action="store_true", help="skip the end-to-end run")
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME=PYTHONPATH: a harness to run (default: this checkout, as 'harness')",
+    )
     args = parser.parse_args(argv)
+    variants = dict(v.split("=", 1) for v in args.variant) or {"harness": ""}
     version = subprocess.run(
         ["parallel", "--version"], capture_output=True, text=True, check=True
     ).stdout.splitlines()[0]
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"{version}, {args.cores} cores, {args.repeat} interleaved pairs per size")
+    print(f"{version}, {args.cores} cores, {args.repeat} interleaved rounds per size")
     print(f"load average before: {load} (other work on the machine widens the spread)")
     failed = False
     with tempfile.TemporaryDirectory(prefix="simrun-sweep-bench-") as temporary:
@@ -223,28 +237,21 @@ def main(argv: list[str] | None = None) -> int:
         for size in args.only or list(SIZES):
             units, ms, target = SIZES[size]
             shape = axes(units)
-            sides = {"parallel": parallel_run, "harness": harness_run}
-            runs: dict[str, list[Timed]] = {"parallel": [], "harness": []}
+            sides = ["parallel", *variants]
+            runs: dict[str, list[Timed]] = {side: [] for side in sides}
             for index in range(args.repeat):
-                order = ["parallel", "harness"] if index % 2 == 0 else ["harness", "parallel"]
+                order = sides[index % len(sides) :] + sides[: index % len(sides)]
                 for side in order:
-                    runs[side].append(sides[side](program, ms, shape, args.cores, folder))
-                harness, parallel = runs["harness"][-1].wall, runs["parallel"][-1].wall
-                print(
-                    f"  pair {index + 1}: parallel {parallel:.3f} s, harness {harness:.3f} s, "
-                    f"ratio {harness / parallel:.3f}",
-                    flush=True,
-                )
-            pairs = list(zip(runs["harness"], runs["parallel"], strict=True))
-            ratios = [h.wall / p.wall for h, p in pairs]
-            median = statistics.median(ratios)
-            verdict = "ok" if median <= target else "ABOVE TARGET"
-            failed |= median > target
+                    if side == "parallel":
+                        timed = parallel_run(program, ms, shape, args.cores, folder)
+                    else:
+                        path = variants[side]
+                        timed = harness_run(program, ms, shape, args.cores, folder, path)
+                    runs[side].append(timed)
+                shown = ", ".join(f"{side} {runs[side][-1].wall:.3f} s" for side in sides)
+                print(f"  round {index + 1}: {shown}", flush=True)
             print(f"\n{units} units of a {ms:g} ms program ({shape[0]} × {shape[1]})")
             print(_row("GNU parallel (s)", [t.wall for t in runs["parallel"]]))
-            print(_row("harness (s)", [t.wall for t in runs["harness"]]))
-            print(f"{_row('ratio harness / parallel', ratios)}   target ≤ {target}  {verdict}")
-            print(_row("CPU ratio harness / parallel", [h.cpu / p.cpu for h, p in pairs]))
             overhead = {
                 side: statistics.median(t.wall for t in timed) * args.cores / units * 1000 - ms
                 for side, timed in runs.items()
@@ -253,11 +260,22 @@ def main(argv: list[str] | None = None) -> int:
                 side: statistics.median(t.cpu for t in timed) / units * 1000 - ms
                 for side, timed in runs.items()
             }
-            print(
-                f"per-unit overhead beyond the program: parallel {overhead['parallel']:.2f} ms, "
-                f"harness {overhead['harness']:.2f} ms (of CPU: {cpu['parallel']:.2f} ms, "
-                f"{cpu['harness']:.2f} ms)"
-            )
+            for side in variants:
+                pairs = list(zip(runs[side], runs["parallel"], strict=True))
+                ratios = [h.wall / p.wall for h, p in pairs]
+                median = statistics.median(ratios)
+                verdict = "ok" if median <= target else "ABOVE TARGET"
+                failed |= median > target
+                print(_row(f"{side} (s)", [t.wall for t in runs[side]]))
+                print(f"{_row(f'ratio {side} / parallel', ratios)}   target ≤ {target}  {verdict}")
+                print(_row(f"CPU ratio {side} / parallel", [h.cpu / p.cpu for h, p in pairs]))
+                mark = "ok" if overhead[side] <= OVERHEAD_TARGET_MS else "ABOVE TARGET"
+                print(
+                    "per-unit overhead beyond the program: "
+                    f"parallel {overhead['parallel']:.2f} ms, "
+                    f"{side} {overhead[side]:.2f} ms   target ≤ {OVERHEAD_TARGET_MS} ms  {mark} "
+                    f"(of CPU: {cpu['parallel']:.2f} ms, {cpu[side]:.2f} ms)"
+                )
             if not args.no_service:
                 # Started after the pairs, stopped before the next size: its idle loops are
                 # no load on them.
@@ -267,10 +285,11 @@ def main(argv: list[str] | None = None) -> int:
                     seconds = served.sweep(program, ms, shape, args.cores)
                 finally:
                     served.close()
-                extra = seconds - statistics.median(t.wall for t in runs["harness"])
+                first = next(iter(variants))
+                extra = seconds - statistics.median(t.wall for t in runs[first])
                 print(
                     f"through simrun serve, POST to succeeded (once): {seconds:.3f} s, "
-                    f"{extra:+.3f} s over the harness's median"
+                    f"{extra:+.3f} s over the median of {first}"
                 )
             sys.stdout.flush()
     return 1 if failed else 0

@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from harness.files import temporary_name, write_atomic
 
@@ -73,8 +73,10 @@ def write_table(
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)
     writer.writerows([cell(v) for v in row] for row in rows)
-    write_atomic(out / RESULTS_CSV, text.getvalue())
-    _write_parquet(out / RESULTS_PARQUET, columns, rows)
+    data = text.getvalue().encode()
+    write_atomic(out / RESULTS_CSV, data)
+    types = [column_type(rows, index) for index in range(len(columns))]
+    _write_parquet(out / RESULTS_PARQUET, data, columns, types)
 
 
 def write_mappings(
@@ -90,25 +92,46 @@ def write_mappings(
     write_table(out, columns, rows, reused_from)
 
 
-def column_values(rows: Sequence[Sequence[Scalar]], index: int) -> list[Scalar]:
-    """One column of the table, as Parquet stores it: numbers as floats if any is a float,
-    everything as text if the column mixes text with other values."""
-    values = [row[index] for row in rows]
-    kinds = {type(v) for v in values if v is not None}
-    if kinds <= {bool} or kinds <= {int} or kinds <= {str}:
-        return values
-    if kinds <= {int, float}:
-        return [None if v is None else float(v) for v in values]
-    return [None if v is None else cell(v) for v in values]
+ColumnType = Literal["null", "bool_", "int64", "float64", "string"]
+"""The type of a column in the Parquet file, by the name of pyarrow's function for it."""
 
 
-def _write_parquet(path: Path, columns: Sequence[str], rows: Sequence[Sequence[Scalar]]) -> None:
+def column_type(rows: Sequence[Sequence[Scalar]], index: int) -> ColumnType:
+    """The type Parquet stores one column of the table as: numbers as floats if any is a
+    float, everything as text if the column mixes text with other values."""
+    kinds = {type(row[index]) for row in rows if row[index] is not None}
+    if not kinds:
+        return "null"
+    for kind, name in ((bool, "bool_"), (int, "int64"), (str, "string")):
+        if kinds == {kind}:
+            return cast(ColumnType, name)
+    return "float64" if kinds <= {int, float} else "string"
+
+
+def _write_parquet(
+    path: Path, table_csv: bytes, columns: Sequence[str], types: Sequence[ColumnType]
+) -> None:
+    """Write the table again as Parquet, read back from its CSV by pyarrow's own reader with
+    each column's type given: building it from Python values instead makes pyarrow import
+    pandas, which cost a merge more than the rest of it (a second on a busy machine)."""
     try:
         import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]
+        import pyarrow.csv as pa_csv  # type: ignore[import-not-found, unused-ignore]
         import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return
-    table = pa.table({name: column_values(rows, i) for i, name in enumerate(columns)})
+    kinds = {name: getattr(pa, kind)() for name, kind in zip(columns, types, strict=True)}
+    table = pa_csv.read_csv(
+        pa.py_buffer(table_csv),
+        convert_options=pa_csv.ConvertOptions(
+            column_types=kinds,
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            true_values=["True"],
+            false_values=["False"],
+        ),
+    )
     temporary = temporary_name(path)
     try:
         pq.write_table(table, temporary)

@@ -35,6 +35,12 @@ BATCH_S = 0.2
 """The seconds a batch of units should take: long enough that the per-batch work (claims,
 the pool's round trip) is a small fraction of it, short enough that the last batches spread
 over the processes."""
+QUEUED = 2
+"""Batches in flight per pool process once its units are known to be short: the one it
+computes and the next, waiting in the pool's queue, so a process that ends a batch starts the
+next at once instead of waiting for this worker to wake, collect, release and claim (on a busy
+machine, tens of milliseconds a batch). Units longer than ``BATCH_S`` get one batch per
+process: a queued batch of them would hold claims another worker's idle process could take."""
 TICK_S = 0.25
 """The longest the worker waits for its pool before it looks at SIGTERM again."""
 ANSWER_S = 5.0
@@ -139,10 +145,11 @@ class WorkLoop:
             return 1
         wanted = int(BATCH_S / max(self.unit_s, 1e-7)) // self.ledger.block
         pending = self.ledger.pending_count()
-        return max(1, min(wanted, pending // (2 * self.processes)))
+        return max(1, min(wanted, pending // (QUEUED * self.processes)))
 
     def _fill(self) -> None:
-        while len(self.in_flight) < self.processes:
+        short = self.unit_s is not None and self.unit_s < BATCH_S
+        while len(self.in_flight) < (QUEUED if short else 1) * self.processes:
             claims = self.ledger.claim(self._batch_blocks())
             if not claims:
                 return

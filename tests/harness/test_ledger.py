@@ -6,9 +6,11 @@ import json
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness import ledger as ledger_module
 from harness import merge
 from harness.examples.squares import TASK_TYPE as SQUARES
 from harness.ledger import (
@@ -176,6 +178,27 @@ def test_the_coordinators_own_claims_not_in_flight_are_released_at_once(tmp_path
 
     assert sorted(coordinator.release_stale(60, {1}, now=0.0)) == [0, 2]
     assert sorted(os.listdir(tmp_path / "claims")) == ["1"]
+
+
+def test_a_coordinator_reads_none_of_its_claims_in_flight_when_it_looks_for_stale_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone coordinator's claims are nearly all in flight: reading each at every poll
+    was most of what a poll cost."""
+    coordinator = Ledger.open(tmp_path, 6, "sweep-w0")
+    coordinator.claim(4)
+    Ledger.open(tmp_path, 6, "sweep-w1").claim(1)
+    opened: list[str] = []
+
+    def spy(path: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(os.path.basename(path))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(ledger_module, "open", spy, raising=False)
+
+    assert sorted(coordinator.release_stale(60, {0, 1, 2}, now=0.0)) == [3]
+    assert sorted(opened) == ["3", "4"]
+    assert sorted(os.listdir(tmp_path / "claims")) == ["0", "1", "2", "4"]
 
 
 def test_progress_counts_distinct_units(tmp_path: Path) -> None:
