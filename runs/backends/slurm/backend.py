@@ -37,6 +37,7 @@ from runs.backends.base import (
     workflow_name,
 )
 from runs.backends.slurm import joblogs, owners
+from runs.backends.slurm import packages as slurm_packages
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
 from runs.backends.slurm.nodes import run_nodes
@@ -140,8 +141,6 @@ class SlurmBackend:
         """Keep the run and submit the jobs of the nodes that wait for nothing; a run submitted
         before is kept. ValueError when a task cannot run or Slurm refuses its job."""
         name = workflow_name(record.id)
-        if record.packages:
-            raise ValueError("environment.packages: the slurm backend installs no packages yet")
         if problem := owners.refusal(self.team, record.login):
             raise ValueError(problem)
         login = record.login if self.team else ""
@@ -162,6 +161,8 @@ class SlurmBackend:
             )
             if login:
                 owners.hand_over_run(self.store, record.id, login)
+            if record.packages:
+                self._with_packages(submission, record.packages)
             self._save(submission)
             try:
                 self.submitter.advance(submission)
@@ -174,6 +175,14 @@ class SlurmBackend:
                 self.slurm.run(["scancel", *owners.whose({login}), f"--name={name}"])
                 raise ValueError(slurm_status.message(refused[0]))
         return name
+
+    def _with_packages(self, submission: Submission, names: list[str]) -> None:
+        """The venv of a run's packages on the store, and the job that builds it unless it
+        was built (``packages``): the run's jobs wait for it."""
+        where = slurm_packages.folder(self.store, names, submission.login)
+        submission.packages, submission.environment = sorted(set(names)), where
+        if not slurm_packages.built(where):
+            submission.build = slurm_packages.build_node(where, names)
 
     # The poll.
 
@@ -456,7 +465,7 @@ class SlurmBackend:
         found = []
         for submission in self.ledger.live():
             for job in submission.jobs:
-                if job.final:
+                if job.final or job.node == slurm_packages.BUILD_NODE:
                     continue
                 spec = submission.node(job.node)
                 found.append(

@@ -86,8 +86,18 @@ class Submission(BaseModel):
     stopped: str = Field(default="", description="cancel or stop, once asked")
     stopped_at: float | None = None
     ended: bool = Field(default=False, description="Every job final and nothing to submit")
+    packages: list[str] = Field(default_factory=list, description="environment.packages")
+    environment: Path | None = Field(
+        default=None, description="The folder of the venv of its packages (``packages``)"
+    )
+    build: NodeSpec | None = Field(
+        default=None, description="The job that builds that venv, when it was not built"
+    )
+    build_failed: str = Field(default="", description="Why the venv could not be built")
 
     def node(self, name: str) -> NodeSpec:
+        if self.build is not None and name == self.build.name:
+            return self.build
         return next(n for n in self.nodes if n.name == name)
 
     def jobs_of(self, node: str) -> list[Job]:

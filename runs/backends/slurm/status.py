@@ -338,7 +338,9 @@ def backend_status(submission: Submission) -> BackendStatus:
         phase = "Running" if started else "Pending"
     else:
         phase = "Failed"
-    message = ""
+    message = submission.build_failed
+    if submission.build_failed:
+        phase = "Failed"
     if submission.stopped:
         strategy = "Terminate" if submission.stopped == "cancel" else "Stop"
         message = f"Stopped with strategy '{strategy}'"
