@@ -93,6 +93,7 @@ def submit(
     plans: dict[str, TaskPlan] | None = None,
     login: str = "",
     packages: tuple[str, ...] = (),
+    reserved_node: str = "",
 ) -> str:
     """Write each task's task.json as the service does, then submit the run (command tasks by
     default) of an owner mapped to ``login``, in an environment with ``packages``."""
@@ -120,7 +121,12 @@ def submit(
             )
         )
     run = RunRecord(
-        id=run_id, tasks=records, store=backend.store, login=login, packages=list(packages)
+        id=run_id,
+        tasks=records,
+        store=backend.store,
+        login=login,
+        packages=list(packages),
+        reserved_node=reserved_node,
     )
     return backend.submit(run, plans, task_types(), ClusterConfig())
 

@@ -36,7 +36,8 @@ from runs.backends.base import (
     TaskPlan,
     workflow_name,
 )
-from runs.backends.slurm import joblogs, owners
+from runs.backends.nodes import choose_node
+from runs.backends.slurm import joblogs, owners, reservations
 from runs.backends.slurm import packages as slurm_packages
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
@@ -67,7 +68,6 @@ class SlurmBackend:
     name = "slurm"
     runs_images = False
     extra_workers = True
-    reserves_nodes = False
     enforces_memory = True
     logs_in_store = True
     largest_node = "the largest node"
@@ -102,12 +102,26 @@ class SlurmBackend:
         self._callbacks: list[Callable[[], None]] = []
         self.max_cores: int | None = None
         self.max_memory_gb: float | None = None
+        self.reserves_nodes = False
+        self.no_reservations = (
+            "the slurm backend reserves no nodes: Slurm did not say whether the service has "
+            "its Operator level: submit without reserve_node"
+        )
         if probe:
-            try:
-                largest = max(self.nodes(), key=lambda n: (n.cores, n.memory_gb))
-                self.max_cores, self.max_memory_gb = int(largest.cores), largest.memory_gb
-            except (BackendUnavailable, SlurmError, ValueError) as error:
-                log.warning("cannot read Slurm's nodes: %s", error)
+            self._probe()
+
+    def _probe(self) -> None:
+        """Read the largest node (``sinfo``) and whether the service may reserve nodes."""
+        try:
+            problem = reservations.problem(self.slurm)
+            self.reserves_nodes, self.no_reservations = problem is None, problem or ""
+        except (BackendUnavailable, SlurmError) as error:
+            log.warning("cannot ask Slurm whether the service may reserve nodes: %s", error)
+        try:
+            largest = max(self.nodes(), key=lambda n: (n.cores, n.memory_gb))
+            self.max_cores, self.max_memory_gb = int(largest.cores), largest.memory_gb
+        except (BackendUnavailable, SlurmError, ValueError) as error:
+            log.warning("cannot read Slurm's nodes: %s", error)
 
     @classmethod
     def from_settings(cls) -> SlurmBackend:
@@ -163,6 +177,10 @@ class SlurmBackend:
                 owners.hand_over_run(self.store, record.id, login)
             if record.packages:
                 self._with_packages(submission, record.packages)
+            if record.reserved_node:
+                submission.reservation = reservations.name(record.id)
+                if login:  # the login's jobs go into the service's reservation
+                    reservations.admit(self.slurm, record.id, login)
             self._save(submission)
             try:
                 self.submitter.advance(submission)
@@ -438,7 +456,13 @@ class SlurmBackend:
         return owners.unreachable(self.team, self.store, kind)
 
     def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
-        raise LookupError("the Slurm backend does not reserve nodes: submit without it")
+        """The smallest free ready node of the partition that fits the run (``nodes``);
+        LookupError saying why when none does, or the service may not reserve nodes."""
+        if not self.reserves_nodes:
+            raise LookupError(self.no_reservations)
+        return choose_node(
+            self.nodes(), plans, taken=taken, reservable="the ready nodes of the partition"
+        )
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes of the partition (every partition's without one), from ``sinfo``."""
@@ -446,6 +470,7 @@ class SlurmBackend:
         if self.where.partition:
             argv.append(f"--partition={self.where.partition}")
         found: dict[str, NodeInfo] = {}
+        held = reservations.held(self.slurm) if self.reserves_nodes else {}
         for line in self.slurm.run(argv).splitlines():
             parts = line.strip().split("|")
             if len(parts) < 4 or parts[0] in found:
@@ -456,7 +481,8 @@ class SlurmBackend:
                 cores=float(parts[1]),
                 memory_gb=float(parts[2]) / 1024,
                 ready=state not in {"down", "drain", "drng", "fail", "maint", "boot", "unk"},
-                reservable=False,
+                reservable=self.reserves_nodes,
+                reserved_by=held.get(parts[0]),
             )
         return list(found.values())
 
@@ -484,12 +510,33 @@ class SlurmBackend:
         return found
 
     def reserve(self, node: str, run_id: str) -> None:
-        """Refused: reservations need Slurm's Operator level, which simrun does not assume."""
-        raise ValueError("the slurm backend reserves no nodes: submit without reserve_node")
+        """Reserve ``node`` for the run's jobs (a Slurm reservation, ``reservations``);
+        ValueError when another run holds it or the service may not reserve nodes, KeyError
+        for a node not in the partition."""
+        if not self.reserves_nodes:
+            raise ValueError(self.no_reservations)
+        holder = self._holder(node)
+        if holder == run_id:
+            return
+        if holder is not None:
+            raise ValueError(f"the node {node} is reserved by the run {holder}")
+        try:
+            reservations.create(self.slurm, node, run_id, getpass.getuser())
+        except SlurmError as error:
+            raise ValueError(f"Slurm refused to reserve {node}: {error}") from None
 
     def unreserve(self, node: str, run_id: str) -> None:
-        """Refused: the slurm backend reserves no nodes."""
-        raise ValueError("the slurm backend reserves no nodes")
+        """Remove the run's reservation of ``node`` (another run's stays); KeyError for a
+        node not in the partition."""
+        if self._holder(node) == run_id:
+            reservations.delete(self.slurm, run_id)
+
+    def _holder(self, node: str) -> str | None:
+        """The run holding ``node``; KeyError for a node not in the partition."""
+        found = {n.name: n for n in self.nodes()}
+        if node not in found:
+            raise KeyError(node)
+        return found[node].reserved_by
 
     def build_image(self, context: Path, ref: str) -> None:
         """Refused: the slurm backend runs no images."""

@@ -94,6 +94,7 @@ class Submission(BaseModel):
         default=None, description="The job that builds that venv, when it was not built"
     )
     build_failed: str = Field(default="", description="Why the venv could not be built")
+    reservation: str = Field(default="", description="The Slurm reservation its jobs go into")
 
     def node(self, name: str) -> NodeSpec:
         if self.build is not None and name == self.build.name:

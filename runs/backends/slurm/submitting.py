@@ -106,6 +106,8 @@ class Submitter:
     def _sbatch(self, submission: Submission, argv: list[str], script: str) -> str:
         """Submit a job as the run's login (the service's own user without one); its id."""
         argv = [*argv, *owners.sbatch_flags(submission.login)]
+        if submission.reservation:
+            argv.append(f"--reservation={submission.reservation}")
         out = self.slurm.run(argv, stdin=script, timeout_s=self.submit_timeout_s).strip()
         return out.split(";")[0]
 
