@@ -1,18 +1,25 @@
 """The README's demo through a real ``SIMRUN_BACKEND=slurm simrun serve`` on the cluster of
 ``.ci/slurm``: the service as root for a team, the user mapped to a Unix login, every task a
-Slurm job of that login, the run's results table at its end."""
+Slurm job of that login, the run's results table at its end; then a run whose packages a
+job of that login builds."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from runs.backends.base import workflow_name
+from runs.backends.slurm.packages import BUILD_NODE
+from tests.backends.packages import write_wheel
 from tests.backends.slurm_cluster import PARTITION, TEAM_LOGIN, cluster
 from tests.e2e.service import submit, task_user_serve, wait_until_ended
 
@@ -22,12 +29,30 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the team mode is a root service's"),
 ]
 DEMO = Path(__file__).resolve().parents[2] / "docs" / "examples" / "demo.yaml"
+IMPORTS = ["python", "-c", "import pkgdemo; print('answer', pkgdemo.ANSWER)"]
+PACKAGES = {
+    "name": "packages",
+    "environment": {"packages": ["pkgdemo"]},
+    "tasks": {"use": {"command": IMPORTS}},
+}
 UID_BASE = 390000
 """The local backend's task users (unused on Slurm; serve checks them all the same)."""
 
 
-def test_the_readmes_demo_succeeds_through_simrun_serve_on_slurm():
+@pytest.fixture
+def index() -> Iterator[Path]:
+    """pip's only index, with ``pkgdemo``, in a folder of /tmp the login may read."""
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    folder.chmod(0o755)
+    write_wheel(folder, "pkgdemo", {"pkgdemo/__init__.py": "ANSWER = 42\n"})
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_the_readmes_demo_and_a_run_with_packages_succeed_through_simrun_serve_on_slurm(index):
     slurm = {
+        "PIP_FIND_LINKS": str(index),
+        "PIP_NO_INDEX": "1",
         "SIMRUN_BACKEND": "slurm",
         "SIMRUN_SLURM_CONF": cluster(),
         "SIMRUN_SLURM_PARTITION": PARTITION,
@@ -59,3 +84,16 @@ def test_the_readmes_demo_succeeds_through_simrun_serve_on_slurm():
         assert {job["state"] for job in jobs} == {"COMPLETED"}
         report = service.store / "runs" / run_id / "tasks" / "report" / "logs" / "report-0.log"
         assert report.read_text().rstrip().endswith("[simrun] exit 0")
+
+        # A run with packages: built as the login by a job, imported by the command.
+        with service.client(token) as alice:
+            run_id = submit(alice, PACKAGES)
+            run = wait_until_ended(alice, run_id, timeout_s=300, interval_s=1)
+            assert run["state"] == "succeeded", run
+        ledger = service.store / "slurm" / "runs" / f"{workflow_name(run_id)}.json"
+        kept = json.loads(ledger.read_text())
+        assert [job["node"] for job in kept["jobs"]] == [BUILD_NODE, "use"]
+        venv = Path(kept["environment"])
+        assert venv.stat().st_uid == pwd.getpwnam(TEAM_LOGIN).pw_uid
+        log = service.store / "runs" / run_id / "tasks" / "use" / "logs" / "use-0.log"
+        assert "answer 42" in log.read_text()

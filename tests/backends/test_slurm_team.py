@@ -85,6 +85,14 @@ def test_a_user_without_a_login_gets_a_400_saying_how_to_map_one(
     assert not Run.objects.exists()
 
 
+def test_packages_the_login_cannot_build_with_this_python_are_refused_naming_why(team):
+    # The tests' Python lives under /root, which the login cannot cross.
+    with pytest.raises(ValueError, match="environment.packages: the venv of the packages is"):
+        submit(team, "t9", {"say": {"command": ["true"]}}, login=TEAM_LOGIN, packages=("x",))
+    with pytest.raises(KeyError):
+        team.ledger.read(workflow_name("t9"))
+
+
 @pytest.mark.django_db
 def test_simrun_user_maps_a_login_and_refuses_root_and_unknown_ones():
     ensure_user(name="ana", token=False, login=TEAM_LOGIN)

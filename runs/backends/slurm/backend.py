@@ -155,7 +155,7 @@ class SlurmBackend:
         """Keep the run and submit the jobs of the nodes that wait for nothing; a run submitted
         before is kept. ValueError when a task cannot run or Slurm refuses its job."""
         name = workflow_name(record.id)
-        if problem := owners.refusal(self.team, record.login):
+        if problem := self._refusal(record):
             raise ValueError(problem)
         login = record.login if self.team else ""
         nodes = run_nodes(record, plans, types)
@@ -212,8 +212,21 @@ class SlurmBackend:
         cluster: ClusterConfig,
     ) -> str | None:
         """Why a run cannot be submitted: in team mode, an owner without a Unix login (or
-        with one jobs cannot run as). Nothing of a run's size is bounded beyond planning's."""
-        return owners.refusal(self.team, record.login)
+        with one jobs cannot run as), or packages the login cannot build. Nothing of a run's
+        size is bounded beyond planning's."""
+        return self._refusal(record)
+
+    def _refusal(self, record: RunRecord) -> str | None:
+        """``refusal``: an owner without a login; in team mode, packages whose build (a job
+        of the login running this service's Python) cannot reach that Python."""
+        if problem := owners.refusal(self.team, record.login):
+            return problem
+        if record.packages and (problem := owners.unreachable(self.team, self.store, "split")):
+            return (
+                "environment.packages: the venv of the packages is built by a job of the "
+                f"owner's login, which runs this service's Python: {problem}"
+            )
+        return None
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after a poll that learnt something of a run."""
