@@ -10,6 +10,7 @@ import pytest
 from runs.backends.base import workflow_name
 from runs.backends.slurm.backend import SlurmBackend
 from runs.backends.slurm.packages import BUILD_NODE
+from runs.backends.slurm.status import backend_status
 from tests.backends.packages import pip_index
 from tests.backends.slurm_cluster import cluster, make_backend, submit, wait_phase
 
@@ -30,6 +31,9 @@ def build_jobs(backend: SlurmBackend, run_id: str) -> list[str]:
 
 def test_a_command_imports_a_package_built_once_by_a_job_for_every_run(backend):
     submit(backend, "pk1", {"use": {"command": IMPORTS}}, packages=("pkgdemo",))
+    [building] = build_jobs(backend, "pk1")
+    waiting = backend_status(backend.ledger.read(workflow_name("pk1"))).waiting
+    assert waiting == {"use": f"installing the environment's packages (Slurm job {building})"}
     assert wait_phase(backend, "pk1", {"Succeeded", "Failed"}) == "Succeeded"
     [build] = build_jobs(backend, "pk1")
     submission = backend.ledger.read(workflow_name("pk1"))
