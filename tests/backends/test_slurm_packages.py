@@ -12,7 +12,13 @@ from runs.backends.slurm.backend import SlurmBackend
 from runs.backends.slurm.packages import BUILD_NODE
 from runs.backends.slurm.status import backend_status
 from tests.backends.packages import pip_index
-from tests.backends.slurm_cluster import cluster, make_backend, submit, wait_phase
+from tests.backends.slurm_cluster import (
+    cluster,
+    make_backend,
+    slurm_command,
+    submit,
+    wait_phase,
+)
 
 IMPORTS = ["python", "-c", "import pkgdemo; print('answer', pkgdemo.ANSWER)"]
 
@@ -20,7 +26,9 @@ IMPORTS = ["python", "-c", "import pkgdemo; print('answer', pkgdemo.ANSWER)"]
 @pytest.fixture
 def backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SlurmBackend:
     pip_index(tmp_path / "index", monkeypatch)
-    return make_backend(tmp_path / "store", cluster())
+    backend = make_backend(tmp_path / "store", cluster())
+    backend.build_memory_gb, backend.packages_timeout_s = 1.5, 90  # the build's own limits
+    return backend
 
 
 def build_jobs(backend: SlurmBackend, run_id: str) -> list[str]:
@@ -32,6 +40,8 @@ def build_jobs(backend: SlurmBackend, run_id: str) -> list[str]:
 def test_a_command_imports_a_package_built_once_by_a_job_for_every_run(backend):
     submit(backend, "pk1", {"use": {"command": IMPORTS}}, packages=("pkgdemo",))
     [building] = build_jobs(backend, "pk1")
+    shown = slurm_command(cluster(), "scontrol", "-o", "show", "job", building)
+    assert "TimeLimit=00:02:00" in shown and "MinMemoryNode=1.50G" in shown
     waiting = backend_status(backend.ledger.read(workflow_name("pk1"))).waiting
     assert waiting == {"use": f"installing the environment's packages (Slurm job {building})"}
     assert wait_phase(backend, "pk1", {"Succeeded", "Failed"}) == "Succeeded"

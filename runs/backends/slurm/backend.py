@@ -84,13 +84,18 @@ class SlurmBackend:
         grace_s: float = GRACE_S,
         probe: bool = True,
         team: bool = False,
+        build_memory_gb: float = 2.0,
+        packages_timeout_s: float = 1800.0,
     ) -> None:
         """``poll_s`` is the period of the one ``squeue`` of all runs; ``pending_timeout_s``
         how long a job may wait with a reason that never clears by itself; ``probe`` reads the
         largest node with ``sinfo`` now (None when Slurm does not answer); ``team``: the
-        service runs as root for a team and submits each run's jobs as its owner's login."""
+        service runs as root for a team and submits each run's jobs as its owner's login;
+        ``build_memory_gb`` and ``packages_timeout_s`` bound the job that builds a run's
+        packages."""
         self.store = Path(store)
         self.team = team
+        self.build_memory_gb, self.packages_timeout_s = build_memory_gb, packages_timeout_s
         self.ledger = Ledger(self.store)
         self.slurm = slurm or Slurm()
         self.where = where or Where()
@@ -141,6 +146,8 @@ class SlurmBackend:
             poll_s=settings.SIMRUN_SLURM_POLL_S,
             submit_timeout_s=settings.SIMRUN_SLURM_SUBMIT_TIMEOUT_S,
             team=os.geteuid() == 0,
+            build_memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
+            packages_timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
         )
 
     # Submission.
@@ -200,7 +207,9 @@ class SlurmBackend:
         where = slurm_packages.folder(self.store, names, submission.login)
         submission.packages, submission.environment = sorted(set(names)), where
         if not slurm_packages.built(where):
-            submission.build = slurm_packages.build_node(where, names)
+            submission.build = slurm_packages.build_node(
+                where, names, memory_gb=self.build_memory_gb, timeout_s=self.packages_timeout_s
+            )
 
     # The poll.
 

@@ -14,6 +14,7 @@ log (``<folder>/(packages)-0.log``).
 
 from __future__ import annotations
 
+import math
 import os
 import pwd
 import sys
@@ -26,8 +27,6 @@ from runs.backends.slurm.state import NodeSpec
 BUILD_NODE = "(packages)"
 """The ledger's name of the node of a run's packages build: never a task's (a task's id
 holds no parentheses)."""
-BUILD_MEMORY_GB = 2.0
-"""The memory of a build job: pip's, as a local build's budget (``SIMRUN_BUILD_MEMORY_GB``)."""
 TAIL_LINES = 20
 """The lines of a failed build's log its run's failure names."""
 
@@ -54,9 +53,10 @@ def folder(store: Path, packages: list[str], login: str) -> Path:
     return store / venvs.ENVIRONMENTS / name
 
 
-def build_node(where: Path, packages: list[str], memory_gb: float = BUILD_MEMORY_GB) -> NodeSpec:
+def build_node(where: Path, packages: list[str], *, memory_gb: float, timeout_s: float) -> NodeSpec:
     """The job that builds the venv in ``where``: ``venvs.py build``, pip told where packages
-    are as the service's own pip is (the job gets nothing else of the service's environment)."""
+    are as the service's own pip is (the job gets nothing else of the service's environment),
+    within ``memory_gb`` and ``timeout_s`` (Slurm's whole minutes, rounded up)."""
     argv = [sys.executable, venvs.__file__, "build", str(where), *sorted(set(packages))]
     return NodeSpec(
         name=BUILD_NODE,
@@ -68,6 +68,7 @@ def build_node(where: Path, packages: list[str], memory_gb: float = BUILD_MEMORY
         cores=1,
         memory_gb=memory_gb,
         retry_memory_gb=memory_gb,
+        time_limit=str(math.ceil(timeout_s / 60)),
     )
 
 

@@ -36,6 +36,9 @@ class NodeSpec(BaseModel):
     memory_gb: float
     retry_memory_gb: float
     array: str = Field(default="", description="<task>-extra for an extra worker")
+    time_limit: str = Field(
+        default="", description="--time of its jobs; empty: the site's (SIMRUN_SLURM_TIME_LIMIT)"
+    )
 
 
 class Job(BaseModel):
