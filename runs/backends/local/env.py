@@ -46,7 +46,6 @@ else:  # imported by its bare name: by the launcher and the builders, from this 
 
 ENVIRONMENTS = venvs.ENVIRONMENTS
 python = venvs.python
-console_scripts = venvs.console_scripts
 make_venv = venvs.make_venv
 install_packages = venvs.install_packages
 packages_key = venvs.packages_key
