@@ -4,6 +4,10 @@ elsewhere."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,7 @@ from tests.backends.slurm_cluster import (
     submit,
     wait_phase,
 )
+from tests.e2e.service import task_user_venv
 
 
 @pytest.fixture
@@ -64,6 +69,47 @@ def test_a_user_without_the_operator_level_is_told_why_no_node_is_reserved():
     # Without accounting no AdminLevel exists: only root and SlurmUser may reserve.
     said = reservations.problem(Slurm(conf=cluster("--accounting=off")), TEAM_LOGIN)
     assert said is not None and "its AdminLevel is unknown: no accounting" in said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user is root's")
+def test_a_service_run_by_a_user_without_the_level_offers_no_reservation_and_says_why():
+    """The backend started by the login ``simrun-team`` (no AdminLevel), as a scientist would
+    start it; Slurm itself refuses that login a reservation."""
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))  # a folder the login may cross
+    try:
+        folder.chmod(0o755)
+        python = task_user_venv(folder).with_name("python")
+        code = (
+            "from runs.backends.slurm.backend import SlurmBackend\n"
+            "from runs.backends.slurm.commands import Slurm\n"
+            f"b = SlurmBackend({str(folder / 'store')!r}, slurm=Slurm(conf={cluster()!r}))\n"
+            "print(b.reserves_nodes, b.no_reservations)\n"
+        )
+        said = as_login([str(python), "-c", code], cwd=folder)
+        assert said.startswith("False the slurm backend reserves no nodes here: a reservation")
+        assert f"which {TEAM_LOGIN} lacks (its AdminLevel is None" in said
+        create = ["scontrol", "create", "reservation", "ReservationName=simrun-nope", "Nodes=n1"]
+        create += ["StartTime=now", "Duration=1", f"Users={TEAM_LOGIN}"]
+        with pytest.raises(subprocess.CalledProcessError) as refused:
+            as_login(create, cwd=folder)
+        assert "Invalid user id" in refused.value.stderr
+    finally:
+        shutil.rmtree(folder)
+
+
+def as_login(argv: list[str], cwd: Path) -> str:
+    """Run ``argv`` as the team login with the cluster's configuration; its output."""
+    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": cluster(), "HOME": str(cwd)}
+    done = subprocess.run(
+        ["setpriv", f"--reuid={TEAM_LOGIN}", f"--regid={TEAM_LOGIN}", "--init-groups", *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+    return done.stdout
 
 
 def test_a_backend_that_may_not_reserve_refuses_naming_why(backend):
