@@ -318,6 +318,9 @@ class Backend(Protocol):
     """Whether a split task may run as several pods; False: one pod that also merges."""
     reserves_nodes: bool
     """Whether a run may reserve a node (``reserve_node``); refused at submission otherwise."""
+    no_reservations: str
+    """Why a run may not reserve a node, the refusal of ``reserve_node`` (where
+    ``reserves_nodes`` is False); empty where it may."""
     enforces_memory: bool
     """Whether a pod's memory limit is enforced (a kill for memory is real)."""
     max_cores: int | None

@@ -88,6 +88,7 @@ class FakeBackend:
         self.runs_images = runs_images
         self.extra_workers = extra_workers
         self.reserves_nodes = True
+        self.no_reservations = ""
         self.enforces_memory = enforces_memory
         self.max_cores = max_cores
         self.max_memory_gb = max_memory_gb

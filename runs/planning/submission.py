@@ -322,7 +322,9 @@ def _plans(
     """The plan of every task of a spec of ``owner_id`` on ``backend``; ``SpecError`` for one
     it cannot hold."""
     if spec.reserve_node and not backend.reserves_nodes:
-        message = f"the {backend.name} backend has no nodes to reserve: submit without it"
+        message = backend.no_reservations or (
+            f"the {backend.name} backend has no nodes to reserve: submit without it"
+        )
         raise SpecError({"reserve_node": [message]})
     # What caps a pod: the machine, the largest node, or (Argo) the queue's quota for one pod.
     largest = backend.largest_node

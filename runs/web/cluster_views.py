@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from runs.backends import get_backend
 from runs.control import reservations
 from runs.reads import capacity
 from runs.web.fragments import fragment
@@ -43,9 +44,12 @@ def placements_live(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def nodes(request: HttpRequest) -> HttpResponse:
-    """Reservations: the nodes, the run holding each, release (staff)."""
+    """Reservations: the nodes, the run holding each, release (staff); why runs may not
+    reserve a node where the backend offers no reservations."""
     context = _cluster_context(request)
     context["nodes"] = [use for use in context["nodes"] if use.node is not None]
+    backend = get_backend()
+    context["no_reservations"] = "" if backend.reserves_nodes else backend.no_reservations
     return render(request, "runs/nodes.html", context)
 
 

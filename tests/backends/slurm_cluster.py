@@ -92,9 +92,11 @@ def submit(
     tasks: dict[str, dict[str, Any]],
     plans: dict[str, TaskPlan] | None = None,
     login: str = "",
+    packages: tuple[str, ...] = (),
+    reserved_node: str = "",
 ) -> str:
     """Write each task's task.json as the service does, then submit the run (command tasks by
-    default) of an owner mapped to ``login``."""
+    default) of an owner mapped to ``login``, in an environment with ``packages``."""
     plans = {task_id: (plans or {}).get(task_id, plan()) for task_id in tasks}
     records = {}
     for task_id, fields in tasks.items():
@@ -118,7 +120,14 @@ def submit(
                 }
             )
         )
-    run = RunRecord(id=run_id, tasks=records, store=backend.store, login=login)
+    run = RunRecord(
+        id=run_id,
+        tasks=records,
+        store=backend.store,
+        login=login,
+        packages=list(packages),
+        reserved_node=reserved_node,
+    )
     return backend.submit(run, plans, task_types(), ClusterConfig())
 
 

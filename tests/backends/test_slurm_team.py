@@ -21,6 +21,7 @@ from tests.backends.slurm_cluster import (
     accounted_user,
     cluster,
     make_backend,
+    plan,
     shell,
     slurm_command,
     submit,
@@ -83,6 +84,27 @@ def test_a_user_without_a_login_gets_a_400_saying_how_to_map_one(
     assert response.status_code == 400
     assert "no Unix user 'simrun-nobody-here'" in response.json()["tasks"][0]
     assert not Run.objects.exists()
+
+
+def test_a_team_run_on_a_reserved_node_runs_there_as_its_login(team):
+    node = team.choose_node({"who": plan()})
+    team.reserve(node, "t8")  # as the service (root): the login is let in at submission
+    try:
+        who = {"who": {"command": shell('id -un > "$SIMRUN_OUT/who"')}}
+        submit(team, "t8", who, login=TEAM_LOGIN, reserved_node=node)
+        assert wait_phase(team, "t8", {"Succeeded", "Failed"}, timeout_s=180) == "Succeeded"
+        assert team.status(workflow_name("t8")).hosts["who"] == node
+        assert (team.store / "runs/t8/tasks/who/out/who").read_text().strip() == TEAM_LOGIN
+    finally:
+        team.unreserve(node, "t8")
+
+
+def test_packages_the_login_cannot_build_with_this_python_are_refused_naming_why(team):
+    # The tests' Python lives under /root, which the login cannot cross.
+    with pytest.raises(ValueError, match="environment.packages: the venv of the packages is"):
+        submit(team, "t9", {"say": {"command": ["true"]}}, login=TEAM_LOGIN, packages=("x",))
+    with pytest.raises(KeyError):
+        team.ledger.read(workflow_name("t9"))
 
 
 @pytest.mark.django_db

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from runs.backends.local import env as local_env
+from harness import venvs
 from tests.polling import wait_for
 
 SIMRUN = str(Path(sys.executable).parent / "simrun")
@@ -156,7 +156,7 @@ def task_user_venv(folder: Path) -> Path:
     ).stdout.strip()
     lines = [f"import site; site.addsitedir({path!r})" for path in site.getsitepackages()]
     Path(purelib, "simrun-tests.pth").write_text("\n".join(lines) + "\n")
-    local_env.console_scripts(venv / "bin")
+    venvs.console_scripts(venv / "bin")
     return venv / "bin" / "simrun"
 
 

@@ -62,6 +62,7 @@ class ArgoBackend:
     runs_images = True
     extra_workers = True
     reserves_nodes = True
+    no_reservations = ""
     enforces_memory = True
     logs_in_store = False
 

@@ -90,6 +90,7 @@ class LocalBackend:
     runs_images = False
     extra_workers = False
     reserves_nodes = False
+    no_reservations = "the local backend has no nodes to reserve: submit without it"
     largest_node = "this machine"
     logs_in_store = True
 

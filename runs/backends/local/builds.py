@@ -22,13 +22,6 @@ if __package__:  # imported as a module of the service
 else:  # imported by its bare name: by the launcher, from this directory
     import wall  # type: ignore[no-redef]
 
-PIP_ENV = (
-    *("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"),
-    *("PIP_TRUSTED_HOST", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES", "PIP_CONSTRAINT"),
-    *("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE"),
-)
-"""The variables of the service's environment an install of packages keeps: where pip finds
-them, as the service's own pip would (the site's /etc/pip.conf applies too)."""
 OUTPUT_KEPT = 4 << 20
 """The most of a bounded child's output that is read back (the end of it)."""
 

@@ -23,23 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import signal
-import site
 import stat
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import distribution
 from pathlib import Path
 from typing import IO
 
-from harness import untrusted
+from harness import untrusted, venvs
 from harness.sources import InstallFailed
 
 if __package__:  # imported as a module of the service
@@ -48,55 +44,19 @@ else:  # imported by its bare name: by the launcher and the builders, from this 
     import builds  # type: ignore[no-redef]
     import wall  # type: ignore[no-redef]
 
+ENVIRONMENTS = venvs.ENVIRONMENTS
+python = venvs.python
+make_venv = venvs.make_venv
+install_packages = venvs.install_packages
+packages_key = venvs.packages_key
+pip_env = venvs.pip_env
+
 READY = ".simrun-ready"
 """The marker of a venv whose snapshots are installed."""
-SERVICE_PTH = "simrun-service.pth"
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 """The variables of the service's environment that building sources keeps."""
-ENVIRONMENTS = "environments"
-"""The folder of the packages' venvs below the store."""
 CACHE = "cache"
 """The folder of the wheel caches in ``ENVIRONMENTS``, one per builder."""
-
-
-def python(directory: Path) -> Path:
-    """The interpreter of a venv."""
-    return directory / "bin" / "python"
-
-
-def console_scripts(bin_dir: Path) -> None:
-    """The commands of simrun (``simrun-worker``, ...) run by the interpreter of the venv."""
-    for point in distribution("simrun").entry_points.select(group="console_scripts"):
-        module, _, function = point.value.partition(":")
-        script = bin_dir / point.name
-        script.write_text(
-            f"#!{bin_dir / 'python'}\nimport sys\nfrom {module} import {function}\n"
-            f"sys.exit({function}())\n"
-        )
-        script.chmod(0o755)
-
-
-def _venv(directory: Path, base: Path | None = None) -> None:
-    """A venv without packages of its own yet, on the service's packages (and ``base``'s, a
-    venv of this module, before them), with simrun's commands."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(directory)],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    purelib = subprocess.run(
-        [str(python(directory)), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    # addsitedir, not a plain path: the .pth files of the service's packages (an editable
-    # simrun among them) must be read too, and the base's before them, so that they win.
-    sites = [str(base / Path(purelib).relative_to(directory))] if base is not None else []
-    sites += site.getsitepackages()
-    lines = [f"import site; site.addsitedir({path!r})" for path in sites]
-    Path(purelib, SERVICE_PTH).write_text("\n".join(lines) + "\n")
-    console_scripts(directory / "bin")
 
 
 def _create(directory: Path, snapshots: list[Path], base: Path | None = None) -> None:
@@ -104,7 +64,7 @@ def _create(directory: Path, snapshots: list[Path], base: Path | None = None) ->
     editable."""
     from harness.sources import install_editable
 
-    _venv(directory, base)
+    make_venv(directory, base)
     install_editable(
         [str(s) for s in snapshots], python=str(python(directory)), root=directory / "sources"
     )
@@ -336,22 +296,6 @@ class Install:
         return self.store / ENVIRONMENTS / self.key
 
 
-def packages_key(packages: Sequence[str], uid: int | None) -> str:
-    """The name of the venv of some packages built by ``uid`` for the service's Python: the
-    same packages in another order, or twice, are the same venv."""
-    content = {
-        "packages": sorted(set(packages)),
-        "python": [sys.prefix, sys.version],
-        "builder": uid,
-    }
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def pip_env() -> dict[str, str]:
-    """The variables of this process's environment that tell pip where packages are."""
-    return {name: os.environ[name] for name in builds.PIP_ENV if name in os.environ}
-
-
 def _environments(store: Path) -> int:
     """The service's folder of the packages' venvs (a descriptor), made if missing; the task
     users pass it without listing it."""
@@ -535,19 +479,10 @@ def _forget(install: Install, folder: int) -> None:
             builds.remove_tree(install.store / ENVIRONMENTS / key)
 
 
-def _install_packages(directory: Path, packages: list[str]) -> int:
-    """In the builder's process: the venv, then pip's install of the packages into it."""
-    _venv(directory)
-    command = [str(python(directory)), "-m", "pip", "install", "--disable-pip-version-check"]
-    command += ["--no-input", "--progress-bar", "off", "--", *packages]
-    sys.stdout.flush()
-    return subprocess.run(command, stderr=subprocess.STDOUT, check=False).returncode
-
-
 if (
     __name__ == "__main__"
 ):  # a build as a builder: sources DIR BASE SNAPSHOT... | packages DIR REQ...
     if sys.argv[1] == "packages":
-        raise SystemExit(_install_packages(Path(sys.argv[2]), sys.argv[3:]))
+        raise SystemExit(install_packages(Path(sys.argv[2]), sys.argv[3:]))
     base = Path(sys.argv[3]) if sys.argv[3] else None
     _create(Path(sys.argv[2]), [Path(arg) for arg in sys.argv[4:]], base)

@@ -36,7 +36,9 @@ from runs.backends.base import (
     TaskPlan,
     workflow_name,
 )
-from runs.backends.slurm import joblogs, owners
+from runs.backends.nodes import choose_node
+from runs.backends.slurm import joblogs, owners, reservations
+from runs.backends.slurm import packages as slurm_packages
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
 from runs.backends.slurm.nodes import run_nodes
@@ -66,7 +68,6 @@ class SlurmBackend:
     name = "slurm"
     runs_images = False
     extra_workers = True
-    reserves_nodes = False
     enforces_memory = True
     logs_in_store = True
     largest_node = "the largest node"
@@ -83,13 +84,18 @@ class SlurmBackend:
         grace_s: float = GRACE_S,
         probe: bool = True,
         team: bool = False,
+        build_memory_gb: float = 2.0,
+        packages_timeout_s: float = 1800.0,
     ) -> None:
         """``poll_s`` is the period of the one ``squeue`` of all runs; ``pending_timeout_s``
         how long a job may wait with a reason that never clears by itself; ``probe`` reads the
         largest node with ``sinfo`` now (None when Slurm does not answer); ``team``: the
-        service runs as root for a team and submits each run's jobs as its owner's login."""
+        service runs as root for a team and submits each run's jobs as its owner's login;
+        ``build_memory_gb`` and ``packages_timeout_s`` bound the job that builds a run's
+        packages."""
         self.store = Path(store)
         self.team = team
+        self.build_memory_gb, self.packages_timeout_s = build_memory_gb, packages_timeout_s
         self.ledger = Ledger(self.store)
         self.slurm = slurm or Slurm()
         self.where = where or Where()
@@ -101,12 +107,26 @@ class SlurmBackend:
         self._callbacks: list[Callable[[], None]] = []
         self.max_cores: int | None = None
         self.max_memory_gb: float | None = None
+        self.reserves_nodes = False
+        self.no_reservations = (
+            "the slurm backend reserves no nodes: Slurm did not say whether the service has "
+            "its Operator level: submit without reserve_node"
+        )
         if probe:
-            try:
-                largest = max(self.nodes(), key=lambda n: (n.cores, n.memory_gb))
-                self.max_cores, self.max_memory_gb = int(largest.cores), largest.memory_gb
-            except (BackendUnavailable, SlurmError, ValueError) as error:
-                log.warning("cannot read Slurm's nodes: %s", error)
+            self._probe()
+
+    def _probe(self) -> None:
+        """Read the largest node (``sinfo``) and whether the service may reserve nodes."""
+        try:
+            problem = reservations.problem(self.slurm)
+            self.reserves_nodes, self.no_reservations = problem is None, problem or ""
+        except (BackendUnavailable, SlurmError) as error:
+            log.warning("cannot ask Slurm whether the service may reserve nodes: %s", error)
+        try:
+            largest = max(self.nodes(), key=lambda n: (n.cores, n.memory_gb))
+            self.max_cores, self.max_memory_gb = int(largest.cores), largest.memory_gb
+        except (BackendUnavailable, SlurmError, ValueError) as error:
+            log.warning("cannot read Slurm's nodes: %s", error)
 
     @classmethod
     def from_settings(cls) -> SlurmBackend:
@@ -126,6 +146,8 @@ class SlurmBackend:
             poll_s=settings.SIMRUN_SLURM_POLL_S,
             submit_timeout_s=settings.SIMRUN_SLURM_SUBMIT_TIMEOUT_S,
             team=os.geteuid() == 0,
+            build_memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
+            packages_timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
         )
 
     # Submission.
@@ -140,9 +162,7 @@ class SlurmBackend:
         """Keep the run and submit the jobs of the nodes that wait for nothing; a run submitted
         before is kept. ValueError when a task cannot run or Slurm refuses its job."""
         name = workflow_name(record.id)
-        if record.packages:
-            raise ValueError("environment.packages: the slurm backend installs no packages yet")
-        if problem := owners.refusal(self.team, record.login):
+        if problem := self._refusal(record):
             raise ValueError(problem)
         login = record.login if self.team else ""
         nodes = run_nodes(record, plans, types)
@@ -162,6 +182,12 @@ class SlurmBackend:
             )
             if login:
                 owners.hand_over_run(self.store, record.id, login)
+            if record.packages:
+                self._with_packages(submission, record.packages)
+            if record.reserved_node:
+                submission.reservation = reservations.name(record.id)
+                if login:  # the login's jobs go into the service's reservation
+                    reservations.admit(self.slurm, record.id, login)
             self._save(submission)
             try:
                 self.submitter.advance(submission)
@@ -175,6 +201,16 @@ class SlurmBackend:
                 raise ValueError(slurm_status.message(refused[0]))
         return name
 
+    def _with_packages(self, submission: Submission, names: list[str]) -> None:
+        """The venv of a run's packages on the store, and the job that builds it unless it
+        was built (``packages``): the run's jobs wait for it."""
+        where = slurm_packages.folder(self.store, names, submission.login)
+        submission.packages, submission.environment = sorted(set(names)), where
+        if not slurm_packages.built(where):
+            submission.build = slurm_packages.build_node(
+                where, names, memory_gb=self.build_memory_gb, timeout_s=self.packages_timeout_s
+            )
+
     # The poll.
 
     def refusal(
@@ -185,8 +221,21 @@ class SlurmBackend:
         cluster: ClusterConfig,
     ) -> str | None:
         """Why a run cannot be submitted: in team mode, an owner without a Unix login (or
-        with one jobs cannot run as). Nothing of a run's size is bounded beyond planning's."""
-        return owners.refusal(self.team, record.login)
+        with one jobs cannot run as), or packages the login cannot build. Nothing of a run's
+        size is bounded beyond planning's."""
+        return self._refusal(record)
+
+    def _refusal(self, record: RunRecord) -> str | None:
+        """``refusal``: an owner without a login; in team mode, packages whose build (a job
+        of the login running this service's Python) cannot reach that Python."""
+        if problem := owners.refusal(self.team, record.login):
+            return problem
+        if record.packages and (problem := owners.unreachable(self.team, self.store, "split")):
+            return (
+                "environment.packages: the venv of the packages is built by a job of the "
+                f"owner's login, which runs this service's Python: {problem}"
+            )
+        return None
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after a poll that learnt something of a run."""
@@ -429,7 +478,13 @@ class SlurmBackend:
         return owners.unreachable(self.team, self.store, kind)
 
     def choose_node(self, plans: Mapping[str, TaskPlan], *, taken: Iterable[str] = ()) -> str:
-        raise LookupError("the Slurm backend does not reserve nodes: submit without it")
+        """The smallest free ready node of the partition that fits the run (``nodes``);
+        LookupError saying why when none does, or the service may not reserve nodes."""
+        if not self.reserves_nodes:
+            raise LookupError(self.no_reservations)
+        return choose_node(
+            self.nodes(), plans, taken=taken, reservable="the ready nodes of the partition"
+        )
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes of the partition (every partition's without one), from ``sinfo``."""
@@ -437,6 +492,7 @@ class SlurmBackend:
         if self.where.partition:
             argv.append(f"--partition={self.where.partition}")
         found: dict[str, NodeInfo] = {}
+        held = reservations.held(self.slurm) if self.reserves_nodes else {}
         for line in self.slurm.run(argv).splitlines():
             parts = line.strip().split("|")
             if len(parts) < 4 or parts[0] in found:
@@ -447,7 +503,8 @@ class SlurmBackend:
                 cores=float(parts[1]),
                 memory_gb=float(parts[2]) / 1024,
                 ready=state not in {"down", "drain", "drng", "fail", "maint", "boot", "unk"},
-                reservable=False,
+                reservable=self.reserves_nodes,
+                reserved_by=held.get(parts[0]),
             )
         return list(found.values())
 
@@ -456,7 +513,7 @@ class SlurmBackend:
         found = []
         for submission in self.ledger.live():
             for job in submission.jobs:
-                if job.final:
+                if job.final or job.node == slurm_packages.BUILD_NODE:
                     continue
                 spec = submission.node(job.node)
                 found.append(
@@ -475,12 +532,33 @@ class SlurmBackend:
         return found
 
     def reserve(self, node: str, run_id: str) -> None:
-        """Refused: reservations need Slurm's Operator level, which simrun does not assume."""
-        raise ValueError("the slurm backend reserves no nodes: submit without reserve_node")
+        """Reserve ``node`` for the run's jobs (a Slurm reservation, ``reservations``);
+        ValueError when another run holds it or the service may not reserve nodes, KeyError
+        for a node not in the partition."""
+        if not self.reserves_nodes:
+            raise ValueError(self.no_reservations)
+        holder = self._holder(node)
+        if holder == run_id:
+            return
+        if holder is not None:
+            raise ValueError(f"the node {node} is reserved by the run {holder}")
+        try:
+            reservations.create(self.slurm, node, run_id, getpass.getuser())
+        except SlurmError as error:
+            raise ValueError(f"Slurm refused to reserve {node}: {error}") from None
 
     def unreserve(self, node: str, run_id: str) -> None:
-        """Refused: the slurm backend reserves no nodes."""
-        raise ValueError("the slurm backend reserves no nodes")
+        """Remove the run's reservation of ``node`` (another run's stays); KeyError for a
+        node not in the partition."""
+        if self._holder(node) == run_id:
+            reservations.delete(self.slurm, run_id)
+
+    def _holder(self, node: str) -> str | None:
+        """The run holding ``node``; KeyError for a node not in the partition."""
+        found = {n.name: n for n in self.nodes()}
+        if node not in found:
+            raise KeyError(node)
+        return found[node].reserved_by
 
     def build_image(self, context: Path, ref: str) -> None:
         """Refused: the slurm backend runs no images."""

@@ -148,7 +148,7 @@ def sbatch_argv(
         ("--partition", where.partition),
         ("--account", where.account),
         ("--qos", where.qos),
-        ("--time", where.time_limit),
+        ("--time", spec.time_limit or where.time_limit),
     ):
         if value:
             argv.append(f"{flag}={value}")

@@ -36,6 +36,9 @@ class NodeSpec(BaseModel):
     memory_gb: float
     retry_memory_gb: float
     array: str = Field(default="", description="<task>-extra for an extra worker")
+    time_limit: str = Field(
+        default="", description="--time of its jobs; empty: the site's (SIMRUN_SLURM_TIME_LIMIT)"
+    )
 
 
 class Job(BaseModel):
@@ -86,8 +89,19 @@ class Submission(BaseModel):
     stopped: str = Field(default="", description="cancel or stop, once asked")
     stopped_at: float | None = None
     ended: bool = Field(default=False, description="Every job final and nothing to submit")
+    packages: list[str] = Field(default_factory=list, description="environment.packages")
+    environment: Path | None = Field(
+        default=None, description="The folder of the venv of its packages (``packages``)"
+    )
+    build: NodeSpec | None = Field(
+        default=None, description="The job that builds that venv, when it was not built"
+    )
+    build_failed: str = Field(default="", description="Why the venv could not be built")
+    reservation: str = Field(default="", description="The Slurm reservation its jobs go into")
 
     def node(self, name: str) -> NodeSpec:
+        if self.build is not None and name == self.build.name:
+            return self.build
         return next(n for n in self.nodes if n.name == name)
 
     def jobs_of(self, node: str) -> list[Job]:

@@ -306,6 +306,17 @@ def phases(submission: Submission) -> dict[str, str]:
     return found
 
 
+def building(submission: Submission) -> str:
+    """Why the run's first nodes wait while a job builds its packages' venv; empty else."""
+    if submission.build is None or submission.build_failed:
+        return ""
+    jobs = submission.jobs_of(submission.build.name)
+    if jobs and jobs[-1].final:
+        return ""
+    job = f" (Slurm job {jobs[-1].job_id})" if jobs else ""
+    return f"installing the environment's packages{job}"
+
+
 def backend_status(submission: Submission) -> BackendStatus:
     """The status of a run from its ledger."""
     stopped_at = submission.stopped_at
@@ -329,6 +340,7 @@ def backend_status(submission: Submission) -> BackendStatus:
             waiting[spec.name] = f"Slurm: {latest.reason}"
         for job in jobs:
             failed.setdefault(spec.worker, []).extend(failed_attempts(job, spec, stopped_at))
+    waiting |= {spec.name: why for spec in due(submission, tasks) if (why := building(submission))}
     live = any(p in {"Running", "Pending", RETRYING_PHASE, PREEMPTED_PHASE} for p in tasks.values())
     live = live or bool(due(submission, tasks))
     main = [s.name for s in submission.nodes if not s.array]
@@ -338,7 +350,9 @@ def backend_status(submission: Submission) -> BackendStatus:
         phase = "Running" if started else "Pending"
     else:
         phase = "Failed"
-    message = ""
+    message = submission.build_failed
+    if submission.build_failed:
+        phase = "Failed"
     if submission.stopped:
         strategy = "Terminate" if submission.stopped == "cancel" else "Stop"
         message = f"Stopped with strategy '{strategy}'"

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness import untrusted
 from harness.config import GRACE_S, STOP_MARGIN_S
 from runs.backends.base import PREEMPTED_PHASE, RETRYING_PHASE
-from runs.backends.slurm import owners
+from runs.backends.slurm import owners, packages
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
 from runs.backends.slurm.script import Placement as Where
@@ -37,9 +37,13 @@ class Submitter:
     _max_array: int | None = None
 
     def advance(self, submission: Submission) -> bool:
-        """Submit the jobs that are due: nodes whose inputs succeeded, retries."""
+        """Submit the jobs that are due: the build of the run's packages first (nothing else
+        until it built them), then nodes whose inputs succeeded, retries."""
         if submission.stopped:
             return False
+        where = submission.environment
+        if submission.build is not None and where is not None and not packages.built(where):
+            return self._build(submission)
         phases = slurm_status.phases(submission)
         due = slurm_status.due(submission, phases)
         arrays: dict[str, list[NodeSpec]] = {}
@@ -62,9 +66,36 @@ class Submitter:
                 self._submit_job(submission, spec, attempt=attempt, memory_gb=memory)
         return bool(due) or any(p in {RETRYING_PHASE, PREEMPTED_PHASE} for p in phases.values())
 
+    def _build(self, submission: Submission) -> bool:
+        """Submit the build of the run's packages if no job builds them; once its job ended
+        without building them, record why (the run fails). Whether anything changed."""
+        assert submission.environment is not None and submission.build is not None
+        jobs = submission.jobs_of(submission.build.name)
+        if not jobs:
+            spec = submission.build
+            self._submit_job(submission, spec, attempt=0, memory_gb=spec.memory_gb)
+            return True
+        latest = jobs[-1]
+        if not latest.final or submission.build_failed:
+            return False
+        said = slurm_status.message(latest)
+        submission.build_failed = packages.failure(
+            submission.environment, submission.packages, said
+        )
+        return True
+
+    def _bin_dir(self, submission: Submission) -> Path:
+        """The folder first on a job's ``PATH``: the venv of the run's packages, if any."""
+        if submission.environment is None:
+            return self.bin_dir
+        return packages.bin_dir(submission.environment)
+
     def _logs_dir(self, submission: Submission, task: str) -> Path:
         """The task's ``logs/``, made now: the job writes there. A folder of the service's
         own, or of the run's login in team mode (its jobs write as it)."""
+        if submission.build is not None and task == submission.build.task:
+            assert submission.environment is not None
+            return submission.environment
         parts = ("runs", submission.run, "tasks", task, "logs")
         if submission.login:
             owners.logs_dir(submission.store, parts, submission.login)
@@ -75,6 +106,8 @@ class Submitter:
     def _sbatch(self, submission: Submission, argv: list[str], script: str) -> str:
         """Submit a job as the run's login (the service's own user without one); its id."""
         argv = [*argv, *owners.sbatch_flags(submission.login)]
+        if submission.reservation:
+            argv.append(f"--reservation={submission.reservation}")
         out = self.slurm.run(argv, stdin=script, timeout_s=self.submit_timeout_s).strip()
         return out.split(";")[0]
 
@@ -87,7 +120,7 @@ class Submitter:
             attempt=attempt,
             memory_gb=memory_gb,
             logs=logs,
-            bin_dir=self.bin_dir,
+            bin_dir=self._bin_dir(submission),
             grace_s=self._unit_grace_s(),
         )
         argv = sbatch_argv(
@@ -124,7 +157,7 @@ class Submitter:
                 attempt=0,
                 memory_gb=spec.memory_gb,
                 logs=logs,
-                bin_dir=self.bin_dir,
+                bin_dir=self._bin_dir(submission),
                 grace_s=self._unit_grace_s(),
                 first=first,
             )
