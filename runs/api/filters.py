@@ -121,11 +121,19 @@ def validated(asked: Asked) -> tuple[dict[str, Any], dict[str, Any]]:
         data.setlist(name, list(given))
     filters = RunFilters(data=data)
     if not filters.is_valid():
-        return {}, dict(filters.errors)
+        return {}, {name: messages(errors) for name, errors in filters.errors.items()}
     values = dict(filters.validated_data)
     if "state" in values:
         values["state"] = frozenset(values["state"])
     return values, {}
+
+
+def messages(errors: Any) -> list[str]:
+    """A parameter's errors as a list of sentences: those of a repeated parameter's values
+    (``tag``, by position) name the value, as the API's schema of a 400 says."""
+    if isinstance(errors, dict):
+        return [f"value {int(i) + 1}: {m}" for i, found in errors.items() for m in found]
+    return [str(m) for m in errors]
 
 
 def valid_filters(request: Request) -> dict[str, Any]:

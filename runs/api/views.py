@@ -236,6 +236,12 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             409: schema.CONFLICT,
         },
     )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        run = get_object_or_404(with_progress(visible_runs(request.user)), pk=pk)
+        cancelling.request_cancel(run)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
     @extend_schema(
         summary="Tag a run and note on it",
         description="Sets the run's tags (find it by runs?tag=...) and note; a field not "
@@ -257,12 +263,6 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         Run.objects.filter(pk=run.pk).update(**changes)
         run.refresh_from_db(fields=["tags", "note"])
         return Response({"tags": run.tags, "note": run.note})
-
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str) -> Response:
-        run = get_object_or_404(with_progress(visible_runs(request.user)), pk=pk)
-        cancelling.request_cancel(run)
-        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         summary="Re-run a run",

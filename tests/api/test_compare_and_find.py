@@ -123,3 +123,29 @@ def test_the_runs_page_finds_by_tag_and_parameter_and_the_run_page_sets_them(sto
         assert f'data-run="{shown.id}"' in html
         if hidden is not None:
             assert f'data-run="{hidden.id}"' not in html
+
+
+def test_a_bad_value_of_a_repeated_filter_is_a_400_naming_it_in_sentences(owner_client):
+    answer = owner_client.get("/api/runs/", {"tag": ["paper", "x" * 51, "a\x00b"]})
+    assert answer.status_code == 400
+    errors = answer.json()["tag"]
+    assert all(isinstance(message, str) for message in errors), errors
+    assert errors[0].startswith("value 2: ") and errors[1].startswith("value 3: ")
+
+
+def test_a_bad_tag_of_a_runs_labels_is_a_400_naming_it_in_sentences(owner, owner_client, store):
+    run = ended(submitted(owner))
+    answer = owner_client.post(
+        f"/api/runs/{run.id}/labels/", {"tags": ["fine", "two words"]}, format="json"
+    )
+    assert answer.status_code == 400
+    assert all(isinstance(message, str) for message in answer.json()["tags"]), answer.json()
+
+
+def test_a_body_that_does_not_parse_is_a_400_of_the_field_body(owner, owner_client, store):
+    run = ended(submitted(owner))
+    answer = owner_client.post(
+        f"/api/runs/{run.id}/labels/", b"\x00", content_type="application/json"
+    )
+    assert answer.status_code == 400
+    assert list(answer.json()) == ["body"] and "JSON parse error" in answer.json()["body"][0]
