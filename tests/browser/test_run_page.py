@@ -58,9 +58,10 @@ def submit_text(page: Page, service: Service, text: str) -> str:
 
 
 @pytest.fixture
-def signal_folder() -> Iterator[Path]:
-    """A folder the run's processes can read: they may run as a user of their own."""
-    folder = Path(tempfile.mkdtemp(prefix="simrun-signal-"))
+def signal_folder(service: Service) -> Iterator[Path]:
+    """A folder the run's processes can read: they may run as a user of their own, and the
+    machine's /tmp is not theirs (a task has its own), the service's store is."""
+    folder = Path(tempfile.mkdtemp(prefix="simrun-signal-", dir=service.store))
     folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
