@@ -111,8 +111,10 @@ def test_an_evicted_sweep_goes_on_without_redoing_a_finished_unit(evict, slurm, 
     assert {unit: computed[unit] for unit in finished} == dict.fromkeys(finished, 1)
     task = Task.objects.get(run=run, task_id="sim")
     assert task.units_done == UNITS
-    [evicted] = Attempt.objects.filter(task=task, evicted=True)
-    assert evicted.attempt == 0
+    # One eviction a requeue of Slurm's: on a loaded machine a preemption may come twice.
+    evicted = Attempt.objects.filter(task=task, evicted=True).order_by("attempt")
+    assert evicted.count() == restarts(slurm.slurm.conf, job) >= 1
+    assert evicted[0].attempt == 0
 
 
 def restarts(conf: str, job: str) -> int:
@@ -168,6 +170,10 @@ def test_a_slurmd_killed_mid_run_loses_no_finished_unit(restart, slurm, owner, t
     computed = Counter(int(line) for line in (tmp_path / "trace").read_text().split())
     assert set(computed) == set(range(UNITS))
     assert {unit: computed[unit] for unit in finished} == dict.fromkeys(finished, 1)
+    # One eviction a requeue of Slurm's: a slurmd started again at once may still come back
+    # after Slurm declared its node down on a loaded machine, and its job is requeued then.
     evicted = Attempt.objects.filter(task__run=run, evicted=True)
-    assert evicted.count() == (1 if restart == "after-node-fail" else 0)
+    assert evicted.count() == restarts(slurm.slurm.conf, job)
+    if restart == "after-node-fail":
+        assert evicted.count() == 1
     assert not Attempt.objects.filter(task__run=run, evicted=False).exclude(phase="Succeeded")
