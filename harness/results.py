@@ -123,6 +123,9 @@ def _write_parquet(
     kinds = {name: getattr(pa, kind)() for name, kind in zip(columns, types, strict=True)}
     table = pa_csv.read_csv(
         pa.py_buffer(table_csv),
+        # pyarrow's thread pool, once started, aborted one worker in 40 at its exit
+        # ("terminate called without an active exception", exit 134) after a sound merge.
+        read_options=pa_csv.ReadOptions(use_threads=False),
         convert_options=pa_csv.ConvertOptions(
             column_types=kinds,
             null_values=[""],

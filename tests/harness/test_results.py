@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,17 @@ def test_writing_the_table_does_not_import_pandas(tmp_path: Path) -> None:
 
     assert done.stdout.strip() == "False"
     assert pq.read_table(tmp_path / RESULTS_PARQUET).column("x").to_pylist() == [1.5, None]
+
+
+def test_writing_a_table_starts_no_pool_of_threads_that_could_abort_the_exit(
+    tmp_path: Path,
+) -> None:
+    """pyarrow's pool of a thread a core, once started, aborted a worker at its exit after a
+    sound merge ("terminate called without an active exception", exit 134, once in about 40
+    exits): the table is read and written without it (pyarrow's own threads of its import
+    and its one for files aside)."""
+    import pyarrow.csv  # noqa: F401  # the threads of pyarrow's import, before counting
+
+    before = len(os.listdir("/proc/self/task"))
+    write_table(tmp_path, ["unit", "x", "s"], [[i, i / 2, f"s{i}"] for i in range(2000)])
+    assert len(os.listdir("/proc/self/task")) - before < 1 + pa.cpu_count()
