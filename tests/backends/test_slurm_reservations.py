@@ -23,6 +23,7 @@ from tests.backends.slurm_cluster import (
     plan,
     shell,
     slurm_command,
+    start_cluster,
     submit,
     wait_phase,
 )
@@ -31,7 +32,9 @@ from tests.e2e.service import task_user_venv
 
 @pytest.fixture
 def backend(tmp_path: Path) -> SlurmBackend:
-    return make_backend(tmp_path / "store", cluster())
+    """A backend of the cluster with both its nodes idle again: a test before may have
+    killed a slurmd, which Slurm declares down for a while (``.ci/slurm`` waits it out)."""
+    return make_backend(tmp_path / "store", start_cluster())
 
 
 def test_an_operator_reserves_a_node_whose_jobs_are_the_runs_until_released(backend):
