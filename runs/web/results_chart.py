@@ -18,6 +18,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from runs.reads.results import MISSING, Results
+from runs.reads.table_views import BadView
 
 KINDS = {"lines": "lines", "heatmap": "heat map"}
 MAX_SERIES = 10
@@ -41,12 +42,8 @@ VIRIDIS = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231,
 """The stops of the heat map's colour scale, low to high (perceptually even, colour-blind safe)."""
 
 
-class BadChoice(ValueError):
+class BadChoice(BadView):
     """A choice of the plot that names no fitting column: ``field`` says which one."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)
