@@ -5,6 +5,9 @@ the source."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,3 +48,41 @@ def test_the_root_conftest_and_the_harness_tier_need_nothing_of_the_service() ->
         or (name.startswith("tests.") and not name.startswith(HARNESS_TIER))
     }
     assert not found
+
+
+GROUPED = """
+import os
+import pytest
+
+@pytest.mark.xdist_group("one")
+@pytest.mark.parametrize("n", range(6))
+def test_grouped(n):
+    with open(os.environ["WORKERS_SEEN"], "a") as seen:
+        seen.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+@pytest.mark.parametrize("n", range(6))
+def test_free(n):
+    pass
+"""
+
+
+def test_a_parallel_run_keeps_a_group_on_one_worker(tmp_path: Path) -> None:
+    """The README's ``--dist loadgroup`` keeps the tests that share a service or the one Slurm on
+    one worker; pytest 9.2 broke that silently (pytest-xdist #1386), so pyproject.toml pins
+    below it, and this test says when an upgrade breaks it again."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    seen = tmp_path / "seen"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:django"]
+        + ["-p", "no:cacheprovider", "-q", str(tmp_path)],
+        cwd=tmp_path,
+        env={**os.environ, "WORKERS_SEEN": str(seen)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers = seen.read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1, workers
