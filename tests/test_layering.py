@@ -159,7 +159,8 @@ def test_the_local_launcher_a_script_needs_only_the_standard_library_the_harness
         for target in sorted(targets):
             top = target.split(".")[0]
             full = target.startswith(f"{package}.")
-            if target == package or (full and target.removeprefix(f"{package}.") in bare):
+            sibling = target.removeprefix(f"{package}.").split(".")[0]
+            if target == package or (full and sibling in bare):
                 continue
             if top in siblings and top != name:
                 todo.extend({top} - seen)

@@ -18,7 +18,8 @@ The running tasks of one user share a budget too (``UserBudget``): each launcher
 count in the user's ``Ledger`` and sums the others' there, so a user's many tasks, each within
 its own budget, cannot take the disk together.
 
-Only the standard library and the harness: the launcher imports it from its directory.
+Only the standard library, the harness and its sibling ``pids``: the launcher imports it from its
+directory.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import untrusted
+
+if __package__:  # imported as a module of the service
+    from runs.backends.local.pids import process_start
+else:  # imported by its bare name: by the launcher, from this directory
+    from pids import process_start  # type: ignore[no-redef]
 
 SERVICE_ENTRIES = frozenset({"logs", "recorded"})
 """The folders of a task's folder that are the service's, not the task's: never counted."""
@@ -225,15 +231,6 @@ class Ledger:
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # being replaced, or removed at its task's end
         return files, size
-
-
-def process_start(pid: int) -> int | None:
-    """When a process started, in clock ticks since boot, None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rpartition(")")[2].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def remove_written(

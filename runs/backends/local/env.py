@@ -14,9 +14,9 @@ and removed at the end of the run: the run's snapshots installed editable, never
 service's environment. Both see the packages of the service's environment (simrun, the task
 types, the build backends) beneath their own; a run's venv sees its packages' venv between.
 
-Only the standard library, the harness and its sibling ``builds`` (the processes of builds):
-the launcher imports this module from its directory, and this module ``builds`` by its bare
-name there, by its full name in the service.
+Only the standard library, the harness and its siblings ``builds`` (the processes of builds),
+``wall`` and ``launch_file``: the launcher imports this module from its directory, and this
+module its siblings by their bare names there, by their full names in the service.
 """
 
 from __future__ import annotations
@@ -40,9 +40,11 @@ from harness.sources import InstallFailed
 
 if __package__:  # imported as a module of the service
     from runs.backends.local import builds, wall
+    from runs.backends.local.launch_file import Ids
 else:  # imported by its bare name: by the launcher and the builders, from this directory
     import builds  # type: ignore[no-redef]
     import wall  # type: ignore[no-redef]
+    from launch_file import Ids  # type: ignore[no-redef]
 
 ENVIRONMENTS = venvs.ENVIRONMENTS
 python = venvs.python
@@ -138,7 +140,7 @@ class Builder:
         user = None
         if self.uid is not None:
             gid = self.gid if self.gid is not None else self.uid
-            user = wall.Ids(uid=self.uid, gid=gid, umask=BUILD_UMASK)
+            user = Ids(uid=self.uid, gid=gid, umask=BUILD_UMASK)
         named = [Path(a) for a in argv if a.startswith("/")]
         python = Path(sys.executable)
         keep = [*self.keep, str(cwd), sys.prefix, str(python.parent.parent)]

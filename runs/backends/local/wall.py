@@ -29,7 +29,8 @@ launcher's task does the same through it, so no other module changes a process's
 (tests/test_layering.py holds it).
 
 Only the standard library and siblings imported by their bare names (``cgroups``, ``egress``,
-``pids``, ``shm``): the launcher imports it from its directory, and it runs as a script.
+``launch_file``, ``pids``, ``shm``): the launcher imports it from its directory, and it runs as
+a script.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+if __package__:  # imported as a module of the service
+    from runs.backends.local.launch_file import Ids
+else:  # imported by its bare name: by the launcher, and as a script
+    from launch_file import Ids  # type: ignore[no-redef]
+
 WALL = Path(__file__)
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -68,15 +74,6 @@ BUILD_MEMORY_GB = 2.0
 (``SIMRUN_BUILD_MEMORY_GB``)."""
 BUILD_PIDS_MAX = 512
 """The processes of a learning or a build (``SIMRUN_BUILD_PIDS_MAX``)."""
-
-
-@dataclass(frozen=True)
-class Ids:
-    """A task user: the ids a process runs as and the umask of what it creates."""
-
-    uid: int
-    gid: int
-    umask: int
 
 
 @dataclass(frozen=True)
