@@ -265,9 +265,13 @@ class Task(models.Model):
     )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
-    stopped_while_running = models.BooleanField(
-        default=False,
-        help_text="Skipped because its run ended while it ran: it did run, its units done kept.",
+    stopped_by = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        choices=[(RunState.CANCELLED, "its run's cancel"), (RunState.FAILED, "its run's failure")],
+        help_text="Skipped because its run ended (so) while it ran: it did run, its units done "
+        "kept.",
     )
 
     class Meta:

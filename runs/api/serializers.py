@@ -152,9 +152,8 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
     def get_shown_state(self, task: Task) -> str:
         return shown_state(
             task.state,
-            task.message,
             task.reused_run if task.reused_whole else "",
-            stopped=task.stopped_while_running,
+            stopped_by=task.stopped_by,
         )
 
     @extend_schema_field(

@@ -51,7 +51,7 @@ def end_writes(
     stopped = stopped_tasks(states)
     messages = stopped_messages(states, messages, message)
     changes, final = closed(run=run, state=state, tasks=states, message=message, **closing)
-    return changes, task_writes(tasks, final, messages, stopped)
+    return changes, task_writes(tasks, final, messages, stopped, stopped_by=state)
 
 
 def task_writes(
@@ -59,12 +59,15 @@ def task_writes(
     states: Mapping[str, TaskState],
     messages: Mapping[str, str],
     stopped: Collection[str] = (),
+    stopped_by: str = "",
 ) -> TaskChanges:
-    """The fields to write of each task whose state or message changes (``task_changes``)."""
+    """The fields to write of each task whose state or message changes (``task_changes``); the
+    ``stopped`` ones were stopped while they ran by their run's end, ``stopped_by``."""
     changed: TaskChanges = {}
     for task in tasks:
         key = task.task_id
-        if fields := task_changes(task, states[key], messages[key], stopped=key in stopped):
+        why = stopped_by if key in stopped else ""
+        if fields := task_changes(task, states[key], messages[key], stopped_by=why):
             changed[task.pk] = fields
     return changed
 
@@ -102,7 +105,7 @@ def closed(
 
 def stopped_tasks(tasks: Mapping[str, TaskState]) -> set[str]:
     """The tasks a run's end stops while they run: skipped, yet they ran (their units done
-    kept), so they are marked ``Task.stopped_while_running`` and say so in their message."""
+    kept), so they are marked ``Task.stopped_by`` and say so in their message."""
     return {task_id for task_id, state in tasks.items() if state in ACTIVE_STATES}
 
 

@@ -359,17 +359,17 @@ def resolve_gone(run: Run, tasks: list[Task], now: float) -> Poll:
 
 
 def task_changes(
-    task: Task, state: TaskState, message: str, *, stopped: bool = False
+    task: Task, state: TaskState, message: str, *, stopped_by: str = ""
 ) -> dict[str, Any]:
-    """The fields of a task to write for its new state, units done included; ``stopped``: its
-    run's end stopped it while it ran (``stopped_tasks``)."""
+    """The fields of a task to write for its new state, units done included; ``stopped_by``:
+    the end of its run (cancelled, failed) that stopped it while it ran (``stopped_tasks``)."""
     changes: dict[str, Any] = {}
     if state != task.state:
         changes["state"] = state
     if message != task.message:
         changes["message"] = message
-    if stopped and not task.stopped_while_running:
-        changes["stopped_while_running"] = True
+    if stopped_by and not task.stopped_by:
+        changes["stopped_by"] = stopped_by
     if state in STARTED_STATES and task.started_at is None:
         changes["started_at"] = timezone.now()
     if state in FINAL_TASK_STATES and task.ended_at is None:

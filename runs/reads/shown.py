@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from runs.models import STOPPED_WHILE_IT_RAN, RunState, TaskState
+from runs.models import RunState, TaskState
 
 
-def shown_state(state: str, message: str, reused_from: str = "", *, stopped: bool = False) -> str:
+def shown_state(state: str, reused_from: str = "", *, stopped_by: str = "") -> str:
     """What a task's badge and ``simrun show`` say it is: its state, but "stopped: run
-    cancelled" (or "stopped: run failed") for one its run's end ``stopped`` while it ran
-    (``Task.stopped_while_running``), whose record stays skipped as the spec says, and "reused
-    from <run>" for one done from the outputs of a task of ``reused_from``. Why it was stopped
-    is the run's message, kept in the task's after ``STOPPED_WHILE_IT_RAN``."""
+    cancelled" (or "stopped: run failed") for one its run's end stopped while it ran
+    (``Task.stopped_by``), whose record stays skipped as the spec says, and "reused from <run>"
+    for one done from the outputs of a task of ``reused_from``."""
     if reused_from:
         return f"reused from {reused_from}"
-    if state != TaskState.SKIPPED or not stopped:
+    if state != TaskState.SKIPPED or not stopped_by:
         return state
-    why = message.removeprefix(STOPPED_WHILE_IT_RAN)
-    return "stopped: run cancelled" if why.startswith("cancelled") else "stopped: run failed"
+    return f"stopped: run {stopped_by}"
 
 
 def shown_run_state(state: str, task_states: Collection[str]) -> str:

@@ -140,9 +140,8 @@ def task_state(task: Task) -> str:
     """What a task's badge says: its state, or "stopped: run cancelled" (``shown_state``)."""
     return shown_state(
         task.state,
-        task.message,
         task.reused_run if task.reused_whole else "",
-        stopped=task.stopped_while_running,
+        stopped_by=task.stopped_by,
     )
 
 

@@ -1023,7 +1023,7 @@ def test_a_task_a_cancel_stops_while_it_runs_says_it_ran_and_keeps_its_units(lau
     sweep, summary = (fresh(run).tasks.get(task_id=t) for t in ("sweep", "summary"))
     assert sweep.state == "skipped" and summary.state == "skipped"
     assert sweep.message == "stopped while it ran: cancelled by the user"
-    assert sweep.stopped_while_running and not summary.stopped_while_running
+    assert (sweep.stopped_by, summary.stopped_by) == ("cancelled", "")
     assert sweep.started_at is not None and sweep.units_done == done
     assert summary.message == "" and summary.started_at is None
 
@@ -1046,10 +1046,9 @@ def test_a_task_a_failed_run_stops_while_it_runs_is_marked_stopped(launch, fake)
 
     a, b = (fresh(run).tasks.get(task_id=t) for t in ("a", "b"))
     assert fresh(run).state == RunState.FAILED and (a.state, b.state) == ("failed", "skipped")
-    assert b.stopped_while_running and not a.stopped_while_running
+    assert (b.stopped_by, a.stopped_by) == ("failed", "")
     assert b.message.startswith("stopped while it ran: task a failed")
-    shown = shown_state(b.state, b.message, stopped=b.stopped_while_running)
-    assert shown == "stopped: run failed"
+    assert shown_state(b.state, stopped_by=b.stopped_by) == "stopped: run failed"
 
 
 def test_cancelling_an_unknown_run_is_not_found_and_an_ended_one_a_conflict(launch, fake):
