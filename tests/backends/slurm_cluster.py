@@ -188,7 +188,12 @@ def run_to_end(backend: SlurmBackend, run: Any, timeout_s: float = 300) -> Any:
         timeout_s=timeout_s,
         interval_s=1,
         what=f"run {run.id} to end",
-        details=lambda: str(list(Task.objects.filter(run=run).values("task_id", "state"))),
+        details=lambda: "\n".join(
+            (
+                str(list(Task.objects.filter(run=run).values("task_id", "state"))),
+                cluster_state(backend.slurm.conf),
+            )
+        ),
     )
 
 
@@ -213,6 +218,27 @@ def accounted_user(conf: str, job_id: str) -> str:
     """The user sacct records for a job (as an administrator asks it: every user's)."""
     out = slurm_command(conf, "sacct", "-n", "-P", "-X", "--allusers", "-j", job_id, "-o", "User")
     return out.strip()
+
+
+def cluster_state(conf: str) -> str:
+    """What squeue and sinfo say of every job and node: the details of a wait that failed."""
+    jobs = slurm_command(conf, "squeue", "-a", "-t", "all", "-o", "%i %P %u %T %r %N")
+    nodes = slurm_command(conf, "sinfo", "-N", "-o", "%N %P %T %E")
+    return f"squeue:\n{jobs}sinfo:\n{nodes}"
+
+
+def emptied_cluster(conf: str) -> str:
+    """Cancel every job an earlier test left and wait until no job holds a node; ``conf``.
+    A test that counts on free nodes starts from them, whatever ran before it."""
+    jobs = slurm_command(conf, "squeue", "-a", "-h", "-o", "%i").split()
+    if jobs:
+        slurm_command(conf, "scancel", "--full", *jobs)
+    wait_for(
+        lambda: not slurm_command(conf, "squeue", "-a", "-h", "-t", "PD,R,CG,S,CF,RQ,RS"),
+        what="the cluster's jobs to end",
+        details=lambda: cluster_state(conf),
+    )
+    return conf
 
 
 def job_state(conf: str, job_id: str) -> str:

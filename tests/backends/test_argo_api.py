@@ -76,13 +76,11 @@ def test_after_a_call_got_no_answer_the_next_ones_fail_at_once_for_a_while(
         backend.status(WF)
     asked = len(kube.state.requests)
 
-    started = time.monotonic()
     for _ in range(20):  # a reconcile over twenty runs
         with pytest.raises(ClusterUnavailable, match=f"did not answer get workflow {WF}"):
             backend.status(WF)
 
-    assert len(kube.state.requests) == asked, "not asked while it is silent"
-    assert time.monotonic() - started < QUICK.read_timeout_s, "no timeout waited out"
+    assert len(kube.state.requests) == asked, "not asked while it is silent: no timeout waited"
     kube.state.intercept = None
     backend.clients.core._silence.until = 0  # type: ignore[attr-defined]  # the quiet time is over
     assert backend.status(WF).phase == "Running"

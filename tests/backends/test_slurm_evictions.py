@@ -19,6 +19,8 @@ from runs.common import store
 from runs.models import Attempt, RunState, Task
 from tests.backends.slurm_cluster import (
     cluster,
+    cluster_state,
+    emptied_cluster,
     job_state,
     make_backend,
     run_to_end,
@@ -40,7 +42,7 @@ def slurm(settings, tmp_path: Path) -> SlurmBackend:
     settings.SIMRUN_HOME = tmp_path / "home"
     settings.SIMRUN_HOME.mkdir()
     settings.SIMRUN_STORE = tmp_path / "store"
-    return make_backend(settings.SIMRUN_STORE, cluster())
+    return make_backend(settings.SIMRUN_STORE, emptied_cluster(cluster()))
 
 
 def traced_sweep(trace: Path, gate: Path) -> dict[str, Any]:
@@ -74,7 +76,12 @@ def running_sweep(slurm: SlurmBackend, owner: Any, folder: Path) -> tuple[Any, s
     the next ones held by the gate; the run and its job's id."""
     (folder / "gate").touch()
     run = started_run(traced_sweep(folder / "trace", folder / "gate"), owner, slurm)
-    wait_for(lambda: (service_pass(slurm, run), done_units(run.id))[1], timeout_s=120)
+    wait_for(
+        lambda: (service_pass(slurm, run), done_units(run.id))[1],
+        timeout_s=120,
+        what="a finished unit",
+        details=lambda: cluster_state(slurm.slurm.conf),
+    )
     [job] = slurm.ledger.read(workflow_name(run.id)).jobs
     return run, job.job_id
 
