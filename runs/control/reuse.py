@@ -36,7 +36,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from harness import untrusted
-from harness.ledger import (
+from harness.pieces import (
     ORIGINS,
     ORIGINS_CAP,
     PIECE_FOLDERS,
