@@ -35,7 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.ledger import piece_units  # noqa: E402
+from harness.pieces import piece_units  # noqa: E402
 from tests.e2e.service import Service, run_of, submit, wait_until_ended  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 

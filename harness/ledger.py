@@ -34,32 +34,26 @@ import math
 import os
 import pickle
 import socket
-import struct
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.files import temporary_name, write_atomic
-from harness.report import FAILURE_CHARS
+from harness.pieces import (
+    DAMAGED_SUFFIX,
+    ORIGINS,
+    PIECE_FOLDERS,
+    REUSED,
+    decode_piece,
+    piece_units,
+    read_origins,
+    store_pieces,
+)
 
 MAX_BLOCKS = 4096
 """Blocks of a ledger at most: bounds its files and the imbalance of the last block."""
-PIECE_MAGIC = b"SIMRUNP1"
-_PIECE_HEADER = struct.Struct("<8sQI")
-"""A piece's header: the magic, the length of the body and its CRC-32."""
-DAMAGED_SUFFIX = ".damaged"
-"""A damaged piece is renamed ``.<name>.damaged``: hidden from listings, kept to look at."""
-PIECE_FOLDERS = ("done", "reused")
-"""Where the pieces of a ledger are: those its workers wrote, those the service reused."""
-REUSED = "reused"
-ORIGINS = ".origins.json"
-"""In ``reused/``: the task that computed each reused piece, ``{piece: "<run>/<task>"}``,
-written by the service's copy (hidden: no piece)."""
-ORIGINS_CAP = 16 * 2**20
-"""The most read of ``reused/.origins.json``."""
 
 
 class DamagedPieces(RuntimeError):
@@ -70,68 +64,6 @@ class DamagedPieces(RuntimeError):
         super().__init__(f"damaged pieces {', '.join(names)}: units {describe(missing)} not done")
         self.names = list(names)
         self.missing = list(missing)
-
-
-def encode_piece(payloads: Sequence[bytes]) -> bytes:
-    """A piece of the pickled results of consecutive units, with its length and checksum."""
-    body = pickle.dumps(list(payloads), pickle.HIGHEST_PROTOCOL)
-    return _PIECE_HEADER.pack(PIECE_MAGIC, len(body), zlib.crc32(body)) + body
-
-
-def decode_piece(data: bytes, count: int) -> list[Any]:
-    """The results of a piece of ``count`` units; ``ValueError`` when it is damaged.
-
-    A piece without the header (of a harness before checksums) is a pickled list.
-    """
-    try:
-        if data.startswith(PIECE_MAGIC):
-            _, length, crc = _PIECE_HEADER.unpack_from(data)
-            body = memoryview(data)[_PIECE_HEADER.size :]
-            if len(body) != length or zlib.crc32(body) != crc:
-                raise ValueError(f"{len(body)} bytes, the header says {length}, or a bad CRC")
-            values = [pickle.loads(payload) for payload in pickle.loads(body)]
-        else:
-            values = pickle.loads(data)
-    except ValueError:
-        raise
-    except Exception as error:  # whatever unpickling garbage raises
-        raise ValueError(f"cannot be read: {error!r}") from None
-    if not isinstance(values, list) or len(values) != count:
-        raise ValueError(f"holds {len(values) if isinstance(values, list) else '?'} results")
-    return values
-
-
-def piece_units(name: str) -> tuple[int, int] | None:
-    """The units ``start, end`` (end excluded) of a piece by its name ``<start>-<end>``; None
-    for a name that is no piece's (a temporary file, one set aside)."""
-    first, dash, last = name.partition("-")
-    if dash and first.isdigit() and last.isdigit() and int(first) < int(last):
-        return int(first), int(last)
-    return None
-
-
-def piece_intact(data: bytes) -> bool:
-    """Whether a piece is whole as its header says (length and CRC-32), read without
-    unpickling it: what the service checks of a piece it reuses (a piece of a harness before
-    checksums cannot be checked so, and is not reused)."""
-    if len(data) < _PIECE_HEADER.size or not data.startswith(PIECE_MAGIC):
-        return False
-    _, length, crc = _PIECE_HEADER.unpack_from(data)
-    body = memoryview(data)[_PIECE_HEADER.size :]
-    return bool(len(body) == length and zlib.crc32(body) == crc)
-
-
-def store_pieces(done: Path, units: Sequence[int], payloads: Sequence[bytes]) -> None:
-    """Store the pickled results of units (in the order computed), a piece per consecutive run."""
-    if units and list(units) == list(range(units[0], units[0] + len(units))):  # in C: fast
-        write_atomic(done / f"{units[0]}-{units[0] + len(units)}", encode_piece(payloads))
-        return
-    begin = 0
-    for index in range(1, len(units) + 1):
-        if index == len(units) or units[index] != units[index - 1] + 1:
-            start, end = units[begin], units[index - 1] + 1
-            write_atomic(done / f"{start}-{end}", encode_piece(payloads[begin:index]))
-            begin = index
 
 
 @dataclass(frozen=True)
@@ -440,7 +372,7 @@ class Ledger:
         reused = [(name, units) for name, units in pieces if name.startswith(f"{REUSED}/")]
         if not reused:
             return {}
-        origins = _read_origins(self.directory / REUSED / ORIGINS)
+        origins = read_origins(self.directory / REUSED / ORIGINS)
         computed: set[int] = set()
         for name, (start, end) in self._pieces.items():
             if not name.startswith(f"{REUSED}/"):
@@ -468,19 +400,6 @@ class Ledger:
         self._find_gaps()
 
 
-def _read_origins(path: Path) -> dict[str, str]:
-    """``reused/.origins.json`` as piece name to origin; nothing when absent or not what the
-    service writes."""
-    try:
-        with open(path, "rb") as file:
-            data = json.loads(file.read(ORIGINS_CAP))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
-
-
 def describe(ranges: Sequence[range], limit: int = 20) -> str:
     """Ranges of units for a message: ``3, 7-9, 12`` (the first ``limit``, then a count)."""
     parts = [str(r.start) if len(r) == 1 else f"{r.start}-{r.stop - 1}" for r in ranges]
@@ -489,34 +408,3 @@ def describe(ranges: Sequence[range], limit: int = 20) -> str:
     if len(parts) > limit:
         text += f", … ({total} units)"
     return text
-
-
-def append_progress(
-    path: Path,
-    worker: str,
-    units: Sequence[int],
-    seconds: Sequence[float],
-    failures: Sequence[str | None] = (),
-) -> None:
-    """Append a ``unit_done`` line per unit to ``progress.jsonl``, in one write; a unit with
-    a failure (``failures``, a why or None per unit) says it last, as ``"failed": "<why>"``."""
-    name = json.dumps(worker)
-    whys = list(failures) or [None] * len(units)
-    text = "".join(
-        f'{{"unit": {unit}, "worker": {name}, "seconds": {s:.6f}'
-        + (f', "failed": {json.dumps(why[:FAILURE_CHARS])}' if why is not None else "")
-        + "}\n"
-        for unit, s, why in zip(units, seconds, whys, strict=True)
-    ).encode()
-    append_lines(path, text)
-
-
-def append_lines(path: Path, text: bytes) -> None:
-    """Append lines to a file in one ``O_APPEND`` write (the whole of it, however many calls)."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(text)
-        while view:
-            view = view[os.write(descriptor, view) :]
-    finally:
-        os.close(descriptor)

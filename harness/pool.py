@@ -30,7 +30,8 @@ from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel
 
-from harness.ledger import append_lines, append_progress, store_pieces
+from harness.pieces import store_pieces
+from harness.progress import append_lines, append_progress
 from harness.report import UNIT_ROWS
 from harness.tasktypes import TaskType
 

@@ -317,3 +317,35 @@ def test_the_wall_check_sees_a_start_as_another_user_anywhere(tmp_path):
         "runs.control.sneaky:4 setuid",
         "runs.control.sneaky:5 preexec_fn",
     ]
+
+
+MAX_LINES = 500
+"""The most lines a module of ``runs/`` or ``harness/`` may have: past it, it holds more than
+one thing and is split by what it holds (migrations, which Django writes, excepted)."""
+
+
+def long_modules(root: Path = ROOT) -> list[str]:
+    """The modules of ``runs/`` and ``harness/`` longer than ``MAX_LINES``, with their lengths."""
+    found = []
+    for path in sorted([*(root / "runs").rglob("*.py"), *(root / "harness").rglob("*.py")]):
+        if "migrations" in path.relative_to(root).parts:
+            continue
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES:
+            found.append(f"{path.relative_to(root).as_posix()} ({lines} lines)")
+    return found
+
+
+def test_no_module_is_longer_than_the_most_lines_a_module_may_have():
+    offending = long_modules()
+    assert not offending, f"longer than {MAX_LINES} lines: {', '.join(offending)}"
+
+
+def test_the_length_check_sees_a_long_module_and_not_a_long_migration(tmp_path):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "harness" / "short.py").write_text("x = 1\n" * MAX_LINES)
+    migration = tmp_path / "runs" / "migrations" / "0001_initial.py"
+    migration.parent.mkdir(parents=True)
+    migration.write_text("x = 1\n" * (MAX_LINES + 1))
+    assert long_modules(tmp_path) == [f"harness/long.py ({MAX_LINES + 1} lines)"]

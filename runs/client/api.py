@@ -1,7 +1,8 @@
 """The client of a simrun server's REST API: every call the CLI and a notebook make.
 
-All HTTP goes through ``Client.request``, which turns every answer that is no success into
-one of the exceptions of ``runs.client.errors``. Never imports Django.
+All HTTP goes through ``request`` of its session (``runs.client.session``), which turns every
+answer that is no success into one of the exceptions of ``runs.client.errors``. Never imports
+Django.
 """
 
 from __future__ import annotations
@@ -13,33 +14,26 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
 import yaml
-from rich.console import Console
 
 from runs.client import frames
-from runs.client.config import TIMEOUT_S, obtain_token, settings, write_config
+from runs.client.config import obtain_token, write_config
 from runs.client.errors import (
     Ambiguous,
-    AuthError,
-    Conflict,
-    Forbidden,
     InvalidRequest,
     LocalFileError,
     NotFound,
     RunFailed,
-    ServerError,
     Unavailable,
-    answer_body,
-    answer_detail,
-    field_problems,
 )
 from runs.client.learning import learned
 from runs.client.progress import shown, size_text
 from runs.client.run import ENDED, Run
+from runs.client.session import Session
 from runs.client.specs import Spec, local_sources, names_a_file, read_document
 
 POLL_S = 1.0
@@ -71,32 +65,13 @@ def rows_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return text.getvalue()
 
 
-class Client:
+class Client(Session):
     """A user's session with a simrun server.
 
     ``Client()`` uses ``SIMRUN_URL`` and ``SIMRUN_TOKEN``, else what ``simrun login`` saved;
     ``Client(url, token)`` a server and token of your own. Runs are returned as ``Run``
     objects that know their client: ``client.submit("sweep.yaml").wait().frame(...)``.
     """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        token: str | None = None,
-        *,
-        timeout: float = TIMEOUT_S,
-        console: Console | None = None,
-    ) -> None:
-        self.config = settings(url, token)
-        self.console = console or Console(highlight=False, soft_wrap=True)
-        self.http = httpx.Client(
-            base_url=self.config.url,
-            headers={
-                "Authorization": f"Token {self.config.token}",
-                "Accept": "application/json",
-            },
-            timeout=timeout,
-        )
 
     @classmethod
     def login(cls, url: str, username: str, password: str, *, save: bool = False) -> Client:
@@ -108,67 +83,8 @@ class Client:
             write_config(client.config.url, token)
         return client
 
-    @property
-    def url(self) -> str:
-        return self.config.url
-
     def __repr__(self) -> str:
         return f"Client({self.config.url!r})"
-
-    def close(self) -> None:
-        self.http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # The HTTP layer: the one place requests are sent and answers turned into errors.
-
-    def request(
-        self, method: str, path: str, *, missing: str = "", **kwargs: Any
-    ) -> httpx.Response:
-        """Send a request; raise a ``SimrunError`` for no answer or one that is no success.
-
-        ``missing`` is the message of a 404: what was not found, by its id.
-        """
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.TimeoutException:
-            raise Unavailable(
-                f"the simrun server at {self.config.url} did not answer in time"
-            ) from None
-        except httpx.HTTPError as error:
-            raise Unavailable(
-                f"cannot reach the simrun server at {self.config.url}: {error}. "
-                "Is it running (`simrun serve`)? Check SIMRUN_URL or `simrun login`."
-            ) from None
-        status = response.status_code
-        if status == 401:
-            raise AuthError(
-                f"the server at {self.config.url} refused the token ({answer_detail(response)}): "
-                "run `simrun login` or set SIMRUN_TOKEN"
-            )
-        if status == 403:
-            raise Forbidden(f"not allowed: {answer_detail(response)}")
-        if status == 404:
-            raise NotFound(missing or f"not found: {answer_detail(response)}")
-        if status == 400:
-            problems = answer_detail(response)
-            fields = field_problems(answer_body(response))
-            raise InvalidRequest(f"refused:\n{problems}", fields, problems)
-        if status == 409:
-            raise Conflict(answer_detail(response))
-        if status >= 400:
-            raise ServerError(f"the server failed ({status}): {answer_detail(response)}"[:500])
-        return response
-
-    def get(self, path: str, *, missing: str = "", **params: Any) -> Any:
-        return self.request("GET", path, missing=missing, params=params).json()
-
-    def post(self, path: str, *, missing: str = "", **kwargs: Any) -> httpx.Response:
-        return self.request("POST", path, missing=missing, **kwargs)
 
     # Runs.
 
@@ -504,13 +420,6 @@ class Client:
             if self._status("GET", page, {"page_size": 1}) == 200:
                 return rows_csv(*self.compared_rows([run_id], task))
         return self.results_csv(run_id, task)  # or what its answer means
-
-    def _status(self, method: str, path: str, params: dict[str, Any] | None = None) -> int:
-        """The status of an answer, 0 for none."""
-        try:
-            return self.http.request(method, path, params=params).status_code
-        except httpx.HTTPError:
-            return 0
 
     def results_csv(self, run: str | Run, task: str | None = None) -> str:
         """A task's results table as the CSV text of its ``out/results.csv``, all of it."""

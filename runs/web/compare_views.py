@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from runs.reads import comparison, table_views
-from runs.web import results_chart
+from runs.web import chart_choice, results_chart
 from runs.web.results_views import CELL_CHARS, view_of
 
 
@@ -30,8 +30,8 @@ def compare_context(request: HttpRequest) -> dict[str, Any]:
         results = table_views.view(compared.results, asked_view["filter"], asked_view["over"])
         asked = {k: query[k] for k in ("x", "y", "kind") if k in query}
         asked["colour"] = query.get("colour", "run")
-        choice = results_chart.choice_from(asked, results)
-    except (comparison.NotComparable, table_views.BadView, results_chart.BadChoice) as error:
+        choice = chart_choice.choice_from(asked, results)
+    except (comparison.NotComparable, table_views.BadView, chart_choice.BadChoice) as error:
         context["problem"] = f"{getattr(error, 'field', '')}: {error}"
         return context
     shown = results.rows[: settings.SIMRUN_RESULTS_ROWS_SHOWN]
@@ -52,7 +52,7 @@ def compare_context(request: HttpRequest) -> dict[str, Any]:
         "choice": choice,
         "plot": results_chart.draw(results, choice) if choice else None,
         "numeric_columns": [c for c in results.columns if results.numeric(c)],
-        "kinds": results_chart.KINDS.items(),
+        "kinds": chart_choice.KINDS.items(),
         "parameters": compared.results.parameters(),
         "link": "?"
         + urlencode(

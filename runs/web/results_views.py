@@ -29,7 +29,7 @@ from runs.models import FINAL_TASK_STATES, Task
 from runs.reads import results as tables
 from runs.reads import table_views
 from runs.reads.access import task_or_404
-from runs.web import results_chart
+from runs.web import chart_choice, results_chart
 
 CELL_CHARS = 120
 """A cell longer than this is shown cut, with an ellipsis; the downloads have all of it."""
@@ -80,7 +80,7 @@ def view_choices(results: tables.Results | None, over: str) -> list[str]:
     return results.parameters() + ([over] if results.grouped is not None else [])
 
 
-def view_link(task: Task, query: Any, choice: results_chart.Choice | None) -> str:
+def view_link(task: Task, query: Any, choice: chart_choice.Choice | None) -> str:
     """The run page's URL that opens on this view of the task's table: its filter, its axis
     and its plot's choices, as a link to share."""
     asked = {k: v for k, v in view_of(query).items() if v}
@@ -141,8 +141,8 @@ def plot_context(task: Task, results: tables.Results, query: Any) -> dict[str, A
     """The plot asked for (``x``, ``y``, ``colour``, ``kind``), defaults for the rest, and the
     columns each choice may take."""
     try:
-        choice = results_chart.choice_from(query, results)
-    except results_chart.BadChoice as error:
+        choice = chart_choice.choice_from(query, results)
+    except chart_choice.BadChoice as error:
         raise BadQuery(f"{error.field}: {error}") from None
     plot = results_chart.draw(results, choice) if choice else None
     return {
@@ -153,7 +153,7 @@ def plot_context(task: Task, results: tables.Results, query: Any) -> dict[str, A
         "plot": plot,
         "numeric_columns": [c for c in results.columns if results.numeric(c)],
         "all_columns": results.columns,
-        "kinds": results_chart.KINDS.items(),
+        "kinds": chart_choice.KINDS.items(),
     }
 
 

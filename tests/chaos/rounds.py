@@ -43,7 +43,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.ledger import piece_units
+from harness.pieces import piece_units
 from tests import floods
 from tests.e2e.service import (
     ENDED,

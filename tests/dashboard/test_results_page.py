@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from runs.models import Run, RunState, Task, TaskState
-from runs.web import results_chart
+from runs.web import chart_frame, chart_lines
 from tests.dashboard.test_pages import logged_in
 from tests.factories import ended, running, submitted
 
@@ -314,7 +314,7 @@ def test_a_line_over_many_distinct_x_is_averaged_into_bins(alice, owner, store):
 
 def test_a_bin_is_the_mean_of_its_points_weighted_by_their_rows():
     points = [(float(x), float(10 * x), 1 if x < 5 else 3) for x in range(10)]
-    assert results_chart.binned(points, 2) == [(2.0, 20.0, 5), (7.0, 70.0, 15)]
+    assert chart_lines.binned(points, 2) == [(2.0, 20.0, 5), (7.0, 70.0, 15)]
 
 
 # Hostile files: never a 500, never blocked, never followed, always escaped
@@ -443,7 +443,7 @@ def test_odd_tables_are_answered_without_a_500(alice, owner, store, data):
     [(0.5, 1.5), (5, 16), (-3, 7), (1, 1), (0, 0), (1e-15, 5e-15), (-1e300, 1e300), (0, 5e-324)],
 )
 def test_the_axis_ticks_are_round_and_cover_the_data(low, high):
-    ticks = results_chart.nice_ticks(low, high)
+    ticks = chart_frame.nice_ticks(low, high)
     assert ticks[0] <= low and ticks[-1] >= high and 2 <= len(ticks) <= 8
     assert all(b > a for a, b in zip(ticks, ticks[1:], strict=False))
 

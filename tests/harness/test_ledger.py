@@ -13,15 +13,9 @@ import pytest
 from harness import ledger as ledger_module
 from harness import merge
 from harness.examples.squares import TASK_TYPE as SQUARES
-from harness.ledger import (
-    MAX_BLOCKS,
-    DamagedPieces,
-    Ledger,
-    append_progress,
-    describe,
-    encode_piece,
-    piece_intact,
-)
+from harness.ledger import MAX_BLOCKS, DamagedPieces, Ledger, describe
+from harness.pieces import encode_piece, piece_intact
+from harness.progress import append_progress
 from harness.report import units_done
 
 

@@ -23,9 +23,10 @@ from harness.errors import Terminated, UnitError
 from harness.examples.ising import TASK_TYPE as ISING
 from harness.examples.ising import IsingSettings
 from harness.grid import parse_sweep
-from harness.ledger import ORIGINS, Ledger, store_pieces
+from harness.ledger import Ledger
 from harness.memory import descendants
 from harness.merge import merge_exit, run_merge
+from harness.pieces import ORIGINS, store_pieces
 from harness.sweep import TASK_TYPE as SWEEP
 from harness.sweep import FailuresExceeded, SweepSettings
 from tests.harness.processes import clean_environ, finish, spawn

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.ledger import ORIGINS, Ledger
+from harness.ledger import Ledger
+from harness.pieces import ORIGINS
 from harness.tasktypes import task_types
 from runs.backends.fake import FakeBackend
 from runs.common import store

@@ -37,7 +37,7 @@ from runs.backends.base import (
     workflow_name,
 )
 from runs.backends.nodes import choose_node
-from runs.backends.slurm import joblogs, owners, reservations
+from runs.backends.slurm import joblogs, owners, polling, reservations
 from runs.backends.slurm import packages as slurm_packages
 from runs.backends.slurm import status as slurm_status
 from runs.backends.slurm.commands import Slurm, SlurmError
@@ -45,21 +45,11 @@ from runs.backends.slurm.nodes import run_nodes
 from runs.backends.slurm.script import (
     Placement as Where,
 )
-from runs.backends.slurm.script import (
-    extra_node,
-    parse_comment,
-)
 from runs.backends.slurm.state import Job, Ledger, Submission
 from runs.backends.slurm.submitting import Submitter
 from runs.common.store import TaskFolder
 
 log = logging.getLogger(__name__)
-
-SACCT_LATE_S = 120.0
-ADOPT_SKEW_S = 5.0
-"""Slurm's times are whole seconds: a job submitted this long before its run was kept is
-still the run's."""
-"""How long a job that left the queue may be missing from sacct (it records late)."""
 
 
 class SlurmBackend:
@@ -275,18 +265,11 @@ class SlurmBackend:
         # (an sbatch that timed out, a service stopped before its record) is adopted, not
         # submitted again.
         asked = live
-        seen: dict[str, slurm_status.Seen] = {}
-        if asked:
-            names = ",".join(sorted({s.name for s in asked}))
-            logins = owners.whose({s.login for s in asked})
-            argv = ["squeue", "-h", "-r", "-t", "all", *logins, f"--name={names}"]
-            seen = slurm_status.parse_squeue(
-                self.slurm.run([*argv, "-O", slurm_status.squeue_format()])
-            )
+        seen = polling.queued(self.slurm, asked)
         changed: set[str] = set()
         gone: list[tuple[Submission, Job]] = []
         for submission in asked:
-            if self._adopt(submission, seen):
+            if polling.adopt(submission, seen):
                 changed.add(submission.name)
             for job in submission.jobs:
                 if job.final:
@@ -294,13 +277,13 @@ class SlurmBackend:
                 if job.job_id in seen:
                     if slurm_status.learn(job, seen[job.job_id]):
                         changed.add(submission.name)
-                    if self._stuck(job, now):
+                    if polling.cancel_if_stuck(self.slurm, job, now, self.pending_timeout_s):
                         changed.add(submission.name)
                 elif job.submitted_at < now - 1:
                     job.gone_at = job.gone_at or now
                     gone.append((submission, job))
         if gone:
-            changed |= self._resolve_gone(gone, now)
+            changed |= polling.resolve_gone(self.slurm, gone, now)
         for submission in live:
             if self.submitter.advance(submission):
                 changed.add(submission.name)
@@ -312,84 +295,6 @@ class SlurmBackend:
             if submission.name in changed:
                 self._save(submission)
         return bool(changed)
-
-    def _adopt(self, submission: Submission, seen: dict[str, slurm_status.Seen]) -> bool:
-        """Record the jobs of a run that Slurm has and the ledger lacks (an ``sbatch`` that
-        timed out after it submitted, a service that stopped between the two)."""
-        known = {j.job_id for j in submission.jobs}
-        adopted = False
-        for job_id, job in seen.items():
-            fields = parse_comment(job.comment)
-            if job.name != submission.name or job_id in known or not fields:
-                continue
-            if (job.submitted_at or 0) < submission.created - ADOPT_SKEW_S:
-                continue  # an earlier job of the same name: ids and names are reused
-            node = fields.get("node", "")
-            if "array" in fields:
-                task = fields["array"].removesuffix("-extra")
-                node = extra_node(task, int(fields["first"]) + int(job_id.partition("_")[2] or 0))
-            if not any(s.name == node for s in submission.nodes):
-                continue
-            spec = submission.node(node)
-            submission.jobs.append(
-                Job(
-                    node=node,
-                    job_id=job_id,
-                    attempt=int(fields.get("attempt", 0)),
-                    memory_gb=spec.memory_gb,
-                    submitted_at=job.submitted_at or time.time(),
-                )
-            )
-            slurm_status.learn(submission.jobs[-1], job)
-            adopted = True
-        return adopted
-
-    def _stuck(self, job: Job, now: float) -> bool:
-        """Cancel a job that waited past the pending timeout, counted from when its reason
-        became one that never clears by itself (a node drained for a minute is no cause to
-        fail); whether it was."""
-        if job.state != "PENDING" or job.stuck_since is None:
-            return False
-        if now - job.stuck_since < self.pending_timeout_s:
-            return False
-        self.slurm.run(["scancel", job.job_id])
-        job.state, job.final, job.ended_at = "CANCELLED", True, now
-        job.reason = (
-            f"waited {now - job.stuck_since:.0f} s with reason {job.reason}, "
-            "which clears only when an administrator acts"
-        )
-        return True
-
-    def _resolve_gone(self, gone: list[tuple[Submission, Job]], now: float) -> set[str]:
-        """Ask ``sacct`` once for the jobs that left the queue. Without accounting, or past
-        the time sacct may be late, a job's end is read from its log in the store; a job
-        with none there is ``LOST``: an eviction, retried."""
-        ids = ",".join(job.job_id for _, job in gone)
-        start = time.strftime(
-            "%Y-%m-%dT%H:%M:%S", time.localtime(min(j.submitted_at for _, j in gone) - 60)
-        )
-        argv = ["sacct", "-n", "-P", "-X", "-S", start, "-j", ids, "-o", slurm_status.SACCT_FIELDS]
-        if any(submission.login for submission, _ in gone):
-            argv.append("--allusers")  # root sees only its own jobs without it
-        accounting = True
-        try:
-            found = slurm_status.parse_sacct(self.slurm.run(argv))
-        except SlurmError as error:
-            log.info("sacct cannot say what became of %d job(s): %s", len(gone), error)
-            accounting = "accounting storage is disabled" not in str(error).lower()
-            found = {}
-        changed = set()
-        for submission, job in gone:
-            if job.job_id in found and found[job.job_id].state in slurm_status.ENDED:
-                slurm_status.learn(job, found[job.job_id])
-            elif not accounting or now - (job.gone_at or now) > SACCT_LATE_S:
-                code = joblogs.exit_in_log(submission, job)
-                job.state = "LOST" if code is None else "COMPLETED" if code == 0 else "FAILED"
-                job.final, job.ended_at, job.exit_code = True, now, code
-            else:
-                continue
-            changed.add(submission.name)
-        return changed
 
     def _save(self, submission: Submission) -> None:
         """Write a run and its version (under the lock)."""
