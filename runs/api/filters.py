@@ -14,10 +14,10 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 
+from runs.common import labels
 from runs.models import RunQuerySet, RunState, Task
 
 DATE_FORMATS = ["iso-8601", "%Y-%m-%d"]
-TAG_CHARS = 50
 PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 NO_VALUE = object()
 """A ``param`` without a value: any run with the parameter."""
@@ -45,7 +45,7 @@ class RunFilters(serializers.Serializer[dict[str, Any]]):
         required=False, allow_null=True, default=None, help_text="only live (or only ended) runs"
     )
     tag = serializers.ListField(
-        child=serializers.CharField(max_length=TAG_CHARS),
+        child=serializers.CharField(max_length=labels.TAG_CHARS),
         required=False,
         max_length=10,
         help_text="runs filed under this tag (repeat it: under every one)",

@@ -16,6 +16,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from runs.common import labels
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 from runs.reads import accounting
 from runs.reads.live_attempts import live_figures
@@ -444,19 +445,22 @@ class ResultsColumnSerializer(serializers.Serializer[Any]):
     numeric = serializers.BooleanField(help_text="every cell is a number or no value")
 
 
+# Declared from the rule of labels (runs.common.labels), which the run page checks too; the
+# docstring is the schema's description.
 class RunLabelsSerializer(serializers.Serializer[dict[str, Any]]):
     """What an owner files a run under: its tags and its note; the fields not given stay."""
 
     tags = serializers.ListField(
-        child=serializers.RegexField(
-            r"^[^\s,]{1,50}$", error_messages={"invalid": "a word of 1 to 50 characters"}
-        ),
+        child=serializers.RegexField(labels.TAG, error_messages={"invalid": labels.TAG_RULE}),
         required=False,
-        max_length=20,
+        max_length=labels.MAX_TAGS,
         help_text="words to find it by (runs?tag=...), replacing its tags",
     )
     note = serializers.CharField(
-        required=False, allow_blank=True, max_length=5000, help_text="a note, replacing its note"
+        required=False,
+        allow_blank=True,
+        max_length=labels.NOTE_CHARS,
+        help_text="a note, replacing its note",
     )
 
 
