@@ -20,11 +20,11 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from runs.api.listing import KEPT, Listing, matched_sql
-from runs.api.pagination import COUNT_CAP, Page, page_of
 from runs.api.serializers import RunSerializer
 from runs.common.prepared import prepared_rows
 from runs.models import PENDING_AFTER_END, Run, RunQuerySet, Task
 from runs.reads.access import listed_rows
+from runs.reads.capped_pages import COUNT_CAP, Page, page_of
 
 RUNS, TASKS = Run._meta.db_table, Task._meta.db_table
 SETTLED_KEPT = 20_000  # settled runs' texts kept per process: about 10 MB

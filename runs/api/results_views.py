@@ -15,7 +15,6 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from runs.api import schema
-from runs.api.pagination import MAX_PAGE, positive
 from runs.api.serializers import ResultsPageSerializer
 from runs.api.task_views import OUTPUT_HEADERS
 from runs.common import store
@@ -23,6 +22,7 @@ from runs.models import Task
 from runs.reads import comparison, table_views
 from runs.reads import results as tables
 from runs.reads.access import task_or_404
+from runs.reads.capped_pages import MAX_PAGE, positive
 from runs.reads.inert_csv import inert_rows
 
 PAGE_SIZE = 100

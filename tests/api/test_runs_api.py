@@ -310,7 +310,7 @@ def test_a_list_longer_than_its_page_takes_its_page_and_a_capped_count(
 
 
 def test_counting_stops_at_the_cap_and_says_so(owner_client, owner, monkeypatch):
-    monkeypatch.setattr("runs.api.pagination.COUNT_CAP", 10)
+    monkeypatch.setattr("runs.reads.capped_pages.COUNT_CAP", 10)
     monkeypatch.setattr("runs.api.listed_json.COUNT_CAP", 10)  # the list's page on PostgreSQL
     for i in range(12):
         run_of(owner, f"run-{i}")
