@@ -18,9 +18,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from runs.api.filters import filter_values
-from runs.api.listed_json import listed_page
-from runs.api.listing import Listing
 from runs.api.task_views import serve_output
 from runs.common import labels, store
 from runs.common.errors import Conflict
@@ -29,7 +26,10 @@ from runs.models import Run, RunState, TaskState
 from runs.reads import accounting, task_files
 from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
 from runs.reads.capped_pages import MAX_PAGE, positive
+from runs.reads.listed_json import listed_page
+from runs.reads.listing import Listing
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
+from runs.reads.run_filters import filter_values
 from runs.reads.run_reads import rerun_ids
 from runs.reads.shown import shown_run_state
 from runs.web.dag import layout

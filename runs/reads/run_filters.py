@@ -1,4 +1,9 @@
-"""The filters of the runs list, read from the query string and validated like a body."""
+"""The filters of the runs list, read from a query string and validated like a body.
+
+The API's list and the runs page take the same filters and say the same of a bad one: both
+validate them with ``RunFilters``, DRF's fields used as a validator, whose words are those
+the API's 400 has always given; the API's schema lists its parameters from it too.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,6 @@ from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.http import QueryDict
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
-from rest_framework.request import Request
 
 from runs.common import labels
 from runs.models import RunQuerySet, RunState, Task
@@ -134,14 +137,6 @@ def messages(errors: Any) -> list[str]:
     if isinstance(errors, dict):
         return [f"value {int(i) + 1}: {m}" for i, found in errors.items() for m in found]
     return [str(m) for m in errors]
-
-
-def valid_filters(request: Request) -> dict[str, Any]:
-    """The validated filters of a request; a 400 naming the bad parameter otherwise."""
-    values, errors = filter_values(request.query_params)
-    if errors:
-        raise ValidationError(errors)
-    return values
 
 
 def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:
