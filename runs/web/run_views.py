@@ -18,7 +18,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from runs.api.task_views import serve_output
 from runs.common import labels, store
 from runs.common.errors import Conflict
 from runs.control import cancelling
@@ -26,6 +25,7 @@ from runs.models import Run, RunState, TaskState
 from runs.reads import accounting, task_files
 from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
 from runs.reads.capped_pages import MAX_PAGE, positive
+from runs.reads.file_answers import serve_output
 from runs.reads.listed_json import listed_page
 from runs.reads.listing import Listing
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
