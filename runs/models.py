@@ -160,7 +160,7 @@ class Run(Liveness, models.Model):
             ),
             # The runs list, newest first: of staff (every run), of a user, of a state. With
             # the id and the name, the list finds the runs its page and its count need in the
-            # index alone (runs.api.listed_json), on PostgreSQL, a filter by a part of the name
+            # index alone (runs.reads.listed_json), on PostgreSQL, a filter by a part of the name
             # included: a name common enough to fill the count is met sooner walking the index
             # than gathered from the trigram index and sorted.
             models.Index(fields=["-created_at"], include=LISTED, name="run_created_idx"),

@@ -25,7 +25,7 @@ LIVE = functools.reduce(
 )
 """The live-run rule (docs/design.md): a run the control loop follows is not ended (its
 ``ended_at`` is set exactly when its state is an ended one), or has something pending after
-its end. ``Liveness`` is its Python form, ``runs.api.listed_json`` its SQL."""
+its end. ``Liveness`` is its Python form, ``runs.reads.listed_json`` its SQL."""
 
 
 class Liveness:

@@ -1,21 +1,15 @@
-"""Pagination that stays fast on a long history: counts stop at a cap.
-
-DRF's page-number pagination counts every row the filter matches; with 100,000 runs that
-count costs more than the page. Here the count stops at ``COUNT_CAP`` (``count_exact`` says
-whether it did) and ``next`` comes from fetching one row more than the page. The count reads
-the rows in the list's order, so it walks the same index as the page instead of the table.
+"""The API's pagination: ``?page=`` and ``?page_size=`` over pages whose count stops at a cap
+(``runs.reads.capped_pages``), with ``next`` and ``previous`` as links.
 """
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from rest_framework.exceptions import NotFound, ValidationError
@@ -24,61 +18,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-COUNT_CAP = 1000
+from runs.reads.capped_pages import COUNT_CAP, MAX_PAGE, Page, page_of, positive
+
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
-MAX_PAGE = 100_000
-Rows = TypeVar("Rows", bound=QuerySet[Any])
-
-
-def positive(raw: str | None, default: int, maximum: int) -> int | None:
-    """A query parameter as an integer in 1..maximum (``default`` when absent), else None."""
-    if raw is None or raw == "":
-        return default
-    if not raw.isdigit() or len(raw) > 9:
-        return None
-    value = int(raw)
-    return value if 1 <= value <= maximum else None
-
-
-def capped_count(queryset: QuerySet[Any]) -> int:
-    """The rows of ``queryset`` counted up to ``COUNT_CAP + 1``, in its order.
-
-    In its order, so the count walks the index the page does; the SQL is counted as it is
-    rather than through ``count()``, whose aggregation costs more to build than the query.
-    """
-    sql, params = queryset.values("pk")[: COUNT_CAP + 1].query.sql_with_params()
-    with connections[queryset.db].cursor() as cursor:
-        cursor.execute(f"SELECT COUNT(*) FROM ({sql}) capped", params)
-        (count,) = cursor.fetchone()
-    return int(count)
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of rows, whether another follows, and the rows counted up to the cap."""
-
-    rows: list[Any]
-    number: int
-    has_next: bool
-    count: int
-    count_exact: bool
-
-
-def page_of(
-    queryset: Rows, number: int, size: int, read: Callable[[Rows], Iterable[Any]] = iter
-) -> Page:
-    """Page ``number`` (from 1) of ``size`` rows: one query, and a capped count when needed.
-
-    ``read`` turns the page's slice of ``queryset`` into its rows (columns added, say);
-    the count is of ``queryset`` itself, without them.
-    """
-    start = (number - 1) * size
-    rows = list(read(queryset[start : start + size + 1]))
-    has_next = len(rows) > size
-    # Without a next page the rows seen give the count; else count, but only up to the cap.
-    count = capped_count(queryset) if has_next else start + min(len(rows), size)
-    return Page(rows[:size], number, has_next, min(count, COUNT_CAP), count <= COUNT_CAP)
 
 
 class CappedPagination(BasePagination):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import FileResponse, Http404, StreamingHttpResponse
-from django.utils.http import content_disposition_header
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
@@ -15,23 +14,18 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from runs.api import schema
-from runs.api.pagination import MAX_PAGE, positive
 from runs.api.serializers import ResultsPageSerializer
-from runs.api.task_views import OUTPUT_HEADERS
 from runs.common import store
 from runs.models import Task
 from runs.reads import comparison, table_views
 from runs.reads import results as tables
 from runs.reads.access import task_or_404
-from runs.reads.inert_csv import inert_rows
+from runs.reads.capped_pages import MAX_PAGE, positive
+from runs.reads.file_answers import serve_results
 
 PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 ORDERS = ("asc", "desc")
-MEDIA = {
-    tables.CSV_NAME: "text/csv; charset=utf-8",
-    tables.PARQUET_NAME: "application/vnd.apache.parquet",
-}
 
 
 PAGE_PARAMETERS = [
@@ -170,34 +164,6 @@ def page_link(request: Request, number: int) -> str:
     return (
         remove_query_param(url, "page") if number == 1 else replace_query_param(url, "page", number)
     )
-
-
-def serve_results(task: Task, name: str) -> StreamingHttpResponse:
-    """The whole of a task's ``out/results.csv`` or ``out/results.parquet`` as a download
-    (shared with the pages), the CSV's formulas made inert (``inert_csv``); 404 when there is
-    none the service reads."""
-    try:
-        file = tables.open_results(store.task_folder(task.run_id, task.task_id), name)
-    except tables.Unreadable as error:
-        raise Http404(str(error)) from None
-    if file is None:
-        raise Http404(f"task {task.task_id} has no out/{name}")
-    response: StreamingHttpResponse
-    if name == tables.CSV_NAME:
-        response = StreamingHttpResponse(inert_rows(file), content_type=MEDIA[name])
-        response["Content-Disposition"] = content_disposition_header(
-            as_attachment=True, filename=f"{task.run_id}-{task.task_id}-{name}"
-        )
-    else:
-        response = FileResponse(
-            file,
-            content_type=MEDIA[name],
-            as_attachment=True,
-            filename=f"{task.run_id}-{task.task_id}-{name}",
-        )
-    for header, value in OUTPUT_HEADERS.items():
-        response[header] = value
-    return response
 
 
 @extend_schema(

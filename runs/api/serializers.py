@@ -7,17 +7,17 @@ attached to the objects by the views before they are serialized.
 
 from __future__ import annotations
 
-from datetime import datetime, tzinfo
 from functools import cache
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from runs.common import labels
 from runs.models import ATTEMPT_OUTCOME_FIELDS, Attempt, Observation, Run, Snapshot, Task
 from runs.reads import accounting
+from runs.reads.listed_json import listed_document
 from runs.reads.live_attempts import live_figures
 from runs.reads.shown import shown_run_state, shown_state
 
@@ -173,17 +173,6 @@ class TaskSerializer(serializers.ModelSerializer[Task]):
         return task.units_reused or 0
 
 
-def iso(value: datetime | None, zone: tzinfo | None = None) -> str | None:
-    """A time as DRF's DateTimeField writes it (current time zone, ``Z`` for UTC), cheaper.
-
-    ``zone`` is the current time zone when the caller has it already (once for a row).
-    """
-    if value is None:
-        return None
-    text = value.astimezone(zone or timezone.get_current_timezone()).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 class RunSerializer(serializers.ModelSerializer[Run]):
     owner = serializers.CharField(source="owner.get_username")
     live = serializers.BooleanField(
@@ -220,31 +209,11 @@ class RunSerializer(serializers.ModelSerializer[Run]):
         ]
 
     def to_representation(self, run: Run) -> dict[str, Any]:
-        """The fields above, built directly: a list of runs is the API's hottest answer.
-
-        DRF's field machinery costs tens of microseconds a row; this is the same dict (a
-        test compares the two), the declared fields still describe it in the schema.
-        """
+        """The fields above as a list shows them (``listed_document``), built directly: a
+        list of runs is the API's hottest answer. A subclass adds fields: DRF builds it."""
         if type(self) is not RunSerializer:
             return super().to_representation(run)
-        zone = timezone.get_current_timezone()
-        return {
-            "id": run.id,
-            "name": run.name,
-            "owner": getattr(run, "owner_name", None) or run.owner.get_username(),
-            "state": run.state,
-            "message": run.message,
-            "backend": run.backend,
-            "live": run.live,
-            "units_done": run.units_done_sum,  # type: ignore[attr-defined]
-            "units_total": run.units_total_sum,  # type: ignore[attr-defined]
-            "units_failed": run.units_failed_sum,  # type: ignore[attr-defined]
-            "duration_s": run.duration_s,
-            "created_at": iso(run.created_at, zone),
-            "submitted_at": iso(run.submitted_at, zone),
-            "ended_at": iso(run.ended_at, zone),
-            "rerun_of": run.rerun_of_id,
-        }
+        return listed_document(run)
 
 
 class RunDetailSerializer(RunSerializer):
@@ -443,19 +412,22 @@ class ResultsColumnSerializer(serializers.Serializer[Any]):
     numeric = serializers.BooleanField(help_text="every cell is a number or no value")
 
 
+# Declared from the rule of labels (runs.common.labels), which the run page checks too; the
+# docstring is the schema's description.
 class RunLabelsSerializer(serializers.Serializer[dict[str, Any]]):
     """What an owner files a run under: its tags and its note; the fields not given stay."""
 
     tags = serializers.ListField(
-        child=serializers.RegexField(
-            r"^[^\s,]{1,50}$", error_messages={"invalid": "a word of 1 to 50 characters"}
-        ),
+        child=serializers.RegexField(labels.TAG, error_messages={"invalid": labels.TAG_RULE}),
         required=False,
-        max_length=20,
+        max_length=labels.MAX_TAGS,
         help_text="words to find it by (runs?tag=...), replacing its tags",
     )
     note = serializers.CharField(
-        required=False, allow_blank=True, max_length=5000, help_text="a note, replacing its note"
+        required=False,
+        allow_blank=True,
+        max_length=labels.NOTE_CHARS,
+        help_text="a note, replacing its note",
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import FileResponse, Http404, HttpResponseBase
+from django.http import HttpResponseBase
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -21,18 +21,12 @@ from runs.api.serializers import (
 from runs.common import store
 from runs.reads import task_files, task_logs
 from runs.reads.access import task_or_404
+from runs.reads.file_answers import serve_output
 from runs.reads.task_files import IMAGE_TYPES, MAX_LOG_TAIL_LINES
 
 MAX_OFFSET = 2**53
 LISTING_CUT = "Simrun-Listing-Cut"
 """The header of a list of outputs that is incomplete, saying why (too deep, too many)."""
-
-OUTPUT_HEADERS = {
-    # An output is the pods' data, never a page of this site: no script, no same origin.
-    "Content-Security-Policy": "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; "
-    "sandbox",
-    "X-Content-Type-Options": "nosniff",
-}
 
 
 @extend_schema(
@@ -161,20 +155,3 @@ def output_list(request: Request, run_id: str, task_id: str) -> Response:
 def output_file(request: Request, run_id: str, task_id: str, path: str) -> HttpResponseBase:
     task = task_or_404(request.user, run_id, task_id)
     return serve_output(task.run_id, task.task_id, path)
-
-
-def serve_output(run_id: str, task_id: str, path: str) -> FileResponse:
-    """A file of a task's out/, or a 404 for anything that is not one (shared with the pages)."""
-    try:
-        file, output = task_files.open_output(store.task_folder(run_id, task_id), path)
-    except task_files.NotInOutputs:
-        raise Http404(f"no output {path!r}") from None
-    response = FileResponse(
-        file,
-        content_type=task_files.content_type(output),
-        as_attachment=not (output.is_image or output.is_text),
-        filename=output.path.rsplit("/", 1)[-1],
-    )
-    for header, value in OUTPUT_HEADERS.items():
-        response[header] = value
-    return response

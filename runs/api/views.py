@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.http import HttpResponse
@@ -35,9 +36,6 @@ from rest_framework.response import Response
 
 from harness.tasktypes import task_types
 from runs.api import schema, spec_schema  # noqa: F401 - registers RunSpec's schema
-from runs.api.filters import RunFilters, valid_filters
-from runs.api.listed_json import listed_page
-from runs.api.listing import Listing
 from runs.api.pagination import CappedPagination
 from runs.api.parsers import SPEC_MEDIA_TYPES, SPEC_PARSERS, Undeclared
 from runs.api.serializers import (
@@ -59,6 +57,9 @@ from runs.reads.access import (
     visible_runs,
     with_progress,
 )
+from runs.reads.listed_json import listed_page
+from runs.reads.listing import Listing
+from runs.reads.run_filters import RunFilters, filter_values
 from runs.reads.run_reads import rerun_ids
 from runs.reads.task_files import attach_progress
 
@@ -132,6 +133,14 @@ def resume(user: User, source_id: str, body: bytes) -> Run:
     else:
         spec, text = validate_spec(source.spec, types=types), None
     return submit_rerun(source=source, spec=spec, actor=user, text=text, resume=True)
+
+
+def valid_filters(request: Request) -> dict[str, Any]:
+    """The validated filters of a request; a 400 naming the bad parameter otherwise."""
+    values, errors = filter_values(request.query_params)
+    if errors:
+        raise ValidationError(errors)
+    return values
 
 
 def run_detail(request: Request, run_id: str) -> Run:

@@ -13,10 +13,10 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from runs.api.pagination import positive
 from runs.models import FINAL_TASK_STATES
 from runs.reads import task_files, task_logs
 from runs.reads.access import task_or_404
+from runs.reads.capped_pages import positive
 from runs.reads.task_logs import DEFAULT_TAIL
 from runs.web.fragments import fragment
 

@@ -23,12 +23,12 @@ from django.http import (
 from django.shortcuts import render
 from django.urls import reverse
 
-from runs.api.results_views import serve_results
 from runs.common import store
 from runs.models import FINAL_TASK_STATES, Task
 from runs.reads import results as tables
 from runs.reads import table_views
 from runs.reads.access import task_or_404
+from runs.reads.file_answers import serve_results
 from runs.web import chart_choice, results_chart
 
 CELL_CHARS = 120

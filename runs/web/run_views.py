@@ -18,19 +18,18 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from runs.api.filters import filter_values
-from runs.api.listed_json import listed_page
-from runs.api.listing import Listing
-from runs.api.pagination import MAX_PAGE, positive
-from runs.api.serializers import RunLabelsSerializer
-from runs.api.task_views import serve_output
-from runs.common import store
+from runs.common import labels, store
 from runs.common.errors import Conflict
 from runs.control import cancelling
 from runs.models import Run, RunState, TaskState
 from runs.reads import accounting, task_files
 from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
+from runs.reads.capped_pages import MAX_PAGE, positive
+from runs.reads.file_answers import serve_output
+from runs.reads.listed_json import listed_page
+from runs.reads.listing import Listing
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
+from runs.reads.run_filters import filter_values
 from runs.reads.run_reads import rerun_ids
 from runs.reads.shown import shown_run_state
 from runs.web.dag import layout
@@ -190,15 +189,13 @@ def run_labels(request: HttpRequest, run_id: str) -> HttpResponse:
         messages.warning(request, "Only its owner tags a run or notes on it.")
         return redirect("runs:run-detail", run_id=run_id)
     words = request.POST.get("tags", "").replace(",", " ").split()
-    given = RunLabelsSerializer(data={"tags": words, "note": request.POST.get("note", "")})
-    if given.is_valid():
-        changes = dict(given.validated_data)
-        changes["tags"] = list(dict.fromkeys(changes["tags"]))
-        Run.objects.filter(pk=run.pk).update(**changes)
-        messages.success(request, "Tags and note saved.")
-    else:
-        problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in given.errors.items())
+    note = request.POST.get("note", "").strip()
+    if found := labels.problems(words, note):
+        problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in found.items())
         messages.warning(request, f"Not saved: {problems}")
+    else:
+        Run.objects.filter(pk=run.pk).update(tags=list(dict.fromkeys(words)), note=note)
+        messages.success(request, "Tags and note saved.")
     return redirect("runs:run-detail", run_id=run_id)
 
 

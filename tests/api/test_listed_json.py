@@ -9,12 +9,12 @@ import pytest
 from django.utils import timezone
 from rest_framework import serializers
 
-from runs.api.listed_json import SettledTexts, built_json, listed_page, writes_json
-from runs.api.listing import Listing
-from runs.api.pagination import page_of
 from runs.api.serializers import RunSerializer
 from runs.models import Run, RunState, Task
 from runs.reads.access import with_progress
+from runs.reads.capped_pages import page_of
+from runs.reads.listed_json import SettledTexts, built_json, listed_page, writes_json
+from runs.reads.listing import Listing
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 def settled_texts(monkeypatch) -> SettledTexts:
     """An empty cache of settled runs' texts for each test."""
     texts = SettledTexts(100)
-    monkeypatch.setattr("runs.api.listed_json.SETTLED", texts)
+    monkeypatch.setattr("runs.reads.listed_json.SETTLED", texts)
     return texts
 
 
@@ -120,8 +120,8 @@ def test_a_page_in_one_statement_is_the_page_and_the_count_page_of_gives(
 ):
     """The cap at 3, below the 5 runs: pages before, across and after it, full and short;
     the runs matched found once for both (by name) or each walking the list's index."""
-    monkeypatch.setattr("runs.api.pagination.COUNT_CAP", 3)
-    monkeypatch.setattr("runs.api.listed_json.COUNT_CAP", 3)
+    monkeypatch.setattr("runs.reads.capped_pages.COUNT_CAP", 3)
+    monkeypatch.setattr("runs.reads.listed_json.COUNT_CAP", 3)
     awkward_runs(owner)
     Run.objects.create(owner=stranger, name="not alice's", spec={}, backend="fake")
     listing = Listing.of(owner, {})

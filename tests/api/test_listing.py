@@ -1,4 +1,4 @@
-"""The runs a list shows (``runs.api.listing``): what the viewer may see, filtered, its SQL
+"""The runs a list shows (``runs.reads.listing``): what the viewer may see, filtered, its SQL
 compiled once per process for each viewer and filters."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from django.http import QueryDict
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs.api import listing as listing_module
-from runs.api.filters import RunFilters, apply_filters, filter_values, validated
-from runs.api.listing import Listing, matched_sql
 from runs.models import Run, RunState
+from runs.reads import listing as listing_module
+from runs.reads.listing import Listing, matched_sql
+from runs.reads.run_filters import RunFilters, apply_filters, filter_values, validated
 from tests.api.test_list_plans import query_strings
 
 pytestmark = pytest.mark.django_db

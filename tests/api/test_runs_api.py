@@ -12,10 +12,10 @@ from rest_framework.test import APIClient
 
 from runs import tasks
 from runs.api.authentication import create_token
-from runs.api.listing import Listing
 from runs.api.serializers import RunSerializer
 from runs.models import Attempt, Run, RunState, Task
 from runs.reads.access import listed_rows, visible_runs, with_progress
+from runs.reads.listing import Listing
 from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
@@ -310,8 +310,8 @@ def test_a_list_longer_than_its_page_takes_its_page_and_a_capped_count(
 
 
 def test_counting_stops_at_the_cap_and_says_so(owner_client, owner, monkeypatch):
-    monkeypatch.setattr("runs.api.pagination.COUNT_CAP", 10)
-    monkeypatch.setattr("runs.api.listed_json.COUNT_CAP", 10)  # the list's page on PostgreSQL
+    monkeypatch.setattr("runs.reads.capped_pages.COUNT_CAP", 10)
+    monkeypatch.setattr("runs.reads.listed_json.COUNT_CAP", 10)  # the list's page on PostgreSQL
     for i in range(12):
         run_of(owner, f"run-{i}")
     body = owner_client.get("/api/runs/?page_size=5").json()

@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import connections, router
 
-from runs.api.filters import apply_filters
 from runs.common.prepared import with_literals
 from runs.models import Run, RunQuerySet
+from runs.reads.run_filters import apply_filters
 
 KEPT = 2048  # the SQL of as many listings kept per process
 

@@ -1,4 +1,9 @@
-"""The filters of the runs list, read from the query string and validated like a body."""
+"""The filters of the runs list, read from a query string and validated like a body.
+
+The API's list and the runs page take the same filters and say the same of a bad one: both
+validate them with ``RunFilters``, DRF's fields used as a validator, whose words are those
+the API's 400 has always given; the API's schema lists its parameters from it too.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,11 @@ from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.http import QueryDict
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
-from rest_framework.request import Request
 
+from runs.common import labels
 from runs.models import RunQuerySet, RunState, Task
 
 DATE_FORMATS = ["iso-8601", "%Y-%m-%d"]
-TAG_CHARS = 50
 PARAMETER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 NO_VALUE = object()
 """A ``param`` without a value: any run with the parameter."""
@@ -45,7 +48,7 @@ class RunFilters(serializers.Serializer[dict[str, Any]]):
         required=False, allow_null=True, default=None, help_text="only live (or only ended) runs"
     )
     tag = serializers.ListField(
-        child=serializers.CharField(max_length=TAG_CHARS),
+        child=serializers.CharField(max_length=labels.TAG_CHARS),
         required=False,
         max_length=10,
         help_text="runs filed under this tag (repeat it: under every one)",
@@ -134,14 +137,6 @@ def messages(errors: Any) -> list[str]:
     if isinstance(errors, dict):
         return [f"value {int(i) + 1}: {m}" for i, found in errors.items() for m in found]
     return [str(m) for m in errors]
-
-
-def valid_filters(request: Request) -> dict[str, Any]:
-    """The validated filters of a request; a 400 naming the bad parameter otherwise."""
-    values, errors = filter_values(request.query_params)
-    if errors:
-        raise ValidationError(errors)
-    return values
 
 
 def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:
