@@ -132,7 +132,8 @@ def merge(target: Any, patch: Any) -> Any:
 
 
 def matches(labels: dict[str, str], selector: str | None) -> bool:
-    """Whether labels match a selector of ``k=v``, ``k!=v``, ``k in (a,b)`` and ``k`` terms."""
+    """Whether labels match a selector of ``k=v``, ``k!=v``, ``k in (a,b)``, ``k`` and ``!k``
+    (no label ``k``) terms."""
     for term in re.findall(r"[^,(]+(?:\([^)]*\))?", selector or ""):
         term = term.strip()
         if found := re.fullmatch(r"(\S+) in \(([^)]*)\)", term):
@@ -145,6 +146,9 @@ def matches(labels: dict[str, str], selector: str | None) -> bool:
         elif "=" in term:
             key, value = term.split("=", 1)
             if labels.get(key.rstrip("=")) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
                 return False
         elif term not in labels:
             return False
@@ -386,6 +390,9 @@ class KubeState:
     """The versions of ``kueue.x-k8s.io`` Kueue serves (v1beta2 from Kueue 0.15 on)."""
     argo_version: str = "v4.1.2"
     """The version of Argo's controller: the tag of the image of its Deployment."""
+    argo_instance_id: str = ""
+    """The ``instanceID`` of Argo's controller (its ConfigMap): it runs only the Workflows
+    labelled ``INSTANCE_LABEL`` with it, or, without one, only those without the label."""
     cluster_queues: dict[str, dict[str, Any]] = field(
         default_factory=lambda: {d["metadata"]["name"]: d for d in kueue_manifests("ClusterQueue")}
     )
@@ -573,12 +580,27 @@ class KubeState:
             and (d["metadata"].get("labels") or {}).get("managed-by-kueue") == "true"
         }
 
+    def argo_runs(self, workflow: dict[str, Any]) -> bool:
+        """Whether Argo's controller runs a Workflow: it lists and watches only those of its
+        ``instanceID`` (``INSTANCE_LABEL``), or without one only those without the label; the
+        others it never sees, so they stay as they were created, without a status."""
+        labels = workflow["metadata"].get("labels") or {}
+        if self.argo_instance_id:
+            return labels.get(INSTANCE_LABEL) == self.argo_instance_id
+        return INSTANCE_LABEL not in labels
+
     def argo_creates_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Create the first pods of a stored Workflow as Argo's controller does (``argo_pods``):
-        through admission, then the kubelet (``kubelet.start``)."""
+        through admission, then the kubelet (``kubelet.start``); none of a Workflow it does not
+        run (``argo_runs``). Its pods carry its ``instanceID``, as Argo labels them."""
         with self.lock:
             made = []
-            for _, attempt, pod in argo_pods(self.workflows[(namespace, name)]):
+            workflow = self.workflows[(namespace, name)]
+            if not self.argo_runs(workflow):
+                return made
+            for _, attempt, pod in argo_pods(workflow):
+                if self.argo_instance_id:
+                    pod["metadata"]["labels"][INSTANCE_LABEL] = self.argo_instance_id
                 if attempt == 0:
                     admit(self, pod)
                     pod["status"] = {"phase": "Pending"}
@@ -1033,6 +1055,8 @@ def _bookmark(version: str) -> dict[str, Any]:
     }
 
 
+INSTANCE_LABEL = "workflows.argoproj.io/controller-instanceid"
+"""The label of a Workflow (and of its pods) naming the controller instance that runs it."""
 ARGO_CONTROLLER = ("argo", "workflow-controller")
 """Where Argo's install manifests put its controller's Deployment."""
 

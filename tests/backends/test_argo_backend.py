@@ -295,7 +295,8 @@ def test_placements_are_the_pods_not_terminated_with_requests_worker_and_attempt
     assert (w1.node, w1.phase, w1.worker, w1.attempt) == (None, "Pending", "sweep-w1", 0)
     assert (placements["p-merge"].worker, placements["p-merge"].dag_task) == (None, "sweep-merge")
     [listing] = [r for r in state.requests if r.path.endswith("/pods")]
-    assert listing.query["labelSelector"] == "simrun/run"
+    selector = "simrun/run,!workflows.argoproj.io/controller-instanceid"  # no instanceID
+    assert listing.query["labelSelector"] == selector
 
 
 def test_placements_list_the_pods_a_page_at_a_time(
@@ -530,7 +531,8 @@ def test_subscribe_calls_back_when_a_workflow_of_a_run_changes(
     kube.state.put_workflow(wf)
 
     assert woken.wait(10)
-    assert watches(kube)[0].query["labelSelector"] == "simrun/run"
+    selector = "simrun/run,!workflows.argoproj.io/controller-instanceid"  # no instanceID
+    assert watches(kube)[0].query["labelSelector"] == selector
 
 
 def test_the_watch_goes_on_from_where_it_was_after_the_server_ends_it(

@@ -19,7 +19,7 @@ from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_pods import argo_pods
 from tests.backends.argo_runs import run_of
-from tests.backends.kube_api import ADMIN_TOKEN, KubeApiServer
+from tests.backends.kube_api import ADMIN_TOKEN, KubeApiServer, matches
 from tests.backends.kube_rules import refusals
 
 CLUSTER = ClusterConfig()
@@ -589,3 +589,11 @@ def test_a_field_selector_picks_the_events_of_one_pod(kube: KubeApiServer) -> No
     )
 
     assert [e.message for e in listing.items] == ["b"]
+
+
+def test_a_label_selector_term_with_a_bang_picks_the_objects_without_the_label() -> None:
+    labels = {"simrun/run": "r1", "workflows.argoproj.io/controller-instanceid": "a"}
+
+    assert matches(labels, "simrun/run,workflows.argoproj.io/controller-instanceid=a")
+    assert not matches(labels, "simrun/run,!workflows.argoproj.io/controller-instanceid")
+    assert matches({"simrun/run": "r1"}, "simrun/run,!workflows.argoproj.io/controller-instanceid")

@@ -25,7 +25,13 @@ from runs.backends.argo.api import CallPolicy
 from runs.backends.argo.capacity import CAPACITY_TTL_S, Capacity
 from runs.backends.argo.clients import api_client, clients, missing_as_key_error
 from runs.backends.argo.image_builds import BUILD_POLL_S, ImageBuilds
-from runs.backends.argo.manifest import GROUP, PLURAL, RUN_LABEL, VERSION, workflow_manifest
+from runs.backends.argo.manifest import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    runs_selector,
+    workflow_manifest,
+)
 from runs.backends.argo.node_reservations import NodeReservations
 from runs.backends.argo.placements import placements
 from runs.backends.argo.pod_logs import LOG_BYTES, PodLogs
@@ -309,7 +315,8 @@ class ArgoBackend:
         return self._cache.alive
 
     def _list_page(self, token: str | None) -> dict[str, Any]:
-        """A page of the Workflows of the runs, for the status cache."""
+        """A page of the Workflows of the runs (of this service's Argo controller:
+        ``runs_selector``), for the status cache."""
         return cast(
             dict[str, Any],
             self.clients.custom.list_namespaced_custom_object(
@@ -317,7 +324,7 @@ class ArgoBackend:
                 VERSION,
                 self.namespace,
                 PLURAL,
-                label_selector=RUN_LABEL,
+                label_selector=runs_selector(self.cluster),
                 limit=PAGE_SIZE,
                 _continue=token,
             ),
@@ -333,7 +340,7 @@ class ArgoBackend:
             VERSION,
             self.namespace,
             PLURAL,
-            label_selector=RUN_LABEL,
+            label_selector=runs_selector(self.cluster),
             timeout_seconds=self.watch_timeout_s,
             resource_version=resource_version,
             allow_watch_bookmarks=True,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.manifest import DAG_TASK_LABEL, RUN_LABEL
+from runs.backends.argo.manifest import DAG_TASK_LABEL, runs_selector
 from runs.backends.argo.nodes import GIB, quantity
 from runs.backends.base import Placement
 
@@ -43,7 +43,7 @@ def placements(clients: Clients) -> list[Placement]:
     paginated list of the runs' pods, read as JSON (the client's models cost seconds for a
     thousand pods)."""
     found = []
-    for pod in listed_pods(clients, RUN_LABEL):
+    for pod in listed_pods(clients, runs_selector(clients.cluster)):
         meta, spec = pod["metadata"], pod.get("spec") or {}
         labels = meta.get("labels") or {}
         phase = (pod.get("status") or {}).get("phase") or "Pending"
