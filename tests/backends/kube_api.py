@@ -2,8 +2,9 @@
 
 It keeps workflows, pods, their logs and nodes in memory and answers as the API server does
 (list, get, create, merge and strategic merge patches with a resourceVersion precondition,
-delete, pod logs with ``tailLines`` and ``limitBytes``, a watch of workflows), so the backend
-is tested with the real ``kubernetes`` client over HTTP. Every request is recorded; hooks let a
+delete, pod logs with ``tailLines`` and ``limitBytes``, watches of workflows and of pods: every
+write of a pod is an event, ``pod_events``), so the backend is tested with the real
+``kubernetes`` client over HTTP. Every request is recorded; hooks let a
 test play a conflicting writer or the cluster running a pod.
 
 It refuses what a real cluster refuses (``admit``): every object created or patched is held
@@ -429,9 +430,14 @@ class KubeState:
     instead, ``STALL`` to never answer it, None to serve it."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     _versions: itertools.count = field(default_factory=lambda: itertools.count(100))
-    _watchers: list[tuple[str, queue.Queue]] = field(default_factory=list)
+    _watchers: list[tuple[str, str, queue.Queue]] = field(default_factory=list)
+    """The open watches: the resource each watches, its label selector, its events."""
     _history: list[dict[str, Any]] = field(default_factory=list)
     """Every workflow event, so a watch from a resourceVersion gets what it missed."""
+    _pod_history: list[dict[str, Any]] = field(default_factory=list)
+    """Every pod event, likewise (``pod_events``)."""
+    _pods_told: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Each pod as the last pod event told it (``pod_events``)."""
 
     compacted: int = 0
     """The resourceVersion etcd compacted up to: a watch or a continue token from before it
@@ -450,18 +456,17 @@ class KubeState:
         """End every open watch, as an API server that restarts does: its clients watch again
         from the last version they saw."""
         with self.lock:
-            for _, events in self._watchers:
+            for _, _, events in self._watchers:
                 events.put(None)
 
     def compact(self) -> None:
         """Compact the history, as etcd does every few minutes: older versions are gone."""
         with self.lock:
             self.compacted = int(self.version())
-            self._history = [
-                e
-                for e in self._history
-                if int(e["object"]["metadata"]["resourceVersion"]) > self.compacted
-            ]
+            self._history, self._pod_history = (
+                [e for e in h if int(e["object"]["metadata"]["resourceVersion"]) > self.compacted]
+                for h in (self._history, self._pod_history)
+            )
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Give an object a new resourceVersion (and a uid and creation time once)."""
@@ -637,9 +642,47 @@ class KubeState:
 
     def _notify(self, event: str, workflow: dict[str, Any]) -> None:
         self._history.append({"type": event, "object": copy.deepcopy(workflow)})
-        for selector, events in self._watchers:
-            if matches(workflow["metadata"].get("labels") or {}, selector):
-                events.put({"type": event, "object": copy.deepcopy(workflow)})
+        self._tell("workflows", event, workflow)
+
+    def _tell(self, resource: str, event: str, obj: dict[str, Any]) -> None:
+        for watched, selector, events in self._watchers:
+            if watched == resource and matches(obj["metadata"].get("labels") or {}, selector):
+                events.put({"type": event, "object": copy.deepcopy(obj)})
+
+    def pod_events(self) -> None:
+        """Tell the watches of pods of every pod written since the last call, as the API
+        server tells every write: created (``ADDED``), changed (``MODIFIED``: by a request, or
+        in place by the stand-in's kubelet, Kueue or a test, which gets a new resourceVersion
+        then, as a write does) or deleted (``DELETED``). Called before every request is
+        served and at every tick of a watch of pods, so what a request reads was told first."""
+        with self.lock:
+            for key, pod in self.pods.items():
+                told = self._pods_told.get(key)
+                if told == pod:
+                    continue
+                meta = pod.setdefault("metadata", {})
+                if told is not None and (
+                    told["metadata"].get("resourceVersion") == meta.get("resourceVersion")
+                ):
+                    self.stamp(pod)  # written in place
+                elif "resourceVersion" not in meta:
+                    self.stamp(pod)
+                self._pod_event("ADDED" if told is None else "MODIFIED", pod)
+                self._pods_told[key] = copy.deepcopy(pod)
+            for key in [k for k in self._pods_told if k not in self.pods]:
+                self._pod_event("DELETED", self.stamp(self._pods_told.pop(key)))
+
+    @property
+    def pods_version(self) -> int:
+        """The resourceVersion of the last pod event told (0 before any)."""
+        with self.lock:
+            self.pod_events()
+            last = self._pod_history[-1] if self._pod_history else None
+            return int(last["object"]["metadata"]["resourceVersion"]) if last else 0
+
+    def _pod_event(self, event: str, pod: dict[str, Any]) -> None:
+        self._pod_history.append({"type": event, "object": copy.deepcopy(pod)})
+        self._tell("pods", event, pod)
 
 
 def _owned_by(pod: dict[str, Any], workflow: str) -> bool:
@@ -695,6 +738,7 @@ class _Handler(BaseHTTPRequestHandler):
         request = Request(method, url.path, query, content_type, body, authorization=authorization)
         state = self.server.state
         with state.lock:
+            state.pod_events()
             state.requests.append(request)
             answer = state.intercept(request) if state.intercept else None
         if answer == STALL:
@@ -710,9 +754,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             authorize(state, request)
-            if method == "GET" and WORKFLOWS.match(url.path) and query.get("watch") == "true":
+            watched = WORKFLOWS.match(url.path) or PODS.match(url.path)
+            if method == "GET" and watched and query.get("watch") == "true":
                 request.status = 200
-                self._watch(WORKFLOWS.match(url.path)["ns"], query)  # type: ignore[index]
+                self._watch(watched["ns"], query, "pods" if "/pods" in url.path else "workflows")
                 return
             code, body = self._route(method, url.path, query, content_type, request.body)
         except ApiError as error:
@@ -973,15 +1018,18 @@ class _Handler(BaseHTTPRequestHandler):
             text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
         return text
 
-    def _watch(self, namespace: str, query: dict[str, str]) -> None:
+    def _watch(self, namespace: str, query: dict[str, str], resource: str) -> None:
+        """A watch of workflows or pods: what it missed since its ``resourceVersion`` (all
+        there is without one), then every change until its ``timeoutSeconds``."""
         state = self.server.state
         selector = query.get("labelSelector")
         events: queue.Queue = queue.Queue()
+        pods = resource == "pods"
         with state.lock:
             if "resourceVersion" not in query:
                 missed = [
-                    {"type": "ADDED", "object": copy.deepcopy(workflow)}
-                    for (_, _), workflow in sorted(state.workflows.items())
+                    {"type": "ADDED", "object": copy.deepcopy(obj)}
+                    for (_, _), obj in sorted((state.pods if pods else state.workflows).items())
                 ]
             else:
                 since = int(query["resourceVersion"])
@@ -990,14 +1038,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 missed = [
                     e
-                    for e in state._history
+                    for e in (state._pod_history if pods else state._history)
                     if int(e["object"]["metadata"]["resourceVersion"]) > since
                 ]
             for event in missed:
                 meta = event["object"]["metadata"]
                 if meta["namespace"] == namespace and _labelled(event["object"], selector):
                     events.put(event)
-            state._watchers.append((selector or "", events))
+            watcher = (resource, selector or "", events)
+            state._watchers.append(watcher)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -1007,12 +1056,14 @@ class _Handler(BaseHTTPRequestHandler):
         quiet_since = time.monotonic()
         try:
             while time.monotonic() < deadline and not self.server.closing.is_set():
+                if pods:
+                    state.pod_events()
                 try:
                     event = events.get(timeout=0.1)
                 except queue.Empty:
                     if not bookmarks or time.monotonic() - quiet_since < state.bookmark_s:
                         continue
-                    event = _bookmark(str(state.latest))
+                    event = _bookmark(str(state.latest), pods)
                     state.bookmarks_sent.append(state.latest)
                 if event is None:  # ``end_watches``
                     break
@@ -1023,7 +1074,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         finally:
             with state.lock:
-                state._watchers.remove((selector or "", events))
+                state._watchers.remove(watcher)
             self.close_connection = True
 
     def _chunk(self, event: dict[str, Any]) -> None:
@@ -1043,13 +1094,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _bookmark(version: str) -> dict[str, Any]:
+def _bookmark(version: str, pods: bool) -> dict[str, Any]:
     """A BOOKMARK: only the version the watch has reached."""
     return {
         "type": "BOOKMARK",
         "object": {
-            "kind": "Workflow",
-            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Pod" if pods else "Workflow",
+            "apiVersion": "v1" if pods else "argoproj.io/v1alpha1",
             "metadata": {"resourceVersion": version},
         },
     }

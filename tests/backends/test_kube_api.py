@@ -19,6 +19,7 @@ from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_pods import argo_pods
 from tests.backends.argo_runs import run_of
+from tests.backends.argo_workflows import argo_pod
 from tests.backends.kube_api import ADMIN_TOKEN, KubeApiServer, matches
 from tests.backends.kube_rules import refusals
 
@@ -546,10 +547,11 @@ def test_lists_come_in_pages_and_a_token_from_before_a_compaction_is_gone(
     assert (code, status["reason"]) == (410, "Expired")
 
 
-def raw_watch(kube: KubeApiServer, query: str) -> list[dict[str, Any]]:
-    """The events of a watch of workflows, read until the server ends it."""
+def raw_watch(kube: KubeApiServer, query: str, path: str = "") -> list[dict[str, Any]]:
+    """The events of a watch (of workflows unless ``path`` says), read until the server ends it."""
+    path = path or "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
     request = urllib.request.Request(
-        f"{kube.url}/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows?watch=true&{query}",
+        f"{kube.url}{path}?watch=true&{query}",
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
     )
     with urllib.request.urlopen(request, timeout=20) as answer:
@@ -597,3 +599,25 @@ def test_a_label_selector_term_with_a_bang_picks_the_objects_without_the_label()
     assert matches(labels, "simrun/run,workflows.argoproj.io/controller-instanceid=a")
     assert not matches(labels, "simrun/run,!workflows.argoproj.io/controller-instanceid")
     assert matches({"simrun/run": "r1"}, "simrun/run,!workflows.argoproj.io/controller-instanceid")
+
+
+def test_every_write_of_a_pod_is_an_event_of_a_watch_of_pods(kube: KubeApiServer) -> None:
+    """A pod created, changed in place (as the stand-in's kubelet and Kueue write, or a test) and
+    deleted: ADDED, MODIFIED with a new resourceVersion, DELETED, as the API server tells."""
+    made = argo_pod("p-a", node_name="sweep-w0(0)", phase="Pending")
+    kube.state.put_pod(made)
+    since = kube.state.pods_version
+    made["status"]["phase"] = "Running"  # in place
+    kube.state.pod_events()
+    del kube.state.pods[("simrun", "p-a")]
+
+    events = raw_watch(kube, "timeoutSeconds=1", "/api/v1/namespaces/simrun/pods")
+    missed = raw_watch(
+        kube, f"resourceVersion={since}&timeoutSeconds=1", "/api/v1/namespaces/simrun/pods"
+    )
+
+    assert events == []  # the pod is gone: nothing to add, nothing since
+    assert [e["type"] for e in missed] == ["MODIFIED", "DELETED"]
+    changed = missed[0]["object"]
+    assert changed["status"]["phase"] == "Running"
+    assert int(changed["metadata"]["resourceVersion"]) > since
