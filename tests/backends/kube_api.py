@@ -16,7 +16,7 @@ the pods Argo makes of each template, first attempt and retry after a kill for m
 Argo would fail its pods one by one; the stand-in refuses it at once, naming the pod's fault.
 It refuses what is too large as they do: a request body over the API server's 3 MiB with 413,
 an object over etcd's 1.5 MiB request limit with 500 "etcdserver: request is too large", and
-(the CRD's schema) more than 200 templates or DAG tasks in a Workflow with 422.
+(the CRD's schema, from Argo 4.0) more than 200 templates or DAG tasks in a Workflow with 422.
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ def admit(state: KubeState, obj: dict[str, Any], *, pods: bool = True) -> None:
     kind, name, namespace = obj.get("kind", ""), meta.get("name", ""), meta.get("namespace")
     if namespace is not None and namespace not in state.namespaces:
         raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
-    causes = refusals(obj)
+    causes = refusals(obj, argo_major=state.argo_major)
     if kind == "Workflow" and not causes and pods:
         for template, attempt, pod in argo_pods(obj):
             at = f"spec.templates[{template}] (the pod of attempt {attempt})"
@@ -390,7 +390,8 @@ class KubeState:
     kueue_versions: list[str] = field(default_factory=lambda: ["v1beta2", "v1beta1"])
     """The versions of ``kueue.x-k8s.io`` Kueue serves (v1beta2 from Kueue 0.15 on)."""
     argo_version: str = "v4.1.2"
-    """The version of Argo's controller: the tag of the image of its Deployment."""
+    """The version of Argo's controller: the tag of the image of its Deployment; its major
+    version's CRD holds the Workflows (``argo_schemas.crd_validator``)."""
     argo_instance_id: str = ""
     """The ``instanceID`` of Argo's controller (its ConfigMap): it runs only the Workflows
     labelled ``INSTANCE_LABEL`` with it, or, without one, only those without the label."""
@@ -447,6 +448,13 @@ class KubeState:
     latest: int = 0
     bookmarks_sent: list[int] = field(default_factory=list)
     """The versions of the BOOKMARKs sent, in order."""
+
+    @property
+    def argo_major(self) -> int:
+        """The major version of Argo (3 for ``v3.7.18``); 4, the vendored CRD's, for a tag
+        without a version (``latest``)."""
+        major = self.argo_version.removeprefix("v").split(".")[0]
+        return int(major) if major.isdigit() else 4
 
     def version(self) -> str:
         self.latest = next(self._versions)

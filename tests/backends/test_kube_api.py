@@ -191,6 +191,29 @@ def test_a_workflow_past_the_crds_200_templates_is_refused(kube: KubeApiServer) 
     assert "spec.templates" in {c["field"] for c in status["details"]["causes"]}
 
 
+@pytest.mark.parametrize(
+    ("argo", "created"), [("v3.7.18", True), ("v4.0.10", False), ("v4.1.2", False)]
+)
+def test_the_crds_caps_of_200_templates_and_dag_tasks_are_argo_4s_not_37s(
+    kube: KubeApiServer, argo: str, created: bool
+) -> None:
+    """Argo 4.0 added them to its full CRD (with its CEL rules, to bound their cost)."""
+    kube.state.argo_version = argo
+    body = a_workflow()
+    [dag, pod, *_] = body["spec"]["templates"]
+    names = [f"t{i}" for i in range(201)]
+    dag["dag"]["tasks"] = [{"name": n, "template": n} for n in names]
+    body["spec"]["templates"] = [dag] + [{**pod, "name": n} for n in names]
+
+    if created:
+        assert create_workflow(kube, body)["metadata"]["name"] == body["metadata"]["name"]
+        return
+    code, status = refused(create_workflow, kube, body)
+    assert code == 422
+    fields = {c["field"] for c in status["details"]["causes"]}
+    assert {"spec.templates", "spec.templates.0.dag.tasks"} <= fields
+
+
 def test_an_object_past_etcds_limit_is_a_500_and_a_body_past_the_api_servers_a_413(
     kube: KubeApiServer,
 ) -> None:
