@@ -427,6 +427,7 @@ SIMRUN_CLUSTER = {
     "pod_start_timeout_s": _read("SIMRUN_POD_START_TIMEOUT_S", env.int, 600),
     "argo_controller": _read("SIMRUN_ARGO_CONTROLLER", env.str, "argo/workflow-controller"),
     "argo_version": _read("SIMRUN_ARGO_VERSION", env.str, ""),
+    "argo_instance_id": _read("SIMRUN_ARGO_INSTANCE_ID", env.str, ""),
 }
 
 # /metrics (runs/common/metrics.py): a staff session, the bearer token SIMRUN_METRICS_TOKEN, or with

@@ -240,6 +240,14 @@ class ClusterConfig(BaseModel):
     argo_version: str = Field(
         default="", description="Argo's version (3.7) when its Deployment cannot be read."
     )
+    argo_instance_id: str = Field(
+        default="",
+        max_length=63,
+        pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+        description="The instanceID of Argo's controller (a label value): the runs' Workflows "
+        "are labelled with it, as only they are what such a controller runs; empty: a "
+        "controller without one, which runs only Workflows without the label.",
+    )
     pod_start_timeout_s: int = Field(
         default=600,
         ge=1,

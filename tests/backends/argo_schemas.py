@@ -33,12 +33,28 @@ def strict(schema: Any) -> Any:
     return result
 
 
+CEL_LIMITS = frozenset({"maxItems", "maxLength", "x-kubernetes-validations"})
+"""What Argo 4.0 added to its full CRD: CEL rules, and the sizes that bound their cost (200
+templates, 200 DAG tasks, 500 parameters, 100 metrics, names of 128 characters; Argo's
+4.0 release notes, "Added CRD validation rules", PR 15028). Argo 3.7's CRD has none."""
+
+
+def without_cel_limits(schema: Any) -> Any:
+    """A schema without ``CEL_LIMITS``: Argo 3.7's CRD from 4.x's."""
+    if isinstance(schema, list):
+        return [without_cel_limits(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {k: without_cel_limits(v) for k, v in schema.items() if k not in CEL_LIMITS}
+
+
 @cache
-def crd_validator() -> Draft4Validator:
-    """The Workflow CRD's openAPIV3Schema, strict."""
+def crd_validator(argo_major: int = 4) -> Draft4Validator:
+    """The Workflow CRD's openAPIV3Schema of an Argo major version (3: 3.7's), strict."""
     crd = yaml.load((SCHEMAS / "argoproj.io_workflows.yaml").read_text(), Loader=yaml.CSafeLoader)
     [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
-    return Draft4Validator(strict(version["schema"]["openAPIV3Schema"]))
+    schema = version["schema"]["openAPIV3Schema"]
+    return Draft4Validator(strict(schema if argo_major >= 4 else without_cel_limits(schema)))
 
 
 @cache

@@ -2,8 +2,9 @@
 
 It keeps workflows, pods, their logs and nodes in memory and answers as the API server does
 (list, get, create, merge and strategic merge patches with a resourceVersion precondition,
-delete, pod logs with ``tailLines`` and ``limitBytes``, a watch of workflows), so the backend
-is tested with the real ``kubernetes`` client over HTTP. Every request is recorded; hooks let a
+delete, pod logs with ``tailLines`` and ``limitBytes``, watches of workflows and of pods: every
+write of a pod is an event, ``pod_events``), so the backend is tested with the real
+``kubernetes`` client over HTTP. Every request is recorded; hooks let a
 test play a conflicting writer or the cluster running a pod.
 
 It refuses what a real cluster refuses (``admit``): every object created or patched is held
@@ -15,7 +16,7 @@ the pods Argo makes of each template, first attempt and retry after a kill for m
 Argo would fail its pods one by one; the stand-in refuses it at once, naming the pod's fault.
 It refuses what is too large as they do: a request body over the API server's 3 MiB with 413,
 an object over etcd's 1.5 MiB request limit with 500 "etcdserver: request is too large", and
-(the CRD's schema) more than 200 templates or DAG tasks in a Workflow with 422.
+(the CRD's schema, from Argo 4.0) more than 200 templates or DAG tasks in a Workflow with 422.
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ def merge(target: Any, patch: Any) -> Any:
 
 
 def matches(labels: dict[str, str], selector: str | None) -> bool:
-    """Whether labels match a selector of ``k=v``, ``k!=v``, ``k in (a,b)`` and ``k`` terms."""
+    """Whether labels match a selector of ``k=v``, ``k!=v``, ``k in (a,b)``, ``k`` and ``!k``
+    (no label ``k``) terms."""
     for term in re.findall(r"[^,(]+(?:\([^)]*\))?", selector or ""):
         term = term.strip()
         if found := re.fullmatch(r"(\S+) in \(([^)]*)\)", term):
@@ -145,6 +147,9 @@ def matches(labels: dict[str, str], selector: str | None) -> bool:
         elif "=" in term:
             key, value = term.split("=", 1)
             if labels.get(key.rstrip("=")) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
                 return False
         elif term not in labels:
             return False
@@ -327,7 +332,7 @@ def admit(state: KubeState, obj: dict[str, Any], *, pods: bool = True) -> None:
     kind, name, namespace = obj.get("kind", ""), meta.get("name", ""), meta.get("namespace")
     if namespace is not None and namespace not in state.namespaces:
         raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
-    causes = refusals(obj)
+    causes = refusals(obj, argo_major=state.argo_major)
     if kind == "Workflow" and not causes and pods:
         for template, attempt, pod in argo_pods(obj):
             at = f"spec.templates[{template}] (the pod of attempt {attempt})"
@@ -385,7 +390,11 @@ class KubeState:
     kueue_versions: list[str] = field(default_factory=lambda: ["v1beta2", "v1beta1"])
     """The versions of ``kueue.x-k8s.io`` Kueue serves (v1beta2 from Kueue 0.15 on)."""
     argo_version: str = "v4.1.2"
-    """The version of Argo's controller: the tag of the image of its Deployment."""
+    """The version of Argo's controller: the tag of the image of its Deployment; its major
+    version's CRD holds the Workflows (``argo_schemas.crd_validator``)."""
+    argo_instance_id: str = ""
+    """The ``instanceID`` of Argo's controller (its ConfigMap): it runs only the Workflows
+    labelled ``INSTANCE_LABEL`` with it, or, without one, only those without the label."""
     cluster_queues: dict[str, dict[str, Any]] = field(
         default_factory=lambda: {d["metadata"]["name"]: d for d in kueue_manifests("ClusterQueue")}
     )
@@ -422,9 +431,14 @@ class KubeState:
     instead, ``STALL`` to never answer it, None to serve it."""
     lock: threading.RLock = field(default_factory=threading.RLock)
     _versions: itertools.count = field(default_factory=lambda: itertools.count(100))
-    _watchers: list[tuple[str, queue.Queue]] = field(default_factory=list)
+    _watchers: list[tuple[str, str, queue.Queue]] = field(default_factory=list)
+    """The open watches: the resource each watches, its label selector, its events."""
     _history: list[dict[str, Any]] = field(default_factory=list)
     """Every workflow event, so a watch from a resourceVersion gets what it missed."""
+    _pod_history: list[dict[str, Any]] = field(default_factory=list)
+    """Every pod event, likewise (``pod_events``)."""
+    _pods_told: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Each pod as the last pod event told it (``pod_events``)."""
 
     compacted: int = 0
     """The resourceVersion etcd compacted up to: a watch or a continue token from before it
@@ -435,6 +449,13 @@ class KubeState:
     bookmarks_sent: list[int] = field(default_factory=list)
     """The versions of the BOOKMARKs sent, in order."""
 
+    @property
+    def argo_major(self) -> int:
+        """The major version of Argo (3 for ``v3.7.18``); 4, the vendored CRD's, for a tag
+        without a version (``latest``)."""
+        major = self.argo_version.removeprefix("v").split(".")[0]
+        return int(major) if major.isdigit() else 4
+
     def version(self) -> str:
         self.latest = next(self._versions)
         return str(self.latest)
@@ -443,18 +464,17 @@ class KubeState:
         """End every open watch, as an API server that restarts does: its clients watch again
         from the last version they saw."""
         with self.lock:
-            for _, events in self._watchers:
+            for _, _, events in self._watchers:
                 events.put(None)
 
     def compact(self) -> None:
         """Compact the history, as etcd does every few minutes: older versions are gone."""
         with self.lock:
             self.compacted = int(self.version())
-            self._history = [
-                e
-                for e in self._history
-                if int(e["object"]["metadata"]["resourceVersion"]) > self.compacted
-            ]
+            self._history, self._pod_history = (
+                [e for e in h if int(e["object"]["metadata"]["resourceVersion"]) > self.compacted]
+                for h in (self._history, self._pod_history)
+            )
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Give an object a new resourceVersion (and a uid and creation time once)."""
@@ -573,12 +593,27 @@ class KubeState:
             and (d["metadata"].get("labels") or {}).get("managed-by-kueue") == "true"
         }
 
+    def argo_runs(self, workflow: dict[str, Any]) -> bool:
+        """Whether Argo's controller runs a Workflow: it lists and watches only those of its
+        ``instanceID`` (``INSTANCE_LABEL``), or without one only those without the label; the
+        others it never sees, so they stay as they were created, without a status."""
+        labels = workflow["metadata"].get("labels") or {}
+        if self.argo_instance_id:
+            return labels.get(INSTANCE_LABEL) == self.argo_instance_id
+        return INSTANCE_LABEL not in labels
+
     def argo_creates_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Create the first pods of a stored Workflow as Argo's controller does (``argo_pods``):
-        through admission, then the kubelet (``kubelet.start``)."""
+        through admission, then the kubelet (``kubelet.start``); none of a Workflow it does not
+        run (``argo_runs``). Its pods carry its ``instanceID``, as Argo labels them."""
         with self.lock:
             made = []
-            for _, attempt, pod in argo_pods(self.workflows[(namespace, name)]):
+            workflow = self.workflows[(namespace, name)]
+            if not self.argo_runs(workflow):
+                return made
+            for _, attempt, pod in argo_pods(workflow):
+                if self.argo_instance_id:
+                    pod["metadata"]["labels"][INSTANCE_LABEL] = self.argo_instance_id
                 if attempt == 0:
                     admit(self, pod)
                     pod["status"] = {"phase": "Pending"}
@@ -615,9 +650,47 @@ class KubeState:
 
     def _notify(self, event: str, workflow: dict[str, Any]) -> None:
         self._history.append({"type": event, "object": copy.deepcopy(workflow)})
-        for selector, events in self._watchers:
-            if matches(workflow["metadata"].get("labels") or {}, selector):
-                events.put({"type": event, "object": copy.deepcopy(workflow)})
+        self._tell("workflows", event, workflow)
+
+    def _tell(self, resource: str, event: str, obj: dict[str, Any]) -> None:
+        for watched, selector, events in self._watchers:
+            if watched == resource and matches(obj["metadata"].get("labels") or {}, selector):
+                events.put({"type": event, "object": copy.deepcopy(obj)})
+
+    def pod_events(self) -> None:
+        """Tell the watches of pods of every pod written since the last call, as the API
+        server tells every write: created (``ADDED``), changed (``MODIFIED``: by a request, or
+        in place by the stand-in's kubelet, Kueue or a test, which gets a new resourceVersion
+        then, as a write does) or deleted (``DELETED``). Called before every request is
+        served and at every tick of a watch of pods, so what a request reads was told first."""
+        with self.lock:
+            for key, pod in self.pods.items():
+                told = self._pods_told.get(key)
+                if told == pod:
+                    continue
+                meta = pod.setdefault("metadata", {})
+                if told is not None and (
+                    told["metadata"].get("resourceVersion") == meta.get("resourceVersion")
+                ):
+                    self.stamp(pod)  # written in place
+                elif "resourceVersion" not in meta:
+                    self.stamp(pod)
+                self._pod_event("ADDED" if told is None else "MODIFIED", pod)
+                self._pods_told[key] = copy.deepcopy(pod)
+            for key in [k for k in self._pods_told if k not in self.pods]:
+                self._pod_event("DELETED", self.stamp(self._pods_told.pop(key)))
+
+    @property
+    def pods_version(self) -> int:
+        """The resourceVersion of the last pod event told (0 before any)."""
+        with self.lock:
+            self.pod_events()
+            last = self._pod_history[-1] if self._pod_history else None
+            return int(last["object"]["metadata"]["resourceVersion"]) if last else 0
+
+    def _pod_event(self, event: str, pod: dict[str, Any]) -> None:
+        self._pod_history.append({"type": event, "object": copy.deepcopy(pod)})
+        self._tell("pods", event, pod)
 
 
 def _owned_by(pod: dict[str, Any], workflow: str) -> bool:
@@ -673,6 +746,7 @@ class _Handler(BaseHTTPRequestHandler):
         request = Request(method, url.path, query, content_type, body, authorization=authorization)
         state = self.server.state
         with state.lock:
+            state.pod_events()
             state.requests.append(request)
             answer = state.intercept(request) if state.intercept else None
         if answer == STALL:
@@ -688,9 +762,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             authorize(state, request)
-            if method == "GET" and WORKFLOWS.match(url.path) and query.get("watch") == "true":
+            watched = WORKFLOWS.match(url.path) or PODS.match(url.path)
+            if method == "GET" and watched and query.get("watch") == "true":
                 request.status = 200
-                self._watch(WORKFLOWS.match(url.path)["ns"], query)  # type: ignore[index]
+                self._watch(watched["ns"], query, "pods" if "/pods" in url.path else "workflows")
                 return
             code, body = self._route(method, url.path, query, content_type, request.body)
         except ApiError as error:
@@ -951,15 +1026,18 @@ class _Handler(BaseHTTPRequestHandler):
             text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
         return text
 
-    def _watch(self, namespace: str, query: dict[str, str]) -> None:
+    def _watch(self, namespace: str, query: dict[str, str], resource: str) -> None:
+        """A watch of workflows or pods: what it missed since its ``resourceVersion`` (all
+        there is without one), then every change until its ``timeoutSeconds``."""
         state = self.server.state
         selector = query.get("labelSelector")
         events: queue.Queue = queue.Queue()
+        pods = resource == "pods"
         with state.lock:
             if "resourceVersion" not in query:
                 missed = [
-                    {"type": "ADDED", "object": copy.deepcopy(workflow)}
-                    for (_, _), workflow in sorted(state.workflows.items())
+                    {"type": "ADDED", "object": copy.deepcopy(obj)}
+                    for (_, _), obj in sorted((state.pods if pods else state.workflows).items())
                 ]
             else:
                 since = int(query["resourceVersion"])
@@ -968,14 +1046,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 missed = [
                     e
-                    for e in state._history
+                    for e in (state._pod_history if pods else state._history)
                     if int(e["object"]["metadata"]["resourceVersion"]) > since
                 ]
             for event in missed:
                 meta = event["object"]["metadata"]
                 if meta["namespace"] == namespace and _labelled(event["object"], selector):
                     events.put(event)
-            state._watchers.append((selector or "", events))
+            watcher = (resource, selector or "", events)
+            state._watchers.append(watcher)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -985,12 +1064,14 @@ class _Handler(BaseHTTPRequestHandler):
         quiet_since = time.monotonic()
         try:
             while time.monotonic() < deadline and not self.server.closing.is_set():
+                if pods:
+                    state.pod_events()
                 try:
                     event = events.get(timeout=0.1)
                 except queue.Empty:
                     if not bookmarks or time.monotonic() - quiet_since < state.bookmark_s:
                         continue
-                    event = _bookmark(str(state.latest))
+                    event = _bookmark(str(state.latest), pods)
                     state.bookmarks_sent.append(state.latest)
                 if event is None:  # ``end_watches``
                     break
@@ -1001,7 +1082,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         finally:
             with state.lock:
-                state._watchers.remove((selector or "", events))
+                state._watchers.remove(watcher)
             self.close_connection = True
 
     def _chunk(self, event: dict[str, Any]) -> None:
@@ -1021,18 +1102,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _bookmark(version: str) -> dict[str, Any]:
+def _bookmark(version: str, pods: bool) -> dict[str, Any]:
     """A BOOKMARK: only the version the watch has reached."""
     return {
         "type": "BOOKMARK",
         "object": {
-            "kind": "Workflow",
-            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Pod" if pods else "Workflow",
+            "apiVersion": "v1" if pods else "argoproj.io/v1alpha1",
             "metadata": {"resourceVersion": version},
         },
     }
 
 
+INSTANCE_LABEL = "workflows.argoproj.io/controller-instanceid"
+"""The label of a Workflow (and of its pods) naming the controller instance that runs it."""
 ARGO_CONTROLLER = ("argo", "workflow-controller")
 """Where Argo's install manifests put its controller's Deployment."""
 

@@ -10,6 +10,7 @@ import pytest
 
 from runs.backends.argo.backend import ArgoBackend
 from tests.backends.kube_api import KubeApiServer
+from tests.polling import wait_for
 
 
 @pytest.fixture
@@ -34,3 +35,12 @@ def argo_backends_closed(monkeypatch) -> Iterator[None]:
     yield
     for backend in made:
         backend.close()
+
+
+def pods_seen(backend: ArgoBackend, kube: KubeApiServer, timeout_s: float = 10.0) -> None:
+    """Wait until the backend's pod cache heard every write of a pod the stand-in holds: it
+    follows them by a watch, as late as a real informer, and a test that wrote a pod reads
+    it back only once it did."""
+    version = kube.state.pods_version
+    backend.pods.pods()  # started, and listed
+    wait_for(lambda: int(backend.pods.version or 0) >= version, timeout_s, "the pod cache")

@@ -61,20 +61,21 @@ class Cause:
         return f"{self.field}: {self.message}"
 
 
-def refusals(obj: dict[str, Any]) -> list[Cause]:
-    """Every reason the API server would refuse an object ([] when it is admitted)."""
-    causes = schema_causes(obj)
+def refusals(obj: dict[str, Any], *, argo_major: int = 4) -> list[Cause]:
+    """Every reason the API server would refuse an object ([] when it is admitted), a Workflow
+    held to the CRD of the Argo major version installed."""
+    causes = schema_causes(obj, argo_major=argo_major)
     causes += metadata_causes(obj.get("metadata") or {}, obj.get("kind", ""))
     if obj.get("kind") == "Pod":
         causes += pod_spec_causes(obj.get("spec") or {}, "spec")
     return causes
 
 
-def schema_causes(obj: dict[str, Any]) -> list[Cause]:
-    """The errors of an object against the schema of its kind."""
+def schema_causes(obj: dict[str, Any], *, argo_major: int = 4) -> list[Cause]:
+    """The errors of an object against the schema of its kind (Argo's of ``argo_major``)."""
     api_version = obj.get("apiVersion", "")
     if api_version == "argoproj.io/v1alpha1":
-        validator = crd_validator()
+        validator = crd_validator(argo_major)
     elif api_version.startswith("kueue.x-k8s.io/"):
         validator = kueue_validator(obj.get("kind", ""), api_version.split("/")[1])
     else:

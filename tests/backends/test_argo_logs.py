@@ -28,6 +28,7 @@ from tests.backends.argo_workflows import (
     workflow,
 )
 from tests.backends.kube_api import KubeApiServer, Request
+from tests.backends.kube_fixtures import pods_seen
 from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -150,6 +151,7 @@ def test_the_controller_keeps_each_log_as_its_pod_ends_so_the_pod_gc_cannot_outr
         return 404 if request.path.endswith("/p1/log") else None
 
     kube.state.pods[("simrun", "p1")]["status"]["phase"] = "Succeeded"
+    pods_seen(backend, kube)
     kube.state.intercept = gone
     log_keeping.keep_logs(run, tasks, backend=backend)
 
@@ -179,6 +181,7 @@ def test_a_pod_whose_log_read_failed_and_which_is_gone_since_is_missing_with_why
     assert log_reads(kube).count("p0") == 2 and again.unread
 
     kube.state.pods.pop(("simrun", "p0"))  # the pod GC came before a read went through
+    pods_seen(backend, kube)
     logs = {log.pod: log for log in backend.logs(WF, "sweep")}
     assert (logs["p0"].done, logs["p0"].node, logs["p0"].attempt) == (True, "sweep-w0(0)", 0)
     assert logs["p0"].missing == (

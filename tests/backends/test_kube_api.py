@@ -19,7 +19,8 @@ from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_pods import argo_pods
 from tests.backends.argo_runs import run_of
-from tests.backends.kube_api import ADMIN_TOKEN, KubeApiServer
+from tests.backends.argo_workflows import argo_pod
+from tests.backends.kube_api import ADMIN_TOKEN, KubeApiServer, matches
 from tests.backends.kube_rules import refusals
 
 CLUSTER = ClusterConfig()
@@ -188,6 +189,29 @@ def test_a_workflow_past_the_crds_200_templates_is_refused(kube: KubeApiServer) 
 
     assert code == 422
     assert "spec.templates" in {c["field"] for c in status["details"]["causes"]}
+
+
+@pytest.mark.parametrize(
+    ("argo", "created"), [("v3.7.18", True), ("v4.0.10", False), ("v4.1.2", False)]
+)
+def test_the_crds_caps_of_200_templates_and_dag_tasks_are_argo_4s_not_37s(
+    kube: KubeApiServer, argo: str, created: bool
+) -> None:
+    """Argo 4.0 added them to its full CRD (with its CEL rules, to bound their cost)."""
+    kube.state.argo_version = argo
+    body = a_workflow()
+    [dag, pod, *_] = body["spec"]["templates"]
+    names = [f"t{i}" for i in range(201)]
+    dag["dag"]["tasks"] = [{"name": n, "template": n} for n in names]
+    body["spec"]["templates"] = [dag] + [{**pod, "name": n} for n in names]
+
+    if created:
+        assert create_workflow(kube, body)["metadata"]["name"] == body["metadata"]["name"]
+        return
+    code, status = refused(create_workflow, kube, body)
+    assert code == 422
+    fields = {c["field"] for c in status["details"]["causes"]}
+    assert {"spec.templates", "spec.templates.0.dag.tasks"} <= fields
 
 
 def test_an_object_past_etcds_limit_is_a_500_and_a_body_past_the_api_servers_a_413(
@@ -546,10 +570,11 @@ def test_lists_come_in_pages_and_a_token_from_before_a_compaction_is_gone(
     assert (code, status["reason"]) == (410, "Expired")
 
 
-def raw_watch(kube: KubeApiServer, query: str) -> list[dict[str, Any]]:
-    """The events of a watch of workflows, read until the server ends it."""
+def raw_watch(kube: KubeApiServer, query: str, path: str = "") -> list[dict[str, Any]]:
+    """The events of a watch (of workflows unless ``path`` says), read until the server ends it."""
+    path = path or "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
     request = urllib.request.Request(
-        f"{kube.url}/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows?watch=true&{query}",
+        f"{kube.url}{path}?watch=true&{query}",
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
     )
     with urllib.request.urlopen(request, timeout=20) as answer:
@@ -589,3 +614,33 @@ def test_a_field_selector_picks_the_events_of_one_pod(kube: KubeApiServer) -> No
     )
 
     assert [e.message for e in listing.items] == ["b"]
+
+
+def test_a_label_selector_term_with_a_bang_picks_the_objects_without_the_label() -> None:
+    labels = {"simrun/run": "r1", "workflows.argoproj.io/controller-instanceid": "a"}
+
+    assert matches(labels, "simrun/run,workflows.argoproj.io/controller-instanceid=a")
+    assert not matches(labels, "simrun/run,!workflows.argoproj.io/controller-instanceid")
+    assert matches({"simrun/run": "r1"}, "simrun/run,!workflows.argoproj.io/controller-instanceid")
+
+
+def test_every_write_of_a_pod_is_an_event_of_a_watch_of_pods(kube: KubeApiServer) -> None:
+    """A pod created, changed in place (as the stand-in's kubelet and Kueue write, or a test) and
+    deleted: ADDED, MODIFIED with a new resourceVersion, DELETED, as the API server tells."""
+    made = argo_pod("p-a", node_name="sweep-w0(0)", phase="Pending")
+    kube.state.put_pod(made)
+    since = kube.state.pods_version
+    made["status"]["phase"] = "Running"  # in place
+    kube.state.pod_events()
+    del kube.state.pods[("simrun", "p-a")]
+
+    events = raw_watch(kube, "timeoutSeconds=1", "/api/v1/namespaces/simrun/pods")
+    missed = raw_watch(
+        kube, f"resourceVersion={since}&timeoutSeconds=1", "/api/v1/namespaces/simrun/pods"
+    )
+
+    assert events == []  # the pod is gone: nothing to add, nothing since
+    assert [e["type"] for e in missed] == ["MODIFIED", "DELETED"]
+    changed = missed[0]["object"]
+    assert changed["status"]["phase"] == "Running"
+    assert int(changed["metadata"]["resourceVersion"]) > since

@@ -4,7 +4,8 @@ The Workflow is built by ``manifest`` and read by ``status``; this module submit
 stops it, and hands the rest to one part each: the watch of Workflows (``watch``), the logs of
 pods (``pod_logs``), the reasons of their pods (``pod_reasons``), what the cluster can hold
 (``capacity``), the nodes and their reservation (``node_reservations``), the pods that run
-(``placements``) and the images (``image_builds``). See docs/cluster.md.
+(``placements``) and the images (``image_builds``); the Workflows and the pods are read from
+caches a watch keeps (``watch``, ``pod_cache``). See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -25,9 +26,16 @@ from runs.backends.argo.api import CallPolicy
 from runs.backends.argo.capacity import CAPACITY_TTL_S, Capacity
 from runs.backends.argo.clients import api_client, clients, missing_as_key_error
 from runs.backends.argo.image_builds import BUILD_POLL_S, ImageBuilds
-from runs.backends.argo.manifest import GROUP, PLURAL, RUN_LABEL, VERSION, workflow_manifest
+from runs.backends.argo.manifest import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    runs_selector,
+    workflow_manifest,
+)
 from runs.backends.argo.node_reservations import NodeReservations
 from runs.backends.argo.placements import placements
+from runs.backends.argo.pod_cache import PodCache
 from runs.backends.argo.pod_logs import LOG_BYTES, PodLogs
 from runs.backends.argo.pod_reasons import PodReasons
 from runs.backends.argo.status import status_from_workflow
@@ -91,10 +99,13 @@ class ArgoBackend:
         self._cache = WorkflowCache(
             self._list_page, self._watch_from, status_from_workflow, backoff_s=watch_backoff_s
         )
-        self.pod_logs = PodLogs(
-            self.clients, store=store, cached=self._cache.get, log_bytes=log_bytes
+        self.pods = PodCache(
+            self.clients, backoff_s=watch_backoff_s, watch_timeout_s=watch_timeout_s
         )
-        self.reasons = PodReasons(self.clients)
+        self.pod_logs = PodLogs(
+            self.clients, store=store, cached=self._cache.get, pods=self.pods, log_bytes=log_bytes
+        )
+        self.reasons = PodReasons(self.clients, self.pods)
         self.capacity = Capacity(self.clients, ttl_s=capacity_ttl_s)
         self.node_reservations = NodeReservations(self.clients)
         self.builds = ImageBuilds(self.clients, poll_s=build_poll_s)
@@ -236,7 +247,9 @@ class ArgoBackend:
         return self.pod_logs.keep_logs(name, task_id, folder)
 
     def placements(self) -> list[Placement]:
-        return placements(self.clients)
+        """The pods of the runs that have not terminated, from the pod cache (``pod_cache``):
+        a page asks the API server nothing once the process's first read listed them."""
+        return placements(self.pods.pods())
 
     def describe(self) -> list[str]:
         return []
@@ -297,11 +310,13 @@ class ArgoBackend:
         self._cache.start()
 
     def close(self) -> None:
-        """End the watch."""
+        """End the watches."""
         self._cache.close()
+        self.pods.close()
         if self._watch is not None:
             self._watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
         self._cache.close(timeout_s=10)
+        self.pods.close(timeout_s=10)
 
     @property
     def watching(self) -> bool:
@@ -309,7 +324,8 @@ class ArgoBackend:
         return self._cache.alive
 
     def _list_page(self, token: str | None) -> dict[str, Any]:
-        """A page of the Workflows of the runs, for the status cache."""
+        """A page of the Workflows of the runs (of this service's Argo controller:
+        ``runs_selector``), for the status cache."""
         return cast(
             dict[str, Any],
             self.clients.custom.list_namespaced_custom_object(
@@ -317,7 +333,7 @@ class ArgoBackend:
                 VERSION,
                 self.namespace,
                 PLURAL,
-                label_selector=RUN_LABEL,
+                label_selector=runs_selector(self.cluster),
                 limit=PAGE_SIZE,
                 _continue=token,
             ),
@@ -333,7 +349,7 @@ class ArgoBackend:
             VERSION,
             self.namespace,
             PLURAL,
-            label_selector=RUN_LABEL,
+            label_selector=runs_selector(self.cluster),
             timeout_seconds=self.watch_timeout_s,
             resource_version=resource_version,
             allow_watch_bookmarks=True,

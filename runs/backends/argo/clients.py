@@ -3,7 +3,7 @@
 Every call has a timeout, is tried again on transient errors and takes its turn in one rate
 limit (``api.Resilient``, ``api.RateLimit``); the
 ``*_once`` clients try once, quickly, for what a web request asks (a cluster that is away
-must not hold a page); the watch alone calls the client itself.
+must not hold a page); the watches alone call the client themselves.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ class Clients:
     custom_once: CustomObjectsApi
     watch_api: CustomObjectsApi
     """Unwrapped: a watch is a stream no retry may repeat."""
+    watch_core: CoreV1Api
+    """Unwrapped, for the watch of pods."""
 
     @property
     def namespace(self) -> str:
@@ -81,6 +83,7 @@ def clients(api: ApiClient, cluster: ClusterConfig, calls: CallPolicy) -> Client
         core_once=cast(CoreV1Api, resilient(CoreV1Api, once)),
         custom_once=cast(CustomObjectsApi, resilient(CustomObjectsApi, once)),
         watch_api=CustomObjectsApi(api),
+        watch_core=CoreV1Api(api),
     )
 
 

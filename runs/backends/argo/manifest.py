@@ -38,6 +38,9 @@ RUN_LABEL = "simrun/run"
 TASK_LABEL = "simrun/task"
 DAG_TASK_LABEL = "simrun/dag-task"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+INSTANCE_LABEL = "workflows.argoproj.io/controller-instanceid"
+"""The label by which a controller configured with an ``instanceID`` picks its Workflows (and
+Argo puts on their pods); a controller without one runs only the Workflows without it."""
 RESERVED_KEY = "simrun/reserved"
 """Key of the taint and of the label of a node reserved for a run (value: the run id)."""
 RESERVATION_EFFECT = "NoSchedule"
@@ -157,11 +160,26 @@ def workflow_manifest(
         "metadata": {
             "name": workflow_name(record.id),
             "namespace": cluster.namespace,
-            "labels": {RUN_LABEL: record.id},
+            "labels": {RUN_LABEL: record.id, **instance_labels(cluster)},
             **({"annotations": {"simrun/name": record.name}} if record.name else {}),
         },
         "spec": _workflow_spec(record, cluster, [_dag_template(dag), *templates]),
     }
+
+
+def instance_labels(cluster: ClusterConfig) -> dict[str, str]:
+    """The label that hands a Workflow to the controller of ``argo_instance_id`` (none
+    without one: such a controller runs only the Workflows without it)."""
+    return {INSTANCE_LABEL: cluster.argo_instance_id} if cluster.argo_instance_id else {}
+
+
+def runs_selector(cluster: ClusterConfig) -> str:
+    """The label selector of the runs' Workflows and pods of this service's Argo controller:
+    labelled with a run, and with its ``instanceID`` (or, without one, not labelled with any),
+    as Argo's controller selects them."""
+    if cluster.argo_instance_id:
+        return f"{RUN_LABEL},{INSTANCE_LABEL}={cluster.argo_instance_id}"
+    return f"{RUN_LABEL},!{INSTANCE_LABEL}"
 
 
 def _split_dag(task_id: str, plan: TaskPlan, after: dict[str, Any]) -> list[dict[str, Any]]:

@@ -2,48 +2,22 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from runs.backends.argo.clients import Clients
-from runs.backends.argo.manifest import DAG_TASK_LABEL, RUN_LABEL
+from runs.backends.argo.manifest import DAG_TASK_LABEL
 from runs.backends.argo.nodes import GIB, quantity
+from runs.backends.argo.pod_cache import WORKFLOW_LABEL
 from runs.backends.base import Placement
 
-WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 TERMINATED = frozenset({"Succeeded", "Failed"})
 
 
-PAGE_SIZE = 500
-"""Pods per page of a list: a large list in one answer weighs on the API server."""
-
-
-def listed_pods(clients: Clients, selector: str) -> Iterator[dict[str, Any]]:
-    """The pods of a label selector as the API server wrote them (JSON, as the pure ``status``
-    reads them, not the client's models), a page at a time."""
-    token: str | None = None
-    while True:
-        response: Any = clients.core.list_namespaced_pod(
-            clients.namespace,
-            label_selector=selector,
-            limit=PAGE_SIZE,
-            _continue=token,
-            _preload_content=False,
-        )
-        page = json.loads(response.data)
-        yield from page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue") or None
-        if token is None:
-            return
-
-
-def placements(clients: Clients) -> list[Placement]:
-    """Every pod of a run that has not terminated, with its node, requests and worker: a
-    paginated list of the runs' pods, read as JSON (the client's models cost seconds for a
-    thousand pods)."""
+def placements(pods: Iterable[dict[str, Any]]) -> list[Placement]:
+    """Every pod of a run that has not terminated, with its node, requests and worker, of the
+    runs' pods (JSON, from the ``pod_cache``)."""
     found = []
-    for pod in listed_pods(clients, RUN_LABEL):
+    for pod in pods:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         labels = meta.get("labels") or {}
         phase = (pod.get("status") or {}).get("phase") or "Pending"

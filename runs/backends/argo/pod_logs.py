@@ -18,7 +18,8 @@ from runs.backends.argo.clients import Clients
 from runs.backends.argo.dag_nodes import NODE_NAME
 from runs.backends.argo.ended_pods import STAGE_CONTAINER, EndedPod, belongs
 from runs.backends.argo.manifest import TASK_LABEL
-from runs.backends.argo.placements import TERMINATED, WORKFLOW_LABEL, listed_pods, pod_attempt
+from runs.backends.argo.placements import TERMINATED, pod_attempt
+from runs.backends.argo.pod_cache import PodCache
 from runs.backends.argo.status import pod_node
 from runs.backends.argo.watch import Cached
 from runs.backends.base import FINAL_PHASES, KeptLogs, PodLog
@@ -46,10 +47,12 @@ class PodLogs:
         *,
         store: Path,
         cached: Callable[[str], Cached | None],
+        pods: PodCache,
         log_bytes: int = LOG_BYTES,
     ) -> None:
         self.clients = clients
         self._cached = cached
+        self.pods = pods
         self.store = store
         self.log_bytes = log_bytes
         self._unread: dict[tuple[str, str], dict[str, PodLog]] = {}
@@ -63,8 +66,7 @@ class PodLogs:
         cannot be read any more (deleted, never started) comes with ``missing`` saying why;
         one that cannot be read now is left for a later call: one pod never stops the others.
         """
-        selector = f"{WORKFLOW_LABEL}={name},{TASK_LABEL}={task_id}"
-        pods = sorted(listed_pods(self.clients, selector), key=_created)
+        pods = sorted(self._pods_of(name, task_id), key=_created)
         run_id = name.removeprefix("simrun-")
         kept = set(logs.kept(TaskFolder(self.store, task_parts(run_id, task_id))))
         found = []
@@ -161,7 +163,7 @@ class PodLogs:
 
         Which attempts ended, and their pods' names, come from the status cache (the
         Workflow's nodes): a pass that finds nothing new asks the API server nothing. Only
-        before the cache knows the Workflow are the task's pods listed (one paginated list).
+        before the cache knows the Workflow are the task's pods read, from the pod cache.
         """
         cached = self._cached(name)
         if cached is None or cached.status is None:
@@ -284,11 +286,10 @@ class PodLogs:
         return tail
 
     def _listed(self, name: str, task_id: str) -> tuple[list[EndedPod], bool]:
-        """The task's ended pods and whether any still runs, from a list of its pods: for a
-        Workflow the status cache does not hold (yet)."""
-        selector = f"{WORKFLOW_LABEL}={name},{TASK_LABEL}={task_id}"
+        """The task's ended pods and whether any still runs, from its pods: for a Workflow the
+        status cache does not hold (yet)."""
         ended, live = [], False
-        for pod in listed_pods(self.clients, selector):
+        for pod in self._pods_of(name, task_id):
             found = pod_node(pod, name)
             if found is None:
                 continue  # no pod of a DAG node of simrun's
@@ -297,6 +298,14 @@ class PodLogs:
                 continue
             ended.append(EndedPod(found[0], found[1], pod["metadata"]["name"], _staged(pod)))
         return ended, live
+
+    def _pods_of(self, name: str, task_id: str) -> list[dict[str, Any]]:
+        """The pods of a task of a Workflow (from the ``pod_cache``: no request)."""
+        return [
+            p
+            for p in self.pods.of_workflow(name)
+            if (p["metadata"].get("labels") or {}).get(TASK_LABEL) == task_id
+        ]
 
 
 def _created(pod: dict[str, Any]) -> tuple[str, str]:

@@ -1,8 +1,8 @@
 """Why a workflow's pods wait and why its failed attempts were ended, from the pods.
 
-The Workflow says what ran and how it ended; its pods (and their Kueue Workloads, and for a pod
-that cannot start, its kubelet's events) say why: the pure ``status`` reads them into the
-status.
+The Workflow says what ran and how it ended; its pods (from the ``pod_cache``: no request), and
+their Kueue Workloads, and for a pod that cannot start its kubelet's events, say why: the pure
+``status`` reads them into the status.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from runs.backends.argo.capacity import KUEUE_GROUP, KUEUE_VERSION
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.placements import WORKFLOW_LABEL, listed_pods
+from runs.backends.argo.pod_cache import PodCache
 from runs.backends.argo.status import (
     creating_too_long,
     kubelet_warning,
@@ -41,15 +41,16 @@ STUCK_EVENTS_LIMIT = 20
 class PodReasons:
     """The reasons of a workflow's pending and failed pods, read for its status."""
 
-    def __init__(self, clients: Clients) -> None:
+    def __init__(self, clients: Clients, pods: PodCache) -> None:
         self.clients = clients
+        self.pods = pods
 
     def with_reasons(self, name: str, status: BackendStatus) -> tuple[BackendStatus, bool]:
         """The status with the reasons of its pending and failed pods; whether they were read."""
         if not status.failed and "Pending" not in status.tasks.values():
             return status, True
         try:
-            pods = self._pods_of(name)
+            pods = self.pods.of_workflow(name)
             workloads = self._workloads_of(pods)
             timeout_s, now = self.clients.cluster.pod_start_timeout_s, time.time()
             stuck = [p for p in pods if creating_too_long(p, now, timeout_s)]
@@ -68,11 +69,6 @@ class PodReasons:
         except Exception as error:
             log.warning("the reasons of the pods of %s are unknown for now: %s", name, error)
             return status, False
-
-    def _pods_of(self, name: str) -> list[dict[str, Any]]:
-        """The pods of a workflow as the API server wrote them (``listed_pods``: JSON, as the
-        pure ``status`` reads it, a page at a time)."""
-        return list(listed_pods(self.clients, f"{WORKFLOW_LABEL}={name}"))
 
     def _scaling(
         self,
