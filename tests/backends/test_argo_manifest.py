@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 from harness.tasktypes import task_types
-from runs.backends.argo.manifest import (
-    RETRY_EXPRESSION,
-    STAGE_SCRIPT,
-    workflow_manifest,
-)
+from runs.backends.argo.manifest import STAGE_SCRIPT, workflow_manifest
+from runs.backends.argo.retries import RETRY_EXPRESSION
 from runs.backends.base import ClusterConfig
 from runs.planning.planner import ObservedPeak
 from tests.backends.argo_pod_security import restricted_violations

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from harness.tasktypes import task_types
-from runs.backends.argo.manifest import RETRY_EXPRESSION, workflow_manifest
+from runs.backends.argo.manifest import workflow_manifest
+from runs.backends.argo.retries import RETRY_EXPRESSION
 from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig, TaskPlan
 from runs.backends.local.state import Attempt as LocalAttempt
 from runs.backends.local.state import NodeSpec, NodeView, next_memory_gb, retry

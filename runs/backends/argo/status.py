@@ -11,7 +11,7 @@ from kubernetes.utils import parse_quantity
 
 from harness.lifecycle import RETRY_MEMORY_NOTE
 from runs.backends.argo.dag_nodes import NODE_NAME, DagNode, dag_nodes
-from runs.backends.argo.manifest import EVICTION_PATTERN, SCRATCH_OVERFLOW_PATTERN
+from runs.backends.argo.retries import EVICTION_PATTERN, SCRATCH_OVERFLOW_PATTERN
 from runs.backends.base import (
     FINAL_PHASES,
     PREEMPTED_PHASE,
