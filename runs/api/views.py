@@ -45,6 +45,8 @@ from runs.api.serializers import (
     RunSerializer,
     run_detail_serializer,
 )
+from runs.common.errors import field_sentences
+from runs.common.labels import kept_tags
 from runs.control import cancelling
 from runs.models import Run, RunState
 from runs.planning.reruns import submit_rerun
@@ -265,10 +267,13 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         if run.owner_id != request.user.pk and not request.user.is_staff:
             raise PermissionDenied("only its owner tags a run or notes on it")
         given = RunLabelsSerializer(data=request.data)
-        given.is_valid(raise_exception=True)
+        if not given.is_valid():
+            raise ValidationError(
+                {name: field_sentences(found, "tag") for name, found in given.errors.items()}
+            )
         changes = dict(given.validated_data)
         if "tags" in changes:
-            changes["tags"] = list(dict.fromkeys(changes["tags"]))
+            changes["tags"] = kept_tags(changes["tags"])
         Run.objects.filter(pk=run.pk).update(**changes)
         run.refresh_from_db(fields=["tags", "note"])
         return Response({"tags": run.tags, "note": run.note})

@@ -31,3 +31,12 @@ class Conflict(Refusal, ValueError):
     """The request does not fit the run's state now (cancelling a run that ended)."""
 
     status_code = 409
+
+
+def field_sentences(errors: object, item: str = "value") -> list[str]:
+    """A field's errors as a list of sentences: those of a list's items, which DRF and
+    ``labels.problems`` key by position, name the ``item`` by its number, counted from 1
+    ("tag 2: ..."), so a 400 keeps its schema's shape (a field, its messages)."""
+    if isinstance(errors, dict):
+        return [f"{item} {int(i) + 1}: {m}" for i, found in errors.items() for m in found]
+    return [str(m) for m in errors]  # type: ignore[attr-defined]

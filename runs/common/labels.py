@@ -45,6 +45,11 @@ def problems(tags: Sequence[str], note: str) -> Problems:
     return found
 
 
+def kept_tags(tags: Sequence[str]) -> list[str]:
+    """The tags a run keeps of ``tags``: each once, in the order first given."""
+    return list(dict.fromkeys(tags))
+
+
 def tag_problems(tag: str) -> list[str]:
     """What is wrong with a tag, in DRF's order (its characters, then its form)."""
     said = [NULL_CHARACTERS] if "\x00" in tag else []

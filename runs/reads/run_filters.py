@@ -18,6 +18,7 @@ from django.http import QueryDict
 from rest_framework import serializers
 
 from runs.common import labels
+from runs.common.errors import field_sentences
 from runs.models import RunQuerySet, RunState, Task
 
 DATE_FORMATS = ["iso-8601", "%Y-%m-%d"]
@@ -124,19 +125,11 @@ def validated(asked: Asked) -> tuple[dict[str, Any], dict[str, Any]]:
         data.setlist(name, list(given))
     filters = RunFilters(data=data)
     if not filters.is_valid():
-        return {}, {name: messages(errors) for name, errors in filters.errors.items()}
+        return {}, {name: field_sentences(errors) for name, errors in filters.errors.items()}
     values = dict(filters.validated_data)
     if "state" in values:
         values["state"] = frozenset(values["state"])
     return values, {}
-
-
-def messages(errors: Any) -> list[str]:
-    """A parameter's errors as a list of sentences: those of a repeated parameter's values
-    (``tag``, by position) name the value, as the API's schema of a 400 says."""
-    if isinstance(errors, dict):
-        return [f"value {int(i) + 1}: {m}" for i, found in errors.items() for m in found]
-    return [str(m) for m in errors]
 
 
 def apply_filters(runs: RunQuerySet, values: dict[str, Any]) -> RunQuerySet:

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from runs.common import labels, store
-from runs.common.errors import Conflict
+from runs.common.errors import Conflict, field_sentences
 from runs.control import cancelling
 from runs.models import Run, RunState, TaskState
 from runs.reads import accounting, task_files
@@ -191,10 +191,14 @@ def run_labels(request: HttpRequest, run_id: str) -> HttpResponse:
     words = request.POST.get("tags", "").replace(",", " ").split()
     note = request.POST.get("note", "").strip()
     if found := labels.problems(words, note):
-        problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in found.items())
-        messages.warning(request, f"Not saved: {problems}")
+        said = [
+            sentence if isinstance(problems, dict) else f"{name}: {sentence}"
+            for name, problems in found.items()
+            for sentence in field_sentences(problems, "tag")
+        ]
+        messages.warning(request, f"Not saved: {'; '.join(said)}")
     else:
-        Run.objects.filter(pk=run.pk).update(tags=list(dict.fromkeys(words)), note=note)
+        Run.objects.filter(pk=run.pk).update(tags=labels.kept_tags(words), note=note)
         messages.success(request, "Tags and note saved.")
     return redirect("runs:run-detail", run_id=run_id)
 

@@ -139,7 +139,21 @@ def test_a_bad_tag_of_a_runs_labels_is_a_400_naming_it_in_sentences(owner, owner
         f"/api/runs/{run.id}/labels/", {"tags": ["fine", "two words"]}, format="json"
     )
     assert answer.status_code == 400
-    assert all(isinstance(message, str) for message in answer.json()["tags"]), answer.json()
+    assert answer.json() == {"tags": ["tag 2: a word of 1 to 50 characters"]}
+
+
+def test_the_run_page_names_a_bad_tag_as_the_api_does(owner, store):
+    """The page's notice says which tag is wrong in the API's sentence, never its position."""
+    run = ended(submitted(owner))
+    page = Client()
+    page.force_login(owner)
+    answer = page.post(
+        f"/runs/{run.id}/labels/", {"tags": "fine two,w" + "x" * 60, "note": ""}, follow=True
+    )
+    notice = answer.content.decode()
+    assert "Not saved: tag 3: a word of 1 to 50 characters" in notice
+    run.refresh_from_db()
+    assert run.tags == []
 
 
 def test_a_body_that_does_not_parse_is_a_400_of_the_field_body(owner, owner_client, store):
