@@ -357,7 +357,11 @@ tasks:
         "sweep-merge",
         "summary",
     }
-    worker = built["spec"]["templates"][0]["dag"]["tasks"][1]["arguments"]["parameters"][0]
+    [worker] = [
+        p
+        for p in built["spec"]["templates"][0]["dag"]["tasks"][1]["arguments"]["parameters"]
+        if p["name"] == "worker"
+    ]
     assert {worker["value"].replace("{{item}}", str(n)) for n in (1, 2)} | {
         "sweep-w0",
         "sweep-merge",
