@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.tasktypes import task_types
 from runs.backends.argo.manifest import workflow_manifest
@@ -92,7 +93,8 @@ def manifest(text: str, cluster: ClusterConfig = CLUSTER, **options: Any) -> dic
 
 
 def dag_tasks(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    [dag] = [t for t in wf["spec"]["templates"] if "dag" in t]
+    """The tasks of the entry DAG."""
+    [dag] = [t for t in wf["spec"]["templates"] if t["name"] == "Run"]
     return {t["name"]: t for t in dag["dag"]["tasks"]}
 
 
@@ -637,3 +639,27 @@ def test_names_of_the_longest_task_id_fit_kubernetes_and_argo() -> None:
             assert len(value) <= 63
     for task in dag_tasks(wf):
         assert name.match(task), task
+
+
+def test_a_dag_past_200_tasks_is_nested_in_parts_each_after_the_parts_its_tasks_read() -> None:
+    tasks = {"t0": {"command": ["echo"]}}
+    tasks |= {f"t{i}": {"command": ["echo"], "inputs": {"x": f"t{i - 1}"}} for i in range(1, 250)}
+    wf = manifest(yaml.safe_dump({"tasks": tasks}))
+
+    entry = dag_tasks(wf)
+    assert entry == {
+        "Part1": {"name": "Part1", "template": "Part1"},
+        "Part2": {"name": "Part2", "template": "Part2", "dependencies": ["Part1"]},
+    }
+    parts = {
+        t["name"]: {d["name"]: d for d in t["dag"]["tasks"]}
+        for t in wf["spec"]["templates"]
+        if "dag" in t
+    }
+    assert len(parts["Part1"]) == 200 and len(parts["Part2"]) == 50
+    assert parts["Part1"]["t199"]["dependencies"] == ["t198"]
+    assert "dependencies" not in parts["Part2"]["t200"], "its part waits for t199's"
+    assert parts["Part2"]["t201"]["dependencies"] == ["t200"]
+    assert parts["Part2"]["t201"]["template"] == "command"
+    assert schema_errors(wf) == []
+    assert env(wf, "t230")["SIMRUN_TASK_DIR"] == "/mnt/store/runs/abc123def0/tasks/t230"

@@ -6,7 +6,9 @@ its inputs. Argo substitutes ``{{inputs.parameters.*}}`` over the whole template
 reach the labels, the environment and the ``podSpecPatch``, which sets the cores, the memory
 of each attempt (``retries``) and the command: quantities and lists cannot be parameters of
 the container itself, whose schema wants them typed, and Argo applies the patch before it
-puts its ``argoexec emissary`` in front of the command (AW ``workflowpod.go``). So a Workflow
+puts its ``argoexec emissary`` in front of the command (AW ``workflowpod.go``); a patch that
+reads both the retry variables and ``inputs.parameters`` needs Argo ≥ 3.7 (AW issue 12941),
+which ``versions`` requires already. So a Workflow
 costs a DAG task a task, not a template: the templates are as many as the kinds of pod.
 
 The kinds: ``command`` (a command task, in its own image, its inputs staged first),
