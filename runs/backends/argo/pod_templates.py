@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from harness.tasktypes import TaskType
@@ -54,11 +55,36 @@ pairs relative to the store) into ``inputs/<port>`` of the scratch directory (it
 directory) and its ``out/`` created, with the run's image."""
 COMMAND_SLOT = "SIMRUN-COMMAND"
 """Where the command goes in a patch: a JSON list, so outside the quotes of a string."""
+PARAMETERS = ("task", "inputs", "cores", "memory", "retryMemory", "memoryGb", "retryMemoryGb")
+"""The parameters every pod template takes (``task_arguments``)."""
 
 
 def param(name: str) -> str:
     """The reference to a template's input parameter, substituted by Argo."""
     return f"{{{{inputs.parameters.{name}}}}}"
+
+
+@dataclass(frozen=True)
+class PodKind:
+    """What the pods of a kind share."""
+
+    role: str
+    """``SIMRUN_ROLE``: the harness knows ``base`` and ``extra`` only."""
+    worker: str | None
+    """``SIMRUN_WORKER``; a merge has none."""
+    command: tuple[str, ...] | None
+    """The harness command it runs; None: the task's own, the ``command`` parameter."""
+    node_suffix: str
+    """What its DAG node adds to the task's id (the ``simrun/dag-task`` label)."""
+
+
+KINDS = {
+    COMMAND: PodKind("base", param("task"), None, ""),
+    PLUGIN: PodKind("base", param("task"), None, ""),
+    WORKER: PodKind("base", f"{param('task')}-w0", ("simrun-worker",), "-w0"),
+    EXTRA: PodKind("extra", param("worker"), ("simrun-worker",), "-extra"),
+    MERGE: PodKind("base", None, ("simrun-merge",), "-merge"),
+}
 
 
 def task_dir(task_id: str, record: RunRecord, cluster: ClusterConfig) -> str:
@@ -87,14 +113,13 @@ def task_arguments(
     kind: str,
 ) -> dict[str, Any]:
     """The ``arguments`` of the DAG task that runs a task's pod of ``kind``."""
-    cores, memory_gb = (1, plan.memory_gb) if kind == MERGE else (plan.cores, plan.memory_gb)
     values = {
         "task": task.id,
         "inputs": ",".join(f"{port}={out_dir(src, record)}" for port, src in task.inputs.items()),
-        "cores": str(cores),
-        "memory": memory_quantity(memory_gb),
+        "cores": "1" if kind == MERGE else str(plan.cores),
+        "memory": memory_quantity(plan.memory_gb),
         "retryMemory": memory_quantity(plan.retry_memory_gb),
-        "memoryGb": f"{memory_gb:g}",
+        "memoryGb": f"{plan.memory_gb:g}",
         "retryMemoryGb": f"{plan.retry_memory_gb:g}",
     }
     if kind == COMMAND:
@@ -115,40 +140,33 @@ def task_arguments(
 def pod_templates(
     kinds: set[str], record: RunRecord, cluster: ClusterConfig
 ) -> list[dict[str, Any]]:
-    """The pod template of each kind of ``kinds``, in a fixed order."""
-    task, templates = param("task"), []
-    if COMMAND in kinds:
-        template = _pod_template(
-            COMMAND, record, cluster, image=param("image"), role="base", worker=task, dag_task=task
-        )
-        template["inputs"]["parameters"].append({"name": "image", "default": record.image})
-        out = f"{task_dir(task, record, cluster)}/out"
-        template["container"]["env"].append({"name": "SIMRUN_OUT", "value": out})
-        template["initContainers"] = [
-            {
-                "name": "stage",
-                "image": record.image,
-                "command": ["python", "-c", STAGE_SCRIPT, cluster.store_mount, out],
-                "workingDir": SCRATCH,
-                "env": [{"name": "SIMRUN_INPUTS", "value": param("inputs")}],
-                "resources": _resources(1, 0.25),
-                "volumeMounts": _mounts(record, cluster),
-                "securityContext": container_security(),
-            }
-        ]
-        templates.append(template)
-    if PLUGIN in kinds:
-        templates.append(_pod_template(PLUGIN, record, cluster, role="base", worker=task))
-    if WORKER in kinds:
-        templates.append(_pod_template(WORKER, record, cluster, role="base", worker=f"{task}-w0"))
-    if EXTRA in kinds:
-        templates.append(
-            _pod_template(EXTRA, record, cluster, role="extra", worker=param("worker"))
-        )
-    if MERGE in kinds:
-        # The harness knows the roles base and extra only; a merge has no worker id.
-        templates.append(_pod_template(MERGE, record, cluster, role="base", worker=None))
+    """The pod template of each kind of ``kinds``, in the order of ``KINDS``."""
+    templates = [_pod_template(name, record, cluster) for name in KINDS if name in kinds]
+    for template in templates:
+        if template["name"] == COMMAND:
+            _stage_inputs(template, record, cluster)
     return templates
+
+
+def _stage_inputs(template: dict[str, Any], record: RunRecord, cluster: ClusterConfig) -> None:
+    """A command task's own image (a parameter, the run's by default), its ``SIMRUN_OUT``
+    and the init container that stages its inputs, in the run's image."""
+    template["inputs"]["parameters"].append({"name": "image", "default": record.image})
+    template["container"]["image"] = param("image")
+    out = f"{task_dir(param('task'), record, cluster)}/out"
+    template["container"]["env"].append({"name": "SIMRUN_OUT", "value": out})
+    template["initContainers"] = [
+        {
+            "name": "stage",
+            "image": record.image,
+            "command": ["python", "-c", STAGE_SCRIPT, cluster.store_mount, out],
+            "workingDir": SCRATCH,
+            "env": [{"name": "SIMRUN_INPUTS", "value": param("inputs")}],
+            "resources": _resources(1, 0.25),
+            "volumeMounts": _mounts(record, cluster),
+            "securityContext": container_security(),
+        }
+    ]
 
 
 def container_security() -> dict[str, Any]:
@@ -225,33 +243,23 @@ def _pod_patch(*, command: bool) -> str:
     return text.replace(f'"{COMMAND_SLOT}"', param("command"))
 
 
-def _pod_template(
-    name: str,
-    record: RunRecord,
-    cluster: ClusterConfig,
-    *,
-    role: str,
-    worker: str | None,
-    image: str = "",
-    dag_task: str = "",
-) -> dict[str, Any]:
-    """A pod template: the ``SIMRUN_*`` environment, the retry strategy, requests equal to
-    limits (set by the patch), the scratch directory's size requested as ephemeral storage."""
-    parameters = ["task", "inputs", "cores", "memory", "retryMemory", "memoryGb", "retryMemoryGb"]
-    command = name in (COMMAND, PLUGIN)
-    if command:
-        parameters.append("command")
-    if name == EXTRA:
-        parameters.append("worker")
-    fixed_command = {WORKER: ["simrun-worker"], EXTRA: ["simrun-worker"], MERGE: ["simrun-merge"]}
-    suffix = {WORKER: "-w0", EXTRA: "-extra", MERGE: "-merge"}.get(name, "")
+def _pod_template(name: str, record: RunRecord, cluster: ClusterConfig) -> dict[str, Any]:
+    """The pod template of a kind: the ``SIMRUN_*`` environment, the retry strategy, requests
+    equal to limits (set by the patch), the scratch directory's size requested as ephemeral
+    storage, in the run's image."""
+    kind = KINDS[name]
+    parameters = [
+        *PARAMETERS,
+        *(["command"] if kind.command is None else []),
+        *(["worker"] if name == EXTRA else []),
+    ]
     return {
         "name": name,
         "inputs": {"parameters": [{"name": p} for p in parameters]},
         "metadata": {
             "labels": {
                 TASK_LABEL: param("task"),
-                DAG_TASK_LABEL: dag_task or f"{param('task')}{suffix}",
+                DAG_TASK_LABEL: f"{param('task')}{kind.node_suffix}",
             }
         },
         "retryStrategy": {
@@ -260,16 +268,16 @@ def _pod_template(
             "expression": RETRY_EXPRESSION,
             "backoff": {"duration": RETRY_BACKOFF},
         },
-        "podSpecPatch": _pod_patch(command=command),
+        "podSpecPatch": _pod_patch(command=kind.command is None),
         "volumes": [
             {"name": "scratch", "emptyDir": {"sizeLimit": f"{cluster.scratch_gb}Gi"}},
             {"name": "no-token", "emptyDir": {"sizeLimit": "1Mi"}},
         ],
         "container": {
-            "image": image or record.image,
-            **({} if command else {"command": fixed_command[name]}),
+            "image": record.image,
+            **({"command": list(kind.command)} if kind.command else {}),
             "workingDir": SCRATCH,
-            "env": _env(record, cluster, role=role, worker=worker),
+            "env": _env(record, cluster, role=kind.role, worker=kind.worker),
             "resources": {"requests": {"ephemeral-storage": f"{cluster.scratch_gb}Gi"}},
             "volumeMounts": _mounts(record, cluster),
             "securityContext": container_security(),
