@@ -79,8 +79,8 @@ def sweep_state(kube: Any, workers: int) -> None:
     extra = {f"({i}:{i})": ("Running", [pod("Running")]) for i in range(1, workers)}
     nodes.fan_out("sweep-extra", "Running", extra)
     kube.state.put_workflow(workflow(nodes), "ADDED")
-    for node, template in [("sweep-w0(0)", "worker")] + [
-        (f"sweep-extra({i}:{i})(0)", "extra") for i in range(1, workers)
+    for node, template in [("sweep-w0(0)", "sweep-w0")] + [
+        (f"sweep-extra({i}:{i})(0)", "sweep-extra") for i in range(1, workers)
     ]:
         name = f"{WF}-{template}-{fnv1a_32(f'{WF}.{node}')}"
         running = argo_pod(name, node_name=node, phase="Running", host="node-a")
