@@ -80,8 +80,14 @@ def schema_causes(obj: dict[str, Any], *, argo_major: int = 4) -> list[Cause]:
         validator = crd_validator(argo_major)
     elif api_version.startswith("kueue.x-k8s.io/"):
         validator = kueue_validator(obj.get("kind", ""), api_version.split("/")[1])
+    elif obj.get("kind") == "Pod":
+        return list(_pod_schema_causes(json.dumps(_shape(obj), sort_keys=True)))
     else:
-        return list(_kubernetes_schema_causes(json.dumps(_shape(obj), sort_keys=True)))
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            return [Cause(_path(error.absolute_path), error.message)]
+        return []
     return [
         Cause(_path(error.absolute_path), error.message)
         for error in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
@@ -89,11 +95,11 @@ def schema_causes(obj: dict[str, Any], *, argo_major: int = 4) -> list[Cause]:
 
 
 @lru_cache(maxsize=1024)
-def _kubernetes_schema_causes(shape: str) -> tuple[Cause, ...]:
-    """The errors of an object of this shape against Kubernetes' schema of its kind. The
-    schema holds an object to its fields and their types, not to its strings' values (those
-    ``metadata_causes`` and ``pod_spec_causes`` check), so objects of one shape (the many pods
-    Argo makes of one template) are validated once."""
+def _pod_schema_causes(shape: str) -> tuple[Cause, ...]:
+    """The errors of a Pod of this shape against Kubernetes' schema. The schema of a Pod holds
+    it to its fields and their types, never to its strings' values (it has no ``enum`` nor
+    ``pattern``: those checks are ``metadata_causes`` and ``pod_spec_causes``), so the pods of
+    one shape (the many Argo makes of one template) are validated once."""
     try:
         kubernetes_validate.validate(json.loads(shape), KUBERNETES, strict=True)
     except kubernetes_validate.ValidationError as error:
