@@ -4,8 +4,9 @@
 
 Measures, for issue 43:
 - the Workflow of a sweep of WORKERS workers (1,000) and 100,000 units, and of runs of 10, 100
-  and 500 command tasks: its bytes, templates and DAG tasks, and whether submission refuses it
-  (``workflow_limits``: Argo's CRD caps templates and DAG tasks at 200, etcd a Workflow at 1 MiB);
+  and 500 command tasks and of split tasks: its bytes, templates and the DAG tasks of each DAG,
+  and whether submission refuses it (``workflow_limits``: Argo's CRD caps templates and DAG
+  tasks at 200, etcd a Workflow at 1 MiB);
 - a steady pass of the control loop over the sweep's WORKERS running pods, its Workflow held by
   the watch (``versions``, ``status``, ``keep_logs`` of the task): the API requests and the bytes
   they answered; beside it what reading every pod's log costs (``logs``, what ``keep_logs``
@@ -17,6 +18,7 @@ Target: requests and bytes per steady pass that do not grow with the pods.
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import tempfile
@@ -48,19 +50,23 @@ def layouts(workers: int) -> None:
     for count in (10, 100, 500):
         tasks = {f"t{i}": {"command": ["echo", str(i)]} for i in range(count)}
         runs[f"{count} command tasks"] = yaml.safe_dump({"tasks": tasks})
-    print("Workflow layout (bytes as created, templates, DAG tasks):")
+    for count in (10, 100, 500):
+        split = {"type": "squares", "settings": {"n": 1000}, "workers": 4}
+        tasks = {f"s{i}": copy.deepcopy(split) for i in range(count)}
+        runs[f"{count} split tasks"] = yaml.safe_dump({"tasks": tasks})
+    print("Workflow layout (bytes as created, templates, DAG tasks of each DAG):")
     for what, text in runs.items():
         record, plans = run_of(text)
         manifest = workflow_manifest(
             record=record, plans=plans, types=task_types(), cluster=ClusterConfig()
         )
         templates = manifest["spec"]["templates"]
-        dag = len(templates[0]["dag"]["tasks"])
+        dags = [len(t["dag"]["tasks"]) for t in templates if "dag" in t]
         refusal = workflow_refusal(manifest) or "submitted"
         size = workflow_bytes(manifest)
         print(
             f"  {what}: {size:,} bytes ({size / max(1, len(plans)):,.0f} a task), "
-            f"{len(templates)} templates, {dag} DAG tasks: {refusal}"
+            f"{len(templates)} templates, DAG tasks {dags}: {refusal}"
         )
 
 

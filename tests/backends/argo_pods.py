@@ -1,12 +1,17 @@
 """The pods Argo's controller (v4.1, emissary executor) makes of a Workflow's pod templates.
 
-For each container template: its ``init`` and ``wait`` executor containers (with the security
-context docs/cluster.md gives the executor), the template's container as ``main``, the
-Workflow's pod-wide fields (service account, security context, volumes, node selector,
-tolerations, pull secrets, ``podMetadata``), the template's labels, and its ``podSpecPatch``
-substituted for the attempt (``retries``, ``lastRetry``) and applied as Argo applies it: a
-strategic merge patch, containers merged by name. A fan-out's parameters take
-their first item. The pods are what the stand-in holds to the API server's rules.
+For each DAG task that calls a container template, from the entrypoint through nested DAGs:
+the template with its input parameters substituted as Argo does (each from the task's
+``arguments``, else its ``default``; one not supplied, or a ``{{inputs.parameters.x}}`` the
+template does not declare, makes the Workflow invalid, ``ArgoInvalid``; values escaped for
+the JSON string they land in, as Argo's ``simpleReplace`` quotes them), then its ``init`` and
+``wait`` executor containers (with the security context docs/cluster.md gives the executor),
+the template's container as ``main``, the Workflow's pod-wide fields (service account, security
+context, volumes, node selector, tolerations, pull secrets, ``podMetadata``), the template's
+labels, and its ``podSpecPatch`` substituted for the attempt (``retries``, ``lastRetry``, the
+inputs) and applied as Argo applies it, before it wraps the command in ``argoexec``: a
+strategic merge patch, containers merged by name. A fan-out takes its first item. The pods
+are what the stand-in holds to the API server's rules.
 """
 
 from __future__ import annotations
@@ -75,30 +80,110 @@ def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
     return copy.deepcopy(patch)
 
 
+class ArgoInvalid(ValueError):
+    """A Workflow Argo's controller would not run: it fails it with this message."""
+
+
 def argo_pods(workflow: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(template name, attempt, pod) for each container template and attempt of ``ATTEMPTS``."""
-    spec = workflow.get("spec") or {}
-    arguments = _arguments(spec)
-    for template in spec.get("templates") or []:
-        if "container" not in template:
-            continue
+    """(DAG node, attempt, pod) for each pod a DAG task calls and attempt of ``ATTEMPTS``."""
+    for _, node, attempt, pod in template_pods(workflow):
+        yield node, attempt, pod
+
+
+def template_pods(workflow: dict[str, Any]) -> Iterator[tuple[str, str, int, dict[str, Any]]]:
+    """(template, DAG node, attempt, pod) for each pod a DAG task calls and attempt of
+    ``ATTEMPTS``."""
+    for node, template, inputs in calls(workflow):
         for attempt, last in ATTEMPTS.items():
-            values = {**arguments.get(template["name"], {}), "retries": str(attempt)}
-            yield template["name"], attempt, argo_pod(workflow, template, values, last)
+            pod = argo_pod(workflow, node, template, inputs, attempt, last)
+            yield template["name"], node, attempt, pod
+
+
+def calls(workflow: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
+    """(DAG node, template, input parameters) of each container template a DAG task calls,
+    through nested DAGs from the entrypoint; a fan-out's first item. ``ArgoInvalid`` when a
+    task calls a template that does not exist or does not supply a parameter."""
+    spec = workflow.get("spec") or {}
+    templates = {t.get("name"): t for t in spec.get("templates") or []}
+
+    def dag(name: str, prefix: str) -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
+        for task in (templates[name].get("dag") or {}).get("tasks") or []:
+            at = f"templates.{name}.tasks.{task['name']}"
+            callee = templates.get(task["template"])
+            if callee is None:
+                raise ArgoInvalid(f"{at}: template {task['template']!r} not found")
+            if "dag" in callee:
+                yield from dag(task["template"], f"{prefix}{task['name']}.")
+                continue
+            if "container" not in callee:
+                continue
+            item = str((task.get("withSequence") or {}).get("start", "0"))
+            node = task["name"] + (f"(0:{item})" if "withSequence" in task else "")
+            arguments = {
+                p["name"]: str(p.get("value", "")).replace("{{item}}", item)
+                for p in (task.get("arguments") or {}).get("parameters") or []
+            }
+            yield prefix + node, callee, _inputs(callee, arguments, at)
+
+    entrypoint = spec.get("entrypoint", "")
+    if entrypoint not in templates:
+        raise ArgoInvalid(f"spec.entrypoint: template {entrypoint!r} not found")
+    yield from dag(entrypoint, "")
+
+
+def node_pod(
+    workflow: dict[str, Any], node: str, last: Mapping[str, str] = FIRST, attempt: int = 0
+) -> dict[str, Any]:
+    """The pod of an attempt of a DAG node (``T``, ``T-w0``, ``T-extra(0:1)``: its name below
+    the Workflow and its part), the attempt before it ended as ``last``."""
+    for path, template, inputs in calls(workflow):
+        if re.sub(r"^Part\d+\.", "", path) == node:
+            return argo_pod(workflow, path, template, inputs, attempt, last)
+    raise KeyError(node)
+
+
+def main_container(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod's ``main`` container."""
+    [main] = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
+    return main
+
+
+def _inputs(template: Mapping[str, Any], arguments: Mapping[str, str], at: str) -> dict[str, str]:
+    """A template's input parameters for a call: the argument, else the default; Argo's
+    message when one is not supplied."""
+    found = {}
+    for declared in (template.get("inputs") or {}).get("parameters") or []:
+        name = declared["name"]
+        if name in arguments:
+            found[name] = arguments[name]
+        elif "default" in declared:
+            found[name] = str(declared["default"])
+        elif "value" in declared:
+            found[name] = str(declared["value"])
+        else:
+            raise ArgoInvalid(f"{at}: inputs.parameters.{name} was not supplied")
+    return found
 
 
 def argo_pod(
     workflow: dict[str, Any],
+    node_path: str,
     template: dict[str, Any],
-    values: Mapping[str, str],
+    inputs: Mapping[str, str],
+    attempt: int,
     last: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The pod of one attempt of a template."""
+    """The pod of one attempt of a DAG node (``node_path``: below the Workflow, with its
+    parts) that calls ``template`` with ``inputs``, the attempt before it ended as ``last``."""
     wf_meta, spec = workflow["metadata"], workflow.get("spec") or {}
-    rendered = json.loads(_fill(json.dumps(template), values))
-    node = f"{wf_meta['name']}.{template['name']}({values['retries']})"
+    values = {f"inputs.parameters.{k}": v for k, v in inputs.items()}
+    rendered = json.loads(_fill(json.dumps(template), {**values, "retries": str(attempt)}))
+    if unresolved := re.search(r"\{\{(inputs\.parameters\.[\w-]+)\}\}", json.dumps(rendered)):
+        raise ArgoInvalid(
+            f"templates.{template['name']}: failed to resolve {{{{{unresolved[1]}}}}}"
+        )
+    node = f"{wf_meta['name']}.{node_path}({attempt})"
     main = {"name": "main", **rendered["container"]}
-    main["volumeMounts"] = [*(main.get("volumeMounts") or []), ARGO_MOUNT]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": spec.get("serviceAccountName", "default"),
@@ -118,7 +203,22 @@ def argo_pod(
         if value:
             pod_spec[field] = copy.deepcopy(value)
     if patch := rendered.get("podSpecPatch"):
-        pod_spec = strategic_merge(pod_spec, json.loads(substitute(patch, last)))
+        pod_spec = strategic_merge(pod_spec, json.loads(substitute(patch, last, inputs)))
+    for container in pod_spec["containers"]:
+        if container["name"] == "main":
+            if not container.get("command"):
+                raise ArgoInvalid(
+                    f"templates.{template['name']}: when using the emissary executor you must "
+                    "either explicitly specify the command, or list the image's command in "
+                    "the index"
+                )
+            container["command"] = [
+                "/var/run/argo/argoexec",
+                "emissary",
+                "--",
+                *container["command"],
+            ]
+            container["volumeMounts"] = [*(container.get("volumeMounts") or []), ARGO_MOUNT]
     labels = {
         "workflows.argoproj.io/workflow": wf_meta["name"],
         "workflows.argoproj.io/completed": "false",
@@ -153,21 +253,12 @@ def _executor(name: str) -> dict[str, Any]:
     }
 
 
-def _arguments(spec: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """The input parameters of each template, as the DAG task calling it passes them for its
-    first item."""
-    found: dict[str, dict[str, str]] = {}
-    for template in spec.get("templates") or []:
-        for task in (template.get("dag") or {}).get("tasks") or []:
-            item = str((task.get("withSequence") or {}).get("start", "0"))
-            parameters = (task.get("arguments") or {}).get("parameters") or []
-            found[task["template"]] = {
-                f"inputs.parameters.{p['name']}": str(p.get("value", "")).replace("{{item}}", item)
-                for p in parameters
-            }
-    return found
-
-
 def _fill(text: str, values: Mapping[str, str]) -> str:
-    """Replace Argo's ``{{name}}`` variables (not the ``{{=expression}}`` ones)."""
-    return re.sub(r"\{\{([a-z][\w.]*)\}\}", lambda m: values.get(m[1], m[0]), text)
+    """Replace Argo's ``{{name}}`` variables (not the ``{{=expression}}`` ones) in a template's
+    JSON, each value escaped for the JSON string it lands in (Argo's ``strconv.Quote``)."""
+
+    def value(match: re.Match[str]) -> str:
+        found = values.get(match[1])
+        return match[0] if found is None else json.dumps(found)[1:-1]
+
+    return re.sub(r"\{\{([a-z][\w.-]*)\}\}", value, text)

@@ -48,17 +48,24 @@ def build_context(folder: Path) -> Path:
     return folder
 
 
-def evaluate(expression: str, last: Mapping[str, str]) -> Any:
+def evaluate(
+    expression: str, last: Mapping[str, str], inputs: Mapping[str, str] | None = None
+) -> Any:
     """Evaluate the expr-lang subset simrun writes (``==``, ``in [...]``, ``or``, ``matches``,
-    ``c ? a : b``) with the ``lastRetry`` variables, as Argo would."""
+    ``c ? a : b``) with the ``lastRetry`` variables and the template's ``inputs.parameters``,
+    as Argo would; a variable it does not have is a NameError."""
     python = re.sub(r"([\w.]+) matches '([^']*)'", r"_matches(\1, '\2')", expression)
-    python = python.replace("lastRetry.", "last_")
+    python = python.replace("lastRetry.", "last_").replace("inputs.parameters.", "input_")
     if ternary := re.fullmatch(r"(.+?) \? (.+?) : (.+)", python):
         python = f"({ternary[2]} if {ternary[1]} else {ternary[3]})"
     names = {f"last_{key}": value for key, value in last.items()}
+    names |= {f"input_{key}": value for key, value in (inputs or {}).items()}
     return eval(python, {"_matches": lambda s, p: re.search(p, s) is not None}, names)  # noqa: S307
 
 
-def substitute(template: str, last: Mapping[str, str]) -> str:
-    """Replace every ``{{=expression}}`` as Argo does for an attempt after ``last``."""
-    return re.sub(r"\{\{=(.+?)\}\}", lambda m: str(evaluate(m[1], last)), template)
+def substitute(
+    template: str, last: Mapping[str, str], inputs: Mapping[str, str] | None = None
+) -> str:
+    """Replace every ``{{=expression}}`` as Argo does for an attempt after ``last`` of a
+    template called with ``inputs``."""
+    return re.sub(r"\{\{=(.+?)\}\}", lambda m: str(evaluate(m[1], last, inputs)), template)

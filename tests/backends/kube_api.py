@@ -11,9 +11,10 @@ It refuses what a real cluster refuses (``admit``): every object created or patc
 to the schema of its kind and the API server's rules (``kube_rules``, 422 Invalid with a
 Status naming each field), a pod to the Pod Security level its namespace enforces
 (``docker/k8s/00-namespace.yaml``; 403 Forbidden), and a Workflow to what its pods would be:
-the pods Argo makes of each template, first attempt and retry after a kill for memory
-(``argo_pods``), held to the same rules. A real API server would take such a Workflow and
-Argo would fail its pods one by one; the stand-in refuses it at once, naming the pod's fault.
+the pods Argo makes of each DAG task's template with its parameters, first attempt and retry
+after a kill for memory (``argo_pods``), held to the same rules, and the parameters Argo
+cannot resolve. A real API server would take such a Workflow and Argo would fail it or its
+pods one by one; the stand-in refuses it at once, naming the fault.
 It refuses what is too large as they do: a request body over the API server's 3 MiB with 413,
 an object over etcd's 1.5 MiB request limit with 500 "etcdserver: request is too large", and
 (the CRD's schema, from Argo 4.0) more than 200 templates or DAG tasks in a Workflow with 422.
@@ -43,7 +44,7 @@ from kubernetes.client import ApiClient, Configuration
 
 from tests.backends import kube_policies, kube_rbac, kubelet, kueue
 from tests.backends.argo_pod_security import violations
-from tests.backends.argo_pods import argo_pods
+from tests.backends.argo_pods import ArgoInvalid, argo_pods, template_pods
 from tests.backends.kube_rules import Cause, refusals
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows$")
@@ -334,8 +335,12 @@ def admit(state: KubeState, obj: dict[str, Any], *, pods: bool = True) -> None:
         raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
     causes = refusals(obj, argo_major=state.argo_major)
     if kind == "Workflow" and not causes and pods:
-        for template, attempt, pod in argo_pods(obj):
-            at = f"spec.templates[{template}] (the pod of attempt {attempt})"
+        try:
+            made = list(template_pods(obj))
+        except ArgoInvalid as error:
+            made, causes = [], [Cause("spec.templates", str(error))]
+        for template, node, attempt, pod in made:
+            at = f"spec.templates[{template}] (the pod of {node}, attempt {attempt})"
             causes += [Cause(f"{at}.{c.field}", c.message) for c in refusals(pod)]
             level = state.namespaces.get(namespace or "", "privileged")
             causes += [

@@ -9,9 +9,11 @@ requests within limits. Each refusal is a field and a sentence, as the API serve
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 import kubernetes_validate
@@ -78,6 +80,8 @@ def schema_causes(obj: dict[str, Any], *, argo_major: int = 4) -> list[Cause]:
         validator = crd_validator(argo_major)
     elif api_version.startswith("kueue.x-k8s.io/"):
         validator = kueue_validator(obj.get("kind", ""), api_version.split("/")[1])
+    elif obj.get("kind") == "Pod":
+        return list(_pod_schema_causes(json.dumps(_shape(obj), sort_keys=True)))
     else:
         try:
             kubernetes_validate.validate(obj, KUBERNETES, strict=True)
@@ -88,6 +92,31 @@ def schema_causes(obj: dict[str, Any], *, argo_major: int = 4) -> list[Cause]:
         Cause(_path(error.absolute_path), error.message)
         for error in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
     ]
+
+
+@lru_cache(maxsize=1024)
+def _pod_schema_causes(shape: str) -> tuple[Cause, ...]:
+    """The errors of a Pod of this shape against Kubernetes' schema. The schema of a Pod holds
+    it to its fields and their types, never to its strings' values (it has no ``enum`` nor
+    ``pattern``: those checks are ``metadata_causes`` and ``pod_spec_causes``), so the pods of
+    one shape (the many Argo makes of one template) are validated once."""
+    try:
+        kubernetes_validate.validate(json.loads(shape), KUBERNETES, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return (Cause(_path(error.absolute_path), error.message),)
+    return ()
+
+
+def _shape(value: Any) -> Any:
+    """An object with every string but its ``apiVersion`` and ``kind`` made empty: its shape."""
+    if isinstance(value, dict):
+        return {
+            k: v if k in ("apiVersion", "kind") and isinstance(v, str) else _shape(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_shape(item) for item in value]
+    return "" if isinstance(value, str) else value
 
 
 def metadata_causes(meta: dict[str, Any], kind: str) -> list[Cause]:

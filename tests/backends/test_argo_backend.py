@@ -18,6 +18,7 @@ from runs.backends.argo.clients import api_client
 from runs.backends.argo.manifest import workflow_manifest
 from runs.backends.base import ClusterConfig, NodeInfo, PodLog
 from runs.planning.spec import SpecError
+from tests.backends.argo_pods import main_container, node_pod
 from tests.backends.argo_runs import build_context, run_of
 from tests.backends.argo_workflows import OOM, WF, Nodes, argo_pod, kube_node, pod, workflow
 from tests.backends.kube_api import KubeApiServer, Request
@@ -80,9 +81,8 @@ tasks:
     name = backend.submit(record, plans, task_types(), CLUSTER)
 
     stored = kube.state.workflows[("simrun", name)]
-    templates = {t["name"]: t for t in stored["spec"]["templates"]}
-    assert templates["sim-w0"]["container"]["command"] == ["simrun-worker"]
-    assert templates["sim-merge"]["container"]["command"] == ["simrun-merge"]
+    for node, command in (("sim-w0", "simrun-worker"), ("sim-merge", "simrun-merge")):
+        assert main_container(node_pod(stored, node))["command"][-1] == command
 
 
 def test_a_workflow_that_exists_already_is_taken_as_submitted(

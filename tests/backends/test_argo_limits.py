@@ -1,8 +1,11 @@
 """A run past what Argo and etcd hold is refused at its submission, naming the limit, and
-never POSTed; the API server's "too large" answers are final, not tried again."""
+never POSTed; the API server's "too large" answers are final, not tried again. What a run
+costs its Workflow grows by a few DAG tasks a task, not by templates: 500 tasks fit."""
 
 from __future__ import annotations
 
+import copy
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +15,13 @@ import yaml
 from harness.tasktypes import task_types
 from runs.backends.argo.api import CallPolicy, ClusterApiError
 from runs.backends.argo.backend import ArgoBackend
+from runs.backends.argo.manifest import workflow_manifest
+from runs.backends.argo.workflow_limits import (
+    DAG_TASKS_MAX,
+    WORKFLOW_BYTES_MAX,
+    workflow_bytes,
+    workflow_refusal,
+)
 from runs.backends.base import BackendUnavailable, ClusterConfig, RunRecord, TaskPlan
 from tests.backends.argo_runs import run_of
 from tests.backends.kube_api import KubeApiServer
@@ -39,19 +49,66 @@ def commands(count: int, argument: str = "x") -> tuple[RunRecord, dict[str, Task
     return record.model_copy(update={"tasks": long}), plans
 
 
+def tasks_of(kind: str, count: int) -> tuple[RunRecord, dict[str, TaskPlan]]:
+    """A run of ``count`` independent command tasks or split tasks of four workers."""
+    if kind == "command":
+        return commands(count)
+    tasks = {
+        f"s{i}": {"type": "squares", "settings": {"n": 100}, "workers": 4} for i in range(count)
+    }
+    return run_of(yaml.safe_dump({"tasks": tasks}))
+
+
 def posts(kube: KubeApiServer) -> list[int]:
     return [r.status for r in kube.state.requests if r.method == "POST"]
 
 
-def test_a_run_past_the_crds_200_templates_is_refused_naming_the_limit_and_never_posted(
-    backend: ArgoBackend, kube: KubeApiServer
+@pytest.mark.parametrize("kind", ["command", "split"])
+def test_a_run_of_500_tasks_is_one_workflow_in_parts_of_200_dag_tasks_under_1_mib(
+    backend: ArgoBackend, kube: KubeApiServer, kind: str
 ) -> None:
-    record, plans = commands(201)
+    record, plans = tasks_of(kind, 500)
 
-    with pytest.raises(ValueError, match=r"202 Argo templates, more than the 200 .*CRD"):
-        backend.submit(record, plans, task_types(), CLUSTER)
+    name = backend.submit(record, plans, task_types(), CLUSTER)
 
-    assert posts(kube) == []
+    stored = kube.state.workflows[("simrun", name)]
+    templates = stored["spec"]["templates"]
+    dags = [len(t["dag"]["tasks"]) for t in templates if "dag" in t]
+    assert max(dags) <= DAG_TASKS_MAX
+    assert len(templates) <= 12, "the kinds of pod and the parts, not one a task"
+    assert workflow_bytes(stored) < WORKFLOW_BYTES_MAX
+    assert posts(kube) == [201]
+
+
+@pytest.mark.parametrize(("kind", "most"), [("command", 800), ("split", 2_000)])
+def test_a_workflow_costs_a_task_its_dag_tasks_not_a_template(kind: str, most: int) -> None:
+    def size(count: int) -> int:
+        record, plans = tasks_of(kind, count)
+        manifest = workflow_manifest(
+            record=record, plans=plans, types=task_types(), cluster=CLUSTER
+        )
+        return workflow_bytes(manifest)
+
+    small, large = size(10), size(100)
+
+    assert (large - small) / 90 <= most, "bytes a task"
+    assert large / 100 <= small / 10
+
+
+def test_a_workflow_past_the_crds_200_templates_or_dag_tasks_is_refused_naming_the_limit() -> None:
+    record, plans = commands(3)
+    manifest = workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
+    [dag, pod] = manifest["spec"]["templates"]
+    many_templates = copy.deepcopy(manifest)
+    many_templates["spec"]["templates"] += [{**pod, "name": f"p{i}"} for i in range(199)]
+    many_tasks = copy.deepcopy(manifest)
+    many_tasks["spec"]["templates"][0]["dag"]["tasks"] *= 67
+
+    assert workflow_refusal(manifest) == ""
+    assert re.search(
+        r"201 Argo templates, more than the 200 .*CRD", workflow_refusal(many_templates)
+    )
+    assert re.search(r"201 DAG tasks, more than the 200 .*dag.tasks", workflow_refusal(many_tasks))
 
 
 def test_a_workflow_past_1_mib_is_refused_naming_the_limit_and_never_posted(
@@ -96,11 +153,11 @@ def test_a_submission_past_the_limits_is_a_400_naming_it_and_no_run(
     from runs.planning.submission import create_run
 
     settings.SIMRUN_CLUSTER = {"namespace": "simrun", "queue": "simrun"}
-    tasks = {f"t{i}": {"command": ["echo", "x"]} for i in range(201)}
+    tasks = {f"t{i}": {"command": ["echo", "x" * 2_000]} for i in range(500)}
     spec = parse_spec(yaml.safe_dump({"tasks": tasks}), types=task_types())
 
     with pytest.raises(SpecError) as refused:
         create_run(spec=spec, owner=owner, backend=backend, schedule=lambda run_id: None)
 
-    assert "more than the 200 Argo's Workflow CRD allows" in " ".join(refused.value.errors["tasks"])
+    assert "more than the 1 MiB a Workflow may be" in " ".join(refused.value.errors["tasks"])
     assert posts(kube) == [] and not Run.objects.exists()

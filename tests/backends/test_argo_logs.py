@@ -272,6 +272,23 @@ def watched(backend: ArgoBackend, kube: KubeApiServer, nodes: Nodes, phase: str)
     wait_for(lambda: backend.versions([WF]).get(WF) == version, what="the cache has it")
 
 
+def test_the_log_of_a_node_in_a_part_of_a_nested_dag_is_kept_under_its_tasks_node(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    nodes = Nodes()
+    nodes.task("Part2.sweep-w0", "Running", [pod("Failed", exit_code="137"), pod("Running")])
+    name = pod_name("Part2.sweep-w0(0)", "Part2.sweep-w0")
+    ended = argo_pod(name, node_name="Part2.sweep-w0(0)", phase="Failed")
+    kube.state.put_pod(ended, log="killed\n")
+    watched(backend, kube, nodes, "Running")
+
+    backend.keep_logs(WF, "sweep", folder_of(backend))
+
+    assert sorted(p.name for p in kept_dir(backend.store).iterdir()) == ["sweep-w0-0.log"]
+    [log] = backend.logs(WF, "sweep")
+    assert (log.node, log.attempt) == ("sweep-w0(0)", 0)
+
+
 def test_a_steady_pass_over_running_pods_reads_no_log_and_asks_nothing(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:

@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.tasktypes import task_types
-from runs.backends.argo.manifest import STAGE_SCRIPT, workflow_manifest
+from runs.backends.argo.manifest import workflow_manifest
+from runs.backends.argo.pod_templates import STAGE_SCRIPT
 from runs.backends.argo.retries import RETRY_EXPRESSION
 from runs.backends.base import ClusterConfig
 from runs.planning.planner import ObservedPeak
 from tests.backends.argo_pod_security import restricted_violations
-from tests.backends.argo_runs import IMAGE, evaluate, run_of, substitute
+from tests.backends.argo_pods import FIRST, argo_pods, main_container, node_pod
+from tests.backends.argo_runs import IMAGE, evaluate, run_of
 from tests.backends.argo_schemas import schema_errors
 
 CLUSTER = ClusterConfig(namespace="sims", queue="team-a", store_mount="/mnt/store")
@@ -90,7 +93,8 @@ def manifest(text: str, cluster: ClusterConfig = CLUSTER, **options: Any) -> dic
 
 
 def dag_tasks(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    [dag] = [t for t in wf["spec"]["templates"] if "dag" in t]
+    """The tasks of the entry DAG."""
+    [dag] = [t for t in wf["spec"]["templates"] if t["name"] == "Run"]
     return {t["name"]: t for t in dag["dag"]["tasks"]}
 
 
@@ -99,11 +103,23 @@ def template(wf: dict[str, Any], name: str) -> dict[str, Any]:
     return found
 
 
-def env(wf: dict[str, Any], name: str) -> dict[str, Any]:
-    return {
-        e["name"]: e.get("value", e.get("valueFrom"))
-        for e in template(wf, name)["container"]["env"]
-    }
+def pod(wf: dict[str, Any], node: str, last: dict[str, str] = FIRST) -> dict[str, Any]:
+    """The pod Argo makes of a DAG node (``sweep-extra(0:1)``: a fan-out's first item)."""
+    return node_pod(wf, node, last)
+
+
+def main(wf: dict[str, Any], node: str, last: dict[str, str] = FIRST) -> dict[str, Any]:
+    return main_container(pod(wf, node, last))
+
+
+def command(wf: dict[str, Any], node: str) -> list[str]:
+    """The command of a DAG node's ``main``, behind Argo's ``argoexec emissary --``."""
+    found: list[str] = main(wf, node)["command"]
+    return found[found.index("--") + 1 :]
+
+
+def env(wf: dict[str, Any], node: str) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in main(wf, node)["env"]}
 
 
 @pytest.mark.parametrize("case", sorted(CORPUS))
@@ -118,22 +134,14 @@ def test_every_workflow_of_the_corpus_validates_against_the_crd_and_argos_json_s
 def test_every_pod_of_the_corpus_satisfies_the_restricted_pod_security(case: str) -> None:
     text, options = CORPUS[case]
     wf = manifest(text, **options)
-    for template_ in wf["spec"]["templates"]:
-        if "container" not in template_:
-            continue
-        pod_spec = {
-            "securityContext": wf["spec"]["securityContext"],
-            "volumes": [*wf["spec"]["volumes"], *template_.get("volumes", [])],
-            "initContainers": template_.get("initContainers", []),
-            "containers": [{"name": "main", **template_["container"]}],
-        }
-        assert restricted_violations(pod_spec) == [], template_["name"]
+    for node, attempt, pod_ in argo_pods(wf):
+        assert restricted_violations(pod_["spec"]) == [], (node, attempt)
 
 
 def test_the_strict_crd_refuses_a_misspelt_field_and_the_json_schema_an_integer_quantity() -> None:
     wf = manifest(SPLIT_ONE)
-    template(wf, "sweep-w0")["retryStrategie"] = template(wf, "sweep-w0").pop("retryStrategy")
-    template(wf, "sweep-w0")["container"]["resources"]["limits"]["cpu"] = 2
+    template(wf, "worker")["retryStrategie"] = template(wf, "worker").pop("retryStrategy")
+    template(wf, "worker")["container"]["resources"]["requests"]["cpu"] = 2
 
     errors = schema_errors(wf)
 
@@ -158,7 +166,7 @@ def test_a_split_task_is_its_coordinator_extra_workers_fanned_out_and_a_merge_af
     assert tasks["sweep-merge"]["dependencies"] == ["sweep-w0"]
     extra = tasks["sweep-extra"]
     assert extra["withSequence"] == {"start": "1", "end": "2"}
-    assert extra["arguments"] == {"parameters": [{"name": "worker", "value": "sweep-w{{item}}"}]}
+    assert {"name": "worker", "value": "sweep-w{{item}}"} in extra["arguments"]["parameters"]
 
 
 def test_a_command_sweep_is_a_split_task_of_the_harness_in_the_runs_image() -> None:
@@ -167,9 +175,9 @@ def test_a_command_sweep_is_a_split_task_of_the_harness_in_the_runs_image() -> N
     tasks = dag_tasks(wf)
     assert {"sim-w0", "sim-extra", "sim-merge"} <= set(tasks)
     assert tasks["sim-w0"]["dependencies"] == ["mesh"]
-    assert template(wf, "sim-w0")["container"]["command"] == ["simrun-worker"]
-    assert template(wf, "sim-merge")["container"]["command"] == ["simrun-merge"]
-    assert {template(wf, n)["container"]["image"] for n in ("sim-w0", "sim-extra")} == {IMAGE}
+    assert command(wf, "sim-w0") == ["simrun-worker"]
+    assert command(wf, "sim-merge") == ["simrun-merge"]
+    assert {main(wf, n)["image"] for n in ("sim-w0", "sim-extra(0:1)")} == {IMAGE}
     assert env(wf, "sim-w0")["SIMRUN_INPUTS"] == "grid=runs/abc123def0/tasks/mesh/out"
     # The command's placeholders live in task.json, never where Argo reads {{...}}.
     assert "{T}" not in json.dumps(wf) and '{{"seed"' not in json.dumps(wf)
@@ -180,12 +188,11 @@ def test_the_coordinator_is_the_base_worker_w0_and_extra_workers_take_their_work
 
     assert env(wf, "sweep-w0")["SIMRUN_ROLE"] == "base"
     assert env(wf, "sweep-w0")["SIMRUN_WORKER"] == "sweep-w0"
-    assert env(wf, "sweep-extra")["SIMRUN_ROLE"] == "extra"
-    assert env(wf, "sweep-extra")["SIMRUN_WORKER"] == "{{inputs.parameters.worker}}"
-    assert template(wf, "sweep-extra")["inputs"] == {"parameters": [{"name": "worker"}]}
-    assert template(wf, "sweep-w0")["container"]["command"] == ["simrun-worker"]
-    assert template(wf, "sweep-extra")["container"]["command"] == ["simrun-worker"]
-    assert template(wf, "sweep-merge")["container"]["command"] == ["simrun-merge"]
+    assert env(wf, "sweep-extra(0:1)")["SIMRUN_ROLE"] == "extra"
+    assert env(wf, "sweep-extra(0:1)")["SIMRUN_WORKER"] == "sweep-w1"
+    assert command(wf, "sweep-w0") == ["simrun-worker"]
+    assert command(wf, "sweep-extra(0:1)") == ["simrun-worker"]
+    assert command(wf, "sweep-merge") == ["simrun-merge"]
     assert "SIMRUN_WORKER" not in env(wf, "sweep-merge")
 
 
@@ -200,7 +207,7 @@ def test_a_split_task_with_one_worker_has_no_extra_workers() -> None:
     wf = manifest(SPLIT_ONE)
 
     assert set(dag_tasks(wf)) == {"sweep-w0", "sweep-merge"}
-    assert {t["name"] for t in wf["spec"]["templates"]} == {"Run", "sweep-w0", "sweep-merge"}
+    assert {t["name"] for t in wf["spec"]["templates"]} == {"Run", "worker", "merge"}
 
 
 def test_many_extra_workers_are_one_fan_out_not_one_template_each() -> None:
@@ -247,7 +254,9 @@ def test_every_pod_has_the_simrun_environment_of_its_task() -> None:
 
     assert summary["SIMRUN_TASK_DIR"] == "/mnt/store/runs/abc123def0/tasks/summary"
     assert summary["SIMRUN_INPUTS"] == "table=runs/abc123def0/tasks/sweep/out"
-    assert summary["SIMRUN_ATTEMPT"] == "{{retries}}"
+    assert summary["SIMRUN_ATTEMPT"] == "0"
+    again = main_container(node_pod(wf, "summary", attempt=1))["env"]
+    assert {"name": "SIMRUN_ATTEMPT", "value": "1"} in again
     assert summary["SIMRUN_WORKER"] == "summary"
     assert summary["SIMRUN_CORES"] == "1"
     assert summary["SIMRUN_STALE_S"].isdigit()
@@ -259,7 +268,7 @@ def test_every_pod_has_the_simrun_environment_of_its_task() -> None:
         "stats=runs/abc123def0/tasks/summary/out,lattice=runs/abc123def0/tasks/ising/out"
     )
     assert plot["SIMRUN_OUT"] == "/mnt/store/runs/abc123def0/tasks/plot/out"
-    for name in ("sweep-w0", "sweep-extra", "sweep-merge", "ising-w0", "summary", "plot"):
+    for name in ("sweep-w0", "sweep-extra(0:1)", "sweep-merge", "ising-w0", "summary", "plot"):
         assert {"SIMRUN_ATTEMPT", "SIMRUN_ROLE", "SIMRUN_MEMORY_LIMIT_GB"} <= set(env(wf, name))
         # The report names the server the pod ran on, from the downward API.
         assert env(wf, name)["SIMRUN_NODE"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -271,19 +280,19 @@ def test_pods_request_and_limit_the_cores_and_memory_of_the_plan() -> None:
     plan = plans["sweep"]
     memory = f"{-(-round(plan.memory_gb * 1024 * 1000) // 1000)}Mi"
 
-    for name in ("sweep-w0", "sweep-extra"):
-        resources = template(wf, name)["container"]["resources"]
+    for name in ("sweep-w0", "sweep-extra(0:1)"):
+        resources = main(wf, name)["resources"]
         assert resources["limits"] == {"cpu": "4", "memory": memory}
         assert resources["requests"] == {**resources["limits"], "ephemeral-storage": "10Gi"}
         assert env(wf, name)["SIMRUN_CORES"] == "4"
         assert env(wf, name)["SIMRUN_MEMORY_LIMIT_GB"] == f"{plan.memory_gb:g}"
-    assert template(wf, "sweep-merge")["container"]["resources"]["limits"]["cpu"] == "1"
+    assert main(wf, "sweep-merge")["resources"]["limits"]["cpu"] == "1"
 
 
 def test_a_memory_of_the_spec_becomes_the_pods_limit_in_whole_mib_rounded_up() -> None:
     wf = manifest(COMMAND.replace("gb: 2", "gb: 1.0001"))
 
-    assert template(wf, "plot")["container"]["resources"]["limits"]["memory"] == "1025Mi"
+    assert main(wf, "plot")["resources"]["limits"]["memory"] == "1025Mi"
 
 
 def test_pods_carry_kueues_queue_label_and_the_labels_simrun_finds_them_by() -> None:
@@ -293,10 +302,13 @@ def test_pods_carry_kueues_queue_label_and_the_labels_simrun_finds_them_by() -> 
         "simrun/run": "abc123def0",
         "kueue.x-k8s.io/queue-name": "team-a",
     }
-    assert template(wf, "sweep-extra")["metadata"]["labels"] == {
+    labels = pod(wf, "sweep-extra(0:1)")["metadata"]["labels"]
+    assert {k: v for k, v in labels.items() if k.startswith("simrun/")} == {
+        "simrun/run": "abc123def0",
         "simrun/task": "sweep",
         "simrun/dag-task": "sweep-extra",
     }
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
 
 
 def test_every_pod_mounts_the_store_and_a_scratch_directory_and_snapshots_read_only() -> None:
@@ -306,11 +318,11 @@ def test_every_pod_mounts_the_store_and_a_scratch_directory_and_snapshots_read_o
     assert plain["spec"]["volumes"] == [
         {"name": "store", "persistentVolumeClaim": {"claimName": "simrun-store"}}
     ]
-    assert template(plain, "sweep-w0")["volumes"] == [
+    assert template(plain, "worker")["volumes"] == [
         {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}},
         {"name": "no-token", "emptyDir": {"sizeLimit": "1Mi"}},
     ]
-    assert template(plain, "sweep-w0")["container"]["volumeMounts"] == [
+    assert template(plain, "worker")["container"]["volumeMounts"] == [
         {"name": "store", "mountPath": "/mnt/store"},
         {"name": "scratch", "mountPath": "/scratch"},
         {
@@ -319,7 +331,7 @@ def test_every_pod_mounts_the_store_and_a_scratch_directory_and_snapshots_read_o
             "readOnly": True,
         },
     ]
-    assert template(with_sources, "sweep-merge")["container"]["volumeMounts"][-1] == {
+    assert template(with_sources, "merge")["container"]["volumeMounts"][-1] == {
         "name": "store",
         "mountPath": "/mnt/store/snapshots",
         "subPath": "snapshots",
@@ -332,16 +344,21 @@ def test_every_pod_runs_in_the_runs_image_and_a_command_task_in_its_own() -> Non
         DAG.replace("    inputs: {stats", "    image: 'python:3.12-slim'\n    inputs: {stats")
     )
 
-    assert {template(wf, n)["container"]["image"] for n in ("sweep-w0", "summary")} == {IMAGE}
-    assert template(wf, "plot")["container"]["image"] == "python:3.12-slim"
-    assert template(wf, "plot")["initContainers"][0]["image"] == IMAGE
-    assert template(manifest(DAG), "plot")["container"]["image"] == IMAGE
+    assert {main(wf, n)["image"] for n in ("sweep-w0", "summary")} == {IMAGE}
+    assert main(wf, "plot")["image"] == "python:3.12-slim"
+    assert stage(wf, "plot")["image"] == IMAGE
+    assert main(manifest(DAG), "plot")["image"] == IMAGE
+
+
+def stage(wf: dict[str, Any], node: str) -> dict[str, Any]:
+    [found] = [c for c in pod(wf, node)["spec"]["initContainers"] if c["name"] == "stage"]
+    return found
 
 
 def test_a_plugin_task_runs_its_types_command_through_simrun_exec() -> None:
     wf = manifest(PLUGIN)
 
-    assert template(wf, "summary")["container"]["command"] == [
+    assert command(wf, "summary") == [
         "simrun-exec",
         "python",
         "-m",
@@ -355,13 +372,12 @@ def test_a_command_task_runs_its_args_in_the_scratch_directory_where_its_inputs_
     tmp_path: Path,
 ) -> None:
     wf = manifest(DAG)
-    plot = template(wf, "plot")
-    [stage] = plot["initContainers"]
+    staging = stage(wf, "plot")
 
-    assert plot["container"]["command"] == dag_command()
-    assert plot["container"]["workingDir"] == stage["workingDir"] == "/scratch"
-    assert stage["command"][:3] == ["python", "-c", STAGE_SCRIPT]
-    assert stage["volumeMounts"] == plot["container"]["volumeMounts"]
+    assert command(wf, "plot") == dag_command()
+    assert main(wf, "plot")["workingDir"] == staging["workingDir"] == "/scratch"
+    assert staging["command"][:3] == ["python", "-c", STAGE_SCRIPT]
+    assert staging["volumeMounts"] == template(wf, "command")["container"]["volumeMounts"]
 
     # The staging step itself, on real files: inputs/<port> below its working directory.
     store, scratch = tmp_path / "store", tmp_path / "scratch"
@@ -370,8 +386,10 @@ def test_a_command_task_runs_its_args_in_the_scratch_directory_where_its_inputs_
         (out / "sub").mkdir(parents=True)
         (out / "sub" / name).write_text(source)
     scratch.mkdir()
-    args = [str(store), str(store / "runs/abc123def0/tasks/plot/out"), *stage["command"][5:]]
-    subprocess.run([sys.executable, "-c", STAGE_SCRIPT, *args], cwd=scratch, check=True)
+    assert staging["command"][3:] == ["/mnt/store", "/mnt/store/runs/abc123def0/tasks/plot/out"]
+    args = [str(store), str(store / "runs/abc123def0/tasks/plot/out")]
+    inputs = {e["name"]: e["value"] for e in staging["env"]}
+    subprocess.run([sys.executable, "-c", STAGE_SCRIPT, *args], cwd=scratch, check=True, env=inputs)
 
     assert (scratch / "inputs/stats/sub/stats.json").read_text() == "summary"
     assert (scratch / "inputs/lattice/sub/lattice.csv").read_text() == "ising"
@@ -417,10 +435,10 @@ def test_the_shared_store_is_not_reowned_at_every_mount() -> None:
 def test_the_scratch_directory_is_bounded_and_its_disk_requested() -> None:
     wf = manifest(SPLIT_THREE, CLUSTER.model_copy(update={"scratch_gb": 25}))
 
-    for name in ("sweep-w0", "sweep-extra", "sweep-merge"):
-        scratch = template(wf, name)["volumes"][0]
+    for name in ("sweep-w0", "sweep-extra(0:1)", "sweep-merge"):
+        [scratch] = [v for v in pod(wf, name)["spec"]["volumes"] if v["name"] == "scratch"]
         assert scratch == {"name": "scratch", "emptyDir": {"sizeLimit": "25Gi"}}
-        resources = template(wf, name)["container"]["resources"]
+        resources = main(wf, name)["resources"]
         assert resources["requests"]["ephemeral-storage"] == "25Gi"
         assert "ephemeral-storage" not in resources["limits"]
 
@@ -553,7 +571,7 @@ LAST_ATTEMPTS = {
 @pytest.mark.parametrize("case", sorted(LAST_ATTEMPTS))
 def test_evictions_preemptions_and_kills_are_retried_genuine_failures_not(case: str) -> None:
     last, retried = LAST_ATTEMPTS[case]
-    template_ = template(manifest(SPLIT_ONE), "sweep-w0")
+    template_ = template(manifest(SPLIT_ONE), "worker")
 
     assert template_["retryStrategy"]["expression"] == RETRY_EXPRESSION
     assert template_["retryStrategy"]["retryPolicy"] == "Always"
@@ -561,11 +579,14 @@ def test_evictions_preemptions_and_kills_are_retried_genuine_failures_not(case: 
 
 
 def patched(last: dict[str, str]) -> dict[str, Any]:
+    """The memory of ``main`` of the coordinator's attempt after ``last``, and the variables
+    of the retry rule in its environment."""
     record, plans = run_of(SPLIT_THREE)
     wf = workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
-    main = json.loads(substitute(template(wf, "sweep-w0")["podSpecPatch"], last))["containers"][0]
-    assert main["name"] == "main"
-    return main
+    found = main(wf, "sweep-w0", last)
+    memory = {k: {"memory": v["memory"]} for k, v in found["resources"].items()}
+    names = ("SIMRUN_MEMORY_LIMIT_GB", "SIMRUN_AFTER_MEMORY_KILL")
+    return {"resources": memory, "env": [e for e in found["env"] if e["name"] in names]}
 
 
 def test_an_attempt_after_a_kill_for_memory_gets_the_retry_memory() -> None:
@@ -603,7 +624,7 @@ def test_the_first_attempt_and_one_after_an_eviction_keep_the_plans_memory(exit_
 def test_expressions_avoid_the_characters_gos_json_encoding_escapes() -> None:
     wf = manifest(SPLIT_ONE)
 
-    for text in (RETRY_EXPRESSION, template(wf, "sweep-w0")["podSpecPatch"]):
+    for text in (RETRY_EXPRESSION, template(wf, "worker")["podSpecPatch"]):
         assert not set(text) & set("&<>")
 
 
@@ -613,7 +634,32 @@ def test_names_of_the_longest_task_id_fit_kubernetes_and_argo() -> None:
 
     for t in wf["spec"]["templates"]:
         assert name.match(t["name"]), t["name"]
-        for value in t.get("metadata", {}).get("labels", {}).values():
+    for _, _, pod_ in argo_pods(wf):
+        for value in pod_["metadata"]["labels"].values():
             assert len(value) <= 63
     for task in dag_tasks(wf):
         assert name.match(task), task
+
+
+def test_a_dag_past_200_tasks_is_nested_in_parts_each_after_the_parts_its_tasks_read() -> None:
+    tasks = {"t0": {"command": ["echo"]}}
+    tasks |= {f"t{i}": {"command": ["echo"], "inputs": {"x": f"t{i - 1}"}} for i in range(1, 250)}
+    wf = manifest(yaml.safe_dump({"tasks": tasks}))
+
+    entry = dag_tasks(wf)
+    assert entry == {
+        "Part1": {"name": "Part1", "template": "Part1"},
+        "Part2": {"name": "Part2", "template": "Part2", "dependencies": ["Part1"]},
+    }
+    parts = {
+        t["name"]: {d["name"]: d for d in t["dag"]["tasks"]}
+        for t in wf["spec"]["templates"]
+        if "dag" in t
+    }
+    assert len(parts["Part1"]) == 200 and len(parts["Part2"]) == 50
+    assert parts["Part1"]["t199"]["dependencies"] == ["t198"]
+    assert "dependencies" not in parts["Part2"]["t200"], "its part waits for t199's"
+    assert parts["Part2"]["t201"]["dependencies"] == ["t200"]
+    assert parts["Part2"]["t201"]["template"] == "command"
+    assert schema_errors(wf) == []
+    assert env(wf, "t230")["SIMRUN_TASK_DIR"] == "/mnt/store/runs/abc123def0/tasks/t230"

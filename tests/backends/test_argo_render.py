@@ -59,7 +59,9 @@ def test_the_command_prints_a_valid_workflow_without_a_secret_or_a_database(
     assert workflow["metadata"]["namespace"] == "sims"
     assert workflow["spec"]["nodeSelector"] == {"simrun/reserved": "r1"}
     names = {t["name"] for t in workflow["spec"]["templates"]}
-    assert names == {"Run", "sweep-w0", "sweep-extra", "sweep-merge", "summary"}
+    assert names == {"Run", "worker", "extra", "merge", "plugin"}
+    tasks = {t["name"] for t in workflow["spec"]["templates"][0]["dag"]["tasks"]}
+    assert tasks == {"sweep-w0", "sweep-extra", "sweep-merge", "summary"}
 
 
 def test_json_output_and_the_image_of_the_environment(

@@ -24,7 +24,7 @@ from runs.planning.reruns import submit_rerun
 from runs.planning.spec import validate_spec
 from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
-from tests.backends.argo_pods import argo_pods
+from tests.backends.argo_pods import main_container, node_pod
 from tests.backends.kube_api import KubeApiServer
 from tests.factories import ended
 
@@ -81,14 +81,16 @@ def test_the_workflow_of_a_resumed_run_leaves_its_reused_tasks_out(
     nodes = dag(workflow)
     assert set(nodes) == {"sweep-w0", "sweep-extra", "sweep-merge", "plot"}
     assert nodes["plot"]["dependencies"] == ["sweep-merge"]
-    assert not [t for t in workflow["spec"]["templates"] if t["name"].startswith("first")]
+    assert not [n for n in nodes if n.startswith("first")]
     tasks = {t.task_id: t for t in run.tasks.all()}
     assert tasks["first"].reused_whole and tasks["first"].state == TaskState.DONE
     assert tasks["sweep"].units_reused == 6
     # The plot reads the reused task's outputs where a task of the run would have left them.
-    plot = next(t for t in workflow["spec"]["templates"] if t["name"] == "plot")
-    staged = plot["initContainers"][0]["command"]
-    assert f"a=runs/{run.id}/tasks/first/out" in staged
+    [stage] = [
+        c for c in node_pod(workflow, "plot")["spec"]["initContainers"] if c["name"] == "stage"
+    ]
+    [inputs] = [e["value"] for e in stage["env"] if e["name"] == "SIMRUN_INPUTS"]
+    assert f"a=runs/{run.id}/tasks/first/out" in inputs.split(",")
 
 
 def test_the_pods_of_a_partly_reused_split_task_compute_only_the_units_not_reused(
@@ -113,8 +115,7 @@ def test_the_pods_of_a_partly_reused_split_task_compute_only_the_units_not_reuse
 def run_pod(workflow: dict[str, Any], template: str, scratch: Path) -> Any:
     """The main container of a template's first pod, run here on the test's store: the
     command and environment Argo gives it, the store's mount being the test's store."""
-    [pod] = [p for name, attempt, p in argo_pods(workflow) if name == template and attempt == 0]
-    main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+    main = main_container(node_pod(workflow, template))
     mount = CLUSTER.store_mount
     env = {
         item["name"]: item["value"].replace(mount, str(store.root()))
@@ -129,5 +130,9 @@ def run_pod(workflow: dict[str, Any], template: str, scratch: Path) -> Any:
     )
     (scratch / template).mkdir()
     return subprocess.run(
-        main["command"], env=env, cwd=scratch / template, capture_output=True, timeout=120
+        main["command"][main["command"].index("--") + 1 :],
+        env=env,
+        cwd=scratch / template,
+        capture_output=True,
+        timeout=120,
     )

@@ -7,11 +7,13 @@ import gzip
 import json
 
 import pytest
+import yaml
 
 from harness.tasktypes import task_types
 from runs.backends.argo.dag_nodes import NodesUnavailable
 from runs.backends.argo.manifest import workflow_manifest
-from runs.backends.argo.status import status_from_workflow
+from runs.backends.argo.status import NODE_NAME_ANNOTATION as NODE_NAME
+from runs.backends.argo.status import pod_node, status_from_workflow
 from runs.backends.base import (
     PREEMPTED_PHASE,
     RETRYING_PHASE,
@@ -357,9 +359,35 @@ tasks:
         "sweep-merge",
         "summary",
     }
-    worker = built["spec"]["templates"][0]["dag"]["tasks"][1]["arguments"]["parameters"][0]
+    [worker] = [
+        p
+        for p in built["spec"]["templates"][0]["dag"]["tasks"][1]["arguments"]["parameters"]
+        if p["name"] == "worker"
+    ]
     assert {worker["value"].replace("{{item}}", str(n)) for n in (1, 2)} | {
         "sweep-w0",
         "sweep-merge",
         "summary",
     } == set(status.failed)
+
+
+def test_the_nodes_of_a_dag_nested_in_parts_are_read_by_their_tasks_names() -> None:
+    tasks = {f"t{i}": {"command": ["echo", str(i)]} for i in range(250)}
+    record, plans = run_of(yaml.safe_dump({"tasks": tasks}))
+    built = workflow_manifest(
+        record=record, plans=plans, types=task_types(), cluster=ClusterConfig()
+    )
+    [part] = [t for t in built["spec"]["templates"] if t["name"] == "Part2"]
+    last = part["dag"]["tasks"][-1]["name"]
+    nodes = Nodes()
+    nodes._add(f"{WF}.Part1", "DAG", "Succeeded", template="Part1")
+    nodes._add(f"{WF}.Part2", "DAG", "Running", template="Part2")
+    nodes.task("Part1.t0", "Succeeded", [pod("Succeeded", exit_code="0", host="node-a")])
+    nodes.task(f"Part2.{last}", "Running", [pod("Failed", message=OOM, exit_code="137")])
+
+    status = status_from_workflow(realistic(workflow(nodes)))
+
+    assert status.tasks == {"t0": "Succeeded", last: RETRYING_PHASE}
+    assert set(status.failed) == {last}
+    annotated = {"metadata": {"annotations": {NODE_NAME: f"{WF}.Part2.{last}(1)"}}}
+    assert pod_node(annotated, WF) == (last, 1)

@@ -202,7 +202,8 @@ def test_the_crds_caps_of_200_templates_and_dag_tasks_are_argo_4s_not_37s(
     body = a_workflow()
     [dag, pod, *_] = body["spec"]["templates"]
     names = [f"t{i}" for i in range(201)]
-    dag["dag"]["tasks"] = [{"name": n, "template": n} for n in names]
+    arguments = dag["dag"]["tasks"][0]["arguments"]
+    dag["dag"]["tasks"] = [{"name": n, "template": n, "arguments": arguments} for n in names]
     body["spec"]["templates"] = [dag] + [{**pod, "name": n} for n in names]
 
     if created:
@@ -275,22 +276,49 @@ def test_the_pods_argo_makes_of_a_workflow_carry_its_labels_patch_and_executor()
     memory = [c for c in retry["spec"]["containers"] if c["name"] == "main"][0]["resources"]
     first_memory = first["spec"]["containers"][1]["resources"]
     assert memory["limits"]["memory"] != first_memory["limits"]["memory"]
-    extra = pods[("sweep-extra", 0)]["spec"]["containers"][1]["env"]
+    extra = pods[("sweep-extra(0:1)", 0)]["spec"]["containers"][1]["env"]
     assert {"name": "SIMRUN_WORKER", "value": "sweep-w1"} in extra
 
 
-def test_a_workflow_whose_pods_would_be_refused_is_refused_naming_template_and_attempt(
+def test_a_workflow_whose_pods_would_be_refused_is_refused_naming_its_node_and_attempt(
     kube: KubeApiServer,
 ) -> None:
     wf = a_workflow()
     template = wf["spec"]["templates"][1]
-    template["podSpecPatch"] = template["podSpecPatch"].replace("Mi'", "MB'", 1)
+    patch = template["podSpecPatch"].replace("inputs.parameters.retryMemory ", "'615MB' ", 1)
+    template["podSpecPatch"] = patch
 
     code, status = refused(create_workflow, kube, wf)
 
     assert code == 422
-    assert f"spec.templates[{template['name']}] (the pod of attempt 1)" in status["message"]
+    assert "spec.templates[worker] (the pod of sweep-w0, attempt 1)" in status["message"]
     assert "quantities must match" in status["message"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("unsupplied", "templates.Run.tasks.sweep-w0: inputs.parameters.cores was not supplied"),
+        ("undeclared", "templates.worker: failed to resolve {{inputs.parameters.threads}}"),
+    ],
+)
+def test_a_workflow_whose_parameters_argo_cannot_resolve_is_refused(
+    kube: KubeApiServer, fault: str, message: str
+) -> None:
+    wf = a_workflow()
+    [dag, template, *_] = wf["spec"]["templates"]
+    if fault == "unsupplied":
+        parameters = dag["dag"]["tasks"][0]["arguments"]["parameters"]
+        parameters[:] = [p for p in parameters if p["name"] != "cores"]
+    else:
+        template["container"]["env"].append(
+            {"name": "THREADS", "value": "{{inputs.parameters.threads}}"}
+        )
+
+    code, status = refused(create_workflow, kube, wf)
+
+    assert code == 422
+    assert message in status["message"]
 
 
 def test_a_workflow_whose_pods_pod_security_forbids_is_refused(kube: KubeApiServer) -> None:

@@ -10,7 +10,6 @@ fails the run only on the second proven kill for memory, one that had the retry 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,8 @@ from runs.backends.base import RETRY_LIMIT, RETRYING_PHASE, ClusterConfig, TaskP
 from runs.backends.local.state import Attempt as LocalAttempt
 from runs.backends.local.state import NodeSpec, NodeView, next_memory_gb, retry
 from runs.models import Attempt, Run, RunState, Task
-from tests.backends.argo_runs import evaluate, run_of, substitute
+from tests.backends.argo_pods import main_container, node_pod
+from tests.backends.argo_runs import evaluate, run_of
 from tests.service.controller_support import (  # noqa: F401
     SWEEP,
     fake,
@@ -104,12 +104,11 @@ def test_the_argo_workflow_gives_each_attempt_the_memory_of_the_rule(ends, memor
     workflow = workflow_manifest(
         record=record, plans=plans, types=task_types(), cluster=ClusterConfig()
     )
-    template = next(t for t in workflow["spec"]["templates"] if t["name"] == "sweep-w0")
     found = []
     last = FIRST
     for number, end in enumerate(ends):
-        patch = json.loads(substitute(template["podSpecPatch"], last))
-        env = {e["name"]: e["value"] for e in patch["containers"][0]["env"]}
+        pod = node_pod(workflow, "sweep-w0", last, attempt=number)
+        env = {e["name"]: e.get("value") for e in main_container(pod)["env"]}
         found.append(float(env["SIMRUN_MEMORY_LIMIT_GB"]))
         if end == "ok":
             break

@@ -3,8 +3,9 @@
 
 Nodes are found by name in ``status.nodes`` (or the gzip'd ``status.compressedNodes``): a DAG
 task ``T`` is the node ``<wf>.T`` (a Retry node with its attempts ``<wf>.T(<n>)``), a fan-out
-child ``<wf>.T-extra(<i>:<n>)`` with its attempts ``<wf>.T-extra(<i>:<n>)(<m>)``. Children
-lists are not used: in a DAG they also carry dependency edges.
+child ``<wf>.T-extra(<i>:<n>)`` with its attempts ``<wf>.T-extra(<i>:<n>)(<m>)``, each
+behind ``<part>.`` in a DAG nested in parts (``dag_parts``). Children lists are not used: in a
+DAG they also carry dependency edges.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NODE_NAME = re.compile(r"^(?P<node>[a-z][a-z0-9-]*(?:\(\d+:[^()]*\))?)(?:\((?P<attempt>\d+)\))?$")
-"""A DAG node below the root: a task or a fan-out child, then an attempt number."""
+"""A DAG node below the root and its part (``node_path``): a task or a fan-out child, then an
+attempt number."""
+PART = re.compile(r"^Part\d+\.")
+
+
+def node_path(name: str, workflow_name: str) -> str:
+    """An Argo node's name below the Workflow and its part: ``T-w0(1)`` of
+    ``<wf>.Part2.T-w0(1)``."""
+    return PART.sub("", name.removeprefix(f"{workflow_name}."))
 
 
 class NodesUnavailable(RuntimeError):
@@ -59,13 +68,13 @@ def workflow_nodes(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def dag_nodes(workflow: dict[str, Any]) -> dict[str, DagNode]:
     """The DAG nodes of a Workflow by simrun's name (``<task>-w0``, ``<task>-extra(<i>:<n>)``),
     each with its attempts in order."""
-    prefix = f"{workflow['metadata']['name']}."
+    workflow_name = workflow["metadata"]["name"]
     found: dict[str, DagNode] = {}
     for node in workflow_nodes(workflow).values():
         name = node.get("name") or ""
-        if not name.startswith(prefix) or node.get("type") == "TaskGroup":
+        if not name.startswith(f"{workflow_name}.") or node.get("type") == "TaskGroup":
             continue
-        match = NODE_NAME.match(name[len(prefix) :])
+        match = NODE_NAME.match(node_path(name, workflow_name))
         if match is None:
             continue
         entry = found.setdefault(match["node"], DagNode())

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from runs.backends.argo.manifest import DAG_TASK_LABEL
 from runs.backends.argo.nodes import GIB, quantity
 from runs.backends.argo.pod_cache import WORKFLOW_LABEL
+from runs.backends.argo.pod_templates import DAG_TASK_LABEL
 from runs.backends.base import Placement
 
 TERMINATED = frozenset({"Succeeded", "Failed"})

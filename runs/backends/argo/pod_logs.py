@@ -15,11 +15,11 @@ from kubernetes.client.exceptions import ApiException
 from harness import logcap, untrusted
 from runs.backends import logs
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.dag_nodes import NODE_NAME
+from runs.backends.argo.dag_nodes import NODE_NAME, node_path
 from runs.backends.argo.ended_pods import STAGE_CONTAINER, EndedPod, belongs
-from runs.backends.argo.manifest import TASK_LABEL
 from runs.backends.argo.placements import TERMINATED, pod_attempt
 from runs.backends.argo.pod_cache import PodCache
+from runs.backends.argo.pod_templates import TASK_LABEL
 from runs.backends.argo.status import pod_node
 from runs.backends.argo.watch import Cached
 from runs.backends.base import FINAL_PHASES, KeptLogs, PodLog
@@ -73,7 +73,7 @@ class PodLogs:
         for pod in pods:
             meta = pod["metadata"]
             node = str((meta.get("annotations") or {}).get(NODE_NAME_ANNOTATION, ""))
-            node = node.removeprefix(f"{name}.")
+            node = node_path(node, name)
             match = NODE_NAME.match(node)
             number = int(match["attempt"]) if match and match["attempt"] else pod_attempt(pod)
             phase = (pod.get("status") or {}).get("phase")

@@ -4,8 +4,8 @@ after a kill for memory the retry memory. A part of the Workflow ``manifest`` ma
 
 from __future__ import annotations
 
-import json
 import math
+from typing import Any
 
 from harness.lifecycle import AFTER_MEMORY_KILL
 
@@ -55,9 +55,14 @@ def memory_quantity(gb: float) -> str:
     return f"{math.ceil(gb * 1024 - 1e-9)}Mi"
 
 
-def retry_memory_patch(memory_gb: float, retry_memory_gb: float) -> str:
-    """The ``podSpecPatch`` of simrun's one retry rule: an attempt runs with the retry memory
-    exactly when the attempt right before it exited 137, every other one with the plan's.
+def retry_memory_patch(
+    *, memory: str, retry_memory: str, memory_gb: str, retry_memory_gb: str
+) -> dict[str, Any]:
+    """The ``main`` container's part of a ``podSpecPatch`` that holds simrun's one retry rule:
+    an attempt runs with the retry memory exactly when the attempt right before it exited
+    137, every other one with the plan's. The arguments are expr-lang operands (a task's
+    parameters, ``inputs.parameters.memory``): quantities for the resources, GiB for
+    ``SIMRUN_MEMORY_LIMIT_GB``.
 
     137 is a proven kill for memory or a SIGKILL after the grace period: ``podSpecPatch`` sees
     only ``lastRetry``, so it cannot tell them apart, nor look further back. Argo substitutes
@@ -71,25 +76,13 @@ def retry_memory_patch(memory_gb: float, retry_memory_gb: float) -> str:
     proven = "lastRetry.message matches 'OOMKilled'"
 
     def pick(retry: str, first: str) -> str:
-        return f"{{{{={killed} ? '{retry}' : '{first}'}}}}"
+        return f"{{{{={killed} ? {retry} : {first}}}}}"
 
-    memory = pick(memory_quantity(retry_memory_gb), memory_quantity(memory_gb))
-    patch = {
-        "containers": [
-            {
-                "name": "main",
-                "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}},
-                "env": [
-                    {
-                        "name": "SIMRUN_MEMORY_LIMIT_GB",
-                        "value": pick(f"{retry_memory_gb:g}", f"{memory_gb:g}"),
-                    },
-                    {
-                        "name": AFTER_MEMORY_KILL,
-                        "value": f"{{{{={killed} and {proven} ? '1' : '0'}}}}",
-                    },
-                ],
-            }
-        ]
+    quantity = pick(retry_memory, memory)
+    return {
+        "resources": {"requests": {"memory": quantity}, "limits": {"memory": quantity}},
+        "env": [
+            {"name": "SIMRUN_MEMORY_LIMIT_GB", "value": pick(retry_memory_gb, memory_gb)},
+            {"name": AFTER_MEMORY_KILL, "value": f"{{{{={killed} and {proven} ? '1' : '0'}}}}"},
+        ],
     }
-    return json.dumps(patch, separators=(",", ":"))

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from harness.lifecycle import RETRY_MEMORY_NOTE
-from runs.backends.argo.dag_nodes import NODE_NAME, DagNode, dag_nodes
+from runs.backends.argo.dag_nodes import NODE_NAME, DagNode, dag_nodes, node_path
 from runs.backends.argo.retries import EVICTION_PATTERN, SCRATCH_OVERFLOW_PATTERN
 from runs.backends.base import (
     FINAL_PHASES,
@@ -162,7 +162,7 @@ GIB = 2**30
 def pod_node(pod: dict[str, Any], workflow_name: str) -> tuple[str, int] | None:
     """The DAG node and the attempt of a workflow's pod, from Argo's node-name annotation."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    name = str(annotations.get(NODE_NAME_ANNOTATION, "")).removeprefix(f"{workflow_name}.")
+    name = node_path(str(annotations.get(NODE_NAME_ANNOTATION, "")), workflow_name)
     match = NODE_NAME.match(name)
     if match is None:
         return None

@@ -5,6 +5,11 @@ refuses more with 422); Argo stores a Workflow in etcd, so it "must be under 1MB
 docs, "Offloading Large Workflows"), with room left for its status; etcd refuses a larger
 request ("request is too large", a 500), the API server a body over 3 MiB (413). A run whose
 Workflow is past any of them is refused at its submission, never POSTed.
+
+The layout keeps a run inside the first two (``manifest``): one pod template a kind of pod
+(five at most) and one DAG template a part of 200 DAG tasks, so 200 templates hold 194 parts,
+far more tasks than a spec may have (500); the bytes bind first, about 360 bytes a command
+task and 1.1 KB a split task (three DAG tasks), plus the task's command and inputs.
 """
 
 from __future__ import annotations
