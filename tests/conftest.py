@@ -34,6 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     that share a module-scoped fixture (a ``simrun serve``, a browser's server) on one worker of
     a parallel run (``--dist loadgroup``), so it starts once; then put the modules with a
     slow test first (``slow_modules_first``)."""
+    shared = {item.path for item in items if shares_module_fixture(item)}
     for item in items:
         if TESTS not in item.path.parents:
             continue
@@ -42,7 +43,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.path.relative_to(TESTS).as_posix()
         if module.startswith(SHARED_CLUSTER):
             item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif shares_module_fixture(item):
+        elif item.path in shared:
+            # The whole module: a test may reach the module's fixture through another one
+            # (``request.getfixturevalue``), which its own fixtures do not show.
             item.add_marker(pytest.mark.xdist_group(module))
     slow_modules_first(items)
 
