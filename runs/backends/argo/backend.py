@@ -26,6 +26,7 @@ from runs.backends.argo.api import CallPolicy
 from runs.backends.argo.capacity import CAPACITY_TTL_S, Capacity
 from runs.backends.argo.clients import api_client, clients, missing_as_key_error
 from runs.backends.argo.image_builds import BUILD_POLL_S, ImageBuilds
+from runs.backends.argo.informer import watch_arguments
 from runs.backends.argo.manifest import (
     GROUP,
     PLURAL,
@@ -57,7 +58,6 @@ log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_S = 300
 WATCH_BACKOFF_S = 5.0
-WATCH_SLACK_S = 30
 REASONS_TTL_S = 60.0
 """How long the reasons of a workflow's pods read for its status are taken as known while the
 workflow does not change (the control loop's resync, ``SIMRUN_RESYNC_S``)."""
@@ -349,12 +349,10 @@ class ArgoBackend:
             VERSION,
             self.namespace,
             PLURAL,
-            label_selector=runs_selector(self.cluster),
-            timeout_seconds=self.watch_timeout_s,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            _request_timeout=(
+            **watch_arguments(
+                runs_selector(self.cluster),
+                resource_version,
+                self.watch_timeout_s,
                 self.clients.calls.connect_timeout_s,
-                self.watch_timeout_s + WATCH_SLACK_S,
             ),
         )

@@ -31,6 +31,22 @@ ListPage = Callable[[str | None], dict[str, Any]]
 """Lists a page of the objects from a ``continue`` token (None: the first page)."""
 WatchFrom = Callable[[str], Iterator[dict[str, Any]]]
 """Watches the objects from a ``resourceVersion``: its events until the server ends it."""
+WATCH_SLACK_S = 30
+"""How much longer than its timeout a watch is waited for before it is cut as silent."""
+
+
+def watch_arguments(
+    selector: str, resource_version: str, timeout_s: int, connect_timeout_s: float
+) -> dict[str, Any]:
+    """The arguments of a watch of the objects ``selector`` selects since a version, with
+    bookmarks: the server ends it after ``timeout_s``, and a silent one is cut a bit later."""
+    return {
+        "label_selector": selector,
+        "timeout_seconds": timeout_s,
+        "resource_version": resource_version,
+        "allow_watch_bookmarks": True,
+        "_request_timeout": (connect_timeout_s, timeout_s + WATCH_SLACK_S),
+    }
 
 
 class Informer(Generic[Kept]):

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.watch import Watch
 
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.informer import Informer
+from runs.backends.argo.informer import Informer, watch_arguments
 from runs.backends.argo.manifest import runs_selector
 
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
@@ -27,7 +27,6 @@ PAGE_SIZE = 500
 """Pods per page of the list: a large list in one answer weighs on the API server."""
 SYNC_WAIT_S = 10.0
 """How long the first read of the pods in a process waits for the cache's first list."""
-WATCH_SLACK_S = 30
 KEPT_ANNOTATIONS = frozenset({"workflows.argoproj.io/node-name"})
 """The annotations read of a pod: Argo's node name (its DAG node and attempt)."""
 KEPT_ENV = frozenset({"SIMRUN_WORKER", "SIMRUN_ATTEMPT"})
@@ -140,12 +139,10 @@ class PodCache(Informer[dict[str, Any]]):
         yield from watch.stream(  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
             self.clients.watch_core.list_namespaced_pod,
             self.clients.namespace,
-            label_selector=runs_selector(self.clients.cluster),
-            timeout_seconds=self.watch_timeout_s,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            _request_timeout=(
+            **watch_arguments(
+                runs_selector(self.clients.cluster),
+                resource_version,
+                self.watch_timeout_s,
                 self.clients.calls.connect_timeout_s,
-                self.watch_timeout_s + WATCH_SLACK_S,
             ),
         )
