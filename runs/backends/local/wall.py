@@ -11,6 +11,8 @@ inherited pipe and then
   with a kill at the end, wherever a process of it went; a wall that could not (killed
   outright: a crash, a kill for memory, a restart) leaves its cgroups named for it, and the
   next wall to start, and the local backend's step, kill what is in them (``sweep``);
+- counts what it writes into its folders on the store's disk (``wall_disk``: its budget of
+  bytes and files, one file at most its bytes), stopping it over its budget;
 - moves into a network namespace of its own with only a loopback of its own, so no port of
   the machine's (the web's, the database's, Redis's) is reachable or can be taken; a build
   whose index is on the network gets a proxy there to other machines, never this one
@@ -31,8 +33,8 @@ launcher's task does the same through it, so no other module changes a process's
 (tests/test_layering.py holds it).
 
 Only the standard library, the harness and siblings imported by their bare names
-(``cgroups``, ``egress``, ``launch_file``, ``pids``, ``shm``): the launcher imports it from its
-directory, and it runs as a script.
+(``cgroups``, ``egress``, ``launch_file``, ``pids``, ``shm``, ``wall_disk``): the launcher
+imports it from its directory, and it runs as a script.
 """
 
 from __future__ import annotations
@@ -54,11 +56,12 @@ from pathlib import Path
 from typing import IO, Any
 
 if __package__:  # imported as a module of the service
-    from runs.backends.local import cgroups, pids
+    from runs.backends.local import cgroups, pids, wall_disk
     from runs.backends.local.launch_file import Ids
 else:  # imported by its bare name: by the launcher, and as a script
     import cgroups  # type: ignore[no-redef]
     import pids  # type: ignore[no-redef]
+    import wall_disk  # type: ignore[no-redef]
     from launch_file import Ids  # type: ignore[no-redef]
 
 WALL = Path(__file__)
@@ -105,6 +108,8 @@ class Spec:
     limits: Limits
     keep: list[str] = field(default_factory=list)
     """Folders below ``/tmp`` or ``/var/tmp`` that stay visible (the store's, the venvs')."""
+    disk: wall_disk.Disk | None = None
+    """What it may write into its folders (``wall_disk``), None: not counted."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,11 @@ class Ended:
     returncode: int | None
     stopped: str | None = None
     oom_kills: int = 0
+
+    @property
+    def over_disk(self) -> bool:
+        """Whether it was stopped over its budget of disk (``wall_disk``)."""
+        return (self.stopped or "").startswith(wall_disk.OVER)
 
 
 class Walled:
@@ -238,6 +248,7 @@ def _load(text: bytes) -> Spec:
     data = json.loads(text)
     data["limits"] = Limits(**data["limits"])
     data["user"] = Ids(**data["user"]) if data.get("user") else None
+    data["disk"] = wall_disk.Disk(**data["disk"]) if data.get("disk") else None
     return Spec(**data)
 
 
@@ -304,7 +315,7 @@ def _walled(spec: Spec, verdict: int) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     limits, walls = spec.limits, os.geteuid() == 0
     made: list[Path] = []
-    env, proxy = dict(spec.env), None
+    env, proxy, count = dict(spec.env), None, None
     ended = Ended(None, "not started")
     try:
         if walls:
@@ -316,6 +327,9 @@ def _walled(spec: Spec, verdict: int) -> int:
             elif limits.network == "own":
                 isolate_network()
             shm.private_mounts(limits.memory_bytes, 1 << 16, spec.keep)
+        if spec.disk is not None:
+            count = wall_disk.Count(spec.disk)
+        file_bytes = None if spec.disk is None else spec.disk.bytes
         child = subprocess.Popen(
             spec.argv,
             env=env,
@@ -323,12 +337,16 @@ def _walled(spec: Spec, verdict: int) -> int:
             start_new_session=True,
             # The wall is single-threaded: a function before the exec is safe here.
             preexec_fn=lambda: enter(
-                made, spec.user if walls else None, pids_max=limits.pids_max, die_with_parent=True
+                made,
+                spec.user if walls else None,
+                pids_max=limits.pids_max,
+                file_bytes=file_bytes,
+                die_with_parent=True,
             ),
         )
         if proxy is not None:
             proxy.start()  # threads only once the child is forked
-        ended = _wait(child.pid, limits.timeout_s, stopping)
+        ended = _wait(child.pid, limits.timeout_s, stopping, count)
     except (OSError, subprocess.SubprocessError) as error:
         # Said on its output: the caller quotes the output's last lines.
         print(f"simrun: the process could not be started behind its wall: {error}", flush=True)
@@ -339,14 +357,18 @@ def _walled(spec: Spec, verdict: int) -> int:
         oom = sum(cgroups.oom_kills(path) for path in made)
         for path in made:
             cgroups.remove(path)
+    if count is not None and (over := count.over()) is not None:  # what it wrote last
+        ended = Ended(None, over)
     ended = Ended(ended.returncode, ended.stopped, oom)
     os.write(verdict, json.dumps(asdict(ended)).encode())
     return 0
 
 
-def _wait(pid: int, timeout_s: float | None, stopping: list[str]) -> Ended:
+def _wait(
+    pid: int, timeout_s: float | None, stopping: list[str], count: wall_disk.Count | None
+) -> Ended:
     """Wait for the process, reaping every orphan meanwhile; stop it (and all below it) at
-    its time limit or on the caller's SIGTERM."""
+    its time limit, on the caller's SIGTERM or over its budget of disk (``count``)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(ChildProcessError):
@@ -356,6 +378,8 @@ def _wait(pid: int, timeout_s: float | None, stopping: list[str]) -> Ended:
         why = stopping[0] if stopping else None
         if why is None and deadline is not None and time.monotonic() > deadline:
             why = STOPPED_TIMEOUT
+        if why is None and count is not None and count.due():
+            why = count.over()
         if why is not None:
             pids.signal_tree(signal.SIGKILL)
             pids.end_tree()
