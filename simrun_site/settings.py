@@ -347,9 +347,12 @@ SIMRUN_ENVIRONMENTS_KEPT = int(_positive("SIMRUN_ENVIRONMENTS_KEPT", 8))
 SIMRUN_PACKAGES_CACHE_GB = _positive("SIMRUN_PACKAGES_CACHE_GB", 5.0)
 # Every process of a user's code outside a task (a learning, a build of packages or sources)
 # runs behind a wall (runs/backends/local/wall.py) with this memory (its /tmp and /dev/shm
-# included) and these processes at most.
+# included) and these processes at most, and writes at most these GiB and files in its folders
+# on the store's disk (its venv, its wheel cache: runs/backends/local/wall_disk.py).
 SIMRUN_BUILD_MEMORY_GB = _positive("SIMRUN_BUILD_MEMORY_GB", 2.0)
 SIMRUN_BUILD_PIDS_MAX = int(_positive("SIMRUN_BUILD_PIDS_MAX", 512))
+SIMRUN_BUILD_DISK_GB = _positive("SIMRUN_BUILD_DISK_GB", 20.0)
+SIMRUN_BUILD_FILES_MAX = int(_positive("SIMRUN_BUILD_FILES_MAX", 200_000))
 # The most units (combinations) one command sweep may have (docs/run-spec.md, Sweeps).
 SIMRUN_SWEEP_MAX_UNITS = _read("SIMRUN_SWEEP_MAX_UNITS", env.int, 100_000)
 # What the submission of one resumed run may copy of the work it reuses (runs/control/reuse.py):

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness import untrusted
 from harness.sources import pip_reason
+from runs.backends.local import builds, wall_disk
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 
@@ -61,6 +62,9 @@ class Learning:
     memory_gb: float
     """The memory of the install and of the description, each behind its wall."""
     pids_max: int
+    disk_gb: float
+    """What the install and the description may each write in their folders."""
+    files_max: int
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ def describe(
                 timeout_s=learning.describe_timeout_s,
                 stdin=stdin,
             )
+            if done.over_disk:  # what it wrote into the venv kept for the next learning goes
+                local_env.remove(learning.home / "venv")
     except local_env.BuildTimeout as error:
         raise SourcesError(f"{error} (SIMRUN_LEARN_INSTALL_S)") from None
     except subprocess.CalledProcessError as error:
@@ -111,16 +117,17 @@ def describe(
     return Described(done.returncode, _text(done.stdout), _text(done.stderr))
 
 
-def builder(learning: Learning) -> local_env.Builder:
+def builder(learning: Learning) -> builds.Builder:
     """Who runs the code of an owner's sources: the owner's task user where the service runs
     tasks as their owners' (root, ``SIMRUN_TASK_UID_BASE``), else the service's user; never
     with the service's environment (its secret key, its database). ``SourcesError`` where the
     task user cannot run this Python."""
-    walled = local_env.Builder(
-        env=local_env.build_env(learning.home),
+    walled = builds.Builder(
+        env=builds.build_env(learning.home),
         memory_bytes=math.ceil(learning.memory_gb * 2**30),
         pids_max=learning.pids_max,
         keep=(str(learning.store),),
+        disk=wall_disk.Disk(bytes=math.ceil(learning.disk_gb * 2**30), files=learning.files_max),
     )
     user = local_user.for_owner(learning.owner_id, learning.task_uid_base)
     if user is None:
@@ -134,7 +141,7 @@ def builder(learning: Learning) -> local_env.Builder:
 
 
 @contextlib.contextmanager
-def _temporary(home: Path, user: local_env.Builder) -> Iterator[local_env.Builder]:
+def _temporary(home: Path, user: builds.Builder) -> Iterator[builds.Builder]:
     """``user`` with a folder of its own for temporary files in ``home``, made afresh by the
     service (``home`` is the service's, closed to the task user) and removed at the end with
     whatever a killed learning left there, so nothing of it lands in the machine's /tmp."""
@@ -151,7 +158,7 @@ def _temporary(home: Path, user: local_env.Builder) -> Iterator[local_env.Builde
 
 @contextlib.contextmanager
 def _packages(
-    learning: Learning, packages: Sequence[str], user: local_env.Builder
+    learning: Learning, packages: Sequence[str], user: builds.Builder
 ) -> Iterator[Path | None]:
     """The venv of the environment's packages, installed as a run of it would have them and
     kept while the sources' types are learned on it; None without packages."""
@@ -169,6 +176,7 @@ def _packages(
         pip_env=local_env.pip_env(),
         memory_bytes=user.memory_bytes,
         pids_max=user.pids_max,
+        disk=user.disk,
     )
     _, held = local_env.ensure_packages(install)
     with held:

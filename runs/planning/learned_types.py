@@ -241,6 +241,8 @@ def _learning(home: Path, owner_id: int | None) -> sources.Learning:
         packages_cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
         memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
         pids_max=settings.SIMRUN_BUILD_PIDS_MAX,
+        disk_gb=settings.SIMRUN_BUILD_DISK_GB,
+        files_max=settings.SIMRUN_BUILD_FILES_MAX,
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.sources import PIP_LOG
+from runs.backends.local import builds, wall_disk
 from runs.backends.local import env as local_env
 from tests.floods import deep_tree, tmpfs
 from tests.walkthrough import PACKAGE, write_walkthrough
@@ -60,7 +61,7 @@ def test_sources_pip_cannot_build_fail_with_pips_reason_not_the_command(tmp_path
     tree = tmp_path / "snapshot"
     tree.mkdir()
     (tree / "pyproject.toml").write_text("[project]\nname = 'sim'\nversion = 'x y'\n")
-    builder = local_env.Builder(env=local_env.build_env(tmp_path))
+    builder = builds.Builder(env=builds.build_env(tmp_path))
 
     with pytest.raises(subprocess.CalledProcessError) as failed:
         local_env.isolated(tmp_path / "venv", [tree], builder)
@@ -87,3 +88,41 @@ def test_a_failed_install_shows_the_tail_of_pips_output(tmp_path: Path, capfd) -
         local_env.ensure(tmp_path / "venv", [package])
     assert "`project.version` must be pep440" in str(failed.value.output)
     assert "pip failed to install the sources" in capfd.readouterr().out
+
+
+FLOOD_BACKEND = """import os
+
+def get_requires_for_build_editable(config_settings=None):
+    return []
+
+def build_editable(directory, config_settings=None, metadata_directory=None):
+    where = os.path.join(os.environ["HOME"], "flood")
+    os.makedirs(where, exist_ok=True)
+    for number in range(2000):
+        open(os.path.join(where, str(number)), "w").close()
+    raise SystemExit("built nothing")
+"""
+"""Sources whose build code writes 2000 files into its home before it fails."""
+
+
+def test_sources_whose_build_writes_past_its_budget_fail_naming_it_and_leave_nothing(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "snapshot"
+    tree.mkdir()
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "flood"\nversion = "0.1"\n'
+    )
+    (tree / "backend.py").write_text(FLOOD_BACKEND)
+    home = tmp_path / "home"
+    home.mkdir()
+    disk = wall_disk.Disk(bytes=64 << 20, files=300, check_s=0.1)
+    builder = builds.Builder(env=builds.build_env(home), disk=disk)
+    venv = tmp_path / "envs" / "run"
+
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        local_env.ensure(venv, [tree], user=builder)
+
+    assert "SIMRUN_BUILD_FILES_MAX" in str(failed.value.output), failed.value.output
+    assert not venv.exists()

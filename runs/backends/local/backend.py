@@ -40,7 +40,7 @@ from runs.backends.base import (
     TaskPlan,
     workflow_name,
 )
-from runs.backends.local import cgroups, processes, submissions
+from runs.backends.local import cgroups, processes, submissions, wall_disk
 from runs.backends.local import logs as local_logs
 from runs.backends.local import nodes as workflow_nodes
 from runs.backends.local import step as local_step
@@ -81,6 +81,9 @@ class PackagesLimits:
     build_memory_gb: float = local_wall.BUILD_MEMORY_GB
     """The memory of a build (of packages, of sources) behind its wall."""
     build_pids_max: int = local_wall.BUILD_PIDS_MAX
+    build_disk_gb: float = wall_disk.DISK_GB
+    """What a build may write in its venv (and its wheel cache), in GiB."""
+    build_files_max: int = wall_disk.FILES_MAX
 
 
 class LocalBackend:
@@ -177,6 +180,8 @@ class LocalBackend:
                 cache_gb=settings.SIMRUN_PACKAGES_CACHE_GB,
                 build_memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
                 build_pids_max=settings.SIMRUN_BUILD_PIDS_MAX,
+                build_disk_gb=settings.SIMRUN_BUILD_DISK_GB,
+                build_files_max=settings.SIMRUN_BUILD_FILES_MAX,
             ),
             task_network=settings.SIMRUN_TASK_NETWORK,
             budget=Budget(

@@ -1,9 +1,11 @@
-"""The processes of builds of venvs: pip run as its builder within a time limit (with what of
-the service's environment tells it where packages are), its output capped into the log of the
-process it prepares, the end of a build's output, and the trees builders leave measured and
-removed (``env`` builds the venvs of environments and of sources with it).
+"""The processes of builds of venvs: who runs one (``Builder``: a user, an environment, the
+budget of its wall), pip run as its builder within a time limit (with what of the service's
+environment tells it where packages are), its output capped into the log of the process it
+prepares, the end of a build's output, and the trees builders leave measured and removed
+(``env`` builds the venvs of environments and of sources with it).
 
-Only the standard library: the launcher imports it from its directory, through ``env``.
+Only the standard library and its siblings ``wall``, ``wall_disk`` and ``launch_file``: the
+launcher imports it from its directory, through ``env``.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
 if __package__:  # imported as a module of the service
-    from runs.backends.local import wall
+    from runs.backends.local import wall, wall_disk
+    from runs.backends.local.launch_file import Ids
 else:  # imported by its bare name: by the launcher, from this directory
     import wall  # type: ignore[no-redef]
+    import wall_disk  # type: ignore[no-redef]
+    from launch_file import Ids  # type: ignore[no-redef]
 
 OUTPUT_KEPT = 4 << 20
 """The most of a bounded child's output that is read back (the end of it)."""
@@ -32,6 +38,76 @@ PIP_TAIL_LINES = 20
 """The lines of pip's output a failed install names."""
 POLL_S = 0.2
 """Seconds between two looks at a lock another build holds, or at pip's output."""
+
+
+KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+"""The variables of the service's environment that building sources keeps."""
+
+
+BUILD_UMASK = 0o022
+"""What a builder makes (a venv) its user alone writes."""
+
+
+@dataclass(frozen=True)
+class Builder:
+    """Who runs the code of a user's sources outside a task (a build, a learning): a user id
+    (None: the service's), an environment, and the budget of its wall (``wall.Limits``):
+    memory and processes, and what it may write in its folders (``wall_disk``); ``keep``,
+    folders below ``/tmp`` it must see (the store's)."""
+
+    env: Mapping[str, str]
+    uid: int | None = None
+    gid: int | None = None
+    memory_bytes: int = int(wall.BUILD_MEMORY_GB * 2**30)
+    pids_max: int = wall.BUILD_PIDS_MAX
+    keep: tuple[str, ...] = ()
+    disk: wall_disk.Disk = field(default_factory=wall_disk.Disk)
+
+    def walled(
+        self,
+        argv: list[str],
+        cwd: Path,
+        timeout_s: float | None,
+        network: str = "own",
+        counted: tuple[Path, ...] = (),
+    ) -> wall.Spec:
+        """What the wall runs for this builder: ``argv`` in ``cwd`` within its limits; the
+        folders ``argv`` names and the service's Python stay visible. What it writes in
+        ``cwd``, its ``HOME``, its ``TMPDIR`` and ``counted`` counts against its budget of
+        disk."""
+        user = None
+        if self.uid is not None:
+            gid = self.gid if self.gid is not None else self.uid
+            user = Ids(uid=self.uid, gid=gid, umask=BUILD_UMASK)
+        named = [Path(a) for a in argv if a.startswith("/")]
+        python = Path(sys.executable)
+        keep = [*self.keep, str(cwd), sys.prefix, str(python.parent.parent)]
+        keep.append(str(python.resolve().parent.parent))
+        keep += [str(p if p.is_dir() else p.parent) for p in named]
+        homes = [Path(self.env[k]) for k in ("HOME", "TMPDIR") if k in self.env]
+        written = wall_disk.outermost([cwd, *counted, *homes])
+        return wall.Spec(
+            argv=argv,
+            env=dict(self.env),
+            cwd=str(cwd),
+            user=user,
+            limits=wall.Limits(self.memory_bytes, self.pids_max, timeout_s, network),
+            keep=keep + written,
+            disk=replace(self.disk, counted=written),
+        )
+
+
+def build_env(home: Path) -> dict[str, str]:
+    """The environment code of a user's sources runs with outside a task: enough to run
+    Python and pip, none of the service's configuration."""
+    env = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
+    env.setdefault("LANG", "C.UTF-8")
+    return env | {
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "PIP_NO_CACHE_DIR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _places(pip_env: Mapping[str, str]) -> tuple[list[str], bool]:
@@ -122,8 +198,13 @@ def bound_cache(cache: Path, cache_gb: float) -> None:
     """Empty a builder's wheel cache when an install left it over ``cache_gb``."""
     if tree_bytes(cache) > cache_gb * 2**30:
         print(f"the wheel cache is over {cache_gb:g} GiB (SIMRUN_PACKAGES_CACHE_GB): emptied")
-        for name in os.listdir(cache):
-            remove_tree(cache / name)
+        empty(cache)
+
+
+def empty(folder: Path) -> None:
+    """Remove what is in a folder a builder wrote (a wheel cache), keeping the folder."""
+    for name in os.listdir(folder):
+        remove_tree(folder / name)
 
 
 def end_of(file: IO[bytes]) -> str:

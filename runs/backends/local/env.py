@@ -14,9 +14,10 @@ and removed at the end of the run: the run's snapshots installed editable, never
 service's environment. Both see the packages of the service's environment (simrun, the task
 types, the build backends) beneath their own; a run's venv sees its packages' venv between.
 
-Only the standard library, the harness and its siblings ``builds`` (the processes of builds),
-``wall`` and ``launch_file``: the launcher imports this module from its directory, and this
-module its siblings by their bare names there, by their full names in the service.
+Only the standard library, the harness and its siblings ``builds`` (the processes of builds
+and who runs them), ``wall`` and ``wall_disk``: the launcher imports this module from its
+directory, and this module its siblings by their bare names there, by their full names in the
+service.
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ from harness import untrusted, venvs
 from harness.sources import InstallFailed
 
 if __package__:  # imported as a module of the service
-    from runs.backends.local import builds, wall
-    from runs.backends.local.launch_file import Ids
+    from runs.backends.local import builds, wall, wall_disk
 else:  # imported by its bare name: by the launcher and the builders, from this directory
     import builds  # type: ignore[no-redef]
     import wall  # type: ignore[no-redef]
-    from launch_file import Ids  # type: ignore[no-redef]
+    import wall_disk  # type: ignore[no-redef]
 
 ENVIRONMENTS = venvs.ENVIRONMENTS
 python = venvs.python
@@ -55,8 +55,6 @@ pip_env = venvs.pip_env
 
 READY = ".simrun-ready"
 """The marker of a venv whose snapshots are installed."""
-KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
-"""The variables of the service's environment that building sources keeps."""
 CACHE = "cache"
 """The folder of the wheel caches in ``ENVIRONMENTS``, one per builder."""
 
@@ -76,7 +74,7 @@ def ensure(
     directory: Path,
     snapshots: list[Path],
     *,
-    user: Builder | None = None,
+    user: builds.Builder | None = None,
     base: Path | None = None,
     timeout_s: float | None = None,
 ) -> Path:
@@ -94,10 +92,14 @@ def ensure(
             # without recursion (shutil's recursion raised RecursionError past ~1000 levels,
             # which ignore_errors does not catch) and without following a link.
             untrusted.remove_tree(directory.parent, [directory.name])
-            if user is None:
-                _create(directory, snapshots, base)
-            else:
-                isolated(directory, snapshots, user, base, timeout_s)
+            try:
+                if user is None:
+                    _create(directory, snapshots, base)
+                else:
+                    isolated(directory, snapshots, user, base, timeout_s)
+            except BaseException:
+                untrusted.remove_tree(directory.parent, [directory.name])  # what it wrote
+                raise
             # The venv is the task user's by now: the mark is made through its folder's
             # descriptor, never through a link its build code planted.
             with untrusted.directory(directory.parent, [directory.name]) as folder:
@@ -115,67 +117,15 @@ def _ready(directory: Path) -> bool:
         return False
 
 
-BUILD_UMASK = 0o022
-"""What a builder makes (a venv) its user alone writes."""
-
-
-@dataclass(frozen=True)
-class Builder:
-    """Who runs the code of a user's sources outside a task (a build, a learning): a user id
-    (None: the service's), an environment, and the budget of its wall (``wall.Limits``):
-    memory and processes; ``keep``, folders below ``/tmp`` it must see (the store's)."""
-
-    env: Mapping[str, str]
-    uid: int | None = None
-    gid: int | None = None
-    memory_bytes: int = int(wall.BUILD_MEMORY_GB * 2**30)
-    pids_max: int = wall.BUILD_PIDS_MAX
-    keep: tuple[str, ...] = ()
-
-    def walled(
-        self, argv: list[str], cwd: Path, timeout_s: float | None, network: str = "own"
-    ) -> wall.Spec:
-        """What the wall runs for this builder: ``argv`` in ``cwd`` within its limits; the
-        folders ``argv`` names and the service's Python stay visible."""
-        user = None
-        if self.uid is not None:
-            gid = self.gid if self.gid is not None else self.uid
-            user = Ids(uid=self.uid, gid=gid, umask=BUILD_UMASK)
-        named = [Path(a) for a in argv if a.startswith("/")]
-        python = Path(sys.executable)
-        keep = [*self.keep, str(cwd), sys.prefix, str(python.parent.parent)]
-        keep.append(str(python.resolve().parent.parent))
-        keep += [str(p if p.is_dir() else p.parent) for p in named]
-        return wall.Spec(
-            argv=argv,
-            env=dict(self.env),
-            cwd=str(cwd),
-            user=user,
-            limits=wall.Limits(self.memory_bytes, self.pids_max, timeout_s, network),
-            keep=keep,
-        )
-
-
-def build_env(home: Path) -> dict[str, str]:
-    """The environment code of a user's sources runs with outside a task: enough to run
-    Python and pip, none of the service's configuration."""
-    env = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
-    env.setdefault("LANG", "C.UTF-8")
-    return env | {
-        "HOME": str(home),
-        "TMPDIR": str(home),
-        "PIP_NO_CACHE_DIR": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-
-
 @dataclass(frozen=True)
 class Ran:
-    """How a bounded child ended: its exit code (None: killed at its timeout) and output."""
+    """How a bounded child ended: its exit code (None: killed at its timeout), its output,
+    and whether it was killed over its budget of disk (``wall_disk``)."""
 
     returncode: int | None
     stdout: str
     stderr: str
+    over_disk: bool = False
 
 
 def said_by_the_wall(ended: wall.Ended, memory_bytes: int) -> str:
@@ -192,7 +142,7 @@ def said_by_the_wall(ended: wall.Ended, memory_bytes: int) -> str:
 
 def run_bounded(
     argv: list[str],
-    user: Builder,
+    user: builds.Builder,
     *,
     cwd: Path,
     timeout_s: float | None,
@@ -212,7 +162,7 @@ def run_bounded(
         if code is None and ended.stopped != wall.STOPPED_TIMEOUT:
             code = -signal.SIGKILL.value
         said = said_by_the_wall(ended, user.memory_bytes)
-        return Ran(code, builds.end_of(out), builds.end_of(err) + said)
+        return Ran(code, builds.end_of(out), builds.end_of(err) + said, ended.over_disk)
 
 
 class BuildTimeout(Exception):
@@ -222,7 +172,7 @@ class BuildTimeout(Exception):
 def isolated(
     directory: Path,
     snapshots: list[Path],
-    user: Builder,
+    user: builds.Builder,
     base: Path | None = None,
     timeout_s: float | None = None,
 ) -> None:
@@ -288,6 +238,8 @@ class Install:
     memory_bytes: int = int(wall.BUILD_MEMORY_GB * 2**30)
     """The memory of the build (its wall's budget), its ``/tmp`` and ``/dev/shm`` included."""
     pids_max: int = wall.BUILD_PIDS_MAX
+    disk: wall_disk.Disk = field(default_factory=wall_disk.Disk)
+    """What the build may write in its venv and its wheel cache together."""
 
     @property
     def key(self) -> str:
@@ -386,20 +338,27 @@ def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], 
     if install.uid is not None:
         os.chown(key, install.uid, install.gid or -1, dir_fd=folder)
     cache = _cache(install, folder)
-    env = build_env(install.directory) | dict(install.pip_env) | {"PIP_CACHE_DIR": str(cache)}
+    env = (
+        builds.build_env(install.directory) | dict(install.pip_env) | {"PIP_CACHE_DIR": str(cache)}
+    )
     del env["PIP_NO_CACHE_DIR"]  # the cache is what makes the next build of them fast
     argv = [sys.executable, __file__, "packages", str(install.directory), *install.packages]
-    builder = Builder(
+    builder = builds.Builder(
         env=env,
         uid=install.uid,
         gid=install.gid,
         memory_bytes=install.memory_bytes,
         pids_max=install.pids_max,
         keep=(str(install.store), *builds.index_folders(install.pip_env)),
+        disk=install.disk,
     )
     network = builds.index_network(install.pip_env)
-    spec = builder.walled(argv, install.directory, install.timeout_s, network)
+    spec = builder.walled(argv, install.directory, install.timeout_s, network, (cache,))
     ended, tail = builds.run_capped(spec, cancelled=cancelled)
+    if ended.returncode != 0:  # nothing of a failed build is of use: what it wrote goes
+        builds.remove_tree(install.directory)
+        if ended.over_disk:  # which of its cache's files it wrote, nothing says
+            builds.empty(cache)
     if cancelled():
         raise InterruptedError("stopped on SIGTERM before it started")
     if ended.returncode != 0:

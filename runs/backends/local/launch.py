@@ -148,6 +148,8 @@ def launch_file(backend: LocalBackend, submission: Submission, node: NodeView, l
         packages=install,
         build_memory_bytes=math.ceil(backend.packages.build_memory_gb * 2**30),
         build_pids_max=backend.packages.build_pids_max,
+        build_disk_bytes=math.ceil(backend.packages.build_disk_gb * 2**30),
+        build_files_max=backend.packages.build_files_max,
         container=container,
         notify=backend.address,
         cores=spec.cores,

@@ -123,6 +123,9 @@ class Launch(Launched):
     build_memory_bytes: int
     """The memory of a build of the packages or of the run's sources, behind its wall."""
     build_pids_max: int
+    build_disk_bytes: int
+    """What a build of the packages or of the run's sources may write in its folders."""
+    build_files_max: int
     container: str | None
     """The name of the attempt's Docker container, None for a process of this machine."""
     notify: str

@@ -6,7 +6,8 @@ before its exec: its cgroups, a ``/dev/shm`` of its own, its limit of a file's s
 task user.
 
 Only the standard library, the harness and siblings: the launcher imports it from its directory
-(see ``launcher``), and it imports ``env``, ``cgroups``, ``shm`` and ``budget`` so too.
+(see ``launcher``), and it imports ``env``, ``builds``, ``cgroups``, ``shm`` and ``budget`` so
+too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import IO, Any
 
 from launch_file import Ids, Launch
 from wall import become, enter, isolate_network
+from wall_disk import Disk
 
 from harness import untrusted
 
@@ -33,11 +35,13 @@ def prepare(launch: Launch, stopped: Callable[[], bool]) -> IO[str] | None:
     scratch directory, hand both to the task user, and stage the inputs of a command into the
     scratch as that user. The lock that keeps the
     packages' venv while the process runs, if it has one."""
+    import builds
     import env as local_env  # the sibling module, see the docstring of this module
 
     venv = launch.venv
     user = launch.user
     held = None
+    disk = Disk(bytes=launch.build_disk_bytes, files=launch.build_files_max)
     if packages := launch.packages:
         install = local_env.Install(
             store=packages.store,
@@ -50,6 +54,7 @@ def prepare(launch: Launch, stopped: Callable[[], bool]) -> IO[str] | None:
             pip_env=packages.pip_env,
             memory_bytes=launch.build_memory_bytes,
             pids_max=launch.build_pids_max,
+            disk=disk,
         )
         # Built behind the wall of its own (``wall``): nothing of it outlives the build.
         _, held = local_env.ensure_packages(install, stopped)
@@ -59,13 +64,14 @@ def prepare(launch: Launch, stopped: Callable[[], bool]) -> IO[str] | None:
         if venv:
             sources_builder = None
             if user:  # the sources' build code runs as the task user, behind its wall
-                sources_builder = local_env.Builder(
-                    env=local_env.build_env(venv.dir),
+                sources_builder = builds.Builder(
+                    env=builds.build_env(venv.dir),
                     uid=user.uid,
                     gid=user.gid,
                     memory_bytes=launch.build_memory_bytes,
                     pids_max=launch.build_pids_max,
                     keep=(str(launch.store), str(venv.dir.parent)),
+                    disk=disk,
                 )
             snapshots = [Path(s) for s in venv.snapshots]
             local_env.ensure(venv.dir, snapshots, user=sources_builder, base=venv.base)

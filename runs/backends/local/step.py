@@ -1,10 +1,11 @@
 """The step of the local backend: start what may start, notice what began and ended.
 
-A periodic step under a file lock (``serve``'s step process, ``run_steps``) reads every live
-run from the files, kills what a stop's grace left running, records the end of attempts whose
-launcher was lost, starts what the DAG and the machine's free cores and memory allow
-(``admission``) and refuses what it can never hold, marks the runs that ended and writes a
-digest of each live run's status (``versions``).
+A periodic step under a file lock (``serve``'s step process, ``run_steps``) kills what a
+wall killed outright left (``wall.sweep``), reads every live run from the files, kills what a
+stop's grace left running, records the end of attempts whose launcher was lost, starts what
+the DAG and the machine's free cores and memory allow (``admission``) and refuses what it can
+never hold, marks the runs that ended and writes a digest of each live run's status
+(``versions``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import untrusted
-from runs.backends.local import cgroups, launch, processes, submissions
+from runs.backends.local import cgroups, launch, processes, submissions, wall
 from runs.backends.local import env as local_env
 from runs.backends.local import wake as local_wake
 from runs.backends.local.admission import Demand, Held, admit
@@ -95,6 +96,9 @@ def step(backend: LocalBackend) -> bool:
 
 def _step(backend: LocalBackend) -> bool:
     now = time.time()
+    # What the wall of a build or a learning killed outright left running goes now.
+    memory = None if backend.hierarchy is None else backend.hierarchy.parent
+    wall.sweep([memory, backend.pids_parent])
     backend.launchers = [p for p in backend.launchers if p.poll() is None]
     views = []
     for view in (submissions.view(backend.state, s) for s in submissions.live(backend.state)):

@@ -8,7 +8,11 @@ inherited pipe and then
 
 - becomes the subreaper of what it starts, so a double fork and a ``setsid`` end with it;
 - makes a memory and a pids cgroup of its own (its budget: ``Limits``), which it empties
-  with a kill at the end, wherever a process of it went;
+  with a kill at the end, wherever a process of it went; a wall that could not (killed
+  outright: a crash, a kill for memory, a restart) leaves its cgroups named for it, and the
+  next wall to start, and the local backend's step, kill what is in them (``sweep``);
+- counts what it writes into its folders on the store's disk (``wall_disk``: its budget of
+  bytes and files, one file at most its bytes), stopping it over its budget;
 - moves into a network namespace of its own with only a loopback of its own, so no port of
   the machine's (the web's, the database's, Redis's) is reachable or can be taken; a build
   whose index is on the network gets a proxy there to other machines, never this one
@@ -28,9 +32,9 @@ then only bounds the time and kills what the process left (subreaper, session).
 launcher's task does the same through it, so no other module changes a process's user
 (tests/test_layering.py holds it).
 
-Only the standard library and siblings imported by their bare names (``cgroups``, ``egress``,
-``launch_file``, ``pids``, ``shm``): the launcher imports it from its directory, and it runs as
-a script.
+Only the standard library, the harness and siblings imported by their bare names
+(``cgroups``, ``egress``, ``launch_file``, ``pids``, ``shm``, ``wall_disk``): the launcher
+imports it from its directory, and it runs as a script.
 """
 
 from __future__ import annotations
@@ -52,8 +56,12 @@ from pathlib import Path
 from typing import IO, Any
 
 if __package__:  # imported as a module of the service
+    from runs.backends.local import cgroups, pids, wall_disk
     from runs.backends.local.launch_file import Ids
 else:  # imported by its bare name: by the launcher, and as a script
+    import cgroups  # type: ignore[no-redef]
+    import pids  # type: ignore[no-redef]
+    import wall_disk  # type: ignore[no-redef]
     from launch_file import Ids  # type: ignore[no-redef]
 
 WALL = Path(__file__)
@@ -100,6 +108,8 @@ class Spec:
     limits: Limits
     keep: list[str] = field(default_factory=list)
     """Folders below ``/tmp`` or ``/var/tmp`` that stay visible (the store's, the venvs')."""
+    disk: wall_disk.Disk | None = None
+    """What it may write into its folders (``wall_disk``), None: not counted."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,11 @@ class Ended:
     returncode: int | None
     stopped: str | None = None
     oom_kills: int = 0
+
+    @property
+    def over_disk(self) -> bool:
+        """Whether it was stopped over its budget of disk (``wall_disk``)."""
+        return (self.stopped or "").startswith(wall_disk.OVER)
 
 
 class Walled:
@@ -233,19 +248,55 @@ def _load(text: bytes) -> Spec:
     data = json.loads(text)
     data["limits"] = Limits(**data["limits"])
     data["user"] = Ids(**data["user"]) if data.get("user") else None
+    data["disk"] = wall_disk.Disk(**data["disk"]) if data.get("disk") else None
     return Spec(**data)
+
+
+WALL_CGROUP = "wall-"
+"""How the cgroups of a wall are named: ``wall-<its pid>-<its start time>``."""
+
+
+def cgroup_name(pid: int) -> str:
+    """The name of the cgroups of the wall ``pid`` (a process that runs)."""
+    return f"{WALL_CGROUP}{pid}-{pids.process_start(pid)}"
+
+
+def _orphaned(name: str) -> bool:
+    """Whether a cgroup is a wall's whose process is gone, a zombie, or its pid reused since
+    (the name of an older wall has no start time: gone only with its pid)."""
+    pid, _, start = name.removeprefix(WALL_CGROUP).partition("-")
+    if not pid.isdigit():
+        return False
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return True
+    return fields[0] in ("Z", "X") or (start != "" and start != fields[19])
+
+
+def sweep(parents: list[Path | None]) -> int:
+    """Kill what is left in the cgroups of walls that are gone (killed outright: a crash, a
+    kill for memory, a restart of the service) and remove them: a process that left its
+    wall's session (a double fork, ``setsid``) is still in them. How many went."""
+    removed = 0
+    for parent in parents:
+        if parent is None or not parent.is_dir():
+            continue
+        for cgroup in parent.glob(f"{WALL_CGROUP}*"):
+            if _orphaned(cgroup.name) and cgroups.remove(cgroup):
+                removed += 1
+    return removed
 
 
 def _cgroups(limits: Limits, made: list[Path]) -> None:
     """Make a memory and a pids cgroup of this wall's own with its limits (into ``made`` as
-    each is made), where the machine lets this process make them (root)."""
-    import cgroups  # the siblings, see the docstring of this module
-
-    name = f"wall-{os.getpid()}"
-    hierarchy = cgroups.detect()
+    each is made), where the machine lets this process make them (root), after removing
+    those of walls gone (``sweep``)."""
+    name = cgroup_name(os.getpid())
+    hierarchy, pids_parent = cgroups.detect(), cgroups.detect_pids()
+    sweep([None if hierarchy is None else hierarchy.parent, pids_parent])
     if hierarchy is not None:
         made.append(cgroups.create(hierarchy, name, limits.memory_bytes))
-    pids_parent = cgroups.detect_pids()
     if pids_parent is not None:
         path = cgroups.create_pids(pids_parent, name, limits.pids_max)
         if path not in made:  # on cgroup v2, the memory cgroup itself
@@ -254,9 +305,7 @@ def _cgroups(limits: Limits, made: list[Path]) -> None:
 
 def _walled(spec: Spec, verdict: int) -> int:
     """Run the spec behind the wall (this process: see the module's docstring)."""
-    import cgroups
     import egress
-    import pids
     import shm
 
     pids.become_subreaper()
@@ -266,7 +315,7 @@ def _walled(spec: Spec, verdict: int) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     limits, walls = spec.limits, os.geteuid() == 0
     made: list[Path] = []
-    env, proxy = dict(spec.env), None
+    env, proxy, count = dict(spec.env), None, None
     ended = Ended(None, "not started")
     try:
         if walls:
@@ -278,6 +327,9 @@ def _walled(spec: Spec, verdict: int) -> int:
             elif limits.network == "own":
                 isolate_network()
             shm.private_mounts(limits.memory_bytes, 1 << 16, spec.keep)
+        if spec.disk is not None:
+            count = wall_disk.Count(spec.disk)
+        file_bytes = None if spec.disk is None else spec.disk.bytes
         child = subprocess.Popen(
             spec.argv,
             env=env,
@@ -285,12 +337,16 @@ def _walled(spec: Spec, verdict: int) -> int:
             start_new_session=True,
             # The wall is single-threaded: a function before the exec is safe here.
             preexec_fn=lambda: enter(
-                made, spec.user if walls else None, pids_max=limits.pids_max, die_with_parent=True
+                made,
+                spec.user if walls else None,
+                pids_max=limits.pids_max,
+                file_bytes=file_bytes,
+                die_with_parent=True,
             ),
         )
         if proxy is not None:
             proxy.start()  # threads only once the child is forked
-        ended = _wait(child.pid, limits.timeout_s, stopping)
+        ended = _wait(child.pid, limits.timeout_s, stopping, count)
     except (OSError, subprocess.SubprocessError) as error:
         # Said on its output: the caller quotes the output's last lines.
         print(f"simrun: the process could not be started behind its wall: {error}", flush=True)
@@ -301,16 +357,18 @@ def _walled(spec: Spec, verdict: int) -> int:
         oom = sum(cgroups.oom_kills(path) for path in made)
         for path in made:
             cgroups.remove(path)
+    if count is not None and (over := count.over()) is not None:  # what it wrote last
+        ended = Ended(None, over)
     ended = Ended(ended.returncode, ended.stopped, oom)
     os.write(verdict, json.dumps(asdict(ended)).encode())
     return 0
 
 
-def _wait(pid: int, timeout_s: float | None, stopping: list[str]) -> Ended:
+def _wait(
+    pid: int, timeout_s: float | None, stopping: list[str], count: wall_disk.Count | None
+) -> Ended:
     """Wait for the process, reaping every orphan meanwhile; stop it (and all below it) at
-    its time limit or on the caller's SIGTERM."""
-    import pids
-
+    its time limit, on the caller's SIGTERM or over its budget of disk (``count``)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(ChildProcessError):
@@ -320,6 +378,8 @@ def _wait(pid: int, timeout_s: float | None, stopping: list[str]) -> Ended:
         why = stopping[0] if stopping else None
         if why is None and deadline is not None and time.monotonic() > deadline:
             why = STOPPED_TIMEOUT
+        if why is None and count is not None and count.due():
+            why = count.over()
         if why is not None:
             pids.signal_tree(signal.SIGKILL)
             pids.end_tree()
