@@ -51,6 +51,19 @@ class Channel(sqla.Channel):
 
     _deliveries = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._rows: dict[str, Any] = {}
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    @property
+    def session(self) -> Any:
+        """kombu's session, but what it loaded outlives a commit, so a queue's row (never
+        changed nor deleted) is read once a channel, not at each look for a message."""
+        if self._session is None:
+            _, sessions = self._open()
+            self._session = sessions(expire_on_commit=False)
+        return self._session
+
     def _open(self) -> Any:
         """The engine and its sessions; tried again while other processes make the tables
         between this one's look and its create (SQLite: "table kombu_queue already exists")."""
@@ -67,13 +80,16 @@ class Channel(sqla.Channel):
 
     def _get_or_create(self, queue: str) -> Any:
         """The queue's row, inserted unless some process has it already."""
+        if (known := self._rows.get(queue)) is not None:
+            return known
         found = self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).first()
-        if found is not None:
-            return found
-        table = self.queue_cls.__table__
-        self.session.execute(insert(table).values(name=queue).on_conflict_do_nothing())
-        self.session.commit()
-        return self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).one()
+        if found is None:
+            table = self.queue_cls.__table__
+            self.session.execute(insert(table).values(name=queue).on_conflict_do_nothing())
+            self.session.commit()
+            found = self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).one()
+        self._rows[queue] = found
+        return found
 
     def _get(self, queue: str, timeout: Any = None) -> Any:
         payload = super()._get(queue)  # type: ignore[no-untyped-call]
