@@ -1,9 +1,11 @@
 """Latency of the local backend through the whole service (``simrun serve``).
 
-1. Submit → succeeded of a run of one trivial task (``true``), ``--runs`` times in a row: the
+1. The CPU an idle serve spends, all its processes, over ``--idle`` seconds before any run
+   (no target: issue 48 set none; the embedded broker's workers no longer poll it).
+2. Submit → succeeded of a run of one trivial task (``true``), ``--runs`` times in a row: the
    overhead beyond the task's own time (the life of its process, as its launcher recorded
-   it), median and p95. Target: median ≤ 1.0 s.
-2. A ``squares`` sweep through the service against the harness alone (``simrun-worker`` run
+   it), median and p95. Target: median ≤ 0.1 s (issue 48).
+3. A ``squares`` sweep through the service against the harness alone (``simrun-worker`` run
    by hand as the coordinator, on the same task): the service's overhead in seconds.
 
 Run: ``.venv/bin/python bench/local_latency.py`` (starts its own serve in a temporary home).
@@ -12,6 +14,7 @@ Run: ``.venv/bin/python bench/local_latency.py`` (starts its own serve in a temp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -23,11 +26,41 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.e2e.service import Service, submit, wait_until_ended  # noqa: E402
+from tests.e2e.service import (  # noqa: E402
+    Service,
+    service_processes,
+    submit,
+    wait_until_ended,
+)
 
 POLL_S = 0.01
 TARGET_S = 0.1
 """The largest median overhead of a trivial run allowed (issue 48)."""
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+SETTLE_S = 6.0
+"""Waited after the start before measuring idle: beat's first message (its connection to the
+broker made then) comes a poll (``SIMRUN_POLL_S``, 5 s) after its start."""
+
+
+def cpu_seconds(session: int) -> dict[int, float]:
+    """The CPU (user and system) each live process of a serve's session has spent."""
+    spent = {}
+    for pid in service_processes(session):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            spent[pid] = (int(fields[11]) + int(fields[12])) * TICK_S
+    return spent
+
+
+def idle_share(service: Service, seconds: float) -> float:
+    """The share of one core the serve's processes spent over ``seconds`` with nothing to do."""
+    assert service.process is not None
+    before = cpu_seconds(service.process.pid)
+    started = time.perf_counter()
+    time.sleep(seconds)
+    after = cpu_seconds(service.process.pid)
+    spent = sum(total - before.get(pid, 0.0) for pid, total in after.items())
+    return spent / (time.perf_counter() - started)
 
 
 def until_ended(api, run_id: str) -> tuple[float, dict]:
@@ -97,6 +130,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--units", type=int, default=400)
     parser.add_argument("--delay", type=float, default=0.005, help="seconds per unit")
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds measured idle (30)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="simrun-bench-") as home:
         service = Service(home=Path(home) / "home")
@@ -104,6 +138,9 @@ def main() -> int:
         service.start()
         print(f"simrun serve started in {time.perf_counter() - started:.1f} s")
         try:
+            time.sleep(SETTLE_S)
+            share = idle_share(service, args.idle)
+            print(f"idle serve over {args.idle:.0f} s: {100 * share:.1f}% of a core, all processes")
             with service.client(service.user("bench")) as api:
                 trivial_runs(service, api, 2)  # warm up: imports, first connections
                 overheads = trivial_runs(service, api, args.runs)
