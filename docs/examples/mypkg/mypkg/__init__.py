@@ -1,0 +1,1 @@
+"""The package of docs/run-spec.md's complete example (``python -m mypkg.plot``)."""
