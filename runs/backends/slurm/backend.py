@@ -188,7 +188,7 @@ class SlurmBackend:
                 submission.stopped, submission.ended = "stop", True
                 self._save(submission)
                 self.slurm.run(["scancel", *owners.whose({login}), f"--name={name}"])
-                raise ValueError(slurm_status.message(refused[0]))
+                raise ValueError(slurm_status.message(refused[0], submission.stopped_at))
         return name
 
     def _with_packages(self, submission: Submission, names: list[str]) -> None:

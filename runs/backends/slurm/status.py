@@ -67,6 +67,17 @@ NEVER_CLEARS = frozenset(
 them longer than the backend's pending timeout fails, naming it (``never_clears``)."""
 
 
+KILLED_BY_SLURM = frozenset({"CANCELLED", "TIMEOUT", "DEADLINE"})
+"""States of a job Slurm itself ended: the exit code it shows (``0:15``, or ``0:0`` when the
+poll came early) is not the command's."""
+
+
+def ended_by_slurm(job: Job) -> bool:
+    """Whether a job has no exit code of its own: Slurm ended it or a signal killed it. An
+    exit 0 recorded for it would read as work done (evidence of memory, a clean exit)."""
+    return job.state in KILLED_BY_SLURM or bool(job.signal)
+
+
 def never_clears(reason: str) -> bool:
     """Whether a job's pending reason is one of ``NEVER_CLEARS``. Slurm adds details after a
     comma (``ReqNodeNotAvail, UnavailableNodes:n1``) and squeue spells some reasons with
@@ -191,8 +202,9 @@ def outcome(job: Job, stopped_at: float | None) -> Outcome:
     return "failed"
 
 
-def message(job: Job) -> str:
-    """Slurm's words for an ended job."""
+def message(job: Job, stopped_at: float | None) -> str:
+    """Slurm's words for an ended job; a CANCELLED job of a run simrun did not stop (no
+    ``stopped_at``) was cancelled by someone else, which the words say."""
     code = f"exit code {job.exit_code}:{job.signal}" if job.exit_code is not None else ""
     words = {
         "OUT_OF_MEMORY": "Slurm: OUT_OF_MEMORY, killed by the OOM killer in the job's cgroup",
@@ -208,6 +220,8 @@ def message(job: Job) -> str:
         return f"sbatch refused the job: {job.reason}"
     if job.state == "CANCELLED" and job.reason:
         words += f" ({job.reason})"
+    if job.state == "CANCELLED" and stopped_at is None:
+        words += " by an scancel outside simrun"
     return f"{words} ({code}) [job {job.job_id}]" if code else f"{words} [job {job.job_id}]"
 
 
@@ -224,6 +238,7 @@ def attempts(job: Job, stopped_at: float | None) -> list[tuple[int, Outcome | No
 def failed_attempts(job: Job, spec: NodeSpec, stopped_at: float | None) -> list[FailedAttempt]:
     """The runs of a job that did not succeed, as the protocol records them."""
     found = []
+    killed = ended_by_slurm(job)
     for number, result in attempts(job, stopped_at):
         if result is None or result == "succeeded":
             continue
@@ -231,11 +246,11 @@ def failed_attempts(job: Job, spec: NodeSpec, stopped_at: float | None) -> list[
         found.append(
             FailedAttempt(
                 attempt=number,
-                exit_code=None if result == "oom" or not latest else job.exit_code,
+                exit_code=None if result == "oom" or not latest or killed else job.exit_code,
                 oom_killed=result == "oom",
                 evicted=result == "evicted",
                 node=job.host or None,
-                message=message(job) if latest else "Slurm requeued the job",
+                message=message(job, stopped_at) if latest else "Slurm requeued the job",
                 ended_at=job.ended_at if latest else None,
                 started_at=job.started_at if latest else job.restart_started[number - job.attempt],
                 memory_gb=job.memory_gb,

@@ -78,7 +78,7 @@ class Submitter:
         latest = jobs[-1]
         if not latest.final or submission.build_failed:
             return False
-        said = slurm_status.message(latest)
+        said = slurm_status.message(latest, submission.stopped_at)
         submission.build_failed = packages.failure(
             submission.environment, submission.packages, said
         )
