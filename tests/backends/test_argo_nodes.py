@@ -375,7 +375,8 @@ def test_the_worker_refuses_a_plan_whose_retry_or_whole_pod_the_queue_cannot_adm
         f"task solve needs {plan.cores} cores, 100 GiB (128 GiB for its retry after a kill for "
         "memory) and 10 GiB of scratch in one pod, beside Argo's wait container (0.01 cores, 64 "
         "MiB): more than the ClusterQueue of the LocalQueue simrun admits for one pod in any of "
-        "its flavors (at most 32 cores, 128.0 GiB, 1024 GiB): Kueue would hold it forever"
+        "its flavors (at most, flavor by flavor: 32 cores, 128.0 GiB, 1024 GiB of scratch): "
+        "Kueue would hold it forever"
     )
     assert kube.state.workflows == {}
 
@@ -418,6 +419,53 @@ def test_a_task_no_one_flavor_holds_is_refused_though_each_resource_fits_some_fl
     monkeypatch.setattr("runs.backends.argo.capacity.admits", lambda groups, requests: True)
     backend.submit(record, plans, task_types(), CLUSTER)
     assert gated_pod(kube)["spec"].get("schedulingGates"), "held by Kueue for ever"
+
+
+def test_the_refusal_quotes_what_each_flavor_gives_one_pod_not_a_mix_of_them(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    flavored(kube, ("wide", 64, "16Gi"), ("deep", 4, "256Gi"))
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 100}}}")
+    plans = {"solve": task_plans["solve"].model_copy(update={"retry_memory_gb": 100.0})}
+
+    with pytest.raises(ValueError) as raised:
+        backend.submit(record, plans, task_types(), CLUSTER)
+
+    assert str(raised.value).endswith(
+        "in any of its flavors (at most, flavor by flavor: 64 cores, 16.0 GiB, 1024 GiB of "
+        "scratch; 4 cores, 256.0 GiB, 1024 GiB of scratch): Kueue would hold it forever"
+    )
+
+
+def test_the_planners_caps_come_from_one_flavor_that_gives_both_at_once(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """Not 64 cores and 256 GiB, which no flavor gives one pod: the flavor with the most memory,
+    with its cores (Argo's wait container beside the task's main)."""
+    put(kube, pool("huge", "128", "512Gi"))
+    flavored(kube, ("wide", 64, "16Gi"), ("deep", 4, "256Gi"))
+    backend = backend_of(kube, tmp_path)
+
+    assert (backend.capacity.max_cores, backend.capacity.max_memory_gb) == (3, 255.93)
+
+
+def test_a_sweep_makes_as_many_pods_at_once_as_the_flavors_hold_together(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """One-core, 1 GiB workers (1.01 cores, 1 GiB 64 MiB with Argo's wait container): 15 in
+    "wide" (by its memory), 3 in "deep" (by its cores); not 63, the mixed quota's."""
+    flavored(kube, ("wide", 64, "16Gi"), ("deep", 4, "256Gi"))
+    backend = backend_of(kube, tmp_path)
+    record, task_plans = run_of(
+        "tasks: {sweep: {type: squares, settings: {n: 100000}, workers: 1000, cores: 1, "
+        "memory: {gb: 1}}}"
+    )
+
+    backend.submit(record, task_plans, task_types(), CLUSTER)
+
+    [(_, sweep)] = kube.state.workflows.items()
+    assert sweep["spec"]["parallelism"] == 18
 
 
 def test_in_a_cohort_a_queue_without_a_borrowing_limit_borrows_without_limit(

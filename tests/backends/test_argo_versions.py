@@ -201,7 +201,8 @@ def test_a_task_larger_than_the_cluster_queues_quota_is_refused_at_submission(
     assert message.startswith("task sweep needs 8 cores, ")
     assert message.endswith(
         "more than the ClusterQueue of the LocalQueue simrun admits for one pod in any of its "
-        "flavors (at most 4 cores, 128.0 GiB, 1024 GiB): Kueue would hold it forever"
+        "flavors (at most, flavor by flavor: 4 cores, 128.0 GiB, 1024 GiB of scratch): Kueue "
+        "would hold it forever"
     )
     assert workflow_posts(kube) == []
 

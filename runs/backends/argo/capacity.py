@@ -16,7 +16,14 @@ from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.kueue_quota import Flavor, admits, covered, queue_flavors, queue_quota
+from runs.backends.argo.kueue_quota import (
+    Flavor,
+    admits,
+    covered,
+    pods_at_once,
+    queue_flavors,
+    queue_quota,
+)
 from runs.backends.argo.node_reservations import listed_nodes
 from runs.backends.argo.nodes import GIB, allocatable, usable
 from runs.backends.argo.versions import (
@@ -173,9 +180,9 @@ class Capacity:
                 f"scratch directory (SIMRUN_SCRATCH_GB): Kueue would admit none of them; add it "
                 f"to its coveredResources (docker/k8s/30-kueue.yaml)"
             )
-        quota = queue_quota(groups)
-        cores, memory_gb = quota.get("cpu", Decimal(0)), quota.get("memory", Decimal(0)) / GIB
-        storage = quota.get("ephemeral-storage")
+        offered = "; ".join(
+            words for flavors in groups for flavor in flavors if (words := _flavor_words(flavor))
+        )
         for task_id, plan in sorted(plans.items()):
             # The retry after a kill for memory is a pod of its own, Kueue admits it anew.
             largest = max(plan.memory_gb, plan.retry_memory_gb)
@@ -186,32 +193,27 @@ class Capacity:
                     f"{_retry(plan)} "
                     f"and {scratch} GiB of scratch in one pod, beside Argo's wait container "
                     f"(0.01 cores, 64 MiB): more than {queue} admits for one pod in any of its "
-                    f"flavors (at most {cores:g} cores, {float(memory_gb):.1f} GiB, "
-                    f"{_gib(storage)} GiB): Kueue would hold it forever"
+                    f"flavors (at most, flavor by flavor: {offered}): Kueue would hold it "
+                    "forever"
                 )
 
     def parallelism(self, plans: Mapping[str, TaskPlan]) -> int | None:
-        """The most pods of a run the ClusterQueue could ever hold at once (the quota of its
-        largest flavor over the smallest pod the plans make, by resource), None when that is
-        no fewer than the run's pods or the quota is not known: Argo then makes no more pods
-        than Kueue could admit, instead of a Workload for each worker of a sweep at once.
-        Read after ``check_cluster``."""
+        """The most pods of a run the ClusterQueue could ever hold at once (``pods_at_once``:
+        the smallest pod the plans make, counted flavor by flavor), None when that is no fewer
+        than the run's pods or the quota is not known: Argo then makes no more pods than Kueue
+        could admit, instead of a Workload for each worker of a sweep at once. Read after
+        ``check_cluster``."""
         refusal, groups = self._gate
-        quota = queue_quota(groups) if not refusal else {}
-        if not plans or not quota:
+        if not plans or refusal:
             return None
         cores = min(plan.cores for plan in plans.values())
         memory_gb = min(plan.memory_gb for plan in plans.values())
         smallest = pod_requests(cores, memory_gb, self.clients.cluster.scratch_gb)
-        fits = [
-            int(quota[name] // amount)
-            for name, amount in smallest.items()
-            if amount and name in quota
-        ]
+        fits = pods_at_once(groups, smallest)
         pods = sum(plan.workers + (0 if plan.coordinator_merges else 1) for plan in plans.values())
-        if not fits or min(fits) >= pods:
+        if fits is None or fits >= pods:
             return None
-        return max(1, min(fits))
+        return max(1, fits)
 
     def _argo_refusal(self) -> str:
         """Why Argo's controller does not do, "" when it does."""
@@ -316,6 +318,20 @@ def _retry(plan: TaskPlan) -> str:
     if plan.retry_memory_gb <= plan.memory_gb:
         return ""
     return f" ({plan.retry_memory_gb:g} GiB for its retry after a kill for memory)"
+
+
+def _flavor_words(flavor: Flavor) -> str:
+    """What one flavor gives one pod, in a refusal's words ("" for none of what a pod asks)."""
+    words = []
+    if "cpu" in flavor:
+        cpu = flavor["cpu"]
+        words.append(f"{'any' if cpu is None else f'{cpu:g}'} cores")
+    if "memory" in flavor:
+        memory = flavor["memory"]
+        words.append(f"{'any' if memory is None else f'{float(memory / GIB):.1f}'} GiB")
+    if "ephemeral-storage" in flavor:
+        words.append(f"{_gib(flavor['ephemeral-storage'])} GiB of scratch")
+    return ", ".join(words)
 
 
 def _gib(amount: Decimal | None) -> str:

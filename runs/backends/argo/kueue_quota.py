@@ -6,6 +6,16 @@ pod fits when, in each group that covers what it requests, one flavor holds all 
 flavor holds its ``nominalQuota``; a ClusterQueue in a cohort (``cohortName``, ``cohort`` in
 v1beta1) may borrow beyond it up to its ``borrowingLimit``, and without one, without limit (as
 much as the cohort has unused, which one ClusterQueue does not tell): no cap is known then.
+
+Flavors never add up for one pod: one with many cores and another with much memory give no pod
+both. The planner caps cores and memory each on its own (any plan within both caps must be
+admitted), so ``queue_quota`` takes both from one flavor per group: the one that gives the most
+memory (then the most cores, then the first listed). Memory, because it is what simrun raises
+by itself (a sized plan, the retry after a kill for memory) and what a task dies short of,
+where too few cores only slow it. The price: a task asking more cores than that flavor has is
+refused at planning though another flavor would admit it; ``admits`` stays the real check of a
+pod. Many pods at once do add up over the flavors (Kueue tries the next flavor when one is
+full): ``pods_at_once`` counts them flavor by flavor.
 """
 
 from __future__ import annotations
@@ -62,18 +72,53 @@ def admits(groups: list[list[Flavor]], requests: Mapping[str, Decimal]) -> bool:
 
 
 def queue_quota(groups: list[list[Flavor]]) -> dict[str, Decimal]:
-    """The most one pod may get of each resource in some flavor, for the planner's caps; a
-    resource one flavor may borrow without limit is left out (no cap is known)."""
+    """What one pod may get at once, for the planner's caps: in each group, all of what the
+    flavor giving the most memory (then cores) gives (see the module's docstring); a resource
+    that flavor may borrow without limit is left out (no cap is known)."""
     found: dict[str, Decimal] = {}
-    unbounded = set()
     for flavors in groups:
-        for flavor in flavors:
-            for name, amount in flavor.items():
-                if amount is None:
-                    unbounded.add(name)
-                else:
-                    found[name] = max(found.get(name, Decimal(0)), amount)
-    return {name: amount for name, amount in found.items() if name not in unbounded}
+        if flavors:
+            largest = max(flavors, key=_by_memory)
+            found |= {name: amount for name, amount in largest.items() if amount is not None}
+    return found
+
+
+def pods_at_once(groups: list[list[Flavor]], requests: Mapping[str, Decimal]) -> int | None:
+    """The most pods of these requests the ClusterQueue could hold at once: in each group that
+    covers what they request, the sum over its flavors of the pods each holds whole; the least
+    over the groups. None when no group limits them (each unlimited somewhere)."""
+    asked = {name: amount for name, amount in requests.items() if amount > 0}
+    counts = []
+    for flavors in groups:
+        mine = {n: a for n, a in asked.items() if any(n in flavor for flavor in flavors)}
+        held = [_pods_held(flavor, mine) for flavor in flavors] if mine else [None]
+        if None not in held:
+            counts.append(sum(count for count in held if count is not None))
+    return min(counts) if counts else None
+
+
+def _pods_held(flavor: Flavor, requests: Mapping[str, Decimal]) -> int | None:
+    """How many pods of these requests one flavor holds whole; None: without limit."""
+    if not all(name in flavor for name in requests):
+        return 0
+    bounded = [
+        int(limit // amount)
+        for name, amount in requests.items()
+        if (limit := flavor[name]) is not None
+    ]
+    return min(bounded) if bounded else None
+
+
+def _by_memory(flavor: Flavor) -> tuple[Decimal, Decimal]:
+    """A flavor's rank for the planner's caps: its memory, then its cores (no limit largest)."""
+    return _amount(flavor, "memory"), _amount(flavor, "cpu")
+
+
+def _amount(flavor: Flavor, name: str) -> Decimal:
+    if name not in flavor:
+        return Decimal(-1)
+    amount = flavor[name]
+    return Decimal("Infinity") if amount is None else amount
 
 
 def _holds(flavor: Flavor, requests: Mapping[str, Decimal]) -> bool:
