@@ -1,4 +1,4 @@
-"""What a command runs, by name: the key its memory is learnt by (docs/memory.md).
+"""What a command runs, by name and by path: the key its memory is learnt by (docs/memory.md).
 
 A program is named by its file's name; an interpreter by its script or module
 (``python -m md.sim`` is ``python md.sim``, ``Rscript fit.R`` is ``Rscript fit.R``). A shell
@@ -7,10 +7,16 @@ its first command that is neither a setting (``X=1``, ``export``, ``cd``, ``set`
 wrapper (``exec``, ``env``, ``nice``…), so two scripts a shell starts are two programs, not
 one ``sh``. A line that names nothing (only builtins, a variable, quotes left open) is
 ``<shell> -c``.
+
+Two files of one name (two projects' ``run.sh``) are told apart by ``program_path``: the
+absolute path of the file the name is taken from, when the command says it (an absolute
+path, or a relative one in a shell line after ``cd`` to an absolute folder); None for a
+program found on ``PATH``, a module, code, or a file whose folder is not known.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from collections.abc import Sequence
@@ -36,31 +42,64 @@ ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 def program_name(command: Sequence[str]) -> str:
     """The name a command's memory is learnt by (see the module)."""
-    first = PurePosixPath(command[0]).name
-    if first not in INTERPRETERS and not first.startswith(INTERPRETERS_TOO):
-        return first
-    args = list(command[1:])
-    for index, arg in enumerate(args):
-        if arg == "-m" and index + 1 < len(args):
-            return f"{first} {args[index + 1]}"
-        if _is_shell(first) and _line_flag(arg) and index + 1 < len(args):
-            return shell_line_program(args[index + 1]) or f"{first} -c"
-        if arg in ("-c", "-e"):
-            return f"{first} {arg}"
-        if not arg.startswith("-"):
-            return f"{first} {PurePosixPath(arg).name}"
-    return first
+    return _program(command, None)[0]
+
+
+def program_path(command: Sequence[str]) -> str | None:
+    """The absolute path of the file ``program_name`` names, when the command says it (see
+    the module); None otherwise."""
+    return _program(command, None)[1]
 
 
 def shell_line_program(line: str) -> str | None:
     """The program a shell line runs (``program_name`` of its first working command); None
     when it names none."""
+    found = _shell_line(line)
+    return found[0] if found else None
+
+
+def _program(command: Sequence[str], folder: str | None) -> tuple[str, str | None]:
+    """The name and path of what ``command`` runs, run in ``folder`` (None: not known)."""
+    first = PurePosixPath(command[0]).name
+    if first not in INTERPRETERS and not first.startswith(INTERPRETERS_TOO):
+        return first, _absolute(command[0], folder, bare=False)
+    args = list(command[1:])
+    for index, arg in enumerate(args):
+        if arg == "-m" and index + 1 < len(args):
+            return f"{first} {args[index + 1]}", None
+        if _is_shell(first) and _line_flag(arg) and index + 1 < len(args):
+            return _shell_line(args[index + 1]) or (f"{first} -c", None)
+        if arg in ("-c", "-e"):
+            return f"{first} {arg}", None
+        if not arg.startswith("-"):
+            return f"{first} {PurePosixPath(arg).name}", _absolute(arg, folder, bare=True)
+    return first, None
+
+
+def _shell_line(line: str) -> tuple[str, str | None] | None:
+    """The name and path of the first working command of a shell line, following its ``cd``s
+    to know the folder it runs in; None when it names none."""
+    folder: str | None = None
     for words in _commands(line):
         words = _unwrapped(words)
+        if words and words[0] == "cd":
+            folder = _absolute(words[1], folder, bare=True) if len(words) == 2 else None
+            continue
         if not words or words[0] in SETUP or not _names_a_program(words[0]):
             continue
-        return program_name(words)
+        return _program(words, folder)
     return None
+
+
+def _absolute(path: str, folder: str | None, *, bare: bool) -> str | None:
+    """``path`` made absolute against ``folder``; None when it cannot be told without the
+    machine: a placeholder or variable in it, an unknown folder, or (unless ``bare``, as a
+    script an interpreter opens) a name without ``/``, which the shell looks up on ``PATH``."""
+    if "{" in path or "$" in path or path.startswith("~") or not (bare or "/" in path):
+        return None
+    if path.startswith("/"):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(folder, path)) if folder else None
 
 
 def _is_shell(name: str) -> bool:

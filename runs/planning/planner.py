@@ -10,11 +10,12 @@ type's default. The retry memory, for the one retry after a kill for memory, is 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.programs import program_name
+from harness.programs import program_name, program_path
 from harness.sweep import SWEEP_TYPE
 from harness.tasktypes import TaskType
 from runs.backends.base import TaskPlan
@@ -52,7 +53,11 @@ class ObservedPeak:
 KEY_LENGTH = 100
 """The length of ``Observation.task_type``: a longer command key is cut there."""
 SWEEP_PREFIX = "sweep:"
-"""The observations of a command sweep are its program's: ``sweep:<program>``."""
+"""The observations of a command sweep are its program's: ``sweep:<program>``, and
+``sweep:<program>@<path digest>`` when the command says which file it is."""
+PATH_DIGEST = 12
+"""The hex digits of the digest of a program's path in its key (48 bits: two paths sharing one
+is too unlikely to plan for)."""
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,19 @@ def observation_key(
     A task type's name; for a command task ``command:<run name>/<task id>``, so the same task
     of a workflow submitted again learns from its earlier runs. A command task of a run
     without a name has no key ("") and is planned at the default. A command sweep's is
-    ``sweep:<program>`` (``harness.programs.program_name``): every sweep of a program learns from
-    the others, whatever its run or task.
+    ``sweep:<program>`` (``harness.programs.program_name``), with ``@`` and a digest of the
+    program's absolute path when the command says it (``harness.programs.program_path``): every
+    sweep of a file learns from the others, whatever its run or task, and two files of one name
+    (two projects' ``run.sh``) are two histories. The path, not the content, is keyed: the key
+    is known from the command alone, the same when the task is planned and when it is observed,
+    and a script edited keeps its history.
     """
     if task_type == SWEEP_TYPE and command:
-        return f"{SWEEP_PREFIX}{program_name(command)}"[:KEY_LENGTH]
+        name = f"{SWEEP_PREFIX}{program_name(command)}"
+        if (path := program_path(command)) is None:
+            return name[:KEY_LENGTH]
+        digest = hashlib.sha256(path.encode()).hexdigest()[:PATH_DIGEST]
+        return f"{name[: KEY_LENGTH - PATH_DIGEST - 1]}@{digest}"
     if task_type:
         return task_type
     return f"command:{run_name}/{task_id}"[:KEY_LENGTH] if run_name else ""

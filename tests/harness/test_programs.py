@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.programs import program_name
+from harness.programs import program_name, program_path
 
 NAMES = {
     "a program by its file": (["/opt/bin/md-sim", "{x}"], "md-sim"),
@@ -31,3 +31,28 @@ NAMES = {
 @pytest.mark.parametrize(("command", "name"), NAMES.values(), ids=NAMES.keys())
 def test_a_command_is_named_by_what_it_runs(command, name):
     assert program_name(command) == name
+
+
+PATHS = {
+    "a program by its absolute path": (["/opt/bin/md-sim", "{x}"], "/opt/bin/md-sim"),
+    "a program on PATH": (["md-sim", "{x}"], None),
+    "a module": (["python", "-m", "md.relax"], None),
+    "a script by its absolute path": (["bash", "/p1/./run.sh"], "/p1/run.sh"),
+    "a script in an unknown folder": (["bash", "run.sh"], None),
+    "a shell line's absolute script": (["sh", "-c", '/p2/run.sh "$1"', "sh", "{i}"], "/p2/run.sh"),
+    "a shell line's script after cd": (
+        ["sh", "-c", 'cd /p1 && cd work && ../run.sh "$1"', "sh", "{i}"],
+        "/p1/run.sh",
+    ),
+    "a script an interpreter opens after cd": (["sh", "-c", "cd /p1; bash run.sh"], "/p1/run.sh"),
+    "a bare name after cd is looked up on PATH": (["sh", "-c", "cd /p1; run.sh"], None),
+    "a relative script without cd": (["sh", "-c", './a.sh "$1"', "sh", "{i}"], None),
+    "cd to a variable": (["sh", "-c", 'cd "$HOME" && ./run.sh'], None),
+    "cd to a placeholder": (["sh", "-c", "cd /p/{i} && ./run.sh"], None),
+    "only builtins": (["sh", "-c", 'echo "$1" >&2'], None),
+}
+
+
+@pytest.mark.parametrize(("command", "path"), PATHS.values(), ids=PATHS.keys())
+def test_two_files_of_one_name_are_told_apart_by_their_path(command, path):
+    assert program_path(command) == path

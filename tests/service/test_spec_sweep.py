@@ -89,12 +89,9 @@ tasks:
         types=TYPES,
     )
 
-    assert observation_keys(spec) == {
-        "a": "sweep:md-sim",
-        "b": "sweep:python md.relax",
-        "c": "sweep:python fit.py",
-        "d": "command:study/d",
-    }
+    keys = observation_keys(spec)
+    assert keys["a"].startswith("sweep:md-sim@") and keys["b"] == "sweep:python md.relax"
+    assert keys["c"].startswith("sweep:python fit.py@") and keys["d"] == "command:study/d"
 
 
 SHELL_SWEEPS = """
@@ -129,6 +126,32 @@ def test_two_shell_scripts_with_different_needs_are_planned_from_separate_histor
     assert "20 observations of big.sh" in plans["big"].why
     assert "20 observations of small.sh" in plans["small"].why
     assert plans["python"].why.startswith("per-worker memory 1 GiB: default of python3 md.relax")
+
+
+TWO_RUN_SH = """
+tasks:
+  one: {command: [sh, -c, 'cd /projects/one && ./run.sh "$1"', sh, "{x}"], sweep: {x: [1]}}
+  two: {command: [sh, -c, '/projects/two/run.sh "$1"', sh, "{x}"], sweep: {x: [1]}}
+  again: {command: [bash, -c, 'cd /projects/one; exec ./run.sh "$1"', sh, "{x}"],
+          sweep: {x: [1]}}
+"""
+
+
+def test_two_scripts_of_one_name_in_two_folders_are_two_histories():
+    """Two projects' ``run.sh`` shared one history, so one's kills widened the other's plans
+    (issue 47); the same script, however its line reaches it, keeps one."""
+    spec = parse_spec(TWO_RUN_SH, types=TYPES)
+    keys = observation_keys(spec)
+    assert keys["one"] != keys["two"] and keys["one"] == keys["again"]
+    assert all(key.startswith("sweep:run.sh@") for key in keys.values())
+    kills = [ObservedPeak(4.0, oom=True, at=float(i)) for i in range(3)]
+    before = plan_run(spec, types=TYPES, observed={})
+    after = plan_run(spec, types=TYPES, observed={keys["one"]: kills})
+
+    assert after["two"] == before["two"]
+    assert after["one"].per_worker_gb > before["one"].per_worker_gb
+    assert after["again"].per_worker_gb == after["one"].per_worker_gb
+    assert "of run.sh" in after["one"].why
 
 
 def test_a_sweep_may_zip_sample_allow_failures_and_read_inputs():
