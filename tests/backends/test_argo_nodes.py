@@ -438,16 +438,22 @@ def test_the_refusal_quotes_what_each_flavor_gives_one_pod_not_a_mix_of_them(
     )
 
 
-def test_the_planners_caps_come_from_one_flavor_that_gives_both_at_once(
+def test_the_caps_cut_no_task_one_flavor_admits_and_the_pod_is_checked_whole(
     kube: KubeApiServer, tmp_path: Path
 ) -> None:
-    """Not 64 cores and 256 GiB, which no flavor gives one pod: the flavor with the most memory,
-    with its cores (Argo's wait container beside the task's main)."""
+    """The planner's caps are the most some flavor gives of each resource (Argo's wait container
+    beside the task's main): a task asking the cores of "wide" is not cut to those of "deep".
+    A pod no one flavor holds whole is refused by the check of the pod (``admits``)."""
     put(kube, pool("huge", "128", "512Gi"))
     flavored(kube, ("wide", 64, "16Gi"), ("deep", 4, "256Gi"))
     backend = backend_of(kube, tmp_path)
 
-    assert (backend.capacity.max_cores, backend.capacity.max_memory_gb) == (3, 255.93)
+    assert (backend.capacity.max_cores, backend.capacity.max_memory_gb) == (63, 255.93)
+    _, wide = run_of("tasks: {sim: {command: ['true'], cores: 16, memory: {gb: 4}}}")
+    backend.capacity.check_cluster(wide)
+    _, neither = run_of("tasks: {sim: {command: ['true'], cores: 16, memory: {gb: 100}}}")
+    with pytest.raises(ValueError, match="flavor by flavor"):
+        backend.capacity.check_cluster(neither)
 
 
 def test_a_sweep_makes_as_many_pods_at_once_as_the_flavors_hold_together(
@@ -479,7 +485,7 @@ def test_in_a_cohort_a_queue_without_a_borrowing_limit_borrows_without_limit(
     other["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 64
     kube.state.cluster_queues["other"] = other
     backend = backend_of(kube, tmp_path)
-    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 8}}}")
+    record, task_plans = run_of("tasks: {solve: {command: [solve], cores: 16, memory: {gb: 4}}}")
 
     backend.submit(record, task_plans, task_types(), CLUSTER)
 

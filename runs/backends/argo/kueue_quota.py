@@ -8,14 +8,11 @@ v1beta1) may borrow beyond it up to its ``borrowingLimit``, and without one, wit
 much as the cohort has unused, which one ClusterQueue does not tell): no cap is known then.
 
 Flavors never add up for one pod: one with many cores and another with much memory give no pod
-both. The planner caps cores and memory each on its own (any plan within both caps must be
-admitted), so ``queue_quota`` takes both from one flavor per group: the one that gives the most
-memory (then the most cores, then the first listed). Memory, because it is what simrun raises
-by itself (a sized plan, the retry after a kill for memory) and what a task dies short of,
-where too few cores only slow it. The price: a task asking more cores than that flavor has is
-refused at planning though another flavor would admit it; ``admits`` stays the real check of a
-pod. Many pods at once do add up over the flavors (Kueue tries the next flavor when one is
-full): ``pods_at_once`` counts them flavor by flavor.
+both, so ``admits`` checks a pod whole, flavor by flavor. The planner's caps (``queue_quota``)
+are only what some flavor gives of each resource: a plan above one can never be admitted, and
+a plan within both is checked whole by ``admits`` before it is accepted. Caps taken from one
+flavor would refuse a task another flavor admits. Many pods at once do add up over the flavors
+(Kueue tries the next flavor when one is full): ``pods_at_once`` counts them flavor by flavor.
 """
 
 from __future__ import annotations
@@ -72,15 +69,19 @@ def admits(groups: list[list[Flavor]], requests: Mapping[str, Decimal]) -> bool:
 
 
 def queue_quota(groups: list[list[Flavor]]) -> dict[str, Decimal]:
-    """What one pod may get at once, for the planner's caps: in each group, all of what the
-    flavor giving the most memory (then cores) gives (see the module's docstring); a resource
-    that flavor may borrow without limit is left out (no cap is known)."""
+    """The most one pod may get of each resource in some flavor, for the planner's caps (see
+    the module's docstring); a resource some flavor may borrow without limit is left out (no
+    cap is known)."""
     found: dict[str, Decimal] = {}
+    unbounded = set()
     for flavors in groups:
-        if flavors:
-            largest = max(flavors, key=_by_memory)
-            found |= {name: amount for name, amount in largest.items() if amount is not None}
-    return found
+        for flavor in flavors:
+            for name, amount in flavor.items():
+                if amount is None:
+                    unbounded.add(name)
+                else:
+                    found[name] = max(found.get(name, Decimal(0)), amount)
+    return {name: amount for name, amount in found.items() if name not in unbounded}
 
 
 def pods_at_once(groups: list[list[Flavor]], requests: Mapping[str, Decimal]) -> int | None:
@@ -107,18 +108,6 @@ def _pods_held(flavor: Flavor, requests: Mapping[str, Decimal]) -> int | None:
         if (limit := flavor[name]) is not None
     ]
     return min(bounded) if bounded else None
-
-
-def _by_memory(flavor: Flavor) -> tuple[Decimal, Decimal]:
-    """A flavor's rank for the planner's caps: its memory, then its cores (no limit largest)."""
-    return _amount(flavor, "memory"), _amount(flavor, "cpu")
-
-
-def _amount(flavor: Flavor, name: str) -> Decimal:
-    if name not in flavor:
-        return Decimal(-1)
-    amount = flavor[name]
-    return Decimal("Infinity") if amount is None else amount
 
 
 def _holds(flavor: Flavor, requests: Mapping[str, Decimal]) -> bool:
