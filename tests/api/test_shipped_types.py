@@ -22,6 +22,7 @@ from runs.common import store
 from runs.control.learning import learn
 from runs.models import Run, Task
 from runs.planning import learned_types
+from tests.backends.argo_pods import main_container, node_pod
 from tests.polling import wait_for
 from tests.walkthrough import (
     PACKAGE,
@@ -229,9 +230,14 @@ def test_render_workflow_learns_the_types_of_the_sources(owner, package, tmp_pat
 
     assert main(["render-workflow", str(spec), "-o", "json"]) == 0
 
-    templates = {t["name"]: t for t in json.loads(capsys.readouterr().out)["spec"]["templates"]}
-    assert {"decay-w0", "decay-extra", "decay-merge", "tally"} <= set(templates)
-    assert templates["tally"]["container"]["command"] == ["simrun-exec", *PLUGIN_COMMAND]
+    workflow = json.loads(capsys.readouterr().out)
+    [dag] = [t for t in workflow["spec"]["templates"] if t["name"] == "Run"]
+    assert {"decay-w0", "decay-extra", "decay-merge", "tally"} <= {
+        task["name"] for task in dag["dag"]["tasks"]
+    }
+    # The pod Argo makes of the node: its command, behind Argo's ``argoexec emissary --``.
+    command = main_container(node_pod(workflow, "tally"))["command"]
+    assert command[command.index("--") + 1 :] == ["simrun-exec", *PLUGIN_COMMAND]
 
 
 SNOOP_FILES = {
