@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from harness.files import write_atomic
 from harness.tasktypes import TaskType
 from runs.backends import logs
 from runs.backends.base import (
@@ -118,9 +119,7 @@ class FakeBackend:
                 try:
                     yield current
                 finally:
-                    temporary = self.state_file.with_suffix(".tmp")
-                    temporary.write_text(current.model_dump_json())
-                    os.replace(temporary, self.state_file)
+                    write_atomic(self.state_file, current.model_dump_json())
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
