@@ -53,6 +53,13 @@ def said(doc: Path, pattern: str) -> list[str]:
     return quoted
 
 
+def submitted(service: Service, token: str, spec: Path) -> tuple[str, str]:
+    """``simrun submit --follow`` of ``spec``, which must exit 0: what it printed and its run."""
+    done = simrun_submit(service, token, spec)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout, run_id(done.stdout)
+
+
 def run_id(output: str) -> str:
     """The run ``simrun submit`` says it submitted, named (``ID (NAME):``) or not (``ID:``)."""
     found = re.search(r"submitted run ([a-z0-9]+)\b", output)
@@ -70,11 +77,9 @@ def test_the_complete_example_of_run_spec_runs_and_draws_its_plot(
 ) -> None:
     spec = write_example(RUN_SPEC, "ising-sweep.yaml", tmp_path)
 
-    done = simrun_submit(sqlite_service, token, spec)
+    printed, run = submitted(sqlite_service, token, spec)
 
-    assert done.returncode == 0, done.stdout + done.stderr
-    run = run_id(done.stdout)
-    assert re.search(rf"run {run} succeeded after", done.stdout), done.stdout
+    assert re.search(rf"run {run} succeeded after", printed), printed
     tasks = sqlite_service.store / "runs" / run / "tasks"
     assert (tasks / "sweep" / "out" / "squares.csv").read_text().startswith("unit,square\n")
     svg = (tasks / "plot" / "out" / "plot.svg").read_text()
@@ -101,10 +106,8 @@ def test_the_md_sim_sweep_of_run_spec_computes_its_260_units(
 ) -> None:
     spec = write_example(RUN_SPEC, "md-sim.yaml", tmp_path)
 
-    done = simrun_submit(sqlite_service, token, spec)
+    _, run = submitted(sqlite_service, token, spec)
 
-    assert done.returncode == 0, done.stdout + done.stderr
-    run = run_id(done.stdout)
     saved = simrun(sqlite_service, token, "results", run, "--csv", str(tmp_path / "md.csv"))
     assert saved.returncode == 0, saved.stderr
     table = pd.read_csv(tmp_path / "md.csv")
@@ -123,15 +126,11 @@ def test_the_cache_example_of_resume_runs_only_its_uncached_task_the_second_time
     sqlite_service: Service, token: str, tmp_path: Path
 ) -> None:
     spec = write_example(RESUME, "cached.yaml", tmp_path)
-    first = simrun_submit(sqlite_service, token, spec)
-    assert first.returncode == 0, first.stdout + first.stderr
-    earlier = run_id(first.stdout)
+    _, earlier = submitted(sqlite_service, token, spec)
     assert "reused from" not in simrun(sqlite_service, token, "show", earlier).stdout
 
-    second = simrun_submit(sqlite_service, token, spec)
+    _, run = submitted(sqlite_service, token, spec)
 
-    assert second.returncode == 0, second.stdout + second.stderr
-    run = run_id(second.stdout)
     shown = simrun(sqlite_service, token, "show", run)
     assert shown.returncode == 0, shown.stderr
     lines = said(RESUME, r"`simrun show` of it says") + said(RESUME, r"\(its task sweep\)` and")
