@@ -251,3 +251,28 @@ def container_status(name: str, **state: Any) -> dict[str, Any]:
         "started": "running" in state,
         "state": state,
     }
+
+
+def gated_pod(name: str, node_name: str, uid: str) -> dict[str, Any]:
+    """A pod Kueue holds back: its scheduling gate and PodScheduled SchedulingGated."""
+    found = argo_pod(name, node_name=node_name, phase="Pending", dag_task=node_name.split("(")[0])
+    found["metadata"]["uid"] = uid
+    found["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    found["status"]["conditions"][0]["message"] = "Scheduling is blocked due to non-empty gates"
+    return found
+
+
+def workload(pod_name: str, uid: str, conditions: list[dict[str, str]]) -> dict[str, Any]:
+    """The Kueue Workload of a pod, as Kueue's pod integration writes it."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"pod-{pod_name}-4f1c2",
+            "namespace": "simrun",
+            "labels": {"kueue.x-k8s.io/job-uid": uid, "kueue.x-k8s.io/queue-name": "simrun"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid}],
+        },
+        "spec": {"queueName": "simrun", "podSets": [{"name": "main", "count": 1}]},
+        "status": {"conditions": conditions},
+    }

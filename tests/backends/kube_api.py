@@ -444,6 +444,10 @@ class KubeState:
     """Every pod event, likewise (``pod_events``)."""
     _pods_told: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """Each pod as the last pod event told it (``pod_events``)."""
+    _workload_history: list[dict[str, Any]] = field(default_factory=list)
+    """Every Workload event, likewise (``pod_events``)."""
+    _workloads_told: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Each Workload as the last Workload event told it (``pod_events``)."""
 
     compacted: int = 0
     """The resourceVersion etcd compacted up to: a watch or a continue token from before it
@@ -476,9 +480,9 @@ class KubeState:
         """Compact the history, as etcd does every few minutes: older versions are gone."""
         with self.lock:
             self.compacted = int(self.version())
-            self._history, self._pod_history = (
+            self._history, self._pod_history, self._workload_history = (
                 [e for e in h if int(e["object"]["metadata"]["resourceVersion"]) > self.compacted]
-                for h in (self._history, self._pod_history)
+                for h in (self._history, self._pod_history, self._workload_history)
             )
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -663,27 +667,39 @@ class KubeState:
                 events.put({"type": event, "object": copy.deepcopy(obj)})
 
     def pod_events(self) -> None:
-        """Tell the watches of pods of every pod written since the last call, as the API
-        server tells every write: created (``ADDED``), changed (``MODIFIED``: by a request, or
-        in place by the stand-in's kubelet, Kueue or a test, which gets a new resourceVersion
-        then, as a write does) or deleted (``DELETED``). Called before every request is
-        served and at every tick of a watch of pods, so what a request reads was told first."""
+        """Tell the watches of pods, and of Kueue's Workloads, of every one written since the
+        last call, as the API server tells every write: created (``ADDED``), changed
+        (``MODIFIED``: by a request, or in place by the stand-in's kubelet, Kueue or a test,
+        which gets a new resourceVersion then, as a write does) or deleted (``DELETED``).
+        Called before every request is served and at every tick of a watch of pods or
+        Workloads, so what a request reads was told first."""
         with self.lock:
-            for key, pod in self.pods.items():
-                told = self._pods_told.get(key)
-                if told == pod:
-                    continue
-                meta = pod.setdefault("metadata", {})
-                if told is not None and (
-                    told["metadata"].get("resourceVersion") == meta.get("resourceVersion")
-                ):
-                    self.stamp(pod)  # written in place
-                elif "resourceVersion" not in meta:
-                    self.stamp(pod)
-                self._pod_event("ADDED" if told is None else "MODIFIED", pod)
-                self._pods_told[key] = copy.deepcopy(pod)
-            for key in [k for k in self._pods_told if k not in self.pods]:
-                self._pod_event("DELETED", self.stamp(self._pods_told.pop(key)))
+            self._changes("pods", self.pods, self._pods_told, self._pod_history)
+            self._changes("workloads", self.workloads, self._workloads_told, self._workload_history)
+
+    def _changes(
+        self,
+        resource: str,
+        objects: dict[tuple[str, str], dict[str, Any]],
+        told: dict[tuple[str, str], dict[str, Any]],
+        history: list[dict[str, Any]],
+    ) -> None:
+        """Tell the watches of ``resource`` what changed in ``objects`` since ``told``."""
+        for key, obj in objects.items():
+            before = told.get(key)
+            if before == obj:
+                continue
+            meta = obj.setdefault("metadata", {})
+            if before is not None and (
+                before["metadata"].get("resourceVersion") == meta.get("resourceVersion")
+            ):
+                self.stamp(obj)  # written in place
+            elif "resourceVersion" not in meta:
+                self.stamp(obj)
+            self._event(resource, history, "ADDED" if before is None else "MODIFIED", obj)
+            told[key] = copy.deepcopy(obj)
+        for key in [k for k in told if k not in objects]:
+            self._event(resource, history, "DELETED", self.stamp(told.pop(key)))
 
     @property
     def pods_version(self) -> int:
@@ -693,9 +709,11 @@ class KubeState:
             last = self._pod_history[-1] if self._pod_history else None
             return int(last["object"]["metadata"]["resourceVersion"]) if last else 0
 
-    def _pod_event(self, event: str, pod: dict[str, Any]) -> None:
-        self._pod_history.append({"type": event, "object": copy.deepcopy(pod)})
-        self._tell("pods", event, pod)
+    def _event(
+        self, resource: str, history: list[dict[str, Any]], event: str, obj: dict[str, Any]
+    ) -> None:
+        history.append({"type": event, "object": copy.deepcopy(obj)})
+        self._tell(resource, event, obj)
 
 
 def _owned_by(pod: dict[str, Any], workflow: str) -> bool:
@@ -768,9 +786,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             authorize(state, request)
             watched = WORKFLOWS.match(url.path) or PODS.match(url.path)
+            watched = watched or WORKLOADS.match(url.path)
             if method == "GET" and watched and query.get("watch") == "true":
                 request.status = 200
-                self._watch(watched["ns"], query, "pods" if "/pods" in url.path else "workflows")
+                self._watch(watched["ns"], query, url.path.rsplit("/", 1)[-1])
                 return
             code, body = self._route(method, url.path, query, content_type, request.body)
         except ApiError as error:
@@ -1032,17 +1051,23 @@ class _Handler(BaseHTTPRequestHandler):
         return text
 
     def _watch(self, namespace: str, query: dict[str, str], resource: str) -> None:
-        """A watch of workflows or pods: what it missed since its ``resourceVersion`` (all
-        there is without one), then every change until its ``timeoutSeconds``."""
+        """A watch of workflows, pods or Workloads: what it missed since its
+        ``resourceVersion`` (all there is without one), then every change until its
+        ``timeoutSeconds``."""
         state = self.server.state
         selector = query.get("labelSelector")
         events: queue.Queue = queue.Queue()
-        pods = resource == "pods"
+        told = resource != "workflows"  # written in place, told by ``pod_events``
+        objects, history = {
+            "workflows": (state.workflows, state._history),
+            "pods": (state.pods, state._pod_history),
+            "workloads": (state.workloads, state._workload_history),
+        }[resource]
         with state.lock:
             if "resourceVersion" not in query:
                 missed = [
                     {"type": "ADDED", "object": copy.deepcopy(obj)}
-                    for (_, _), obj in sorted((state.pods if pods else state.workflows).items())
+                    for (_, _), obj in sorted(objects.items())
                 ]
             else:
                 since = int(query["resourceVersion"])
@@ -1050,9 +1075,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self._too_old(since, state.compacted)
                     return
                 missed = [
-                    e
-                    for e in (state._pod_history if pods else state._history)
-                    if int(e["object"]["metadata"]["resourceVersion"]) > since
+                    e for e in history if int(e["object"]["metadata"]["resourceVersion"]) > since
                 ]
             for event in missed:
                 meta = event["object"]["metadata"]
@@ -1069,14 +1092,14 @@ class _Handler(BaseHTTPRequestHandler):
         quiet_since = time.monotonic()
         try:
             while time.monotonic() < deadline and not self.server.closing.is_set():
-                if pods:
+                if told:
                     state.pod_events()
                 try:
                     event = events.get(timeout=0.1)
                 except queue.Empty:
                     if not bookmarks or time.monotonic() - quiet_since < state.bookmark_s:
                         continue
-                    event = _bookmark(str(state.latest), pods)
+                    event = _bookmark(str(state.latest), resource)
                     state.bookmarks_sent.append(state.latest)
                 if event is None:  # ``end_watches``
                     break
@@ -1107,13 +1130,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _bookmark(version: str, pods: bool) -> dict[str, Any]:
-    """A BOOKMARK: only the version the watch has reached."""
+def _bookmark(version: str, resource: str) -> dict[str, Any]:
+    """A BOOKMARK of a watch of ``resource``: only the version the watch has reached."""
+    api_version, kind = {**KINDS, "workloads": ("kueue.x-k8s.io/v1beta2", "Workload")}[resource]
     return {
         "type": "BOOKMARK",
         "object": {
-            "kind": "Pod" if pods else "Workflow",
-            "apiVersion": "v1" if pods else "argoproj.io/v1alpha1",
+            "kind": kind,
+            "apiVersion": api_version,
             "metadata": {"resourceVersion": version},
         },
     }

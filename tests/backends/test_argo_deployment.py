@@ -251,6 +251,13 @@ def worker_calls(backend: ArgoBackend, state: Any, tmp_path: Path) -> None:
         version = state.workflows[("simrun", WF)]["metadata"]["resourceVersion"]
         wait_for(lambda: backend.versions([WF]).get(WF) == version, 10, "the watch saw it")
         backend.status(WF)
+        wait_for(
+            lambda: any(
+                r.path.endswith("/workloads") and r.query.get("watch") for r in state.requests
+            ),
+            10,
+            "the watch of the pods' Workloads",
+        )
         backend.logs(WF, "sweep")
         backend.placements()
         backend.stop(WF)

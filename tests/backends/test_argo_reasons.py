@@ -17,7 +17,17 @@ from runs.backends.base import ClusterConfig
 from runs.models import Attempt
 from tests.backends import kubelet
 from tests.backends.argo_runs import run_of
-from tests.backends.argo_workflows import SIGTERM, WF, Nodes, argo_pod, kube_node, pod, workflow
+from tests.backends.argo_workflows import (
+    SIGTERM,
+    WF,
+    Nodes,
+    argo_pod,
+    gated_pod,
+    kube_node,
+    pod,
+    workflow,
+    workload,
+)
 from tests.backends.kube_api import KubeApiServer
 from tests.factories import running, submitted
 
@@ -74,31 +84,6 @@ def disruption(reason: str, message: str, kind: str = "DisruptionTarget") -> dic
         "lastTransitionTime": "2026-11-29T10:04:00Z",
         "reason": reason,
         "message": message,
-    }
-
-
-def gated_pod(name: str, node_name: str, uid: str) -> dict[str, Any]:
-    """A pod Kueue holds back: its scheduling gate and PodScheduled SchedulingGated."""
-    found = argo_pod(name, node_name=node_name, phase="Pending", dag_task=node_name.split("(")[0])
-    found["metadata"]["uid"] = uid
-    found["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
-    found["status"]["conditions"][0]["message"] = "Scheduling is blocked due to non-empty gates"
-    return found
-
-
-def workload(pod_name: str, uid: str, conditions: list[dict[str, str]]) -> dict[str, Any]:
-    """The Kueue Workload of a pod, as Kueue's pod integration writes it."""
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {
-            "name": f"pod-{pod_name}-4f1c2",
-            "namespace": "simrun",
-            "labels": {"kueue.x-k8s.io/job-uid": uid, "kueue.x-k8s.io/queue-name": "simrun"},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid}],
-        },
-        "spec": {"queueName": "simrun", "podSets": [{"name": "main", "count": 1}]},
-        "status": {"conditions": conditions},
     }
 
 
@@ -271,8 +256,10 @@ def test_a_pod_kueue_holds_back_says_where_its_workload_stands(
         "sweep-extra(1:2)": "quota reserved by Kueue, waiting for admission: "
         "The workload has not all checks ready",
     }
-    [listing] = [r for r in kube.state.requests if r.path.endswith("/workloads")]
-    assert listing.query["labelSelector"] == "kueue.x-k8s.io/job-uid in (uid-1,uid-2)"
+    [listing] = [
+        r for r in kube.state.requests if r.path.endswith("/workloads") and "watch" not in r.query
+    ]
+    assert listing.query["labelSelector"] == "kueue.x-k8s.io/job-uid", "Kueue's, of pods"
 
 
 def test_a_running_workflow_without_failures_reads_no_pods(

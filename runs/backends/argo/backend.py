@@ -5,7 +5,7 @@ stops it, and hands the rest to one part each: the watch of Workflows (``watch``
 pods (``pod_logs``), the reasons of their pods (``pod_reasons``), what the cluster can hold
 (``capacity``), the nodes and their reservation (``node_reservations``), the pods that run
 (``placements``) and the images (``image_builds``); the Workflows and the pods are read from
-caches a watch keeps (``watch``, ``pod_cache``). See docs/cluster.md.
+caches a watch keeps (``watch``, ``pod_cache``, ``workload_cache``). See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from runs.backends.argo.pod_reasons import PodReasons
 from runs.backends.argo.status import status_from_workflow
 from runs.backends.argo.watch import PAGE_SIZE, WorkflowCache
 from runs.backends.argo.workflow_limits import workflow_refusal
+from runs.backends.argo.workload_cache import WorkloadCache
 from runs.backends.base import (
     BackendStatus,
     ClusterConfig,
@@ -105,7 +106,10 @@ class ArgoBackend:
         self.pod_logs = PodLogs(
             self.clients, store=store, cached=self._cache.get, pods=self.pods, log_bytes=log_bytes
         )
-        self.reasons = PodReasons(self.clients, self.pods)
+        self.workloads = WorkloadCache(
+            self.clients, backoff_s=watch_backoff_s, watch_timeout_s=watch_timeout_s
+        )
+        self.reasons = PodReasons(self.clients, self.pods, self.workloads)
         self.capacity = Capacity(self.clients, ttl_s=capacity_ttl_s)
         self.node_reservations = NodeReservations(self.clients)
         self.builds = ImageBuilds(self.clients, poll_s=build_poll_s)
@@ -313,10 +317,12 @@ class ArgoBackend:
         """End the watches."""
         self._cache.close()
         self.pods.close()
+        self.workloads.close()
         if self._watch is not None:
             self._watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
         self._cache.close(timeout_s=10)
         self.pods.close(timeout_s=10)
+        self.workloads.close(timeout_s=10)
 
     @property
     def watching(self) -> bool:

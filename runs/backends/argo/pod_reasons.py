@@ -1,8 +1,8 @@
 """Why a workflow's pods wait and why its failed attempts were ended, from the pods.
 
 The Workflow says what ran and how it ended; its pods (from the ``pod_cache``: no request), and
-their Kueue Workloads, and for a pod that cannot start its kubelet's events, say why: the pure
-``status`` reads them into the status.
+their Kueue Workloads (from the ``workload_cache``: no request either), and for a pod that
+cannot start its kubelet's events, say why: the pure ``status`` reads them into the status.
 """
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, cast
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from runs.backends.argo.capacity import KUEUE_GROUP, KUEUE_VERSION
 from runs.backends.argo.clients import Clients
 from runs.backends.argo.pod_cache import PodCache
 from runs.backends.argo.status import (
@@ -25,12 +24,11 @@ from runs.backends.argo.status import (
     unschedulable_too_long,
     with_pods,
 )
+from runs.backends.argo.workload_cache import WorkloadCache
 from runs.backends.base import BackendStatus
 
 log = logging.getLogger(__name__)
 
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-"""The label of a Kueue Workload naming the uid of its pod."""
 STUCK_EVENT_PODS = 4
 """The most pods of a status whose events are read (pods past the start timeout that started
 no container: ``creating_too_long``); the others fail without the kubelet's warning."""
@@ -41,9 +39,10 @@ STUCK_EVENTS_LIMIT = 20
 class PodReasons:
     """The reasons of a workflow's pending and failed pods, read for its status."""
 
-    def __init__(self, clients: Clients, pods: PodCache) -> None:
+    def __init__(self, clients: Clients, pods: PodCache, workloads: WorkloadCache) -> None:
         self.clients = clients
         self.pods = pods
+        self.workloads = workloads
 
     def with_reasons(self, name: str, status: BackendStatus) -> tuple[BackendStatus, bool]:
         """The status with the reasons of its pending and failed pods; whether they were read."""
@@ -112,26 +111,9 @@ class PodReasons:
     def _workloads_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The Kueue Workloads of the pods Kueue holds back or admitted to no node that fits
         (``needs_workload``), by pod uid."""
-        gated = sorted(
+        return self.workloads.of_pods(
             p["metadata"]["uid"] for p in pods if needs_workload(p) and p["metadata"].get("uid")
         )
-        if not gated:
-            return {}
-        listing = cast(
-            dict[str, Any],
-            self.clients.custom.list_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                self.clients.namespace,
-                "workloads",
-                label_selector=f"{JOB_UID_LABEL} in ({','.join(gated)})",
-            ),
-        )
-        return {
-            w["metadata"]["labels"][JOB_UID_LABEL]: w
-            for w in listing.get("items") or []
-            if JOB_UID_LABEL in (w["metadata"].get("labels") or {})
-        }
 
 
 def _uid(pod: dict[str, Any]) -> str:
