@@ -84,25 +84,33 @@ class ArgoInvalid(ValueError):
     """A Workflow Argo's controller would not run: it fails it with this message."""
 
 
-def argo_pods(workflow: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(DAG node, attempt, pod) for each pod a DAG task calls and attempt of ``ATTEMPTS``."""
-    for _, node, attempt, pod in template_pods(workflow):
+def argo_pods(
+    workflow: dict[str, Any], *, every_item: bool = False
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(DAG node, attempt, pod) for each pod a DAG task calls and attempt of ``ATTEMPTS``
+    (of each item of a fan-out with ``every_item``, else of its first)."""
+    for _, node, attempt, pod in template_pods(workflow, every_item=every_item):
         yield node, attempt, pod
 
 
-def template_pods(workflow: dict[str, Any]) -> Iterator[tuple[str, str, int, dict[str, Any]]]:
+def template_pods(
+    workflow: dict[str, Any], *, every_item: bool = False
+) -> Iterator[tuple[str, str, int, dict[str, Any]]]:
     """(template, DAG node, attempt, pod) for each pod a DAG task calls and attempt of
-    ``ATTEMPTS``."""
-    for node, template, inputs in calls(workflow):
+    ``ATTEMPTS`` (of each item of a fan-out with ``every_item``, else of its first)."""
+    for node, template, inputs in calls(workflow, every_item=every_item):
         for attempt, last in ATTEMPTS.items():
             pod = argo_pod(workflow, node, template, inputs, attempt, last)
             yield template["name"], node, attempt, pod
 
 
-def calls(workflow: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
+def calls(
+    workflow: dict[str, Any], *, every_item: bool = False
+) -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
     """(DAG node, template, input parameters) of each container template a DAG task calls,
-    through nested DAGs from the entrypoint; a fan-out's first item. ``ArgoInvalid`` when a
-    task calls a template that does not exist or does not supply a parameter."""
+    through nested DAGs from the entrypoint; a fan-out's first item (each one with
+    ``every_item``). ``ArgoInvalid`` when a task calls a template that does not exist or does
+    not supply a parameter."""
     spec = workflow.get("spec") or {}
     templates = {t.get("name"): t for t in spec.get("templates") or []}
 
@@ -117,18 +125,29 @@ def calls(workflow: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[
                 continue
             if "container" not in callee:
                 continue
-            item = str((task.get("withSequence") or {}).get("start", "0"))
-            node = task["name"] + (f"(0:{item})" if "withSequence" in task else "")
-            arguments = {
-                p["name"]: str(p.get("value", "")).replace("{{item}}", item)
-                for p in (task.get("arguments") or {}).get("parameters") or []
-            }
-            yield prefix + node, callee, _inputs(callee, arguments, at)
+            for index, item in enumerate(_items(task, every_item)):
+                node = task["name"] + (f"({index}:{item})" if "withSequence" in task else "")
+                arguments = {
+                    p["name"]: str(p.get("value", "")).replace("{{item}}", item)
+                    for p in (task.get("arguments") or {}).get("parameters") or []
+                }
+                yield prefix + node, callee, _inputs(callee, arguments, at)
 
     entrypoint = spec.get("entrypoint", "")
     if entrypoint not in templates:
         raise ArgoInvalid(f"spec.entrypoint: template {entrypoint!r} not found")
     yield from dag(entrypoint, "")
+
+
+def _items(task: dict[str, Any], every_item: bool) -> list[str]:
+    """The items of a DAG task: its ``withSequence``'s (``start`` to ``end``, or ``count``
+    from ``start``), only the first unless ``every_item``; one item, "0", without one."""
+    sequence = task.get("withSequence") or {}
+    start = int(sequence.get("start", "0"))
+    if not every_item or not sequence:
+        return [str(start)]
+    end = int(sequence["end"]) if "end" in sequence else start + int(sequence["count"]) - 1
+    return [str(i) for i in range(start, end + 1)]
 
 
 def node_pod(

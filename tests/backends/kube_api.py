@@ -17,7 +17,9 @@ cannot resolve. A real API server would take such a Workflow and Argo would fail
 pods one by one; the stand-in refuses it at once, naming the fault.
 It refuses what is too large as they do: a request body over the API server's 3 MiB with 413,
 an object over etcd's 1.5 MiB request limit with 500 "etcdserver: request is too large", and
-(the CRD's schema, from Argo 4.0) more than 200 templates or DAG tasks in a Workflow with 422.
+(the CRD's schema, from Argo 4.0) more than 200 templates or DAG tasks in a Workflow with 422;
+its Argo controller fails a Workflow past 1 MiB, and makes no more pods of one at once than
+its ``parallelism`` (``argo_creates_pods``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ REQUEST_BYTES_MAX = 3 << 20
 """The API server's limit on a request body (``MaxRequestBodyBytes``): 413 past it."""
 ETCD_BYTES_MAX = 1572864
 """etcd's ``--max-request-bytes`` default: the API server answers 500 past it."""
+ARGO_WORKFLOW_BYTES_MAX = 1 << 20
+"""Argo's controller's ``MAX_WORKFLOW_SIZE`` default: a Workflow whose JSON is larger even with
+its nodes compressed is failed (``argo_too_large``)."""
 STALL = -1
 """What ``KubeState.intercept`` returns to make the server read a request and never answer."""
 STALL_MAX_S = 30.0
@@ -612,23 +617,39 @@ class KubeState:
         return INSTANCE_LABEL not in labels
 
     def argo_creates_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """Create the first pods of a stored Workflow as Argo's controller does (``argo_pods``):
-        through admission, then the kubelet (``kubelet.start``); none of a Workflow it does not
-        run (``argo_runs``). Its pods carry its ``instanceID``, as Argo labels them."""
+        """Create the pods of a stored Workflow that Argo's controller would make now
+        (``argo_pods``: the first attempt of each DAG task and fan-out item not made yet), at
+        most ``spec.parallelism`` of its pods not ended at once, as Argo does; each through
+        admission, then the kubelet (``kubelet.start``). None of a Workflow it does not run
+        (``argo_runs``), and none of one past its size, which it fails (``argo_too_large``).
+        Its pods carry its ``instanceID``, as Argo labels them."""
         with self.lock:
-            made = []
+            made: list[dict[str, Any]] = []
             workflow = self.workflows[(namespace, name)]
             if not self.argo_runs(workflow):
                 return made
-            for _, attempt, pod in argo_pods(workflow):
+            if message := argo_too_large(workflow):
+                workflow["status"] = {**(workflow.get("status") or {}), "phase": "Error"}
+                workflow["status"]["message"] = message
+                self.put_workflow(workflow)
+                return made
+            mine = [p for p in self.pods.values() if _owned_by(p, name)]
+            active = sum((p.get("status") or {}).get("phase") not in kueue.TERMINAL for p in mine)
+            most = (workflow.get("spec") or {}).get("parallelism") or None
+            known = {p["metadata"]["name"] for p in mine}
+            for _, attempt, pod in argo_pods(workflow, every_item=True):
+                if attempt != 0 or pod["metadata"]["name"] in known:
+                    continue
+                if most is not None and active >= most:
+                    break
                 if self.argo_instance_id:
                     pod["metadata"]["labels"][INSTANCE_LABEL] = self.argo_instance_id
-                if attempt == 0:
-                    admit(self, pod)
-                    pod["status"] = {"phase": "Pending"}
-                    self.pods[(namespace, pod["metadata"]["name"])] = self.stamp(pod)
-                    self.pod_created(pod)
-                    made.append(pod)
+                admit(self, pod)
+                pod["status"] = {"phase": "Pending"}
+                self.pods[(namespace, pod["metadata"]["name"])] = self.stamp(pod)
+                self.pod_created(pod)
+                made.append(pod)
+                active += 1
             return made
 
     def put_node(self, node: dict[str, Any]) -> None:
@@ -714,6 +735,20 @@ class KubeState:
     ) -> None:
         history.append({"type": event, "object": copy.deepcopy(obj)})
         self._tell(resource, event, obj)
+
+
+def argo_too_large(workflow: dict[str, Any]) -> str:
+    """Argo's controller's message failing a Workflow whose JSON (with its nodes compressed)
+    is past ``ARGO_WORKFLOW_BYTES_MAX`` without a database to offload them to ("" when it is
+    not): the controller's ``packer`` and ``hydrator``, which mark the Workflow ``Error``."""
+    size = len(json.dumps(workflow, separators=(",", ":")).encode())
+    if size <= ARGO_WORKFLOW_BYTES_MAX:
+        return ""
+    return (
+        f"workflow is longer than maximum allowed size. compressed size {size} > maxSize "
+        f"{ARGO_WORKFLOW_BYTES_MAX}Tried to offload but encountered error: offload node status "
+        "is not supported"
+    )
 
 
 def _owned_by(pod: dict[str, Any], workflow: str) -> bool:

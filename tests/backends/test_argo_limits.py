@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.client import CustomObjectsApi
 
 from harness.tasktypes import task_types
 from runs.backends.argo.api import CallPolicy, ClusterApiError
@@ -24,7 +25,7 @@ from runs.backends.argo.workflow_limits import (
 )
 from runs.backends.base import BackendUnavailable, ClusterConfig, RunRecord, TaskPlan
 from tests.backends.argo_runs import run_of
-from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_api import ETCD_BYTES_MAX, KubeApiServer
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 
@@ -78,6 +79,8 @@ def test_a_run_of_500_tasks_is_one_workflow_in_parts_of_200_dag_tasks_under_1_mi
     assert len(templates) <= 12, "the kinds of pod and the parts, not one a task"
     assert workflow_bytes(stored) < WORKFLOW_BYTES_MAX
     assert posts(kube) == [201]
+    assert kube.state.argo_creates_pods("simrun", name), "Argo's controller runs it"
+    assert "status" not in stored, "not failed as past Argo's size (its MAX_WORKFLOW_SIZE)"
 
 
 @pytest.mark.parametrize(("kind", "most"), [("command", 800), ("split", 2_000)])
@@ -161,3 +164,42 @@ def test_a_submission_past_the_limits_is_a_400_naming_it_and_no_run(
 
     assert "more than the 1 MiB a Workflow may be" in " ".join(refused.value.errors["tasks"])
     assert posts(kube) == [] and not Run.objects.exists()
+
+
+def test_a_workflow_past_1_mib_that_the_api_server_took_is_failed_by_argo_saying_so(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    record, plans = commands(1, "y" * 1_100_000)
+    manifest = workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
+    assert WORKFLOW_BYTES_MAX < workflow_bytes(manifest) < ETCD_BYTES_MAX
+    name = manifest["metadata"]["name"]
+    CustomObjectsApi(kube.client()).create_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", "simrun", "workflows", manifest
+    )
+
+    assert kube.state.argo_creates_pods("simrun", name) == []
+
+    status = backend.status(name)
+    assert status.phase == "Error"
+    assert status.message.startswith("workflow is longer than maximum allowed size.")
+    assert workflow_refusal(manifest), "ours refuses it before it is POSTed"
+
+
+def test_argo_makes_no_more_pods_of_a_sweep_at_once_than_its_parallelism(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    record, plans = run_of(
+        "tasks: {sweep: {type: squares, settings: {n: 100000}, workers: 1000, cores: 1}}"
+    )
+    name = backend.submit(record, plans, task_types(), CLUSTER)
+    most = kube.state.workflows[("simrun", name)]["spec"]["parallelism"]
+
+    first = kube.state.argo_creates_pods("simrun", name)
+    for ended in first[:5]:
+        kube.state.pods[("simrun", ended["metadata"]["name"])]["status"]["phase"] = "Succeeded"
+    following = kube.state.argo_creates_pods("simrun", name)
+
+    assert (len(first), len(following)) == (most, 5), "its parallelism, then as many as ended"
+    assert kube.state.argo_creates_pods("simrun", name) == []
+    names = {p["metadata"]["name"] for p in first + following}
+    assert len(names) == most + 5, "each pod a worker of its own"
