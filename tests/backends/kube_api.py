@@ -64,12 +64,13 @@ LOCAL_QUEUE = re.compile(KUEUE + r"/namespaces/(?P<ns>[^/]+)/localqueues/(?P<nam
 CLUSTER_QUEUE = re.compile(KUEUE + r"/clusterqueues/(?P<name>[^/]+)$")
 KUEUE_CREATE = re.compile(
     KUEUE + r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>localqueues|clusterqueues|"
-    r"resourceflavors)$"
+    r"resourceflavors|cohorts)$"
 )
 KUEUE_KINDS = {
     "localqueues": "LocalQueue",
     "clusterqueues": "ClusterQueue",
     "resourceflavors": "ResourceFlavor",
+    "cohorts": "Cohort",
 }
 KUEUE_GROUP = re.compile(r"^/apis/kueue\.x-k8s\.io/?$")
 DEPLOYMENT = re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments/(?P<name>[^/]+)$")
@@ -414,6 +415,8 @@ class KubeState:
             for d in kueue_manifests("LocalQueue")
         }
     )
+    cohorts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Kueue's Cohorts by name (none unless a test makes them, as an administrator would)."""
     resource_flavors: dict[str, dict[str, Any]] = field(
         default_factory=lambda: {
             d["metadata"]["name"]: d for d in kueue_manifests("ResourceFlavor")
@@ -591,7 +594,11 @@ class KubeState:
         local = {key: q["spec"]["clusterQueue"] for key, q in self.local_queues.items()}
         admitted: list[dict[str, Any]] = []
         kueue.admit(
-            list(self.workloads.values()), pods, local, self.cluster_queues, admitted.append
+            list(self.workloads.values()),
+            pods,
+            local,
+            kueue.Quotas(self.cluster_queues, self.cohorts),
+            admitted.append,
         )
         for pod in admitted:
             if not pod["spec"].get("schedulingGates"):
@@ -921,7 +928,8 @@ class _Handler(BaseHTTPRequestHandler):
         raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
 
     def _create_kueue(self, m: re.Match[str], body: Any) -> dict[str, Any]:
-        """Create a LocalQueue, a ClusterQueue or a ResourceFlavor, held to Kueue's schema at
+        """Create a LocalQueue, a ClusterQueue, a ResourceFlavor or a Cohort, held to Kueue's
+        schema and its webhook's rules (``kueue.webhook_causes``) at
         the version of the request (``kueue_schemas``): 422 for what Kueue's CRD refuses."""
         state = self.server.state
         body = _of_kind(body, f"kueue.x-k8s.io/{m['version']}", KUEUE_KINDS[m["resource"]])
@@ -929,10 +937,13 @@ class _Handler(BaseHTTPRequestHandler):
         if m["ns"]:
             body["metadata"]["namespace"] = m["ns"]
         admit(state, body)
+        if causes := kueue.webhook_causes(body):
+            raise invalid(body["kind"], name, causes)
         store: dict[Any, dict[str, Any]] = {
             "localqueues": state.local_queues,
             "clusterqueues": state.cluster_queues,
             "resourceflavors": state.resource_flavors,
+            "cohorts": state.cohorts,
         }[m["resource"]]
         key: Any = (m["ns"], name) if m["ns"] else name
         if key in store:

@@ -5,20 +5,28 @@ A pod created with the label ``kueue.x-k8s.io/queue-name`` in a namespace Kueue 
 ``kueue.x-k8s.io/admission``, the label ``kueue.x-k8s.io/managed`` and Kueue's finalizer,
 and one Workload of its own (labelled with the pod's uid). Workloads are admitted in the order
 they came while their ClusterQueue's quota holds their requests, as Kueue's docs define it
-("Cluster Queue"): one flavor per resource group, borrowing within a cohort up to the
-``borrowingLimit`` (none: no limit). An admitted pod loses its gate (and goes on to the
-kubelet); one that does not fit stays gated, its Workload saying why in Kueue's words (a
-resource the ClusterQueue does not cover, quota short in each flavor).
+("Cluster Queue", "Cohort"): one flavor per resource group; in a cohort, borrowing what the
+cohort's tree leaves unused up to the ``borrowingLimit`` (none: no limit). The tree is the
+ClusterQueues of its Cohorts (a Cohort object's ``parentName`` joins a tree, its
+``nominalQuota`` is shared by the tree beyond the ClusterQueues' own); each ClusterQueue lends
+at most its ``lendingLimit`` (keeping ``nominalQuota - lendingLimit`` for itself), all of its
+quota without one. Limits between Cohorts are not played. An admitted pod loses its gate (and
+goes on to the kubelet); one that does not fit stays gated, its Workload saying why in Kueue's
+words (a resource the ClusterQueue does not cover, quota short in each flavor). What Kueue's
+webhook refuses of a ClusterQueue is ``webhook_causes``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils import parse_quantity
+
+from tests.backends.kube_rules import Cause
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GATE = "kueue.x-k8s.io/admission"
@@ -70,18 +78,76 @@ def workload(pod: dict[str, Any], version: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Quotas:
+    """Kueue's ClusterQueues and Cohorts by name."""
+
+    cluster_queues: dict[str, dict[str, Any]]
+    cohorts: dict[str, dict[str, Any]]
+
+    def root(self, cohort: str) -> str:
+        """The root of a cohort's tree (itself without a Cohort object or its parent)."""
+        seen = {cohort}
+        while (
+            parent := ((self.cohorts.get(cohort) or {}).get("spec") or {}).get("parentName")
+        ) and (parent not in seen):
+            seen.add(parent)
+            cohort = parent
+        return cohort
+
+    def tree(self, queue: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """The ClusterQueues and the Cohort objects of a ClusterQueue's cohort tree."""
+        root = self.root(_cohort(self.cluster_queues[queue]))
+        queues = [
+            name
+            for name, found in self.cluster_queues.items()
+            if _cohort(found) and self.root(_cohort(found)) == root
+        ]
+        cohorts = [c for name, c in self.cohorts.items() if self.root(name) == root]
+        return queues, cohorts
+
+
+def webhook_causes(obj: dict[str, Any]) -> list[Cause]:
+    """What Kueue's webhook refuses of a ClusterQueue: a ``borrowingLimit`` or ``lendingLimit``
+    outside a cohort, a ``lendingLimit`` above the ``nominalQuota``; of a Cohort, the limits
+    without a parent."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "ClusterQueue":
+        joined = bool(_cohort(obj))
+    elif obj.get("kind") == "Cohort":
+        joined = bool(spec.get("parentName"))
+    else:
+        return []
+    causes = []
+    for g, group in enumerate(spec.get("resourceGroups") or []):
+        for f, flavor in enumerate(group.get("flavors") or []):
+            for r, resource in enumerate(flavor.get("resources") or []):
+                at = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
+                for limit in ("borrowingLimit", "lendingLimit"):
+                    if limit in resource and not joined:
+                        causes.append(Cause(f"{at}.{limit}", "must be nil when cohort is empty"))
+                lending = resource.get("lendingLimit")
+                if lending is not None and _quantity(lending) > _quantity(resource["nominalQuota"]):
+                    causes.append(
+                        Cause(
+                            f"{at}.lendingLimit", "must be less than or equal to the nominalQuota"
+                        )
+                    )
+    return causes
+
+
 def admit(
     workloads: list[dict[str, Any]],
     pods: dict[str, dict[str, Any]],
     local_queues: dict[tuple[str, str], str],
-    cluster_queues: dict[str, dict[str, Any]],
+    quotas: Quotas,
     on_admitted: Callable[[dict[str, Any]], None],
 ) -> None:
     """Admit pending Workloads in the order they came while their quota holds, as Kueue does:
     one flavor per resource group (the first, in order, that holds all the group's requests),
-    borrowing in a cohort what its other ClusterQueues leave unused (up to ``borrowingLimit``,
-    without one without limit). An admitted one's pod loses its gate (``on_admitted``) and the
-    Workload records its flavors; the others say why they wait."""
+    borrowing in a cohort what its tree leaves unused (``_room``). An admitted one's pod loses
+    its gate (``on_admitted``) and the Workload records its flavors; the others say why they
+    wait."""
     used: dict[tuple[str, str, str], Decimal] = {}
     for found in workloads:
         pod = pods.get(found["metadata"]["labels"][JOB_UID])
@@ -99,12 +165,12 @@ def admit(
         if pod is None or _condition(found, "Admitted"):
             continue
         queue = _cluster_queue(found, local_queues)
-        if queue not in cluster_queues:
+        if queue not in quotas.cluster_queues:
             why = f"LocalQueue {found['spec']['queueName']} doesn't exist"
             _set(found, "QuotaReserved", "False", "Inadmissible", why)
             continue
         requests = pod_requests(pod["spec"])
-        assigned, why = _flavors(queue, cluster_queues, requests, used)
+        assigned, why = _flavors(queue, quotas, requests, used)
         if why:
             _set(found, "QuotaReserved", "False", "Pending", why)
             continue
@@ -132,13 +198,13 @@ def admit(
 
 def _flavors(
     queue: str,
-    cluster_queues: dict[str, dict[str, Any]],
+    quotas: Quotas,
     requests: dict[str, Decimal],
     used: dict[tuple[str, str, str], Decimal],
 ) -> tuple[dict[str, str], str]:
     """The flavor of each requested resource, or why none can be assigned now in Kueue's
     words: a resource the ClusterQueue does not cover, a flavor short of quota."""
-    spec = cluster_queues[queue]["spec"]
+    spec = quotas.cluster_queues[queue]["spec"]
     asked = {name: amount for name, amount in requests.items() if amount > 0}
     groups = spec.get("resourceGroups") or []
     assigned: dict[str, str] = {}
@@ -157,7 +223,7 @@ def _flavors(
             lacking = [
                 (name, used.get((queue, flavor["name"], name), Decimal(0)) + amount - room)
                 for name, amount in sorted(mine.items())
-                if (room := _room(queue, flavor["name"], name, cluster_queues, used)) is not None
+                if (room := _room(queue, flavor["name"], name, quotas, used)) is not None
                 and used.get((queue, flavor["name"], name), Decimal(0)) + amount > room
             ]
             if not lacking:
@@ -177,40 +243,57 @@ def _room(
     queue: str,
     flavor: str,
     name: str,
-    cluster_queues: dict[str, dict[str, Any]],
+    quotas: Quotas,
     used: dict[tuple[str, str, str], Decimal],
 ) -> Decimal | None:
-    """The most a ClusterQueue may use of a resource in a flavor: its nominal quota, and in a
-    cohort what the cohort's other ClusterQueues leave unused of theirs, up to its
-    ``borrowingLimit``; None for no limit."""
-    spec = cluster_queues[queue]["spec"]
-    nominal, limit = _quota(spec, flavor, name)
-    cohort = spec.get("cohortName") or spec.get("cohort")
-    if not cohort:
+    """The most a ClusterQueue may use of a resource in a flavor now; None for no limit.
+
+    Outside a cohort, its nominal quota. In one, what it keeps for itself (``nominalQuota -
+    lendingLimit``) and what its tree's pool has unused: every ClusterQueue's lendable quota
+    (its ``lendingLimit``, else its nominal quota) and the Cohorts' nominal quota, less what
+    the others use of the pool (beyond what each keeps); at most its nominal quota and its
+    ``borrowingLimit``."""
+    spec = quotas.cluster_queues[queue]["spec"]
+    nominal, limit, _ = _quota(spec, flavor, name)
+    if not _cohort(quotas.cluster_queues[queue]):
         return nominal
-    unused = Decimal(0)
-    for other, found in cluster_queues.items():
-        theirs = found["spec"]
-        if other == queue or (theirs.get("cohortName") or theirs.get("cohort")) != cohort:
-            continue
-        lent, _ = _quota(theirs, flavor, name)
-        unused += max(Decimal(0), lent - used.get((other, flavor, name), Decimal(0)))
-    return nominal + (unused if limit is None else min(limit, unused))
+    members, cohorts = quotas.tree(queue)
+    pool = sum((_quota(c["spec"], flavor, name)[0] for c in cohorts), Decimal(0))
+    taken = Decimal(0)
+    for member in members:
+        theirs, _, lendable = _quota(quotas.cluster_queues[member]["spec"], flavor, name)
+        pool += lendable
+        if member != queue:
+            kept = theirs - lendable
+            taken += max(Decimal(0), used.get((member, flavor, name), Decimal(0)) - kept)
+    _, _, mine = _quota(spec, flavor, name)
+    room = nominal - mine + max(Decimal(0), pool - taken)
+    return room if limit is None else min(room, nominal + limit)
 
 
-def _quota(spec: dict[str, Any], flavor: str, name: str) -> tuple[Decimal, Decimal | None]:
-    """A ClusterQueue's nominal quota and borrowing limit of a resource in a flavor."""
+def _cohort(cluster_queue: dict[str, Any]) -> str:
+    """The cohort of a ClusterQueue (``cohortName``, ``cohort`` in v1beta1); "" outside one."""
+    spec = cluster_queue.get("spec") or {}
+    return str(spec.get("cohortName") or spec.get("cohort") or "")
+
+
+def _quota(spec: dict[str, Any], flavor: str, name: str) -> tuple[Decimal, Decimal | None, Decimal]:
+    """A ClusterQueue's (or a Cohort's) nominal quota, borrowing limit (None: none) and what
+    it lends (its ``lendingLimit``, else its nominal quota) of a resource in a flavor."""
     for group in spec.get("resourceGroups") or []:
         for found in group["flavors"]:
             if found["name"] != flavor:
                 continue
             for resource in found["resources"]:
                 if resource["name"] == name:
-                    limit = resource.get("borrowingLimit")
-                    return _quantity(resource["nominalQuota"]), (
-                        None if limit is None else _quantity(limit)
+                    nominal = _quantity(resource["nominalQuota"])
+                    limit, lending = resource.get("borrowingLimit"), resource.get("lendingLimit")
+                    return (
+                        nominal,
+                        None if limit is None else _quantity(limit),
+                        nominal if lending is None else min(nominal, _quantity(lending)),
                     )
-    return Decimal(0), Decimal(0)
+    return Decimal(0), Decimal(0), Decimal(0)
 
 
 def _cluster_queue(found: dict[str, Any], local_queues: dict[tuple[str, str], str]) -> str:

@@ -137,6 +137,20 @@ def _cluster_queue(cohort_field: str) -> dict[str, Any]:
     )
 
 
+COHORT = _object(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "parentName": NAME,
+            "resourceGroups": {"type": "array", "maxItems": 16, "items": RESOURCE_GROUP},
+            "fairSharing": {"type": "object"},
+        },
+    },
+    required_spec=False,
+)
+"""A Cohort (``kueue.x-k8s.io`` v1beta1 from Kueue 0.11, v1beta2 from 0.15): its parent in a
+tree of Cohorts, and quota its ClusterQueues share beyond their own."""
 LOCAL_QUEUE = _object(
     {
         "type": "object",
@@ -179,12 +193,14 @@ WORKLOAD = _object(
 SCHEMAS = {
     "v1beta1": {
         "ClusterQueue": _cluster_queue("cohort"),
+        "Cohort": COHORT,
         "LocalQueue": LOCAL_QUEUE,
         "ResourceFlavor": RESOURCE_FLAVOR,
         "Workload": WORKLOAD,
     },
     "v1beta2": {
         "ClusterQueue": _cluster_queue("cohortName"),
+        "Cohort": COHORT,
         "LocalQueue": LOCAL_QUEUE,
         "ResourceFlavor": RESOURCE_FLAVOR,
         "Workload": WORKLOAD,

@@ -1,0 +1,172 @@
+"""Kueue's cohorts as its docs define them ("Cohort", "Cluster Queue"), in the stand-in that
+admits the runs' pods: a Cohort object's quota shared by its tree, a ClusterQueue's
+``lendingLimit`` keeping the rest of its quota for itself, and the webhook's rules on both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from harness.tasktypes import task_types
+from runs.backends.argo.backend import ArgoBackend
+from runs.backends.base import ClusterConfig
+from tests.backends.argo_runs import run_of
+from tests.backends.argo_workflows import WF
+from tests.backends.kube_api import KubeApiServer
+
+CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+FLAVOR = "simrun-flavor"
+
+
+def quota(cores: Any, **limits: Any) -> dict[str, Any]:
+    """One flavor's resources: ``cores`` (with ``limits`` on them), memory and disk enough."""
+    return {
+        "name": FLAVOR,
+        "resources": [
+            {"name": "cpu", "nominalQuota": cores, **limits},
+            {"name": "memory", "nominalQuota": "512Gi"},
+            {"name": "ephemeral-storage", "nominalQuota": "1Ti"},
+        ],
+    }
+
+
+def in_cohort(kube: KubeApiServer, cohort: str, cores: Any, **limits: Any) -> None:
+    """The runs' ClusterQueue in ``cohort`` with ``cores`` of its own."""
+    spec = kube.state.cluster_queues["simrun"]["spec"]
+    spec["cohortName"] = cohort
+    [group] = spec["resourceGroups"]
+    group["flavors"] = [quota(cores, **limits)]
+
+
+def other_queue(kube: KubeApiServer, cohort: str, cores: Any, **limits: Any) -> dict[str, Any]:
+    """Another team's ClusterQueue in ``cohort``."""
+    other = json.loads(json.dumps(kube.state.cluster_queues["simrun"]))
+    other["metadata"]["name"] = "other"
+    other["spec"]["cohortName"] = cohort
+    other["spec"]["resourceGroups"][0]["flavors"] = [quota(cores, **limits)]
+    return other
+
+
+def cohort(name: str, cores: int = 0, *, parent: str = "", version: str = "v1beta2") -> dict:
+    spec: dict[str, Any] = {"parentName": parent} if parent else {}
+    if cores:
+        spec["resourceGroups"] = [{"coveredResources": ["cpu"], "flavors": [quota(cores)]}]
+        spec["resourceGroups"][0]["flavors"][0]["resources"] = [
+            {"name": "cpu", "nominalQuota": cores}
+        ]
+    return {
+        "apiVersion": f"kueue.x-k8s.io/{version}",
+        "kind": "Cohort",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def create(kube: KubeApiServer, obj: dict[str, Any], plural: str) -> None:
+    group, version = obj["apiVersion"].split("/")
+    CustomObjectsApi(kube.client("cluster-admin")).create_cluster_custom_object(
+        group, version, plural, obj
+    )
+
+
+def submitted_pod(kube: KubeApiServer, tmp_path: Path, cores: int) -> dict[str, Any]:
+    """The pod of a one-task run of ``cores`` cores, as Kueue left it."""
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path)
+    record, plans = run_of(f"tasks: {{solve: {{command: [solve], cores: {cores}}}}}")
+    backend.submit(record, plans, task_types(), CLUSTER)
+    [first] = kube.state.argo_creates_pods("simrun", WF)
+    return kube.state.pods[("simrun", first["metadata"]["name"])]
+
+
+def waiting_for(kube: KubeApiServer) -> str:
+    [workload] = kube.state.workloads.values()
+    conditions = {c["type"]: c for c in workload["status"]["conditions"]}
+    return conditions["QuotaReserved"]["message"] if "QuotaReserved" in conditions else ""
+
+
+@pytest.mark.parametrize("parent", ["", "org"], ids=["cohort", "parent-cohort"])
+def test_a_queue_without_quota_of_its_own_borrows_its_cohort_trees_quota(
+    kube: KubeApiServer, tmp_path: Path, parent: str
+) -> None:
+    """A Cohort's nominal quota is shared by the ClusterQueues of its tree ("Cohort": it must
+    list the flavor and resource, even with a nominal quota of 0)."""
+    in_cohort(kube, "lab", 0)
+    if parent:
+        create(kube, cohort("org", 16), "cohorts")
+        create(kube, cohort("lab", parent="org"), "cohorts")
+    else:
+        create(kube, cohort("lab", 16), "cohorts")
+
+    pod = submitted_pod(kube, tmp_path, 8)
+
+    assert not pod["spec"].get("schedulingGates"), waiting_for(kube)
+
+
+def test_a_queue_borrows_no_more_than_the_others_lending_limit(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """The other ClusterQueue keeps ``nominalQuota - lendingLimit`` for itself: of its 64
+    cores 4 may be lent, so a 16-core pod beside our 8 waits in Kueue, with Kueue's reason."""
+    in_cohort(kube, "lab", 8)
+    create(kube, other_queue(kube, "lab", 64, lendingLimit=4), "clusterqueues")
+
+    pod = submitted_pod(kube, tmp_path, 16)
+
+    assert pod["spec"].get("schedulingGates")
+    assert "insufficient unused quota for cpu in flavor simrun-flavor" in waiting_for(kube)
+
+
+def test_a_queue_borrows_within_the_others_lending_limit(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    in_cohort(kube, "lab", 8)
+    create(kube, other_queue(kube, "lab", 64, lendingLimit=12), "clusterqueues")
+
+    pod = submitted_pod(kube, tmp_path, 16)
+
+    assert not pod["spec"].get("schedulingGates"), waiting_for(kube)
+
+
+@pytest.mark.parametrize(
+    ("cohort_name", "limits", "message"),
+    [
+        ("", {"lendingLimit": 4}, "lendingLimit: must be nil when cohort is empty"),
+        ("", {"borrowingLimit": 4}, "borrowingLimit: must be nil when cohort is empty"),
+        ("lab", {"lendingLimit": 65}, "must be less than or equal to the nominalQuota"),
+    ],
+    ids=["lending-alone", "borrowing-alone", "lending-past-nominal"],
+)
+def test_kueues_webhook_refuses_limits_it_cannot_apply(
+    kube: KubeApiServer, cohort_name: str, limits: dict[str, int], message: str
+) -> None:
+    queue = other_queue(kube, cohort_name, 64, **limits)
+    if not cohort_name:
+        del queue["spec"]["cohortName"]
+
+    with pytest.raises(ApiException) as refused:
+        create(kube, queue, "clusterqueues")
+
+    assert refused.value.status == 422
+    assert message in json.loads(refused.value.body)["message"]
+    assert "other" not in kube.state.cluster_queues
+
+
+@pytest.mark.parametrize("version", ["v1beta1", "v1beta2"])
+def test_a_cohort_is_held_to_kueues_schema_at_both_versions(
+    kube: KubeApiServer, version: str
+) -> None:
+    create(kube, cohort("org", 16, version=version), "cohorts")
+    create(kube, cohort("lab", parent="org", version=version), "cohorts")
+    old = cohort("old", version=version)
+    old["spec"] = {"parent": "org"}  # the field of v1alpha1
+
+    with pytest.raises(ApiException) as refused:
+        create(kube, old, "cohorts")
+
+    assert refused.value.status == 422
+    assert set(kube.state.cohorts) == {"org", "lab"}
