@@ -32,9 +32,10 @@ CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 
 @pytest.fixture
 def backend(kube: KubeApiServer, tmp_path: Path) -> Iterator[ArgoBackend]:
-    backend = ArgoBackend(
-        cluster=CLUSTER, api=kube.client(), store=tmp_path, calls=CallPolicy(backoff_s=0.01)
-    )
+    # The stand-in validates each of the pods of a Workflow it is sent: a run of 500 split
+    # tasks takes it past the default read timeout on a busy machine.
+    calls = CallPolicy(backoff_s=0.01, read_timeout_s=120)
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path, calls=calls)
     yield backend
     backend.close()
 
