@@ -2,28 +2,32 @@
 
     .venv/bin/python bench/argo_scale.py [WORKERS]
 
-Measures, for issue 43:
+Measures, for issue 43, each figure printed beside its target:
 - the Workflow of a sweep of WORKERS workers (1,000) and 100,000 units, and of runs of 10, 100
   and 500 command tasks and of split tasks: its bytes, templates and the DAG tasks of each DAG,
   and whether submission refuses it (``workflow_limits``: Argo's CRD caps templates and DAG
-  tasks at 200, etcd a Workflow at 1 MiB);
-- a steady pass of the control loop over the sweep's WORKERS running pods, its Workflow held by
-  the watch (``versions``, ``status``, ``keep_logs`` of the task): the API requests and the bytes
-  they answered; beside it what reading every pod's log costs (``logs``, what ``keep_logs``
-  did before) and a pass after one attempt ended;
-- one placements page (``placements``: every run pod): its requests, bytes and seconds;
-- the peak of the Python memory the backend allocated meanwhile (``tracemalloc``).
+  tasks at 200, Argo a Workflow at 1 MiB);
+- in a process of its own, as the Celery worker runs the control loop, over a sweep of 100 and
+  of WORKERS running pods (the stand-in API server in the bench's process): a steady pass
+  (``versions``, ``status``, ``keep_logs`` of the task), the API requests it made and the
+  bytes they answered; the pass after ENDED attempts ended (one log read each), and the steady
+  pass after it; one placements page (requests, bytes, seconds); beside them what reading
+  every pod's log costs (``logs``, what ``keep_logs`` did before); and the worker process's
+  peak resident memory (``ru_maxrss``) and Python allocations (``tracemalloc``).
 Target: requests and bytes per steady pass that do not grow with the pods.
 """
 
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import os
+import resource
 import sys
 import tempfile
 import time
 import tracemalloc
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "simrun_site.settings")
 
 UNITS = 100_000
+SMALL = 100
+"""The smaller sweep, whose figures the larger's are compared with."""
+ENDED = 10
+"""The attempts that end between two passes."""
 LOG = "".join(f"unit {i} done\n" for i in range(700))  # about 10 KB a pod
 
 
@@ -54,7 +62,10 @@ def layouts(workers: int) -> None:
         split = {"type": "squares", "settings": {"n": 1000}, "workers": 4}
         tasks = {f"s{i}": copy.deepcopy(split) for i in range(count)}
         runs[f"{count} split tasks"] = yaml.safe_dump({"tasks": tasks})
-    print("Workflow layout (bytes as created, templates, DAG tasks of each DAG):")
+    print(
+        "Workflow layout (bytes as created, templates, DAG tasks of each DAG; target: under "
+        "1 MiB, 200 templates and 200 DAG tasks a DAG, bytes a task not growing with tasks):"
+    )
     for what, text in runs.items():
         record, plans = run_of(text)
         manifest = workflow_manifest(
@@ -70,73 +81,154 @@ def layouts(workers: int) -> None:
         )
 
 
-def sweep_state(kube: Any, workers: int) -> None:
-    """The sweep's Workflow with WORKERS running pods, as Argo and the kubelet keep them."""
+def sweep_state(kube: Any, workers: int, ended: int = 0) -> str:
+    """The sweep's Workflow with WORKERS pods, as Argo and the kubelet keep them: the first
+    ``ended`` extra workers Succeeded, the others running; its resourceVersion."""
     from tests.backends.argo_workflows import WF, Nodes, argo_pod, fnv1a_32, pod, workflow
+
+    def phase(i: int) -> str:
+        return "Succeeded" if 1 <= i <= ended else "Running"
 
     nodes = Nodes()
     nodes.task("sweep-w0", "Running", [pod("Running")])
-    extra = {f"({i}:{i})": ("Running", [pod("Running")]) for i in range(1, workers)}
+    extra = {f"({i}:{i})": (phase(i), [pod(phase(i))]) for i in range(1, workers)}
     nodes.fan_out("sweep-extra", "Running", extra)
-    kube.state.put_workflow(workflow(nodes), "ADDED")
-    for node, template in [("sweep-w0(0)", "sweep-w0")] + [
-        (f"sweep-extra({i}:{i})(0)", "sweep-extra") for i in range(1, workers)
-    ]:
+    kube.state.put_workflow(workflow(nodes), "ADDED" if not ended else "MODIFIED")
+    for i in range(1, ended + 1) if ended else range(workers):
+        node, template = (
+            ("sweep-w0(0)", "sweep-w0") if i == 0 else (f"sweep-extra({i}:{i})(0)", "sweep-extra")
+        )
         name = f"{WF}-{template}-{fnv1a_32(f'{WF}.{node}')}"
-        running = argo_pod(name, node_name=node, phase="Running", host="node-a")
-        kube.state.put_pod(running, log=LOG)
+        made = argo_pod(name, node_name=node, phase=phase(i), host="node-a")
+        kube.state.put_pod(made, log=LOG)
+    return str(kube.state.workflows[("simrun", WF)]["metadata"]["resourceVersion"])
 
 
-def measured(kube: Any, call: Any) -> tuple[Any, int, int, float]:
-    """What ``call()`` returned, with the requests, answered bytes and seconds it took."""
-    kube.state.requests.clear()
-    start = time.perf_counter()
-    result = call()
-    seconds = time.perf_counter() - start
-    # The watch's own requests (one every few minutes, its events streamed) are not the pass's.
-    requests = [r for r in kube.state.requests if r.query.get("watch") != "true"]
-    return result, len(requests), sum(r.sent for r in requests), seconds
+def worker_process(url: str, token: str, link: Connection) -> None:
+    """The control loop's process: its passes over the sweep, each measured by the stand-in
+    (``link``: "start", then "stop" for the requests and bytes since), sent back as figures."""
+    import django
 
+    django.setup()
+    from kubernetes.client import ApiClient, Configuration
 
-def passes(workers: int) -> None:
-    """A steady pass, the old cost of logs, a pass after an attempt ended, a placements page."""
     from runs.backends.argo.backend import ArgoBackend
     from runs.backends.base import ClusterConfig
     from runs.common import store
     from tests.backends.argo_workflows import WF
-    from tests.backends.kube_api import KubeApiServer
     from tests.polling import wait_for
 
-    with KubeApiServer() as kube, tempfile.TemporaryDirectory() as folder:
-        sweep_state(kube, workers)
+    figures: dict[str, Any] = {"baseline MiB": _rss_mib()}
+    configuration = Configuration(host=url)
+    configuration.api_key = {"authorization": token}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    tracemalloc.start()
+
+    def measured(name: str, call: Any) -> None:
+        link.send("start")
+        link.recv()
+        start = time.perf_counter()
+        call()
+        seconds = time.perf_counter() - start
+        link.send("stop")
+        requests, sent = link.recv()
+        figures[name] = (requests, sent, seconds)
+
+    with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         (root / "runs" / "abc123def0" / "tasks" / "sweep").mkdir(parents=True)
         task = store.TaskFolder(root, store.task_parts("abc123def0", "sweep"))
-        tracemalloc.start()
-        backend = ArgoBackend(cluster=ClusterConfig(), api=kube.client(), store=root)
+        backend = ArgoBackend(
+            cluster=ClusterConfig(), api=ApiClient(configuration), store=root, reasons_ttl_s=0
+        )
         try:
             wait_for(lambda: backend.versions([WF]), 60, "the watch's first list")
 
-            def steady() -> Any:
+            def steady() -> None:
                 backend.versions([WF])
                 backend.status(WF)
-                return backend.keep_logs(WF, "sweep", task)
+                backend.keep_logs(WF, "sweep", task)
 
-            measured(kube, steady)  # the first reads the pods' reasons once per TTL
-            _, requests, sent, seconds = measured(kube, steady)
-            print(f"Steady pass over {workers} running pods (versions, status, keep_logs):")
-            print(f"  {requests} requests, {sent:,} bytes, {seconds * 1000:.1f} ms")
-            _, requests, sent, seconds = measured(kube, lambda: backend.logs(WF, "sweep"))
-            print("  reading every pod's log instead (logs, the cost keep_logs had before):")
-            print(f"  {requests} requests, {sent:,} bytes, {seconds:.2f} s")
-            _, requests, sent, seconds = measured(kube, backend.placements)
-            print(f"One placements page over {workers} pods:")
-            print(f"  {requests} requests, {sent:,} bytes, {seconds:.2f} s")
+            steady()  # the process's first reads list the pods once
+            measured("steady pass", steady)
+            link.send("end attempts")
+            version = link.recv()
+            wait_for(lambda: backend.versions([WF]).get(WF) == version, 60, "the ended attempts")
+            measured(f"pass after {ENDED} attempts ended", steady)
+            measured("steady pass after it", steady)
+            measured("first placements page", backend.placements)
+            measured("placements page", backend.placements)
+            figures["peak Python MiB"] = tracemalloc.get_traced_memory()[1] / 2**20
+            figures["peak RSS MiB"] = _rss_mib()
+            # Last: every log held at once would be the worker's peak.
+            measured("every pod's log (the old keep_logs)", lambda: backend.logs(WF, "sweep"))
         finally:
             backend.close()
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        print(f"Peak Python memory of the backend and the stand-in: {peak / 2**20:.1f} MiB")
+    link.send(("done", figures))
+
+
+def _rss_mib() -> float:
+    """This process's peak resident memory (``ru_maxrss``, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def passes(workers: int) -> dict[str, Any]:
+    """The figures of the worker process over a sweep of WORKERS pods in the stand-in."""
+    from tests.backends.kube_api import KubeApiServer, token_of
+
+    with KubeApiServer() as kube:
+        sweep_state(kube, workers)
+        ours, theirs = multiprocessing.get_context("spawn").Pipe()
+        worker = multiprocessing.get_context("spawn").Process(
+            target=worker_process, args=(kube.url, token_of("simrun-worker"), theirs)
+        )
+        worker.start()
+        while True:
+            message = ours.recv()
+            if message == "start":
+                kube.state.requests.clear()
+                ours.send("ok")
+            elif message == "stop":
+                # The watches' own requests (one every few minutes, events streamed) are not
+                # the pass's.
+                asked = [r for r in kube.state.requests if r.query.get("watch") != "true"]
+                ours.send((len(asked), sum(r.sent for r in asked)))
+            elif message == "end attempts":
+                ours.send(sweep_state(kube, workers, ended=ENDED))
+            else:
+                worker.join()
+                figures: dict[str, Any] = message[1]
+                return figures
+
+
+TARGETS = {
+    "steady pass": "0 requests, 0 bytes, at any size",
+    f"pass after {ENDED} attempts ended": f"{ENDED} requests (one log each), at any size",
+    "steady pass after it": "0 requests, 0 bytes, at any size",
+    "first placements page": "the process's one list of the pods, 500 a page",
+    "placements page": "0 requests, 0 bytes, at any size",
+    "every pod's log (the old keep_logs)": "(what a pass cost before: grows with the pods)",
+}
+
+
+def report(workers: int, small: dict[str, Any], large: dict[str, Any]) -> None:
+    """The figures at both sizes, each beside its target."""
+    print(f"\nThe control loop's process over a sweep of {SMALL:,} and {workers:,} running pods:")
+    for name, target in TARGETS.items():
+        cells = []
+        for figures in (small, large):
+            requests, sent, seconds = figures[name]
+            cells.append(f"{requests} requests, {sent:,} bytes, {seconds * 1000:,.0f} ms")
+        print(f"  {name}: {cells[0]} | {cells[1]}   target: {target}")
+    for name in ("baseline MiB", "peak RSS MiB", "peak Python MiB"):
+        print(f"  the worker's {name}: {small[name]:.1f} | {large[name]:.1f}")
+    for name in ("peak RSS MiB", "peak Python MiB"):
+        grown = (large[name] - small[name]) * 2**20 / (workers - SMALL)
+        print(f"  the worker's {name} grows by {grown / 1024:.1f} KiB a pod")
+    print(
+        "  target: the worker's memory grows only by what its caches keep of a pod (its slim "
+        "fields) and of the Workflow's status, not by logs or whole objects"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -145,7 +237,7 @@ def main(argv: list[str]) -> int:
     django.setup()
     workers = int(argv[0]) if argv else 1000
     layouts(workers)
-    passes(workers)
+    report(workers, passes(SMALL), passes(workers))
     return 0
 
 
