@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import calendar
 import copy
+import gzip
 import itertools
 import json
 import queue
@@ -46,7 +47,8 @@ from kubernetes.client import ApiClient, Configuration
 
 from tests.backends import kube_policies, kube_rbac, kubelet, kueue
 from tests.backends.argo_pod_security import violations
-from tests.backends.argo_pods import ArgoInvalid, argo_pods, template_pods
+from tests.backends.argo_pods import ArgoInvalid, argo_pods, calls, template_pods
+from tests.backends.argo_workflows import fnv1a_32
 from tests.backends.kube_rules import Cause, refusals
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows$")
@@ -745,10 +747,12 @@ class KubeState:
 
 
 def argo_too_large(workflow: dict[str, Any]) -> str:
-    """Argo's controller's message failing a Workflow whose JSON (with its nodes compressed)
-    is past ``ARGO_WORKFLOW_BYTES_MAX`` without a database to offload them to ("" when it is
-    not): the controller's ``packer`` and ``hydrator``, which mark the Workflow ``Error``."""
-    size = len(json.dumps(workflow, separators=(",", ":")).encode())
+    """Argo's controller's message failing a Workflow whose JSON, with the nodes it will have
+    by its end compressed (``argo_status``), is past ``ARGO_WORKFLOW_BYTES_MAX`` without a
+    database to offload them to ("" when it is not): the controller's ``packer`` and
+    ``hydrator``, which mark the Workflow ``Error`` (the stand-in, at once)."""
+    ended = {**workflow, "status": argo_status(workflow)}
+    size = len(json.dumps(ended, separators=(",", ":")).encode())
     if size <= ARGO_WORKFLOW_BYTES_MAX:
         return ""
     return (
@@ -756,6 +760,63 @@ def argo_too_large(workflow: dict[str, Any]) -> str:
         f"{ARGO_WORKFLOW_BYTES_MAX}Tried to offload but encountered error: offload node status "
         "is not supported"
     )
+
+
+def argo_status(workflow: dict[str, Any]) -> dict[str, Any]:
+    """The status Argo writes of a Workflow by its end, one attempt a DAG task and fan-out
+    item (``calls``): a Retry and a Pod node each with its inputs, a node of each nested DAG
+    and fan-out, compressed (gzip, base64) as Argo does past its size, and a
+    ``taskResultsCompletionStatus`` entry a Pod node."""
+    name = workflow["metadata"]["name"]
+    at = "2026-11-29T10:00:00Z"
+
+    def node(path: str, kind: str, template: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+        full = f"{name}.{path}" if path else name
+        found = {
+            "id": f"{name}-{fnv1a_32(full)}",
+            "name": full,
+            "displayName": full.rsplit(".", 1)[-1],
+            "type": kind,
+            "templateName": template,
+            "templateScope": f"local/{name}",
+            "phase": "Succeeded",
+            "boundaryID": name,
+            "startedAt": at,
+            "finishedAt": at,
+            "progress": "1/1",
+            "resourcesDuration": {"cpu": 600, "memory": 9000},
+            **fields,
+        }
+        return found["id"], found
+
+    nodes = dict([node("", "DAG", workflow["spec"].get("entrypoint", ""))])
+    for path, template, inputs in calls(workflow, every_item=True):
+        parts = path.split(".")[:-1]  # the nested DAGs it is in
+        for depth in range(1, len(parts) + 1):
+            nodes.update([node(".".join(parts[:depth]), "DAG", parts[depth - 1])])
+        if "(" in path:
+            nodes.update([node(path.split("(")[0], "TaskGroup", template["name"])])
+        values = {"parameters": [{"name": k, "value": v} for k, v in inputs.items()]}
+        pod_id, pod = node(
+            f"{path}(0)",
+            "Pod",
+            template["name"],
+            inputs=values,
+            hostNodeName="node-a",
+            outputs={"exitCode": "0"},
+            nodeFlag={"retried": True},
+        )
+        nodes.update([node(path, "Retry", template["name"], inputs=values, children=[pod_id])])
+        nodes[pod_id] = pod
+    compressed = gzip.compress(json.dumps(nodes, separators=(",", ":")).encode())
+    return {
+        "phase": "Succeeded",
+        "startedAt": at,
+        "finishedAt": at,
+        "progress": f"{len(nodes)}/{len(nodes)}",
+        "compressedNodes": base64.b64encode(compressed).decode(),
+        "taskResultsCompletionStatus": {i: True for i, n in nodes.items() if n["type"] == "Pod"},
+    }
 
 
 def _owned_by(pod: dict[str, Any], workflow: str) -> bool:

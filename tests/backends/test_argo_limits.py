@@ -5,7 +5,9 @@ costs its Workflow grows by a few DAG tasks a task, not by templates: 500 tasks 
 from __future__ import annotations
 
 import copy
+import random
 import re
+import string
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,9 +27,10 @@ from runs.backends.argo.workflow_limits import (
 )
 from runs.backends.base import BackendUnavailable, ClusterConfig, RunRecord, TaskPlan
 from tests.backends.argo_runs import run_of
-from tests.backends.kube_api import ETCD_BYTES_MAX, KubeApiServer
+from tests.backends.kube_api import ETCD_BYTES_MAX, KubeApiServer, argo_too_large
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
+LETTERS = string.ascii_letters
 
 
 @pytest.fixture
@@ -204,3 +207,26 @@ def test_argo_makes_no_more_pods_of_a_sweep_at_once_than_its_parallelism(
     assert kube.state.argo_creates_pods("simrun", name) == []
     names = {p["metadata"]["name"] for p in first + following}
     assert len(names) == most + 5, "each pod a worker of its own"
+
+
+def test_a_run_whose_workflow_with_its_status_is_past_1_mib_is_refused_naming_it(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    """Argo holds the Workflow to 1 MiB with its status: the nodes of 500 tasks of distinct
+    commands (which compress little) would bring a Workflow of 0.65 MiB past it mid-run, and
+    Argo would fail it then; simrun refuses it at once."""
+    record, plans = commands(500)
+    draw = random.Random(43)
+    distinct = {
+        k: t.model_copy(update={"command": ["echo", "".join(draw.choices(LETTERS, k=1_000))]})
+        for k, t in record.tasks.items()
+    }
+    record = record.model_copy(update={"tasks": distinct})
+    manifest = workflow_manifest(record=record, plans=plans, types=task_types(), cluster=CLUSTER)
+    assert workflow_bytes(manifest) < WORKFLOW_BYTES_MAX
+    assert argo_too_large(manifest), "Argo's controller would fail it by its end"
+
+    with pytest.raises(ValueError, match=r"with the status Argo keeps of its 1,004 nodes"):
+        backend.submit(record, plans, task_types(), CLUSTER)
+
+    assert posts(kube) == []
