@@ -973,6 +973,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, listing
             if (m := KUEUE_CREATE.match(path)) and method == "POST":
                 return 201, self._create_kueue(m, body)
+            if (m := KUEUE_CREATE.match(path)) and not m["ns"] and method == "GET":
+                store = {"clusterqueues": state.cluster_queues, "cohorts": state.cohorts}
+                kind = KUEUE_KINDS[m["resource"]]
+                listed = _page(state, f"{kind}List", list(store[m["resource"]].values()), query)
+                listed["apiVersion"] = f"kueue.x-k8s.io/{m['version']}"
+                return 200, listed
             if m := LOCAL_QUEUE.match(path):
                 return 200, _found(state.local_queues.get((m["ns"], m["name"])), "localqueues", m)
             if m := CLUSTER_QUEUE.match(path):

@@ -108,12 +108,14 @@ def test_a_queue_without_quota_of_its_own_borrows_its_cohort_trees_quota(
 
 
 def test_a_queue_borrows_no_more_than_the_others_lending_limit(
-    kube: KubeApiServer, tmp_path: Path
+    kube: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other ClusterQueue keeps ``nominalQuota - lendingLimit`` for itself: of its 64
     cores 4 may be lent, so a 16-core pod beside our 8 waits in Kueue, with Kueue's reason."""
     in_cohort(kube, "lab", 8)
     create(kube, other_queue(kube, "lab", 64, lendingLimit=4), "clusterqueues")
+    # Kueue's own doing (simrun's check, which refuses such a task, left out to show it).
+    monkeypatch.setattr("runs.backends.argo.capacity.admits", lambda groups, requests: True)
 
     pod = submitted_pod(kube, tmp_path, 16)
 
@@ -170,3 +172,47 @@ def test_a_cohort_is_held_to_kueues_schema_at_both_versions(
 
     assert refused.value.status == 422
     assert set(kube.state.cohorts) == {"org", "lab"}
+
+
+def test_in_a_cohort_a_task_more_than_its_tree_could_ever_lend_is_refused_at_submission(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """Without a ``borrowingLimit`` the queue may borrow all its tree lends, and no more: of
+    the other queue's 64 cores 4 may be lent, so a task of 16 cores beside our 8 would wait in
+    Kueue forever; it is refused, naming what the queue's flavor gives one pod."""
+    in_cohort(kube, "lab", 8)
+    create(kube, other_queue(kube, "lab", 64, lendingLimit=4), "clusterqueues")
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path)
+    record, plans = run_of("tasks: {solve: {command: [solve], cores: 16}}")
+
+    with pytest.raises(ValueError, match=r"in any of its flavors .*12 cores"):
+        backend.submit(record, plans, task_types(), CLUSTER)
+
+    assert kube.state.workflows == {}
+    assert backend.capacity.max_cores == 11, "12 cores a pod, Argo's wait beside its main"
+
+
+def test_in_a_cohort_the_cohorts_own_quota_is_what_may_be_borrowed(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    in_cohort(kube, "lab", 0)
+    create(kube, cohort("org", 16), "cohorts")
+    create(kube, cohort("lab", parent="org"), "cohorts")
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path)
+
+    assert backend.capacity.max_cores == 15, "the tree's 16 cores, beside Argo's wait"
+
+
+def test_a_cohort_that_cannot_be_read_leaves_the_borrowing_to_kueue(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """A Role without the lists of ClusterQueues and Cohorts, or a Kueue without the Cohort
+    API, leaves no cap known for what the queue borrows: the task goes to Kueue."""
+    in_cohort(kube, "lab", 8)
+    kube.state.intercept = lambda r: 403 if r.path.endswith("/cohorts") else None
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path)
+    record, plans = run_of("tasks: {solve: {command: [solve], cores: 16}}")
+
+    backend.submit(record, plans, task_types(), CLUSTER)
+
+    assert kube.state.workflows

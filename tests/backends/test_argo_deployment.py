@@ -179,8 +179,9 @@ def used(request: Any) -> Grant | None:
 def backend_on(kube: KubeApiServer, tmp_path: Path, component: str) -> ArgoBackend:
     """The backend as the manifests configure it, on a loopback API with a node, a pod that
     failed (so a status reads the pods), one Kueue holds back and one that never started (so
-    a status reads its events)."""
+    a status reads its events), its ClusterQueue in a cohort (so the quota reads its tree)."""
     state = kube.state
+    state.cluster_queues["simrun"]["spec"]["cohortName"] = "lab"
     state.put_node(
         {
             "metadata": {"name": "node-a", "labels": {"simrun.io/pool": "sims"}},

@@ -19,10 +19,12 @@ from runs.backends.argo.clients import Clients
 from runs.backends.argo.kueue_quota import (
     Flavor,
     admits,
+    cohort_of,
     covered,
     pods_at_once,
     queue_flavors,
     queue_quota,
+    tree_lendable,
 )
 from runs.backends.argo.node_reservations import listed_nodes
 from runs.backends.argo.nodes import GIB, allocatable, usable
@@ -48,6 +50,9 @@ CAPACITY_TTL_S = 300.0
 """How long the sizes of the nodes are taken as known: nodes come and go, rarely."""
 CAPACITY_RETRY_S = 30.0
 """How soon the sizes are asked again after the cluster did not answer."""
+UNREADABLE = frozenset({403, 404})
+"""The answers to the lists of a cohort's tree that leave it unknown, not failed: a Role that
+does not allow them, a Kueue without the Cohort API."""
 
 
 class Capacity:
@@ -294,7 +299,28 @@ class Capacity:
                 KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", self._cluster_queue
             ),
         )
-        return queue_flavors(cluster_queue)
+        lendable = self._tree_lendable(custom) if cohort_of(cluster_queue) else None
+        return queue_flavors(cluster_queue, lendable)
+
+    def _tree_lendable(self, custom: CustomObjectsApi) -> dict[tuple[str, str], Decimal] | None:
+        """What the rest of the ClusterQueue's cohort tree could ever lend it
+        (``tree_lendable``), from the lists of the ClusterQueues and of the Cohorts; None when
+        they may not be listed (403) or Kueue has no Cohort API (404): no cap known then."""
+        try:
+            queues, cohorts = (
+                cast(
+                    dict[str, Any],
+                    custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural),
+                ).get("items")
+                or []
+                for plural in ("clusterqueues", "cohorts")
+            )
+        except ApiException as error:
+            if error.status not in UNREADABLE:
+                raise
+            log.info("the cohort of the runs' queue is unknown: %s %s", error.status, error.reason)
+            return None
+        return tree_lendable(self._cluster_queue, queues, cohorts)
 
 
 def _least(*limits: Limit | None) -> Limit | None:
