@@ -49,6 +49,7 @@ def layouts(workers: int) -> None:
 
     from harness.tasktypes import task_types
     from runs.backends.argo.manifest import workflow_manifest
+    from runs.backends.argo.node_status import status_bytes
     from runs.backends.argo.workflow_limits import workflow_bytes, workflow_refusal
     from runs.backends.base import ClusterConfig
     from tests.backends.argo_runs import run_of
@@ -63,8 +64,9 @@ def layouts(workers: int) -> None:
         tasks = {f"s{i}": copy.deepcopy(split) for i in range(count)}
         runs[f"{count} split tasks"] = yaml.safe_dump({"tasks": tasks})
     print(
-        "Workflow layout (bytes as created, templates, DAG tasks of each DAG; target: under "
-        "1 MiB, 200 templates and 200 DAG tasks a DAG, bytes a task not growing with tasks):"
+        "Workflow layout (bytes as created and of the status Argo writes, templates, DAG tasks "
+        "of each DAG; target: both under 1 MiB, 200 templates and 200 DAG tasks a DAG, bytes "
+        "a task not growing with tasks):"
     )
     for what, text in runs.items():
         record, plans = run_of(text)
@@ -75,9 +77,11 @@ def layouts(workers: int) -> None:
         dags = [len(t["dag"]["tasks"]) for t in templates if "dag" in t]
         refusal = workflow_refusal(manifest) or "submitted"
         size = workflow_bytes(manifest)
+        nodes, status = status_bytes(manifest)
         print(
-            f"  {what}: {size:,} bytes ({size / max(1, len(plans)):,.0f} a task), "
-            f"{len(templates)} templates, DAG tasks {dags}: {refusal}"
+            f"  {what}: {size:,} bytes ({size / max(1, len(plans)):,.0f} a task) and "
+            f"{status:,} of status by its end ({nodes:,} nodes), {len(templates)} templates, "
+            f"DAG tasks {dags}: {refusal}"
         )
 
 
@@ -93,15 +97,18 @@ def sweep_state(kube: Any, workers: int, ended: int = 0) -> str:
     nodes.task("sweep-w0", "Running", [pod("Running")])
     extra = {f"({i}:{i})": (phase(i), [pod(phase(i))]) for i in range(1, workers)}
     nodes.fan_out("sweep-extra", "Running", extra)
-    kube.state.put_workflow(workflow(nodes), "ADDED" if not ended else "MODIFIED")
-    for i in range(1, ended + 1) if ended else range(workers):
-        node, template = (
-            ("sweep-w0(0)", "sweep-w0") if i == 0 else (f"sweep-extra({i}:{i})(0)", "sweep-extra")
-        )
-        name = f"{WF}-{template}-{fnv1a_32(f'{WF}.{node}')}"
-        made = argo_pod(name, node_name=node, phase=phase(i), host="node-a")
-        kube.state.put_pod(made, log=LOG)
-    return str(kube.state.workflows[("simrun", WF)]["metadata"]["resourceVersion"])
+    with kube.state.lock:  # the pods end, then Argo writes it in the Workflow
+        for i in range(1, ended + 1) if ended else range(workers):
+            node, template = (
+                ("sweep-w0(0)", "sweep-w0")
+                if i == 0
+                else (f"sweep-extra({i}:{i})(0)", "sweep-extra")
+            )
+            name = f"{WF}-{template}-{fnv1a_32(f'{WF}.{node}')}"
+            made = argo_pod(name, node_name=node, phase=phase(i), host="node-a")
+            kube.state.put_pod(made, log=LOG)
+        kube.state.put_workflow(workflow(nodes), "ADDED" if not ended else "MODIFIED")
+        return str(kube.state.workflows[("simrun", WF)]["metadata"]["resourceVersion"])
 
 
 def worker_process(url: str, token: str, link: Connection) -> None:
