@@ -900,14 +900,24 @@ class _Handler(BaseHTTPRequestHandler):
             if error.details:
                 body["details"] = error.details
         request.status = code
-        request.sent = self._send(code, body)
+        self._send(code, body, request=request)
 
-    def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> int:
-        """Answer with ``body`` (and ``headers``); the bytes of the answer's body."""
+    def _send(
+        self,
+        code: int,
+        body: Any,
+        headers: dict[str, str] | None = None,
+        *,
+        request: Request | None = None,
+    ) -> None:
+        """Answer with ``body`` (and ``headers``); the bytes of the body recorded in
+        ``request`` first, so a client that has the answer reads them counted."""
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain"
         else:
             data, kind = json.dumps(body).encode(), "application/json"
+        if request is not None:
+            request.sent = len(data)
         self.send_response(code)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
@@ -915,7 +925,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
-        return len(data)
 
     def _route(
         self, method: str, path: str, query: dict[str, str], content_type: str, body: Any
