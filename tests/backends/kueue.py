@@ -10,7 +10,8 @@ cohort's tree leaves unused up to the ``borrowingLimit`` (none: no limit). The t
 ClusterQueues of its Cohorts (a Cohort object's ``parentName`` joins a tree, its
 ``nominalQuota`` is shared by the tree beyond the ClusterQueues' own); each ClusterQueue lends
 at most its ``lendingLimit`` (keeping ``nominalQuota - lendingLimit`` for itself), all of its
-quota without one. Limits between Cohorts are not played. An admitted pod loses its gate (and
+quota without one; a Cohort's limits act likewise between it and its parent (``Quotas``, as
+Kueue's resource nodes compute what a node may take). An admitted pod loses its gate (and
 goes on to the kubelet); one that does not fit stays gated, its Workload saying why in Kueue's
 words (a resource the ClusterQueue does not cover, quota short in each flavor). What Kueue's
 webhook refuses of a ClusterQueue is ``webhook_causes``.
@@ -78,6 +79,10 @@ def workload(pod: dict[str, Any], version: str) -> dict[str, Any]:
     }
 
 
+Used = dict[tuple[str, str, str], Decimal]
+"""What each ClusterQueue uses of each flavor's resource: (queue, flavor, resource)."""
+
+
 @dataclass(frozen=True)
 class Quotas:
     """Kueue's ClusterQueues and Cohorts by name."""
@@ -85,26 +90,69 @@ class Quotas:
     cluster_queues: dict[str, dict[str, Any]]
     cohorts: dict[str, dict[str, Any]]
 
-    def root(self, cohort: str) -> str:
-        """The root of a cohort's tree (itself without a Cohort object or its parent)."""
-        seen = {cohort}
-        while (
-            parent := ((self.cohorts.get(cohort) or {}).get("spec") or {}).get("parentName")
-        ) and (parent not in seen):
-            seen.add(parent)
-            cohort = parent
-        return cohort
+    def available(self, node: str, key: tuple[str, str], used: Used) -> Decimal:
+        """What a node ("cq/<name>" or "cohort/<name>") may still take of a flavor's resource,
+        as Kueue's resource nodes say: its guaranteed quota unused, and what its parent has
+        (at most what it put there and its ``borrowingLimit``); a root, its subtree unused."""
+        parent = self._parent(node)
+        subtree, usage = self._subtree(node, key, used), self._usage(node, key, used)
+        if not parent:
+            return subtree - usage
+        guaranteed = self._guaranteed(node, key, used)
+        from_parent = self.available(parent, key, used)
+        if (limit := self._limits(node, key)[0]) is not None:
+            stored, in_parent = subtree - guaranteed, max(Decimal(0), usage - guaranteed)
+            from_parent = min(from_parent, stored - in_parent + limit)
+        return max(Decimal(0), guaranteed - usage) + from_parent
 
-    def tree(self, queue: str) -> tuple[list[str], list[dict[str, Any]]]:
-        """The ClusterQueues and the Cohort objects of a ClusterQueue's cohort tree."""
-        root = self.root(_cohort(self.cluster_queues[queue]))
-        queues = [
-            name
-            for name, found in self.cluster_queues.items()
-            if _cohort(found) and self.root(_cohort(found)) == root
-        ]
-        cohorts = [c for name, c in self.cohorts.items() if self.root(name) == root]
-        return queues, cohorts
+    def _parent(self, node: str) -> str:
+        kind, name = node.split("/", 1)
+        obj = self.cluster_queues[name] if kind == "cq" else self.cohorts.get(name) or {}
+        found = _cohort(obj) if kind == "cq" else (obj.get("spec") or {}).get("parentName")
+        return f"cohort/{found}" if found else ""
+
+    def _children(self, node: str) -> list[str]:
+        if node.startswith("cq/"):
+            return []
+        queues = [f"cq/{n}" for n in self.cluster_queues if self._parent(f"cq/{n}") == node]
+        return queues + [f"cohort/{n}" for n in self.cohorts if self._parent(f"cohort/{n}") == node]
+
+    def _limits(self, node: str, key: tuple[str, str]) -> tuple[Decimal | None, Decimal | None]:
+        """A node's ``borrowingLimit`` and ``lendingLimit`` of a flavor's resource."""
+        kind, name = node.split("/", 1)
+        obj = self.cluster_queues[name] if kind == "cq" else self.cohorts.get(name) or {}
+        found = _quota(obj.get("spec") or {}, *key)
+        if found is None:  # a ClusterQueue borrows only what it lists, a Cohort without limit
+            return (Decimal(0) if kind == "cq" else None), None
+        return found[1], found[2]
+
+    def _subtree(self, node: str, key: tuple[str, str], used: Used) -> Decimal:
+        kind, name = node.split("/", 1)
+        obj = self.cluster_queues[name] if kind == "cq" else self.cohorts.get(name) or {}
+        own = (_quota(obj.get("spec") or {}, *key) or (Decimal(0),))[0]
+        return own + sum(
+            (
+                self._subtree(c, key, used) - self._guaranteed(c, key, used)
+                for c in self._children(node)
+            ),
+            Decimal(0),
+        )
+
+    def _guaranteed(self, node: str, key: tuple[str, str], used: Used) -> Decimal:
+        lending = self._limits(node, key)[1]
+        subtree = self._subtree(node, key, used)
+        return Decimal(0) if lending is None else max(Decimal(0), subtree - lending)
+
+    def _usage(self, node: str, key: tuple[str, str], used: Used) -> Decimal:
+        if node.startswith("cq/"):
+            return used.get((node[3:], *key), Decimal(0))
+        return sum(
+            (
+                max(Decimal(0), self._usage(c, key, used) - self._guaranteed(c, key, used))
+                for c in self._children(node)
+            ),
+            Decimal(0),
+        )
 
 
 def webhook_causes(obj: dict[str, Any]) -> list[Cause]:
@@ -244,31 +292,14 @@ def _room(
     flavor: str,
     name: str,
     quotas: Quotas,
-    used: dict[tuple[str, str, str], Decimal],
+    used: Used,
 ) -> Decimal | None:
-    """The most a ClusterQueue may use of a resource in a flavor now; None for no limit.
-
-    Outside a cohort, its nominal quota. In one, what it keeps for itself (``nominalQuota -
-    lendingLimit``) and what its tree's pool has unused: every ClusterQueue's lendable quota
-    (its ``lendingLimit``, else its nominal quota) and the Cohorts' nominal quota, less what
-    the others use of the pool (beyond what each keeps); at most its nominal quota and its
-    ``borrowingLimit``."""
-    spec = quotas.cluster_queues[queue]["spec"]
-    nominal, limit, _ = _quota(spec, flavor, name)
+    """The most a ClusterQueue may use of a resource in a flavor now: what it uses and what it
+    may still take (``Quotas.available``); outside a cohort, its nominal quota."""
     if not _cohort(quotas.cluster_queues[queue]):
-        return nominal
-    members, cohorts = quotas.tree(queue)
-    pool = sum((_quota(c["spec"], flavor, name)[0] for c in cohorts), Decimal(0))
-    taken = Decimal(0)
-    for member in members:
-        theirs, _, lendable = _quota(quotas.cluster_queues[member]["spec"], flavor, name)
-        pool += lendable
-        if member != queue:
-            kept = theirs - lendable
-            taken += max(Decimal(0), used.get((member, flavor, name), Decimal(0)) - kept)
-    _, _, mine = _quota(spec, flavor, name)
-    room = nominal - mine + max(Decimal(0), pool - taken)
-    return room if limit is None else min(room, nominal + limit)
+        return (_quota(quotas.cluster_queues[queue]["spec"], flavor, name) or (Decimal(0),))[0]
+    mine = used.get((queue, flavor, name), Decimal(0))
+    return mine + quotas.available(f"cq/{queue}", (flavor, name), used)
 
 
 def _cohort(cluster_queue: dict[str, Any]) -> str:
@@ -277,23 +308,24 @@ def _cohort(cluster_queue: dict[str, Any]) -> str:
     return str(spec.get("cohortName") or spec.get("cohort") or "")
 
 
-def _quota(spec: dict[str, Any], flavor: str, name: str) -> tuple[Decimal, Decimal | None, Decimal]:
-    """A ClusterQueue's (or a Cohort's) nominal quota, borrowing limit (None: none) and what
-    it lends (its ``lendingLimit``, else its nominal quota) of a resource in a flavor."""
+def _quota(
+    spec: dict[str, Any], flavor: str, name: str
+) -> tuple[Decimal, Decimal | None, Decimal | None] | None:
+    """A ClusterQueue's (or a Cohort's) ``nominalQuota``, ``borrowingLimit`` and
+    ``lendingLimit`` (None: not set) of a resource in a flavor; None when it lists none."""
     for group in spec.get("resourceGroups") or []:
         for found in group["flavors"]:
             if found["name"] != flavor:
                 continue
             for resource in found["resources"]:
                 if resource["name"] == name:
-                    nominal = _quantity(resource["nominalQuota"])
                     limit, lending = resource.get("borrowingLimit"), resource.get("lendingLimit")
                     return (
-                        nominal,
+                        _quantity(resource["nominalQuota"]),
                         None if limit is None else _quantity(limit),
-                        nominal if lending is None else min(nominal, _quantity(lending)),
+                        None if lending is None else _quantity(lending),
                     )
-    return Decimal(0), Decimal(0), Decimal(0)
+    return None
 
 
 def _cluster_queue(found: dict[str, Any], local_queues: dict[tuple[str, str], str]) -> str:

@@ -52,13 +52,15 @@ def other_queue(kube: KubeApiServer, cohort: str, cores: Any, **limits: Any) -> 
     return other
 
 
-def cohort(name: str, cores: int = 0, *, parent: str = "", version: str = "v1beta2") -> dict:
+def cohort(
+    name: str, cores: int = 0, *, parent: str = "", version: str = "v1beta2", **limits: Any
+) -> dict[str, Any]:
+    """A Cohort of ``cores`` of its own (with ``limits`` on them), under ``parent``."""
     spec: dict[str, Any] = {"parentName": parent} if parent else {}
-    if cores:
-        spec["resourceGroups"] = [{"coveredResources": ["cpu"], "flavors": [quota(cores)]}]
-        spec["resourceGroups"][0]["flavors"][0]["resources"] = [
-            {"name": "cpu", "nominalQuota": cores}
-        ]
+    if cores or limits:
+        resources = [{"name": "cpu", "nominalQuota": cores, **limits}]
+        flavors = [{"name": FLAVOR, "resources": resources}]
+        spec["resourceGroups"] = [{"coveredResources": ["cpu"], "flavors": flavors}]
     return {
         "apiVersion": f"kueue.x-k8s.io/{version}",
         "kind": "Cohort",
@@ -216,3 +218,37 @@ def test_a_cohort_that_cannot_be_read_leaves_the_borrowing_to_kueue(
     backend.submit(record, plans, task_types(), CLUSTER)
 
     assert kube.state.workflows
+
+
+def test_a_cohorts_borrowing_limit_caps_what_its_queues_take_of_its_parents_quota(
+    kube: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of the 16 cores of "org", its child "lab" may borrow 4 (its ``borrowingLimit``): a pod
+    of our queue in "lab" gets 4 at most, so a task of 8 is refused at submission, and Kueue
+    (the check left out) holds its pod."""
+    in_cohort(kube, "lab", 0)
+    create(kube, cohort("org", 16), "cohorts")
+    create(kube, cohort("lab", parent="org", borrowingLimit=4), "cohorts")
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path)
+    record, plans = run_of("tasks: {solve: {command: [solve], cores: 8}}")
+
+    assert backend.capacity.max_cores == 3, "4 cores a pod, Argo's wait beside its main"
+    with pytest.raises(ValueError, match=r"in any of its flavors .*4 cores"):
+        backend.submit(record, plans, task_types(), CLUSTER)
+    monkeypatch.setattr("runs.backends.argo.capacity.admits", lambda groups, requests: True)
+    assert submitted_pod(kube, tmp_path, 8)["spec"].get("schedulingGates"), "held by Kueue"
+
+
+def test_a_cohorts_lending_limit_keeps_the_rest_of_its_quota_from_its_parent(
+    kube: KubeApiServer, tmp_path: Path
+) -> None:
+    """ "team" lends "org" 6 of its 16 cores: our queue, in "lab" beside it under "org", may
+    have 6."""
+    in_cohort(kube, "lab", 0)
+    create(kube, cohort("org"), "cohorts")
+    create(kube, cohort("lab", parent="org"), "cohorts")
+    create(kube, cohort("team", 16, parent="org", lendingLimit=6), "cohorts")
+    backend = ArgoBackend(cluster=CLUSTER, api=kube.client(), store=tmp_path)
+
+    assert backend.capacity.max_cores == 5, "6 cores a pod, Argo's wait beside its main"
+    assert not submitted_pod(kube, tmp_path, 5)["spec"].get("schedulingGates"), waiting_for(kube)

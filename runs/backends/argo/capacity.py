@@ -16,15 +16,14 @@ from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from runs.backends.argo.clients import Clients
+from runs.backends.argo.cohort_tree import Tree, cohort_of, quotas
 from runs.backends.argo.kueue_quota import (
     Flavor,
     admits,
-    cohort_of,
     covered,
     pods_at_once,
     queue_flavors,
     queue_quota,
-    tree_lendable,
 )
 from runs.backends.argo.node_reservations import listed_nodes
 from runs.backends.argo.nodes import GIB, allocatable, usable
@@ -299,13 +298,17 @@ class Capacity:
                 KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", self._cluster_queue
             ),
         )
-        lendable = self._tree_lendable(custom) if cohort_of(cluster_queue) else None
-        return queue_flavors(cluster_queue, lendable)
+        cohort = cohort_of(cluster_queue)
+        given = self._from_cohort(custom, cluster_queue, cohort) if cohort else None
+        return queue_flavors(cluster_queue, given)
 
-    def _tree_lendable(self, custom: CustomObjectsApi) -> dict[tuple[str, str], Decimal] | None:
-        """What the rest of the ClusterQueue's cohort tree could ever lend it
-        (``tree_lendable``), from the lists of the ClusterQueues and of the Cohorts; None when
-        they may not be listed (403) or Kueue has no Cohort API (404): no cap known then."""
+    def _from_cohort(
+        self, custom: CustomObjectsApi, cluster_queue: dict[str, Any], cohort: str
+    ) -> dict[tuple[str, str], Decimal] | None:
+        """The most the ClusterQueue's cohort could ever give it of each of its flavors'
+        resources (``cohort_tree``), from the lists of the ClusterQueues and of the Cohorts;
+        None when they may not be listed (403) or Kueue has no Cohort API (404): no cap known
+        then."""
         try:
             queues, cohorts = (
                 cast(
@@ -320,7 +323,8 @@ class Capacity:
                 raise
             log.info("the cohort of the runs' queue is unknown: %s %s", error.status, error.reason)
             return None
-        return tree_lendable(self._cluster_queue, queues, cohorts)
+        tree = Tree(queues, cohorts)
+        return {key: tree.from_cohort(cohort, key) for key in quotas(cluster_queue)}
 
 
 def _least(*limits: Limit | None) -> Limit | None:

@@ -4,11 +4,10 @@ A ClusterQueue's ``resourceGroups`` each cover some resources with flavors in or
 gives a pod one flavor per resource group, all the group's resources from that flavor, so a
 pod fits when, in each group that covers what it requests, one flavor holds all of it. A
 flavor holds its ``nominalQuota``; a ClusterQueue in a cohort (``cohortName``, ``cohort`` in
-v1beta1) may borrow beyond it what the rest of its cohort's tree lends (``tree_lendable``,
-Kueue's "Cohort": each other ClusterQueue its ``lendingLimit``, else all its quota, and the
-``nominalQuota`` of the tree's Cohort objects, joined by ``parentName``), at most its
-``borrowingLimit``. Without the tree (the Cohort API absent, or its list not allowed), one
-without a ``borrowingLimit`` borrows without a limit known: no cap then.
+v1beta1) may borrow beyond it what its cohort's tree lends (``cohort_tree``, Kueue's "Cohort":
+lending and borrowing limits at each level), at most its ``borrowingLimit``. Without the tree
+(the Cohort API absent, or its list not allowed), one without a ``borrowingLimit`` borrows
+without a limit known: no cap then.
 
 Flavors never add up for one pod: one with many cores and another with much memory give no pod
 both, so ``admits`` checks a pod whole, flavor by flavor. The planner's caps (``queue_quota``)
@@ -26,26 +25,25 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from runs.backends.argo.cohort_tree import cohort_of
+
 Flavor = dict[str, Decimal | None]
 """The most one pod may get of each resource a flavor lists; None: no limit known."""
 
 
-Lendable = Mapping[tuple[str, str], Decimal]
-"""What a cohort's tree could ever lend a ClusterQueue, by flavor and resource."""
-
-
-def cohort_of(cluster_queue: Mapping[str, Any]) -> str:
-    """The cohort of a ClusterQueue (``cohortName``, ``cohort`` in v1beta1); "" outside one."""
-    spec = cluster_queue.get("spec") or {}
-    return str(spec.get("cohortName") or spec.get("cohort") or "")
+FromCohort = Mapping[tuple[str, str], Decimal]
+"""The most a ClusterQueue's cohort could ever give it, by flavor and resource
+(``cohort_tree``)."""
 
 
 def queue_flavors(
-    cluster_queue: Mapping[str, Any], lendable: Lendable | None = None
+    cluster_queue: Mapping[str, Any], from_cohort: FromCohort | None = None
 ) -> list[list[Flavor]]:
     """The flavors of each resource group of a ClusterQueue, in order, each with the most it
-    may give one pod by resource (``Flavor``); ``lendable``: what its cohort's tree could lend
-    it (None: not known)."""
+    may give one pod by resource (``Flavor``); ``from_cohort``: what its cohort could ever give
+    it (None: not known). In a cohort, that is what it keeps for itself (``nominalQuota -
+    lendingLimit``) and what it may take of its cohort's, at most what it put there and its
+    ``borrowingLimit``."""
     spec = cluster_queue.get("spec") or {}
     pooled = bool(cohort_of(cluster_queue))
     groups = []
@@ -56,57 +54,20 @@ def queue_flavors(
             for resource in flavor.get("resources") or []:
                 nominal = _quantity(resource.get("nominalQuota", 0))
                 limit = resource.get("borrowingLimit")
-                borrowed = [_quantity(limit)] if limit is not None else []
-                if lendable is not None:
-                    borrowed.append(lendable.get((flavor["name"], resource["name"]), Decimal(0)))
+                lending = resource.get("lendingLimit")
+                put = nominal if lending is None else min(nominal, _quantity(lending))
+                taken = [put + _quantity(limit)] if limit is not None else []
+                if from_cohort is not None:
+                    taken.append(from_cohort.get((flavor["name"], resource["name"]), Decimal(0)))
                 if not pooled:
                     caps[resource["name"]] = nominal
-                elif borrowed:
-                    caps[resource["name"]] = nominal + min(borrowed)
+                elif taken:
+                    caps[resource["name"]] = nominal - put + min(taken)
                 else:
                     caps[resource["name"]] = None
             flavors.append(caps)
         groups.append(flavors)
     return groups
-
-
-def tree_lendable(
-    queue: str, cluster_queues: list[Mapping[str, Any]], cohorts: list[Mapping[str, Any]]
-) -> dict[tuple[str, str], Decimal]:
-    """What the rest of a ClusterQueue's cohort tree could ever lend it, by flavor and
-    resource: each other ClusterQueue of the tree its ``lendingLimit`` (else its nominal
-    quota), each Cohort object of the tree its ``nominalQuota``."""
-    parents = {
-        c["metadata"]["name"]: str((c.get("spec") or {}).get("parentName") or "") for c in cohorts
-    }
-
-    def root(cohort: str) -> str:
-        seen = {cohort}
-        while (parent := parents.get(cohort)) and parent not in seen:
-            seen.add(parent)
-            cohort = parent
-        return cohort
-
-    mine = next((q for q in cluster_queues if q["metadata"]["name"] == queue), None)
-    if mine is None or not cohort_of(mine):
-        return {}
-    tree = root(cohort_of(mine))
-    lenders = [
-        (q, "lendingLimit")
-        for q in cluster_queues
-        if q["metadata"]["name"] != queue and cohort_of(q) and root(cohort_of(q)) == tree
-    ]
-    lenders += [(c, "nominalQuota") for c in cohorts if root(c["metadata"]["name"]) == tree]
-    found: dict[tuple[str, str], Decimal] = {}
-    for lender, field in lenders:
-        for group in (lender.get("spec") or {}).get("resourceGroups") or []:
-            for flavor in group.get("flavors") or []:
-                for resource in flavor.get("resources") or []:
-                    nominal = _quantity(resource.get("nominalQuota", 0))
-                    lent = min(nominal, _quantity(resource.get(field, nominal)))
-                    key = (flavor["name"], resource["name"])
-                    found[key] = found.get(key, Decimal(0)) + lent
-    return found
 
 
 def covered(groups: list[list[Flavor]]) -> set[str]:
