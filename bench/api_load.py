@@ -665,8 +665,23 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides:
             runs = results[(name, side.label)]
             median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            print(f"{side.label:>8}  {line(name, median)}")
+            print(f"{side.label:>8}  {line(name, median)}  {verdict(median)}")
     return 0
+
+
+P95_TARGET_MS = 50.0
+CPU_TARGET_MS = 2.0
+"""A page's targets (issue 48): p95 within 50 ms, or its server CPU a request within 2 ms
+where the machine's cores cannot give that latency to so many clients."""
+
+
+def verdict(figures: dict[str, float]) -> str:
+    """A page's figures beside its targets: met or MISSED."""
+    met = figures["p95"] <= P95_TARGET_MS or figures["cpu"] <= CPU_TARGET_MS
+    return (
+        f"[target p95 ≤ {P95_TARGET_MS:g} ms or CPU/req ≤ {CPU_TARGET_MS:g} ms: "
+        f"{'met' if met else 'MISSED'}]"
+    )
 
 
 if __name__ == "__main__":
