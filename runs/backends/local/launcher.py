@@ -305,10 +305,14 @@ def serve(socket_fd: int) -> int:
     it needs it is imported now, once, and every launch handed on ``socket_fd`` runs ``run``
     in a child of its own."""
     import budget  # noqa: F401 - the sibling modules, imported ahead
+    import builds  # noqa: F401
     import cgroups  # noqa: F401
+    import env  # noqa: F401 - with harness.venvs: importlib.metadata, half a launch's time
     import launcher_server
+    import shm  # noqa: F401
 
-    from harness import logcap  # noqa: F401
+    from harness import cgroups as harness_cgroups  # noqa: F401
+    from harness import logcap, sources  # noqa: F401
 
     return int(launcher_server.serve(socket_fd, run))  # a sibling: untyped to mypy
 
