@@ -317,7 +317,7 @@ WEB_COMMAND = (
     "import argparse, json, sys; from pathlib import Path; from runs.cli.serve import children; "
     "args = argparse.Namespace(host='127.0.0.1', port=int(sys.argv[1]), "
     "web_workers=int(sys.argv[2])); "
-    "print(json.dumps(children(args, local=False, home=Path(sys.argv[3]))[-1].argv))"
+    "print(json.dumps(children(args, stepped=False, home=Path(sys.argv[3]))[-1].argv))"
 )
 
 
