@@ -317,7 +317,7 @@ WEB_COMMAND = (
     "import argparse, json, sys; from pathlib import Path; from runs.cli.serve import children; "
     "args = argparse.Namespace(host='127.0.0.1', port=int(sys.argv[1]), "
     "web_workers=int(sys.argv[2])); "
-    "print(json.dumps(children(args, local=False, home=Path(sys.argv[3]))[-1].argv))"
+    "print(json.dumps(children(args, stepped=False, home=Path(sys.argv[3]))[-1].argv))"
 )
 
 
@@ -665,8 +665,23 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides:
             runs = results[(name, side.label)]
             median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            print(f"{side.label:>8}  {line(name, median)}")
+            print(f"{side.label:>8}  {line(name, median)}  {verdict(median)}")
     return 0
+
+
+P95_TARGET_MS = 50.0
+CPU_TARGET_MS = 2.0
+"""A page's targets (issue 48): p95 within 50 ms, or its server CPU a request within 2 ms
+where the machine's cores cannot give that latency to so many clients."""
+
+
+def verdict(figures: dict[str, float]) -> str:
+    """A page's figures beside its targets: met or MISSED."""
+    met = figures["p95"] <= P95_TARGET_MS or figures["cpu"] <= CPU_TARGET_MS
+    return (
+        f"[target p95 ≤ {P95_TARGET_MS:g} ms or CPU/req ≤ {CPU_TARGET_MS:g} ms: "
+        f"{'met' if met else 'MISSED'}]"
+    )
 
 
 if __name__ == "__main__":

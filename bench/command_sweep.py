@@ -264,12 +264,12 @@ def main(argv: list[str] | None = None) -> int:
                 pairs = list(zip(runs[side], runs["parallel"], strict=True))
                 ratios = [h.wall / p.wall for h, p in pairs]
                 median = statistics.median(ratios)
-                verdict = "ok" if median <= target else "ABOVE TARGET"
+                verdict = "met" if median <= target else "MISSED"
                 failed |= median > target
                 print(_row(f"{side} (s)", [t.wall for t in runs[side]]))
                 print(f"{_row(f'ratio {side} / parallel', ratios)}   target ≤ {target}  {verdict}")
                 print(_row(f"CPU ratio {side} / parallel", [h.cpu / p.cpu for h, p in pairs]))
-                mark = "ok" if overhead[side] <= OVERHEAD_TARGET_MS else "ABOVE TARGET"
+                mark = "met" if overhead[side] <= OVERHEAD_TARGET_MS else "MISSED"
                 print(
                     "per-unit overhead beyond the program: "
                     f"parallel {overhead['parallel']:.2f} ms, "

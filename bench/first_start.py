@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"{name:>10} median: " + "  ".join(f"{k} {v:.2f}" for k, v in medians.items()))
         verdicts = [
-            f"{key} ≤ {limit:g} s {'ok' if medians[key] <= limit else 'ABOVE TARGET'}"
+            f"{key} ≤ {limit:g} s {'met' if medians[key] <= limit else 'MISSED'}"
             for key, limit in TARGETS_S.items()
         ]
         print(f"{'':>10} targets: " + ", ".join(verdicts))

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios = [timed.wall / baseline.wall for baseline, timed in runs]
         cpu_ratios = [timed.cpu / baseline.cpu for baseline, timed in runs]
         median = statistics.median(ratios)
-        verdict = "ok" if median <= target else "ABOVE TARGET"
+        verdict = "met" if median <= target else "MISSED"
         failed |= median > target
         print(f"\nunits of {unit_ms} ms: {units} units, bare pool chunk size {chunk}")
         print(_row("bare pool (s)", [baseline.wall for baseline, _ in runs]))

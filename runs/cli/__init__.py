@@ -28,16 +28,23 @@ SUBCOMMANDS = [
 ]
 
 
-def _modules() -> list[ModuleType]:
+def _modules(command: str | None = None) -> list[ModuleType]:
+    """The subcommands' modules: only ``command``'s when it names one (``serve`` starts
+    without importing the client's, a few hundred milliseconds on its way to its first
+    answer), else all of them (``--help``, a command mistyped)."""
+    name = f"runs.cli.{(command or '').replace('-', '_')}"
+    if name in SUBCOMMANDS and getattr(module := import_module(name), "NAME", None) == command:
+        return [module]
     return [import_module(name) for name in SUBCOMMANDS]
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of the ``simrun`` command; of ``command`` alone when it is given and known."""
     top = argparse.ArgumentParser(
         prog="simrun", description="Run simulation workflows: sweeps, plugins and commands."
     )
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in _modules():
+    for module in _modules(command):
         sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
@@ -45,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(argv[0] if argv else None).parse_args(argv)
     try:
         return int(args.run(args))
     except KeyboardInterrupt:

@@ -23,10 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import redis
 from django.conf import settings
-from redis.exceptions import LockError
+
+if TYPE_CHECKING:  # imported where used: the embedded service's locks are files
+    import redis
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ def redis_url() -> str | None:
 
 @cache
 def _client(url: str) -> redis.Redis:
+    import redis  # a tenth of a second of a worker's start that uses files, not Redis
+
     return redis.Redis.from_url(url)
 
 
@@ -86,6 +90,8 @@ def _hold_file(name: str) -> Iterator[bool]:
 
 @contextmanager
 def _hold_redis(url: str, name: str) -> Iterator[bool]:
+    from redis.exceptions import LockError
+
     lock = _client(url).lock(f"simrun:lock:{name}", timeout=LOCK_TTL_S, thread_local=False)
     if not lock.acquire(blocking=False):
         yield False
@@ -115,6 +121,9 @@ def held(name: str) -> bool:
 
 def _renew(lock: redis.lock.Lock, stop: threading.Event) -> None:
     """Reset the time to live of a held lock until ``stop`` is set."""
+    import redis
+    from redis.exceptions import LockError
+
     while not stop.wait(LOCK_TTL_S / 3):
         try:
             lock.reacquire()

@@ -8,7 +8,7 @@ grace, the logs of a final task to keep, a log read that failed, a reconcile tha
 would be decided the same: the pass skips it, reading neither its status nor its tasks. Ended
 pods of a live task change its workflow, so their logs are kept by the poll that sees the
 change. Every run is still polled in full at least every ``SIMRUN_RESYNC_S``, as informers
-resync, each at its own point of that interval so the full polls spread over passes.
+resync, each at its own phase of that interval so the full polls spread evenly over passes.
 
 What this remembers lives in the memory of one process and is safe to lose (the service
 keeps no state in memory): a run not remembered, after a restart or in another
@@ -131,9 +131,16 @@ class PollMemory:
         now = self.clock()
         for run in runs:
             if (signature := self.signatures.get(run.pk)) is not None:
-                # Each run at its own point of the last quarter of the interval.
-                share = 1 - (zlib.crc32(run.pk.encode()) % 1024) / 4096
-                self._seen[run.pk] = Seen(signature, run.version, now + resync_s * share)
+                self._seen[run.pk] = Seen(signature, run.version, resync_at(run.pk, now, resync_s))
+
+
+def resync_at(run_id: str, now: float, resync_s: float) -> float:
+    """When a run polled at ``now`` is next polled in full: the next point of its own phase
+    of the interval (from its id), within ``resync_s`` of ``now``. The phases spread evenly
+    over the whole interval, so each pass carries its share of the resyncs (a twelfth for a
+    5 s pass and 60 s), however many runs were polled together (at a restart, all)."""
+    phase = resync_s * (zlib.crc32(run_id.encode()) % 4096) / 4096
+    return now - (now - phase) % resync_s + resync_s
 
 
 class Live(Protocol):

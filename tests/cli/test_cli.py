@@ -37,6 +37,26 @@ def test_the_client_commands_never_import_django():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_a_command_imports_only_its_own_module_and_help_names_them_all():
+    code = (
+        "import sys\n"
+        "from runs.cli import parser\n"
+        "parser('serve').parse_args(['serve', '--port', '9'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('runs.cli.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "runs.cli.serve" in done.stdout, done.stderr
+    assert "runs.cli.submit" not in done.stdout and "runs.cli.results" not in done.stdout
+    mistyped = subprocess.run(
+        [sys.executable, "-c", "from runs.cli import main; main(['serv'])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert mistyped.returncode == 2
+    assert "render-workflow" in mistyped.stderr and "results" in mistyped.stderr
+
+
 def test_submit_follow_returns_0_for_a_run_that_succeeds_and_shows_progress(
     simrun, cluster, tmp_path
 ):

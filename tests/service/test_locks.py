@@ -146,3 +146,34 @@ def test_redis_is_used_when_the_broker_is_redis(settings):
     with locks.hold(name) as held:
         assert held
         assert redis.Redis.from_url(REDIS_URL).exists(f"simrun:lock:{name}")
+
+
+def test_the_locks_in_files_never_import_the_redis_client(tmp_path):
+    """The embedded service's processes (web, workers, beat, the step) lock with files: the
+    Redis client, a tenth of a second or more of each one's start, is not imported."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import django
+        django.setup()
+        from runs.control import locks
+        with locks.hold("probe") as held:
+            assert held
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "redis"))
+        """
+    )
+    env = {
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SIMRUN_", "CELERY_", "DATABASE_", "DJANGO_"))
+        },
+        "SECRET_KEY": "test",
+        "SIMRUN_HOME": str(tmp_path / "home"),
+        "DJANGO_SETTINGS_MODULE": "simrun_site.settings",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -159,8 +159,7 @@ def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settin
     memory = poll_memory.memory_of(fake)
     assert memory is not None
     now = memory.clock()
-    memory.clock = lambda: now + 44  # each run resyncs within the interval's last quarter
-    poll(fake)
+    poll(fake)  # each run resyncs at its own phase of the interval: none at once
     assert statuses(fake) == []
     memory.clock = lambda: now + 61
     poll(fake)
@@ -168,6 +167,23 @@ def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settin
     assert sorted(statuses(fake)) == sorted(run.workflow for run in steady)
     poll(fake)
     assert statuses(fake) == []
+
+
+def test_runs_polled_together_resync_spread_evenly_over_the_interval():
+    """A restart polls every run at once: their resyncs must not come due together (nor all
+    in one part of the interval), but each pass of 5 s in 60 s carry about a twelfth."""
+    now, interval, runs = 1000.0, 60.0, [f"r{n:05d}" for n in range(12_000)]
+    due = [poll_memory.resync_at(run, now, interval) for run in runs]
+    assert all(now < at <= now + interval for at in due)
+    per_pass = [0] * 12
+    for at in due:
+        per_pass[min(11, int((at - now) // 5))] += 1
+    assert max(per_pass) <= 1.2 * len(runs) / 12
+    # Once resynced at its phase, a run's next resync is a whole interval later.
+    assert all(
+        poll_memory.resync_at(run, at, interval) == at + interval
+        for run, at in zip(runs, due, strict=True)
+    )
 
 
 def test_a_restarted_service_polls_every_run_once_then_skips_them(steady, fake):

@@ -19,7 +19,6 @@ import hashlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -158,8 +157,6 @@ class LocalBackend:
         """The exit files the last step saw: a new one is an end to tell subscribers."""
         self.began_seen: set[Path] = set()
         """The pid files naming a process the last step saw: a new one is a start."""
-        self.launchers: list[subprocess.Popen[bytes]] = []
-        """The launchers this process started, reaped by the step once they ended."""
 
     @classmethod
     def from_settings(cls) -> LocalBackend:

@@ -2,15 +2,18 @@
 
 The step hands the run's folder to its task user, makes the attempt's cgroups, writes what the
 launcher needs (``launch_file.Launch``) in the task's ``logs/`` folder and starts the launcher
-detached, with the launch file and the folder as inherited descriptors.
+detached, with the launch file and the folder as inherited descriptors: a launcher forked by
+the launcher this process started ahead (``launcher_server``), not a new Python each time.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING
 from harness import untrusted
 from harness.config import STOP_MARGIN_S
 from harness.report import report_path
-from runs.backends.local import cgroups
+from runs.backends.local import cgroups, launcher_server
 from runs.backends.local import env as local_env
 from runs.backends.local import shm as local_shm
 from runs.backends.local import user as local_user
@@ -64,22 +67,87 @@ def launch(backend: LocalBackend, submission: Submission, node: NodeView, logs: 
     log = untrusted.open_own(logs, f"{stem}.log")
     launch_fd = os.open(f"{stem}.launch", untrusted.FILE_FLAGS, dir_fd=logs)
     try:
-        backend.launchers.append(
-            subprocess.Popen(
-                # No path nor run id on the command line (``ps`` shows it to every user):
-                # the launch file and the logs folder are inherited descriptors.
-                [sys.executable, str(LAUNCHER), str(launch_fd), str(logs)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=launcher_env(),
-                pass_fds=(launch_fd, logs),
-            )
-        )
+        SERVER.hand(launch_fd, logs, log)
     finally:
         os.close(launch_fd)
         os.close(log)
+
+
+class LauncherServer:
+    """The launcher started ahead (``launcher_server``) by this process, at its first launch:
+    ``python launcher.py SOCKET_FD`` with the launcher's environment, in a session of its own,
+    on one end of a socket pair whose other end only this process holds (a process forked
+    from this one starts its own). No path nor run id on any command line (``ps`` shows it to
+    every user): a launch is handed as descriptors."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.peer: socket.socket | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] | None = None
+        """The environment the server was started with, its launchers'."""
+        os.register_at_fork(after_in_child=self._forked)
+
+    def hand(self, launch_fd: int, logs: int, log: int) -> int:
+        """Fork a launcher of the launch file ``launch_fd`` with the ``logs/`` folder and the
+        log; its pid. A server found gone before the launch was handed is started again; one
+        gone while it was handed raises ``ConnectionError`` (a launcher may have started: the
+        step records the attempt lost if none names itself)."""
+        with self.lock:
+            env = launcher_env()
+            if env != self.env:  # a launcher gets the environment of its launch's time
+                self.forget()
+            for again in (True, False):
+                peer = self.peer or self._start(env)
+                try:
+                    peer.sendmsg([b"L"], launcher_server.rights(launch_fd, logs, log))
+                except OSError:
+                    self.forget()
+                    if again:
+                        continue
+                    raise
+                try:
+                    return launcher_server.answer(peer)
+                except ConnectionError:
+                    self.forget()
+                    raise
+            raise AssertionError("unreachable")
+
+    def _start(self, env: dict[str, str]) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, str(LAUNCHER), str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        self.peer, self.env = ours, env
+        return ours
+
+    def _forked(self) -> None:
+        """In a child forked from this process: the server is the parent's (its end closed
+        here, its lock new), the child starts its own when it launches."""
+        self.lock = threading.Lock()
+        if self.peer is not None:
+            self.peer.close()
+        self.peer, self.process, self.env = None, None, None
+
+    def forget(self) -> None:
+        """Close this process's end (the server then exits) and reap the server if it ended."""
+        if self.peer is not None:
+            self.peer.close()
+            self.peer = None
+        if self.process is not None:
+            self.process.poll()
+        self.process, self.env = None, None
+
+
+SERVER = LauncherServer()
 
 
 def cgroup_name(backend: LocalBackend, run: str, node: str, number: int) -> str:

@@ -20,8 +20,10 @@ It runs as a script, not as a module of ``runs``, so that it starts in milliseco
 the service's packages: its siblings are imported from its directory by their bare names
 (``launch_file``, the contract with the step; ``prepare``, what it does before the process
 runs; ``plain_command``, what it writes for a plain command; ``pids``, ``wake``, ``cgroups``,
-``env``, ``shm`` and ``budget``), and it uses nothing else of the service (only the standard
-library and the harness's stdlib modules). Nothing of the service imports it.
+``env``, ``shm`` and ``budget``; ``launcher_server`` when it is started ahead, as
+``launcher.py SOCKET_FD``, to fork a launcher per launch), and it uses nothing else of the
+service (only the standard library and the harness's stdlib modules). Nothing of the service
+imports it.
 """
 
 from __future__ import annotations
@@ -298,11 +300,30 @@ def _clean_up(launch: Launch, pid: int, result: dict[str, Any]) -> None:
         _docker("rm", "--force", container)
 
 
+def serve(socket_fd: int) -> int:
+    """Be the launcher started ahead (``launcher_server``): what a launcher imports only when
+    it needs it is imported now, once, and every launch handed on ``socket_fd`` runs ``run``
+    in a child of its own."""
+    import budget  # noqa: F401 - the sibling modules, imported ahead
+    import builds  # noqa: F401
+    import cgroups  # noqa: F401
+    import env  # noqa: F401 - with harness.venvs: importlib.metadata, half a launch's time
+    import launcher_server
+    import shm  # noqa: F401
+
+    from harness import cgroups as harness_cgroups  # noqa: F401
+    from harness import logcap, sources  # noqa: F401
+
+    return int(launcher_server.serve(socket_fd, run))  # a sibling: untyped to mypy
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or not all(a.isdigit() for a in args):
-        print("usage: launcher.py LAUNCH_FD LOGS_FD", file=sys.stderr)
+    if len(args) not in (1, 2) or not all(a.isdigit() for a in args):
+        print("usage: launcher.py LAUNCH_FD LOGS_FD | launcher.py SOCKET_FD", file=sys.stderr)
         return 2
+    if len(args) == 1:
+        return serve(int(args[0]))
     return run(int(args[0]), int(args[1]))
 
 

@@ -99,7 +99,6 @@ def _step(backend: LocalBackend) -> bool:
     # What the wall of a build or a learning killed outright left running goes now.
     memory = None if backend.hierarchy is None else backend.hierarchy.parent
     wall.sweep([memory, backend.pids_parent])
-    backend.launchers = [p for p in backend.launchers if p.poll() is None]
     views = []
     for view in (submissions.view(backend.state, s) for s in submissions.live(backend.state)):
         if reap_lost(view, now):
