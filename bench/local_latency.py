@@ -2,9 +2,9 @@
 
 1. The CPU an idle serve spends, all its processes, over ``--idle`` seconds before any run
    (no target: issue 48 set none; the embedded broker's workers no longer poll it).
-2. Submit → succeeded of a run of one trivial task (``true``), ``--runs`` times in a row: the
-   overhead beyond the task's own time (the life of its process, as its launcher recorded
-   it), median and p95. Target: median ≤ 0.1 s (issue 48).
+2. Submit → succeeded of a run of one trivial task (``true``), ``--runs`` times in a row, as a
+   user feels it, median and p95. Target: median ≤ 0.1 s (issue 48). Printed apart: the
+   launcher's life (its wall and ``true``), as it recorded it, which is part of that time.
 3. A ``squares`` sweep through the service against the harness alone (``simrun-worker`` run
    by hand as the coordinator, on the same task): the service's overhead in seconds.
 
@@ -69,8 +69,9 @@ def until_ended(api, run_id: str) -> tuple[float, dict]:
     return time.perf_counter(), run
 
 
-def own_seconds(service: Service, run_id: str, task: str, node: str) -> float:
-    """The life of the process of a task's first attempt, as its launcher recorded it."""
+def launcher_seconds(service: Service, run_id: str, task: str, node: str) -> float:
+    """The life of the launcher of a task's first attempt (its wall and the program), as it
+    recorded it."""
     logs = service.store / "runs" / run_id / "tasks" / task / "logs"
     record = json.loads((logs / f"{node}-0.exit").read_text())
     return float(record["ended"] - record["started"])
@@ -81,16 +82,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def trivial_runs(service: Service, api, runs: int) -> list[float]:
-    overheads = []
+def trivial_runs(service: Service, api, runs: int) -> tuple[list[float], list[float]]:
+    """Each run's submit → succeeded as the client saw it, and its launcher's life."""
+    latencies, launchers = [], []
     spec = {"name": "trivial", "tasks": {"t": {"command": ["true"]}}}
     for _ in range(runs):
         started = time.perf_counter()
         run_id = submit(api, spec)
         seen, run = until_ended(api, run_id)
         assert run["state"] == "succeeded", run
-        overheads.append(seen - started - own_seconds(service, run_id, "t", "t"))
-    return overheads
+        latencies.append(seen - started)
+        launchers.append(launcher_seconds(service, run_id, "t", "t"))
+    return latencies, launchers
 
 
 def sweep_spec(n: int, delay_s: float) -> dict:
@@ -143,15 +146,18 @@ def main() -> int:
             print(f"idle serve over {args.idle:.0f} s: {100 * share:.1f}% of a core, all processes")
             with service.client(service.user("bench")) as api:
                 trivial_runs(service, api, 2)  # warm up: imports, first connections
-                overheads = trivial_runs(service, api, args.runs)
-                median = statistics.median(overheads)
+                latencies, launchers = trivial_runs(service, api, args.runs)
+                median = statistics.median(latencies)
                 verdict = "met" if median <= TARGET_S else "MISSED"
                 print(
-                    f"trivial run, submit → succeeded, overhead beyond the task's own time "
-                    f"({args.runs} runs): median {median:.3f} s, "
-                    f"p95 {percentile(overheads, 0.95):.3f} s, "
-                    f"min {min(overheads):.3f} s, max {max(overheads):.3f} s   "
+                    f"trivial run, submit → succeeded ({args.runs} runs): median {median:.3f} s, "
+                    f"p95 {percentile(latencies, 0.95):.3f} s, "
+                    f"min {min(latencies):.3f} s, max {max(latencies):.3f} s   "
                     f"target median ≤ {TARGET_S} s  {verdict}"
+                )
+                print(
+                    f"  of which the launcher's life (wall and program): "
+                    f"median {statistics.median(launchers):.3f} s"
                 )
                 begun = time.perf_counter()
                 run_id = submit(api, sweep_spec(args.units, args.delay))
