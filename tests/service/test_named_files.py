@@ -138,6 +138,41 @@ def test_a_recompiled_binary_is_not_taken_from_the_cache_nor_from_a_resume(
     assert str(binary) in row(again, "sim").not_reused
 
 
+SHELL_LINES = {
+    "by its absolute path": "{script} --temperature {{T}}",
+    "opened by an interpreter after cd": "cd {folder} && python3 {name} --temperature {{T}} > o",
+    "run from the folder cd led to": "set -e; cd {folder}; ./{name} {{T}} 2>&1",
+}
+
+
+@pytest.mark.parametrize("line", SHELL_LINES.values(), ids=SHELL_LINES.keys())
+def test_a_script_a_shell_line_runs_is_part_of_the_key_under_resume_and_cache(
+    line: str,
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    owner,
+    tmp_path: Path,
+):
+    script = tmp_path / "relax.sh"
+    script.write_text("echo 1\n")
+    command = ["sh", "-c", line.format(script=script, folder=tmp_path, name=script.name)]
+    sweep = {"tasks": {"sweep": {"command": command, "sweep": {"T": {"range": [0, 12]}}}}}
+    source = failed_sweep(launch, fake, sweep, range(0, 8))
+    assert row(source, "sweep").named_files[str(script)].startswith("sha256:")
+    cached = {
+        "cache": True,
+        "tasks": {"sim": {"command": [*command[:2], command[2].replace("{T}", "1")]}},
+    }
+    done = succeeded(launch, fake, cached)
+    assert row(submitted_run(owner, cached), "sim").reused_from == f"{done.id}/sim"
+
+    rewrite(script, "echo 2\n")
+    again = resumed(source)
+    assert (row(again, "sweep").reuse, row(again, "sweep").units_reused) == (Reuse.NONE, None)
+    assert row(again, "sweep").not_reused.endswith(f"changed since: {script}")
+    assert row(submitted_run(owner, cached), "sim").reuse == Reuse.NONE
+
+
 # What a named path holds, read without belief.
 
 
@@ -152,6 +187,27 @@ def test_the_paths_a_command_names_are_its_program_and_its_absolute_arguments(tm
         "/in/file",
     ]
     assert programs.named_paths([]) == []
+
+
+def test_a_shell_line_names_each_program_and_file_it_runs_in_the_folder_it_runs_in(
+    tmp_path: Path,
+):
+    (tmp_path / "run.sh").write_text("echo\n")
+    (tmp_path / "params.toml").write_text("T = 1\n")
+    line = (
+        f"set -e; cd {tmp_path} && X=1 exec nice -n 5 ./run.sh params.toml --T {{T}} "
+        'missing.txt < /data/in.csv > /data/out.log 2>&1 | /opt/bin/filter "$1"; echo done'
+    )
+    sh, *named = programs.named_paths(["sh", "-c", line, "sh", "/data/arg.txt"])
+    assert sh.endswith("/sh")
+    assert named == [
+        "/data/arg.txt",
+        str(tmp_path / "run.sh"),
+        str(tmp_path / "params.toml"),
+        "/data/in.csv",
+        "/opt/bin/filter",
+    ]
+    assert programs.named_paths(["bash", "-lc", "./a.sh; 'open"]) == programs.named_paths(["bash"])
 
 
 def test_a_fifo_a_folder_and_a_missing_file_are_said_never_read(tmp_path: Path):
