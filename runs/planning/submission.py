@@ -34,6 +34,7 @@ from runs.models import (
     Task,
     TaskKind,
 )
+from runs.planning import images
 from runs.planning.evidence import prior_evidence
 from runs.planning.images import resolve
 from runs.planning.installable import not_installable
@@ -292,7 +293,7 @@ def _plan_learning_run(
         updated_at=timezone.now(),
     )
     locked.spec = spec.dump()
-    _write_tasks(locked, spec, types, plans)
+    _write_tasks(locked, spec, types, plans, backend)
     after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
     return True
 
@@ -311,7 +312,7 @@ def _create_run(
     check_queue(fields["owner"])
     plans = _plans(spec, types, backend, fields["owner"].pk)
     run = Run.objects.create(**fields)
-    _write_tasks(run, spec, types, plans)
+    _write_tasks(run, spec, types, plans, backend)
     after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
     return run
 
@@ -402,12 +403,24 @@ def reused(
 
 
 def _write_tasks(
-    run: Run, spec: RunSpec, types: Mapping[str, TaskType], plans: Mapping[str, TaskPlan]
+    run: Run,
+    spec: RunSpec,
+    types: Mapping[str, TaskType],
+    plans: Mapping[str, TaskPlan],
+    backend: Backend,
 ) -> None:
     """The tasks of a run, each with its key and what it reuses (``reused``), and its store
-    files (``run.json``, each ``task.json``)."""
+    files (``run.json``, each ``task.json``). What a task's programs, files and image hold
+    (``named_files``, ``images.identities``) is part of its key."""
     records = task_records(spec, types)
     files = named_files(records)
+    ran_in = {
+        task: record.image or spec.environment.image or "" for task, record in records.items()
+    }
+    held = images.identities(ran_in.values(), backend)  # each image asked of its registry once
+    for task_id, image in ran_in.items():
+        if (name := f"{images.IMAGE_KEY}{image}") in held:
+            files[task_id][name] = held[name]
     keys = task_keys(records, Environment.of(spec), files)
     chosen, refused = reused(run, spec, records, keys, files)
     tasks = [

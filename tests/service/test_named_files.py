@@ -292,3 +292,58 @@ def test_each_task_keeps_what_its_files_held_at_submission(launch, tmp_path: Pat
     files = Task.objects.get(run=run, task_id="sweep").named_files
     assert list(files) == [str(script)]
     assert files[str(script)] == programs.digest(str(script))
+
+
+# The image a task runs in.
+
+PINNED = "python@sha256:" + "c" * 64
+
+
+def test_an_image_is_keyed_by_the_digest_its_tag_has_and_a_moved_tag_is_never_reused(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    owner,
+    monkeypatch,
+):
+    registry = {"python:3.12": "sha256:" + "a" * 64}
+    asked: list[str] = []
+
+    def image_digest(ref: str) -> str | None:
+        asked.append(ref)
+        if ref not in registry:
+            raise RuntimeError("registry.test answered 503")
+        return registry[ref]
+
+    monkeypatch.setattr(fake, "runs_images", True)
+    monkeypatch.setattr(fake, "image_digest", image_digest, raising=False)
+    sim = {"command": ["/bin/echo", "1"], "image": "python:3.12"}
+    spec = {"cache": True, "tasks": {"sim": sim}}
+    source = succeeded(launch, fake, spec)
+    assert row(source, "sim").named_files["image:python:3.12"] == registry["python:3.12"]
+    assert row(submitted_run(owner, spec), "sim").reused_from == f"{source.id}/sim"
+
+    registry["python:3.12"] = "sha256:" + "b" * 64  # the tag moved to another image
+    moved = submitted_run(owner, spec)
+    assert (row(moved, "sim").reuse, row(moved, "sim").reused_from) == (Reuse.NONE, "")
+    assert row(resumed(source), "sim").not_reused == (
+        f"not reused from {source.id}/sim: its image changed since, or its digest is not "
+        "known: python:3.12 (now sha256:bbbbbbbbbbbb)"
+    )
+
+    del registry["python:3.12"]  # the registry cannot say: never the same, never reused
+    unknown = succeeded(launch, fake, spec)
+    assert row(unknown, "sim").named_files["image:python:3.12"].startswith("unresolved:")
+    assert row(submitted_run(owner, spec), "sim").reuse == Reuse.NONE
+    assert "python:3.12 (now digest not known)" in row(resumed(unknown), "sim").not_reused
+
+    asked.clear()
+    pinned = edited(spec, lambda d: d["tasks"]["sim"].update(image=PINNED))
+    first = succeeded(launch, fake, pinned)
+    assert row(first, "sim").named_files[f"image:{PINNED}"] == "sha256:" + "c" * 64
+    assert row(submitted_run(owner, pinned), "sim").reused_from == f"{first.id}/sim"
+    assert asked == []  # a digest in the reference is not asked of the registry
+
+
+def test_a_backend_that_runs_no_images_keys_none(launch, fake: FakeBackend):  # noqa: F811
+    run = launch({"tasks": {"sim": {"command": ["/bin/echo", "1"], "image": "python:3.12"}}})
+    assert not [name for name in row(run, "sim").named_files if name.startswith("image:")]
