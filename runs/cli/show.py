@@ -10,7 +10,7 @@ from rich.table import Table
 
 from runs.cli.client_commands import EXIT_OK, Client, reports_errors, run_url, tables_console
 from runs.cli.progress import duration_text, styled
-from runs.client.api import no_run
+from runs.client.errors import no_run
 from runs.client.progress import gib_text
 
 NAME = "show"

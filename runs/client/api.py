@@ -29,11 +29,12 @@ from runs.client.errors import (
     NotFound,
     RunFailed,
     Unavailable,
+    no_run,
 )
+from runs.client.labels import Labels
 from runs.client.learning import learned
 from runs.client.progress import shown, size_text
 from runs.client.run import ENDED, Run
-from runs.client.session import Session
 from runs.client.specs import Spec, local_sources, names_a_file, read_document
 
 POLL_S = 1.0
@@ -41,11 +42,6 @@ OUTAGE_S = 60.0
 """How long a follower waits for a server that stopped answering before it gives up."""
 PAGE_SIZE = 200
 """The most runs the list API gives in one page."""
-
-
-def no_run(run_id: str) -> str:
-    """The message for a run the server does not know or does not show this user."""
-    return f"not found: no run {run_id!r} among the runs you may see"
 
 
 def no_task(run_id: str, task: str) -> str:
@@ -65,7 +61,7 @@ def rows_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return text.getvalue()
 
 
-class Client(Session):
+class Client(Labels):
     """A user's session with a simrun server.
 
     ``Client()`` uses ``SIMRUN_URL`` and ``SIMRUN_TOKEN``, else what ``simrun login`` saved;
@@ -203,11 +199,15 @@ class Client(Session):
         created_after: str | None = None,
         created_before: str | None = None,
         live: bool | None = None,
+        tag: str | list[str] | None = None,
+        param: str | None = None,
         limit: int = 50,
     ) -> list[Run]:
         """Your latest runs (staff: anyone's with ``owner``), newest first, filtered as the
         list API filters them: states, part of the name, dates (``2025-01-31`` or a time),
-        live or ended. Each run is a summary: its ``tasks`` are fetched when first read."""
+        live or ended, tags (every one given), a parameter (``"T"``: any run with it;
+        ``"T=1.5"``: a sweep's axis listing or spanning the value, or a setting equal to it).
+        Each run is a summary: its ``tasks`` are fetched when first read."""
         params: dict[str, Any] = {
             "state": [state] if isinstance(state, str) else state,
             "name": name,
@@ -215,6 +215,8 @@ class Client(Session):
             "created_after": created_after,
             "created_before": created_before,
             "live": None if live is None else str(live).lower(),
+            "tag": [tag] if isinstance(tag, str) else tag,
+            "param": param,
         }
         params = {k: v for k, v in params.items() if v is not None}
         found: list[Run] = []
