@@ -379,8 +379,10 @@ class Client(Labels):
         (``pip install pandas``): ``MissingPandas`` says so."""
         pandas = frames.pandas(instead="results_csv() gives the table as CSV text")
         if isinstance(run, str | Run) and filter is None and over is None:
-            text = self.whole_or_partial_csv(run, task)
-            return pandas.read_csv(io.StringIO(text))
+            text, partial = self.whole_or_partial_csv(run, task)
+            frame = pandas.read_csv(io.StringIO(text))
+            frame.attrs["partial"] = partial
+            return frame
         runs = [run] if isinstance(run, str | Run) else list(run)
         columns, rows = self.compared_rows(runs, task, filter=filter, over=over)
         return pandas.DataFrame(rows, columns=columns)
@@ -412,16 +414,17 @@ class Client(Labels):
                 return [c["name"] for c in answer["columns"]], rows
             page += 1
 
-    def whole_or_partial_csv(self, run: str | Run, task: str | None = None) -> str:
-        """A task's table as CSV text: its ``out/results.csv``, or, for a task that ended
-        before its merge (a cancelled sweep), the rows of the units it finished."""
+    def whole_or_partial_csv(self, run: str | Run, task: str | None = None) -> tuple[str, bool]:
+        """A task's table as CSV text, and whether it is partial: its ``out/results.csv``, or,
+        for a task that ended before its merge (a sweep cancelled or failed), the rows of the
+        units it finished (partial)."""
         run_id = run.id if isinstance(run, Run) else run
         task = task or self.results_task(run_id)
         if self._status("HEAD", f"{_task_path(run_id, task)}results.csv") == 404:
             page = f"{_task_path(run_id, task)}results/"
             if self._status("GET", page, {"page_size": 1}) == 200:
-                return rows_csv(*self.compared_rows([run_id], task))
-        return self.results_csv(run_id, task)  # or what its answer means
+                return rows_csv(*self.compared_rows([run_id], task)), True
+        return self.results_csv(run_id, task), False  # or what its answer means
 
     def results_csv(self, run: str | Run, task: str | None = None) -> str:
         """A task's results table as the CSV text of its ``out/results.csv``, all of it."""
