@@ -201,6 +201,19 @@ def test_rows_averaged_over_the_seeds_give_a_mean_and_a_spread_drawn_as_error_ba
     html = section.content.decode()
     assert 'data-y="energy mean"' in html
     assert html.count("data-spread") == 3
+    assert "the energy mean at each T" in html and "mean energy mean" not in html
+    # The statistics are shown to 7 digits, not as Python's repr; the tooltip has them whole.
+    assert '<td class="num" title="0.7071067811865476">0.7071068</td>' in html
+
+
+def test_a_parameter_of_one_value_is_no_default_colour_the_next_one_is(store: Path, alice, owner):
+    run = ended(submitted(owner, SWEEP))
+    header = ["unit", "T", "h", "seed", "exit_code", "seconds", "peak_gib", "energy"]
+    rows = [[unit, *row[1:2], 0.0, *row[2:]] for unit, row in enumerate(seeded_rows())]
+    (out_dir(store, run) / "results.csv").write_text(csv_text(header, rows))
+
+    html = alice.get(f"/runs/{run.id}/tasks/sweep/results/").content.decode()
+    assert 'data-colour="seed"' in html and "a line per seed" in html
 
 
 def test_the_link_of_a_view_restores_its_filter_average_and_plot(store: Path, alice, owner):
