@@ -27,7 +27,7 @@ from runs.cli.client_commands import (
     as_cli_errors,
     reports_errors,
 )
-from runs.client.api import rows_csv
+from runs.client.frames import rows_csv
 
 NAME = "results"
 HELP = "print a task's results table (a row per unit of a sweep), or save it as CSV"
@@ -124,6 +124,13 @@ def said_partial(client: Client, run_id: str, task: str | None, units: int) -> N
     )
 
 
+def said_notes(notes: list[str]) -> None:
+    """Say on stderr what a table of runs leaves out or holds partial (stdout: the table)."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(f"note: {note}", markup=False)
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client, as_cli_errors():  # the choice of the task fails as a call does
@@ -133,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
             if partial:
                 said_partial(client, runs[0], task, len(read_rows(text)) - 1)
         else:
-            text = rows_csv(*client.compared_rows(runs, task, filter=args.filter, over=args.over))
+            found = client.compared_rows(runs, task, filter=args.filter, over=args.over)
+            text = rows_csv(found.columns, found.rows)
+            said_notes(found.notes)
     if args.csv == "-":
         sys.stdout.write(text)
         return EXIT_OK

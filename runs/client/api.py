@@ -7,11 +7,11 @@ Django.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from runs.client.errors import (
     Unavailable,
     no_run,
 )
+from runs.client.frames import Rows, rows_csv
 from runs.client.labels import Labels
 from runs.client.learning import learned
 from runs.client.progress import shown, size_text
@@ -49,16 +50,9 @@ def no_task(run_id: str, task: str) -> str:
 
 
 RESULT_PAGE = 1000
+
+
 """Rows a page of results brings: the most the API gives at once."""
-
-
-def rows_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
-    """Rows of the API's pages as CSV text: a header, a line per row, no value as empty."""
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([["" if row[c] is None else row[c] for c in columns] for row in rows])
-    return text.getvalue()
 
 
 class Client(Labels):
@@ -375,8 +369,10 @@ class Client(Labels):
         its parameters, exit code, seconds, peak memory and result fields, as the merge of a
         sweep writes ``out/results.csv``. Without ``task``, the run's one task that has a
         table. A list of runs gives their tables as one, a ``run`` column first
-        (``compared_rows``), viewed as ``filter`` and ``over`` ask. Needs pandas
-        (``pip install pandas``): ``MissingPandas`` says so."""
+        (``compared_rows``), viewed as ``filter`` and ``over`` ask, its notes (rows left
+        out, a run's rows partial) in ``attrs["notes"]`` and each a warning. A table of the
+        units a sweep finished before it ended unmerged has ``attrs["partial"]`` true. Needs
+        pandas (``pip install pandas``): ``MissingPandas`` says so."""
         pandas = frames.pandas(instead="results_csv() gives the table as CSV text")
         if isinstance(run, str | Run) and filter is None and over is None:
             text, partial = self.whole_or_partial_csv(run, task)
@@ -384,8 +380,13 @@ class Client(Labels):
             frame.attrs["partial"] = partial
             return frame
         runs = [run] if isinstance(run, str | Run) else list(run)
-        columns, rows = self.compared_rows(runs, task, filter=filter, over=over)
-        return pandas.DataFrame(rows, columns=columns)
+        found = self.compared_rows(runs, task, filter=filter, over=over)
+        frame = pandas.DataFrame(found.rows, columns=found.columns)
+        frame.attrs["notes"] = found.notes
+        for note in found.notes:  # a table cut, or partial, is never so in silence
+            if not (filter and note.endswith(f" rows where {filter}")):  # asked: no news
+                warnings.warn(f"results: {note}", stacklevel=2)
+        return frame
 
     def compared_rows(
         self,
@@ -394,9 +395,9 @@ class Client(Labels):
         *,
         filter: str | None = None,  # noqa: A002 - the API's name for it
         over: str | None = None,
-    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """The tables of runs as one (``GET /api/results/``): its columns and every row, a
-        ``run`` column first; one run alone is its table, viewed likewise."""
+    ) -> Rows:
+        """The tables of runs as one (``GET /api/results/``): its columns, every row, a
+        ``run`` column first, and its notes; one run alone is its table, viewed likewise."""
         ids = [r.id if isinstance(r, Run) else r for r in runs]
         asked = {"filter": filter, "over": over, "task": task}
         params: dict[str, Any] = {k: v for k, v in asked.items() if v}
@@ -411,7 +412,7 @@ class Client(Labels):
             answer = self.get(path, page=page, page_size=RESULT_PAGE, **params)
             rows += answer["results"]
             if not answer.get("next"):
-                return [c["name"] for c in answer["columns"]], rows
+                return Rows([c["name"] for c in answer["columns"]], rows, answer.get("notes", []))
             page += 1
 
     def whole_or_partial_csv(self, run: str | Run, task: str | None = None) -> tuple[str, bool]:
@@ -423,7 +424,8 @@ class Client(Labels):
         if self._status("HEAD", f"{_task_path(run_id, task)}results.csv") == 404:
             page = f"{_task_path(run_id, task)}results/"
             if self._status("GET", page, {"page_size": 1}) == 200:
-                return rows_csv(*self.compared_rows([run_id], task)), True
+                found = self.compared_rows([run_id], task)
+                return rows_csv(found.columns, found.rows), True
         return self.results_csv(run_id, task), False  # or what its answer means
 
     def results_csv(self, run: str | Run, task: str | None = None) -> str:

@@ -132,3 +132,16 @@ def test_a_failed_sweep_gives_the_rows_of_the_units_it_finished_said_partial(
     assert saved.out.splitlines()[0].startswith("unit,T,") and "partial:" in saved.err
     whole = simrun("results", made.id, "sweep")
     assert "partial: run" in whole.err
+
+
+def test_a_table_of_runs_cut_or_partial_is_said_so_on_stderr(simrun, owner, store, settings):
+    runs = [*shifted_runs(owner, store), cancelled_with_rows(owner, store).id]
+    settings.SIMRUN_RESULTS_MAX_ROWS = 8
+
+    shown = simrun("results", *runs)
+    assert shown.code == 0, shown.err
+    assert len(shown.out.splitlines()) == 2 + 8
+    assert shown.err.splitlines() == [
+        f"note: run {runs[2]}: partial, the units it finished before it ended",
+        "note: too large: 14 rows in all, showing the first 8",
+    ]

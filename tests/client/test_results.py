@@ -119,3 +119,19 @@ def test_results_of_a_failed_sweep_are_said_partial_and_a_merged_table_is_not(
     table = client.results(failed_with_rows(owner, store).id)
     assert table["unit"].tolist() == [0, 1, 3] and table.attrs["partial"] is True
     assert client.results(run.id).attrs["partial"] is False
+
+
+def test_a_frame_of_runs_cut_or_partial_says_so_in_a_warning_and_its_attrs(
+    client, owner, store, settings
+):
+    runs = [*shifted_runs(owner, store), cancelled_with_rows(owner, store).id]
+    settings.SIMRUN_RESULTS_MAX_ROWS = 8
+
+    with pytest.warns(UserWarning) as caught:
+        table = client.results(runs)
+    notes = [
+        f"run {runs[2]}: partial, the units it finished before it ended",
+        "too large: 14 rows in all, showing the first 8",
+    ]
+    assert len(table) == 8 and table.attrs["notes"] == notes
+    assert [str(warning.message) for warning in caught] == [f"results: {n}" for n in notes]
