@@ -157,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"re-run as {', '.join(item['reruns'])}")
     if item["message"]:
         console.print(f"message: {item['message']}")
+    if item.get("tags"):
+        console.print(f"tags: {', '.join(item['tags'])}", markup=False)
+    if item.get("note"):
+        console.print(f"note: {item['note']}", markup=False)
     console.print(tasks_table(item["tasks"]))
     for line in plans_why(item["tasks"]) if getattr(args, "why", False) else []:
         console.print(line, markup=False)

@@ -53,6 +53,9 @@ def test_a_note_is_set_and_removed_and_a_bad_filter_or_tag_is_named(simrun, owne
     noted = simrun("note", run.id, "the run of figure 3")
     assert noted.out.strip() == f"run {run.id} note: the run of figure 3"
     assert Run.objects.get(pk=run.pk).note == "the run of figure 3"
+    simrun("tag", run.id, "paper", "[bold]")
+    shown = simrun("show", run.id).out.splitlines()
+    assert "tags: paper, [bold]" in shown and "note: the run of figure 3" in shown
     assert simrun("note", run.id, "").out.strip() == f"run {run.id} no note"
 
     bad_tag = simrun("tag", run.id, "two words")
