@@ -12,6 +12,12 @@ Two files of one name (two projects' ``run.sh``) are told apart by ``program_pat
 absolute path of the file the name is taken from, when the command says it (an absolute
 path, or a relative one in a shell line after ``cd`` to an absolute folder); None for a
 program found on ``PATH``, a module, code, or a file whose folder is not known.
+
+What a shell line runs is told once, by ``shell_line_commands``: its simple commands in
+order, each with the folder its ``cd``s lead to and the files it reads by ``<``. The learning
+here names a line by its first working command; a task's key (``runs.planning.programs``)
+reads every program and file the line names, so an edited script under ``sh -c`` is another
+task.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 INTERPRETERS = frozenset(
@@ -38,6 +45,27 @@ SETUP = frozenset(
 """Commands that prepare or report around the work, never the work itself."""
 OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;", "|&"})
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+REDIRECTION = re.compile(r"&?(>>?|>[&|]|<&|<>)")
+"""An output (or descriptor) redirection: the word after it is what the command writes."""
+READ = "<"
+"""The input redirection: the word after it is a file the command reads."""
+HERE = frozenset({"<<", "<<<", "<<-"})
+"""Here-documents and here-strings: the word after them is text, not a file."""
+
+
+@dataclass(frozen=True)
+class LineCommand:
+    """One simple command of a shell line.
+
+    ``words``: the command without its leading assignments, wrappers (``exec``, ``env``,
+    ``nice``…) and redirections; ``folder``: the absolute folder it runs in as the line's
+    ``cd``s say it (None: where the line starts, or a folder not known without the machine);
+    ``reads``: the files given to it by ``<``.
+    """
+
+    words: tuple[str, ...]
+    folder: str | None
+    reads: tuple[str, ...] = ()
 
 
 def program_name(command: Sequence[str]) -> str:
@@ -56,6 +84,35 @@ def shell_line_program(line: str) -> str | None:
     when it names none."""
     found = _shell_line(line)
     return found[0] if found else None
+
+
+def shell_line_index(command: Sequence[str]) -> int | None:
+    """The index of the line a shell command runs (``sh -c LINE``, ``bash -lc LINE``); None
+    when ``command`` is not a shell given a line."""
+    if not command or not _is_shell(PurePosixPath(command[0]).name):
+        return None
+    for index, arg in enumerate(command[1:], start=1):
+        if _line_flag(arg):
+            return index + 1 if index + 1 < len(command) else None
+        if not arg.startswith("-"):
+            return None
+    return None
+
+
+def shell_line_commands(line: str) -> list[LineCommand]:
+    """What a shell line runs: its simple commands in order (``;``, ``&&``, ``|``, new lines
+    and brackets split them), each with the folder it runs in, following the line's ``cd``s
+    (a ``cd`` to an absolute folder, or a relative one from a known folder); none when the
+    line cannot be split (quotes left open)."""
+    found: list[LineCommand] = []
+    folder: str | None = None
+    for words in _commands(line):
+        plain, reads = _redirected(words)
+        plain = _unwrapped(plain)
+        found.append(LineCommand(tuple(plain), folder, tuple(reads)))
+        if plain and plain[0] == "cd":
+            folder = _absolute(plain[1], folder, bare=True) if len(plain) == 2 else None
+    return found
 
 
 def _program(command: Sequence[str], folder: str | None) -> tuple[str, str | None]:
@@ -79,15 +136,11 @@ def _program(command: Sequence[str], folder: str | None) -> tuple[str, str | Non
 def _shell_line(line: str) -> tuple[str, str | None] | None:
     """The name and path of the first working command of a shell line, following its ``cd``s
     to know the folder it runs in; None when it names none."""
-    folder: str | None = None
-    for words in _commands(line):
-        words = _unwrapped(words)
-        if words and words[0] == "cd":
-            folder = _absolute(words[1], folder, bare=True) if len(words) == 2 else None
-            continue
+    for command in shell_line_commands(line):
+        words = command.words
         if not words or words[0] in SETUP or not _names_a_program(words[0]):
             continue
-        return _program(words, folder)
+        return _program(words, command.folder)
     return None
 
 
@@ -127,6 +180,25 @@ def _commands(line: str) -> list[list[str]]:
         else:
             commands[-1].append(token)
     return [c for c in commands if c]
+
+
+def _redirected(words: list[str]) -> tuple[list[str], list[str]]:
+    """A command's words without its redirections, and the files it reads by ``<``. What a
+    redirection writes is no part of it (nor the descriptor number before it: ``2>``)."""
+    plain: list[str] = []
+    reads: list[str] = []
+    skip = False
+    for index, word in enumerate(words):
+        following = words[index + 1] if index + 1 < len(words) else ""
+        if skip:
+            skip = False
+        elif word == READ or word in HERE or REDIRECTION.fullmatch(word):
+            skip = True
+            if word == READ and following:
+                reads.append(following)
+        elif not (word.isdigit() and (following == READ or REDIRECTION.fullmatch(following))):
+            plain.append(word)
+    return plain, reads
 
 
 def _unwrapped(words: list[str]) -> list[str]:

@@ -25,6 +25,8 @@ SUBCOMMANDS = [
     "runs.cli.logs",
     "runs.cli.results",
     "runs.cli.cancel",
+    "runs.cli.tag",
+    "runs.cli.note",
 ]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from runs.cli.client_commands import EXIT_BAD_INPUT, EXIT_OK, Client, CliError, reports_errors
-from runs.client.api import no_run
+from runs.client.errors import no_run
 
 NAME = "logs"
 HELP = "print the logs of a task (-f: follow them)"

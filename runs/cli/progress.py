@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from runs.cli.client_commands import EXIT_OK, EXIT_RUN_FAILED, EXIT_UNAVAILABLE, Client, CliError
-from runs.client.api import no_run
+from runs.client.errors import no_run
 from runs.client.progress import duration_text, gib_text, shown, styled
 
 __all__ = ["duration_text", "follow", "styled"]

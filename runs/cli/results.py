@@ -27,7 +27,7 @@ from runs.cli.client_commands import (
     as_cli_errors,
     reports_errors,
 )
-from runs.client.api import rows_csv
+from runs.client.frames import rows_csv
 
 NAME = "results"
 HELP = "print a task's results table (a row per unit of a sweep), or save it as CSV"
@@ -111,14 +111,38 @@ def targets(client: Client, args: argparse.Namespace) -> tuple[list[str], str | 
     return [args.run_id, *args.more], args.task
 
 
+def said_partial(client: Client, run_id: str, task: str | None, units: int) -> None:
+    """Say on stderr that a table is partial, as the run page does: the run ended before the
+    task merged its units, these are the units it finished (stdout stays the table alone)."""
+    task = task or client.results_task(run_id)
+    state = client.run(run_id).state
+    ended = "was cancelled" if state == "cancelled" else state
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"partial: run {run_id} {ended} before {task} merged its units; these are the "
+        f"{units} unit{'' if units == 1 else 's'} it finished",
+        markup=False,
+    )
+
+
+def said_notes(notes: list[str]) -> None:
+    """Say on stderr what a table of runs leaves out or holds partial (stdout: the table)."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(f"note: {note}", markup=False)
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     with Client() as client, as_cli_errors():  # the choice of the task fails as a call does
         runs, task = targets(client, args)
         if len(runs) == 1 and not args.filter and not args.over:
-            text = client.whole_or_partial_csv(runs[0], task)
+            text, partial = client.whole_or_partial_csv(runs[0], task)
+            if partial:
+                said_partial(client, runs[0], task, len(read_rows(text)) - 1)
         else:
-            text = rows_csv(*client.compared_rows(runs, task, filter=args.filter, over=args.over))
+            found = client.compared_rows(runs, task, filter=args.filter, over=args.over)
+            text = rows_csv(found.columns, found.rows)
+            said_notes(found.notes)
     if args.csv == "-":
         sys.stdout.write(text)
         return EXIT_OK

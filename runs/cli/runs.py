@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 from typing import Any
 
 from rich.table import Table
@@ -26,7 +27,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", action="append", choices=STATES, help="only in this state")
     parser.add_argument("--name", help="only runs whose name contains this")
     parser.add_argument("--owner", help="only the runs of this user (staff)")
+    parser.add_argument(
+        "--tag", action="append", help="only runs filed under this tag (repeat it: every one)"
+    )
+    parser.add_argument(
+        "--param",
+        metavar="NAME[=VALUE]",
+        help="only runs with this parameter, or this value of it (a sweep's axis listing or "
+        "spanning it, or a setting equal to it)",
+    )
+    parser.add_argument(
+        "--since", metavar="DATE", help="only runs created at or after this date (or time)"
+    )
+    parser.add_argument(
+        "--until",
+        metavar="DATE",
+        help="only runs created on or before this date (or before this time)",
+    )
     parser.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
+
+
+def until(text: str) -> str:
+    """``created_before`` of ``--until``: a date's day is in (its next day's start), a time
+    is the bound itself; a text neither is left for the API to name."""
+    try:
+        day = datetime.date.fromisoformat(text)
+    except ValueError:
+        return text
+    return (day + datetime.timedelta(days=1)).isoformat() if len(text) == 10 else text
 
 
 @reports_errors
@@ -38,6 +66,14 @@ def run(args: argparse.Namespace) -> int:
         params["name"] = args.name
     if args.owner:
         params["owner"] = args.owner
+    if args.tag:
+        params["tag"] = args.tag
+    if args.param:
+        params["param"] = args.param
+    if args.since:
+        params["created_after"] = args.since
+    if args.until:
+        params["created_before"] = until(args.until)
     with Client() as client:
         if args.owner:
             me = client.get("/api/me/")

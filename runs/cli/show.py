@@ -10,7 +10,7 @@ from rich.table import Table
 
 from runs.cli.client_commands import EXIT_OK, Client, reports_errors, run_url, tables_console
 from runs.cli.progress import duration_text, styled
-from runs.client.api import no_run
+from runs.client.errors import no_run
 from runs.client.progress import gib_text
 
 NAME = "show"
@@ -157,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"re-run as {', '.join(item['reruns'])}")
     if item["message"]:
         console.print(f"message: {item['message']}")
+    if item.get("tags"):
+        console.print(f"tags: {', '.join(item['tags'])}", markup=False)
+    if item.get("note"):
+        console.print(f"note: {item['note']}", markup=False)
     console.print(tasks_table(item["tasks"]))
     for line in plans_why(item["tasks"]) if getattr(args, "why", False) else []:
         console.print(line, markup=False)

@@ -7,11 +7,11 @@ Django.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,13 @@ from runs.client.errors import (
     NotFound,
     RunFailed,
     Unavailable,
+    no_run,
 )
+from runs.client.frames import Rows, rows_csv
+from runs.client.labels import Labels
 from runs.client.learning import learned
 from runs.client.progress import shown, size_text
 from runs.client.run import ENDED, Run
-from runs.client.session import Session
 from runs.client.specs import Spec, local_sources, names_a_file, read_document
 
 POLL_S = 1.0
@@ -43,29 +45,17 @@ PAGE_SIZE = 200
 """The most runs the list API gives in one page."""
 
 
-def no_run(run_id: str) -> str:
-    """The message for a run the server does not know or does not show this user."""
-    return f"not found: no run {run_id!r} among the runs you may see"
-
-
 def no_task(run_id: str, task: str) -> str:
     return f"not found: no task {task!r} in a run {run_id!r} you may see"
 
 
 RESULT_PAGE = 1000
+
+
 """Rows a page of results brings: the most the API gives at once."""
 
 
-def rows_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
-    """Rows of the API's pages as CSV text: a header, a line per row, no value as empty."""
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows([["" if row[c] is None else row[c] for c in columns] for row in rows])
-    return text.getvalue()
-
-
-class Client(Session):
+class Client(Labels):
     """A user's session with a simrun server.
 
     ``Client()`` uses ``SIMRUN_URL`` and ``SIMRUN_TOKEN``, else what ``simrun login`` saved;
@@ -203,11 +193,15 @@ class Client(Session):
         created_after: str | None = None,
         created_before: str | None = None,
         live: bool | None = None,
+        tag: str | list[str] | None = None,
+        param: str | None = None,
         limit: int = 50,
     ) -> list[Run]:
         """Your latest runs (staff: anyone's with ``owner``), newest first, filtered as the
         list API filters them: states, part of the name, dates (``2025-01-31`` or a time),
-        live or ended. Each run is a summary: its ``tasks`` are fetched when first read."""
+        live or ended, tags (every one given), a parameter (``"T"``: any run with it;
+        ``"T=1.5"``: a sweep's axis listing or spanning the value, or a setting equal to it).
+        Each run is a summary: its ``tasks`` are fetched when first read."""
         params: dict[str, Any] = {
             "state": [state] if isinstance(state, str) else state,
             "name": name,
@@ -215,6 +209,8 @@ class Client(Session):
             "created_after": created_after,
             "created_before": created_before,
             "live": None if live is None else str(live).lower(),
+            "tag": [tag] if isinstance(tag, str) else tag,
+            "param": param,
         }
         params = {k: v for k, v in params.items() if v is not None}
         found: list[Run] = []
@@ -373,15 +369,24 @@ class Client(Session):
         its parameters, exit code, seconds, peak memory and result fields, as the merge of a
         sweep writes ``out/results.csv``. Without ``task``, the run's one task that has a
         table. A list of runs gives their tables as one, a ``run`` column first
-        (``compared_rows``), viewed as ``filter`` and ``over`` ask. Needs pandas
-        (``pip install pandas``): ``MissingPandas`` says so."""
+        (``compared_rows``), viewed as ``filter`` and ``over`` ask, its notes (rows left
+        out, a run's rows partial) in ``attrs["notes"]`` and each a warning. A table of the
+        units a sweep finished before it ended unmerged has ``attrs["partial"]`` true. Needs
+        pandas (``pip install pandas``): ``MissingPandas`` says so."""
         pandas = frames.pandas(instead="results_csv() gives the table as CSV text")
         if isinstance(run, str | Run) and filter is None and over is None:
-            text = self.whole_or_partial_csv(run, task)
-            return pandas.read_csv(io.StringIO(text))
+            text, partial = self.whole_or_partial_csv(run, task)
+            frame = pandas.read_csv(io.StringIO(text))
+            frame.attrs["partial"] = partial
+            return frame
         runs = [run] if isinstance(run, str | Run) else list(run)
-        columns, rows = self.compared_rows(runs, task, filter=filter, over=over)
-        return pandas.DataFrame(rows, columns=columns)
+        found = self.compared_rows(runs, task, filter=filter, over=over)
+        frame = pandas.DataFrame(found.rows, columns=found.columns)
+        frame.attrs["notes"] = found.notes
+        for note in found.notes:  # a table cut, or partial, is never so in silence
+            if not (filter and note.endswith(f" rows where {filter}")):  # asked: no news
+                warnings.warn(f"results: {note}", stacklevel=2)
+        return frame
 
     def compared_rows(
         self,
@@ -390,9 +395,9 @@ class Client(Session):
         *,
         filter: str | None = None,  # noqa: A002 - the API's name for it
         over: str | None = None,
-    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """The tables of runs as one (``GET /api/results/``): its columns and every row, a
-        ``run`` column first; one run alone is its table, viewed likewise."""
+    ) -> Rows:
+        """The tables of runs as one (``GET /api/results/``): its columns, every row, a
+        ``run`` column first, and its notes; one run alone is its table, viewed likewise."""
         ids = [r.id if isinstance(r, Run) else r for r in runs]
         asked = {"filter": filter, "over": over, "task": task}
         params: dict[str, Any] = {k: v for k, v in asked.items() if v}
@@ -407,19 +412,21 @@ class Client(Session):
             answer = self.get(path, page=page, page_size=RESULT_PAGE, **params)
             rows += answer["results"]
             if not answer.get("next"):
-                return [c["name"] for c in answer["columns"]], rows
+                return Rows([c["name"] for c in answer["columns"]], rows, answer.get("notes", []))
             page += 1
 
-    def whole_or_partial_csv(self, run: str | Run, task: str | None = None) -> str:
-        """A task's table as CSV text: its ``out/results.csv``, or, for a task that ended
-        before its merge (a cancelled sweep), the rows of the units it finished."""
+    def whole_or_partial_csv(self, run: str | Run, task: str | None = None) -> tuple[str, bool]:
+        """A task's table as CSV text, and whether it is partial: its ``out/results.csv``, or,
+        for a task that ended before its merge (a sweep cancelled or failed), the rows of the
+        units it finished (partial)."""
         run_id = run.id if isinstance(run, Run) else run
         task = task or self.results_task(run_id)
         if self._status("HEAD", f"{_task_path(run_id, task)}results.csv") == 404:
             page = f"{_task_path(run_id, task)}results/"
             if self._status("GET", page, {"page_size": 1}) == 200:
-                return rows_csv(*self.compared_rows([run_id], task))
-        return self.results_csv(run_id, task)  # or what its answer means
+                found = self.compared_rows([run_id], task)
+                return rows_csv(found.columns, found.rows), True
+        return self.results_csv(run_id, task), False  # or what its answer means
 
     def results_csv(self, run: str | Run, task: str | None = None) -> str:
         """A task's results table as the CSV text of its ``out/results.csv``, all of it."""

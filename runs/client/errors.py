@@ -118,3 +118,8 @@ def answer_body(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return response.text
+
+
+def no_run(run_id: str) -> str:
+    """The message for a run the server does not know or does not show this user."""
+    return f"not found: no run {run_id!r} among the runs you may see"

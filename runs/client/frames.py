@@ -1,10 +1,11 @@
-"""Output files as pandas DataFrames: pandas is optional, so it is imported only when asked."""
+"""Tables as pandas DataFrames (pandas is optional: imported only when asked) and as CSV text."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from runs.client.errors import MissingPandas, SimrunError
 
@@ -48,3 +49,21 @@ def frame(pd: Any, text: str, path: str, **read: Any) -> Any:
             return pd.DataFrame(data, **read)
         return pd.json_normalize(data, **read)
     raise SimrunError(f"cannot read {path!r} as a DataFrame: it is no {KINDS}")
+
+
+class Rows(NamedTuple):
+    """A table the API gave in pages: its columns, every row, and its ``notes`` (what was
+    left out, a run whose rows are partial), which a table shown without them would hide."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    notes: list[str]
+
+
+def rows_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    """Rows of the API's pages as CSV text: a header, a line per row, no value as empty."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([["" if row[c] is None else row[c] for c in columns] for row in rows])
+    return text.getvalue()

@@ -64,6 +64,20 @@ class Run:
         return str(self.data.get("message") or "")
 
     @property
+    def tags(self) -> list[str]:
+        """The words the run is filed under (``tag`` adds them)."""
+        return list(self.data.get("tags") or [])
+
+    @property
+    def note(self) -> str:
+        return str(self.data.get("note") or "")
+
+    def tag(self, *tags: str, remove: bool = False) -> Run:
+        """Add ``tags`` to the run's (``remove=True``: take them off)."""
+        self.data["tags"] = self.client.tag(self.id, *tags, remove=remove)
+        return self
+
+    @property
     def tasks(self) -> list[dict[str, Any]]:
         return list(self["tasks"])
 

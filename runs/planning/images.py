@@ -5,23 +5,40 @@ An environment without packages runs in its base image as it is (the spec's
 built once per content: ``FROM`` the base, ``pip install`` of the packages. Its build context
 is written under ``<store>/images/<hash>/``, where a backend that runs images builds it
 (``Backend.build_image(context, ref)``).
+
+What an image reference runs is part of the key of each task run in it (``identities``,
+docs/resume.md): a tag is a name that can move to other content, so where a backend runs
+images the reference is resolved to the digest the registry has for it when the run is
+submitted (``ImageDigests``); a reference pinned by digest (``name@sha256:…``) is its digest.
+Where no digest can be told (the registry cannot answer, the backend cannot ask), the key
+says so by a value never the same twice: a tag that may have moved is never reused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
+import secrets
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from runs.backends.base import ClusterConfig
+from runs.backends.base import Backend, ClusterConfig
 from runs.common import store
 
+log = logging.getLogger(__name__)
+
+PINNED = re.compile(r"@(sha256:[0-9a-f]{64})")
+IMAGE_KEY = "image:"
+"""What names an image in a task's ``named_files``: ``image:<reference>``."""
+UNRESOLVED = "unresolved:"
+"""The start of the identity of a reference whose digest is not known (a fresh nonce follows)."""
 IMAGE_NAME = "simrun-env"
 TAG_LENGTH = 32
 REQUIREMENTS = "requirements.txt"
@@ -83,3 +100,38 @@ def write_context(environment: Environment) -> Path:
         if not (target / "Dockerfile").exists():
             raise
     return target
+
+
+@runtime_checkable
+class ImageDigests(Protocol):
+    """A backend that can tell the digest a registry has for an image reference."""
+
+    def image_digest(self, ref: str) -> str | None:
+        """The ``sha256:…`` digest of ``ref`` in its registry; None when it has no such image;
+        an error when it cannot say."""
+        ...
+
+
+def identities(refs: Iterable[str], backend: Backend) -> dict[str, str]:
+    """What each image reference runs, by ``image:<reference>`` (the module): nothing on a
+    backend that runs no images; else the digest pinned in it, or the registry's, ``absent``
+    for an image the registry does not have, or ``unresolved:<nonce>``."""
+    if not backend.runs_images:
+        return {}
+    found = {}
+    for ref in dict.fromkeys(r for r in refs if r):
+        found[f"{IMAGE_KEY}{ref}"] = _identity(ref, backend)
+    return found
+
+
+def _identity(ref: str, backend: Backend) -> str:
+    if pinned := PINNED.search(ref):
+        return pinned.group(1)
+    if not isinstance(backend, ImageDigests):
+        return f"{UNRESOLVED}{secrets.token_hex(16)}"
+    try:
+        digest = backend.image_digest(ref)
+    except Exception as error:  # noqa: BLE001 - any failure to ask is a digest not known
+        log.warning("the digest of image %s is not known: %s", ref, error)
+        return f"{UNRESOLVED}{secrets.token_hex(16)}"
+    return digest or "absent"

@@ -30,11 +30,12 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import untrusted
+from harness.programs import SETUP, shell_line_commands, shell_line_index
 from harness.sweep import SWEEP_TYPE
 from runs.backends.base import TaskRecord
 from runs.common import store
@@ -67,21 +68,54 @@ def command_of(record: TaskRecord) -> list[str]:
 
 def named_paths(command: list[str]) -> list[str]:
     """The paths on the service's machine a command names, program first, each once."""
+    return list(dict.fromkeys(os.path.normpath(path) for path in _named(command, None)))
+
+
+def _named(command: Sequence[str], folder: str | None) -> list[str]:
+    """The absolute paths ``command``, run in ``folder`` (None: the task's scratch, not known
+    at submission), names: its program, its arguments that are absolute paths (or after an
+    ``=``), the ones relative to a known folder that exist there, and what the line of a shell
+    (``sh -c LINE``) runs, each of its commands in the folder its ``cd``s lead to."""
     if not command:
         return []
-    paths: list[str] = []
-    program = command[0]
-    if "/" in program:
-        paths.append(program)
-    elif program not in INTERPRETERS and "{" not in program and (found := shutil.which(program)):
-        paths.append(found)
-    for arg in command[1:]:
-        if "{" in arg:
+    paths = _program(command[0], folder)
+    line = shell_line_index(command)
+    for index, arg in enumerate(command[1:], start=1):
+        if index == line or _varies(arg):
             continue
         value = arg if arg.startswith("/") else arg.partition("=")[2]
         if value.startswith("/"):
             paths.append(value)
-    return list(dict.fromkeys(os.path.normpath(path) for path in paths if path.startswith("/")))
+        elif folder and not arg.startswith("-") and os.path.lexists(relative := f"{folder}/{arg}"):
+            paths.append(relative)
+    if line is not None:
+        for inner in shell_line_commands(command[line]):
+            if inner.words and inner.words[0] != "cd":
+                paths += _named(inner.words, inner.folder)
+            paths += [
+                read if read.startswith("/") else f"{inner.folder}/{read}"
+                for read in inner.reads
+                if not _varies(read) and (read.startswith("/") or inner.folder)
+            ]
+    return paths
+
+
+def _program(program: str, folder: str | None) -> list[str]:
+    """The file a command's first word runs: by its path when it holds a ``/`` (relative to
+    ``folder`` when known), else as ``PATH`` finds it; none for the harness's interpreter, a
+    shell's builtin, or a name not known at submission."""
+    if _varies(program) or program in INTERPRETERS or program in SETUP:
+        return []
+    if "/" not in program:
+        return [found] if (found := shutil.which(program)) else []
+    if program.startswith("/"):
+        return [program]
+    return [f"{folder}/{program}"] if folder else []
+
+
+def _varies(word: str) -> bool:
+    """Whether a word is not known at submission: a placeholder, a variable, a home folder."""
+    return "{" in word or "$" in word or word.startswith("~")
 
 
 def named_files(records: Mapping[str, TaskRecord]) -> dict[str, dict[str, str]]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from runs.backends.base import TaskRecord
 from runs.models import Reuse, Run, Task, TaskKind, TaskState
+from runs.planning.images import IMAGE_KEY, UNRESOLVED
 from runs.planning.programs import changed, paths_of
 from runs.planning.spec import SpecError
 
@@ -130,7 +131,10 @@ def _what_changed(
     """What made a task's key differ from that of the task of its id in the run resumed."""
     if not before.key:
         return "it was run before tasks had keys"
-    if paths := changed(before.named_files, files):
+    differ = changed(before.named_files, files)
+    if moved := [name for name in differ if name.startswith(IMAGE_KEY)]:
+        return f"its image changed since, or its digest is not known: {_images(moved, files)}"
+    if paths := differ:
         return f"its program or a file its command names changed since: {paths_of(paths)}"
     if (before.settings, before.command, before.image) != (
         record.settings,
@@ -146,3 +150,13 @@ def _what_changed(
     if upstream or before.inputs != record.inputs:
         return f"a task it reads changed: {paths_of(upstream) or 'its inputs'}"
     return "its environment, its sources, simrun's version or what its command names changed"
+
+
+def _images(names: list[str], files: Mapping[str, str]) -> str:
+    """The images of ``names`` for a message, each with what it is now: the start of its
+    digest, or ``digest not known``."""
+
+    def now(held: str) -> str:
+        return "digest not known" if held.startswith(UNRESOLVED) else held[:19]
+
+    return paths_of(f"{name.removeprefix(IMAGE_KEY)} (now {now(files[name])})" for name in names)

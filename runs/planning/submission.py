@@ -34,6 +34,7 @@ from runs.models import (
     Task,
     TaskKind,
 )
+from runs.planning import images
 from runs.planning.evidence import prior_evidence
 from runs.planning.images import resolve
 from runs.planning.installable import not_installable
@@ -213,7 +214,10 @@ def create_run(
         fields = _run_fields(spec, owner, backend, rerun_of, text, submitted_by, resume)
         return _learning_run(fields)
     fields = _run_fields(learned, owner, backend, rerun_of, text, submitted_by, resume)
-    return _create_run(spec=learned, types=types, fields=fields, backend=backend, schedule=schedule)
+    held = images_held(learned, backend)
+    return _create_run(
+        spec=learned, types=types, fields=fields, backend=backend, schedule=schedule, held=held
+    )
 
 
 LEARNING_MESSAGE = (
@@ -266,7 +270,17 @@ def plan_learned(
     backend = backend or get_backend()
     spec = validate_spec(run.spec, types=task_types())
     spec, types = run_types(spec, run.owner_id)
-    return _plan_learning_run(run, spec=spec, types=types, backend=backend, schedule=schedule)
+    held = images_held(spec, backend)
+    return _plan_learning_run(
+        run, spec=spec, types=types, backend=backend, schedule=schedule, held=held
+    )
+
+
+def images_held(spec: RunSpec, backend: Backend) -> dict[str, str]:
+    """What the images the tasks of ``spec`` run in hold (``images.identities``), part of
+    their keys; asked before the run's transaction, as a registry may take seconds."""
+    ran_in = [task.image or spec.environment.image or "" for task in spec.tasks.values()]
+    return images.identities(ran_in, backend)
 
 
 @transaction.atomic
@@ -277,6 +291,7 @@ def _plan_learning_run(
     types: Mapping[str, TaskType],
     backend: Backend,
     schedule: Schedule | None,
+    held: Mapping[str, str],
 ) -> bool:
     """``plan_learned`` once the types are known: the tasks, and the run ``submitting``."""
     schedule = schedule or scheduler()
@@ -292,7 +307,7 @@ def _plan_learning_run(
         updated_at=timezone.now(),
     )
     locked.spec = spec.dump()
-    _write_tasks(locked, spec, types, plans)
+    _write_tasks(locked, spec, types, plans, held)
     after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
     return True
 
@@ -305,13 +320,14 @@ def _create_run(
     fields: dict[str, Any],
     backend: Backend,
     schedule: Schedule | None,
+    held: Mapping[str, str],
 ) -> Run:
     """``create_run`` once the types are known: the rows, the store files, the hand-on."""
     schedule = schedule or scheduler()
     check_queue(fields["owner"])
     plans = _plans(spec, types, backend, fields["owner"].pk)
     run = Run.objects.create(**fields)
-    _write_tasks(run, spec, types, plans)
+    _write_tasks(run, spec, types, plans, held)
     after_commit(lambda: schedule(run.id), f"the submission of run {run.id}")
     return run
 
@@ -402,12 +418,21 @@ def reused(
 
 
 def _write_tasks(
-    run: Run, spec: RunSpec, types: Mapping[str, TaskType], plans: Mapping[str, TaskPlan]
+    run: Run,
+    spec: RunSpec,
+    types: Mapping[str, TaskType],
+    plans: Mapping[str, TaskPlan],
+    held: Mapping[str, str],
 ) -> None:
     """The tasks of a run, each with its key and what it reuses (``reused``), and its store
-    files (``run.json``, each ``task.json``)."""
+    files (``run.json``, each ``task.json``). What a task's programs, files and image hold
+    (``named_files``; ``held``, of ``images_held``) is part of its key."""
     records = task_records(spec, types)
     files = named_files(records)
+    for task_id, record in records.items():
+        name = f"{images.IMAGE_KEY}{record.image or spec.environment.image or ''}"
+        if name in held:
+            files[task_id][name] = held[name]
     keys = task_keys(records, Environment.of(spec), files)
     chosen, refused = reused(run, spec, records, keys, files)
     tasks = [

@@ -33,7 +33,8 @@ class Choice:
 
 def default_choice(results: Results) -> Choice | None:
     """The first numeric parameter on x, the first numeric result field on y, and a line per
-    value of the next parameter when it has few values; None without two numeric columns."""
+    value of the next parameter that has a few values (one value is no lines to tell apart);
+    None without two numeric columns."""
     numeric = [c for c in results.columns if results.numeric(c)]
     parameters = [c for c in results.parameters() if results.numeric(c)]
     fields = [c for c in results.result_fields() if results.numeric(c)]
@@ -47,7 +48,7 @@ def default_choice(results: Results) -> Choice | None:
         (
             c
             for c in results.parameters()
-            if c not in (x, y) and len(set(results.values(c))) <= MAX_SERIES
+            if c not in (x, y) and 1 < len(set(results.values(c))) <= MAX_SERIES
         ),
         "",
     )

@@ -72,7 +72,7 @@ def heat_map(results: Results, choice: Choice) -> Plot:
         tip = escape(
             f"{choice.x} = {columns[0].labels[across]}, {choice.colour} = "
             f"{columns[1].labels[down]}: mean {choice.y} = {figure(mean)} "
-            f"({int(sums[across, down][1])} row(s))"
+            f"({_rows(int(sums[across, down][1]))})"
         )
         parts.append(
             f'<rect class="cell" data-cell x="{x:.1f}" y="{y:.1f}" width="{cell_w + 0.2:.1f}" '
@@ -171,3 +171,7 @@ def colour_bar(low: float, high: float, left: float, name: str) -> str:
         f'<text class="tick" x="{left + 30:.0f}" y="{top + height:.0f}">{figure(low)}</text></g>'
     )
     return "".join(parts)
+
+
+def _rows(count: int) -> str:
+    return "1 row" if count == 1 else f"{count:,} rows"

@@ -123,7 +123,8 @@ def line_series(results: Results, choice: Choice, notes: list[str]) -> list[Seri
             total[2] += std
             total[3] += 1
     if skipped:
-        notes.append(f"{skipped:,} row(s) without a finite {choice.x} and {choice.y} left out")
+        rows = "1 row" if skipped == 1 else f"{skipped:,} rows"
+        notes.append(f"{rows} without a finite {choice.x} and {choice.y} left out")
     ordered = sorted(sums, key=sort_key)
     if len(ordered) > MAX_SERIES:
         notes.append(

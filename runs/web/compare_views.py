@@ -14,7 +14,7 @@ from django.shortcuts import render
 
 from runs.reads import comparison, table_views
 from runs.web import chart_choice, results_chart
-from runs.web.results_views import CELL_CHARS, view_of
+from runs.web.results_views import shown_cell, view_of
 
 
 def compare_context(request: HttpRequest) -> dict[str, Any]:
@@ -41,13 +41,7 @@ def compare_context(request: HttpRequest) -> dict[str, Any]:
         "tasks": compared.tasks,
         "results": results,
         "columns": results.columns,
-        "rows": [
-            [
-                (c if len(c) <= CELL_CHARS else c[: CELL_CHARS - 1] + "…", n)
-                for c, n in zip(row, numeric, strict=True)
-            ]
-            for row in shown
-        ],
+        "rows": [[shown_cell(c, n) for c, n in zip(row, numeric, strict=True)] for row in shown],
         "shown": len(shown),
         "choice": choice,
         "plot": results_chart.draw(results, choice) if choice else None,

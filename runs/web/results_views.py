@@ -33,6 +33,9 @@ from runs.web import chart_choice, results_chart
 
 CELL_CHARS = 120
 """A cell longer than this is shown cut, with an ellipsis; the downloads have all of it."""
+DIGITS = 7
+"""Significant digits of a number the page shows that has more (a mean's 0.9583333333333334):
+the whole number is its cell's tooltip, the API's and the downloads'."""
 ORDERS = ("asc", "desc")
 VIEW_PARAMETERS = ("filter", "over")
 PAGE_PARAMETERS = (*VIEW_PARAMETERS, "sort", "order", "x", "y", "colour", "kind")
@@ -121,7 +124,7 @@ def table_context(task: Task, results: tables.Results, query: Any) -> dict[str, 
         "columns": columns,
         "rows": [
             [
-                (_cut(cell), is_number)
+                shown_cell(cell, is_number)
                 for cell, is_number in zip(results.rows[i], numeric, strict=True)
             ]
             for i in indexes
@@ -133,8 +136,18 @@ def table_context(task: Task, results: tables.Results, query: Any) -> dict[str, 
     }
 
 
-def _cut(cell: str) -> str:
-    return cell if len(cell) <= CELL_CHARS else cell[: CELL_CHARS - 1] + "…"
+def shown_cell(cell: str, numeric: bool) -> tuple[str, bool, str]:
+    """A cell as the table shows it, whether it is a number, and its whole text when what is
+    shown is less: a number of more than ``DIGITS`` significant digits rounded, a text past
+    ``CELL_CHARS`` cut with an ellipsis."""
+    if numeric and len(cell) > DIGITS + 3 and "." in cell and "e" not in cell.lower():
+        try:
+            return f"{float(cell):.{DIGITS}g}", True, cell
+        except ValueError:
+            pass
+    if len(cell) > CELL_CHARS:
+        return cell[: CELL_CHARS - 1] + "…", numeric, cell
+    return cell, numeric, ""
 
 
 def plot_context(task: Task, results: tables.Results, query: Any) -> dict[str, Any]:

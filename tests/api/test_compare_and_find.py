@@ -57,6 +57,8 @@ def test_two_runs_compared_are_one_table_with_a_run_column_and_one_overlaid_plot
     html = browser.get("/runs/compare/", {"runs": f"{first.id},{second.id}"}).content.decode()
     assert 'data-colour="run"' in html and 'data-series-count="2"' in html
     assert html.count("<tr>") == 1 + 12
+    # Each run named beside its id: a list of ids alone says nothing of what was compared.
+    assert re.findall(r"<span data-compared-name>([^<]*)</span>", html) == ["a", "b"]
     link = re.search(r'data-view-link href="([^"]+)"', html).group(1).replace("&amp;", "&")
     assert browser.get("/runs/compare/" + link).status_code == 200
     assert browser.get("/runs/compare/", {"runs": first.id}).status_code == 400

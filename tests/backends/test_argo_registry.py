@@ -19,6 +19,7 @@ from runs.backends.argo.registry import (
     DOCKER_HUB,
     ImageRef,
     has_image,
+    image_digest,
     parse_ref,
     registry_credentials,
 )
@@ -233,3 +234,14 @@ def test_credentials_are_read_from_auth_or_user_and_password_docker_hub_by_its_k
         DOCKER_HUB: ("hub", "pw"),
         "registry.example:5000": ("u", "p:with:colons"),
     }
+
+
+@pytest.mark.parametrize("registry", [("token", False)], indirect=True)
+def test_the_digest_of_an_image_is_the_registrys_answer_to_the_same_head(
+    registry: Registry,
+) -> None:
+    assert image_digest(f"{registry.host}/simrun-env:abc") == "sha256:" + "0" * 64
+    assert image_digest(f"{registry.host}/simrun-env:gone") is None
+    registry.fail_with = 503
+    with pytest.raises(RuntimeError, match="503"):
+        image_digest(f"{registry.host}/simrun-env:abc")

@@ -7,7 +7,7 @@ import pytest
 from runs.models import Run
 from tests.client.test_results import TWO_SWEEPS, shifted_runs
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
-from tests.dashboard.test_sweep_page import cancelled_with_rows
+from tests.dashboard.test_sweep_page import cancelled_with_rows, failed_with_rows
 from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,3 +110,38 @@ def test_a_cancelled_sweep_gives_the_rows_of_the_units_it_finished(simrun, owner
     lines = shown.out.splitlines()
     assert lines[0].split() == ["unit", "T", "exit_code", "seconds", "peak_gib", "energy"]
     assert [line.split()[0] for line in lines[2:]] == ["0", "1"]
+    assert shown.err.strip() == (
+        f"partial: run {made.id} was cancelled before sweep merged its units; these are the 2 "
+        "units it finished"
+    )
+
+
+def test_a_failed_sweep_gives_the_rows_of_the_units_it_finished_said_partial(
+    simrun, owner, store, tmp_path
+):
+    made = failed_with_rows(owner, store)
+
+    shown = simrun("results", made.id)
+    assert shown.code == 0, shown.err
+    assert [line.split()[0] for line in shown.out.splitlines()[2:]] == ["0", "1", "3"]
+    assert shown.err.strip() == (
+        f"partial: run {made.id} failed before sweep merged its units; these are the 3 units "
+        "it finished"
+    )
+    saved = simrun("results", made.id, "--csv", "-")
+    assert saved.out.splitlines()[0].startswith("unit,T,") and "partial:" in saved.err
+    whole = simrun("results", made.id, "sweep")
+    assert "partial: run" in whole.err
+
+
+def test_a_table_of_runs_cut_or_partial_is_said_so_on_stderr(simrun, owner, store, settings):
+    runs = [*shifted_runs(owner, store), cancelled_with_rows(owner, store).id]
+    settings.SIMRUN_RESULTS_MAX_ROWS = 8
+
+    shown = simrun("results", *runs)
+    assert shown.code == 0, shown.err
+    assert len(shown.out.splitlines()) == 2 + 8
+    assert shown.err.splitlines() == [
+        f"note: run {runs[2]}: partial, the units it finished before it ended",
+        "note: too large: 14 rows in all, showing the first 8",
+    ]

@@ -10,7 +10,7 @@ import pytest
 from runs.client import Ambiguous, MissingPandas, NotFound
 from runs.models import Run
 from tests.dashboard.test_results_page import HEADER, SWEEP, csv_text, grid_rows, out_dir
-from tests.dashboard.test_sweep_page import cancelled_with_rows
+from tests.dashboard.test_sweep_page import cancelled_with_rows, failed_with_rows
 from tests.factories import ended, submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,3 +110,28 @@ def test_results_of_several_runs_is_one_frame_with_a_run_column_viewed_as_asked(
 def test_results_of_a_cancelled_sweep_are_the_rows_of_the_units_it_finished(client, owner, store):
     table = client.results(cancelled_with_rows(owner, store).id)
     assert table["unit"].tolist() == [0, 1] and table["energy"].tolist() == [5.0, 10.0]
+    assert table.attrs["partial"] is True
+
+
+def test_results_of_a_failed_sweep_are_said_partial_and_a_merged_table_is_not(
+    client, owner, store, run
+):
+    table = client.results(failed_with_rows(owner, store).id)
+    assert table["unit"].tolist() == [0, 1, 3] and table.attrs["partial"] is True
+    assert client.results(run.id).attrs["partial"] is False
+
+
+def test_a_frame_of_runs_cut_or_partial_says_so_in_a_warning_and_its_attrs(
+    client, owner, store, settings
+):
+    runs = [*shifted_runs(owner, store), cancelled_with_rows(owner, store).id]
+    settings.SIMRUN_RESULTS_MAX_ROWS = 8
+
+    with pytest.warns(UserWarning) as caught:
+        table = client.results(runs)
+    notes = [
+        f"run {runs[2]}: partial, the units it finished before it ended",
+        "too large: 14 rows in all, showing the first 8",
+    ]
+    assert len(table) == 8 and table.attrs["notes"] == notes
+    assert [str(warning.message) for warning in caught] == [f"results: {n}" for n in notes]

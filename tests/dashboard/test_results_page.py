@@ -118,7 +118,9 @@ def test_the_section_shows_every_column_and_row_in_unit_order_with_the_count(ali
     assert header_names(html) == HEADER
     rows = body_rows(html)
     assert [r[0] for r in rows] == ["0", "1", "2", "3", "4", "5"]
-    assert rows[3] == ["3", "1.0", "1", "mc", "0", "0.30000000000000004", "0.25", "11.0", ""]
+    assert rows[3] == ["3", "1.0", "1", "mc", "0", "0.3", "0.25", "11.0", ""]
+    # A number of more digits than the page shows is rounded; its cell's tooltip has all of it.
+    assert '<td class="num" title="0.30000000000000004">0.3</td>' in html
     assert 'data-results-count="6"' in html and "6 rows" in html
 
 
@@ -280,11 +282,11 @@ def test_a_heat_map_colours_a_cell_per_x_and_colour_by_the_mean_y(alice, owner, 
     cells = re.findall(r'<rect class="cell"[^>]*fill="(#[0-9a-f]{6})"><title>([^<]*)</title>', svg)
     assert len(cells) == 6
     titles = [title for _, title in cells]
-    assert "T = 1, seed = 1: mean energy = 11 (1 row(s))" in titles
+    assert "T = 1, seed = 1: mean energy = 11 (1 row)" in titles
     # The lowest mean has the scale's first colour, the highest its last.
     colours = {title: fill for fill, title in cells}
-    assert colours["T = 0.5, seed = 0: mean energy = 5 (1 row(s))"] == "#440154"
-    assert colours["T = 1.5, seed = 1: mean energy = 16 (1 row(s))"] == "#fde725"
+    assert colours["T = 0.5, seed = 0: mean energy = 5 (1 row)"] == "#440154"
+    assert colours["T = 1.5, seed = 1: mean energy = 16 (1 row)"] == "#fde725"
 
 
 def test_a_plot_of_no_numeric_column_is_a_400_naming_the_field(alice, owner, store):
@@ -453,7 +455,7 @@ def test_the_plot_of_numbers_too_large_to_place_leaves_them_out(alice, owner, st
     rows[0][7], rows[1][7] = 1e308, -1e308
     run = with_results(store, owner, csv_text(HEADER, rows))
     html = plot(alice, run, x="T", y="energy", colour="seed")
-    assert "2 row(s) without a finite T and energy left out" in html
+    assert "2 rows without a finite T and energy left out" in html
     heat = plot(alice, run, x="T", y="energy", colour="seed", kind="heatmap")
     assert len(re.findall(r'<rect class="cell"', heat)) == 4
 

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from runs.control.failures import FailedAttempt, describe
-from runs.models import RunState
+from runs.models import RunState, Task, TaskState
 from tests.dashboard.test_pages import logged_in
 from tests.dashboard.test_results_page import HEADER, body_rows, csv_text, grid_rows, out_dir
 from tests.factories import ended, submitted
@@ -72,6 +72,41 @@ def cancelled_with_rows(owner, store: Path):
     return made
 
 
+def failed_with_rows(owner, store: Path):
+    """A failed sweep (not cancelled): units 0, 1 and 3 finished, their rows kept, unit 2
+    failed beyond what the sweep allows, so it never merged."""
+    made = ended(submitted(owner, SWEEP), RunState.FAILED, message="sweep failed")
+    Task.objects.filter(run=made, task_id="sweep").update(
+        state=TaskState.FAILED, message="3 of 12 units failed: unit 2 (T=1.5): ValueError: bad"
+    )
+    rows = "".join(rows_line(unit, 0.5 * (unit + 1)) for unit in (3, 0, 1))
+    (out_dir(store, made).parent / "rows.jsonl").write_text(rows)
+    return made
+
+
+def test_a_failed_sweep_shows_the_table_of_the_units_it_finished_marked_partial(
+    store: Path,
+    alice,
+    owner,
+    owner_client,
+):
+    run = failed_with_rows(owner, store)
+
+    assert 'data-results="sweep"' in page_of(alice, run)
+    section = alice.get(f"/runs/{run.id}/tasks/sweep/results/").content.decode()
+    partial = section.split("data-results-partial", 1)[1].split("</p>", 1)[0]
+    assert "the run failed before sweep merged its units; these are the 3 units it" in partial
+    assert [row[0] for row in body_rows(section)] == ["0", "1", "3"]
+
+    page = owner_client.get(f"/api/runs/{run.id}/tasks/sweep/results/").json()
+    assert (page["partial"], page["count"]) == (True, 3)
+    assert [row["unit"] for row in page["results"]] == [0, 1, 3]
+    other = cancelled_with_rows(owner, store)
+    compared = owner_client.get("/api/results/", {"runs": f"{run.id},{other.id}"}).json()
+    assert compared["count"] == 5
+    assert f"run {run.id}: partial, the units it finished before it ended" in compared["notes"]
+
+
 def test_a_cancelled_sweep_shows_the_table_of_the_units_it_finished_marked_partial(
     store: Path,
     alice,
@@ -92,7 +127,7 @@ def test_a_cancelled_sweep_shows_the_table_of_the_units_it_finished_marked_parti
     assert 'data-results="sweep"' in html
     section = alice.get(f"/runs/{run.id}/tasks/sweep/results/").content.decode()
     assert "data-results-partial" in section
-    assert "these are the 3 units it finished" in section
+    assert "the run was cancelled before sweep merged its units; these are the 3 units" in section
     assert [row[0] for row in body_rows(section)] == ["0", "1", "2"]
 
     page = owner_client.get(f"/api/runs/{run.id}/tasks/sweep/results/").json()
@@ -166,6 +201,19 @@ def test_rows_averaged_over_the_seeds_give_a_mean_and_a_spread_drawn_as_error_ba
     html = section.content.decode()
     assert 'data-y="energy mean"' in html
     assert html.count("data-spread") == 3
+    assert "the energy mean at each T" in html and "mean energy mean" not in html
+    # The statistics are shown to 7 digits, not as Python's repr; the tooltip has them whole.
+    assert '<td class="num" title="0.7071067811865476">0.7071068</td>' in html
+
+
+def test_a_parameter_of_one_value_is_no_default_colour_the_next_one_is(store: Path, alice, owner):
+    run = ended(submitted(owner, SWEEP))
+    header = ["unit", "T", "h", "seed", "exit_code", "seconds", "peak_gib", "energy"]
+    rows = [[unit, *row[1:2], 0.0, *row[2:]] for unit, row in enumerate(seeded_rows())]
+    (out_dir(store, run) / "results.csv").write_text(csv_text(header, rows))
+
+    html = alice.get(f"/runs/{run.id}/tasks/sweep/results/").content.decode()
+    assert 'data-colour="seed"' in html and "a line per seed" in html
 
 
 def test_the_link_of_a_view_restores_its_filter_average_and_plot(store: Path, alice, owner):

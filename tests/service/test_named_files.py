@@ -138,6 +138,41 @@ def test_a_recompiled_binary_is_not_taken_from_the_cache_nor_from_a_resume(
     assert str(binary) in row(again, "sim").not_reused
 
 
+SHELL_LINES = {
+    "by its absolute path": "{script} --temperature {{T}}",
+    "opened by an interpreter after cd": "cd {folder} && python3 {name} --temperature {{T}} > o",
+    "run from the folder cd led to": "set -e; cd {folder}; ./{name} {{T}} 2>&1",
+}
+
+
+@pytest.mark.parametrize("line", SHELL_LINES.values(), ids=SHELL_LINES.keys())
+def test_a_script_a_shell_line_runs_is_part_of_the_key_under_resume_and_cache(
+    line: str,
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    owner,
+    tmp_path: Path,
+):
+    script = tmp_path / "relax.sh"
+    script.write_text("echo 1\n")
+    command = ["sh", "-c", line.format(script=script, folder=tmp_path, name=script.name)]
+    sweep = {"tasks": {"sweep": {"command": command, "sweep": {"T": {"range": [0, 12]}}}}}
+    source = failed_sweep(launch, fake, sweep, range(0, 8))
+    assert row(source, "sweep").named_files[str(script)].startswith("sha256:")
+    cached = {
+        "cache": True,
+        "tasks": {"sim": {"command": [*command[:2], command[2].replace("{T}", "1")]}},
+    }
+    done = succeeded(launch, fake, cached)
+    assert row(submitted_run(owner, cached), "sim").reused_from == f"{done.id}/sim"
+
+    rewrite(script, "echo 2\n")
+    again = resumed(source)
+    assert (row(again, "sweep").reuse, row(again, "sweep").units_reused) == (Reuse.NONE, None)
+    assert row(again, "sweep").not_reused.endswith(f"changed since: {script}")
+    assert row(submitted_run(owner, cached), "sim").reuse == Reuse.NONE
+
+
 # What a named path holds, read without belief.
 
 
@@ -152,6 +187,27 @@ def test_the_paths_a_command_names_are_its_program_and_its_absolute_arguments(tm
         "/in/file",
     ]
     assert programs.named_paths([]) == []
+
+
+def test_a_shell_line_names_each_program_and_file_it_runs_in_the_folder_it_runs_in(
+    tmp_path: Path,
+):
+    (tmp_path / "run.sh").write_text("echo\n")
+    (tmp_path / "params.toml").write_text("T = 1\n")
+    line = (
+        f"set -e; cd {tmp_path} && X=1 exec nice -n 5 ./run.sh params.toml --T {{T}} "
+        'missing.txt < /data/in.csv > /data/out.log 2>&1 | /opt/bin/filter "$1"; echo done'
+    )
+    sh, *named = programs.named_paths(["sh", "-c", line, "sh", "/data/arg.txt"])
+    assert sh.endswith("/sh")
+    assert named == [
+        "/data/arg.txt",
+        str(tmp_path / "run.sh"),
+        str(tmp_path / "params.toml"),
+        "/data/in.csv",
+        "/opt/bin/filter",
+    ]
+    assert programs.named_paths(["bash", "-lc", "./a.sh; 'open"]) == programs.named_paths(["bash"])
 
 
 def test_a_fifo_a_folder_and_a_missing_file_are_said_never_read(tmp_path: Path):
@@ -236,3 +292,58 @@ def test_each_task_keeps_what_its_files_held_at_submission(launch, tmp_path: Pat
     files = Task.objects.get(run=run, task_id="sweep").named_files
     assert list(files) == [str(script)]
     assert files[str(script)] == programs.digest(str(script))
+
+
+# The image a task runs in.
+
+PINNED = "python@sha256:" + "c" * 64
+
+
+def test_an_image_is_keyed_by_the_digest_its_tag_has_and_a_moved_tag_is_never_reused(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    owner,
+    monkeypatch,
+):
+    registry = {"python:3.12": "sha256:" + "a" * 64}
+    asked: list[str] = []
+
+    def image_digest(ref: str) -> str | None:
+        asked.append(ref)
+        if ref not in registry:
+            raise RuntimeError("registry.test answered 503")
+        return registry[ref]
+
+    monkeypatch.setattr(fake, "runs_images", True)
+    monkeypatch.setattr(fake, "image_digest", image_digest, raising=False)
+    sim = {"command": ["/bin/echo", "1"], "image": "python:3.12"}
+    spec = {"cache": True, "tasks": {"sim": sim}}
+    source = succeeded(launch, fake, spec)
+    assert row(source, "sim").named_files["image:python:3.12"] == registry["python:3.12"]
+    assert row(submitted_run(owner, spec), "sim").reused_from == f"{source.id}/sim"
+
+    registry["python:3.12"] = "sha256:" + "b" * 64  # the tag moved to another image
+    moved = submitted_run(owner, spec)
+    assert (row(moved, "sim").reuse, row(moved, "sim").reused_from) == (Reuse.NONE, "")
+    assert row(resumed(source), "sim").not_reused == (
+        f"not reused from {source.id}/sim: its image changed since, or its digest is not "
+        "known: python:3.12 (now sha256:bbbbbbbbbbbb)"
+    )
+
+    del registry["python:3.12"]  # the registry cannot say: never the same, never reused
+    unknown = succeeded(launch, fake, spec)
+    assert row(unknown, "sim").named_files["image:python:3.12"].startswith("unresolved:")
+    assert row(submitted_run(owner, spec), "sim").reuse == Reuse.NONE
+    assert "python:3.12 (now digest not known)" in row(resumed(unknown), "sim").not_reused
+
+    asked.clear()
+    pinned = edited(spec, lambda d: d["tasks"]["sim"].update(image=PINNED))
+    first = succeeded(launch, fake, pinned)
+    assert row(first, "sim").named_files[f"image:{PINNED}"] == "sha256:" + "c" * 64
+    assert row(submitted_run(owner, pinned), "sim").reused_from == f"{first.id}/sim"
+    assert asked == []  # a digest in the reference is not asked of the registry
+
+
+def test_a_backend_that_runs_no_images_keys_none(launch, fake: FakeBackend):  # noqa: F811
+    run = launch({"tasks": {"sim": {"command": ["/bin/echo", "1"], "image": "python:3.12"}}})
+    assert not [name for name in row(run, "sim").named_files if name.startswith("image:")]

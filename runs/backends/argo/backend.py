@@ -295,6 +295,10 @@ class ArgoBackend:
     def has_image(self, ref: str) -> bool:
         return self.builds.has_image(ref)
 
+    def image_digest(self, ref: str) -> str | None:
+        """The digest the registry has for ``ref``: part of the key of a task run in it."""
+        return self.builds.image_digest(ref)
+
     # Change notifications: the one watch of Workflows
 
     def subscribe(self, callback: Callable[[], None]) -> None:

@@ -26,7 +26,7 @@ from runs.backends.argo.build import (
     context_config_map,
 )
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.registry import has_image, registry_credentials
+from runs.backends.argo.registry import has_image, image_digest, registry_credentials
 from runs.backends.argo.status import mount_failure, start_failure
 
 log = logging.getLogger(__name__)
@@ -210,10 +210,17 @@ class ImageBuilds:
 
     def has_image(self, ref: str) -> bool:
         """Whether the registry has ``ref`` (its HTTP API, with the configured credentials)."""
+        return has_image(ref, credentials=self._credentials())
+
+    def image_digest(self, ref: str) -> str | None:
+        """The digest the registry has for ``ref``, asked as ``has_image`` asks."""
+        return image_digest(ref, credentials=self._credentials())
+
+    def _credentials(self) -> dict[str, tuple[str, str]] | None:
         auth = self.clients.cluster.registry_auth_file
         # The file is an optional secret's: without it the registry is asked anonymously.
         found = bool(auth) and Path(auth).is_file()
-        return has_image(ref, credentials=registry_credentials(auth) if found else None)
+        return registry_credentials(auth) if found else None
 
 
 def _number(text: str) -> float:

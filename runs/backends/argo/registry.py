@@ -1,4 +1,5 @@
-"""Whether a registry has an image: a ``HEAD`` of its manifest over the registry HTTP API v2.
+"""Whether a registry has an image, and its digest: a ``HEAD`` of its manifest over the
+registry HTTP API v2.
 
 A registry that answers 401 names in ``WWW-Authenticate`` how to authenticate: a bearer token
 from its token service (anonymous, or with the credentials of a Docker ``config.json``), or
@@ -111,6 +112,26 @@ def _authorization(
 
 def has_image(ref: str, *, credentials: Credentials | None = None, timeout_s: float = 15) -> bool:
     """Whether the registry has the manifest of ``ref``; RuntimeError when it cannot say."""
+    return _manifest(ref, credentials, timeout_s) is not None
+
+
+def image_digest(
+    ref: str, *, credentials: Credentials | None = None, timeout_s: float = 15
+) -> str | None:
+    """The digest (``sha256:…``) the registry has for ``ref``, from the same ``HEAD`` of its
+    manifest; None when it has no such image; RuntimeError when it cannot say."""
+    headers = _manifest(ref, credentials, timeout_s)
+    if headers is None:
+        return None
+    digest = headers.get("docker-content-digest", "")
+    if not digest.startswith("sha256:"):
+        raise RuntimeError(f"registry {parse_ref(ref).host} gave no digest for {ref}")
+    return str(digest)
+
+
+def _manifest(ref: str, credentials: Credentials | None, timeout_s: float) -> httpx.Headers | None:
+    """The headers of the registry's answer to a ``HEAD`` of the manifest of ``ref``; None
+    when it has none; RuntimeError when it cannot say."""
     image = parse_ref(ref)
     url = f"{_base_url(image.host)}/v2/{image.repository}/manifests/{image.reference}"
     headers = {"Accept": MANIFEST_TYPES}
@@ -121,7 +142,7 @@ def has_image(ref: str, *, credentials: Credentials | None = None, timeout_s: fl
             headers |= _authorization(http, challenge, image, credentials or {})
             response = http.head(url, headers=headers)
     if response.status_code == 200:
-        return True
+        return response.headers
     if response.status_code == 404:
-        return False
+        return None
     raise RuntimeError(f"registry {image.host} answered {response.status_code} for {ref}")
