@@ -93,16 +93,16 @@ def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float
     return ordered[-1][0]
 
 
-def near(a: Features, b: Features, *, continuous: bool = False) -> bool:
-    """Whether two samples' features are the same names with near values (the continuous
-    ones, ``CONTINUOUS``, aside unless ``continuous``)."""
+def near(a: Features, b: Features, *, continuous: bool = False, tolerance: float = NEAR) -> bool:
+    """Whether two samples' features are the same names with values within ``tolerance`` in
+    asinh (the continuous ones, ``CONTINUOUS``, aside unless ``continuous``)."""
     if not continuous:
         a = tuple(f for f in a if f[0] not in CONTINUOUS)
         b = tuple(f for f in b if f[0] not in CONTINUOUS)
     if len(a) != len(b):
         return False
     return all(
-        na == nb and abs(math.asinh(va) - math.asinh(vb)) <= NEAR + 1e-12
+        na == nb and abs(math.asinh(va) - math.asinh(vb)) <= tolerance + 1e-12
         for (na, va), (nb, vb) in zip(a, b, strict=True)
     )
 
@@ -163,14 +163,19 @@ def fit(
     weights: Sequence[float],
     features: Sequence[Features],
     task: Features,
+    *,
+    tolerance: float = NEAR,
+    feature_gain: float = FEATURE_GAIN,
 ) -> Fit:
-    """The model of some samples' log needs for a task with ``task`` features (see above)."""
+    """The model of some samples' log needs for a task with ``task`` features (see above);
+    ``tolerance`` and ``feature_gain`` replace ``NEAR`` and ``FEATURE_GAIN`` (the replay's
+    cross-validation tries others)."""
     everyone = list(range(len(logs)))
     whole = pooled(logs, weights, everyone)
     if not task:
         return whole
-    close = [i for i in everyone if near(features[i], task)]
-    line = _line(logs, weights, features, task)
+    close = [i for i in everyone if near(features[i], task, tolerance=tolerance)]
+    line = _line(logs, weights, features, task, tolerance)
     base = whole
     chosen = "pooled"
     members: list[int] = everyone
@@ -178,9 +183,11 @@ def fit(
         local = pooled(logs, weights, close)
         if local.n_eff >= NEIGHBOURS_MIN:
             base, chosen, members = local, "neighbours", close
-    if line is not None and line.own < FEATURE_GAIN * base.own:
+    if line is not None and line.own < feature_gain * base.own:
         return line
-    used = tuple(n for n in _varying(features) if n in dict(task) and n not in CONTINUOUS)
+    used = tuple(
+        n for n in _varying(features, tolerance) if n in dict(task) and n not in CONTINUOUS
+    )
     if line is None:
         # Off the features seen, with no line to say how the needs follow them.
         off = SLOPE_SPREAD * beyond([features[i] for i in members], task)
@@ -195,13 +202,14 @@ def fit(
     )
 
 
-def _varying(features: Sequence[Features]) -> list[str]:
-    """The names of the features whose values differ among the samples (beyond ``NEAR``)."""
+def _varying(features: Sequence[Features], tolerance: float) -> list[str]:
+    """The names of the features whose values differ among the samples (beyond
+    ``tolerance``, in asinh)."""
     values: dict[str, list[float]] = {}
     for f in features:
         for name, value in f:
             values.setdefault(name, []).append(math.asinh(value))
-    return sorted(n for n, v in values.items() if max(v) - min(v) > NEAR)
+    return sorted(n for n, v in values.items() if max(v) - min(v) > tolerance)
 
 
 def _fields(f: Fit) -> tuple[float, float, float, float, float, tuple[int, ...]]:
@@ -213,6 +221,7 @@ def _line(
     weights: Sequence[float],
     features: Sequence[Features],
     task: Features,
+    tolerance: float,
 ) -> Fit | None:
     """The least-squares line of the needs on the features that vary among the samples having
     all of the task's; None when too few samples can fit it.
@@ -238,7 +247,7 @@ def _line(
         mean = sum(wi * x for wi, x in zip(w, xs, strict=True)) / total
         return sum(wi * (x - mean) ** 2 for wi, x in zip(w, xs, strict=True)) / total
 
-    varying = [name for name in sorted(wanted) if spread(name) > (NEAR / 4) ** 2]
+    varying = [name for name in sorted(wanted) if spread(name) > (tolerance / 4) ** 2]
     varying = varying[:MAX_FEATURES]
     p = 1 + len(varying)
     if not varying or n < p + 3:

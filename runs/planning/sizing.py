@@ -117,9 +117,10 @@ FEW_RUNS = 5.0
 runs."""
 
 
-def need(sample: Sample) -> float:
-    """What a sample says a task of its type needed: its peak, or more than its kill."""
-    return sample.gb * BUMP if sample.killed else sample.gb
+def need(sample: Sample, bump: float = BUMP) -> float:
+    """What a sample says a task of its type needed: its peak, or more than its kill (the
+    killed limit × ``bump``)."""
+    return sample.gb * bump if sample.killed else sample.gb
 
 
 def retry_gb(killed_gb: float, *, default_gb: float, needs: Sequence[float] = ()) -> float:
@@ -144,14 +145,15 @@ def _retry_why(killed_gb: float, default_gb: float, needs: Sequence[float]) -> s
     )
 
 
-def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]]) -> Prior:
+def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]], bump: float = BUMP) -> Prior:
     """The prior from other types' evidence: type → (its default GiB, its samples).
 
     A type's share is its largest need over its default: a clean peak counts as itself, a
-    kill at X as X × BUMP (the need was above X). Types without samples or default are skipped.
+    kill at X as X × ``bump`` (the need was above X). Types without samples or default are
+    skipped.
     """
     shares = {
-        name: max(need(s) for s in samples) / default_gb
+        name: max(need(s, bump) for s in samples) / default_gb
         for name, (default_gb, samples) in others.items()
         if samples and default_gb > 0
     }
@@ -240,6 +242,11 @@ class Simrun:
     spread_gain: float = SPREAD_GAIN
     spread_n: float = SPREAD_N
     min_margin: float = MIN_MARGIN
+    half_life: float = HALF_LIFE
+    empirical_n: int = EMPIRICAL_N
+    bump: float = BUMP
+    near: float = peak_model.NEAR
+    feature_gain: float = peak_model.FEATURE_GAIN
 
     def size(
         self,
@@ -253,12 +260,23 @@ class Simrun:
         recent = history[-self.window :]
         if not recent:
             return self.unseen(default_gb, prior, shown)
-        weights = [0.5 ** ((len(recent) - 1 - i) / HALF_LIFE) for i in range(len(recent))]
-        logs = [math.log(max(MIB, need(s))) for s in recent]
-        fit = peak_model.fit(logs, weights, [s.features for s in recent], features)
+        weights = [0.5 ** ((len(recent) - 1 - i) / self.half_life) for i in range(len(recent))]
+        logs = [math.log(max(MIB, need(s, self.bump))) for s in recent]
+        fit = peak_model.fit(
+            logs,
+            weights,
+            [s.features for s in recent],
+            features,
+            tolerance=self.near,
+            feature_gain=self.feature_gain,
+        )
         read = [recent[i] for i in fit.members]
         local = (
-            [s for s in recent if peak_model.near(s.features, features, continuous=True)]
+            [
+                s
+                for s in recent
+                if peak_model.near(s.features, features, continuous=True, tolerance=self.near)
+            ]
             if fit.model == "features"
             else read
         )
@@ -290,7 +308,8 @@ class Simrun:
         where, near_, follows = _model_said(fit, features)
         z = NormalDist().inv_cdf(self.target)
         steps = [
-            f"p{self.target * 100:g} bound of {_evidence(len(read_peaks), len(read_kills))}"
+            f"p{self.target * 100:g} bound of "
+            f"{_evidence(len(read_peaks), len(read_kills), self.bump)}"
             f"{where}: median {gb_text(center)} × {margin:.3f} margin (exp of {z:.2f} × spread "
             f"{spread:.3f} × √(1 + {fit.leverage:.3f}){least}, own upper spread "
             f"{fit.own:.3f} of n {fit.n_eff:.1f}, prior {self.prior_spread:g}) = {gb_text(gb)}"
@@ -301,7 +320,7 @@ class Simrun:
             reason = "their peaks vary widely, so simrun keeps a wide margin"
         else:
             reason = f"simrun adds {round(100 * (margin - 1))}% for how much they vary"
-        if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * self.min_margin):
+        if len(peaks) >= self.empirical_n and gb > _up(round(max(peaks), 3) * self.min_margin):
             gb = _up(round(max(peaks), 3) * self.min_margin)
             steps.append(
                 f"capped at the top of {len(peaks)} peaks {gb_text(max(peaks))} × "
@@ -317,7 +336,7 @@ class Simrun:
                 else "without a kill simrun never plans more than the default"
             )
         before = self.unseen(default_gb, prior, shown).gb
-        top_need = max((need(s) for s in recent), default=0.0)
+        top_need = max((need(s, self.bump) for s in recent), default=0.0)
         if not read_kills and gb > before and top_need * SHOWN_MARGIN <= before:
             gb = before
             steps.append(
@@ -325,7 +344,7 @@ class Simrun:
                 f"{gb_text(top_need)} × {SHOWN_MARGIN:g} is below it"
             )
             reason = "peaks well below the plan never raise it"
-        floor, floor_why = max(_floors(peaks, kills, self.min_margin))
+        floor, floor_why = max(_floors(peaks, kills, self.min_margin, self.bump))
         if kills and gb > _up(floor * RETRY_FACTOR):
             # Peaks far below a kill are of inputs before a step up: their spread is no
             # evidence of the need, so the bound stops where the floor's own retry would be.
@@ -340,10 +359,10 @@ class Simrun:
             steps.append(floor_why)
             reason = (
                 "a kill proves more is needed, so simrun plans above it"
-                if kills and floor == _up(round(max(kills), 3) * BUMP)
+                if kills and floor == _up(round(max(kills), 3) * self.bump)
                 else "simrun stays a little above the largest"
             )
-        needs = [need(s) for s in (*recent, *shown)]
+        needs = [need(s, self.bump) for s in (*recent, *shown)]
         retry = retry_gb(gb, default_gb=default_gb, needs=needs)
         steps.append(f"→ {gb_text(gb)}; {_retry_why(gb, default_gb, needs)}")
         short = f"{_runs(read_peaks, read_kills, near_)}{follows}; {reason}"
@@ -364,7 +383,8 @@ class Simrun:
         return round(max(self.min_margin, math.exp(self.spread_gain * sigma)), 3)
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        return retry_gb(killed_gb, default_gb=default_gb, needs=[need(s) for s in history])
+        needs = [need(s, self.bump) for s in history]
+        return retry_gb(killed_gb, default_gb=default_gb, needs=needs)
 
     def unseen(
         self, default_gb: float, prior: Prior | None, shown: Sequence[Sample] = ()
@@ -375,7 +395,7 @@ class Simrun:
         a weighted geometric mean of the evidence and the default (share 1). The retry is what
         the type would get without the prior, 2 × its default: a miss costs one attempt.
         """
-        needs = [need(s) for s in shown]
+        needs = [need(s, self.bump) for s in shown]
         retry = retry_gb(default_gb, default_gb=default_gb, needs=needs)
         if prior is None or prior.types == 0:
             return Sizing(
@@ -431,7 +451,10 @@ def _up(gb: float) -> float:
 
 
 def _floors(
-    peaks: Sequence[float], kills: Sequence[float], min_margin: float = MIN_MARGIN
+    peaks: Sequence[float],
+    kills: Sequence[float],
+    min_margin: float = MIN_MARGIN,
+    bump: float = BUMP,
 ) -> list[tuple[float, str]]:
     """The least allocations the recent evidence allows, each with its arithmetic."""
     floors = [(MIN_GB, f"floor {gb_text(MIN_GB)}")]
@@ -441,23 +464,23 @@ def _floors(
         floors.append((floor, f"floor top peak {gb_text(top)} × {min_margin:g} = {gb_text(floor)}"))
     if kills:
         top = round(max(kills), 3)
-        floor = _up(top * BUMP)
+        floor = _up(top * bump)
         plural = "s" if len(kills) > 1 else ""
         floors.append(
             (
                 floor,
-                f"floor {len(kills)} kill{plural} at up to {gb_text(top)} × {BUMP:g} bump "
+                f"floor {len(kills)} kill{plural} at up to {gb_text(top)} × {bump:g} bump "
                 f"= {gb_text(floor)}",
             )
         )
     return floors
 
 
-def _evidence(peaks: int, kills: int) -> str:
+def _evidence(peaks: int, kills: int, bump: float = BUMP) -> str:
     """'12 recent peaks and 1 kill × 1.3': what the model was fitted to."""
     parts = [f"{peaks} recent peak{'s' if peaks != 1 else ''}"] if peaks else []
     if kills:
-        parts.append(f"{kills} recent kill{'s' if kills != 1 else ''} × {BUMP:g}")
+        parts.append(f"{kills} recent kill{'s' if kills != 1 else ''} × {bump:g}")
     return " and ".join(parts)
 
 
