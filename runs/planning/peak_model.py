@@ -38,7 +38,7 @@ over the normal's. Needs far below the median (a tiny input, a task that exited 
 widen nothing, where a standard deviation grows with them."""
 NEAR = 0.1
 """Two values of a feature are near when their asinh differ by at most this (about 10% for
-values above 10; 512 and 560 are near, 512 and 1024 are not)."""
+values above 10; 512 and 560 are near, 512 and 1024 are not; cross-validated)."""
 NEIGHBOURS_MIN = 8.0
 """The effective count of near samples from which they alone size a task."""
 CONTINUOUS = ("input_bytes",)
@@ -51,7 +51,7 @@ spread by this × the distance (in asinh, so about ln of the ratio) from the nea
 seen, as if the need grew by up to the distance's quarter power."""
 FEATURE_GAIN = 0.7
 """The features model serves when its residuals' upper spread is at most this share of the
-pooled one: the features explain half the variance or more."""
+pooled one: the features explain half the variance or more (cross-validated)."""
 MAX_FEATURES = 4
 """At most this many varying features enter the line (the first by name): few samples
 cannot fit more."""

@@ -59,10 +59,12 @@ def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) ->
 
 
 # simrun's policy. Each constant is a statement about evidence; those that trade waste
-# against kills (WINDOW, TARGET, PRIOR_SPREAD, SPREAD_FLOOR; the prior's PRIOR_MARGIN,
-# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR; the own spread's SPREAD_GAIN, SPREAD_N, MIN_MARGIN) are
-# chosen by the replay's leave-one-trace-out cross-validation (``bench/sizing_replay.py
-# --cross-validate``, ``--first-tasks``, ``--margins``).
+# against kills (TARGET, PRIOR_SPREAD, SPREAD_FLOOR, BUMP, WINDOW, HALF_LIFE, EMPIRICAL_N,
+# the feature model's NEAR and FEATURE_GAIN, the prior's PRIOR_MARGIN, PRIOR_DEFAULT_TYPES,
+# PRIOR_FLOOR: ``bench/sizing_constants.py``; the own spread's SPREAD_GAIN, SPREAD_N,
+# MIN_MARGIN: ``bench/margins.py``) are chosen by the replay's leave-one-trace-out
+# cross-validation (``bench/sizing_replay.py --cross-validate``, ``--margins``), never by
+# their total over the traces at hand.
 WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
 (``runs/planning/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the

@@ -270,40 +270,6 @@ def test_the_replay_and_the_planner_give_the_same_allocation_for_the_same_histor
     assert plan.retry_memory_gb >= 2.0 * 1.3 * 1.25  # the kill, out of the window, still counts
 
 
-def figures(*, tasks=1000, wasted=100.0, retries=0, failed=0):
-    return replay.Figures(
-        tasks=tasks, wastage=replay.Wastage(over_gbh=wasted), retries=retries, failed=failed
-    )
-
-
-def test_the_cross_validation_takes_a_safe_point_over_one_that_saves_more():
-    """On two traces whose best baselines waste 100: a point that saves 60% but retries 2.5
-    per 100 on one is unsafe; of the two safe ones, the fewer retries on the worst trace wins
-    over the larger saving; points the worst case cannot tell apart go by total waste, then
-    by the larger window."""
-    best = {"a": figures(), "b": figures()}
-    unsafe = replay.Scored(
-        (0.99, 0.1, 1.25, 50, 0.03), {"a": figures(wasted=40, retries=25), "b": figures(wasted=40)}
-    )
-    saves = replay.Scored(
-        (0.995, 0.2, 1.25, 50, 0.03), {"a": figures(wasted=60, retries=8), "b": figures(wasted=60)}
-    )
-    steady = replay.Scored(
-        (0.999, 0.3, 1.25, 50, 0.03), {"a": figures(wasted=80, retries=2), "b": figures(wasted=80)}
-    )
-    assert replay.choose([unsafe, saves, steady], ["a", "b"], best) is steady
-    assert replay.choose([unsafe, saves, steady], ["a", "b"], best, rule="saving") is saves
-    assert replay.choose([unsafe], ["a", "b"], best) is unsafe  # the least unsafe, if none is safe
-    less = replay.Scored(
-        (0.999, 0.3, 1.25, 100, 0.03), {"a": figures(wasted=80, retries=2), "b": figures(wasted=70)}
-    )
-    longer = replay.Scored(
-        (0.999, 0.3, 1.25, 200, 0.03), {"a": figures(wasted=80, retries=2), "b": figures(wasted=80)}
-    )
-    assert replay.choose([steady, less, longer], ["a", "b"], best) is less
-    assert replay.choose([steady, longer], ["a", "b"], best) is longer
-
-
 def test_the_replay_plans_with_the_features_the_planner_is_given(capsys, tmp_path):
     """The trace's rchar stands for the input's size: 40 tasks of A whose peaks are 0.5 GiB +
     1 GiB per GB read, then one reading 3 GB. What the replay gives it (its over-allocation

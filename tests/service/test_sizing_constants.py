@@ -1,0 +1,111 @@
+"""bench/sizing_constants.py: every constant of simrun's policy chosen by leave-one-trace-out
+cross-validation, with each target said met or MISSED per fold and over the folds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import sizing_constants as constants  # noqa: E402
+from bench import sizing_replay as replay  # noqa: E402
+from runs.planning.sizing import Simrun  # noqa: E402
+from runs.planning.sizing_base import Sample  # noqa: E402
+
+GIB = 2**30
+HOUR_MS = 3_600_000
+HEADER = "process,status,submit,start,complete,realtime,memory,peak_rss"
+
+
+def figures(*, tasks=1000, wasted=100.0, retries=0, failed=0):
+    return replay.Figures(
+        tasks=tasks, wastage=replay.Wastage(over_gbh=wasted), retries=retries, failed=failed
+    )
+
+
+def point(**values):
+    return tuple(sorted(values.items()))
+
+
+def test_the_rule_takes_a_safe_point_over_one_that_saves_more():
+    """On two traces whose best baselines waste 100: a point that saves 60% but retries 2.5
+    per 100 on one is unsafe; of the two safe ones, the fewer retries on the worst trace wins
+    over the larger saving; points the worst case cannot tell apart go by total waste, then
+    by the order offered (the value a pass stands on first)."""
+    best = {"a": figures(), "b": figures()}
+    unsafe = constants.Scored(
+        point(target=0.99), {"a": figures(wasted=40, retries=25), "b": figures(wasted=40)}
+    )
+    saves = constants.Scored(
+        point(target=0.995), {"a": figures(wasted=60, retries=8), "b": figures(wasted=60)}
+    )
+    steady = constants.Scored(
+        point(target=0.999), {"a": figures(wasted=80, retries=2), "b": figures(wasted=80)}
+    )
+    assert constants.choose([unsafe, saves, steady], ["a", "b"], best) is steady
+    assert constants.choose([unsafe], ["a", "b"], best) is unsafe  # the least unsafe
+    less = constants.Scored(
+        point(window=100), {"a": figures(wasted=80, retries=2), "b": figures(wasted=70)}
+    )
+    same = constants.Scored(
+        point(window=50), {"a": figures(wasted=80, retries=2), "b": figures(wasted=80)}
+    )
+    assert constants.choose([steady, less, same], ["a", "b"], best) is less
+    assert constants.choose([steady, same], ["a", "b"], best) is steady
+
+
+def test_every_constant_on_the_grid_is_a_field_of_the_policy_and_its_default_a_candidate():
+    ships = dict(constants.shipped())
+    assert set(ships) == set(constants.CANDIDATES)
+    for name, value in ships.items():
+        assert value in constants.CANDIDATES[name], name
+    assert constants.policy_at(constants.shipped()) == Simrun()
+
+
+def test_the_constants_once_fixed_change_what_the_policy_plans():
+    """The bump of a kill, the half-life, the peaks that cap the bound: each is the policy's
+    own, so a fold's choice is what its replay plays."""
+    kill = [Sample(2.0, killed=True, at=1.0)]
+    bumped = Simrun(bump=1.5).size(kill, default_gb=8.0)
+    assert bumped.gb > Simrun().size(kill, default_gb=8.0).gb
+    assert "1 recent kill × 1.5" in bumped.why
+    steady = [Sample(1.0 + 0.001 * (i % 7), at=float(i)) for i in range(30)]
+    capped = Simrun(empirical_n=25).size(steady, default_gb=8.0)
+    assert "capped at the top of 30 peaks" in capped.why
+    assert "capped at the top" not in Simrun().size(steady, default_gb=8.0).why
+    shift = [Sample(1.0, at=float(i)) for i in range(20)] + [
+        Sample(2.0, at=20.0 + i) for i in range(5)
+    ]
+    assert "median 2.000 GiB" in Simrun(half_life=2).size(shift, default_gb=8.0).why
+    assert "median 1.000 GiB" in Simrun().size(shift, default_gb=8.0).why
+
+
+def trace(path: Path, types: dict[str, tuple[float, float]], count: int) -> Path:
+    """``count`` one-hour tasks of each type (peak, default GiB), each submitted after the
+    last ended."""
+    lines = [HEADER]
+    for i in range(count):
+        for n, (name, (peak, default)) in enumerate(types.items()):
+            submit = (i * len(types) + n) * 4000 * 1000
+            lines.append(
+                f"{name},COMPLETED,{submit},{submit},{submit + HOUR_MS},{HOUR_MS},"
+                f"{int(default * GIB)},{int(peak * (1 + 0.01 * (i % 3)) * GIB)}"
+            )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_cross_validation_says_each_target_per_fold_and_over_the_folds(capsys, tmp_path):
+    a = trace(tmp_path / "a.csv", {"A": (1.0, 4.0), "B": (0.5, 2.0)}, 12)
+    b = trace(tmp_path / "b.csv", {"C": (3.0, 8.0)}, 15)
+    assert replay.main([str(a), str(b), "--cross-validate"]) == 0
+    out = capsys.readouterr().out
+
+    assert "a held out, chosen on b:" in out and "b held out, chosen on a:" in out
+    for stem in ("a", "b"):
+        for target in ("failed task per 1,000", "OOM retry per 100", "less waste than"):
+            said = [line for line in out.splitlines() if target in line and f"{stem} (held" in line]
+            assert len(said) == 1 and said[0].split(":")[0] in ("met", "MISSED"), said
+    assert "less waste than the best no-fail baseline over the folds held out" in out
+    assert "shipped defaults are" in out
