@@ -334,3 +334,24 @@ def test_the_first_tasks_replay_counts_only_the_tasks_planned_without_history(tm
 def test_the_first_tasks_cross_validation_needs_two_traces(capsys, trace_a):
     assert replay.main([str(trace_a), "--first-tasks"]) == 2
     assert "two traces at least" in capsys.readouterr().err
+
+
+def test_the_first_tasks_choice_takes_fewer_retries_over_less_waste():
+    """Both points keep their retries under the budget on the traces fitted, but the one that
+    lowers the prior retries more there: on a trace whose first waves are most of its tasks
+    (rnaseq) that is the point that breaks the target, so the one with fewer retries wins."""
+    from bench import first_tasks
+
+    def first(wasted, retries):
+        return replay.Figures(
+            tasks=1000,
+            retries=retries,
+            unseen=replay.Wastage(over_gbh=wasted),
+            wastage=replay.Wastage(over_gbh=wasted),
+        )
+
+    defaults = {s: first(100.0, 0) for s in ("a", "b")}
+    lower = first_tasks.Scored((1.0, 6, 0.1), {"a": first(40.0, 5), "b": first(40.0, 0)})
+    kept = first_tasks.Scored((1.25, 12, 0.25), {"a": first(60.0, 0), "b": first(60.0, 0)})
+
+    assert first_tasks.choose([lower, kept], ["a", "b"], defaults) is kept
