@@ -109,3 +109,42 @@ def test_the_cross_validation_says_each_target_per_fold_and_over_the_folds(capsy
             assert len(said) == 1 and said[0].split(":")[0] in ("met", "MISSED"), said
     assert "less waste than the best no-fail baseline over the folds held out" in out
     assert "shipped defaults are" in out
+
+
+def test_a_retry_more_on_a_trace_that_is_not_the_worst_is_not_traded_for_waste():
+    """Both points retry 1.2 per 100 on a (the worst trace); the lower prior also kills 3 of
+    b's 300 first tasks (1 per 100 of them, under the target): it saves more, but a trace
+    whose tasks are mostly first tasks would retry as its first tasks do, so it loses."""
+
+    def first(*, wasted, retries, first_retries):
+        return replay.Figures(
+            tasks=1000,
+            wastage=replay.Wastage(over_gbh=wasted),
+            retries=retries,
+            unseen_tasks=300,
+            retries_in_unseen=first_retries,
+        )
+
+    best = {"a": figures(), "b": figures()}
+    lower = constants.Scored(
+        point(prior_floor=0.1),
+        {
+            "a": first(wasted=50, retries=12, first_retries=0),
+            "b": first(wasted=50, retries=3, first_retries=3),
+        },
+    )
+    kept = constants.Scored(
+        point(prior_floor=0.25),
+        {
+            "a": first(wasted=60, retries=12, first_retries=0),
+            "b": first(wasted=60, retries=0, first_retries=0),
+        },
+    )
+    assert constants.choose([lower, kept], ["a", "b"], best) is kept
+
+
+def test_first_tasks_retrying_past_the_target_make_a_point_unsafe():
+    """4 of 100 first tasks retried is 0.4 per 100 of the trace's 1,000 tasks, under the
+    target, but not on a trace of first tasks only."""
+    shaky = replay.Figures(tasks=1000, retries=4, unseen_tasks=100, retries_in_unseen=4)
+    assert not constants.Scored(point(prior_floor=0.1), {"a": shaky}).safe(["a"])
