@@ -91,6 +91,9 @@ INPUTS_SAID = (
     "read_bytes), which stand for the size of its input; input-blind is simrun told its "
     "cores only. The baselines are told nothing."
 )
+NEAR_MISS = 1.1
+"""A first attempt planned under this × its task's peak was a close call, killed or not: the
+next sample of a type may need 10% more (``peak_model.SPREAD_FLOOR``'s note)."""
 SAVING_TARGET = 25.0
 RETRIES_TARGET = 2.0
 FAILED_PER_1000_TARGET = 1.0
@@ -130,6 +133,7 @@ class Figures:
     unseen_tasks: int = 0  # submitted before any task of their type had ended
     unseen: Wastage = field(default_factory=Wastage)  # their attempts' wastage
     retries_in_unseen: int = 0
+    close_in_unseen: int = 0  # their first attempts planned under NEAR_MISS × their peak
 
     def add(self, other: Figures) -> None:
         self.tasks += other.tasks
@@ -139,6 +143,7 @@ class Figures:
         self.unseen_tasks += other.unseen_tasks
         self.unseen = self.unseen + other.unseen
         self.retries_in_unseen += other.retries_in_unseen
+        self.close_in_unseen += other.close_in_unseen
 
     @property
     def retries_per_100(self) -> float:
@@ -334,6 +339,8 @@ def replay(
         features = task.features(inputs=inputs)
         gb, retry_gb = sizer(task, history, histories, features)
         figures.tasks += 1
+        if not history and gb < NEAR_MISS * task.peak_gb:
+            figures.close_in_unseen += 1
         for attempt in range(limit):
             ended = task.complete + attempt * task.seconds
             killed = gb < task.peak_gb

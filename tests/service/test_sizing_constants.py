@@ -123,6 +123,7 @@ def test_a_retry_more_on_a_trace_that_is_not_the_worst_is_not_traded_for_waste()
             retries=retries,
             unseen_tasks=300,
             retries_in_unseen=first_retries,
+            close_in_unseen=first_retries,
         )
 
     best = {"a": figures(), "b": figures()}
@@ -148,3 +149,40 @@ def test_first_tasks_retrying_past_the_target_make_a_point_unsafe():
     target, but not on a trace of first tasks only."""
     shaky = replay.Figures(tasks=1000, retries=4, unseen_tasks=100, retries_in_unseen=4)
     assert not constants.Scored(point(prior_floor=0.1), {"a": shaky}).safe(["a"])
+
+
+def test_a_close_call_of_the_first_tasks_counts_before_any_saving():
+    """No point retries anywhere; the lower prior plans 6 of b's 300 first tasks within 10%
+    of their peaks: the next trace's wave of that type may need 10% more, so it loses."""
+
+    def first(*, wasted, close):
+        return replay.Figures(
+            tasks=1000, wastage=replay.Wastage(over_gbh=wasted), unseen_tasks=300,
+            close_in_unseen=close,
+        )  # fmt: skip
+
+    best = {"a": figures(), "b": figures()}
+    lower = constants.Scored(
+        point(prior_floor=0.1), {"a": first(wasted=50, close=0), "b": first(wasted=50, close=6)}
+    )
+    kept = constants.Scored(
+        point(prior_floor=0.25), {"a": first(wasted=60, close=0), "b": first(wasted=60, close=0)}
+    )
+    assert constants.choose([lower, kept], ["a", "b"], best) is kept
+
+
+def test_the_replay_counts_the_first_tasks_planned_within_a_tenth_of_their_peak(tmp_path):
+    """A and B, each with no history, at their defaults of 4 GiB: A peaks at 3.8 (4 < 1.1 ×
+    3.8, a close call), B at 1; A's second task has history and is not counted."""
+    path = tmp_path / "t.csv"
+    rows = [HEADER]
+    for process, start, peak in (("A", 0, 3.8), ("B", 0, 1.0), ("A", 4000, 3.8)):
+        submit = start * 1000
+        rows.append(
+            f"{process},COMPLETED,{submit},{submit},{submit + HOUR_MS},{HOUR_MS},"
+            f"{4 * GIB},{int(peak * GIB)}"
+        )
+    path.write_text("\n".join(rows) + "\n")
+    tasks, _ = replay.read_trace(path)
+    figures = replay.replay(tasks, Simrun(), replay.ONE_RETRY)
+    assert (figures.unseen_tasks, figures.close_in_unseen, figures.retries) == (2, 1, 0)
