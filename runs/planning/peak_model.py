@@ -36,7 +36,7 @@ SPREAD_QUANTILE = 0.9
 """The spread is read from the upper half of the evidence: (its q0.9 − its median) in log,
 over the normal's. Needs far below the median (a tiny input, a task that exited early) then
 widen nothing, where a standard deviation grows with them."""
-NEAR = 0.1
+NEAR = 0.2
 """Two values of a feature are near when their asinh differ by at most this (about 10% for
 values above 10; 512 and 560 are near, 512 and 1024 are not; cross-validated)."""
 NEIGHBOURS_MIN = 8.0
@@ -49,7 +49,7 @@ SLOPE_SPREAD = 0.25
 could be fitted to say how, a model that does not read them (pooled, neighbours) widens its
 spread by this × the distance (in asinh, so about ln of the ratio) from the nearest value
 seen, as if the need grew by up to the distance's quarter power."""
-FEATURE_GAIN = 0.7
+FEATURE_GAIN = 0.5
 """The features model serves when its residuals' upper spread is at most this share of the
 pooled one: the features explain half the variance or more (cross-validated)."""
 MAX_FEATURES = 4
@@ -58,13 +58,13 @@ cannot fit more."""
 RIDGE = 1e-3
 """A small ridge on the slopes, in the units of the centred features' weighted squares, so a
 feature that barely varies cannot make the line singular."""
-SPREAD_FLOOR = 0.02
+SPREAD_FLOOR = 0.025
 """The least spread believed of any type (cross-validated): the next tasks may be of another
 sample, whose level none of the recent peaks shows (one pipeline's alignments kept within
 2% for 75 tasks, then the next sample's 15 needed 10% more)."""
 SPREAD_STEP = 1.3
 SPREAD_STEPS = 18
-"""The spreads the posterior weighs: the floor × 1.3^k, k < 18 (0.03 to about 2.6)."""
+"""The spreads the posterior weighs: the floor × 1.3^k, k < 18 (0.025 to about 2.2)."""
 PRIOR_WIDTH = 1.0
 """The prior's log-normal width in ln σ: a factor e either side of ``prior_spread``."""
 

@@ -71,23 +71,23 @@ WINDOW = 100
 newest lead, so the window only decides what is forgotten: a type whose inputs come in
 groups (one sample's tasks, then the next's) forgot its large group within 50 samples and
 was killed when it came back."""
-HALF_LIFE = 30.0
+HALF_LIFE = 60.0
 """A sample's weight halves every this many newer samples: the newest evidence leads."""
-TARGET = 0.999
+TARGET = 0.995
 """The share of the type's next peaks the first allocation aims to fit (cross-validated)."""
-PRIOR_SPREAD = 0.2
+PRIOR_SPREAD = 0.3
 """The spread (σ of log peaks) a type is believed to have before its own peaks show theirs
 (cross-validated): the centre of the log-normal prior over spreads (``peak_model``). Not the
 median type's (about 0.08 in three nf-core pipelines) but a spread one: a type's first peaks
 are often its smallest inputs, so a few peaks must leave room for a trend they cannot show
 yet; its own peaks outweigh it as they come (ten within 1% are believed steady)."""
-EMPIRICAL_N = 50
+EMPIRICAL_N = 25
 """From this many recent peaks on (near the task's features), their top (× MIN_MARGIN) caps
 the bound: the data show where the tail ends, which a log-normal overshoots."""
 MIN_MARGIN = 1.02
 """Never closer than this to a recent peak: peaks vary a little even for one input
 (cross-validated with SPREAD_GAIN: ``bench/margins.py``; 1.05 before it)."""
-BUMP = 1.3
+BUMP = 1.5
 """A kill at X proves the need is above X: the next allocation is at least X × BUMP."""
 RETRY_FACTOR = 2.0
 """The retry gets at least this many times the killed allocation: a second kill fails the
@@ -98,19 +98,19 @@ PRIOR_MARGIN = 1.25
 """The prior's evidence is the top share of the other types × this: room for a type a quarter
 more demanding than any seen (cross-validated); a miss costs the first wave one attempt
 each, since its retry gets twice the default."""
-PRIOR_FLOOR = 0.25
+PRIOR_FLOOR = 0.1
 """The prior's evidence never says less than this share of the default, whatever the other
 types needed: one tiny type cannot pull a new type far below what its author set
-(cross-validated on the first tasks alone: ``bench/sizing_replay.py --first-tasks``)."""
-PRIOR_DEFAULT_TYPES = 12
+(cross-validated)."""
+PRIOR_DEFAULT_TYPES = 24
 """The type's own default counts as this many types that needed all of theirs. With K other
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
-(types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
-few types, halfway (in log) at 12, three quarters at 36 (cross-validated: ``--first-tasks``)."""
+(types alike), so the evidence earns its weight K/(K + 24) slowly: near the default for a
+few types, halfway (in log) at 24, three quarters at 72 (cross-validated)."""
 SPREAD_GAIN = 2.0
 """From SPREAD_N effective samples on, without a recent kill, the margin is at most
 exp(this × the type's own upper spread × √(1 + leverage)): a type that has shown its spread
-is sized by it, not by the tail TARGET's normal quantile (3.09 σ) extrapolates. 0 turns it
+is sized by it, not by the tail TARGET's normal quantile (2.58 σ) extrapolates. 0 turns it
 off (cross-validated with SPREAD_N and MIN_MARGIN: ``bench/margins.py``)."""
 SPREAD_N = 20.0
 """The effective count of samples from which a type's own spread alone sizes its margin."""
@@ -479,7 +479,7 @@ def _floors(
 
 
 def _evidence(peaks: int, kills: int, bump: float = BUMP) -> str:
-    """'12 recent peaks and 1 kill × 1.3': what the model was fitted to."""
+    """'12 recent peaks and 1 kill × 1.5': what the model was fitted to."""
     parts = [f"{peaks} recent peak{'s' if peaks != 1 else ''}"] if peaks else []
     if kills:
         parts.append(f"{kills} recent kill{'s' if kills != 1 else ''} × {bump:g}")

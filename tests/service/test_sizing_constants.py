@@ -68,17 +68,17 @@ def test_the_constants_once_fixed_change_what_the_policy_plans():
     own, so a fold's choice is what its replay plays."""
     kill = [Sample(2.0, killed=True, at=1.0)]
     bumped = Simrun(bump=1.5).size(kill, default_gb=8.0)
-    assert bumped.gb > Simrun().size(kill, default_gb=8.0).gb
+    assert bumped.gb > Simrun(bump=1.3).size(kill, default_gb=8.0).gb
     assert "1 recent kill × 1.5" in bumped.why
     steady = [Sample(1.0 + 0.001 * (i % 7), at=float(i)) for i in range(30)]
     capped = Simrun(empirical_n=25).size(steady, default_gb=8.0)
     assert "capped at the top of 30 peaks" in capped.why
-    assert "capped at the top" not in Simrun().size(steady, default_gb=8.0).why
+    assert "capped at the top" not in Simrun(empirical_n=50).size(steady, default_gb=8.0).why
     shift = [Sample(1.0, at=float(i)) for i in range(20)] + [
         Sample(2.0, at=20.0 + i) for i in range(5)
     ]
     assert "median 2.000 GiB" in Simrun(half_life=2).size(shift, default_gb=8.0).why
-    assert "median 1.000 GiB" in Simrun().size(shift, default_gb=8.0).why
+    assert "median 1.000 GiB" in Simrun(half_life=30).size(shift, default_gb=8.0).why
 
 
 def trace(path: Path, types: dict[str, tuple[float, float]], count: int) -> Path:
