@@ -159,6 +159,9 @@ class Figures:
             "maq": round(self.wastage.maq, 4),
             "retries_per_100": round(self.retries_per_100, 3),
             "failed_tasks": self.failed,
+            "no_history_tasks": self.unseen_tasks,
+            "no_history_wasted_gbh": round(self.unseen.wasted_gbh, 3),
+            "no_history_retries": self.retries_in_unseen,
             "rules": "one retry" if rules == ONE_RETRY else "unlimited retries",
         }
 

@@ -138,6 +138,7 @@ def test_the_rnaseq_trace_replays_with_every_figure_and_simrun_fails_nothing(cap
     assert set(figures) == {*columns, "input-blind", "oracle", "best_baseline"}
     keys = {"tasks", "used_gbh", "over_gbh", "under_gbh", "wasted_gbh", "maq"}
     keys |= {"retries_per_100", "failed_tasks", "rules", "gap_closed_percent"}
+    keys |= {"no_history_tasks", "no_history_wasted_gbh", "no_history_retries"}
     for name, policy in figures.items():
         if name == "best_baseline":
             continue
@@ -355,3 +356,11 @@ def test_the_first_tasks_choice_takes_fewer_retries_over_less_waste():
     kept = first_tasks.Scored((1.25, 12, 0.25), {"a": first(60.0, 0), "b": first(60.0, 0)})
 
     assert first_tasks.choose([lower, kept], ["a", "b"], defaults) is kept
+
+
+def test_the_json_says_the_tasks_without_history_apart(capsys, trace_a):
+    """A's first task is planned without history (its 4 GiB default, peak 1: 3 GiB·h over);
+    the three after it have history."""
+    static = run_json(capsys, trace_a)["traces"]["a"]["static"]
+    assert (static["no_history_tasks"], static["no_history_retries"]) == (1, 0)
+    assert static["no_history_wasted_gbh"] == pytest.approx(3.0)
