@@ -1,6 +1,6 @@
 """Benchmark: memory sizing policies replayed on real workflow traces, side by side.
 
-    .venv/bin/python bench/sizing_replay.py TRACE.csv... [--policy NAME] [--json] [--frontier]
+    .venv/bin/python bench/sizing_replay.py TRACE.csv... [--policy NAME] [--json]
     .venv/bin/python bench/sizing_replay.py --cross-validate TRACE.csv TRACE.csv TRACE.csv...
     .venv/bin/python bench/sizing_replay.py --first-tasks TRACE.csv TRACE.csv TRACE.csv...
 
@@ -25,12 +25,13 @@ killed attempt, MAQ = used / (used + over + under).
 
 Targets, on each trace: at most 1 failed task per 1,000, fewer than 2 OOM retries per 100
 tasks, less waste than the best baseline; over all traces ≥ 25% less waste than it.
-``--cross-validate`` chooses simrun's five trade-off constants (target, prior spread, prior
-margin, window, spread floor) on a grid, fold by fold: it
-fits on all traces but one (among the points safe on each, the fewest retries on the worst,
-then the most saving on the worst) and scores the one left out; the shipped defaults are the
-point chosen that way on every trace given. ``--first-tasks`` cross-validates the prior's
-constants on the tasks planned without history alone (``bench/first_tasks.py``). Both hold
+``--cross-validate`` chooses every constant of simrun's that trades waste against kills
+(``bench/sizing_constants.py``), fold by fold: on all traces but one, one constant at a time
+(the fewest retries on the worst trace first, then the most saving on it), scored on the one
+left out, with each target said met or MISSED per fold and over the folds; the shipped
+defaults must be the point chosen that way on every trace given. ``--first-tasks``
+cross-validates the prior's constants on the tasks planned without history alone
+(``bench/first_tasks.py``), ``--margins`` the margins that follow a type's spread. All hold
 one trace out by the one procedure of ``bench/cross_validation.py``, and need two traces.
 """
 
@@ -39,7 +40,6 @@ from __future__ import annotations
 import argparse
 import csv
 import heapq
-import itertools
 import json
 import sys
 import time
@@ -52,16 +52,12 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cross_validation import leave_one_out  # noqa: E402
 from harness.tasktypes import TaskType  # noqa: E402
 from runs.planning import planner  # noqa: E402
-from runs.planning.peak_model import SPREAD_FLOOR, Features, features_of  # noqa: E402
+from runs.planning.peak_model import Features, features_of  # noqa: E402
 from runs.planning.sizing import (  # noqa: E402
+    BUMP,
     POLICIES,
-    PRIOR_MARGIN,
-    PRIOR_SPREAD,
-    TARGET,
-    WINDOW,
     Simrun,
     Wastage,
     need,
@@ -95,6 +91,9 @@ INPUTS_SAID = (
     "read_bytes), which stand for the size of its input; input-blind is simrun told its "
     "cores only. The baselines are told nothing."
 )
+NEAR_MISS = 1.1
+"""A first attempt planned under this × its task's peak was a close call, killed or not: the
+next sample of a type may need 10% more (``peak_model.SPREAD_FLOOR``'s note)."""
 SAVING_TARGET = 25.0
 RETRIES_TARGET = 2.0
 FAILED_PER_1000_TARGET = 1.0
@@ -134,6 +133,7 @@ class Figures:
     unseen_tasks: int = 0  # submitted before any task of their type had ended
     unseen: Wastage = field(default_factory=Wastage)  # their attempts' wastage
     retries_in_unseen: int = 0
+    close_in_unseen: int = 0  # their first attempts planned under NEAR_MISS × their peak
 
     def add(self, other: Figures) -> None:
         self.tasks += other.tasks
@@ -143,6 +143,7 @@ class Figures:
         self.unseen_tasks += other.unseen_tasks
         self.unseen = self.unseen + other.unseen
         self.retries_in_unseen += other.retries_in_unseen
+        self.close_in_unseen += other.close_in_unseen
 
     @property
     def retries_per_100(self) -> float:
@@ -158,6 +159,9 @@ class Figures:
             "maq": round(self.wastage.maq, 4),
             "retries_per_100": round(self.retries_per_100, 3),
             "failed_tasks": self.failed,
+            "no_history_tasks": self.unseen_tasks,
+            "no_history_wasted_gbh": round(self.unseen.wasted_gbh, 3),
+            "no_history_retries": self.retries_in_unseen,
             "rules": "one retry" if rules == ONE_RETRY else "unlimited retries",
         }
 
@@ -250,9 +254,11 @@ class Histories:
                 self.top[ended_type] = sample
         return self.visible[type]
 
-    def prior(self) -> Prior:
-        """The prior from every type's samples visible now (a type being sized has none)."""
-        return prior_from({name: (self.defaults[name], (top,)) for name, top in self.top.items()})
+    def prior(self, bump: float = BUMP) -> Prior:
+        """The prior from every type's samples visible now (a type being sized has none), a
+        kill counted × ``bump`` (the policy's)."""
+        others = {name: (self.defaults[name], (top,)) for name, top in self.top.items()}
+        return prior_from(others, bump)
 
 
 class _Settings(BaseModel):
@@ -290,7 +296,7 @@ class ProductPlanner:
             spec,
             task_type,
             observed,
-            prior=None if history else histories.prior(),
+            prior=None if history else histories.prior(getattr(self.policy, "bump", BUMP)),
             shown=() if top is None else (top,),
             policy=self.policy,
             counterfactual=False,
@@ -336,6 +342,8 @@ def replay(
         features = task.features(inputs=inputs)
         gb, retry_gb = sizer(task, history, histories, features)
         figures.tasks += 1
+        if not history and gb < NEAR_MISS * task.peak_gb:
+            figures.close_in_unseen += 1
         for attempt in range(limit):
             ended = task.complete + attempt * task.seconds
             killed = gb < task.peak_gb
@@ -517,224 +525,6 @@ def trace_targets(stem: str, simrun: Figures, figures: dict[str, Figures]) -> li
     return lines
 
 
-# The grid of simrun's trade-off constants, and the cross-validation that chooses them.
-GRID_TARGETS = (0.99, 0.995, 0.999)
-GRID_SPREADS = (0.2, 0.3)
-GRID_MARGINS = (1.25,)
-GRID_WINDOWS = (100,)
-GRID_FLOORS = (0.02, 0.025, 0.03, 0.04)
-"""Modest on purpose (each point is replayed on every trace, on two shared cores): the prior
-margin and the window were 1.25 and 100 in every fold of the earlier grids (1.5 only
-wasted more; a window of 50 forgot a group of inputs before it came back, 200 changed
-nothing). A point that plans a steady type above ``STEADY_BOUND`` is left out (``steady``)."""
-STEADY_BOUND = 1.1
-"""A steady type (10 peaks within 1%) is planned within this × its p99: the promise of the
-policy to a scientist, which no saving on three traces may break."""
-Point = tuple[float, float, float, int, float]
-"""(TARGET, PRIOR_SPREAD, PRIOR_MARGIN, WINDOW, SPREAD_FLOOR): the quantile of the first
-allocation, the spread a type is believed to have before its own peaks show it, the prior's
-room above the most demanding other type, how many of a type's newest observations count,
-and the least spread believed of any type."""
-
-
-@dataclass
-class Scored:
-    """A grid point's figures on each trace, beside the trace's best baseline."""
-
-    point: Point
-    traces: dict[str, Figures]
-
-    def safe(self, stems: Sequence[str]) -> bool:
-        return all(
-            per_1000(self.traces[s]) <= FAILED_PER_1000_TARGET
-            and self.traces[s].retries_per_100 < RETRIES_TARGET
-            for s in stems
-        )
-
-
-RULES_OF_CHOICE = ("retries", "saving")
-"""How ``choose`` ranks the points safe on the traces it fits: by their worst retries first
-(the shipped rule), or by their worst saving first; ``--choose`` compares the two."""
-
-
-def choose(
-    scored: Sequence[Scored], stems: Sequence[str], best: dict[str, Figures], rule: str = "retries"
-) -> Scored:
-    """The point chosen on some traces: safe on each of them (else the least unsafe: fewest
-    failed, then fewest retries, on the worst trace); among the safe, the fewest retries on
-    the worst trace, then the one whose worst trace saves most against its best baseline.
-    Points the worst case cannot tell apart go by the total waste on those traces, then by
-    the larger window: where the traces cannot tell, keep more evidence.
-
-    Retries before saving because a point safe on the fitted traces only just (0.99 retries
-    per 100) is not safe on the next: ranked by saving first, the fold that holds chipseq out
-    picks a point safe on mag and rnaseq that retries 2.45 per 100 on chipseq. The
-    cross-validation prints what each rule gives (``rule="saving"``)."""
-
-    def key(s: Scored) -> tuple[bool, float, float, float, float, int]:
-        worst_failed = max(per_1000(s.traces[t]) for t in stems)
-        worst_retries = max(s.traces[t].retries_per_100 for t in stems)
-        worst_saving = min(saving(s.traces[t], best[t]) for t in stems)
-        total = round(sum(s.traces[t].wastage.wasted_gbh for t in stems), 6)
-        if rule == "saving" and s.safe(stems):
-            return (False, -worst_saving, worst_retries, worst_failed, total, -s.point[3])
-        return (not s.safe(stems), worst_failed, worst_retries, -worst_saving, total, -s.point[3])
-
-    return min(scored, key=key)
-
-
-def policy_at(point: Point) -> Simrun:
-    """simrun with the constants of a grid point."""
-    t, s, m, w, f = point
-    return Simrun(target=t, prior_spread=s, prior_margin=m, window=w, spread_floor=f)
-
-
-def steady(point: Point) -> float:
-    """How far above its p99 the planner plans a steady type with a point's constants: 10
-    peaks of 3 GiB within 1% (its 0.05 GiB rounding included)."""
-    peaks = [3.0 * (1 + 0.01 * ((i * 7) % 11) / 10) for i in range(10)]
-    task_type = TaskType(
-        name="steady", settings=_Settings, command=lambda _: ["true"], per_worker_gb=16.0
-    )
-    observed = [planner.ObservedPeak(gb, at=float(i)) for i, gb in enumerate(peaks)]
-    spec = TaskSpec.model_construct(type="steady")
-    plan = planner.plan_task(
-        spec, task_type, observed[::-1], policy=policy_at(point), counterfactual=False
-    )
-    return plan.per_worker_gb / max(peaks)
-
-
-def grid(traces: dict[str, list[Task]]) -> list[Scored]:
-    """Every point of the grid that keeps ``STEADY_BOUND``, replayed on every trace."""
-    points = [
-        point
-        for point in itertools.product(
-            GRID_TARGETS, GRID_SPREADS, GRID_MARGINS, GRID_WINDOWS, GRID_FLOORS
-        )
-        if steady(point) <= STEADY_BOUND
-    ]
-    return [
-        Scored(point, {n: figures_of("simrun", t, policy_at(point)) for n, t in traces.items()})
-        for point in points
-    ]
-
-
-def frontier(scored: Sequence[Scored], stems: Sequence[str]) -> list[Scored]:
-    """The points no other beats on both the total waste and the worst trace's retries,
-    fewest retries first: what each retry per 100 buys in memory."""
-
-    def cost(s: Scored) -> tuple[float, float]:
-        waste = sum(s.traces[t].wastage.wasted_gbh for t in stems)
-        return max(s.traces[t].retries_per_100 for t in stems), waste
-
-    ranked = sorted(scored, key=cost)
-    found: list[Scored] = []
-    for s in ranked:
-        if not found or cost(s)[1] < cost(found[-1])[1]:
-            found.append(s)
-    return found
-
-
-def cross_validate(traces: dict[str, list[Task]], show_grid: bool) -> tuple[list[str], bool]:
-    """The folds' table (fit on all but one trace, score the one left out), the all-in row,
-    and whether the shipped defaults are the point the procedure chooses on every trace."""
-    stems = list(traces)
-    best: dict[str, Figures] = {}
-    baselines: dict[str, str] = {}
-    for stem, tasks in traces.items():
-        columns = {name: figures_of(name, tasks) for name in BASELINES}
-        baselines[stem] = best_baseline(columns) or ""
-        best[stem] = columns[baselines[stem]]
-    scored = grid(traces)
-    header = (
-        f"{'held out':17}{'target':>7}{'spread':>7}{'margin':>6}{'window':>7}{'floor':>6}"
-        f"{'tasks':>7}{'wasted':>9}"
-        f"{'best baseline':>22}{'saving':>8}{'retries/100':>12}{'failed/1000':>12}"
-    )
-    lines = ["cross-validation: fit on the other traces, score the one held out", header]
-
-    def row(label: str, chosen: Scored, on: Sequence[str]) -> str:
-        f = Figures()
-        b = Figures()
-        for stem in on:
-            f.add(chosen.traces[stem])
-            b.add(best[stem])
-        t, m, k, w, fl = chosen.point
-        name = baselines[on[0]] if len(on) == 1 else "each trace's"
-        return (
-            f"{label:17}{t:>7g}{m:>7g}{k:>6}{w:>7}{fl:>6g}{f.tasks:>7}"
-            f"{f.wastage.wasted_gbh:>9.1f}"
-            f"{name:>13}{b.wastage.wasted_gbh:>9.1f}{saving(f, b):>7.1f}%"
-            f"{f.retries_per_100:>12.2f}{per_1000(f):>12.2f}"
-        )
-
-    folds = [
-        (fold.held_out, fold.chosen)
-        for fold in leave_one_out(stems, lambda train: choose(scored, train, best))
-    ]
-    for stem, chosen in folds:
-        lines.append(row(stem, chosen, [stem]))
-    held = Figures()
-    held_best = Figures()
-    for stem, chosen in folds:
-        held.add(chosen.traces[stem])
-        held_best.add(best[stem])
-    lines.append(
-        f"{'folds together':17}{'':33}{held.tasks:>7}{held.wastage.wasted_gbh:>9.1f}"
-        f"{'':13}{held_best.wastage.wasted_gbh:>9.1f}{saving(held, held_best):>7.1f}%"
-        f"{held.retries_per_100:>12.2f}{per_1000(held):>12.2f}"
-    )
-    all_in = choose(scored, stems, best)
-    lines.append(row("all-in (fit=test)", all_in, stems))
-    shipped = (TARGET, PRIOR_SPREAD, PRIOR_MARGIN, WINDOW, SPREAD_FLOOR)
-    lines.append(
-        f"shipped defaults (target, prior spread, prior margin, window, spread floor) {shipped}: "
-        + (
-            "the point chosen on every trace by the worst case"
-            if all_in.point == shipped
-            else f"NOT the point chosen by the worst case, {all_in.point}"
-        )
-    )
-    for stem, chosen in folds:
-        lines.extend(trace_targets(f"{stem} (held out)", chosen.traces[stem], {"b": best[stem]}))
-    lines.append("the other rule of choice, safe points ranked by their worst saving first:")
-    by_saving = leave_one_out(stems, lambda train: choose(scored, train, best, rule="saving"))
-    for fold in by_saving:
-        stem, other = fold.held_out, fold.chosen
-        held_out = other.traces[stem]
-        lines.append(
-            f"  {stem} held out: {other.point}, saving {saving(held_out, best[stem]):.1f}%, "
-            f"{held_out.retries_per_100:.2f} retries/100, {per_1000(held_out):.2f} failed/1000"
-            + ("" if other.safe([stem]) else "  UNSAFE")
-        )
-    shown = list(scored) if show_grid else frontier(scored, stems)
-    if all_in not in shown:
-        shown.append(all_in)  # the chosen point beside the frontier it is measured against
-    title = "grid" if show_grid else "frontier of waste against retries"
-    lines += ["", f"{title} (worst trace of the three; * = safe on every trace):"]
-    lines.append(
-        f"{'target':>7}{'spread':>7}{'margin':>6}{'window':>7}{'floor':>6}{'worst saving':>14}"
-        f"{'worst retries':>15}"
-        f"{'worst failed':>14}{'total wasted':>14}"
-    )
-    for s in shown:
-        total = Figures()
-        for stem in stems:
-            total.add(s.traces[stem])
-        t, m, k, w, fl = s.point
-        mark = (" *" if s.safe(stems) else "") + ("  ← shipped" if s.point == shipped else "")
-        if s is all_in:
-            mark += "  ← chosen"
-        lines.append(
-            f"{t:>7g}{m:>7g}{k:>6}{w:>7}{fl:>6g}"
-            f"{min(saving(s.traces[x], best[x]) for x in stems):>13.1f}%"
-            f"{max(s.traces[x].retries_per_100 for x in stems):>15.2f}"
-            f"{max(per_1000(s.traces[x]) for x in stems):>14.2f}"
-            f"{total.wastage.wasted_gbh:>14.1f}{mark}"
-        )
-    return lines, all_in.point == shipped
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", type=Path, metavar="TRACE.csv")
@@ -743,12 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cross-validate",
         action="store_true",
-        help="choose simrun's constants fold by fold (fit on all traces but one, score it)",
-    )
-    parser.add_argument(
-        "--frontier",
-        action="store_true",
-        help="with --cross-validate, print the whole grid, not only its frontier",
+        help="choose every constant fold by fold (fit on all traces but one, score it)",
     )
     parser.add_argument(
         "--first-tasks",
@@ -785,8 +570,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nelapsed {time.perf_counter() - started:.2f} s")
         return 0
     if args.cross_validate:
-        lines, _ = cross_validate(traces, args.frontier)
-        print("\n".join(lines))
+        from bench import sizing_constants
+
+        paths = {path.stem: path for path in args.traces}
+        print("\n".join(sizing_constants.cross_validate(paths, traces)))
         print(f"\nelapsed {time.perf_counter() - started:.2f} s")
         return 0
     names = [args.policy] if args.policy else [*RULES, ORACLE]

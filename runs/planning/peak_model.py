@@ -36,9 +36,9 @@ SPREAD_QUANTILE = 0.9
 """The spread is read from the upper half of the evidence: (its q0.9 − its median) in log,
 over the normal's. Needs far below the median (a tiny input, a task that exited early) then
 widen nothing, where a standard deviation grows with them."""
-NEAR = 0.1
+NEAR = 0.2
 """Two values of a feature are near when their asinh differ by at most this (about 10% for
-values above 10; 512 and 560 are near, 512 and 1024 are not)."""
+values above 10; 512 and 560 are near, 512 and 1024 are not; cross-validated)."""
 NEIGHBOURS_MIN = 8.0
 """The effective count of near samples from which they alone size a task."""
 CONTINUOUS = ("input_bytes",)
@@ -49,22 +49,22 @@ SLOPE_SPREAD = 0.25
 could be fitted to say how, a model that does not read them (pooled, neighbours) widens its
 spread by this × the distance (in asinh, so about ln of the ratio) from the nearest value
 seen, as if the need grew by up to the distance's quarter power."""
-FEATURE_GAIN = 0.7
+FEATURE_GAIN = 0.5
 """The features model serves when its residuals' upper spread is at most this share of the
-pooled one: the features explain half the variance or more."""
+pooled one: the features explain half the variance or more (cross-validated)."""
 MAX_FEATURES = 4
 """At most this many varying features enter the line (the first by name): few samples
 cannot fit more."""
 RIDGE = 1e-3
 """A small ridge on the slopes, in the units of the centred features' weighted squares, so a
 feature that barely varies cannot make the line singular."""
-SPREAD_FLOOR = 0.02
+SPREAD_FLOOR = 0.025
 """The least spread believed of any type (cross-validated): the next tasks may be of another
 sample, whose level none of the recent peaks shows (one pipeline's alignments kept within
 2% for 75 tasks, then the next sample's 15 needed 10% more)."""
 SPREAD_STEP = 1.3
 SPREAD_STEPS = 18
-"""The spreads the posterior weighs: the floor × 1.3^k, k < 18 (0.03 to about 2.6)."""
+"""The spreads the posterior weighs: the floor × 1.3^k, k < 18 (0.025 to about 2.2)."""
 PRIOR_WIDTH = 1.0
 """The prior's log-normal width in ln σ: a factor e either side of ``prior_spread``."""
 
@@ -93,16 +93,16 @@ def weighted_quantile(samples: Sequence[tuple[float, float]], q: float) -> float
     return ordered[-1][0]
 
 
-def near(a: Features, b: Features, *, continuous: bool = False) -> bool:
-    """Whether two samples' features are the same names with near values (the continuous
-    ones, ``CONTINUOUS``, aside unless ``continuous``)."""
+def near(a: Features, b: Features, *, continuous: bool = False, tolerance: float = NEAR) -> bool:
+    """Whether two samples' features are the same names with values within ``tolerance`` in
+    asinh (the continuous ones, ``CONTINUOUS``, aside unless ``continuous``)."""
     if not continuous:
         a = tuple(f for f in a if f[0] not in CONTINUOUS)
         b = tuple(f for f in b if f[0] not in CONTINUOUS)
     if len(a) != len(b):
         return False
     return all(
-        na == nb and abs(math.asinh(va) - math.asinh(vb)) <= NEAR + 1e-12
+        na == nb and abs(math.asinh(va) - math.asinh(vb)) <= tolerance + 1e-12
         for (na, va), (nb, vb) in zip(a, b, strict=True)
     )
 
@@ -163,14 +163,19 @@ def fit(
     weights: Sequence[float],
     features: Sequence[Features],
     task: Features,
+    *,
+    tolerance: float = NEAR,
+    feature_gain: float = FEATURE_GAIN,
 ) -> Fit:
-    """The model of some samples' log needs for a task with ``task`` features (see above)."""
+    """The model of some samples' log needs for a task with ``task`` features (see above);
+    ``tolerance`` and ``feature_gain`` replace ``NEAR`` and ``FEATURE_GAIN`` (the replay's
+    cross-validation tries others)."""
     everyone = list(range(len(logs)))
     whole = pooled(logs, weights, everyone)
     if not task:
         return whole
-    close = [i for i in everyone if near(features[i], task)]
-    line = _line(logs, weights, features, task)
+    close = [i for i in everyone if near(features[i], task, tolerance=tolerance)]
+    line = _line(logs, weights, features, task, tolerance)
     base = whole
     chosen = "pooled"
     members: list[int] = everyone
@@ -178,9 +183,11 @@ def fit(
         local = pooled(logs, weights, close)
         if local.n_eff >= NEIGHBOURS_MIN:
             base, chosen, members = local, "neighbours", close
-    if line is not None and line.own < FEATURE_GAIN * base.own:
+    if line is not None and line.own < feature_gain * base.own:
         return line
-    used = tuple(n for n in _varying(features) if n in dict(task) and n not in CONTINUOUS)
+    used = tuple(
+        n for n in _varying(features, tolerance) if n in dict(task) and n not in CONTINUOUS
+    )
     if line is None:
         # Off the features seen, with no line to say how the needs follow them.
         off = SLOPE_SPREAD * beyond([features[i] for i in members], task)
@@ -195,13 +202,14 @@ def fit(
     )
 
 
-def _varying(features: Sequence[Features]) -> list[str]:
-    """The names of the features whose values differ among the samples (beyond ``NEAR``)."""
+def _varying(features: Sequence[Features], tolerance: float) -> list[str]:
+    """The names of the features whose values differ among the samples (beyond
+    ``tolerance``, in asinh)."""
     values: dict[str, list[float]] = {}
     for f in features:
         for name, value in f:
             values.setdefault(name, []).append(math.asinh(value))
-    return sorted(n for n, v in values.items() if max(v) - min(v) > NEAR)
+    return sorted(n for n, v in values.items() if max(v) - min(v) > tolerance)
 
 
 def _fields(f: Fit) -> tuple[float, float, float, float, float, tuple[int, ...]]:
@@ -213,6 +221,7 @@ def _line(
     weights: Sequence[float],
     features: Sequence[Features],
     task: Features,
+    tolerance: float,
 ) -> Fit | None:
     """The least-squares line of the needs on the features that vary among the samples having
     all of the task's; None when too few samples can fit it.
@@ -238,7 +247,7 @@ def _line(
         mean = sum(wi * x for wi, x in zip(w, xs, strict=True)) / total
         return sum(wi * (x - mean) ** 2 for wi, x in zip(w, xs, strict=True)) / total
 
-    varying = [name for name in sorted(wanted) if spread(name) > (NEAR / 4) ** 2]
+    varying = [name for name in sorted(wanted) if spread(name) > (tolerance / 4) ** 2]
     varying = varying[:MAX_FEATURES]
     p = 1 + len(varying)
     if not varying or n < p + 3:

@@ -59,33 +59,35 @@ def wastage(*, peak_gb: float, limit_gb: float, seconds: float, killed: bool) ->
 
 
 # simrun's policy. Each constant is a statement about evidence; those that trade waste
-# against kills (WINDOW, TARGET, PRIOR_SPREAD, SPREAD_FLOOR; the prior's PRIOR_MARGIN,
-# PRIOR_DEFAULT_TYPES, PRIOR_FLOOR; the own spread's SPREAD_GAIN, SPREAD_N, MIN_MARGIN) are
-# chosen by the replay's leave-one-trace-out cross-validation (``bench/sizing_replay.py
-# --cross-validate``, ``--first-tasks``, ``--margins``).
+# against kills (TARGET, PRIOR_SPREAD, SPREAD_FLOOR, BUMP, WINDOW, HALF_LIFE, EMPIRICAL_N,
+# the feature model's NEAR and FEATURE_GAIN, the prior's PRIOR_MARGIN, PRIOR_DEFAULT_TYPES,
+# PRIOR_FLOOR: ``bench/sizing_constants.py``; the own spread's SPREAD_GAIN, SPREAD_N,
+# MIN_MARGIN: ``bench/margins.py``) are chosen by the replay's leave-one-trace-out
+# cross-validation (``bench/sizing_replay.py --cross-validate``, ``--margins``), never by
+# their total over the traces at hand.
 WINDOW = 100
 """The newest observations of a type that count, and all the planner reads of a type
 (``runs/planning/submission.py``; cross-validated). Recency weighting (HALF_LIFE) already lets the
 newest lead, so the window only decides what is forgotten: a type whose inputs come in
 groups (one sample's tasks, then the next's) forgot its large group within 50 samples and
 was killed when it came back."""
-HALF_LIFE = 30.0
+HALF_LIFE = 60.0
 """A sample's weight halves every this many newer samples: the newest evidence leads."""
-TARGET = 0.999
+TARGET = 0.995
 """The share of the type's next peaks the first allocation aims to fit (cross-validated)."""
-PRIOR_SPREAD = 0.2
+PRIOR_SPREAD = 0.3
 """The spread (σ of log peaks) a type is believed to have before its own peaks show theirs
 (cross-validated): the centre of the log-normal prior over spreads (``peak_model``). Not the
 median type's (about 0.08 in three nf-core pipelines) but a spread one: a type's first peaks
 are often its smallest inputs, so a few peaks must leave room for a trend they cannot show
 yet; its own peaks outweigh it as they come (ten within 1% are believed steady)."""
-EMPIRICAL_N = 50
+EMPIRICAL_N = 25
 """From this many recent peaks on (near the task's features), their top (× MIN_MARGIN) caps
 the bound: the data show where the tail ends, which a log-normal overshoots."""
 MIN_MARGIN = 1.02
 """Never closer than this to a recent peak: peaks vary a little even for one input
 (cross-validated with SPREAD_GAIN: ``bench/margins.py``; 1.05 before it)."""
-BUMP = 1.3
+BUMP = 1.5
 """A kill at X proves the need is above X: the next allocation is at least X × BUMP."""
 RETRY_FACTOR = 2.0
 """The retry gets at least this many times the killed allocation: a second kill fails the
@@ -96,19 +98,19 @@ PRIOR_MARGIN = 1.25
 """The prior's evidence is the top share of the other types × this: room for a type a quarter
 more demanding than any seen (cross-validated); a miss costs the first wave one attempt
 each, since its retry gets twice the default."""
-PRIOR_FLOOR = 0.25
+PRIOR_FLOOR = 0.1
 """The prior's evidence never says less than this share of the default, whatever the other
 types needed: one tiny type cannot pull a new type far below what its author set
-(cross-validated on the first tasks alone: ``bench/sizing_replay.py --first-tasks``)."""
-PRIOR_DEFAULT_TYPES = 12
+(cross-validated)."""
+PRIOR_DEFAULT_TYPES = 24
 """The type's own default counts as this many types that needed all of theirs. With K other
 types the next one needs more than the most demanding of them with probability 1/(K + 1)
-(types alike), so the evidence earns its weight K/(K + 12) slowly: near the default for a
-few types, halfway (in log) at 12, three quarters at 36 (cross-validated: ``--first-tasks``)."""
+(types alike), so the evidence earns its weight K/(K + 24) slowly: near the default for a
+few types, halfway (in log) at 24, three quarters at 72 (cross-validated)."""
 SPREAD_GAIN = 2.0
 """From SPREAD_N effective samples on, without a recent kill, the margin is at most
 exp(this × the type's own upper spread × √(1 + leverage)): a type that has shown its spread
-is sized by it, not by the tail TARGET's normal quantile (3.09 σ) extrapolates. 0 turns it
+is sized by it, not by the tail TARGET's normal quantile (2.58 σ) extrapolates. 0 turns it
 off (cross-validated with SPREAD_N and MIN_MARGIN: ``bench/margins.py``)."""
 SPREAD_N = 20.0
 """The effective count of samples from which a type's own spread alone sizes its margin."""
@@ -117,9 +119,10 @@ FEW_RUNS = 5.0
 runs."""
 
 
-def need(sample: Sample) -> float:
-    """What a sample says a task of its type needed: its peak, or more than its kill."""
-    return sample.gb * BUMP if sample.killed else sample.gb
+def need(sample: Sample, bump: float = BUMP) -> float:
+    """What a sample says a task of its type needed: its peak, or more than its kill (the
+    killed limit × ``bump``)."""
+    return sample.gb * bump if sample.killed else sample.gb
 
 
 def retry_gb(killed_gb: float, *, default_gb: float, needs: Sequence[float] = ()) -> float:
@@ -144,14 +147,15 @@ def _retry_why(killed_gb: float, default_gb: float, needs: Sequence[float]) -> s
     )
 
 
-def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]]) -> Prior:
+def prior_from(others: Mapping[str, tuple[float, Sequence[Sample]]], bump: float = BUMP) -> Prior:
     """The prior from other types' evidence: type → (its default GiB, its samples).
 
     A type's share is its largest need over its default: a clean peak counts as itself, a
-    kill at X as X × BUMP (the need was above X). Types without samples or default are skipped.
+    kill at X as X × ``bump`` (the need was above X). Types without samples or default are
+    skipped.
     """
     shares = {
-        name: max(need(s) for s in samples) / default_gb
+        name: max(need(s, bump) for s in samples) / default_gb
         for name, (default_gb, samples) in others.items()
         if samples and default_gb > 0
     }
@@ -240,6 +244,11 @@ class Simrun:
     spread_gain: float = SPREAD_GAIN
     spread_n: float = SPREAD_N
     min_margin: float = MIN_MARGIN
+    half_life: float = HALF_LIFE
+    empirical_n: int = EMPIRICAL_N
+    bump: float = BUMP
+    near: float = peak_model.NEAR
+    feature_gain: float = peak_model.FEATURE_GAIN
 
     def size(
         self,
@@ -253,12 +262,23 @@ class Simrun:
         recent = history[-self.window :]
         if not recent:
             return self.unseen(default_gb, prior, shown)
-        weights = [0.5 ** ((len(recent) - 1 - i) / HALF_LIFE) for i in range(len(recent))]
-        logs = [math.log(max(MIB, need(s))) for s in recent]
-        fit = peak_model.fit(logs, weights, [s.features for s in recent], features)
+        weights = [0.5 ** ((len(recent) - 1 - i) / self.half_life) for i in range(len(recent))]
+        logs = [math.log(max(MIB, need(s, self.bump))) for s in recent]
+        fit = peak_model.fit(
+            logs,
+            weights,
+            [s.features for s in recent],
+            features,
+            tolerance=self.near,
+            feature_gain=self.feature_gain,
+        )
         read = [recent[i] for i in fit.members]
         local = (
-            [s for s in recent if peak_model.near(s.features, features, continuous=True)]
+            [
+                s
+                for s in recent
+                if peak_model.near(s.features, features, continuous=True, tolerance=self.near)
+            ]
             if fit.model == "features"
             else read
         )
@@ -290,7 +310,8 @@ class Simrun:
         where, near_, follows = _model_said(fit, features)
         z = NormalDist().inv_cdf(self.target)
         steps = [
-            f"p{self.target * 100:g} bound of {_evidence(len(read_peaks), len(read_kills))}"
+            f"p{self.target * 100:g} bound of "
+            f"{_evidence(len(read_peaks), len(read_kills), self.bump)}"
             f"{where}: median {gb_text(center)} × {margin:.3f} margin (exp of {z:.2f} × spread "
             f"{spread:.3f} × √(1 + {fit.leverage:.3f}){least}, own upper spread "
             f"{fit.own:.3f} of n {fit.n_eff:.1f}, prior {self.prior_spread:g}) = {gb_text(gb)}"
@@ -301,7 +322,7 @@ class Simrun:
             reason = "their peaks vary widely, so simrun keeps a wide margin"
         else:
             reason = f"simrun adds {round(100 * (margin - 1))}% for how much they vary"
-        if len(peaks) >= EMPIRICAL_N and gb > _up(round(max(peaks), 3) * self.min_margin):
+        if len(peaks) >= self.empirical_n and gb > _up(round(max(peaks), 3) * self.min_margin):
             gb = _up(round(max(peaks), 3) * self.min_margin)
             steps.append(
                 f"capped at the top of {len(peaks)} peaks {gb_text(max(peaks))} × "
@@ -317,7 +338,7 @@ class Simrun:
                 else "without a kill simrun never plans more than the default"
             )
         before = self.unseen(default_gb, prior, shown).gb
-        top_need = max((need(s) for s in recent), default=0.0)
+        top_need = max((need(s, self.bump) for s in recent), default=0.0)
         if not read_kills and gb > before and top_need * SHOWN_MARGIN <= before:
             gb = before
             steps.append(
@@ -325,7 +346,7 @@ class Simrun:
                 f"{gb_text(top_need)} × {SHOWN_MARGIN:g} is below it"
             )
             reason = "peaks well below the plan never raise it"
-        floor, floor_why = max(_floors(peaks, kills, self.min_margin))
+        floor, floor_why = max(_floors(peaks, kills, self.min_margin, self.bump))
         if kills and gb > _up(floor * RETRY_FACTOR):
             # Peaks far below a kill are of inputs before a step up: their spread is no
             # evidence of the need, so the bound stops where the floor's own retry would be.
@@ -340,10 +361,10 @@ class Simrun:
             steps.append(floor_why)
             reason = (
                 "a kill proves more is needed, so simrun plans above it"
-                if kills and floor == _up(round(max(kills), 3) * BUMP)
+                if kills and floor == _up(round(max(kills), 3) * self.bump)
                 else "simrun stays a little above the largest"
             )
-        needs = [need(s) for s in (*recent, *shown)]
+        needs = [need(s, self.bump) for s in (*recent, *shown)]
         retry = retry_gb(gb, default_gb=default_gb, needs=needs)
         steps.append(f"→ {gb_text(gb)}; {_retry_why(gb, default_gb, needs)}")
         short = f"{_runs(read_peaks, read_kills, near_)}{follows}; {reason}"
@@ -364,7 +385,8 @@ class Simrun:
         return round(max(self.min_margin, math.exp(self.spread_gain * sigma)), 3)
 
     def retry(self, history: Sequence[Sample], *, killed_gb: float, default_gb: float) -> float:
-        return retry_gb(killed_gb, default_gb=default_gb, needs=[need(s) for s in history])
+        needs = [need(s, self.bump) for s in history]
+        return retry_gb(killed_gb, default_gb=default_gb, needs=needs)
 
     def unseen(
         self, default_gb: float, prior: Prior | None, shown: Sequence[Sample] = ()
@@ -375,7 +397,7 @@ class Simrun:
         a weighted geometric mean of the evidence and the default (share 1). The retry is what
         the type would get without the prior, 2 × its default: a miss costs one attempt.
         """
-        needs = [need(s) for s in shown]
+        needs = [need(s, self.bump) for s in shown]
         retry = retry_gb(default_gb, default_gb=default_gb, needs=needs)
         if prior is None or prior.types == 0:
             return Sizing(
@@ -431,7 +453,10 @@ def _up(gb: float) -> float:
 
 
 def _floors(
-    peaks: Sequence[float], kills: Sequence[float], min_margin: float = MIN_MARGIN
+    peaks: Sequence[float],
+    kills: Sequence[float],
+    min_margin: float = MIN_MARGIN,
+    bump: float = BUMP,
 ) -> list[tuple[float, str]]:
     """The least allocations the recent evidence allows, each with its arithmetic."""
     floors = [(MIN_GB, f"floor {gb_text(MIN_GB)}")]
@@ -441,23 +466,23 @@ def _floors(
         floors.append((floor, f"floor top peak {gb_text(top)} × {min_margin:g} = {gb_text(floor)}"))
     if kills:
         top = round(max(kills), 3)
-        floor = _up(top * BUMP)
+        floor = _up(top * bump)
         plural = "s" if len(kills) > 1 else ""
         floors.append(
             (
                 floor,
-                f"floor {len(kills)} kill{plural} at up to {gb_text(top)} × {BUMP:g} bump "
+                f"floor {len(kills)} kill{plural} at up to {gb_text(top)} × {bump:g} bump "
                 f"= {gb_text(floor)}",
             )
         )
     return floors
 
 
-def _evidence(peaks: int, kills: int) -> str:
-    """'12 recent peaks and 1 kill × 1.3': what the model was fitted to."""
+def _evidence(peaks: int, kills: int, bump: float = BUMP) -> str:
+    """'12 recent peaks and 1 kill × 1.5': what the model was fitted to."""
     parts = [f"{peaks} recent peak{'s' if peaks != 1 else ''}"] if peaks else []
     if kills:
-        parts.append(f"{kills} recent kill{'s' if kills != 1 else ''} × {BUMP:g}")
+        parts.append(f"{kills} recent kill{'s' if kills != 1 else ''} × {bump:g}")
     return " and ".join(parts)
 
 
