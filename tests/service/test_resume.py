@@ -284,7 +284,7 @@ def planted(kind: str, out: Path, tmp_path: Path) -> None:
 REFUSED = {
     "link": "out/evil is a link: not followed",
     "FIFO": "out/evil is a FIFO: not followed",
-    "oversized file": "out/evil is 3.0 MiB, more than the",
+    "oversized file": "out/evil takes 3.0 MiB, more than the",
     "hard link": "has 2 names (a hard link)",
     "linked folder": "out/deep/evil is a link: not followed",
 }
@@ -386,7 +386,7 @@ def test_units_whose_pieces_or_folders_hold_what_no_task_should_are_refused_neve
     sim = row(resume, "sim")
     why = {
         "FIFO": "units/done/3-6 is a FIFO: not followed",
-        "oversized": "units/done/3-6 is 3.0 MiB, more than the",
+        "oversized": "units/done/3-6 takes 3.0 MiB, more than the",
         "link in a unit's folder": "out/units/1/evil is a link: not followed",
     }[kind]
     assert why in sim.not_reused and sim.not_reused.startswith(f"not reused from {source.id}/sim")
