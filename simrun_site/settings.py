@@ -355,8 +355,9 @@ SIMRUN_BUILD_DISK_GB = _positive("SIMRUN_BUILD_DISK_GB", 20.0)
 SIMRUN_BUILD_FILES_MAX = int(_positive("SIMRUN_BUILD_FILES_MAX", 200_000))
 # The most units (combinations) one command sweep may have (docs/run-spec.md, Sweeps).
 SIMRUN_SWEEP_MAX_UNITS = _read("SIMRUN_SWEEP_MAX_UNITS", env.int, 100_000)
-# What the submission of one resumed run may copy of the work it reuses (runs/control/reuse.py):
-# a task whose outputs or units would take more runs in full instead (docs/resume.md).
+# What the copies of one owner's live runs (the cache, resumes) may take together of the work
+# they reuse (runs/control/copy_ledger.py): a task whose outputs or units would take more runs
+# in full instead (docs/resume.md).
 SIMRUN_REUSE_MAX_GB = _positive("SIMRUN_REUSE_MAX_GB", 20.0)
 SIMRUN_REUSE_MAX_FILES = int(_positive("SIMRUN_REUSE_MAX_FILES", 500_000))
 # A task run as a task user gets a network namespace of its own, its own loopback only, so it

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import process_starts
+
 ROOT = Path(__file__).resolve().parent.parent
 
 FORBIDDEN: dict[str, set[str]] = {
@@ -318,6 +320,69 @@ def test_the_wall_check_sees_a_start_as_another_user_anywhere(tmp_path):
         "runs.control.sneaky:3 Popen(['user'])",
         "runs.control.sneaky:4 setuid",
         "runs.control.sneaky:5 preexec_fn",
+    ]
+
+
+def test_nothing_but_the_wall_starts_a_process_of_a_users_code():
+    """A start outside the wall names its program (or says in ``ELSEWHERE`` why it may
+    not), and the harness's starts (pip, a task's command) are reached only from a script
+    the wall runs (``tests/process_starts.py``): on the code before, the launcher of a
+    non-root service installed a run's sources itself, outside any wall."""
+    modules = process_starts.load(ROOT)
+    assert process_starts.foreign_starts(modules) == []
+    assert process_starts.unwalled_harness_starts(modules) == []
+    for script in process_starts.WALL_SCRIPTS:
+        assert process_starts._main_blocks(modules[script]), script
+
+
+def test_the_start_checks_see_a_handed_argv_a_shell_and_a_harness_start_outside_a_script(
+    tmp_path,
+):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "tool.py").write_text(
+        "import subprocess\n"
+        "def build(cmd):\n"
+        "    return subprocess.run(cmd)\n"
+        "def indirect(cmd):\n"
+        "    return build(cmd)\n"
+    )
+    local = tmp_path / "runs" / "backends" / "local"
+    local.mkdir(parents=True)
+    (local / "env.py").write_text(
+        "from harness.tool import indirect\n"
+        "def walled(cmd):\n"
+        "    indirect(cmd)\n"
+        "if __name__ == '__main__':\n"
+        "    walled([])\n"
+    )
+    (tmp_path / "runs" / "control").mkdir()
+    (tmp_path / "runs" / "control" / "sneaky.py").write_text(
+        "import os, subprocess as sp, sys\n"
+        "from harness import tool\n"
+        "from runs.backends.local import env\n"
+        "LAUNCHER = 'x'\n"
+        "def f(cmd):\n"
+        "    sp.Popen(cmd)\n"
+        "    sp.run(['sh', '-c', cmd])\n"
+        "    sp.run(['du', '-sb', cmd])\n"
+        "    sp.run([sys.executable, str(LAUNCHER), cmd])\n"
+        "    sp.run([sys.executable, '-c', cmd])\n"
+        "    os.execvp(cmd[0], cmd)\n"
+        "def g(cmd):\n"
+        "    tool.indirect(cmd)\n"
+        "def h(cmd):\n"
+        "    env.walled(cmd)\n"
+    )
+    modules = process_starts.load(tmp_path)
+    assert [f for f in process_starts.foreign_starts(modules) if "sneaky" in f] == [
+        "runs.control.sneaky:6 sp.Popen(cmd)",
+        "runs.control.sneaky:7 sp.run(['sh', '-c', cmd])",
+        "runs.control.sneaky:10 sp.run([sys.executable, '-c', cmd])",
+        "runs.control.sneaky:11 os.execvp(cmd[0], cmd)",
+    ]
+    assert process_starts.unwalled_harness_starts(modules) == [
+        "runs.control.sneaky.g -> harness.tool.indirect",
+        "runs.control.sneaky.h -> runs.backends.local.env.walled",
     ]
 
 

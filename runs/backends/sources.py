@@ -65,6 +65,9 @@ class Learning:
     disk_gb: float
     """What the install and the description may each write in their folders."""
     files_max: int
+    fenced: tuple[str, ...] = ()
+    """The folders of users' things (the store, the scratch, the venvs of runs), read-only to
+    a learning but for its own folders (``runs.backends.local.shm.fence``)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ def builder(learning: Learning) -> builds.Builder:
         pids_max=learning.pids_max,
         keep=(str(learning.store),),
         disk=wall_disk.Disk(bytes=math.ceil(learning.disk_gb * 2**30), files=learning.files_max),
+        fenced=learning.fenced,
     )
     user = local_user.for_owner(learning.owner_id, learning.task_uid_base)
     if user is None:
@@ -177,6 +181,7 @@ def _packages(
         memory_bytes=user.memory_bytes,
         pids_max=user.pids_max,
         disk=user.disk,
+        fenced=user.fenced,
     )
     _, held = local_env.ensure_packages(install)
     with held:

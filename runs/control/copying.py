@@ -1,11 +1,11 @@
 """Files of an earlier task copied as the service's own, read as a task could have left them.
 
 Walked by descriptor from the store, no link followed, regular files and folders only, at most
-``MAX_DEPTH`` folders deep, each file within what is left of the run's budget
-(``SIMRUN_REUSE_MAX_GB``, ``SIMRUN_REUSE_MAX_FILES``). A link, a FIFO, a device, a file with a
-second name or more than the budget raises ``Refused`` with the reason, and nothing was
-followed. What is copied is the service's own: files ``0644``, ``0755`` when executable,
-folders ``0755``.
+``MAX_DEPTH`` folders deep, each file within what is left of its owner's budget
+(``SIMRUN_REUSE_MAX_GB``, ``SIMRUN_REUSE_MAX_FILES``: ``copy_ledger``), counted by the blocks
+it takes. A link, a FIFO, a device, a file with a second name or more than the budget raises
+``Refused`` with the reason, and nothing was followed. What is copied is the service's own:
+files ``0644``, ``0755`` when executable, folders ``0755``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Refused(Exception):
 
 @dataclass
 class Budget:
-    """What one run's copies may still spend: bytes, and files and folders."""
+    """What the copies of one owner's live runs may spend together (``copy_ledger``): bytes
+    on disk, and files and folders; ``bytes`` and ``files``, what they spent so far."""
 
     max_bytes: int
     max_files: int
@@ -55,8 +56,8 @@ class Budget:
         self.files += 1
         if self.files > self.max_files:
             raise Refused(
-                f"more than the {self.max_files:,} files and folders a run may copy "
-                "(SIMRUN_REUSE_MAX_FILES)"
+                f"more than the {self.max_files:,} files and folders the copies of its "
+                "owner's live runs may make together (SIMRUN_REUSE_MAX_FILES)"
             )
 
     def size(self, path: str, size: int) -> None:
@@ -64,8 +65,8 @@ class Budget:
         left = self.max_bytes - self.bytes
         if size > left:
             raise Refused(
-                f"{path} is {_bytes(size)}, more than the {_bytes(left)} left to copy "
-                "(SIMRUN_REUSE_MAX_GB)"
+                f"{path} takes {_bytes(size)}, more than the {_bytes(left)} left of what the "
+                "copies of its owner's live runs may take together (SIMRUN_REUSE_MAX_GB)"
             )
         self.bytes += size
 
@@ -88,8 +89,8 @@ def listed(folder: int, relative: str, budget: Budget) -> list[untrusted.Entry]:
     found = untrusted.entries(folder, limit=budget.max_files + 1)
     if len(found) > budget.max_files:
         raise Refused(
-            f"{relative}/ holds more than the {budget.max_files:,} files and folders a run may "
-            "copy (SIMRUN_REUSE_MAX_FILES)"
+            f"{relative}/ holds more than the {budget.max_files:,} files and folders the copies "
+            "of its owner's live runs may make together (SIMRUN_REUSE_MAX_FILES)"
         )
     return found
 

@@ -10,7 +10,9 @@ What the earlier task left is read as a task could have left it (``runs.control.
 a link, a FIFO, a device, a file with a second name or more than the run's budget refuses that
 task's reuse, with the reason (``Task.not_reused``): it runs in full, and nothing was followed.
 What is copied is the service's own, staged in a hidden folder of the new task's and renamed
-into place; the folders its own workers write into are handed to the run's task user.
+into place; the folders its own workers write into are handed to the run's task user. What
+the copies take on disk counts against their owner's budget, with those of the owner's other
+live runs (``copy_ledger``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from harness.sweep import SWEEP_TYPE
 from runs.backends.base import Backend, TaskFolders
 from runs.common import store
 from runs.common.store import TaskFolder
+from runs.control import copy_ledger
 from runs.control.copying import (
     DIR_MODE,
     FILE_MODE,
@@ -65,7 +68,14 @@ def copy_reused(run: Run, tasks: Sequence[Task], *, backend: Backend) -> bool:
     """Copy what the tasks of a submitting run reuse, each once (a resumed submission skips
     the tasks copied before), updating the rows and ``tasks``; False when the run stopped
     submitting meanwhile (a cancel)."""
-    budget = Budget.from_settings()
+    if not any(task.reuse and task.units_reused is None for task in tasks):
+        return True
+    with copy_ledger.owners_budget(run) as budget:
+        return _copy_each(run, tasks, backend, budget)
+
+
+def _copy_each(run: Run, tasks: Sequence[Task], backend: Backend, budget: Budget) -> bool:
+    """Copy each task's reused work within the owner's ``budget`` (``copy_reused``)."""
     for task in tasks:
         if not task.reuse or task.units_reused is not None:
             continue

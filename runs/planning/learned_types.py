@@ -243,6 +243,15 @@ def _learning(home: Path, owner_id: int | None) -> sources.Learning:
         pids_max=settings.SIMRUN_BUILD_PIDS_MAX,
         disk_gb=settings.SIMRUN_BUILD_DISK_GB,
         files_max=settings.SIMRUN_BUILD_FILES_MAX,
+        # The local backend's folders of users' things: its store, scratch and runs' venvs.
+        fenced=tuple(
+            str(root)
+            for root in (
+                store.root(),
+                settings.SIMRUN_SCRATCH,
+                settings.SIMRUN_SCRATCH.parent / "envs",
+            )
+        ),
     )
 
 

@@ -1,5 +1,10 @@
 """A task's files as answers, the same from the API and the pages: an output file, and the
 whole of a results table as a download; each with ``OUTPUT_HEADERS``.
+
+What a task wrote is inert however a person opens it: a page of this site never (the
+headers: no script, no sniffing), a spreadsheet neither: every ``.csv`` and ``.tsv`` is a
+download (``attachment``) whose formulas are made inert (``inert_csv``), whatever its name
+in ``out/``; the rest is plain text, an image, or bytes to save.
 """
 
 from __future__ import annotations
@@ -24,14 +29,30 @@ MEDIA = {
     tables.PARQUET_NAME: "application/vnd.apache.parquet",
 }
 """The type of each download of a results table."""
+SHEETS = {
+    ".csv": (",", "text/csv; charset=utf-8"),
+    ".tsv": ("\t", "text/tab-separated-values; charset=utf-8"),
+}
+"""The outputs a spreadsheet opens by their name: the delimiter of their cells, their type."""
 
 
-def serve_output(run_id: str, task_id: str, path: str) -> FileResponse:
-    """A file of a task's out/, or a 404 for anything that is not one."""
+def serve_output(run_id: str, task_id: str, path: str) -> StreamingHttpResponse:
+    """A file of a task's out/, or a 404 for anything that is not one; a sheet (``SHEETS``)
+    as an inert download."""
     try:
         file, output = task_files.open_output(store.task_folder(run_id, task_id), path)
     except task_files.NotInOutputs:
         raise Http404(f"no output {path!r}") from None
+    response: StreamingHttpResponse
+    if sheet := SHEETS.get(output.suffix):
+        delimiter, media = sheet
+        response = StreamingHttpResponse(inert_rows(file, delimiter), content_type=media)
+        response["Content-Disposition"] = content_disposition_header(
+            as_attachment=True, filename=output.path.rsplit("/", 1)[-1]
+        )
+        for header, value in OUTPUT_HEADERS.items():
+            response[header] = value
+        return response
     response = FileResponse(
         file,
         content_type=task_files.content_type(output),

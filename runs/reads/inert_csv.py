@@ -1,4 +1,5 @@
-"""A task's results CSV as a download a spreadsheet opens without running anything in it.
+"""A CSV a task wrote (its results table, any ``.csv`` or ``.tsv`` of its outputs) as a
+download a spreadsheet opens without running anything in it.
 
 A cell a task wrote that starts with ``=``, ``+``, ``-``, ``@`` (or a tab or a carriage
 return) is a formula to Excel, LibreOffice and Google Sheets: it may fetch a URL or run a
@@ -33,15 +34,15 @@ def inert_cell(cell: str) -> str:
     return "'" + cell
 
 
-def inert_rows(file: BinaryIO) -> Iterator[bytes]:
-    """The CSV of ``file`` (UTF-8) with every cell made inert, in chunks, its line ending
-    kept; the file is closed at the end."""
+def inert_rows(file: BinaryIO, delimiter: str = ",") -> Iterator[bytes]:
+    """The CSV of ``file`` (UTF-8; ``delimiter`` between cells) with every cell made inert,
+    in chunks, its line ending kept; the file is closed at the end."""
     with io.TextIOWrapper(file, encoding="utf-8", errors="replace", newline="") as text:
         first = text.readline()
         ending = "\r\n" if first.endswith("\r\n") else "\n"
-        rows = csv.reader(_chain(first, text))
+        rows = csv.reader(_chain(first, text), delimiter=delimiter)
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator=ending)
+        writer = csv.writer(out, delimiter=delimiter, lineterminator=ending)
         while True:
             chunk = [[inert_cell(cell) for cell in row] for row in islice(rows, CHUNK_ROWS)]
             if not chunk:

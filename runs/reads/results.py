@@ -11,11 +11,12 @@ it stops reading as CSV. Any column whose cells all read as numbers is numeric.
 
 A table is parsed once per web process while its file is unchanged (``ParsedTables``): a
 page, a sort or a plot of it again costs a ``stat`` and the rows it shows, not a parse of up to
-``SIMRUN_RESULTS_MAX_BYTES``.
+``SIMRUN_RESULTS_MAX_BYTES``; requests for it at once wait for one parse.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -43,6 +44,8 @@ MISSING = frozenset({"", "nan", "NaN", "NA", "N/A", "n/a", "null", "None", "none
 """Cells that are no value, in a numeric column as in any other."""
 BOOKKEEPING = ("unit", "exit_code", "seconds", "peak_gib", "error")
 """The columns the merge adds around the parameters and the result fields."""
+ORDERS_KEPT = 4
+"""The orders of a table kept (the most recently asked): each holds an index a row."""
 INTEGER_DIGITS = 18
 """An integer cell of more digits is given as a float (Python refuses to parse huge ones)."""
 
@@ -124,8 +127,10 @@ class Results:
         """The indexes of the rows sorted by a column (numbers as numbers), cells without a
         value last whatever the direction; equal cells keep the unit order."""
         key = (column, descending)
-        if key not in self.orders:
-            self.orders[key] = self._sorted(column, descending=descending)
+        kept = self.orders.pop(key, None)
+        self.orders[key] = kept if kept is not None else self._sorted(column, descending=descending)
+        while len(self.orders) > ORDERS_KEPT:  # a row index each: sorts on every column add up
+            self.orders.pop(next(iter(self.orders)))
         return self.orders[key]
 
     def _sorted(self, column: str | None, *, descending: bool) -> list[int]:
@@ -198,13 +203,33 @@ def open_results(folder: TaskFolder, name: str = CSV_NAME) -> BinaryIO | None:
 class ParsedTables:
     """The tables a process parsed, by their file's identity and the budgets they were read
     with, least recently read dropped first past ``budget`` bytes of files. A file changed in
-    any way (its size, its times, another file in its place) is another key."""
+    any way (its size, its times, another file in its place) is another key. Requests that
+    ask for one table at once wait for one parse of it (``parsing``), not one each."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self._tables: OrderedDict[Hashable, tuple[Results, int]] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
+        self._parsing: dict[Hashable, tuple[threading.Lock, int]] = {}
+
+    @contextlib.contextmanager
+    def parsing(self, key: Hashable) -> Iterator[None]:
+        """Hold the parse of ``key``: a second request for it waits here for the first's
+        (then finds it with ``get``) instead of parsing it too."""
+        with self._lock:
+            lock, waiting = self._parsing.get(key, (threading.Lock(), 0))
+            self._parsing[key] = (lock, waiting + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._lock:
+                lock, waiting = self._parsing[key]
+                if waiting == 1:
+                    del self._parsing[key]
+                else:
+                    self._parsing[key] = (lock, waiting - 1)
 
     def get(self, key: Hashable) -> Results | None:
         with self._lock:
@@ -240,9 +265,12 @@ def read_results(folder: TaskFolder, limits: Limits | None = None) -> Results | 
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, limits)
         if (kept := PARSED.get(key)) is not None:
             return kept
-        data = file.read(limits.max_bytes + 1)
-    results = parse(data, limits, size=st.st_size)
-    PARSED.put(key, results, cost=len(data))
+        with PARSED.parsing(key):
+            if (kept := PARSED.get(key)) is not None:
+                return kept
+            data = file.read(limits.max_bytes + 1)
+            results = parse(data, limits, size=st.st_size)
+            PARSED.put(key, results, cost=len(data))
     return results
 
 
@@ -263,9 +291,12 @@ def read_partial(folder: TaskFolder, limits: Limits | None = None) -> Results | 
         key = ("rows", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, limits)
         if (kept := PARSED.get(key)) is not None:
             return kept
-        data = file.read(limits.max_bytes + 1)
-    results = parse_rows(data, limits, size=st.st_size)
-    PARSED.put(key, results, cost=len(data))
+        with PARSED.parsing(key):
+            if (kept := PARSED.get(key)) is not None:
+                return kept
+            data = file.read(limits.max_bytes + 1)
+            results = parse_rows(data, limits, size=st.st_size)
+            PARSED.put(key, results, cost=len(data))
     return results
 
 

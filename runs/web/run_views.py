@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -204,7 +204,9 @@ def run_labels(request: HttpRequest, run_id: str) -> HttpResponse:
 
 
 @login_required
-def output_file(request: HttpRequest, run_id: str, task_id: str, path: str) -> FileResponse:
+def output_file(
+    request: HttpRequest, run_id: str, task_id: str, path: str
+) -> StreamingHttpResponse:
     """A file of a done task's out/; nothing outside it, whatever the path says."""
     task = task_or_404(request.user, run_id, task_id)
     response = serve_output(task.run_id, task.task_id, path)

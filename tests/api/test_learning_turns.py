@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from runs.common import store
 from runs.control.learning import learn_in_turn
 from runs.models import Run
 from tests.polling import wait_for
@@ -31,9 +30,10 @@ while not Path(SEEN, "open").exists():
 
 @pytest.fixture
 def seen() -> Path:
-    """A folder in the store (which the wall keeps visible) any user may write into."""
-    store.root().mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir=store.root()))
+    """A folder any user may write into that a learning's wall leaves as it is: in the
+    machine's /run (the store is read-only to a learning but for its own folders, its /tmp
+    is its own)."""
+    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir="/run"))
     folder.chmod(0o777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from runs.common import store
 from runs.models import Run
 from tests.api.test_shipped_types import gone, learned
 from tests.e2e.service import task_user_venv
@@ -68,9 +67,10 @@ shared folders, tries the port of the web (``PORT``) and says what it found, the
 
 @pytest.fixture
 def seen(as_task_users) -> Path:
-    """A folder in the store (which the wall keeps visible) any user may write into."""
-    store.root().mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir=store.root()))
+    """A folder any user may write into that a learning's wall leaves as it is: in the
+    machine's /run (the store is read-only to a learning but for its own folders, its /tmp
+    is its own)."""
+    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir="/run"))
     folder.chmod(0o777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)

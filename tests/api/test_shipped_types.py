@@ -18,7 +18,6 @@ from harness.tasktypes import PLUGIN_COMMAND, ShippedType, task_types
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
 from runs.cli import main
-from runs.common import store
 from runs.control.learning import learn
 from runs.models import Run, Task
 from runs.planning import learned_types
@@ -270,10 +269,10 @@ def write_snoop_package(directory: Path, seen: Path) -> Path:
 
 @pytest.fixture
 def seen(tmp_path: Path) -> Path:
-    """A folder any user may write into, for what the sources' code saw: in the store, which
-    the wall keeps visible (its /tmp is its own)."""
-    store.root().mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir=store.root()))
+    """A folder any user may write into, for what the sources' code saw: in the machine's
+    /run, which the wall leaves as it is (its /tmp is its own, the store read-only to it but
+    for its own folders)."""
+    folder = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir="/run"))
     folder.chmod(0o777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)

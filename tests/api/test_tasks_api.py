@@ -218,6 +218,36 @@ def test_an_output_is_served_with_its_type_and_no_scripts(owner_client, owner, s
     assert binary["Content-Disposition"].startswith("attachment")
 
 
+@pytest.mark.parametrize(
+    ("name", "written", "served", "media"),
+    [
+        (
+            "table.csv",
+            "x,y\n=1+1,-2\n@SUM(A1),+cmd\n",
+            "x,y\n'=1+1,-2\n'@SUM(A1),'+cmd\n",
+            "text/csv",
+        ),
+        ("deep/more.CSV", "=HYPERLINK(1)\n", "'=HYPERLINK(1)\n", "text/csv"),
+        ("t.tsv", "a\t=cmd|x\n", "a\t'=cmd|x\n", "text/tab-separated-values"),
+    ],
+)
+def test_every_sheet_a_task_wrote_is_an_inert_download(
+    owner_client, owner, store, name, written, served, media
+):
+    """Not only the results table: any .csv or .tsv of out/ is a download whose formulas are
+    inert (a number stays a number), never a text shown inline (issue 45)."""
+    run = submitted(owner)
+    out = out_dir(store, run)
+    (out / name).parent.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(written)
+    answer = owner_client.get(task_url(run, rest=f"outputs/{name}"))
+    assert answer.status_code == 200
+    assert b"".join(answer.streaming_content).decode() == served
+    assert answer["Content-Type"].startswith(media)
+    assert answer["Content-Disposition"].startswith("attachment")
+    assert answer["X-Content-Type-Options"] == "nosniff"
+
+
 def test_outputs_are_served_only_from_inside_out(owner_client, owner, store, tmp_path):
     run = submitted(owner)
     out = out_dir(store, run)

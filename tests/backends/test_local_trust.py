@@ -39,24 +39,37 @@ def test_links_planted_in_a_later_tasks_logs_and_workers_are_never_written_throu
     victim = root_only(home.parent / "victim")
     victim_dir = home.parent / "victim-dir"
     victim_dir.mkdir(mode=0o700)
-    plant = "; ".join(
-        [
-            'q="$SIMRUN_TASK_DIR/../q"',
-            'mkdir -p "$q/logs"',
-            *(f'ln -s {victim} "$q/logs/q-0.{suffix}"' for suffix in ("log", "pid", "exit")),
-            f'ln -s {victim_dir} "$q/workers"',
-        ]
-    )
+    plant = [
+        'q="$SIMRUN_TASK_DIR/../q"',
+        'mkdir -p "$q/logs"',
+        *(f'ln -s {victim} "$q/logs/q-0.{suffix}"' for suffix in ("log", "pid", "exit")),
+        f'ln -s {victim_dir} "$q/workers"',
+    ]
+    # A task's run folder beside its own is read-only to it as root (shm.fence): what it
+    # cannot plant there the test plants while it waits, as a task could where it may.
+    tried = " ; ".join(plant[:1] + [f"{step} 2>/dev/null" for step in plant[1:]])
+    wait = 'until [ -e "$SIMRUN_TASK_DIR/go" ]; do sleep 0.05; done'
+    q = backend.store / "runs" / "planted" / "tasks" / "q"
     with stepping(backend):
         submit(
             backend,
             "planted",
             {
-                "p": {"command": shell(plant)},
+                "p": {"command": shell(f"{tried} ; {wait}")},
                 "q": {"command": shell("echo q ran"), "inputs": {"x": "p"}},
             },
             owner=owner.id,
         )
+        wait_for(lambda: phase(backend, "planted", "p") == "Running", what="p to run")
+        uid = isolation.UID_BASE + owner.id
+        (q / "logs").mkdir(parents=True, exist_ok=True)
+        links = [(q / "logs" / f"q-0.{suffix}", victim) for suffix in ("log", "pid", "exit")]
+        for link, target in [*links, (q / "workers", victim_dir)]:
+            if not link.is_symlink():
+                link.symlink_to(target)
+            os.lchown(link, uid, uid)  # the task user's, as its plant would be
+        os.chown(q / "logs", uid, uid)
+        (backend.store / "runs" / "planted" / "tasks" / "p" / "go").touch()
         wait_for(lambda: ended(backend, "planted"), what="the run")
     assert victim.read_text() == "untouched\n"
     assert list(victim_dir.iterdir()) == []

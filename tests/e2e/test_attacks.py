@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.e2e.service import SIMRUN, Service, submit, wait_until_ended
+from tests.polling import wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -63,18 +64,22 @@ def ended(client: httpx.Client, spec: dict) -> dict:
 
 
 def test_a_log_planted_as_a_link_for_a_later_task_is_never_written_through(service, mallory):
+    # A task of the run cannot write q's folder (it is read-only to p: shm.fence); the test
+    # plants there as mallory's task user while p waits, as a task could where it may.
     target = service.home.parent / "root-only"
-    logs = '"$SIMRUN_TASK_DIR/../q/logs"'
-    plant = f"mkdir -p {logs} && ln -s {target} {logs}/q-0.log"
-    run = ended(
-        mallory,
-        {
-            "tasks": {
-                "p": sh(plant + ' && echo planted > "$SIMRUN_OUT/done"'),
-                "q": {**sh("echo appended by q"), "inputs": {"x": "p"}},
-            }
-        },
+    wait = sh('until [ -e "$SIMRUN_TASK_DIR/go" ]; do sleep 0.05; done')
+    run_id = submit(
+        mallory, {"tasks": {"p": wait, "q": {**sh("echo appended by q"), "inputs": {"x": "p"}}}}
     )
+    tasks = service.store / "runs" / run_id / "tasks"
+    wait_for(lambda: (tasks / "p" / "logs" / "p-0.pid").exists(), 60, "p to run")
+    owner = (tasks / "p").stat().st_uid
+    (tasks / "q" / "logs").mkdir(parents=True, exist_ok=True)
+    (tasks / "q" / "logs" / "q-0.log").symlink_to(target)
+    for made in (tasks / "q" / "logs", tasks / "q" / "logs" / "q-0.log"):
+        os.lchown(made, owner, owner)
+    (tasks / "p" / "go").touch()
+    run = wait_until_ended(mallory, run_id)
 
     assert target.read_text() == SECRET
     assert run["state"] == "succeeded", run["message"]

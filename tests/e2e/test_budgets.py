@@ -202,14 +202,21 @@ def test_what_a_task_leaves_in_dev_shm_goes_with_it(service, mallory):
 
 DEEP = "for _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
 """A chain of 3000 folders below the working folder (a Python program's lines)."""
-PLANT = (
-    "import os\n"
-    "os.chdir(os.path.join(os.environ['SIMRUN_TASK_DIR'], '..', 'p', 'out'))\n"
-    f"{DEEP}"
-    "os.chdir(os.environ['HOME'])\n"
-    f"{DEEP}"
-)
-"""In task p's out/ (a task of the same run), then in its own scratch."""
+PLANT = f"import os\nos.chdir(os.environ['HOME'])\n{DEEP}"
+"""In its own scratch."""
+
+
+def deep_tree(folder: Path, depth: int) -> None:
+    """A chain of ``depth`` folders below ``folder``, made by descriptor."""
+    fd = os.open(folder, os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
 
 
 def test_trees_3000_folders_deep_in_out_and_in_the_scratch_answer_too_deep_never_a_500(
@@ -218,6 +225,9 @@ def test_trees_3000_folders_deep_in_out_and_in_the_scratch_answer_too_deep_never
     p = sh('echo result > "$SIMRUN_OUT/result.txt"')
     run = ended(mallory, {"p": p, "q": {**py(PLANT), "inputs": {"x": "p"}}})
     tasks = {t["id"]: t for t in run["tasks"]}
+    # A tree in a done task's out/: no task can make one now (another task's folder is
+    # read-only to it, its own is held to SIMRUN_TASK_DEPTH_MAX), but the store may hold one.
+    deep_tree(service.store / "runs" / run["id"] / "tasks" / "p" / "out", 3000)
     outputs = mallory.get(f"runs/{run['id']}/tasks/p/outputs/")
     browser = mallory_browser[0]
     pages = [browser.get(f"/runs/{run['id']}/"), browser.get(f"/runs/{run['id']}/live/")]

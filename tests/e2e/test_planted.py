@@ -1,7 +1,9 @@
 """Issue 35's rows about what the control loop reads of what a task wrote, against a real root
-``simrun serve`` with task users at its default budgets: a command task plants, in the folder of
-a split task of its run, a sparse 5 GB ``progress.jsonl`` or 3,000 sparse 16 MiB reports, and
-another user's trivial runs must not notice.
+``simrun serve`` with task users at its default budgets: a split task's folder holds a sparse
+5 GB ``progress.jsonl`` or 3,000 sparse 16 MiB reports, and another user's trivial runs must
+not notice. A task of the run can no longer write there (its run's folder but its own is
+read-only to it: ``shm.fence``, issue 45), but the split task's own code can, a type of its
+owner's sources: the test plants them as that code would, while the sweep runs.
 
 On the code before the incremental reads (397dc61) the loop read the planted progress from byte
 0 at every poll (5 GB of RSS a pass; the other user's run took 18.6 s instead of 1.4 s) and every
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -97,47 +99,40 @@ def trivial(alice: httpx.Client) -> float:
 SWEEP = {"type": "squares", "settings": {"n": 10**7, "delay_s": 1}, "workers": 1}
 """A split task that runs as long as the test needs it, 512 bytes a unit of progress allowed
 (5 GB), as the attack had it."""
-PLANT_PROGRESS = """
-import os, pathlib, time
-sweep = pathlib.Path(os.environ["SIMRUN_TASK_DIR"]).parent / "sweep"
-deadline = time.monotonic() + 120
-while not (sweep / "progress.jsonl").exists() and time.monotonic() < deadline:
-    time.sleep(0.1)
-with open(sweep / "progress.jsonl", "ab") as planted:
-    planted.truncate(5 * 10**9)
-"""
-"""A sparse 5 GB progress.jsonl in the sweep's folder: zeros the loop has to pass over."""
-PLANT_REPORTS = """
-import os, pathlib
-workers = pathlib.Path(os.environ["SIMRUN_TASK_DIR"]).parent / "sweep" / "workers"
-workers.mkdir(exist_ok=True)
-for i in range(3000):
-    with open(workers / f"sweep-w0-{100 + i}.json", "wb") as planted:
-        planted.truncate(16 * 2**20)
-"""
-"""3,000 sparse reports of 16 MiB in the sweep's folder, named as later attempts' would be."""
 
 
-def planted(service: Service, mallory: httpx.Client, alice: httpx.Client, plant: str) -> None:
+def plant_progress(sweep: Path) -> None:
+    """A sparse 5 GB progress.jsonl in the sweep's folder: zeros the loop has to pass over."""
+    wait_for(lambda: (sweep / "progress.jsonl").exists(), 120, "the sweep's progress")
+    with open(sweep / "progress.jsonl", "ab") as planted:
+        planted.truncate(5 * 10**9)
+
+
+def plant_reports(sweep: Path) -> None:
+    """3,000 sparse reports of 16 MiB in the sweep's folder, named as later attempts' would be."""
+    workers = sweep / "workers"
+    workers.mkdir(exist_ok=True)
+    for i in range(3000):
+        with open(workers / f"sweep-w0-{100 + i}.json", "wb") as planted:
+            planted.truncate(16 * 2**20)
+
+
+def planted(
+    service: Service, mallory: httpx.Client, alice: httpx.Client, plant: Callable[[Path], None]
+) -> None:
     """Alice's trivial run before, then while mallory's sweep runs with ``plant`` read by the
     loop at every poll; the figures, and the loop's growth held to ``GROWTH_MB``."""
     before_s, before_mb, read_before = trivial(alice), peak_rss_mb(service), read_mb(service)
-    spec = {"sweep": SWEEP, "plant": {"command": ["/usr/bin/python3", "-c", plant]}}
-    run_id = submit(mallory, {"tasks": spec})
+    run_id = submit(mallory, {"tasks": {"sweep": SWEEP}})
     try:
 
-        def made_and_read() -> bool:
-            """The plant ended and the sweep whose folder it is in runs (or ended): its
-            admission may follow the plant's end."""
+        def running() -> bool:
             state = {t["id"]: t["state"] for t in run_of(mallory, run_id)["tasks"]}
-            return state.get("plant") in {"done", "failed"} and state.get("sweep") not in {
-                "waiting",
-                "queued",
-            }
+            return state.get("sweep") not in {"waiting", "queued"}
 
-        wait_for(made_and_read, 120, "the plant to be made and the sweep to run")
+        wait_for(running, 120, "the sweep to run")
+        plant(service.store / "runs" / run_id / "tasks" / "sweep")
         states = {t["id"]: t for t in run_of(mallory, run_id)["tasks"]}
-        assert states["plant"]["state"] == "done", states["plant"]
         assert states["sweep"]["state"] == "running", states["sweep"]
         during = [trivial(alice) for _ in range(3)]
     finally:
@@ -156,8 +151,8 @@ def planted(service: Service, mallory: httpx.Client, alice: httpx.Client, plant:
 
 
 def test_a_sparse_5_gb_progress_file_costs_the_loop_a_bounded_read(service, mallory, alice):
-    planted(service, mallory, alice, PLANT_PROGRESS)
+    planted(service, mallory, alice, plant_progress)
 
 
 def test_3000_sparse_16_mib_reports_cost_the_loop_a_bounded_read(service, mallory, alice):
-    planted(service, mallory, alice, PLANT_REPORTS)
+    planted(service, mallory, alice, plant_reports)

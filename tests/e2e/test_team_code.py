@@ -98,8 +98,9 @@ def test_a_builds_temporary_files_stay_in_the_store_and_go_with_its_learning(tea
     """The learning's folder is the service's: a task user's tempfile, finding it closed,
     fell back to the machine's /tmp, outside every budget, where a killed build's files
     stayed."""
-    # In the store: a build's /tmp is its own (the wall's), the store stays visible.
-    seen = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir=team.store))
+    # In the machine's /run: a build's /tmp is its own (the wall's), and the store read-only
+    # to it but for its own folders (shm.fence).
+    seen = Path(tempfile.mkdtemp(prefix="simrun-seen-", dir="/run"))
     seen.chmod(0o777)
     package = write_plugin_package(tmp_path)
     (package / "setup.py").write_text(f"SEEN = {str(seen)!r}\n" + LEAVING_BUILD)

@@ -284,7 +284,7 @@ def planted(kind: str, out: Path, tmp_path: Path) -> None:
 REFUSED = {
     "link": "out/evil is a link: not followed",
     "FIFO": "out/evil is a FIFO: not followed",
-    "oversized file": "out/evil is 3.0 MiB, more than the",
+    "oversized file": "out/evil takes 3.0 MiB, more than the",
     "hard link": "has 2 names (a hard link)",
     "linked folder": "out/deep/evil is a link: not followed",
 }
@@ -386,7 +386,7 @@ def test_units_whose_pieces_or_folders_hold_what_no_task_should_are_refused_neve
     sim = row(resume, "sim")
     why = {
         "FIFO": "units/done/3-6 is a FIFO: not followed",
-        "oversized": "units/done/3-6 is 3.0 MiB, more than the",
+        "oversized": "units/done/3-6 takes 3.0 MiB, more than the",
         "link in a unit's folder": "out/units/1/evil is a link: not followed",
     }[kind]
     assert why in sim.not_reused and sim.not_reused.startswith(f"not reused from {source.id}/sim")
@@ -406,7 +406,10 @@ def test_the_files_a_run_copies_are_bounded_and_a_task_beyond_them_runs_in_full(
 
     run = resumed(source)
 
-    assert "more than the 8 files and folders a run may copy" in row(run, "summary").not_reused
+    assert (
+        "more than the 8 files and folders the copies of its owner's live runs may make"
+        in row(run, "summary").not_reused
+    )
     assert states(run) == {"sweep": "done", "summary": "waiting", "plot": "done"}
 
 
@@ -434,6 +437,38 @@ def test_sparse_outputs_are_copied_sparse_and_budgeted_by_what_they_take_on_disk
         with open(copy, "rb") as read:
             read.seek(100 << 20)
             assert read.read(6) == b"middle"
+
+
+def test_the_copies_of_an_owners_live_runs_share_one_budget_not_one_each(
+    launch,  # noqa: F811
+    fake: FakeBackend,  # noqa: F811
+    settings,
+):
+    """Two resumes at once, each within SIMRUN_REUSE_MAX_GB alone, may not copy twice the
+    budget: the copies of the owner's live runs count together, by their blocks on disk,
+    and a run that ended frees what its copies counted."""
+    settings.SIMRUN_REUSE_MAX_GB = 5 / 1024
+    source = succeeded(launch, fake)
+    outputs(source, "summary", {"big.bin": os.urandom(3 << 20)})  # 3 MiB on disk
+    plot_again = edited(PIPELINE, lambda d: d["tasks"]["plot"].update(command=["true"]))
+
+    first = resumed(source, plot_again)  # live: its plot runs
+    second = resumed(source, plot_again)
+
+    assert first.state == second.state == RunState.RUNNING
+    assert row(first, "summary").not_reused == "" and states(first)["summary"] == "done"
+    assert "left of what the copies of its owner's live runs may take together" in (
+        row(second, "summary").not_reused
+    )
+    assert "(SIMRUN_REUSE_MAX_GB)" in row(second, "summary").not_reused
+    assert states(second)["summary"] == "waiting"
+
+    for run in (first, second):
+        fake.finish(run.workflow)
+    poll(fake)
+    assert fresh(first).state == RunState.SUCCEEDED
+    third = resumed(source, plot_again)
+    assert row(third, "summary").not_reused == "" and states(third)["summary"] == "done"
 
 
 # Whose work is reused, and when.

@@ -52,8 +52,9 @@ BUILD_UMASK = 0o022
 class Builder:
     """Who runs the code of a user's sources outside a task (a build, a learning): a user id
     (None: the service's), an environment, and the budget of its wall (``wall.Limits``):
-    memory and processes, and what it may write in its folders (``wall_disk``); ``keep``,
-    folders below ``/tmp`` it must see (the store's)."""
+    memory and processes, and what it may write in its folders (``wall_disk``), which are the
+    only ones of ``fenced`` it may write; ``keep``, folders below ``/tmp`` it must see (the
+    store's)."""
 
     env: Mapping[str, str]
     uid: int | None = None
@@ -62,6 +63,9 @@ class Builder:
     pids_max: int = wall.BUILD_PIDS_MAX
     keep: tuple[str, ...] = ()
     disk: wall_disk.Disk = field(default_factory=wall_disk.Disk)
+    fenced: tuple[str, ...] = ()
+    """The folders of users' things, read-only to it but for the folders it writes
+    (``shm.fence``)."""
 
     def walled(
         self,
@@ -94,6 +98,7 @@ class Builder:
             limits=wall.Limits(self.memory_bytes, self.pids_max, timeout_s, network),
             keep=keep + written,
             disk=replace(self.disk, counted=written),
+            fenced=list(self.fenced),
         )
 
 

@@ -81,9 +81,9 @@ def ensure(
     """The interpreter of the venv of a run, created with its snapshots on first use, on the
     packages' venv ``base`` if the run has one.
 
-    Installing sources runs their build code: with ``user`` the venv is made by a process of
-    its own as that user, with only that user's environment, stopped after ``timeout_s``
-    (``isolated``)."""
+    Installing sources runs their build code: the venv is made by a process of its own behind
+    its wall (``isolated``), as ``user`` (the service's user, with no more than the
+    environment of a build, when None), stopped after ``timeout_s``."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -93,10 +93,8 @@ def ensure(
             # which ignore_errors does not catch) and without following a link.
             untrusted.remove_tree(directory.parent, [directory.name])
             try:
-                if user is None:
-                    _create(directory, snapshots, base)
-                else:
-                    isolated(directory, snapshots, user, base, timeout_s)
+                builder = user or builds.Builder(env=builds.build_env(directory))
+                isolated(directory, snapshots, builder, base, timeout_s)
             except BaseException:
                 untrusted.remove_tree(directory.parent, [directory.name])  # what it wrote
                 raise
@@ -240,6 +238,9 @@ class Install:
     pids_max: int = wall.BUILD_PIDS_MAX
     disk: wall_disk.Disk = field(default_factory=wall_disk.Disk)
     """What the build may write in its venv and its wheel cache together."""
+    fenced: tuple[str, ...] = ()
+    """The folders of users' things, read-only to the build but for its venv and its wheel
+    cache (``shm.fence``)."""
 
     @property
     def key(self) -> str:
@@ -351,6 +352,7 @@ def _build(install: Install, folder: int, asked: float, cancelled: Callable[[], 
         pids_max=install.pids_max,
         keep=(str(install.store), *builds.index_folders(install.pip_env)),
         disk=install.disk,
+        fenced=install.fenced,
     )
     network = builds.index_network(install.pip_env)
     spec = builder.walled(argv, install.directory, install.timeout_s, network, (cache,))

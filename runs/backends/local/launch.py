@@ -231,6 +231,7 @@ def launch_file(backend: LocalBackend, submission: Submission, node: NodeView, l
         live=spec.kind == "command" and container is None,
         # docker runs as the service (its socket is root's); the container as the user.
         user=None if container is not None else ids,
+        fenced=[str(submission.store), str(backend.scratch), str(backend.envs)],
         stage_user=ids,
     )
 

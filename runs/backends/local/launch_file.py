@@ -138,6 +138,9 @@ class Launch(Launched):
     """The task user the process runs as; None as the service (docker runs as the service)."""
     stage_user: Ids | None
     """The task user that stages the inputs and owns the scratch."""
+    fenced: list[str] = dataclasses.field(default_factory=list)
+    """The folders of users' things (the store, the scratch, the venvs of runs) read-only to
+    the process and its builds but for the folders they write (``shm.fence``)."""
 
 
 def dump(written: Launched) -> str:

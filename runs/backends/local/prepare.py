@@ -55,24 +55,24 @@ def prepare(launch: Launch, stopped: Callable[[], bool]) -> IO[str] | None:
             memory_bytes=launch.build_memory_bytes,
             pids_max=launch.build_pids_max,
             disk=disk,
+            fenced=tuple(launch.fenced),
         )
         # Built behind the wall of its own (``wall``): nothing of it outlives the build.
         _, held = local_env.ensure_packages(install, stopped)
     try:
         if user and launch.network == "loopback":
             isolate_network()  # the packages came from their index: nothing after needs it
-        if venv:
-            sources_builder = None
-            if user:  # the sources' build code runs as the task user, behind its wall
-                sources_builder = builds.Builder(
-                    env=builds.build_env(venv.dir),
-                    uid=user.uid,
-                    gid=user.gid,
-                    memory_bytes=launch.build_memory_bytes,
-                    pids_max=launch.build_pids_max,
-                    keep=(str(launch.store), str(venv.dir.parent)),
-                    disk=disk,
-                )
+        if venv:  # the sources' build code runs as the task user, behind its wall
+            sources_builder = builds.Builder(
+                env=builds.build_env(venv.dir),
+                uid=user.uid if user else None,
+                gid=user.gid if user else None,
+                memory_bytes=launch.build_memory_bytes,
+                pids_max=launch.build_pids_max,
+                keep=(str(launch.store), str(venv.dir.parent)),
+                disk=disk,
+                fenced=tuple(launch.fenced),
+            )
             snapshots = [Path(s) for s in venv.snapshots]
             local_env.ensure(venv.dir, snapshots, user=sources_builder, base=venv.base)
         scratch = launch.cwd
@@ -152,7 +152,8 @@ def kept(launch: Launch) -> list[str]:
 
 def _enter(launch: Launch, budget: Any) -> None:
     """In the child before its exec: a ``/dev/shm``, ``/tmp`` and ``/var/tmp`` of its own
-    (gone with it, counted in its memory), then as every process of a
+    (gone with it, counted in its memory), the service's folders read-only but its own
+    (``shm.fence``: a fence that cannot be made fails the start), then as every process of a
     user's code is entered (``wall.enter``): its cgroups, its budget's limit of a file's size,
     its task user."""
     if shm := launch.shm:
@@ -164,6 +165,8 @@ def _enter(launch: Launch, budget: Any) -> None:
             print(
                 f"simrun: /dev/shm and /tmp are the machine's, not the task's: {error}", flush=True
             )
+        else:  # only its folder and scratch are its to write of the service's folders
+            local_shm.fence(launch.fenced, [str(launch.store / launch.task), str(launch.cwd)])
     joined = [path for path in (launch.cgroup, launch.pids_cgroup) if path]
     enter(joined, launch.user, pids_max=launch.pids_max, file_bytes=budget.bytes)
 

@@ -14,11 +14,19 @@ own the same way (``private_mounts``): nothing it writes there outlives it or es
 memory budget. The folders the service keeps below them (a store in ``/tmp``, as in tests)
 are bound back into the new ``/tmp``, so they stay what they were.
 
+Nor may it write into the service's folders of users' things (the store, the scratch, the
+venvs of runs) beyond what its budget counts (``fence``): in its mount namespace each of them
+is read-only but the folders it writes (a task's folder and scratch, a build's venv and wheel
+cache), bound back writable. A task user owns more than that (the owner's ended runs, her
+live runs' venvs, her packages' venvs and wheel cache): no budget counts them, and they
+outlive the task.
+
 Only the standard library: the launcher imports it from its directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from pathlib import Path
@@ -27,6 +35,9 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_RDONLY = 0x1
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_SLAVE = 0x80000
@@ -66,6 +77,32 @@ def private_mounts(size_bytes: int, inodes: int, keep: list[str]) -> None:
         finally:
             for fd in held:
                 os.close(fd)
+
+
+def fence(roots: list[str], writable: list[str]) -> None:
+    """In this process's own mount namespace (``private_mounts``), make the folders ``roots``
+    read-only but ``writable`` (below them), bound back as they were: held open before, so
+    their binds are of the writable mount. A root or a folder that is not there is passed
+    over; a mount's ``nosuid``, ``nodev`` and ``noexec`` are kept."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = []
+    try:
+        for path in writable:
+            with contextlib.suppress(OSError):
+                held.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)))
+        for root in roots:
+            if not os.path.isdir(root) or os.path.islink(root):
+                continue
+            kept = os.statvfs(root).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            _check(libc.mount(root.encode(), root.encode(), None, MS_BIND | MS_REC, None), "bind")
+            flags = MS_BIND | MS_REMOUNT | MS_RDONLY | kept
+            _check(libc.mount(None, root.encode(), None, flags, None), "read-only")
+        for path, fd in held:
+            source = f"/proc/self/fd/{fd}".encode()
+            _check(libc.mount(source, path.encode(), None, MS_BIND | MS_REC, None), "bind")
+    finally:
+        for _, fd in held:
+            os.close(fd)
 
 
 def _kept_below(folder: str, keep: list[str]) -> list[str]:

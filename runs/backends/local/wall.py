@@ -19,7 +19,9 @@ inherited pipe and then
   (``egress``);
 - moves into mount and IPC namespaces of its own in which ``/dev/shm``, ``/tmp`` and
   ``/var/tmp`` are tmpfs of its own, charged to its memory cgroup and gone with it (the
-  folders the service keeps below them, a store in ``/tmp`` in tests, stay visible);
+  folders the service keeps below them, a store in ``/tmp`` in tests, stay visible), and
+  in which the service's folders of users' things (``fenced``) are read-only but the folders
+  it writes, which its budget counts (``shm.fence``);
 - starts the process in a session of its own as the owner's task user, with no groups,
   killed when the wall dies (``PR_SET_PDEATHSIG``), after its time limit or a SIGTERM of the
   caller, and kills what is left of it at its end;
@@ -110,6 +112,8 @@ class Spec:
     """Folders below ``/tmp`` or ``/var/tmp`` that stay visible (the store's, the venvs')."""
     disk: wall_disk.Disk | None = None
     """What it may write into its folders (``wall_disk``), None: not counted."""
+    fenced: list[str] = field(default_factory=list)
+    """Folders read-only to it but for its counted folders and ``cwd`` (``shm.fence``)."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +331,7 @@ def _walled(spec: Spec, verdict: int) -> int:
             elif limits.network == "own":
                 isolate_network()
             shm.private_mounts(limits.memory_bytes, 1 << 16, spec.keep)
+            shm.fence(spec.fenced, [*(spec.disk.counted if spec.disk else []), spec.cwd])
         if spec.disk is not None:
             count = wall_disk.Count(spec.disk)
         file_bytes = None if spec.disk is None else spec.disk.bytes
