@@ -42,7 +42,7 @@ from tests.backends.slurm_serve import (
     team_serve,
 )
 from tests.backends.test_slurm_evictions import UNITS, preempt, traced_sweep
-from tests.e2e.service import Service, run_of, submit
+from tests.e2e.service import Service, run_of, submit, wait_until_ended
 from tests.polling import wait_for
 
 pytestmark = [
@@ -263,3 +263,37 @@ def test_a_serve_restarted_mid_run_goes_on_with_its_jobs(served, folder):
 
     assert not evictions(task)
     assert once(served, run_id, job)
+
+
+@pytest.mark.parametrize("served", ["on"], indirect=True, ids=["acct"])
+def test_a_reason_that_clears_is_the_tasks_why_waiting_in_the_api(served, folder):
+    """Both nodes taken whole by a run's two tasks: the next run's task waits, and the API
+    says why in Slurm's words (``Resources``, or ``Priority`` behind another job) until the
+    nodes are free; then it runs."""
+    (folder / "gate").touch()
+    hold = ["sh", "-c", f"while [ -e {folder / 'gate'} ]; do sleep 0.1; done"]
+    whole = {"command": hold, "cores": 2}
+    with served.client() as alice:
+        first = submit(alice, {"tasks": {"a": whole, "b": whole}})
+        wait_for(
+            lambda: [j["state"] for j in jobs_of(served.service, first)] == ["RUNNING"] * 2,
+            timeout_s=120,
+            interval_s=0.5,
+            what="both nodes taken",
+            details=served.details,
+        )
+        second = submit(alice, {"tasks": {"next": {"command": ["true"], "cores": 2}}})
+        why = wait_for(
+            lambda: (
+                run_of(alice, second)["tasks"][0]["message"].startswith("Slurm: ")
+                and run_of(alice, second)["tasks"][0]["message"]
+            ),
+            timeout_s=60,
+            interval_s=0.5,
+            what="the task to say why it waits",
+            details=served.details,
+        )
+        assert why in {"Slurm: Resources", "Slurm: Priority"}
+        (folder / "gate").unlink()
+        ended = [wait_until_ended(alice, run, interval_s=1)["state"] for run in (first, second)]
+    assert ended == ["succeeded", "succeeded"]
