@@ -171,3 +171,26 @@ def test_a_job_an_administrator_must_release_fails_after_the_timeout_naming_why(
     [attempt] = backend.status(workflow_name(f"h{cause}")).failed["stuck"]
     reason = "JobHeldAdmin" if cause == "held" else "ReqNodeNotAvail, UnavailableNodes:n1"
     assert f"reason {reason}, which clears only when an administrator acts" in attempt.message
+
+
+def test_a_job_past_its_partitions_time_limit_fails_after_the_timeout_naming_it(
+    tmp_path, slurm_conf
+):
+    """A partition whose MaxTime is shorter than the job's time limit: Slurm accepts the job
+    (EnforcePartLimits=NO, its default) and leaves it pending with reason
+    PartitionTimeLimit until an administrator acts."""
+    backend = make_backend(tmp_path / "store", slurm_conf)
+    backend.pending_timeout_s = 3
+    short = "simrun-short"
+    backend.where = backend.submitter.where = Placement(partition=short, time_limit="10")
+    slurm_command(slurm_conf, "scontrol", "create", f"PartitionName={short}", "Nodes=ALL",
+                  "MaxTime=1", "State=UP")  # fmt: skip
+    try:
+        submit(backend, "t1", {"stuck": {"command": shell("true")}})
+        assert wait_phase(backend, "t1", {"Failed"}, node="stuck") == "Failed"
+    finally:
+        slurm_command(slurm_conf, "scontrol", "delete", f"PartitionName={short}")
+    [attempt] = backend.status(workflow_name("t1")).failed["stuck"]
+    assert "reason PartitionTimeLimit, which clears only when an administrator acts" in (
+        attempt.message
+    )

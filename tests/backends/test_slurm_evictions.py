@@ -1,6 +1,8 @@
-"""Evictions on the real Slurm cluster, through the service: a requeued and a preempted job
-count as evictions, and no unit the ledger had finished is computed again; a ``slurmd`` killed
-mid-run and started again costs nothing."""
+"""Evictions on the real Slurm cluster, through the service's control loop: a ``slurmd``
+killed mid-run and started only after Slurm declared its node down; its job is requeued (an
+eviction) and no unit the ledger had finished is computed again. (A requeue, a preemption
+and a ``slurmd`` started again at once, through ``simrun serve`` on both clusters:
+``test_slurm_serve_faults.py``, which uses the sweep and the preemption of this module.)"""
 
 from __future__ import annotations
 
@@ -16,12 +18,11 @@ from harness.ledger import Ledger
 from runs.backends.base import workflow_name
 from runs.backends.slurm.backend import SlurmBackend
 from runs.common import store
-from runs.models import Attempt, RunState, Task
+from runs.models import Attempt, RunState
 from tests.backends.slurm_cluster import (
     cluster,
     cluster_state,
     emptied_cluster,
-    job_state,
     make_backend,
     run_to_end,
     service_pass,
@@ -93,38 +94,6 @@ def preempt(conf: str) -> str:
     return slurm_command(conf, *argv, "--wrap", "sleep 300").strip()
 
 
-@pytest.mark.parametrize("evict", ["requeue", "preempt"])
-def test_an_evicted_sweep_goes_on_without_redoing_a_finished_unit(evict, slurm, owner, tmp_path):
-    run, job = running_sweep(slurm, owner, tmp_path)
-    urgent = ""
-    if evict == "requeue":
-        slurm_command(slurm.slurm.conf, "scontrol", "requeue", job)
-    else:
-        urgent = preempt(slurm.slurm.conf)
-    wait_for(lambda: job_state(slurm.slurm.conf, job) == "PENDING", what="the eviction")
-    finished = done_units(run.id)
-    assert 1 <= len(finished) <= 3
-    (tmp_path / "gate").unlink()
-    if urgent:
-        slurm_command(slurm.slurm.conf, "scancel", urgent)
-    # Slurm holds a requeued job until its credential expires (cred_expire): start it now.
-    slurm_command(slurm.slurm.conf, "scontrol", "update", f"JobId={job}", "StartTime=now")
-
-    done = run_to_end(slurm, run)
-
-    assert done.state == RunState.SUCCEEDED, done.message
-    computed = Counter(int(line) for line in (tmp_path / "trace").read_text().split())
-    assert set(computed) == set(range(UNITS))
-    assert {unit: computed[unit] for unit in finished} == dict.fromkeys(finished, 1)
-    task = Task.objects.get(run=run, task_id="sim")
-    assert task.units_done == UNITS
-    # One eviction a requeue of Slurm's, of any job of the run: on a loaded machine a
-    # preemption may come twice, or reach the merge too.
-    evicted = Attempt.objects.filter(task=task, evicted=True).order_by("attempt")
-    assert evicted.count() == requeues(slurm, run.id) >= 1
-    assert evicted[0].attempt == 0
-
-
 def restarts(conf: str, job: str) -> int:
     """How often Slurm requeued a job (squeue's RestartCnt)."""
     out = slurm_command(conf, "squeue", "-h", "-t", "all", "-j", job, "-O", "RestartCnt")
@@ -137,11 +106,9 @@ def requeues(slurm: SlurmBackend, run_id: str) -> int:
     return sum(restarts(slurm.slurm.conf, job.job_id) for job in jobs)
 
 
-@pytest.mark.parametrize("restart", ["at-once", "after-node-fail"])
-def test_a_slurmd_killed_mid_run_loses_no_finished_unit(restart, slurm, owner, tmp_path):
-    """Started again at once (as an init system does), the job goes on as if nothing happened;
-    started only after its node was declared down, the job was requeued: an eviction, with no
-    finished unit computed again."""
+def test_a_slurmd_killed_until_its_node_failed_loses_no_finished_unit(slurm, owner, tmp_path):
+    """Started again only after its node was declared down, the job was requeued: one
+    eviction, with no finished unit computed again."""
     run, job = running_sweep(slurm, owner, tmp_path)
     [host] = {j.host for j in slurm.ledger.read(workflow_name(run.id)).jobs}
     pid = int((STATE / f"slurmd-{host}.pid").read_text())
@@ -149,17 +116,16 @@ def test_a_slurmd_killed_mid_run_loses_no_finished_unit(restart, slurm, owner, t
     try:
         wait_for(lambda: not Path(f"/proc/{pid}").exists(), what=f"slurmd {host} to die")
         finished = done_units(run.id)
-        if restart == "after-node-fail":
-            # Declared down at once, as Slurm does SlurmdTimeout later (30 s here) and an
-            # administrator does on seeing it: the node's jobs are requeued either way.
-            down = [f"NodeName={host}", "State=DOWN", "Reason=slurmd killed by a test"]
-            slurm_command(slurm.slurm.conf, "scontrol", "update", *down)
-            wait_for(
-                lambda: (service_pass(slurm, run), restarts(slurm.slurm.conf, job))[1] == 1,
-                timeout_s=180,
-                interval_s=1,
-                what="Slurm to requeue the job of the failed node",
-            )
+        # Declared down at once, as Slurm does SlurmdTimeout later (30 s here) and an
+        # administrator does on seeing it: the node's jobs are requeued either way.
+        down = [f"NodeName={host}", "State=DOWN", "Reason=slurmd killed by a test"]
+        slurm_command(slurm.slurm.conf, "scontrol", "update", *down)
+        wait_for(
+            lambda: (service_pass(slurm, run), restarts(slurm.slurm.conf, job))[1] == 1,
+            timeout_s=180,
+            interval_s=1,
+            what="Slurm to requeue the job of the failed node",
+        )
         assert service_pass(slurm, run).state == RunState.RUNNING
     finally:
         start_cluster()  # starts the slurmd again, as a site's init system would
@@ -174,10 +140,6 @@ def test_a_slurmd_killed_mid_run_loses_no_finished_unit(restart, slurm, owner, t
     computed = Counter(int(line) for line in (tmp_path / "trace").read_text().split())
     assert set(computed) == set(range(UNITS))
     assert {unit: computed[unit] for unit in finished} == dict.fromkeys(finished, 1)
-    # One eviction a requeue of Slurm's: a slurmd started again at once may still come back
-    # after Slurm declared its node down on a loaded machine, and its job is requeued then.
     evicted = Attempt.objects.filter(task__run=run, evicted=True)
-    assert evicted.count() == requeues(slurm, run.id)
-    if restart == "after-node-fail":
-        assert evicted.count() == 1
+    assert evicted.count() == requeues(slurm, run.id) == 1
     assert not Attempt.objects.filter(task__run=run, evicted=False).exclude(phase="Succeeded")

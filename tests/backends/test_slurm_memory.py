@@ -42,12 +42,18 @@ def test_a_kill_for_memory_is_retried_once_with_the_retry_memory(backend):
     ]
 
 
-def test_a_second_kill_with_the_retry_memory_fails_the_node(backend):
-    submit(backend, "m2", {"big": {"command": alloc(900)}}, {"big": plan(retry_memory_gb=0.5)})
-    assert wait_phase(backend, "m2", {"Failed"}, node="big", timeout_s=180) == "Failed"
-    failed = backend.status(workflow_name("m2")).failed["big"]
+@pytest.mark.parametrize("retry_gb", [0.5, 0.25], ids=["larger", "at-the-limit"])
+def test_a_second_kill_with_the_retry_memory_fails_the_node(backend, retry_gb):
+    """Also where the plan is at the limit (the largest node's memory, which the retry
+    memory cannot exceed: retry = plan, issue 47): the second kill ends the node all the
+    same, with no third attempt."""
+    run = f"m2{retry_gb * 100:.0f}"  # a job name of its own: an earlier one is not adopted
+    plans = {"big": plan(retry_memory_gb=retry_gb)}
+    submit(backend, run, {"big": {"command": alloc(900)}}, plans)
+    assert wait_phase(backend, run, {"Failed"}, node="big", timeout_s=180) == "Failed"
+    failed = backend.status(workflow_name(run)).failed["big"]
     assert [(a.attempt, a.oom_killed, a.memory_gb) for a in failed] == [
         (0, True, 0.25),
-        (1, True, 0.5),
+        (1, True, retry_gb),
     ]
-    assert len(backend.ledger.read(workflow_name("m2")).jobs) == 2
+    assert len(backend.ledger.read(workflow_name(run)).jobs) == 2

@@ -1,15 +1,15 @@
-"""What Slurm does to jobs from outside, on the real cluster: a requeue is an eviction, a
-stopped controller loses and fails nothing, a job forgotten without accounting is retried."""
+"""What Slurm does to jobs from outside, on the real cluster: a requeue is an eviction whose
+next attempt has a log of its own; a restarted service adopts a job its record lacks. (A
+stopped controller and jobs Slurm forgot without accounting: ``test_slurm_commands.py`` and,
+through ``simrun serve``, ``test_slurm_serve_faults.py``.)"""
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 
-from runs.backends.base import BackendUnavailable, workflow_name
+from runs.backends.base import workflow_name
 from runs.backends.slurm.backend import SlurmBackend
 from tests.backends.slurm_cluster import (
     cluster,
@@ -17,13 +17,10 @@ from tests.backends.slurm_cluster import (
     make_backend,
     shell,
     slurm_command,
-    start_cluster,
     submit,
     wait_phase,
 )
 from tests.polling import wait_for
-
-CONTROLLER_PID = Path("/var/lib/simrun-slurm/simrun/run/slurmctld.pid")
 
 
 @pytest.fixture(scope="session")
@@ -58,43 +55,6 @@ def test_a_requeued_job_is_an_eviction_and_runs_again_as_the_next_attempt(backen
     assert "attempt 0" in (logs / "work-0.log").read_text()
     assert "attempt 1" in (logs / "work-1.log").read_text()
     assert [p.attempt for p in backend.logs(workflow_name("r1"), "work")] == [0, 1]
-
-
-def test_a_stopped_controller_loses_nothing_and_fails_nothing(backend, slurm_conf):
-    submit(backend, "k1", {"work": {"command": shell("sleep 6")}})
-    wait_phase(backend, "k1", {"Running"}, node="work")
-    pid = int(CONTROLLER_PID.read_text())
-    os.kill(pid, signal.SIGTERM)
-    try:
-        wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="slurmctld to stop")
-        with pytest.raises(BackendUnavailable):
-            backend.poll(force=True)
-        # The status is the ledger's meanwhile: nothing failed.
-        assert backend.status(workflow_name("k1")).tasks == {"work": "Running"}
-    finally:
-        start_cluster()
-    assert wait_phase(backend, "k1", {"Succeeded", "Failed"}) == "Succeeded"
-
-
-def test_without_accounting_a_job_slurm_forgot_is_resolved_from_its_log(tmp_path):
-    conf = cluster("--accounting=off")  # MinJobAge=30 there
-    backend = make_backend(tmp_path / "store", conf, poll_s=3600)
-    tasks = {"ok": {"command": shell("true")}, "bad": {"command": shell("exit 3")}}
-    submit(backend, "a1", tasks)
-    jobs = {j.node: j.job_id for j in backend.ledger.read(workflow_name("a1")).jobs}
-    # The service polls no more until Slurm forgot both jobs (as if it was down meanwhile).
-    wait_for(
-        lambda: not any(job_state(conf, job) for job in jobs.values()),
-        timeout_s=180,
-        interval_s=1,
-        what="Slurm to forget the jobs",
-    )
-    backend.poll(force=True)
-    status = backend.status(workflow_name("a1"))
-    assert status.tasks == {"ok": "Succeeded", "bad": "Failed"}
-    [failed] = status.failed["bad"]
-    assert failed.exit_code == 3 and not failed.evicted
-    assert len(backend.ledger.read(workflow_name("a1")).jobs) == 2
 
 
 def test_a_restarted_service_finds_its_jobs_by_name_and_goes_on(backend, slurm_conf):

@@ -6,34 +6,30 @@ merge; a kill for memory retried once, a second kill failing the run; a cancel."
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from runs.backends.base import workflow_name
 from runs.backends.slurm.packages import BUILD_NODE
 from tests.backends.packages import write_wheel
 from tests.backends.slurm_cluster import (
-    PARTITION,
     TEAM_LOGIN,
     cluster,
     cluster_state,
     emptied_cluster,
     job_state,
 )
+from tests.backends.slurm_serve import jobs_of, ledger_of, team_serve
 from tests.e2e.service import (
     Service,
+    run_of,
     submit,
-    task_user_serve,
     wait_until_ended,
     wait_until_state,
 )
@@ -51,8 +47,6 @@ PACKAGES = {
     "environment": {"packages": ["pkgdemo"]},
     "tasks": {"use": {"command": IMPORTS}},
 }
-UID_BASE = 390000
-"""The local backend's task users (unused on Slurm; serve checks them all the same)."""
 
 
 @pytest.fixture(scope="module")
@@ -68,31 +62,9 @@ def index() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def team(index: Path) -> Iterator[tuple[Service, str]]:
     """The team's serve on the cluster and the token of alice, mapped to the team's login."""
-    slurm = {
-        "PIP_FIND_LINKS": str(index),
-        "PIP_NO_INDEX": "1",
-        "SIMRUN_BACKEND": "slurm",
-        "SIMRUN_SLURM_CONF": emptied_cluster(cluster()),
-        "SIMRUN_SLURM_PARTITION": PARTITION,
-        "SIMRUN_SLURM_TIME_LIMIT": "10",
-        "SIMRUN_SLURM_POLL_S": "1",
-        "SIMRUN_POLL_S": "1",
-    }
-    with task_user_serve(UID_BASE, **slurm) as service:
-        done = subprocess.run(
-            [service.simrun, "user", "alice", "--login", TEAM_LOGIN],
-            env=service.env(),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        yield service, done.stdout.split("token: ")[1].split()[0]
-
-
-def jobs_of(service: Service, run_id: str) -> list[dict[str, Any]]:
-    """The Slurm jobs the serve submitted for a run, from its record of them."""
-    ledger = service.store / "slurm" / "runs" / f"{workflow_name(run_id)}.json"
-    return list(json.loads(ledger.read_text())["jobs"])
+    conf = emptied_cluster(cluster())
+    with team_serve(conf, PIP_FIND_LINKS=str(index), PIP_NO_INDEX="1") as served:
+        yield served
 
 
 def test_the_readmes_demo_and_a_run_with_packages_succeed_through_simrun_serve_on_slurm(team):
@@ -116,8 +88,7 @@ def test_the_readmes_demo_and_a_run_with_packages_succeed_through_simrun_serve_o
         run_id = submit(alice, PACKAGES)
         run = wait_until_ended(alice, run_id, timeout_s=300, interval_s=1)
         assert run["state"] == "succeeded", run
-    ledger = service.store / "slurm" / "runs" / f"{workflow_name(run_id)}.json"
-    kept = json.loads(ledger.read_text())
+    kept = ledger_of(service, run_id)
     assert [job["node"] for job in kept["jobs"]] == [BUILD_NODE, "use"]
     venv = Path(kept["environment"])
     assert venv.stat().st_uid == pwd.getpwnam(TEAM_LOGIN).pw_uid
@@ -188,3 +159,19 @@ def test_a_cancel_ends_the_runs_job(team):
         what=f"Slurm to cancel job {job['job_id']}",
         details=lambda: cluster_state(conf),
     )
+
+
+def test_the_harness_measures_the_peak_memory_of_the_jobs_own_cgroup(team):
+    """A split task whose one unit touches 160 MiB in a pool process of the harness, not in
+    the harness itself: the job's cgroup holds both (``SIMRUN_MEMORY_SOURCE=cgroup``), so
+    the attempt's peak is 160 MiB or more, and under the job's 0.5 GiB."""
+    service, token = team
+    task = {"type": "alloc", "settings": {"units": 1, "mb": 160}, "memory": {"gb": 0.5}}
+    with service.client(token) as alice:
+        run_id = submit(alice, {"tasks": {"hold": task}})
+        run = wait_until_ended(alice, run_id, timeout_s=120, interval_s=1)
+        assert run["state"] == "succeeded", run
+        [task] = run_of(alice, run_id)["tasks"]
+    [attempt] = [a for a in task["attempts"] if a["worker"] == "hold-w0"]
+    assert 160 << 20 <= (attempt["peak_bytes"] or 0) < 512 << 20, task["attempts"]
+    assert {job["state"] for job in jobs_of(service, run_id)} == {"COMPLETED"}

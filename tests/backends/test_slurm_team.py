@@ -99,8 +99,14 @@ def test_a_team_run_on_a_reserved_node_runs_there_as_its_login(team):
         team.unreserve(node, "t8")
 
 
-def test_packages_the_login_cannot_build_with_this_python_are_refused_naming_why(team):
-    # The tests' Python lives under /root, which the login cannot cross.
+def test_packages_the_login_cannot_build_with_this_python_are_refused_naming_why(
+    team, tmp_path, monkeypatch
+):
+    # This service's Python in a folder the login cannot cross (pytest's, below
+    # /tmp/pytest-of-root), as one under /root is: wherever the tests' own Python is.
+    python = tmp_path / "python3"
+    python.touch()
+    monkeypatch.setattr(sys, "executable", str(python))
     with pytest.raises(ValueError, match="environment.packages: the venv of the packages is"):
         submit(team, "t9", {"say": {"command": ["true"]}}, login=TEAM_LOGIN, packages=("x",))
     with pytest.raises(KeyError):
