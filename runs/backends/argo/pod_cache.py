@@ -19,14 +19,11 @@ from typing import Any
 from kubernetes.watch import Watch
 
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.informer import Informer, watch_arguments
+from runs.backends.argo.informer import watch_arguments
 from runs.backends.argo.manifest import runs_selector
+from runs.backends.argo.namespace_cache import PAGE_SIZE, NamespaceCache
 
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
-PAGE_SIZE = 500
-"""Pods per page of the list: a large list in one answer weighs on the API server."""
-SYNC_WAIT_S = 10.0
-"""How long the first read of the pods in a process waits for the cache's first list."""
 KEPT_ANNOTATIONS = frozenset({"workflows.argoproj.io/node-name"})
 """The annotations read of a pod: Argo's node name (its DAG node and attempt)."""
 KEPT_ENV = frozenset({"SIMRUN_WORKER", "SIMRUN_ATTEMPT"})
@@ -81,22 +78,11 @@ def _labels(pod: dict[str, Any]) -> dict[str, str]:
     return labels
 
 
-class PodCache(Informer[dict[str, Any]]):
+class PodCache(NamespaceCache):
     """The runs' pods by name (those of this service's Argo controller: ``runs_selector``)."""
 
-    def __init__(
-        self,
-        clients: Clients,
-        *,
-        backoff_s: float,
-        watch_timeout_s: int,
-        sync_wait_s: float = SYNC_WAIT_S,
-    ) -> None:
-        super().__init__(self._list_page, self._watch_from, slim, backoff_s=backoff_s, kind="pods")
-        self.clients = clients
-        self.watch_timeout_s = watch_timeout_s
-        self.sync_wait_s = sync_wait_s
-        self._watch: Watch | None = None
+    def __init__(self, clients: Clients, **settings: Any) -> None:
+        super().__init__(clients, slim, kind="pods", **settings)
 
     def pods(self) -> list[dict[str, Any]]:
         """Every run pod; the first call in a process starts the cache and waits for its list.
@@ -110,13 +96,6 @@ class PodCache(Informer[dict[str, Any]]):
     def of_workflow(self, name: str) -> list[dict[str, Any]]:
         """The pods of a Workflow (``pods``)."""
         return [p for p in self.pods() if _labels(p).get(WORKFLOW_LABEL) == name]
-
-    def close(self, timeout_s: float = 0.0) -> None:
-        """Stop the watch, at once."""
-        super().close()
-        if self._watch is not None:
-            self._watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
-        super().close(timeout_s)
 
     def _list_page(self, token: str | None) -> dict[str, Any]:
         """A page of the runs' pods as the API server wrote them (JSON: the client's models

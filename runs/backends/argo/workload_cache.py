@@ -18,15 +18,12 @@ from kubernetes.watch import Watch
 
 from runs.backends.argo.capacity import KUEUE_GROUP, KUEUE_VERSION
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.informer import Informer, watch_arguments
+from runs.backends.argo.informer import watch_arguments
+from runs.backends.argo.namespace_cache import PAGE_SIZE, NamespaceCache
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """The label of a Kueue Workload naming the uid of its pod."""
 PLURAL = "workloads"
-PAGE_SIZE = 500
-"""Workloads per page of the list: a large list in one answer weighs on the API server."""
-SYNC_WAIT_S = 10.0
-"""How long the first read of the Workloads in a process waits for the cache's first list."""
 CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
 
 
@@ -53,25 +50,12 @@ def slim(workload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class WorkloadCache(Informer[dict[str, Any]]):
+class WorkloadCache(NamespaceCache):
     """The Workloads of the pods of the runs' namespace by name (those Kueue's pod integration
     made: labelled with their pod's uid)."""
 
-    def __init__(
-        self,
-        clients: Clients,
-        *,
-        backoff_s: float,
-        watch_timeout_s: int,
-        sync_wait_s: float = SYNC_WAIT_S,
-    ) -> None:
-        super().__init__(
-            self._list_page, self._watch_from, slim, backoff_s=backoff_s, kind="workloads"
-        )
-        self.clients = clients
-        self.watch_timeout_s = watch_timeout_s
-        self.sync_wait_s = sync_wait_s
-        self._watch: Watch | None = None
+    def __init__(self, clients: Clients, **settings: Any) -> None:
+        super().__init__(clients, slim, kind="workloads", **settings)
 
     def of_pods(self, uids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The Workloads of the pods of these uids, by pod uid; the first call in a process
@@ -88,13 +72,6 @@ class WorkloadCache(Informer[dict[str, Any]]):
             if uid in wanted:
                 found[uid] = workload
         return found
-
-    def close(self, timeout_s: float = 0.0) -> None:
-        """Stop the watch, at once."""
-        super().close()
-        if self._watch is not None:
-            self._watch.stop()  # type: ignore[no-untyped-call]  # kubernetes.watch is unannotated
-        super().close(timeout_s)
 
     def _list_page(self, token: str | None) -> dict[str, Any]:
         """A page of the Workloads of the namespace's pods."""
