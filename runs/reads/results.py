@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from django.conf import settings
 
@@ -46,6 +46,7 @@ BOOKKEEPING = ("unit", "exit_code", "seconds", "peak_gib", "error")
 """The columns the merge adds around the parameters and the result fields."""
 ORDERS_KEPT = 4
 """The orders of a table kept (the most recently asked): each holds an index a row."""
+_ORDERS_LOCK = threading.Lock()
 INTEGER_DIGITS = 18
 """An integer cell of more digits is given as a float (Python refuses to parse huge ones)."""
 
@@ -90,13 +91,13 @@ class Results:
     partial: bool = False
     """The rows of the units a task finished before it ended unmerged (``read_partial``)."""
     orders: dict[tuple[str | None, bool], list[int]] = field(default_factory=dict, repr=False)
+    """The orders asked so far, the most recent last: a table is read by many requests."""
     views: dict[tuple[str, str], Results] = field(default_factory=dict, repr=False)
     """The views made of it (``table_views.view``: filtered, averaged), most recent last."""
     sources: list[Results] = field(default_factory=list, repr=False)
     """The tables a combined one was made of (``runs.reads.comparison``), held while it is."""
     grouped: tuple[str, ...] | None = None
     """The parameters of an averaged view (its first columns); None for a table as read."""
-    """The orders asked so far, kept: a table is read by many requests."""
 
     def numeric(self, column: str) -> bool:
         return column in self.numbers
@@ -127,11 +128,17 @@ class Results:
         """The indexes of the rows sorted by a column (numbers as numbers), cells without a
         value last whatever the direction; equal cells keep the unit order."""
         key = (column, descending)
-        kept = self.orders.pop(key, None)
-        self.orders[key] = kept if kept is not None else self._sorted(column, descending=descending)
-        while len(self.orders) > ORDERS_KEPT:  # a row index each: sorts on every column add up
-            self.orders.pop(next(iter(self.orders)))
-        return self.orders[key]
+        with _ORDERS_LOCK:  # a table read is shared by the requests of every thread
+            kept = self.orders.pop(key, None)
+            if kept is not None:
+                self.orders[key] = kept
+                return kept
+        made = self._sorted(column, descending=descending)
+        with _ORDERS_LOCK:
+            self.orders[key] = made
+            while len(self.orders) > ORDERS_KEPT:  # a row index each: sorts on every column add up
+                self.orders.pop(next(iter(self.orders)))
+        return made
 
     def _sorted(self, column: str | None, *, descending: bool) -> list[int]:
         indexes = list(range(len(self.rows)))
@@ -253,6 +260,14 @@ class ParsedTables:
 PARSED = ParsedTables(settings.SIMRUN_RESULTS_CACHE_MB * 2**20)
 
 
+class Parser(Protocol):
+    """Reads a table from a file's bytes (at most the budget's and one), knowing its size."""
+
+    __name__: str
+
+    def __call__(self, data: bytes, limits: Limits, *, size: int) -> Results: ...
+
+
 def read_results(folder: TaskFolder, limits: Limits | None = None) -> Results | None:
     """A task's results table within the budgets; None when it has none. Parsed once while
     its file is unchanged (``PARSED``)."""
@@ -260,18 +275,7 @@ def read_results(folder: TaskFolder, limits: Limits | None = None) -> Results | 
     file = open_results(folder)
     if file is None:
         return None
-    with file:
-        st = os.fstat(file.fileno())
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, limits)
-        if (kept := PARSED.get(key)) is not None:
-            return kept
-        with PARSED.parsing(key):
-            if (kept := PARSED.get(key)) is not None:
-                return kept
-            data = file.read(limits.max_bytes + 1)
-            results = parse(data, limits, size=st.st_size)
-            PARSED.put(key, results, cost=len(data))
-    return results
+    return _parsed_once(file, parse, limits)
 
 
 def read_partial(folder: TaskFolder, limits: Limits | None = None) -> Results | None:
@@ -286,16 +290,23 @@ def read_partial(folder: TaskFolder, limits: Limits | None = None) -> Results | 
         return None
     except OSError as error:
         raise Unreadable(f"{UNIT_ROWS} is not a regular file the service reads ({error})") from None
+    return _parsed_once(file, parse_rows, limits)
+
+
+def _parsed_once(file: BinaryIO, parser: Parser, limits: Limits) -> Results:
+    """The table of an open file (closed here) as ``parser`` reads it, from ``PARSED`` while
+    the file is unchanged; requests for it at once wait for one parse."""
     with file:
         st = os.fstat(file.fileno())
-        key = ("rows", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, limits)
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        key = (parser.__name__, stamp, limits)
         if (kept := PARSED.get(key)) is not None:
             return kept
         with PARSED.parsing(key):
             if (kept := PARSED.get(key)) is not None:
                 return kept
             data = file.read(limits.max_bytes + 1)
-            results = parse_rows(data, limits, size=st.st_size)
+            results = parser(data, limits, size=st.st_size)
             PARSED.put(key, results, cost=len(data))
     return results
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import sys
 import threading
 import time
 import tracemalloc
@@ -108,3 +109,38 @@ def test_sixteen_requests_at_once_on_one_table_parse_it_once_and_me_answers(
         f"{after_sixteen / 2**20:.0f} MiB traced after {REQUESTS}, "
         f"{after_thirty_two / 2**20:.0f} MiB after {2 * REQUESTS}"
     )
+
+
+def test_threads_sorting_one_table_at_once_each_get_their_order():
+    """The table a parse made is shared by the requests of every thread: sorts on more
+    columns than it keeps, asked at once, each answer its own order and never an error."""
+    columns = tuple(f"c{i}" for i in range(3 * tables.ORDERS_KEPT))
+    rows = [tuple(str((r * (i + 3)) % 97) for i in range(len(columns))) for r in range(200)]
+    table = tables.Results(columns, rows, len(rows), True, 0)
+    expected = {
+        c: sorted(range(len(rows)), key=lambda r, i=i: rows[r][i]) for i, c in enumerate(columns)
+    }
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # a switch between almost every bytecode: the race shows
+    errors: list[BaseException] = []
+    go = threading.Barrier(8)
+
+    def sorts(offset: int) -> None:
+        go.wait()
+        try:
+            for n in range(400):
+                column = columns[(offset + n) % len(columns)]
+                assert table.order(column) == expected[column]
+        except BaseException as error:  # noqa: BLE001  # reported below, with its thread's
+            errors.append(error)
+
+    try:
+        threads = [threading.Thread(target=sorts, args=(k,)) for k in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(table.orders) <= tables.ORDERS_KEPT
