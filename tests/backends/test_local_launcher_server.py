@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,22 @@ def test_a_server_that_died_is_started_again_at_the_next_launch(backend):
         wait_for(lambda: ended(backend, "d2"), what="the second run")
     assert phase(backend, "d2") == "Succeeded"
     assert SERVER.process is not None and SERVER.process.pid != dead.pid
+
+
+def test_a_launch_after_the_python_changed_runs_under_the_new_one(backend, monkeypatch):
+    """The server runs the Python of its start: when the service's Python is another (a serve
+    whose task users need a Python they can reach), the next launch starts a server of it."""
+    with stepping(backend):
+        submit(backend, "p1", {"t": {"command": ["true"]}})
+        wait_for(lambda: ended(backend, "p1"), what="the first run")
+        assert SERVER.process is not None
+        first = SERVER.process.pid
+        # Another name of the same venv's Python: a Python of its own, its packages the same.
+        names = [Path(sys.executable).with_name(n) for n in ("python3", "python3.11", "python")]
+        other = next(n for n in names if n.exists() and str(n) != sys.executable)
+        monkeypatch.setattr(sys, "executable", str(other))
+        submit(backend, "p2", {"t": {"command": ["true"]}})
+        wait_for(lambda: ended(backend, "p2"), what="the second run")
+        assert SERVER.process is not None and SERVER.process.pid != first
+        assert SERVER.process.args[0] == str(other)
+    assert phase(backend, "p2") == "Succeeded"

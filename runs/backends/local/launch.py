@@ -86,6 +86,8 @@ class LauncherServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.env: dict[str, str] | None = None
         """The environment the server was started with, its launchers'."""
+        self.python: str | None = None
+        """The Python the server runs, its launchers' (and their builds')."""
         os.register_at_fork(after_in_child=self._forked)
 
     def hand(self, launch_fd: int, logs: int, log: int) -> int:
@@ -94,11 +96,11 @@ class LauncherServer:
         gone while it was handed raises ``ConnectionError`` (a launcher may have started: the
         step records the attempt lost if none names itself)."""
         with self.lock:
-            env = launcher_env()
-            if env != self.env:  # a launcher gets the environment of its launch's time
+            env, python = launcher_env(), sys.executable
+            if (env, python) != (self.env, self.python):  # a launcher gets those of its time
                 self.forget()
             for again in (True, False):
-                peer = self.peer or self._start(env)
+                peer = self.peer or self._start(env, python)
                 try:
                     peer.sendmsg([b"L"], launcher_server.rights(launch_fd, logs, log))
                 except OSError:
@@ -113,11 +115,11 @@ class LauncherServer:
                     raise
             raise AssertionError("unreachable")
 
-    def _start(self, env: dict[str, str]) -> socket.socket:
+    def _start(self, env: dict[str, str], python: str) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, str(LAUNCHER), str(theirs.fileno())],
+                [python, str(LAUNCHER), str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
@@ -126,7 +128,7 @@ class LauncherServer:
             )
         finally:
             theirs.close()
-        self.peer, self.env = ours, env
+        self.peer, self.env, self.python = ours, env, python
         return ours
 
     def _forked(self) -> None:
@@ -135,7 +137,7 @@ class LauncherServer:
         self.lock = threading.Lock()
         if self.peer is not None:
             self.peer.close()
-        self.peer, self.process, self.env = None, None, None
+        self.peer, self.process, self.env, self.python = None, None, None, None
 
     def forget(self) -> None:
         """Close this process's end (the server then exits) and reap the server if it ended."""
@@ -144,7 +146,7 @@ class LauncherServer:
             self.peer = None
         if self.process is not None:
             self.process.poll()
-        self.process, self.env = None, None
+        self.process, self.env, self.python = None, None, None
 
 
 SERVER = LauncherServer()
