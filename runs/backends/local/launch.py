@@ -96,11 +96,11 @@ class LauncherServer:
         gone while it was handed raises ``ConnectionError`` (a launcher may have started: the
         step records the attempt lost if none names itself)."""
         with self.lock:
-            env, python = launcher_env(), sys.executable
-            if (env, python) != (self.env, self.python):  # a launcher gets those of its time
+            env = launcher_env()
+            if (env, sys.executable) != (self.env, self.python):  # those of the launch's time
                 self.forget()
             for again in (True, False):
-                peer = self.peer or self._start(env, python)
+                peer = self.peer or self._start(env)
                 try:
                     peer.sendmsg([b"L"], launcher_server.rights(launch_fd, logs, log))
                 except OSError:
@@ -115,11 +115,11 @@ class LauncherServer:
                     raise
             raise AssertionError("unreachable")
 
-    def _start(self, env: dict[str, str], python: str) -> socket.socket:
+    def _start(self, env: dict[str, str]) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [python, str(LAUNCHER), str(theirs.fileno())],
+                [sys.executable, str(LAUNCHER), str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
@@ -128,7 +128,7 @@ class LauncherServer:
             )
         finally:
             theirs.close()
-        self.peer, self.env, self.python = ours, env, python
+        self.peer, self.env, self.python = ours, env, sys.executable
         return ours
 
     def _forked(self) -> None:
