@@ -101,12 +101,7 @@ def cross_validate(traces: dict[str, list[replay.Task]]) -> list[str]:
     """The folds (chosen on the other traces, scored on the one held out) beside the policy
     without the cap, the folds together, the grid, and the verdict."""
     stems = list(traces)
-    best: dict[str, replay.Figures] = {}
-    names: dict[str, str] = {}
-    for stem, tasks in traces.items():
-        columns = {name: replay.figures_of(name, tasks) for name in replay.BASELINES}
-        names[stem] = replay.best_baseline(columns) or ""
-        best[stem] = columns[names[stem]]
+    best, names = replay.best_baselines(traces)
     scored = [Scored(p, {s: figures_at(p, t) for s, t in traces.items()}) for p in points()]
     off = scored[0]
     lines = [

@@ -201,12 +201,7 @@ def cross_validate(paths: dict[str, Path], traces: dict[str, list[replay.Task]])
     """The folds (chosen on the other traces, scored on the one held out), each target per
     fold and over the folds, and whether the shipped defaults are the choice on every trace."""
     stems = list(traces)
-    best: dict[str, replay.Figures] = {}
-    names: dict[str, str] = {}
-    for stem, tasks in traces.items():
-        columns = {name: replay.figures_of(name, tasks) for name in replay.BASELINES}
-        names[stem] = replay.best_baseline(columns) or ""
-        best[stem] = columns[names[stem]]
+    best, names = replay.best_baselines(traces)
     scores = Scores(paths)
     lines = [
         "cross-validation of every constant: each fold chooses them one at a time on the "

@@ -408,6 +408,17 @@ def best_baseline(figures: dict[str, Figures]) -> str | None:
     return min(safe, key=lambda n: safe[n].wastage.wasted_gbh) if safe else None
 
 
+def best_baselines(traces: dict[str, list[Task]]) -> tuple[dict[str, Figures], dict[str, str]]:
+    """Each trace's best baseline (``best_baseline``): its figures and its name, by trace."""
+    best: dict[str, Figures] = {}
+    names: dict[str, str] = {}
+    for stem, tasks in traces.items():
+        columns = {name: figures_of(name, tasks) for name in BASELINES}
+        names[stem] = best_baseline(columns) or ""
+        best[stem] = columns[names[stem]]
+    return best, names
+
+
 def saving(own: Figures, best: Figures) -> float:
     """How much less a policy wastes than the best baseline, in %."""
     theirs = best.wastage.wasted_gbh
