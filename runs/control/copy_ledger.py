@@ -45,7 +45,10 @@ def owners_budget(run: Run) -> Iterator[Budget]:
     (this run's earlier copies among them: a submission resumed after a crash), held under
     the owner's lock; what this run then spends is added to its entry at the end."""
     folder = _folder(run.owner_id)
-    with open(folder / LOCK, "a") as lock:
+    with (
+        untrusted.directory(folder) as folder_fd,
+        os.fdopen(untrusted.open_own(folder_fd, LOCK, mode=0o600), "ab") as lock,
+    ):
         fcntl.flock(lock, fcntl.LOCK_EX)
         spent = _spent(folder)
         budget = Budget.from_settings()
@@ -73,7 +76,7 @@ def _spent(folder: Path) -> dict[str, tuple[int, int]]:
         if not entry.name.endswith(".json") or not entry.is_file(follow_symlinks=False):
             continue
         try:
-            with open(entry.path, "rb") as handle:
+            with untrusted.open_file(folder, entry.name) as handle:
                 data = json.loads(handle.read(ENTRY_BYTES))
             found[entry.name.removesuffix(".json")] = (int(data["bytes"]), int(data["files"]))
         except (OSError, ValueError, KeyError, TypeError):
