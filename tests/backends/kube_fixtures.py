@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runs.backends.argo.backend import ArgoBackend
-from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_api import KubeApiServer, Request
 from tests.polling import wait_for
 
 
@@ -44,3 +44,9 @@ def pods_seen(backend: ArgoBackend, kube: KubeApiServer, timeout_s: float = 10.0
     version = kube.state.pods_version
     backend.pods.pods()  # started, and listed
     wait_for(lambda: int(backend.pods.version or 0) >= version, timeout_s, "the pod cache")
+
+
+def asked(kube: KubeApiServer) -> list[Request]:
+    """The requests served but the watches' (each one a stream, started once in a while by a
+    cache's own thread, not by the pass or the page a test measures)."""
+    return [r for r in kube.state.requests if r.query.get("watch") != "true"]

@@ -13,8 +13,8 @@ from runs.backends.argo.backend import ArgoBackend
 from runs.backends.argo.pod_cache import PAGE_SIZE, PodsUnknown, slim
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_workflows import WF, Nodes, argo_pod, pod, workflow
-from tests.backends.kube_api import KubeApiServer, Request
-from tests.backends.kube_fixtures import pods_seen
+from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_fixtures import asked, pods_seen
 from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -46,11 +46,6 @@ def a_sweep_waiting(kube: KubeApiServer, pods: int) -> None:
                 worker=f"sweep-w{n}",
             )
         )
-
-
-def asked(kube: KubeApiServer) -> list[Request]:
-    """The requests served but the watches' (each one a stream, started once in a while)."""
-    return [r for r in kube.state.requests if r.query.get("watch") != "true"]
 
 
 @pytest.mark.parametrize("pods", [10, 300])

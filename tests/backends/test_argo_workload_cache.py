@@ -13,7 +13,8 @@ from runs.backends.argo.backend import ArgoBackend
 from runs.backends.argo.workload_cache import PAGE_SIZE, slim
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_workflows import WF, Nodes, gated_pod, pod, workflow, workload
-from tests.backends.kube_api import KubeApiServer, Request
+from tests.backends.kube_api import KubeApiServer
+from tests.backends.kube_fixtures import asked
 from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
@@ -40,11 +41,6 @@ def a_sweep_held_by_kueue(kube: KubeApiServer, pods: int) -> None:
         name = f"p{n:04d}"
         kube.state.put_pod(gated_pod(name, f"sweep-extra({n}:{n})(0)", f"uid-{n}"))
         kube.state.workloads[("simrun", f"pod-{name}")] = workload(name, f"uid-{n}", NO_QUOTA)
-
-
-def asked(kube: KubeApiServer) -> list[Request]:
-    """The requests served but the watches' (each one a stream, started once in a while)."""
-    return [r for r in kube.state.requests if r.query.get("watch") != "true"]
 
 
 @pytest.mark.parametrize("pods", [10, 600])
