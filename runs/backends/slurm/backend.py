@@ -135,6 +135,7 @@ class SlurmBackend:
             ),
             poll_s=settings.SIMRUN_SLURM_POLL_S,
             submit_timeout_s=settings.SIMRUN_SLURM_SUBMIT_TIMEOUT_S,
+            pending_timeout_s=settings.SIMRUN_SLURM_PENDING_TIMEOUT_S,
             team=os.geteuid() == 0,
             build_memory_gb=settings.SIMRUN_BUILD_MEMORY_GB,
             packages_timeout_s=settings.SIMRUN_PACKAGES_TIMEOUT_S,
