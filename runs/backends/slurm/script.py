@@ -93,8 +93,10 @@ def batch_script(
         ]
     lines += [
         f'exec >>{shlex.quote(str(logs))}/"$node-$SIMRUN_ATTEMPT.log" 2>&1',
-        'scratch="${TMPDIR:-/tmp}/simrun-$SLURM_JOB_ID-$SIMRUN_ATTEMPT"',
-        'mkdir -p "$scratch" && cd "$scratch" || exit 75',
+        # A new folder of its own (mktemp: mode 0700, never one that exists): another
+        # cluster's job on a shared host may hold the same id, another user a planted name.
+        'scratch=$(mktemp -d "${TMPDIR:-/tmp}/simrun-$SLURM_JOB_ID-$SIMRUN_ATTEMPT.XXXXXXXX")'
+        ' && cd "$scratch" || exit 75',
         "trap 'cd / && rm -rf \"$scratch\"' EXIT",
         'export SIMRUN_SCRATCH="$scratch" HOME="$scratch" TMPDIR="$scratch"',
         'echo "[simrun] $node attempt $SIMRUN_ATTEMPT: job $SLURM_JOB_ID on $SIMRUN_NODE"',
