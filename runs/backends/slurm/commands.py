@@ -25,8 +25,9 @@ BUSY = re.compile(
     re.IGNORECASE,
 )
 """Slurm's words for a controller that cannot answer now."""
-ENV_KEPT = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME")
-"""The service's environment a Slurm command gets: none of its secrets."""
+ENV_KEPT = ("PATH", "LANG", "LC_ALL", "TZ", "HOME", "USER", "LOGNAME", "SLURM_CONF")
+"""The service's environment a Slurm command gets: none of its secrets; a site's
+``SLURM_CONF`` too, as its own commands read it."""
 
 
 class SlurmError(RuntimeError):
@@ -35,7 +36,8 @@ class SlurmError(RuntimeError):
 
 @dataclass
 class Slurm:
-    """How the backend calls Slurm: ``conf`` is the slurm.conf (empty: Slurm's default)."""
+    """How the backend calls Slurm: ``conf`` is the slurm.conf (empty: the service's
+    ``SLURM_CONF``, else Slurm's default)."""
 
     conf: str = ""
     timeout_s: float = 30.0
