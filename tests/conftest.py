@@ -24,8 +24,9 @@ TIERS = {
 }
 """The markers every test of a folder carries, so ``-m "not slow"``, ``-m e2e`` select tiers."""
 SHARED_CLUSTER = "backends/test_slurm_"
-"""Modules of tests on the one real Slurm of the machine, some of which stop and start its
-daemons: one worker runs them all, one after another."""
+"""Modules of tests on the machine's two real Slurm clusters, some of which stop and start a
+cluster's daemons: the tests of one cluster run on one worker, one after another; those marked
+``slurm_noacct`` (the cluster without accounting) on another, beside them."""
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -42,7 +43,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(marker)
         module = item.path.relative_to(TESTS).as_posix()
         if module.startswith(SHARED_CLUSTER):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+            noacct = item.get_closest_marker("slurm_noacct") is not None
+            item.add_marker(pytest.mark.xdist_group("slurm-noacct" if noacct else "slurm"))
         elif item.path in shared:
             # The whole module: a test may reach the module's fixture through another one
             # (``request.getfixturevalue``), which its own fixtures do not show.

@@ -54,6 +54,7 @@ def commands(log: Path) -> list[str]:
     return [line.split()[0] for line in log.read_text().splitlines()]
 
 
+@pytest.mark.slurm_noacct
 def test_one_sacct_asks_for_every_job_that_left_the_queue(calls, tmp_path):
     """Three runs of two tasks each, their six jobs ended and forgotten by Slurm while the
     service did not poll (without accounting: MinJobAge=30): the next poll runs one squeue

@@ -50,7 +50,12 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(os.geteuid() != 0, reason="the team mode is a root service's"),
 ]
-BOTH = pytest.mark.parametrize("served", ["on", "off"], indirect=True, ids=["acct", "noacct"])
+BOTH = pytest.mark.parametrize(
+    "served",
+    ["on", pytest.param("off", marks=pytest.mark.slurm_noacct)],
+    indirect=True,
+    ids=["acct", "noacct"],
+)
 BACKED_OFF = 4
 """Polls failed in a row before the controller starts again: with a poll a second, the serve
 waits 2, 4, 8 and 8 s between them (its longest backoff), about 20 s of a stopped controller."""

@@ -25,7 +25,12 @@ def slurm(request, settings, tmp_path: Path):
     return make_backend(settings.SIMRUN_STORE, cluster(*options))
 
 
-@pytest.mark.parametrize("slurm", ["on", "off"], indirect=True, ids=["accounting", "no-accounting"])
+@pytest.mark.parametrize(
+    "slurm",
+    ["on", pytest.param("off", marks=pytest.mark.slurm_noacct)],
+    indirect=True,
+    ids=["accounting", "no-accounting"],
+)
 def test_a_pipeline_runs_to_its_results_through_the_control_loop(slurm, owner, sent):  # noqa: F811
     run = started_run(PIPELINE, owner, slurm)
     done = run_to_end(slurm, run)
