@@ -565,6 +565,9 @@ RESUMED = frozenset({"kill-service-resumed"})
 """The harms done to a resumed run (``_resumed``): it loses nothing it reused or computes."""
 NEIGHBOURS = frozenset({"noisy-neighbour"})
 """The harms another user's task does: their arena's serve is root's, with task users."""
+OWN_ARENA = frozenset({"full-disk", "full-home"}) | NEIGHBOURS
+"""The harms whose arena is made for them (a small disk, task users); a serve of the
+others' arena may take their rounds one after another (``Arena.play_round``'s kind)."""
 
 HARMS: dict[str, Harming] = {
     "kill-harness": kill_harness,
@@ -650,19 +653,21 @@ class Arena:
         if self.service.process is not None:
             self.service.stop()
 
-    def play_round(self) -> Outcome:
-        """Submit a run and harm it; again (``TRIES`` runs at most) while the harm missed."""
+    def play_round(self, kind: str = "") -> Outcome:
+        """Submit a run and harm it (the arena's harm, or ``kind``, one not of
+        ``OWN_ARENA``); again (``TRIES`` runs at most) while the harm missed."""
+        kind = kind or self.kind
+        assert kind == self.kind or kind not in OWN_ARENA, f"{kind} needs an arena of its own"
         missed: list[str] = []
         for tries in range(1, TRIES + 1):
-            resumed = self.kind in RESUMED
-            if resumed:
+            if kind in RESUMED:
                 run_id = _resumed(self.service, self.api)
-            elif self.kind in NEIGHBOURS:
+            elif kind in NEIGHBOURS:
                 run_id = _submit(self.api, SLOW_SWEEP)
             else:
                 run_id = _submit(self.api)
-            harm = HARMS[self.kind](self.service, self.api, self.rng, run_id)
-            outcome = finish(self.service, self.api, run_id, self.kind, harm, tries)
+            harm = HARMS[kind](self.service, self.api, self.rng, run_id)
+            outcome = finish(self.service, self.api, run_id, kind, harm, tries)
             if outcome.landed:
                 break
             missed.append(f"missed on {outcome.note}")

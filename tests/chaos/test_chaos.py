@@ -3,12 +3,14 @@ accounting of the rounds, with outcomes made by hand."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.chaos import rounds
-from tests.chaos.rounds import HARMS, UNITS, Arena, Harm, Outcome, Tally, play, progress
+from tests.chaos.rounds import HARMS, OWN_ARENA, UNITS, Arena, Harm, Outcome, Tally, progress
+from tests.chaos.survived import assert_survived
 
 ROUNDS = 1
 
@@ -96,19 +98,18 @@ def test_a_round_whose_harm_never_lands_is_not_counted_right(monkeypatch, tmp_pa
     assert outcome.tries == rounds.TRIES and not outcome.landed and not outcome.right
 
 
+@pytest.fixture(scope="module")
+def shared_arena(tmp_path_factory) -> Iterator[Arena]:
+    """One serve for the rounds of every harm that needs no arena of its own, one after
+    another: each round's harm must leave it as able to take the next as a new one."""
+    with Arena("shared", tmp_path_factory.mktemp("chaos")) as arena:
+        yield arena
+
+
 @pytest.mark.chaos
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", sorted(HARMS))
+@pytest.mark.parametrize("kind", sorted(set(HARMS) - OWN_ARENA))
 def test_a_run_survives_the_harm_with_no_unit_lost_and_the_clean_run_s_output(
-    kind: str, tmp_path: Path
+    kind: str, shared_arena: Arena
 ):
-    tally = play(kind, ROUNDS, tmp_path)
-    for outcome in tally.outcomes:
-        assert outcome.landed, tally.line() + f"\n{outcome.note}"
-        assert outcome.state == "succeeded", tally.line() + f"\n{outcome.note}"
-        assert outcome.missing == 0 and outcome.identical, tally.line() + f"\n{outcome.note}"
-        assert outcome.twice == 0, tally.line() + f"\n{outcome.note}"
-        if kind in rounds.RESUMED:
-            assert 0 < outcome.reused < UNITS, outcome.note
-        if kind in rounds.NEIGHBOURS:  # the flood failed on its own budget
-            assert rounds.NOISE_BUDGET in outcome.note, outcome.note
+    assert_survived(Tally(kind, [shared_arena.play_round(kind) for _ in range(ROUNDS)]))
