@@ -68,11 +68,14 @@ def running_job(slurm: SlurmBackend, run) -> str:
 
 @pytest.mark.django_db
 @pytest.mark.slow
+@pytest.mark.slurm_noacct
 @pytest.mark.usefixtures("sent")
 def test_a_job_past_its_time_limit_fails_the_run_with_slurms_timeout(store, owner):
     """A one-minute limit (Slurm's smallest) on a task that sleeps ten: Slurm ends the job
-    TIMEOUT, and the run fails saying so, with no second attempt."""
-    conf = emptied_cluster(cluster())
+    TIMEOUT, and the run fails saying so, with no second attempt. On the cluster without
+    accounting, where squeue alone says so, for MinJobAge (and its minute of waiting runs
+    beside the other cluster's tests)."""
+    conf = emptied_cluster(cluster("--accounting=off"))
     slurm = SlurmBackend(
         store,
         slurm=Slurm(conf=conf),
