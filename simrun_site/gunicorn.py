@@ -1,12 +1,13 @@
 """Gunicorn's settings for ``simrun serve``'s web server (``-c python:simrun_site.gunicorn``).
 
 Quiet: only warnings and errors (its start lines said nothing a user needs, one with an empty
-address under ``--reuse-port``). A worker imports the URLs (every view) before it takes a
-request, so the first one is not seconds late. A worker that stopped leaves at once: the
+address under ``--reuse-port``). The master loads the app and its URLs (every view) once,
+and forks the workers from it: each starts without importing Django again (a second of CPU
+apiece) and its first request is not seconds late. A worker that stopped leaves at once: the
 interpreter's teardown of a Django app takes seconds of garbage collection, past the graceful
 timeout on a busy machine, and the master then killed workers that had finished
-(``SIGKILL! Perhaps out of memory?``). The master never loads the app: it stops at once too.
-The workers are ``simrun_site.front.Worker``.
+(``SIGKILL! Perhaps out of memory?``); the master leaves without it too. The workers are
+``simrun_site.front.Worker``.
 """
 
 from __future__ import annotations
@@ -19,16 +20,21 @@ import time
 from typing import Any
 
 loglevel = "warning"
+preload_app = True
 READY_WAIT_S = 120.0
 
 
-def post_worker_init(worker: Any) -> None:
-    """In a worker, its app loaded: import the URLs before the first request does, and under
-    ``simrun serve`` take no request (a run) before the Celery worker takes tasks: the web
-    server starts beside it, and a request meanwhile waits in the kernel's queue."""
+def when_ready(server: Any) -> None:
+    """In the master, the app loaded, before it forks a worker: import the URLs."""
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - imported for its side effect
+
+
+def post_worker_init(worker: Any) -> None:
+    """In a worker: under ``simrun serve`` take no request (a run) before the Celery worker
+    takes tasks: the web server starts beside it, and a request meanwhile waits in the
+    kernel's queue."""
     # A signal before uvicorn serves (while waiting for the Celery worker) leaves at once;
     # uvicorn's own handlers replace these while it serves, and once it stopped it raises
     # the signal it caught again, which then leaves without the interpreter's teardown.
