@@ -25,6 +25,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests import source_trees
+
 WALL = "runs.backends.local.wall"
 STARTERS = {
     "subprocess": {"Popen", "run", "call", "check_call", "check_output"}
@@ -83,7 +85,7 @@ def load(root: Path) -> dict[str, Module]:
     modules = {}
     for path in paths:
         name = module_name(path, root)
-        module = Module(name, ast.parse(path.read_text(), str(path)))
+        module = Module(name, source_trees.tree(path))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         siblings = {p.stem for p in path.parent.glob("*.py")}
         for node in ast.walk(module.tree):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import process_starts
+from tests import process_starts, source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def imported(path: Path, root: Path = ROOT) -> Iterator[str]:
     """The modules a file imports, anywhere in it; relative imports made absolute."""
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in source_trees.nodes(path):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -226,7 +226,7 @@ def backend_comparisons(root: Path = ROOT) -> list[str]:
     for path in sorted((root / "runs").rglob("*.py")):
         if "backends" in path.relative_to(root / "runs").parts[:1]:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in source_trees.nodes(path):
             if isinstance(node, ast.Compare):
                 named = set().union(*(_names(n) for n in [node.left, *node.comparators]))
                 if named & BACKEND_NAMES:
@@ -284,7 +284,7 @@ def user_starts(root: Path = ROOT) -> list[str]:
         name = module_name(path, root)
         if name == WALL:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in source_trees.nodes(path):
             if not isinstance(node, ast.Call):
                 continue
             called = node.func.attr if isinstance(node.func, ast.Attribute) else ""
