@@ -18,23 +18,6 @@ from tests.polling import wait_for
 pytestmark = pytest.mark.slow
 
 
-def test_serve_migrates_prints_the_url_and_stops_every_child_on_sigterm(tmp_path):
-    service = Service(home=tmp_path / "home")
-    service.start()
-    assert service.process is not None
-    session = service.process.pid
-    text = service.log.read_text()
-    assert f"simrun is running at {service.url}/" in text
-    assert "simrun user NAME" in text  # how to log in
-    assert len(service_processes(session)) >= 5  # serve, web, worker, beat, the local step
-    page = httpx.get(f"{service.url}/login/", timeout=10)
-    assert page.status_code == 200
-    assert (service.home / "simrun.sqlite3").exists()
-    assert (service.home / "secret_key").stat().st_mode & 0o077 == 0
-    assert service.stop() == 0
-    wait_for(lambda: not service_processes(session), 30, "every child to stop")
-
-
 def test_a_user_made_with_simrun_user_gets_a_token_the_api_accepts(sqlite_service):
     token = sqlite_service.user("tokens")
     with sqlite_service.client(token) as api:
@@ -110,10 +93,17 @@ def ready_line(service: Service) -> str | None:
     return text if "ready." in text else None
 
 
-def test_the_banner_comes_once_the_dashboard_answers_and_the_worker_takes_tasks(tmp_path):
+def test_a_start_migrates_answers_once_ready_says_nothing_alarming_and_stops_on_sigterm(
+    tmp_path,
+):
+    """One start of a new home, as a user meets it: the URL and how to log in printed once the
+    dashboard answers and the worker takes tasks, no alarming line, and a SIGTERM that stops
+    every child."""
     service = Service(home=tmp_path / "home")
     service.start()
     banner_seen = time.time()
+    assert service.process is not None
+    session = service.process.pid
     try:
         # At once, no retry: the banner promises a dashboard that answers.
         assert httpx.get(f"{service.url}/login/", timeout=10).status_code == 200
@@ -121,20 +111,16 @@ def test_the_banner_comes_once_the_dashboard_answers_and_the_worker_takes_tasks(
         # worker_ready, which Celery sends before it logs "ready.") is older than the banner.
         assert (tmp_path / "home" / "worker-ready").stat().st_mtime <= banner_seen
         text = wait_for(lambda: ready_line(service), 60, "the worker's ready line")
-        assert "simrun is running at" in text
-    finally:
-        service.stop()
-
-
-def test_a_start_says_nothing_alarming(tmp_path):
-    service = Service(home=tmp_path / "home")
-    service.start()
-    try:
-        text = since_start(service)
+        assert f"simrun is running at {service.url}/" in text
+        assert "simrun user NAME" in text  # how to log in
         for noise in ("SecurityWarning", "superuser", "Listening at", "[ERROR]", "Traceback"):
             assert noise not in text, text
+        assert len(service_processes(session)) >= 5  # serve, web, worker, beat, the local step
+        assert (service.home / "simrun.sqlite3").exists()
+        assert (service.home / "secret_key").stat().st_mode & 0o077 == 0
     finally:
-        service.stop()
+        assert service.stop() == 0
+    wait_for(lambda: not service_processes(session), 30, "every child to stop")
 
 
 def test_ctrl_c_stops_everything_with_one_line(tmp_path):
