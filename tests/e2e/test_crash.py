@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,56 +50,61 @@ def running(service: Service, run_id: str) -> bool:
     return progress.exists() and progress.stat().st_size > 0
 
 
-def test_a_run_survives_a_sigkill_of_the_celery_worker(tmp_path):
-    service = Service(home=tmp_path / "home")
+@pytest.fixture(scope="module")
+def service(tmp_path_factory) -> Iterator[Service]:
+    """One serve for the module's crashes, one after another: each test starts it again if
+    its crash stopped it, as a user does, so the next finds it as a user would."""
+    started = Service(home=tmp_path_factory.mktemp("crash") / "home")
+    started.start()
+    yield started
+    if started.process is not None:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def token(service: Service) -> str:
+    return service.user("alice")
+
+
+def test_a_run_survives_a_sigkill_of_the_celery_worker(service: Service, token: str):
+    with service.client(token) as api:
+        run_id = submit(api, SWEEP)
+        wait_for(lambda: running(service, run_id), 120, "the first units")
+        worker = celery_worker(service)
+        assert worker is not None
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: celery_worker(service) not in {None, worker}, 60, "a new worker")
+        run = wait_until_ended(api, run_id)
+    assert run["state"] == "succeeded", run
+    assert attempts(service, run_id) == ["sq-w0-0"]
+    assert run_processes(service.store, run_id) == []
+
+
+def test_a_run_survives_a_sigkill_of_the_whole_service_and_a_start_again(
+    service: Service, token: str
+):
+    with service.client(token) as api:
+        run_id = submit(api, SWEEP)
+        wait_for(lambda: running(service, run_id), 120, "the first units")
+    service.crash()
+    assert run_processes(service.store, run_id), "the processes of the run go on"
     service.start()
-    try:
-        with service.client(service.user("alice")) as api:
-            run_id = submit(api, SWEEP)
-            wait_for(lambda: running(service, run_id), 120, "the first units")
-            worker = celery_worker(service)
-            assert worker is not None
-            os.kill(worker, signal.SIGKILL)
-            wait_for(lambda: celery_worker(service) not in {None, worker}, 60, "a new worker")
-            run = wait_until_ended(api, run_id)
-        assert run["state"] == "succeeded", run
-        assert attempts(service, run_id) == ["sq-w0-0"]
-        assert run_processes(service.store, run_id) == []
-    finally:
-        service.stop()
+    with service.client(token) as api:
+        run = wait_until_ended(api, run_id)
+    assert run["state"] == "succeeded", run
+    assert attempts(service, run_id) == ["sq-w0-0"]  # adopted, not started again
+    assert run_processes(service.store, run_id) == []
 
 
-def test_a_run_survives_a_sigkill_of_the_whole_service_and_a_start_again(tmp_path):
-    service = Service(home=tmp_path / "home")
+def test_after_a_crash_the_processes_of_a_run_cancelled_meanwhile_are_killed(
+    service: Service, token: str
+):
+    with service.client(token) as api:
+        slow = {"tasks": {"sq": {"type": "squares", "settings": {"n": 500, "delay_s": 1}}}}
+        run_id = submit(api, slow)
+        wait_for(lambda: running(service, run_id), 120, "the first units")
+    service.crash()
+    assert run_processes(service.store, run_id)
+    (service.store / "local" / "runs" / f"simrun-{run_id}.json").unlink()  # now unknown
     service.start()
-    try:
-        with service.client(service.user("alice")) as api:
-            run_id = submit(api, SWEEP)
-            wait_for(lambda: running(service, run_id), 120, "the first units")
-        service.crash()
-        assert run_processes(service.store, run_id), "the processes of the run go on"
-        service.start()
-        with service.client(service.user("alice")) as api:
-            run = wait_until_ended(api, run_id)
-        assert run["state"] == "succeeded", run
-        assert attempts(service, run_id) == ["sq-w0-0"]  # adopted, not started again
-        assert run_processes(service.store, run_id) == []
-    finally:
-        service.stop()
-
-
-def test_after_a_crash_the_processes_of_a_run_cancelled_meanwhile_are_killed(tmp_path):
-    service = Service(home=tmp_path / "home")
-    service.start()
-    try:
-        with service.client(service.user("alice")) as api:
-            slow = {"tasks": {"sq": {"type": "squares", "settings": {"n": 500, "delay_s": 1}}}}
-            run_id = submit(api, slow)
-            wait_for(lambda: running(service, run_id), 120, "the first units")
-        service.crash()
-        assert run_processes(service.store, run_id)
-        (service.store / "local" / "runs" / f"simrun-{run_id}.json").unlink()  # now unknown
-        service.start()
-        wait_for(lambda: not run_processes(service.store, run_id), 60, "the orphans to be killed")
-    finally:
-        service.stop()
+    wait_for(lambda: not run_processes(service.store, run_id), 60, "the orphans to be killed")
