@@ -7,12 +7,44 @@ import math
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 
 from harness.config import MEMORY_LIMIT_ENV
 from harness.memory import descendants
+
+
+class SignalStop(threading.Event):
+    """A stop a signal handler may set. ``threading.Event.set`` takes the event's lock, which
+    the main thread holds inside its own ``wait`` when the signal lands there: the handler
+    then waits for it for ever. This one is a flag, and its ``wait`` sleeps in slices."""
+
+    SLICE_S = 0.05
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stopped = False
+
+    def set(self) -> None:
+        self._stopped = True
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def clear(self) -> None:
+        self._stopped = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the stop was set before ``timeout`` (None: wait until it is)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stopped:
+            left = self.SLICE_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, self.SLICE_S))
+        return True
 
 
 @contextmanager
@@ -22,7 +54,7 @@ def sigterm_stops() -> Iterator[threading.Event]:
     SIGTERM is unblocked once the handler is in place: ``restart`` blocks it across the
     ``exec``, so one that arrives while the new interpreter starts is delivered here.
     """
-    stop = threading.Event()
+    stop = SignalStop()
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         stop.set()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from http.client import HTTPConnection
 from pathlib import Path
 
+from harness.lifecycle import SignalStop
 from runs.cli.listeners import listeners
 
 NAME = "serve"
@@ -382,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise serves from it
     database.migrate()  # a new SQLite one made at once
     protect_home(home)
-    stop = threading.Event()
+    stop = SignalStop()  # a threading.Event set by a handler could wait for ever
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     stepped = issubclass(backend_class(settings.SIMRUN_BACKEND), Stepped)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from harness.lifecycle import SignalStop
 from runs.backends import get_backend
 from runs.backends.base import Stepped
 from runs.control import waking
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         backend = get_backend()
         if not isinstance(backend, Stepped):
             raise CommandError(f"the backend of the settings ({backend.name}) has no step")
-        stop = threading.Event()
+        stop = SignalStop()  # a threading.Event set by a handler could wait for ever
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
         backend.subscribe(waking.wake)
