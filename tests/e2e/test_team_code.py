@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from runs.client.packing import pack
-from tests.e2e.service import Service, run_of, task_user_serve, wait_until_ended
+from tests.e2e.service import Service, run_of, run_processes, task_user_serve, wait_until_ended
 from tests.polling import wait_for
 from tests.walkthrough import write_plugin_package
 
@@ -247,3 +247,10 @@ def test_a_submission_past_the_users_queue_is_refused_naming_the_bound(team, bob
 
     assert refused.status_code == 429, refused.text
     assert "SIMRUN_USER_QUEUED_RUNS" in refused.json()["detail"]
+    # Ended, so no held task outlives the module's serve (its processes would go on).
+    assert {wait_until_ended(bob, run_id)["state"] for run_id in ids} == {"cancelled"}
+    wait_for(
+        lambda: not any(run_processes(team.store, run_id) for run_id in ids),
+        60,
+        "the cancelled runs' processes to end",
+    )
