@@ -20,7 +20,6 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 from harness import untrusted
 from runs.common import store
@@ -32,11 +31,19 @@ LOCK = ".lock"
 ENTRY_BYTES = 4096
 
 
-def _folder(owner_id: int) -> Path:
-    """The owner's ledger folder, the service's alone, made if missing."""
-    folder = store.root() / FOLDER / str(owner_id)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
+@contextlib.contextmanager
+def _folder(owner_id: int) -> Iterator[int]:
+    """A descriptor of the owner's ledger folder, the service's alone, made if missing."""
+    ledgers = untrusted.service_dir(store.root(), FOLDER)
+    try:
+        folder = untrusted.service_dir(ledgers, str(owner_id))
+    finally:
+        os.close(ledgers)
+    try:
+        os.fchmod(folder, 0o700)
+        yield folder
+    finally:
+        os.close(folder)
 
 
 @contextlib.contextmanager
@@ -44,10 +51,9 @@ def owners_budget(run: Run) -> Iterator[Budget]:
     """The budget of a run's copies with what the owner's live runs copied already spent
     (this run's earlier copies among them: a submission resumed after a crash), held under
     the owner's lock; what this run then spends is added to its entry at the end."""
-    folder = _folder(run.owner_id)
     with (
-        untrusted.directory(folder) as folder_fd,
-        os.fdopen(untrusted.open_own(folder_fd, LOCK, mode=0o600), "ab") as lock,
+        _folder(run.owner_id) as folder,
+        os.fdopen(untrusted.open_own(folder, LOCK, mode=0o600), "ab") as lock,
     ):
         fcntl.flock(lock, fcntl.LOCK_EX)
         spent = _spent(folder)
@@ -64,19 +70,18 @@ def owners_budget(run: Run) -> Iterator[Budget]:
             total = (mine[0] + budget.bytes - before[0], mine[1] + budget.files - before[1])
             if total != (0, 0):
                 record = json.dumps({"bytes": total[0], "files": total[1]})
-                with untrusted.directory(folder) as fd:
-                    untrusted.write_atomic_at(fd, f"{run.id}.json", record, mode=0o600)
+                untrusted.write_atomic_at(folder, f"{run.id}.json", record, mode=0o600)
 
 
-def _spent(folder: Path) -> dict[str, tuple[int, int]]:
-    """The bytes and files copied by each live run of the ledger; entries of runs ended or
-    gone are removed."""
+def _spent(folder: int) -> dict[str, tuple[int, int]]:
+    """The bytes and files copied by each live run of the ledger (its folder's descriptor);
+    entries of runs ended or gone are removed."""
     found: dict[str, tuple[int, int]] = {}
-    for entry in os.scandir(folder):
-        if not entry.name.endswith(".json") or not entry.is_file(follow_symlinks=False):
+    for entry in untrusted.entries(folder):
+        if not entry.name.endswith(".json") or not entry.is_file:
             continue
         try:
-            with untrusted.open_file(folder, entry.name) as handle:
+            with untrusted.open_regular(folder, entry.name) as handle:
                 data = json.loads(handle.read(ENTRY_BYTES))
             found[entry.name.removesuffix(".json")] = (int(data["bytes"]), int(data["files"]))
         except (OSError, ValueError, KeyError, TypeError):
@@ -87,6 +92,6 @@ def _spent(folder: Path) -> dict[str, tuple[int, int]]:
     )  # fmt: skip
     for name in set(found) - live:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(folder / f"{name}.json")
+            os.unlink(f"{name}.json", dir_fd=folder)
         del found[name]
     return found
