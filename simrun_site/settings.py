@@ -286,7 +286,8 @@ elif CELERY_BROKER_URL.startswith("filesystem://"):
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BEAT_SCHEDULE_FILENAME = str(SIMRUN_HOME / "celerybeat-schedule")
+# In a folder of its own, which ``simrun serve`` keeps to the service (``private_folder``).
+CELERY_BEAT_SCHEDULE_FILENAME = str(SIMRUN_HOME / "beat" / "schedule")
 # Learning a run's sources runs their code for minutes at worst: a queue of its own, so its
 # worker (serve's "learner") never holds the one the control loop runs on.
 CELERY_TASK_ROUTES = {"runs.tasks.learn_run": {"queue": "learning"}}

@@ -4,9 +4,11 @@ The web server (gunicorn), a Celery worker and beat, and the step of the local b
 children of this process, with the embedded default when nothing is configured: SQLite,
 the store and kombu's filesystem broker under ``SIMRUN_HOME``, the local backend. With
 ``DATABASE_URL`` and ``CELERY_BROKER_URL`` set, they are PostgreSQL and Redis instead. The
-database is migrated at every start (nothing to do after the first); the web server takes
-no request before the worker takes tasks, and the banner is printed once the dashboard
-answers; a child that dies is started again; Ctrl-C or SIGTERM stops every child. The
+database is migrated at every start (nothing to do after the first); the worker and the web
+server start first, the web server takes no request before the worker takes tasks, and the
+rest start once the dashboard answers, so that the first answer does not wait for them on a
+machine of few cores; a child that dies is started again; Ctrl-C or SIGTERM stops every
+child. The
 processes of the runs are not children: they go on, and the next start adopts them.
 """
 
@@ -58,6 +60,8 @@ class Child:
     env: dict[str, str] = field(default_factory=dict)
     quiet: bool = False
     """Its standard output dropped (Celery prints its shutdown there; it logs to stderr)."""
+    first: bool = False
+    """Started at once; the others once the dashboard answers (``start_all``)."""
     process: subprocess.Popen[bytes] | None = None
     restarts: deque[float] = field(default_factory=deque)
 
@@ -104,6 +108,7 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             + ["--hostname", f"simrun-{os.getpid()}@%h"],
             env={WORKER_READY: str(home / "worker-ready")},
             quiet=True,
+            first=True,
         ),
         # Learning a run's sources runs their code for up to SIMRUN_LEARN_INSTALL_S: a worker
         # of its own, so it never holds the one the control loop runs on; SIMRUN_LEARNERS
@@ -116,7 +121,12 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             + ["--hostname", f"simrun-learner-{os.getpid()}@%h"],
             quiet=True,
         ),
-        Child("beat", [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""], quiet=True),
+        Child(
+            "beat",
+            [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""]
+            + ["--schedule", str(private_folder(Path(settings.CELERY_BEAT_SCHEDULE_FILENAME)))],
+            quiet=True,
+        ),
     ]
     if stepped:
         found.append(Child("steps", [python, "-m", "django", "simrun_steps"]))
@@ -133,9 +143,19 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             # another server holds, a second serve's included.
             + ["--reuse-port", "--no-control-socket"],
             env={WORKER_READY: str(home / "worker-ready")},
+            first=True,
         )
     )
     return found
+
+
+def private_folder(path: Path) -> Path:
+    """``path``, its folder made such that only the service can enter it: what a child writes
+    there after the banner (beat's schedule, with the default umask) stays the service's, as
+    ``protect_home`` leaves what was made before."""
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    path.parent.chmod(0o700)
+    return path
 
 
 def start(child: Child, home: Path) -> None:
@@ -407,14 +427,17 @@ def start_all(
     home: Path,
     stop: threading.Event,
 ) -> int | None:
-    """Start the children and make the demo meanwhile; the web server takes no request before
-    the worker takes tasks (``simrun_site.gunicorn``), so a run it accepts is taken at once;
-    the banner once the dashboard answers. 1 if one did not start."""
+    """Start the worker and the web server and make the demo meanwhile; the web server takes
+    no request before the worker takes tasks (``simrun_site.gunicorn``), so a run it accepts
+    is taken at once. Once the dashboard answers, start the other children (each start
+    imports Django: on two cores, five at once doubled the wait for the first answer) and
+    print the banner. 1 if one did not start."""
     worker, web = found[0], found[-1]
     ready = Path(worker.env[WORKER_READY])
     ready.unlink(missing_ok=True)
     for child in found:
-        start(child, home)
+        if child.first:
+            start(child, home)
     login = demo(home) if args.demo else None
     if not wait_until(ready.exists, worker, stop):
         return None if stop.is_set() else not_started("the Celery worker did not start")
@@ -422,6 +445,9 @@ def start_all(
         if stop.is_set():
             return None
         return not_started(f"the web server did not start on {args.host}:{args.port}")
+    for child in found:
+        if not child.first:
+            start(child, home)
     protect_home(home)  # what the children made meanwhile
     print(banner(args, home, login), flush=True)
     return None

@@ -117,10 +117,25 @@ def test_a_start_migrates_answers_once_ready_says_nothing_alarming_and_stops_on_
             assert noise not in text, text
         assert len(service_processes(session)) >= 5  # serve, web, worker, beat, the local step
         assert (service.home / "simrun.sqlite3").exists()
-        assert (service.home / "secret_key").stat().st_mode & 0o077 == 0
+        # What the children make after the banner is the service's alone too: beat, started
+        # once the dashboard answers, writes its schedule then.
+        wait_for(lambda: beat_schedule(service.home), 60, "beat's schedule")
+        shared = {"store", "scratch", "static", "envs"}
+        opened = {
+            entry.name: oct(entry.stat().st_mode & 0o777)
+            for entry in service.home.iterdir()
+            if entry.name not in shared and entry.stat().st_mode & 0o077
+        }
+        assert not opened, opened
     finally:
         assert service.stop() == 0
     wait_for(lambda: not service_processes(session), 30, "every child to stop")
+
+
+def beat_schedule(home) -> list[str]:
+    """The files of beat's schedule anywhere in the home (Celery's shelve: ``schedule.db``,
+    or ``.dat``, ``.dir`` and ``.bak``)."""
+    return [str(path) for path in home.rglob("*schedule*")]
 
 
 def test_ctrl_c_stops_everything_with_one_line(tmp_path):
