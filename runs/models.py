@@ -116,6 +116,13 @@ class Run(Liveness, models.Model):
         "succeeded.",
     )
     version = models.PositiveIntegerField(default=0)
+    polled = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="A digest of what the last poll of the running run read and the record it "
+        "left (runs.control.poll_memory): while both are the same, a pass in any process "
+        "skips the run, after a restart too. Written without counting the version up.",
+    )
     reconcile_failures = models.PositiveIntegerField(default=0)
     reconcile_after = models.DateTimeField(
         null=True, blank=True, help_text="A run whose reconcile crashed is pushed aside until then."

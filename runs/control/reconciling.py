@@ -40,8 +40,10 @@ UNUSED_TASK_FIELDS = ("settings", "inputs", "command")
 def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, list[Task]]]:
     """The live runs not pushed aside, with their tasks: a few queries whatever their number.
 
-    Given a backend that signals changes, the runs unchanged since their last poll in this
-    process are left out, their tasks unread (``runs.control.poll_memory``).
+    Given a backend that signals changes, the runs unchanged since their last poll (in this
+    process, or as their rows say) are left out, their tasks unread
+    (``runs.control.poll_memory``): a few fields of each run decide, the rest is loaded only
+    for those polled.
     """
     due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
     found = due.defer("spec", "spec_text").order_by("created_at")
@@ -49,15 +51,12 @@ def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, 
     memory = poll_memory.memory_of(backend)
     if memory is None or backend is None:
         runs = list(found)
-    elif memory.remembers:  # decide on a few fields of each run, load only those polled
+    else:
         live = poll_memory.live_rows(due)
         skipped = memory.unchanged(live, due, backend)
         polled = [row.pk for row in live if row.pk not in skipped]
         runs = list(found.filter(pk__in=polled)) if polled else []
         rows = Task.objects.filter(run_id__in=polled)
-    else:
-        runs = list(found)
-        memory.unchanged(runs, due, backend)  # what the polls read, to remember
     if not runs:
         return []
     tasks: dict[str, list[Task]] = defaultdict(list)
@@ -99,6 +98,7 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
             except Exception as error:
                 crashed(run, now, error)
         written = _apply_batch(polled, now)
+        went_through: list[Run] = []
         for run, tasks, _poll in polled:
             if run.pk not in written:
                 continue
@@ -108,11 +108,12 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
                     if memory is not None:
                         memory.owe_logs(run.pk, owed)
                 recovered(run)
-                if memory is not None:
-                    memory.remember([run])
+                went_through.append(run)
             except Exception as error:
                 crashed(run, now, error)
             changed += written[run.pk]
+        if memory is not None:
+            memory.remember(went_through)
     return changed
 
 

@@ -3,7 +3,8 @@
 
 A run is polled again when its workflow or its record changed, when a split task's progress
 grew, while it waits for something in time (a merge marker, a report, logs to keep), at the
-resync interval, and after the memory of the polls is lost (a restarted service).
+resync interval; a restarted service (or another process) skips them too, from what their rows
+say of their last poll.
 """
 
 from __future__ import annotations
@@ -186,12 +187,60 @@ def test_runs_polled_together_resync_spread_evenly_over_the_interval():
     )
 
 
-def test_a_restarted_service_polls_every_run_once_then_skips_them(steady, fake):
-    poll_memory._memories.clear()  # what a new process has
-    poll(fake)
-    assert sorted(statuses(fake)) == sorted(run.workflow for run in steady)
+def restarted() -> None:
+    """What a new process of the service remembers of the polls: nothing but the rows."""
+    poll_memory._memories.clear()
+
+
+def test_a_restarted_service_polls_none_of_the_runs_that_did_not_change(steady, fake):
+    restarted()
+    with CaptureQueriesContext(connection) as queries:
+        assert poll(fake) == 0
+    assert statuses(fake) == []
+    tables = " ".join(q["sql"] for q in queries.captured_queries)
+    assert '"runs_task"."plan"' not in tables  # no task loaded
+    restarted()  # another worker process reads the same rows
     poll(fake)
     assert statuses(fake) == []
+
+
+def test_a_restart_polls_only_what_changed_while_the_service_was_down(steady, launch, fake):
+    same = launch(PIPELINE)
+    fake.set_nodes(same.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    poll(fake)
+    statuses(fake)
+    ended, renamed, progressed = steady
+    fake.finish(ended.workflow)
+    assert Run.objects.write_if_unchanged(renamed, name="renamed")
+    progress = task_dir(progressed, "sweep") / "progress.jsonl"
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    progress.write_text('{"unit": 0}\n')
+    restarted()
+    poll(fake)
+    assert sorted(statuses(fake)) == sorted(r.workflow for r in steady)  # not same's
+    assert fresh(ended).state == RunState.SUCCEEDED
+    assert Task.objects.get(run=progressed, task_id="sweep").units_done == 1
+    restarted()
+    poll(fake)
+    assert statuses(fake) == [], "each polled once: their rows hold the new polls"
+
+
+def test_a_run_whose_log_read_was_owed_at_a_restart_is_polled_after_it(steady, fake):
+    run = steady[0]
+    fake.set_nodes(run.workflow, {"sweep-w0": "Running", "sweep-extra(0:1)": "Succeeded"})
+    ended = pod_log("sweep-extra(0:1)", "extra done\n")
+    unread = ended.model_copy(update={"done": False, "text": "", "unread": "500 Server Error"})
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), unread])
+    poll(fake)
+    statuses(fake)
+    restarted()
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), ended])
+    poll(fake)
+    assert statuses(fake) == [run.workflow]
+    assert (task_dir(run, "sweep") / "logs" / "sweep-extra(0:1)-0.log").read_text() == (
+        "extra done\n"
+    )
 
 
 def test_a_run_that_ends_is_seen_at_once(steady, fake):
