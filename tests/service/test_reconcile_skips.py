@@ -171,8 +171,9 @@ def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settin
 
 
 def test_runs_polled_together_resync_spread_evenly_over_the_interval():
-    """A restart polls every run at once: their resyncs must not come due together (nor all
-    in one part of the interval), but each pass of 5 s in 60 s carry about a twelfth."""
+    """A restart takes every run at once (polled, or adopted from its row): their resyncs must
+    not come due together (nor all in one part of the interval), but each pass of 5 s in 60 s
+    carry about a twelfth."""
     now, interval, runs = 1000.0, 60.0, [f"r{n:05d}" for n in range(12_000)]
     due = [poll_memory.resync_at(run, now, interval) for run in runs]
     assert all(now < at <= now + interval for at in due)
