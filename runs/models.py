@@ -202,6 +202,14 @@ class Run(Liveness, models.Model):
         return (end - self.created_at).total_seconds()
 
 
+POLL_WATCHED = (Q(state__in=FINAL_TASK_STATES) & Q(logs_kept=False)) | (
+    Q(kind=TaskKind.SPLIT) & ~Q(state__in=FINAL_TASK_STATES)
+)
+"""The tasks every reconcile pass reads of the live runs (``runs.control.poll_memory``): final
+ones whose logs are not kept (their run is polled) and unfinished split ones (their progress
+is watched). A partial index holds them, so a pass reads them without a scan of every task."""
+
+
 class Task(models.Model):
     """A node of the DAG of a run: a split task, a plugin task or a command task."""
 
@@ -289,6 +297,9 @@ class Task(models.Model):
                 fields=["key", "-ended_at"],
                 name="task_done_key_idx",
                 condition=Q(state="done") & ~Q(key=""),
+            ),
+            models.Index(
+                fields=["run", "position"], name="task_poll_watched_idx", condition=POLL_WATCHED
             ),
         ]
         constraints = [

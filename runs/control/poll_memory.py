@@ -35,7 +35,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 
 from runs.backends.base import Backend, ChangeSignal
 from runs.common import store
-from runs.models import FINAL_TASK_STATES, Run, RunState, Task, TaskKind
+from runs.models import FINAL_TASK_STATES, POLL_WATCHED, Run, RunState, Task
 
 
 @dataclass(frozen=True)
@@ -218,9 +218,7 @@ def memory_of(backend: Backend | None) -> PollMemory | None:
 def _watched_tasks(due: QuerySet[Run]) -> list[tuple[str, str, str]]:
     """(run id, task id, state) of the due runs' tasks that make a poll needed or whose
     progress a poll may read: final ones whose logs are not kept, unfinished split ones."""
-    final = Q(state__in=FINAL_TASK_STATES)
-    watched = (final & Q(logs_kept=False)) | (Q(kind=TaskKind.SPLIT) & ~final)
-    rows = Task.objects.filter(watched, run__in=due.values("pk"))
+    rows = Task.objects.filter(POLL_WATCHED, run__in=due.values("pk"))
     return list(rows.order_by("run_id", "position").values_list("run_id", "task_id", "state"))
 
 
