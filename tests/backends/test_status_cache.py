@@ -86,6 +86,21 @@ def test_statuses_of_many_workflows_come_from_one_list_and_the_watch(
     assert wait_for(lambda: watches(kube), 10, "the watch")[0].query["resourceVersion"]
 
 
+def test_a_new_process_first_pass_reads_its_workflows_from_one_list_not_one_by_one(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    """A restarted service's first pass: ``versions`` waits for the cache's first list, so the
+    runs whose rows hold their last poll are skipped and no Workflow is read by a GET."""
+    wanted = names(20)
+    for name in wanted:
+        kube.state.put_workflow(named(name), "ADDED")
+
+    assert backend.versions(wanted).keys() == set(wanted)  # at once, the first call
+
+    assert all(backend.status(name).phase == "Running" for name in wanted)
+    assert per_workflow(kube) == [] and len(lists(kube)) == 1
+
+
 def test_a_change_the_watch_delivers_is_seen_with_a_new_version(
     backend: ArgoBackend, kube: KubeApiServer
 ) -> None:

@@ -26,7 +26,7 @@ from runs.backends.argo.api import CallPolicy
 from runs.backends.argo.capacity import CAPACITY_TTL_S, Capacity
 from runs.backends.argo.clients import api_client, clients, missing_as_key_error
 from runs.backends.argo.image_builds import BUILD_POLL_S, ImageBuilds
-from runs.backends.argo.informer import watch_arguments
+from runs.backends.argo.informer import SYNC_WAIT_S, watch_arguments
 from runs.backends.argo.manifest import (
     GROUP,
     PLURAL,
@@ -202,8 +202,11 @@ class ArgoBackend:
 
     def versions(self, names: list[str]) -> dict[str, str]:
         """The ``resourceVersion`` of each named Workflow from the watch's cache, started by the
-        first call in a process (``ChangeSignal``): none until its first list went through."""
-        self._cache.start()
+        first call in a process (``ChangeSignal``), which waits up to ``SYNC_WAIT_S`` for its
+        first list: a restarted service's first pass then skips the runs whose rows hold their
+        last poll, where a cache not yet listed would have each run's Workflow read by a GET.
+        None while no list went through."""
+        self._cache.wait_synced(SYNC_WAIT_S)
         return self._cache.versions(names)
 
     def cancel(self, name: str) -> None:

@@ -31,6 +31,8 @@ ListPage = Callable[[str | None], dict[str, Any]]
 """Lists a page of the objects from a ``continue`` token (None: the first page)."""
 WatchFrom = Callable[[str], Iterator[dict[str, Any]]]
 """Watches the objects from a ``resourceVersion``: its events until the server ends it."""
+SYNC_WAIT_S = 10.0
+"""How long the first read of the objects in a process waits for the cache's first list."""
 WATCH_SLACK_S = 30
 """How much longer than its timeout a watch is waited for before it is cut as silent."""
 

@@ -9,12 +9,10 @@ from typing import Any
 from kubernetes.watch import Watch
 
 from runs.backends.argo.clients import Clients
-from runs.backends.argo.informer import Informer
+from runs.backends.argo.informer import SYNC_WAIT_S, Informer
 
 PAGE_SIZE = 500
 """Objects per page of a list: a large list in one answer weighs on the API server."""
-SYNC_WAIT_S = 10.0
-"""How long the first read of the objects in a process waits for the cache's first list."""
 
 
 class NamespaceCache(Informer[dict[str, Any]]):
