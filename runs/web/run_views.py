@@ -14,8 +14,10 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from runs.common import labels, store
@@ -36,6 +38,7 @@ from runs.web.dag import layout
 from runs.web.fragments import fragment
 from runs.web.results_views import PAGE_PARAMETERS, has_results
 from runs.web.run_table import table_rows
+from runs.web.settled_pages import SETTLED, page_key
 from runs.web.timeline import timeline
 
 RUNS_PER_PAGE = 25
@@ -87,43 +90,58 @@ def run_list_table(request: HttpRequest) -> HttpResponse:
 
 
 def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    """A run's page: its head, and its body (the tasks' part), kept once written for a
+    settled run (``settled_pages``)."""
     run = run_with_tasks_or_404(request.user, run_id)
     tasks = list(run.tasks.all())
+    context = {
+        "run": run,
+        "run_state": shown_run_state(run.state, [t.state for t in tasks]),
+        "live": not run.ended,
+        "reruns": rerun_ids(request.user, run),
+    }
+
+    def write() -> SafeString:
+        body = {**context, **_body_context(request, run, tasks)}
+        return mark_safe(render_to_string("runs/run_detail.html#body", body, request))  # noqa: S308 - the template escapes
+
+    context["body"] = SETTLED.body(page_key(run, request), write)
+    return context
+
+
+def _body_context(request: HttpRequest, run: Run, tasks: list[Any]) -> dict[str, Any]:
+    """What the body of a run's page shows of its tasks: their outputs, attempts, DAG,
+    timeline, usage and results tables."""
     task_files.attach_progress(run, tasks)
     asked = request.GET.get("task", "")
     for task in tasks:
-        task.results_query = (  # type: ignore[attr-defined]
+        task.results_query = (
             urlencode({k: request.GET[k] for k in PAGE_PARAMETERS if k in request.GET})
             if task.task_id == asked
             else ""
         )
         outputs, cut = _outputs(task) if task.state == TaskState.DONE else ([], "")
-        task.outputs = [o for o in outputs if not o["unit"]]  # type: ignore[attr-defined]
-        task.unit_outputs = [o for o in outputs if o["unit"]]  # type: ignore[attr-defined]
-        task.outputs_cut = cut  # type: ignore[attr-defined]
-        task.results_present = has_results(task)  # type: ignore[attr-defined]
+        task.outputs = [o for o in outputs if not o["unit"]]
+        task.unit_outputs = [o for o in outputs if o["unit"]]
+        task.outputs_cut = cut
+        task.results_present = has_results(task)
         if task.started_at is not None:
             end = task.ended_at or run.ended_at or timezone.now()
-            task.duration_s = (end - task.started_at).total_seconds()  # type: ignore[attr-defined]
+            task.duration_s = (end - task.started_at).total_seconds()
         for attempt in task.attempts.all():
-            attempt.live = live_figures(attempt)  # type: ignore[attr-defined]
-            attempt.spark = attempt.live.sparkline(attempt.memory_gb)  # type: ignore[attr-defined]
-    units_now = {t.task_id: t.units_now for t in tasks}  # type: ignore[attr-defined]
-    failed = [t for t in tasks if t.units_failed]
+            attempt.live = live_figures(attempt)
+            attempt.spark = attempt.live.sparkline(attempt.memory_gb)
+    units_now = {t.task_id: t.units_now for t in tasks}
     return {
-        "run": run,
-        "run_state": shown_run_state(run.state, [t.state for t in tasks]),
         "tasks": tasks,
         "dag": layout(tasks, units_now),
         "dag_phone": layout(tasks, units_now, phone=True),
-        "live": not run.ended,
-        "reruns": rerun_ids(request.user, run),
         "timeline": timeline(run, tasks),
         "timeline_phone": timeline(run, tasks, phone=True),
         "spark": {"width": SPARK_WIDTH, "height": SPARK_HEIGHT},
         "usage": accounting.run_usage(run, tasks),
-        "failed_tasks": failed,
-        "results_tasks": [t for t in tasks if t.results_present],  # type: ignore[attr-defined]
+        "failed_tasks": [t for t in tasks if t.units_failed],
+        "results_tasks": [t for t in tasks if t.results_present],
     }
 
 
