@@ -3,11 +3,12 @@ written once per process.
 
 That body was most of the page's cost, and computed at every view: the outputs listed from
 the store, each attempt's figures, some 700 template nodes. A settled run (ended, nothing
-pending) changes only by a write that counts its version up (its tags, its note), so its
-body is kept by the run's id and version, the viewer (a task's message names only the runs
-its viewer may see), the time zone its times are shown in and the page's query (the
-results table a link opens), the most recently used ``PAGES_KEPT``. A live run's body is
-written at every view: its durations run on.
+pending) has its tasks written only with a write that counts its version up (its tags and
+note, written without, are in the page's head, written at every view), so its body is kept
+by the run's id and version, the viewer (a task's message names only the runs its viewer
+may see), the time zone its times are shown in and the page's query (the results table a
+link opens), the most recently used ``PAGES_KEPT``. A live run's body is written at every
+view: its durations run on.
 """
 
 from __future__ import annotations
