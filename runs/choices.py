@@ -1,4 +1,5 @@
-"""The states and kinds of runs and tasks, and a run's id: the values the record stores."""
+"""The states and kinds of runs and tasks, a run's id and an attempt's outcome: the values the
+record stores."""
 
 from __future__ import annotations
 
@@ -60,3 +61,16 @@ class Reuse(models.TextChoices):
 STOPPED_WHILE_IT_RAN = "stopped while it ran: "
 """The start of the message of a task its run's end stopped while it ran
 (``runs.control.closing.stopped_messages``); the run's message follows it."""
+
+ATTEMPT_OUTCOME_FIELDS = (
+    "phase",
+    "exit_code",
+    "oom_killed",
+    "oom_evidence",
+    "evicted",
+    "node_name",
+    "memory_gb",
+    "message",
+    "reason",
+)
+"""What a poll learns of an attempt from the backend: a later poll of it rewrites them."""

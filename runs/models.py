@@ -13,6 +13,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from runs.choices import (
+    ATTEMPT_OUTCOME_FIELDS,
     ENDED_STATES,
     FINAL_TASK_STATES,
     RUN_ID_ALPHABET,
@@ -24,7 +25,7 @@ from runs.choices import (
     TaskState,
     new_run_id,
 )
-from runs.querysets import LISTED, LIVE, PENDING_AFTER_END, Liveness, RunQuerySet
+from runs.querysets import LISTED, LIVE, PENDING_AFTER_END, POLL_WATCHED, Liveness, RunQuerySet
 
 __all__ = [
     "ATTEMPT_OUTCOME_FIELDS",
@@ -33,6 +34,7 @@ __all__ = [
     "LISTED",
     "LIVE",
     "PENDING_AFTER_END",
+    "POLL_WATCHED",
     "RUN_ID_ALPHABET",
     "RUN_ID_LENGTH",
     "STOPPED_WHILE_IT_RAN",
@@ -117,11 +119,7 @@ class Run(Liveness, models.Model):
     )
     version = models.PositiveIntegerField(default=0)
     polled = models.CharField(
-        max_length=16,
-        blank=True,
-        help_text="A digest of what the last poll of the running run read and the record it "
-        "left (runs.control.poll_memory): while both are the same, a pass in any process "
-        "skips the run, after a restart too. Written without counting the version up.",
+        max_length=16, blank=True, help_text="Its last poll, as runs.control.poll_memory keeps it."
     )
     reconcile_failures = models.PositiveIntegerField(default=0)
     reconcile_after = models.DateTimeField(
@@ -200,14 +198,6 @@ class Run(Liveness, models.Model):
     def duration_s(self) -> float:
         end = self.ended_at or timezone.now()
         return (end - self.created_at).total_seconds()
-
-
-POLL_WATCHED = (Q(state__in=FINAL_TASK_STATES) & Q(logs_kept=False)) | (
-    Q(kind=TaskKind.SPLIT) & ~Q(state__in=FINAL_TASK_STATES)
-)
-"""The tasks every reconcile pass reads of the live runs (``runs.control.poll_memory``): final
-ones whose logs are not kept (their run is polled) and unfinished split ones (their progress
-is watched). A partial index holds them, so a pass reads them without a scan of every task."""
 
 
 class Task(models.Model):
@@ -379,20 +369,6 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task} {self.worker}#{self.attempt}"
-
-
-ATTEMPT_OUTCOME_FIELDS = (
-    "phase",
-    "exit_code",
-    "oom_killed",
-    "oom_evidence",
-    "evicted",
-    "node_name",
-    "memory_gb",
-    "message",
-    "reason",
-)
-"""What a poll learns of an attempt from the backend: a later poll of it rewrites them."""
 
 
 class Observation(models.Model):

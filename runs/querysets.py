@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from runs.choices import ENDED_STATES
+from runs.choices import ENDED_STATES, FINAL_TASK_STATES, TaskKind
 
 if TYPE_CHECKING:
     from runs.models import Run
@@ -26,6 +26,14 @@ LIVE = functools.reduce(
 """The live-run rule (docs/design.md): a run the control loop follows is not ended (its
 ``ended_at`` is set exactly when its state is an ended one), or has something pending after
 its end. ``Liveness`` is its Python form, ``runs.reads.listed_json`` its SQL."""
+
+
+POLL_WATCHED = (Q(state__in=FINAL_TASK_STATES) & Q(logs_kept=False)) | (
+    Q(kind=TaskKind.SPLIT) & ~Q(state__in=FINAL_TASK_STATES)
+)
+"""The tasks every reconcile pass reads of the live runs (``runs.control.poll_memory``): final
+ones whose logs are not kept (their run is polled) and unfinished split ones (their progress
+is watched). A partial index of ``Task`` holds them, so a pass scans no settled run's."""
 
 
 class Liveness:

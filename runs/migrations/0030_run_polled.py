@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
             name="polled",
             field=models.CharField(
                 blank=True,
-                help_text="A digest of what the last poll of the running run read and the record it left (runs.control.poll_memory): while both are the same, a pass in any process skips the run, after a restart too. Written without counting the version up.",
+                help_text="Its last poll, as runs.control.poll_memory keeps it.",
                 max_length=16,
             ),
         ),
