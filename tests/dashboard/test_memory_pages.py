@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from runs.models import Attempt, Observation
@@ -13,13 +12,6 @@ from runs.planning import sizing
 from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice(owner) -> Client:
-    client = Client()
-    client.force_login(owner)
-    return client
 
 
 def test_a_kill_drives_the_planned_figure_and_the_page_says_so(alice, owner):

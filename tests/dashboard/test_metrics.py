@@ -29,13 +29,6 @@ def scrape(client: Client, **headers: str) -> dict[tuple[str, tuple], float]:
     }
 
 
-@pytest.fixture
-def operator(staff) -> Client:
-    client = Client()
-    client.force_login(staff)
-    return client
-
-
 def test_a_scrape_after_a_run_finds_its_counters(operator, owner, backend):
     before = scrape(operator)
     run = submitted(owner)

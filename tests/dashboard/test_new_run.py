@@ -30,13 +30,6 @@ tasks:
 """
 
 
-@pytest.fixture
-def alice(owner) -> Client:
-    client = Client()
-    client.force_login(owner)
-    return client
-
-
 def edit_text_of(page: str) -> str:
     start = page.index(">", page.index('<textarea id="spec"')) + 1
     return html.unescape(page[start : page.index("</textarea>", start)])

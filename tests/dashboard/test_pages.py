@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from runs.models import Attempt, Observation, Run, RunState, Task
@@ -17,27 +16,6 @@ from tests.floods import deep_tree, tmpfs
 pytestmark = pytest.mark.django_db
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def alice(owner) -> Client:
-    return logged_in(owner)
-
-
-@pytest.fixture
-def mallory(stranger) -> Client:
-    return logged_in(stranger)
-
-
-@pytest.fixture
-def operator(staff) -> Client:
-    return logged_in(staff)
 
 
 def page_urls(run: Run) -> list[str]:

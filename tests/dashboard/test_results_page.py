@@ -14,7 +14,7 @@ from django.test import Client
 
 from runs.models import Run, RunState, Task, TaskState
 from runs.web import chart_frame, chart_lines
-from tests.dashboard.test_pages import logged_in
+from tests.dashboard.logins import logged_in
 from tests.factories import ended, running, submitted
 
 pytestmark = pytest.mark.django_db
@@ -78,11 +78,6 @@ def body_rows(html: str) -> list[list[str]]:
 
 def header_names(html: str) -> list[str]:
     return re.findall(r'<th[^>]*data-column="([^"]*)"', html)
-
-
-@pytest.fixture
-def alice(owner) -> Client:
-    return logged_in(owner)
 
 
 # The run page and the section

@@ -17,13 +17,6 @@ pytestmark = pytest.mark.django_db
 SWEEP = "tasks:\n  sweep: {type: squares, settings: {n: 5}}\n"
 
 
-@pytest.fixture
-def alice(owner) -> Client:
-    client = Client()
-    client.force_login(owner)
-    return client
-
-
 @pytest.mark.parametrize(
     ("state", "offered"),
     [

@@ -42,13 +42,6 @@ def written(monkeypatch) -> list[str]:
     return ids
 
 
-@pytest.fixture
-def alice(owner) -> Client:
-    client = Client()
-    client.force_login(owner)
-    return client
-
-
 def table(client: Client) -> str:
     response = client.get("/runs/table/", **HTMX)
     assert response.status_code in (200, 286)

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.test import Client
 from django.utils import timezone
 
 from runs.models import Run, Task
@@ -15,13 +14,6 @@ from runs.web import run_views
 from tests.factories import ended, running, submitted
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice(owner) -> Client:
-    client = Client()
-    client.force_login(owner)
-    return client
 
 
 @pytest.fixture
@@ -57,11 +49,11 @@ def test_a_settled_run_body_is_written_once_and_again_after_a_write(alice, owner
 
 
 def test_each_viewer_and_each_results_link_gets_its_own_body(
-    alice, operator_client, owner, bodies_written
+    alice, operator, owner, bodies_written
 ):
     run = ended(submitted(owner))
     alice.get(f"/runs/{run.id}/")
-    operator_client.get(f"/runs/{run.id}/")
+    operator.get(f"/runs/{run.id}/")
     alice.get(f"/runs/{run.id}/?task=sweep&page=2")
     alice.get(f"/runs/{run.id}/")
     assert bodies_written == [run.pk] * 3
@@ -79,10 +71,3 @@ def test_a_live_run_body_is_written_at_every_view_as_its_durations_run_on(
         late = sweep_card(alice.get(f"/runs/{run.id}/").content.decode())
     assert bodies_written == [run.pk, run.pk]
     assert early != late
-
-
-@pytest.fixture
-def operator_client(staff) -> Client:
-    client = Client()
-    client.force_login(staff)
-    return client

@@ -13,7 +13,6 @@ from django.test import Client
 
 from runs.control.failures import FailedAttempt, describe
 from runs.models import RunState, Task, TaskState
-from tests.dashboard.test_pages import logged_in
 from tests.dashboard.test_results_page import HEADER, body_rows, csv_text, grid_rows, out_dir
 from tests.factories import ended, submitted
 
@@ -24,11 +23,6 @@ name: grid
 tasks:
   sweep: {type: squares, settings: {n: 12}}
 """
-
-
-@pytest.fixture
-def alice(owner) -> Client:
-    return logged_in(owner)
 
 
 def page_of(client: Client, run) -> str:

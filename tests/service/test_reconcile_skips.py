@@ -135,21 +135,35 @@ def test_a_final_task_whose_logs_are_not_kept_keeps_its_run_polled(steady, fake)
     assert statuses(fake) == []
 
 
-def test_a_live_task_whose_log_read_failed_keeps_its_run_polled_until_the_log_is_kept(steady, fake):
-    run = steady[0]
+ENDED_LOG = "sweep-extra(0:1)-0.log"
+"""The kept log of the ended pod of ``owe_a_log_read``."""
+
+
+def owe_a_log_read(run: Run, fake: FakeBackend) -> None:
+    """A pod of the run's live sweep ended and its log could not be read: a poll owes it."""
     fake.set_nodes(run.workflow, {"sweep-w0": "Running", "sweep-extra(0:1)": "Succeeded"})
-    ended = pod_log("sweep-extra(0:1)", "extra done\n")
-    unread = ended.model_copy(update={"done": False, "text": "", "unread": "500 Server Error"})
+    unread = pod_log("sweep-extra(0:1)", "", done=False).model_copy(
+        update={"unread": "500 Server Error"}
+    )
     fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), unread])
     poll(fake)
     statuses(fake)
+
+
+def let_the_log_be_read(run: Run, fake: FakeBackend) -> None:
+    """The API answers the log ``owe_a_log_read`` owed."""
+    ended = pod_log("sweep-extra(0:1)", "extra done\n")
+    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), ended])
+
+
+def test_a_live_task_whose_log_read_failed_keeps_its_run_polled_until_the_log_is_kept(steady, fake):
+    run = steady[0]
+    owe_a_log_read(run, fake)
     poll(fake)  # nothing changed but the read is owed
     assert statuses(fake) == [run.workflow]
-    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), ended])
+    let_the_log_be_read(run, fake)
     poll(fake)
-    assert (task_dir(run, "sweep") / "logs" / "sweep-extra(0:1)-0.log").read_text() == (
-        "extra done\n"
-    )
+    assert (task_dir(run, "sweep") / "logs" / ENDED_LOG).read_text() == "extra done\n"
     statuses(fake)
     poll(fake)
     assert statuses(fake) == [], "kept: skipped again"
@@ -229,19 +243,12 @@ def test_a_restart_polls_only_what_changed_while_the_service_was_down(steady, la
 
 def test_a_run_whose_log_read_was_owed_at_a_restart_is_polled_after_it(steady, fake):
     run = steady[0]
-    fake.set_nodes(run.workflow, {"sweep-w0": "Running", "sweep-extra(0:1)": "Succeeded"})
-    ended = pod_log("sweep-extra(0:1)", "extra done\n")
-    unread = ended.model_copy(update={"done": False, "text": "", "unread": "500 Server Error"})
-    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), unread])
-    poll(fake)
-    statuses(fake)
+    owe_a_log_read(run, fake)
     restarted()
-    fake.set_logs(run.workflow, "sweep", [pod_log("sweep-w0", done=False), ended])
+    let_the_log_be_read(run, fake)
     poll(fake)
     assert statuses(fake) == [run.workflow]
-    assert (task_dir(run, "sweep") / "logs" / "sweep-extra(0:1)-0.log").read_text() == (
-        "extra done\n"
-    )
+    assert (task_dir(run, "sweep") / "logs" / ENDED_LOG).read_text() == "extra done\n"
 
 
 def test_a_run_that_ends_is_seen_at_once(steady, fake):
