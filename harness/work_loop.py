@@ -140,12 +140,16 @@ class WorkLoop:
             self._enforce_time_limit()
 
     def _batch_blocks(self) -> int:
-        """Blocks for the next batch: about ``BATCH_S`` of units, fewer near the end."""
+        """Blocks for the next batch: about ``BATCH_S`` of units, and near the end a share of
+        the pending blocks this worker does not hold yet, so its last batches shrink and its
+        processes end together (the blocks in flight, counted too, would make every batch
+        claimed at the end a full one, and one process would compute its last alone)."""
         if self.unit_s is None:
             return 1
         wanted = int(BATCH_S / max(self.unit_s, 1e-7)) // self.ledger.block
-        pending = self.ledger.pending_count()
-        return max(1, min(wanted, pending // (QUEUED * self.processes)))
+        held = sum(len(claims) for claims in self.in_flight.values())
+        free = self.ledger.pending_count() - held
+        return max(1, min(wanted, free // (QUEUED * self.processes)))
 
     def _fill(self) -> None:
         short = self.unit_s is not None and self.unit_s < BATCH_S

@@ -65,6 +65,23 @@ def test_each_pool_process_has_its_next_batch_queued_once_its_units_are_short(
     assert claimed == sorted(c.block for claims in loop.in_flight.values() for c in claims)
 
 
+def test_the_last_blocks_are_shared_out_in_ever_smaller_batches(tmp_path: Path) -> None:
+    """Each batch takes a share of the blocks no batch holds yet, so the last batches shrink
+    and some blocks wait for the process that ends first: counting the blocks in flight as
+    free would make every batch claimed at the end a full one, computed by one process alone
+    while the others wait."""
+    ledger = Ledger.open(tmp_path, 100, "sweep-w0")
+    executor = HeldPool()
+    loop = loop_over(ledger, executor, processes=2)
+    loop.unit_s = 0.001
+
+    loop._fill()
+
+    sizes = [sum(len(r) for r in ranges) for ranges in executor.batches]
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0]
+    assert sum(sizes) < 100
+
+
 @pytest.mark.parametrize("unit_s", [None, 1.0])
 def test_units_not_known_to_be_short_get_one_batch_per_process(
     tmp_path: Path, unit_s: float | None
