@@ -55,14 +55,15 @@ from runs.planning.spec_document import parse_spec
 from runs.planning.submission import create_run
 from runs.reads.access import (
     run_or_404,
-    run_with_tasks_or_404,
     visible_runs,
     with_progress,
+    with_tasks_for,
 )
 from runs.reads.listed_json import listed_page
 from runs.reads.listing import Listing
 from runs.reads.run_filters import RunFilters, filter_values
 from runs.reads.run_reads import rerun_ids
+from runs.reads.settled import KEPT, Settled, settled_key
 from runs.reads.task_files import attach_progress
 
 
@@ -101,7 +102,7 @@ QUEUE_FULL = OpenApiResponse(
 def created(request: Request, run: Run) -> Response:
     """The answer to a submission: 201 with the run, or 202 while it is ``learning`` (the
     worker learns the types its sources ship, then plans it)."""
-    detail = run_detail_serializer().to_representation(run_detail(request, run.id))
+    detail = run_detail(request, run.id)
     learning = run.state == RunState.LEARNING
     return Response(detail, status=202 if learning else status.HTTP_201_CREATED)
 
@@ -145,12 +146,22 @@ def valid_filters(request: Request) -> dict[str, Any]:
     return values
 
 
-def run_detail(request: Request, run_id: str) -> Run:
-    """A visible run with its tasks, attempts, progress by now and its visible re-runs."""
-    run = run_with_tasks_or_404(request.user, run_id)
+ANSWERS: Settled[dict[str, Any]] = Settled(KEPT)
+"""The API answers of settled runs."""
+
+
+def run_detail(request: Request, run_id: str) -> dict[str, Any]:
+    """The answer of a visible run: its tasks, attempts, progress by now, visible re-runs."""
+    run = run_or_404(request.user, run_id)
+    return detail_of(request, run, rerun_ids(request.user, run))
+
+
+def detail_of(request: Request, run: Run, reruns: list[str]) -> dict[str, Any]:
+    """The answer of ``run``, read by ``request``'s user, whose re-runs are ``reruns``."""
+    run = with_tasks_for(request.user, run)
     attach_progress(run, list(run.tasks.all()))
-    run.rerun_ids = rerun_ids(request.user, run)  # type: ignore[attr-defined]
-    return run
+    run.rerun_ids = reruns  # type: ignore[attr-defined]
+    return dict(run_detail_serializer().to_representation(run))
 
 
 @extend_schema_view(
@@ -187,7 +198,12 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         return self.get_paginated_response([json.loads(row) for row in rows])
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(run_detail_serializer().to_representation(run_detail(request, pk)))
+        """A run; a settled run's answer is written once per process (``runs.reads.settled``),
+        its re-runs read at every request (a re-run counts no version of this run up)."""
+        run = run_or_404(request.user, pk)
+        reruns = rerun_ids(request.user, run)
+        answer = ANSWERS.shown(settled_key(run, request), lambda: detail_of(request, run, reruns))
+        return Response({**answer, "reruns": reruns})
 
     @extend_schema(
         summary="Submit a run",

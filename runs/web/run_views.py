@@ -33,12 +33,12 @@ from runs.reads.listing import Listing
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.reads.run_filters import filter_values
 from runs.reads.run_reads import rerun_ids
+from runs.reads.settled import KEPT, Settled, settled_key
 from runs.reads.shown import shown_run_state
 from runs.web.dag import layout
 from runs.web.fragments import fragment
 from runs.web.results_views import PAGE_PARAMETERS, has_results
 from runs.web.run_table import table_rows
-from runs.web.settled_pages import SETTLED, page_key
 from runs.web.timeline import timeline
 
 RUNS_PER_PAGE = 25
@@ -89,9 +89,13 @@ def run_list_table(request: HttpRequest) -> HttpResponse:
     return fragment(request, "runs/run_list.html#table", context, live=context["any_live"])
 
 
+BODIES: Settled[SafeString] = Settled(KEPT)
+"""The bodies of settled runs' pages."""
+
+
 def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """A run's page: its head, and its body (the tasks' part), kept once written for a
-    settled run (``settled_pages``)."""
+    settled run (``runs.reads.settled``)."""
     run = run_with_tasks_or_404(request.user, run_id)
     tasks = list(run.tasks.all())
     context = {
@@ -105,7 +109,7 @@ def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
         body = {**context, **_body_context(request, run, tasks)}
         return mark_safe(render_to_string("runs/run_detail.html#body", body, request))  # noqa: S308 - the template escapes
 
-    context["body"] = SETTLED.body(page_key(run, request), write)
+    context["body"] = BODIES.shown(settled_key(run, request), write)
     return context
 
 

@@ -1,4 +1,4 @@
-"""A settled run's page body is written once per process (runs/web/settled_pages.py); a live
+"""A settled run's page body is written once per process (runs/reads/settled.py); a live
 run's at every view; a write that counts the run's version up is seen at the next view."""
 
 from __future__ import annotations
