@@ -9,6 +9,7 @@ import pytest
 from runs.api import views
 from runs.models import Run, Task
 from tests.factories import ended, running, submitted
+from tests.runs_written import runs_written
 
 pytestmark = pytest.mark.django_db
 
@@ -16,15 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def answers_written(monkeypatch) -> list[str]:
     """The runs whose answer was built, one entry a time."""
-    written: list[str] = []
-    build = views.detail_of
-
-    def counted(request, run, reruns):
-        written.append(run.pk)
-        return build(request, run, reruns)
-
-    monkeypatch.setattr(views, "detail_of", counted)
-    return written
+    return runs_written(monkeypatch, views, "detail_of")
 
 
 def answer(client, run: Run) -> dict:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from runs.models import Run, Task
 from runs.web import run_views
 from tests.factories import ended, running, submitted
+from tests.runs_written import runs_written
 
 pytestmark = pytest.mark.django_db
 
@@ -19,15 +20,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def bodies_written(monkeypatch) -> list[str]:
     """The runs whose page body was computed, one entry a time."""
-    written: list[str] = []
-    compute = run_views._body_context
-
-    def counted(request, run, tasks):
-        written.append(run.pk)
-        return compute(request, run, tasks)
-
-    monkeypatch.setattr(run_views, "_body_context", counted)
-    return written
+    return runs_written(monkeypatch, run_views, "_body_context")
 
 
 def sweep_card(page: str) -> str:
