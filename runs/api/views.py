@@ -46,6 +46,7 @@ from runs.api.serializers import (
     run_detail_serializer,
 )
 from runs.common.errors import field_sentences
+from runs.common.kept import Kept
 from runs.common.labels import kept_tags
 from runs.control import cancelling
 from runs.models import Run, RunState
@@ -63,7 +64,7 @@ from runs.reads.listed_json import listed_page
 from runs.reads.listing import Listing
 from runs.reads.run_filters import RunFilters, filter_values
 from runs.reads.run_reads import rerun_ids
-from runs.reads.settled import KEPT, Settled, settled_key
+from runs.reads.settled import KEPT, shown
 from runs.reads.task_files import attach_progress
 
 
@@ -146,7 +147,7 @@ def valid_filters(request: Request) -> dict[str, Any]:
     return values
 
 
-ANSWERS: Settled[dict[str, Any]] = Settled(KEPT)
+ANSWERS: Kept[dict[str, Any]] = Kept(KEPT)
 """The API answers of settled runs."""
 
 
@@ -202,7 +203,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         its re-runs read at every request (a re-run counts no version of this run up)."""
         run = run_or_404(request.user, pk)
         reruns = rerun_ids(request.user, run)
-        answer = ANSWERS.shown(settled_key(run, request), lambda: detail_of(request, run, reruns))
+        answer = shown(ANSWERS, run, request, lambda: detail_of(request, run, reruns))
         return Response({**answer, "reruns": reruns})
 
     @extend_schema(

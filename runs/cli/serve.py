@@ -8,8 +8,8 @@ database is migrated at every start (nothing to do after the first); the worker 
 server start first, the web server takes no request before the worker takes tasks, and the
 rest start once the dashboard answers, so that the first answer does not wait for them on a
 machine of few cores; a child that dies is started again; Ctrl-C or SIGTERM stops every
-child. The
-processes of the runs are not children: they go on, and the next start adopts them.
+child. The processes of the runs are not children: they go on, and the next start adopts
+them.
 """
 
 from __future__ import annotations

@@ -54,9 +54,11 @@ def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, 
     else:
         live = poll_memory.live_rows(due)
         skipped = memory.unchanged(live, due, backend)
-        polled = [row.pk for row in live if row.pk not in skipped]
-        runs = list(found.filter(pk__in=polled)) if polled else []
-        rows = Task.objects.filter(run_id__in=polled)
+        if skipped:  # else every due run is polled: no list of ids to send
+            polled = [row.pk for row in live if row.pk not in skipped]
+            found = found.filter(pk__in=polled)
+            rows = Task.objects.filter(run_id__in=polled)
+        runs = list(found) if len(skipped) < len(live) else []
     if not runs:
         return []
     tasks: dict[str, list[Task]] = defaultdict(list)

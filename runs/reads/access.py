@@ -128,14 +128,10 @@ def run_or_404(user: Any, run_id: str) -> Run:
     return get_object_or_404(visible_runs(user), pk=run_id)
 
 
-def run_with_tasks_or_404(user: Any, run_id: str) -> Run:
-    """A run with its tasks in spec order and their attempts: three queries (a fourth when
-    a task's message names the runs it waits behind, to name only the user's own)."""
-    return with_tasks_for(user, get_object_or_404(visible_runs(user), pk=run_id))
-
-
 def with_tasks_for(user: Any, run: Run) -> Run:
-    """A run the user may see, with its tasks and their attempts as ``user`` sees them."""
+    """A run the user may see, with its tasks in spec order and their attempts as ``user``
+    sees them: two queries (a third when a task's message names the runs it waits behind, to
+    name only the user's own)."""
     run = run_reads.with_tasks(run)
     waiting.hide_holders(user, run.tasks.all())
     return run

@@ -9,13 +9,12 @@ process while its tables are (``COMBINED``), and holds at most ``max_rows`` rows
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runs.common import store
+from runs.common.kept import Kept
 from runs.models import FINAL_TASK_STATES, Task
 from runs.reads import results as tables
 from runs.reads.access import visible_runs
@@ -74,30 +73,21 @@ def task_with_table(user: Any, run_id: str, task_id: str) -> Task:
     return found[0]
 
 
-class Combined:
-    """Combined tables by the tables they came from (the objects, held while kept)."""
-
-    def __init__(self, size: int) -> None:
-        self._kept: OrderedDict[tuple[Any, ...], tables.Results] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def get(self, parts: list[tuple[str, tables.Results]]) -> tables.Results:
-        key = tuple((run_id, id(results)) for run_id, results in parts)
-        with self._lock:
-            if (kept := self._kept.get(key)) is not None:
-                self._kept.move_to_end(key)
-                return kept
-        made = combine(parts)
-        made.sources = [results for _, results in parts]  # held: their ids stay theirs
-        with self._lock:
-            self._kept[key] = made
-            while len(self._kept) > self._size:
-                self._kept.popitem(last=False)
-        return made
+COMBINED: Kept[tables.Results] = Kept(KEPT)
+"""Combined tables by the tables they came from (the objects, held while kept)."""
 
 
-COMBINED = Combined(KEPT)
+def combined(parts: list[tuple[str, tables.Results]]) -> tables.Results:
+    """The parts as one table, as kept in ``COMBINED`` or combined now."""
+    key = tuple((run_id, id(results)) for run_id, results in parts)
+    return COMBINED.get(key, lambda: _combined(parts))
+
+
+def _combined(parts: list[tuple[str, tables.Results]]) -> tables.Results:
+    """The parts combined, holding them: their ids, in the key, stay theirs while it is kept."""
+    made = combine(parts)
+    made.sources = [results for _, results in parts]
+    return made
 
 
 def compare(user: Any, ids: list[str], task_id: str = "") -> Compared:
@@ -112,7 +102,7 @@ def compare(user: Any, ids: list[str], task_id: str = "") -> Compared:
         if found is None:
             raise NotComparable("runs", f"run {task.run_id} has no results table")
         parts.append((task.run_id, found))
-    return Compared(COMBINED.get(parts), tasks)
+    return Compared(combined(parts), tasks)
 
 
 def combine(parts: list[tuple[str, tables.Results]]) -> tables.Results:

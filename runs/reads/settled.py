@@ -13,14 +13,13 @@ run's is written at every request: its durations run on.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from django.http import HttpRequest
 from django.utils import timezone
 
+from runs.common.kept import Kept
 from runs.models import Run
 
 KEPT = 500
@@ -38,25 +37,7 @@ def settled_key(run: Run, request: HttpRequest) -> Hashable | None:
     return (run.pk, run.version, tags, run.note, request.user.pk, zone, request.GET.urlencode())
 
 
-class Settled(Generic[V]):
-    """What settled runs show, by ``settled_key``, the ``size`` most recently used."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._kept: OrderedDict[Hashable, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def shown(self, key: Hashable | None, write: Callable[[], V]) -> V:
-        """What is kept for ``key``, else ``write()``'s, kept when ``key`` is not None."""
-        if key is None:
-            return write()
-        with self._lock:
-            if (kept := self._kept.get(key)) is not None:
-                self._kept.move_to_end(key)
-                return kept
-        written = write()
-        with self._lock:
-            self._kept[key] = written
-            while len(self._kept) > self._size:
-                self._kept.popitem(last=False)
-        return written
+def shown(kept: Kept[V], run: Run, request: HttpRequest, write: Callable[[], V]) -> V:
+    """What ``run`` shows ``request``: kept in ``kept`` for a settled run, else written anew."""
+    key = settled_key(run, request)
+    return write() if key is None else kept.get(key, write)

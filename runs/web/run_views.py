@@ -22,10 +22,11 @@ from django.views.decorators.http import require_POST
 
 from runs.common import labels, store
 from runs.common.errors import Conflict, field_sentences
+from runs.common.kept import Kept
 from runs.control import cancelling
 from runs.models import Run, RunState, TaskState
 from runs.reads import accounting, task_files
-from runs.reads.access import run_or_404, run_with_tasks_or_404, task_or_404
+from runs.reads.access import run_or_404, task_or_404, with_tasks_for
 from runs.reads.capped_pages import MAX_PAGE, positive
 from runs.reads.file_answers import serve_output
 from runs.reads.listed_json import listed_page
@@ -33,7 +34,7 @@ from runs.reads.listing import Listing
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.reads.run_filters import filter_values
 from runs.reads.run_reads import rerun_ids
-from runs.reads.settled import KEPT, Settled, settled_key
+from runs.reads.settled import KEPT, shown
 from runs.reads.shown import shown_run_state
 from runs.web.dag import layout
 from runs.web.fragments import fragment
@@ -89,27 +90,25 @@ def run_list_table(request: HttpRequest) -> HttpResponse:
     return fragment(request, "runs/run_list.html#table", context, live=context["any_live"])
 
 
-BODIES: Settled[SafeString] = Settled(KEPT)
-"""The bodies of settled runs' pages."""
+BODIES: Kept[tuple[str, SafeString]] = Kept(KEPT)
+"""The state shown and the body of settled runs' pages."""
 
 
 def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    """A run's page: its head, and its body (the tasks' part), kept once written for a
-    settled run (``runs.reads.settled``)."""
-    run = run_with_tasks_or_404(request.user, run_id)
-    tasks = list(run.tasks.all())
-    context = {
-        "run": run,
-        "run_state": shown_run_state(run.state, [t.state for t in tasks]),
-        "live": not run.ended,
-        "reruns": rerun_ids(request.user, run),
-    }
+    """A run's page: its head, and its body (the tasks' part) with the state its tasks make,
+    kept once written for a settled run (``runs.reads.settled``), whose tasks are then not
+    read again."""
+    run = run_or_404(request.user, run_id)
+    context = {"run": run, "live": not run.ended, "reruns": rerun_ids(request.user, run)}
 
-    def write() -> SafeString:
-        body = {**context, **_body_context(request, run, tasks)}
-        return mark_safe(render_to_string("runs/run_detail.html#body", body, request))  # noqa: S308 - the template escapes
+    def write() -> tuple[str, SafeString]:
+        tasks = list(with_tasks_for(request.user, run).tasks.all())
+        state = shown_run_state(run.state, [t.state for t in tasks])
+        body = {**context, "run_state": state, **_body_context(request, run, tasks)}
+        html = render_to_string("runs/run_detail.html#body", body, request)
+        return state, mark_safe(html)  # noqa: S308 - the template escapes
 
-    context["body"] = BODIES.shown(settled_key(run, request), write)
+    context["run_state"], context["body"] = shown(BODIES, run, request, write)
     return context
 
 
