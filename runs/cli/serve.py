@@ -398,9 +398,13 @@ def run(args: argparse.Namespace) -> int:
 
     from runs.backends import backend_class
     from runs.backends.base import Stepped
+    from runs.backends.local.user import pass_only
 
     prepare_broker()
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise serves from it
+    # The store is there once the dashboard answers (a user's files go in it), though its
+    # first writer may start after that; the task users cross it without listing it.
+    pass_only(Path(settings.SIMRUN_STORE))
     database.migrate()  # a new SQLite one made at once
     protect_home(home)
     stop = SignalStop()  # a threading.Event set by a handler could wait for ever

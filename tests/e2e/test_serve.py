@@ -107,6 +107,9 @@ def test_a_start_migrates_answers_once_ready_says_nothing_alarming_and_stops_on_
     try:
         # At once, no retry: the banner promises a dashboard that answers.
         assert httpx.get(f"{service.url}/login/", timeout=10).status_code == 200
+        # The store is there for a user's files, before any child writes it: the task
+        # users may cross it, not list it.
+        assert service.store.stat().st_mode & 0o007 == 0o001
         # The worker took tasks before the banner: its ready file (touched at Celery's
         # worker_ready, which Celery sends before it logs "ready.") is older than the banner.
         assert (tmp_path / "home" / "worker-ready").stat().st_mtime <= banner_seen
