@@ -29,6 +29,7 @@ from harness.sources import pip_reason
 from runs.backends.local import builds, wall_disk
 from runs.backends.local import env as local_env
 from runs.backends.local import user as local_user
+from runs.common.store import pass_only
 
 TEMPORARY = "tmp"
 """The folder of a learning's temporary files (pip's builds among them) in its ``home``."""
@@ -137,8 +138,8 @@ def builder(learning: Learning) -> builds.Builder:
     if user is None:
         return walled
     root = learning.store
-    local_user.pass_only(root, root / "learned-types", root / "snapshots")
-    local_user.pass_only(root / local_env.ENVIRONMENTS)
+    pass_only(root, root / "learned-types", root / "snapshots")
+    pass_only(root / local_env.ENVIRONMENTS)
     if problem := local_user.unreachable(Path(sys.executable).resolve(), learning.home):
         raise SourcesError(f"the sources' types cannot be learned as your task user: {problem}")
     return dataclasses.replace(walled, uid=user.uid, gid=user.gid)

@@ -398,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
 
     from runs.backends import backend_class
     from runs.backends.base import Stepped
-    from runs.backends.local.user import pass_only
+    from runs.common.store import pass_only
 
     prepare_broker()
     Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # whitenoise serves from it

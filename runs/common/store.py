@@ -7,6 +7,7 @@ their environment; every file another process reads is written to a temp file an
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,14 @@ from harness.files import write_atomic
 def root() -> Path:
     """The root of the store (``SIMRUN_STORE``)."""
     return Path(settings.SIMRUN_STORE)
+
+
+def pass_only(*roots: Path) -> None:
+    """Let others cross these directories without listing or reading them."""
+    for root in roots:
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, (root.stat().st_mode & 0o7770) | 0o001)
+        os.chmod(root, root.stat().st_mode & ~0o006)
 
 
 def run_dir(run_id: str) -> Path:

@@ -37,6 +37,7 @@ from runs.backends.local.launch_file import (
 )
 from runs.backends.local.logs import logs_dir
 from runs.backends.local.state import NodeSpec, NodeView, Submission, next_memory_gb
+from runs.common.store import pass_only
 
 if TYPE_CHECKING:
     from runs.backends.local.backend import LocalBackend
@@ -286,10 +287,10 @@ def isolate(backend: LocalBackend, submission: Submission, logs: int) -> local_u
         return None
     store_runs = submission.store / "runs"
     snapshots = submission.store / "snapshots"
-    local_user.pass_only(submission.store, store_runs, snapshots, backend.scratch, backend.envs)
+    pass_only(submission.store, store_runs, snapshots, backend.scratch, backend.envs)
     if submission.packages:
-        local_user.pass_only(submission.store / local_env.ENVIRONMENTS)
-    local_user.pass_only(backend.scratch / submission.run)
+        pass_only(submission.store / local_env.ENVIRONMENTS)
+    pass_only(backend.scratch / submission.run)
     with untrusted.directory(store_runs, [submission.run]) as run:
         local_user.give(run, user, skip=frozenset({"logs"}))
     local_user.keep(logs, user)

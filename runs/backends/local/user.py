@@ -62,7 +62,7 @@ def unreachable(
     """Why a task user cannot reach these roots (a folder above one lets no other user pass),
     with the fixes that apply to that root and ``otherwise``, the way out without task users
     (empty: none); None when it can. A root itself is the backend's to open up
-    (``pass_only``)."""
+    (``runs.common.store.pass_only``)."""
     for root in roots:
         for folder in root.resolve().parents:
             if folder.exists() and not folder.stat().st_mode & 0o001:
@@ -84,14 +84,6 @@ def _fixes(root: Path, folder: Path) -> str:
             "install -e '.[service]')"
         )
     return f"chmod o+x {folder}, move SIMRUN_HOME (or SIMRUN_STORE and SIMRUN_SCRATCH)"
-
-
-def pass_only(*roots: Path) -> None:
-    """Let others cross these directories without listing or reading them."""
-    for root in roots:
-        root.mkdir(parents=True, exist_ok=True)
-        os.chmod(root, (root.stat().st_mode & 0o7770) | 0o001)
-        os.chmod(root, root.stat().st_mode & ~0o006)
 
 
 def give(

@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 from harness import untrusted
-from runs.backends.local.user import TaskUser, give, pass_only
+from runs.backends.local.user import TaskUser, give
 from runs.backends.local.user import unreachable as unreachable_roots
 from runs.common.logins import login_ids, login_problem
+from runs.common.store import pass_only
 
 MAP_ONE = "an administrator maps one with `simrun user NAME --login LOGIN`"
 
