@@ -98,6 +98,9 @@ class FakeBackend:
         self.on_call: Callable[[str], None] | None = None
         """Called with the name of every protocol call before it runs (e.g. to check locks)."""
         self._memory = FakeState()
+        self._digests: dict[str, str] = {}
+        """Each workflow's ``versions`` digest, in memory, while no one entered ``state()``:
+        the answer of a backend that holds its statuses (a watch's cache) costs a lookup."""
 
     @classmethod
     def from_settings(cls) -> FakeBackend:
@@ -109,6 +112,7 @@ class FakeBackend:
     def state(self) -> Iterator[FakeState]:
         """The state to read or change; from and back to the state file when there is one."""
         if self.state_file is None:
+            self._digests = {}  # whoever enters may change any status
             yield self._memory
             return
         with open(f"{self.state_file}.lock", "a") as lock:
@@ -296,16 +300,20 @@ class FakeBackend:
     def versions(self, names: list[str]) -> dict[str, str]:
         """A digest of each known workflow's status (``ChangeSignal``): one call for all, and
         a status a test changed in any way, even in ``state()`` directly, has another."""
-        with self.state() as state:
-            self._call(state, "versions", len(names))
-            workflows = state.workflows
-            return {
-                name: hashlib.blake2b(
-                    workflows[name].model_dump_json().encode(), digest_size=8
-                ).hexdigest()
-                for name in names
-                if name in workflows
-            }
+        if self.state_file is not None:
+            with self.state() as state:
+                self._call(state, "versions", len(names))
+                return {
+                    name: _digest(state.workflows[name])
+                    for name in names
+                    if name in state.workflows
+                }
+        self._call(self._memory, "versions", len(names))
+        workflows, digests = self._memory.workflows, self._digests
+        for name in names:
+            if name not in digests and name in workflows:
+                digests[name] = _digest(workflows[name])
+        return {name: digests[name] for name in names if name in digests}
 
     def cancel(self, name: str) -> None:
         with self.state() as state:
@@ -378,3 +386,8 @@ class FakeBackend:
         with self.state() as state:
             self._call(state, "has_image", ref)
             return ref in state.images
+
+
+def _digest(status: BackendStatus) -> str:
+    """16 hex digits of a status: another for a status changed in any way."""
+    return hashlib.blake2b(status.model_dump_json().encode(), digest_size=8).hexdigest()
