@@ -25,7 +25,16 @@ from runs.choices import (
     TaskState,
     new_run_id,
 )
-from runs.querysets import LISTED, LIVE, PENDING_AFTER_END, POLL_WATCHED, Liveness, RunQuerySet
+from runs.owned import Profile, Snapshot
+from runs.querysets import (
+    LISTED,
+    LIVE,
+    PENDING_AFTER_END,
+    POLL_WATCHED,
+    WAITS,
+    Liveness,
+    RunQuerySet,
+)
 
 __all__ = [
     "ATTEMPT_OUTCOME_FIELDS",
@@ -50,6 +59,7 @@ __all__ = [
     "Task",
     "TaskKind",
     "TaskState",
+    "WAITS",
     "new_run_id",
 ]
 """The record's names: the models, and the states and queries they are made of (``choices``,
@@ -163,6 +173,10 @@ class Run(Liveness, models.Model):
                 name="run_live_idx",
                 condition=LIVE,
             ),
+            # A pass of the loop reads only what changed (runs.control.poll_memory): the runs
+            # written since its last read, and the live ones that wait for something in time.
+            models.Index(fields=["updated_at"], name="run_updated_idx"),
+            models.Index(fields=["created_at"], name="run_waits_idx", condition=LIVE & WAITS),
             # The runs list, newest first: of staff (every run), of a user, of a state. With
             # the id and the name, the list finds the runs its page and its count need in the
             # index alone (runs.reads.listed_json), on PostgreSQL, a filter by a part of the name
@@ -444,50 +458,3 @@ class Observation(models.Model):
         if peak is None:
             return None
         return peak / self.processes / 2**30
-
-
-class Snapshot(models.Model):
-    """An uploaded source tree; its files live once per content hash in ``<store>/snapshots/``."""
-
-    digest = models.CharField(max_length=64, help_text="sha256 of the archive, its id in specs.")
-    owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="snapshots"
-    )
-    name = models.CharField(max_length=200, blank=True)
-    size_bytes = models.BigIntegerField(default=0)
-    tree_bytes = models.BigIntegerField(
-        default=0, help_text="The bytes of its extracted files (its owner's budget counts them)."
-    )
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["-created_at"]
-        constraints = [
-            models.UniqueConstraint(fields=["owner", "digest"], name="snapshot_once_per_owner"),
-            models.CheckConstraint(
-                condition=Q(digest__regex=r"^[0-9a-f]{64}$"), name="snapshot_digest_is_sha256"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.digest[:12]} {self.name}".strip()
-
-
-class Profile(models.Model):
-    """What simrun keeps of a user beyond Django's: the Unix login its cluster jobs run as.
-
-    A service run as root for a team submits each user's Slurm jobs as the login mapped here
-    (``simrun user NAME --login LOGIN``), never as root; a user without one cannot submit
-    there (docs/slurm.md)."""
-
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="simrun_profile"
-    )
-    login = models.CharField(
-        max_length=32,
-        blank=True,
-        help_text="The Unix login the user's jobs are submitted as in team mode; empty: none.",
-    )
-
-    def __str__(self) -> str:
-        return f"{self.user_id}: {self.login or '(no login)'}"

@@ -36,6 +36,12 @@ ones whose logs are not kept (their run is polled) and unfinished split ones (th
 is watched). A partial index of ``Task`` holds them, so a pass scans no settled run's."""
 
 
+WAITS = Q(reconcile_failures__gt=0) | ~Q(merge_pending={}) | ~Q(reports_pending={})
+"""A live run that waits for something in time (a merge marker, a report within its grace, a
+reconcile that crashed): every pass polls it (``runs.control.poll_memory``). A partial index
+of ``Run`` holds those, so a pass finds them without scanning the others."""
+
+
 class Liveness:
     """``ended`` and ``live`` of anything with a run's state and pending flags (a model, a
     listed row), by the live-run rule."""

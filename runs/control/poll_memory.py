@@ -7,27 +7,35 @@ did not change size, and which waits for nothing in time (a merge marker or a re
 grace, the logs of a final task to keep, a log read that failed, a reconcile that crashed)
 would be decided the same: the pass skips it, reading neither its status nor its tasks. Ended
 pods of a live task change its workflow, so their logs are kept by the poll that sees the
-change. Every run is still polled in full at least every ``SIMRUN_RESYNC_S``, as informers
-resync, each at its own phase of that interval so the full polls spread evenly over passes.
+change.
+
+A pass reads what changed, not every live run: the rows written since the last read (their
+``updated_at``, with ``WRITE_SLACK`` for a write that committed late), those it polled
+before, and those that wait; the tasks it watches again only for a run whose record changed
+or that it read again. What a pass could miss so (a write stamped earlier than the slack, a
+task written without its run) it finds at the resync, as an informer's resync replays its
+cache: the passes read the live runs again in order of creation, each a share as large as
+the time since the last pass is of ``SIMRUN_RESYNC_S``, so every run's row and tasks are read
+again within that interval, and the run is polled if they changed. The backends' ``versions``
+are read at every pass: one call for all runs.
 
 Each poll that went through also leaves a digest of what it read and the record it left in
 the run's row (``Run.polled``), so a process that does not remember the run (after a
 restart, or another worker process) skips it too while its digest holds, and a restart
 costs what changed meanwhile, not a poll of every run. A run whose poll left a log read owed
-keeps no digest, so it is polled after a restart. What a process remembers beside (when each
-run resyncs) is safe to lose.
+keeps no digest, so it is polled after a restart. What a process remembers beside is safe
+to lose.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 import weakref
-import zlib
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from django.conf import settings
@@ -35,7 +43,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 
 from runs.backends.base import Backend, ChangeSignal
 from runs.common import store
-from runs.models import FINAL_TASK_STATES, POLL_WATCHED, Run, RunState, Task
+from runs.models import FINAL_TASK_STATES, LIVE, POLL_WATCHED, WAITS, Run, RunState, Task
 
 
 class Signature(NamedTuple):
@@ -49,60 +57,159 @@ class Signature(NamedTuple):
     progress: tuple[tuple[str, int], ...]
 
 
-@dataclass(frozen=True)
-class Seen:
-    """A run's last poll: what it read, the record it left, when it is to be polled in full."""
+class Seen(NamedTuple):
+    """A run's last poll: what it read and the record it left."""
 
     signature: Signature
     record: int
-    resync_at: float
+
+
+class Watched(NamedTuple):
+    """What a pass watches of a run's tasks, as read at a version of its record: whether a
+    final task's logs are still to keep, and its unfinished split tasks (their progress)."""
+
+    version: int
+    pending_logs: bool
+    split: tuple[str, ...]
 
 
 class PollMemory:
-    """The last poll of each live run of one backend, in this process."""
+    """The last poll of each live run of one backend, and the live runs' rows as last read,
+    in this process."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._seen: dict[str, Seen] = {}
+        self._rows: dict[str, Any] = {}
+        """The ``live_rows`` of the live runs, by id, oldest first, as last read."""
+        self._read_at: datetime | None = None
+        self.reread: set[str] = set()
+        """The runs whose rows and watched tasks the next pass reads again: those polled, and
+        those whose resync came."""
+        self._rereading: set[str] = set()
+        self._resynced_at = 0.0
+        """When the last pass read its share of the resync (``clock``)."""
+        self._resync_from: tuple[datetime, str] | None = None
+        """The creation time and id of the last run the resync read: the next share reads on."""
+        self._resync_owed = 0.0
+        """The part of a run the passes owe the resync: a pass reads whole runs."""
+        self._fresh: set[str] = set()
+        """The runs read since the resync's walk began: a kept run not among them when it
+        ends is no longer live."""
+        self._watched: dict[str, Watched] = {}
         self.signatures: dict[str, Signature] = {}
         """What this pass read before its polls, by run id: kept by ``remember``."""
-        self.resyncing: set[str] = set()
-        """The runs this pass polls only because their resync is due: nothing changed."""
         self.logs_owed: set[str] = set()
         """The runs whose last poll failed to read the log of an ended pod: polled again."""
 
-    def unchanged(self, runs: Sequence[Live], due: QuerySet[Run], backend: Backend) -> set[str]:
+    def due_rows(self, now: datetime) -> list[Any]:
+        """The ``live_rows`` of the live runs a pass takes (not pushed aside), oldest first.
+
+        The first pass of a process reads every live run; later ones only the rows written
+        since the read before (``WRITE_SLACK`` earlier), those of ``reread``, those that
+        wait (``WAITS``), each through an index, and the resync's share (``_resync``): a pass
+        costs what changed. The tasks of the runs read again are read again too.
+        """
+        clock = self.clock()
+        if self._read_at is None:
+            self._rows = {row.pk: row for row in live_rows(Run.objects.live())}
+            self._rereading = self._fresh = set(self._rows)
+            self._resynced_at, self._resync_from = clock, None
+        else:
+            self._read_changed()
+            self._rereading = self.reread | self._resync(clock)
+        self._read_at, self.reread = now, set()
+        return [
+            row
+            for row in self._rows.values()
+            if row.reconcile_after is None or row.reconcile_after <= now
+        ]
+
+    def _read_changed(self) -> None:
+        """Bring the kept rows up to date with the runs written since the last read, those
+        of ``reread`` and those that wait; forget those no longer live."""
+        assert self._read_at is not None
+        changed = Run.objects.filter(
+            Q(updated_at__gte=self._read_at - WRITE_SLACK) | Q(pk__in=self.reread) | (LIVE & WAITS)
+        )
+        found = set()
+        for row in live_rows(changed):
+            found.add(row.pk)
+            self._keep(row)
+        for pk in self.reread - found:  # deleted
+            self._rows.pop(pk, None)
+
+    def _resync(self, clock: float) -> set[str]:
+        """Read again the next live runs in order of creation, as many as the time since the
+        last pass is a share of ``SIMRUN_RESYNC_S``, from where the last pass stopped: every
+        run is read again within the interval, and each pass carries its share, not a list
+        of ids. At the end of the live runs, forget the kept ones that nothing read since the
+        walk began: they are no longer live. Their ids."""
+        share = min(1.0, (clock - self._resynced_at) / settings.SIMRUN_RESYNC_S)
+        self._resynced_at = clock
+        self._resync_owed = min(len(self._rows), self._resync_owed + len(self._rows) * share)
+        wanted = math.floor(self._resync_owed)
+        self._resync_owed -= wanted
+        read: set[str] = set()
+        while wanted > 0:
+            runs = Run.objects.live()
+            start = self._resync_from
+            if start is not None:  # the runs after the last one read, in the order read
+                at, pk = start
+                runs = runs.filter(Q(created_at__gt=at) | Q(created_at=at, pk__gt=pk))
+            found = live_rows(runs, limit=wanted)
+            for row in found:
+                read.add(row.pk)
+                self._keep(row)
+            wanted -= len(found)
+            if wanted == 0:
+                created = Run.objects.filter(pk=found[-1].pk).values_list("created_at", flat=True)
+                self._resync_from = (created.get(), found[-1].pk)
+                break
+            self._resync_from = None  # the end of the live runs: the walk begins again
+            for pk in set(self._rows) - self._fresh - read:
+                del self._rows[pk]
+            self._fresh = set()
+            if start is None:
+                break  # every live run read
+        return read
+
+    def _keep(self, row: Any) -> None:
+        """Keep a row read of a run, or forget the run if it is no longer live."""
+        self._fresh.add(row.pk)
+        if row.is_live:
+            self._rows[row.pk] = row
+        else:
+            self._rows.pop(row.pk, None)
+
+    def unchanged(self, runs: Sequence[Live], backend: Backend) -> set[str]:
         """The ids of the runs a pass may skip; reads the signature of every running run.
 
-        One backend call (``versions``) and one query of the tasks that make a poll needed
-        (final without kept logs, unfinished split), whatever the number of runs.
+        One backend call (``versions``), a ``stat`` of each unfinished split task's progress,
+        and one query of the tasks of the runs whose record changed or that are read again.
         """
         running = [r for r in runs if r.state == RunState.RUNNING and r.workflow]
-        self.signatures, self.resyncing = {}, set()
+        self.signatures = {}
         if not running:
             return set()
         versions: dict[str, str] = {}
         if isinstance(backend, ChangeSignal):
             versions = backend.versions([r.workflow for r in running])
-        progress: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        pending_logs: set[str] = set()
+        watched = self._watched_of(running)
         root = str(store.root())
-        for run_id, task_id, state in _watched_tasks(due):
-            if state in FINAL_TASK_STATES:
-                pending_logs.add(run_id)
-            else:
-                progress[run_id].append((task_id, _size(root, run_id, task_id)))
-        now = self.clock()
         self.signatures = {
-            r.pk: Signature(versions.get(r.workflow), tuple(progress.get(r.pk, ())))
+            r.pk: Signature(
+                versions.get(r.workflow),
+                tuple([(task, _size(root, r.pk, task)) for task in watched[r.pk].split]),
+            )
             for r in running
         }
         self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
-        self._adopt(running, now)
+        self._adopt(running)
         same = {
             run.pk
             for run in running
-            if run.pk not in pending_logs
+            if not watched[run.pk].pending_logs
             and run.pk not in self.logs_owed
             and not run.waits
             and (seen := self._seen.get(run.pk)) is not None
@@ -110,14 +217,38 @@ class PollMemory:
             and seen.signature.workflow is not None
             and seen.signature == self.signatures[run.pk]
         }
-        self.resyncing = {pk for pk in same if now >= self._seen[pk].resync_at}
-        return same - self.resyncing
+        return same
 
-    def _adopt(self, running: Sequence[Live], now: float) -> None:
+    def _watched_of(self, running: Sequence[Live]) -> dict[str, Watched]:
+        """The watched tasks of each running run: kept from an earlier pass while its record
+        is as then and it is not read again, else read (``_watched_tasks``)."""
+        stale = {
+            r.pk
+            for r in running
+            if (known := self._watched.get(r.pk)) is None
+            or known.version != r.version
+            or r.pk in self._rereading
+        }
+        found: dict[str, tuple[bool, list[str]]] = {}
+        for run_id, task_id, state in _watched_tasks(stale, len(running)):
+            pending, split = found.setdefault(run_id, (False, []))
+            if state in FINAL_TASK_STATES:
+                found[run_id] = (True, split)
+            else:
+                split.append(task_id)
+        before, self._watched = self._watched, {}
+        for r in running:
+            if r.pk in stale:
+                pending, split = found.get(r.pk, (False, []))
+                self._watched[r.pk] = Watched(r.version, pending, tuple(split))
+            else:
+                self._watched[r.pk] = before[r.pk]
+        return self._watched
+
+    def _adopt(self, running: Sequence[Live]) -> None:
         """Remember the runs this process has not polled whose row holds the digest of a poll
         that read what this pass reads (another process's, or this service's before a
-        restart), each to resync at its own phase from now."""
-        resync_s = settings.SIMRUN_RESYNC_S
+        restart)."""
         for run in running:
             signature = self.signatures[run.pk]
             if (
@@ -125,13 +256,7 @@ class PollMemory:
                 and run.polled
                 and run.polled == digest(signature, run.version)
             ):
-                self._seen[run.pk] = Seen(signature, run.version, resync_at(run.pk, now, resync_s))
-
-    def resync_only(self, run: Run, written: bool) -> bool:
-        """Whether a run was polled only for its resync and its poll wrote nothing: its
-        backend's side (keeping the logs of ended pods) has nothing new to do, as a pod that
-        ends changes its workflow, so it is left out (an informer's resync calls no API)."""
-        return not written and run.pk in self.resyncing
+                self._seen[run.pk] = Seen(signature, run.version)
 
     def owe_logs(self, run_id: str, owed: bool) -> None:
         """Note whether a run's poll left a log read to try again: such a run is not skipped."""
@@ -144,13 +269,11 @@ class PollMemory:
         """Remember the polls of runs that went through, with the records they left, here
         and in each run's row (``Run.polled``: one statement for those whose digest changed;
         none where a log read is owed)."""
-        resync_s = settings.SIMRUN_RESYNC_S
-        now = self.clock()
         changed: list[Run] = []
         for run in runs:
             if (signature := self.signatures.get(run.pk)) is None:
                 continue
-            self._seen[run.pk] = Seen(signature, run.version, resync_at(run.pk, now, resync_s))
+            self._seen[run.pk] = Seen(signature, run.version)
             polled = "" if run.pk in self.logs_owed else digest(signature, run.version)
             if run.polled != polled:
                 run.polled = polled
@@ -161,19 +284,15 @@ class PollMemory:
             Run.objects.bulk_update(changed, ["polled"])
 
 
+WRITE_SLACK = timedelta(seconds=30)
+"""How much earlier than the last read a pass reads the rows written: a write is stamped
+(``updated_at``) before it commits, and by another process's clock."""
+
+
 def digest(signature: Signature, record: int) -> str:
     """What ``Run.polled`` holds: 16 hex digits of a poll's signature and the record's version."""
     text = repr((signature.workflow, signature.progress, record)).encode()
     return hashlib.blake2b(text, digest_size=8).hexdigest()
-
-
-def resync_at(run_id: str, now: float, resync_s: float) -> float:
-    """When a run polled at ``now`` is next polled in full: the next point of its own phase
-    of the interval (from its id), within ``resync_s`` of ``now``. The phases spread evenly
-    over the whole interval, so each pass carries its share of the resyncs (a twelfth for a
-    5 s pass and 60 s), however many runs were polled together (at a restart, all)."""
-    phase = resync_s * (zlib.crc32(run_id.encode()) % 4096) / 4096
-    return now - (now - phase) % resync_s + resync_s
 
 
 class Live(Protocol):
@@ -184,24 +303,26 @@ class Live(Protocol):
     workflow: str
     version: int
     polled: str
+    reconcile_after: datetime | None
+    is_live: bool
     waits: bool
     """Whether it waits for a merge marker or a report, or its last reconcile crashed."""
 
 
-FIELDS = ("pk", "state", "workflow", "version", "polled")
-"""The fields of a ``Live`` row: a pass reads these of every run, the rest of those it polls."""
-
-WAITS = Q(reconcile_failures__gt=0) | ~Q(merge_pending={}) | ~Q(reports_pending={})
-"""A run that waits for something in time, decided by the database: a pass then decodes no
-JSON of the runs it skips (a third of a steady pass's time at 10,000 runs)."""
+FIELDS = ("pk", "state", "workflow", "version", "polled", "reconcile_after")
+"""The fields of a ``Live`` row: a pass reads these of every run it reads, the rest of those
+it polls."""
 
 
-def live_rows(due: QuerySet[Run]) -> list[Any]:
-    """The ``FIELDS`` and ``waits`` of the due runs as rows, oldest first: what deciding the
-    skips needs."""
-    waits = ExpressionWrapper(WAITS, output_field=BooleanField())
-    found = due.order_by("created_at").annotate(waits=waits)
-    return list(found.values_list(*FIELDS, "waits", named=True))
+def live_rows(runs: QuerySet[Run], limit: int | None = None) -> list[Any]:
+    """The ``FIELDS``, ``is_live`` and ``waits`` of runs as rows, oldest first (the first
+    ``limit``): what deciding the skips needs. Both flags are decided by the database, so a
+    pass decodes no JSON of the runs it skips (a third of a steady pass's time at 10,000)."""
+    found = runs.order_by("created_at", "pk").annotate(
+        is_live=ExpressionWrapper(LIVE, output_field=BooleanField()),
+        waits=ExpressionWrapper(WAITS, output_field=BooleanField()),
+    )
+    return list(found.values_list(*FIELDS, "is_live", "waits", named=True)[:limit])
 
 
 _memories: weakref.WeakKeyDictionary[Backend, PollMemory] = weakref.WeakKeyDictionary()
@@ -216,11 +337,19 @@ def memory_of(backend: Backend | None) -> PollMemory | None:
     return _memories[backend]
 
 
-def _watched_tasks(due: QuerySet[Run]) -> list[tuple[str, str, str]]:
-    """(run id, task id, state) of the due runs' tasks that make a poll needed or whose
-    progress a poll may read: final ones whose logs are not kept, unfinished split ones."""
-    rows = Task.objects.filter(POLL_WATCHED, run__in=due.values("pk"))
-    return list(rows.order_by("run_id", "position").values_list("run_id", "task_id", "state"))
+def _watched_tasks(runs: set[str], running: int) -> list[tuple[str, str, str]]:
+    """(run id, task id, state) of these runs' tasks that make a poll needed or whose
+    progress a poll may read (``POLL_WATCHED``): by their ids, or, for most of the ``running``
+    runs (a process's first pass), those of every live run."""
+    if not runs:
+        return []
+    rows = Task.objects.filter(POLL_WATCHED)
+    if len(runs) > running // 2:
+        found = rows.filter(run__in=Run.objects.live().values("pk"))
+    else:
+        found = rows.filter(run_id__in=runs)
+    listed = found.values_list("run_id", "task_id", "state")
+    return [row for row in listed.order_by("run_id", "position") if row[0] in runs]
 
 
 def _size(root: str, run_id: str, task_id: str) -> int:

@@ -8,8 +8,11 @@ backend call is made inside a transaction.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime
 
 from django.db import transaction
@@ -40,25 +43,26 @@ UNUSED_TASK_FIELDS = ("settings", "inputs", "command")
 def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, list[Task]]]:
     """The live runs not pushed aside, with their tasks: a few queries whatever their number.
 
-    Given a backend that signals changes, the runs unchanged since their last poll (in this
-    process, or as their rows say) are left out, their tasks unread
-    (``runs.control.poll_memory``): a few fields of each run decide, the rest is loaded only
-    for those polled.
+    Given a backend that signals changes, only the runs that changed are read, and of those
+    the ones unchanged since their last poll (in this process, or as their rows say) are left
+    out, their tasks unread (``runs.control.poll_memory``): the rest is loaded only for those
+    polled, which the next pass reads again.
     """
     due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
     found = due.defer("spec", "spec_text").order_by("created_at")
     rows = Task.objects.filter(run__in=due.values("pk"))
     memory = poll_memory.memory_of(backend)
-    if memory is None or backend is None:
-        runs = list(found)
-    else:
-        live = poll_memory.live_rows(due)
-        skipped = memory.unchanged(live, due, backend)
+    if memory is not None and backend is not None:
+        live = memory.due_rows(now)
+        skipped = memory.unchanged(live, backend)
+        polled = [row.pk for row in live if row.pk not in skipped]
+        memory.reread.update(polled)
+        if not polled:
+            return []
         if skipped:  # else every due run is polled: no list of ids to send
-            polled = [row.pk for row in live if row.pk not in skipped]
             found = found.filter(pk__in=polled)
             rows = Task.objects.filter(run_id__in=polled)
-        runs = list(found) if len(skipped) < len(live) else []
+    runs = list(found)
     if not runs:
         return []
     tasks: dict[str, list[Task]] = defaultdict(list)
@@ -81,7 +85,8 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
     backend = backend or get_backend()
     schedule = schedule or scheduler()
     now = timezone.now()
-    found = live_runs(now, backend)
+    with collector_paused():
+        found = live_runs(now, backend)
     memory = poll_memory.memory_of(backend)
     changed = 0
     for start in range(0, len(found), WRITE_BATCH):
@@ -105,10 +110,9 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
             if run.pk not in written:
                 continue
             try:
-                if memory is None or not memory.resync_only(run, written[run.pk]):
-                    owed = follow_up(run, tasks, written=written[run.pk], backend=backend)
-                    if memory is not None:
-                        memory.owe_logs(run.pk, owed)
+                owed = follow_up(run, tasks, written=written[run.pk], backend=backend)
+                if memory is not None:
+                    memory.owe_logs(run.pk, owed)
                 recovered(run)
                 went_through.append(run)
             except Exception as error:
@@ -117,6 +121,20 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
         if memory is not None:
             memory.remember(went_through)
     return changed
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while a pass reads what changed: the few small objects
+    it makes of every live run set off collections of the whole heap, a third of a steady
+    pass at 10,000 runs. They hold no cycles: reference counting frees them all the same."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 WRITE_BATCH = 200

@@ -9,12 +9,18 @@ say of their last poll.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+import time_machine
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from runs.backends.fake import FakeBackend
 from runs.control import poll_memory
+from runs.control.poll_memory import live_rows
 from runs.models import Run, RunState, Task, TaskState
 from tests.service.controller_support import (  # noqa: F401 (fixtures)
     PIPELINE,
@@ -54,6 +60,10 @@ def steady(launch, fake: FakeBackend) -> list[Run]:
 def test_a_steady_pass_reads_no_status_and_no_task_whatever_the_number_of_runs(
     steady, launch, fake
 ):
+    memory = poll_memory.memory_of(fake)
+    assert memory is not None
+    stopped = memory.clock()
+    memory.clock = lambda: stopped  # no share of the resync comes
     with CaptureQueriesContext(connection) as few:
         assert poll(fake) == 0
     assert statuses(fake) == []
@@ -66,9 +76,10 @@ def test_a_steady_pass_reads_no_status_and_no_task_whatever_the_number_of_runs(
     with CaptureQueriesContext(connection) as many:
         assert poll(fake) == 0
     assert fake.calls == [("versions", [9])]
-    assert len(many.captured_queries) == len(few.captured_queries) == 2
+    # One query, of the runs: no task is read of a run whose record did not change.
+    assert len(many.captured_queries) == len(few.captured_queries) == 1
     tables = " ".join(q["sql"] for q in many.captured_queries)
-    assert '"runs_task"."plan"' not in tables  # the tasks themselves are not loaded
+    assert '"runs_task"' not in tables
 
 
 def test_a_changed_workflow_is_polled_and_written(steady, fake):
@@ -169,37 +180,88 @@ def test_a_live_task_whose_log_read_failed_keeps_its_run_polled_until_the_log_is
     assert statuses(fake) == [], "kept: skipped again"
 
 
-def test_every_run_is_polled_in_full_at_the_resync_interval(steady, fake, settings):
+def test_a_steady_pass_reads_the_rows_of_the_runs_written_since_the_last_not_every_run(
+    steady, fake, monkeypatch
+):
+    read: list[str] = []
+
+    def rows(runs, limit=None):
+        found = live_rows(runs, limit)
+        read.extend(row.pk for row in found)
+        return found
+
+    monkeypatch.setattr(poll_memory, "live_rows", rows)
+    later = timezone.now() + 2 * poll_memory.WRITE_SLACK
+    with time_machine.travel(later, tick=False):
+        poll(fake)  # read what was written since the last pass, the slack before it
+        read.clear()
+        poll(fake)
+        assert read == [], "nothing was written: no row read"
+        first = fresh(steady[0])
+        assert Run.objects.write_if_unchanged(first, message="noted")
+        poll(fake)
+        assert read == [first.pk]
+    assert statuses(fake) == [first.workflow]
+
+
+def test_a_change_no_pass_saw_is_found_at_the_resync_and_only_its_run_is_polled(
+    steady, fake, settings
+):
+    """What the passes read by their window could miss: a record stamped long before it
+    committed, a task written without its run. The resync reads each run's row and tasks
+    again: those two runs are polled, the third is not."""
     settings.SIMRUN_RESYNC_S = 60
     memory = poll_memory.memory_of(fake)
     assert memory is not None
     now = memory.clock()
-    poll(fake)  # each run resyncs at its own phase of the interval: none at once
-    assert statuses(fake) == []
-    memory.clock = lambda: now + 61
-    poll(fake)
-    assert fake.called("logs") == []  # nothing changed: no pod ended, no log to keep
-    assert sorted(statuses(fake)) == sorted(run.workflow for run in steady)
-    poll(fake)
-    assert statuses(fake) == []
-
-
-def test_runs_polled_together_resync_spread_evenly_over_the_interval():
-    """A restart takes every run at once (polled, or adopted from its row): their resyncs must
-    not come due together (nor all in one part of the interval), but each pass of 5 s in 60 s
-    carry about a twelfth."""
-    now, interval, runs = 1000.0, 60.0, [f"r{n:05d}" for n in range(12_000)]
-    due = [poll_memory.resync_at(run, now, interval) for run in runs]
-    assert all(now < at <= now + interval for at in due)
-    per_pass = [0] * 12
-    for at in due:
-        per_pass[min(11, int((at - now) // 5))] += 1
-    assert max(per_pass) <= 1.2 * len(runs) / 12
-    # Once resynced at its phase, a run's next resync is a whole interval later.
-    assert all(
-        poll_memory.resync_at(run, at, interval) == at + interval
-        for run, at in zip(runs, due, strict=True)
+    stamped, tasked, _untouched = steady
+    long_ago = timezone.now() - timedelta(hours=1)
+    Run.objects.filter(pk=stamped.pk).update(
+        version=F("version") + 1, message="late", updated_at=long_ago
     )
+    Task.objects.filter(run=tasked, task_id="sweep").update(state=TaskState.DONE)
+    poll(fake)
+    assert statuses(fake) == []
+    memory.clock = lambda: now + 61  # every run's resync came: its row and tasks read again
+    poll(fake)
+    assert sorted(statuses(fake)) == sorted([stamped.workflow, tasked.workflow])
+
+
+def test_each_pass_reads_again_its_share_of_the_live_runs_so_all_within_the_interval(
+    launch, fake, settings, monkeypatch
+):
+    """Passes 10 s apart with a 60 s resync: each reads again a sixth of the live runs, the
+    next ones in order, all of them in six passes, and polls none that did not change."""
+    settings.SIMRUN_RESYNC_S = 60
+    runs = [launch(PIPELINE) for _ in range(12)]
+    for run in runs:
+        fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
+    poll(fake)
+    poll(fake)
+    statuses(fake)
+    memory = poll_memory.memory_of(fake)
+    assert memory is not None
+    clock = [memory.clock()]
+    memory.clock = lambda: clock[0]
+    read: list[str] = []
+
+    def rows(runs, limit=None):
+        found = live_rows(runs, limit)
+        read.extend(row.pk for row in found)
+        return found
+
+    monkeypatch.setattr(poll_memory, "live_rows", rows)
+    shares = []
+    with time_machine.travel(timezone.now() + 2 * poll_memory.WRITE_SLACK, tick=False):
+        poll(fake)  # the window's last read of what the first passes wrote
+        for _ in range(6):
+            clock[0] += 10
+            read.clear()
+            poll(fake)
+            shares.append(read[:])
+    assert [len(share) for share in shares] == [2] * 6
+    assert sorted(pk for share in shares for pk in share) == sorted(run.pk for run in runs)
+    assert statuses(fake) == []
 
 
 def restarted() -> None:
