@@ -93,9 +93,8 @@ class PollMemory:
         """The creation time and id of the last run the resync read: the next share reads on."""
         self._resync_owed = 0.0
         """The part of a run the passes owe the resync: a pass reads whole runs."""
-        self._fresh: set[str] = set()
-        """The runs read since the resync's walk began: a kept run not among them when it
-        ends is no longer live."""
+        self._walked: set[str] = set()
+        """The runs the resync's walk read since it began."""
         self._watched: dict[str, Watched] = {}
         self.signatures: dict[str, Signature] = {}
         """What this pass read before its polls, by run id: kept by ``remember``."""
@@ -113,8 +112,8 @@ class PollMemory:
         clock = self.clock()
         if self._read_at is None:
             self._rows = {row.pk: row for row in live_rows(Run.objects.live())}
-            self._rereading = self._fresh = set(self._rows)
-            self._resynced_at, self._resync_from = clock, None
+            self._rereading = set(self._rows)
+            self._resynced_at, self._resync_from, self._walked = clock, None, set()
         else:
             self._read_changed()
             self._rereading = self.reread | self._resync(clock)
@@ -143,8 +142,8 @@ class PollMemory:
         """Read again the next live runs in order of creation, as many as the time since the
         last pass is a share of ``SIMRUN_RESYNC_S``, from where the last pass stopped: every
         run is read again within the interval, and each pass carries its share, not a list
-        of ids. At the end of the live runs, forget the kept ones that nothing read since the
-        walk began: they are no longer live. Their ids."""
+        of ids. At the end of the live runs, the kept ones the walk did not find are read
+        again (``_check_unwalked``). Their ids."""
         share = min(1.0, (clock - self._resynced_at) / settings.SIMRUN_RESYNC_S)
         self._resynced_at = clock
         self._resync_owed = min(len(self._rows), self._resync_owed + len(self._rows) * share)
@@ -161,22 +160,31 @@ class PollMemory:
             for row in found:
                 read.add(row.pk)
                 self._keep(row)
+            self._walked |= read
             wanted -= len(found)
             if wanted == 0:
                 created = Run.objects.filter(pk=found[-1].pk).values_list("created_at", flat=True)
                 self._resync_from = (created.get(), found[-1].pk)
                 break
             self._resync_from = None  # the end of the live runs: the walk begins again
-            for pk in set(self._rows) - self._fresh - read:
-                del self._rows[pk]
-            self._fresh = set()
+            self._check_unwalked(read)
             if start is None:
                 break  # every live run read
         return read
 
+    def _check_unwalked(self, read: set[str]) -> None:
+        """At the end of a walk, read again the kept runs it did not find (live again behind
+        it, or no longer live) and forget those no longer live or gone."""
+        unwalked = set(self._rows) - self._walked - read
+        self._walked = set()
+        found = live_rows(Run.objects.filter(pk__in=unwalked)) if unwalked else []
+        for row in found:
+            self._keep(row)
+        for pk in unwalked - {row.pk for row in found}:
+            del self._rows[pk]
+
     def _keep(self, row: Any) -> None:
         """Keep a row read of a run, or forget the run if it is no longer live."""
-        self._fresh.add(row.pk)
         if row.is_live:
             self._rows[row.pk] = row
         else:

@@ -227,6 +227,38 @@ def test_a_change_no_pass_saw_is_found_at_the_resync_and_only_its_run_is_polled(
     assert sorted(statuses(fake)) == sorted([stamped.workflow, tasked.workflow])
 
 
+def test_a_run_that_ended_unseen_is_forgotten_once_the_resync_walked_the_live_runs(
+    steady, fake, settings
+):
+    """A run ended by a write no pass read (stamped long before): the passes keep it among
+    the running ones until the resync's walk ends without finding it among the live runs."""
+    settings.SIMRUN_RESYNC_S = 60
+    memory = poll_memory.memory_of(fake)
+    assert memory is not None
+    clock = [memory.clock()]
+    memory.clock = lambda: clock[0]
+    Run.objects.filter(pk=steady[0].pk).update(
+        state=RunState.SUCCEEDED,
+        ended_at=timezone.now(),
+        updated_at=timezone.now() - timedelta(hours=1),
+    )
+
+    def asked() -> list[int]:
+        """How many workflows the pass asked the versions of."""
+        with fake.state() as state:
+            counts = [args[0] for name, args in state.calls if name == "versions"]
+            state.calls.clear()
+        return counts
+
+    asked()
+    poll(fake)
+    assert asked() == [3], "kept: nothing read it"
+    clock[0] += 61  # the walk reads every live run: the ended one is not among them
+    poll(fake)
+    poll(fake)
+    assert asked()[-1] == 2
+
+
 def test_each_pass_reads_again_its_share_of_the_live_runs_so_all_within_the_interval(
     launch, fake, settings, monkeypatch
 ):
