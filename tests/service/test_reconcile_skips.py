@@ -57,13 +57,34 @@ def steady(launch, fake: FakeBackend) -> list[Run]:
     return [fresh(run) for run in runs]
 
 
-def test_a_steady_pass_reads_no_status_and_no_task_whatever_the_number_of_runs(
-    steady, launch, fake
-):
+@pytest.fixture
+def read(monkeypatch) -> list[str]:
+    """The ids of the runs whose rows the passes read (``live_rows``), in order."""
+    found_ids: list[str] = []
+
+    def rows(runs, limit=None):
+        found = live_rows(runs, limit)
+        found_ids.extend(row.pk for row in found)
+        return found
+
+    monkeypatch.setattr(poll_memory, "live_rows", rows)
+    return found_ids
+
+
+@pytest.fixture
+def clock(fake) -> list[float]:
+    """The poll memory's clock, held still: a test moves it on by changing the one value."""
     memory = poll_memory.memory_of(fake)
     assert memory is not None
-    stopped = memory.clock()
-    memory.clock = lambda: stopped  # no share of the resync comes
+    held = [memory.clock()]
+    memory.clock = lambda: held[0]
+    return held
+
+
+def test_a_steady_pass_reads_no_status_and_no_task_whatever_the_number_of_runs(
+    clock, steady, launch, fake
+):
+    """The clock held still: no share of the resync comes."""
     with CaptureQueriesContext(connection) as few:
         assert poll(fake) == 0
     assert statuses(fake) == []
@@ -181,16 +202,8 @@ def test_a_live_task_whose_log_read_failed_keeps_its_run_polled_until_the_log_is
 
 
 def test_a_steady_pass_reads_the_rows_of_the_runs_written_since_the_last_not_every_run(
-    steady, fake, monkeypatch
+    steady, fake, read
 ):
-    read: list[str] = []
-
-    def rows(runs, limit=None):
-        found = live_rows(runs, limit)
-        read.extend(row.pk for row in found)
-        return found
-
-    monkeypatch.setattr(poll_memory, "live_rows", rows)
     later = timezone.now() + 2 * poll_memory.WRITE_SLACK
     with time_machine.travel(later, tick=False):
         poll(fake)  # read what was written since the last pass, the slack before it
@@ -205,15 +218,12 @@ def test_a_steady_pass_reads_the_rows_of_the_runs_written_since_the_last_not_eve
 
 
 def test_a_change_no_pass_saw_is_found_at_the_resync_and_only_its_run_is_polled(
-    steady, fake, settings
+    steady, fake, settings, clock
 ):
     """What the passes read by their window could miss: a record stamped long before it
     committed, a task written without its run. The resync reads each run's row and tasks
     again: those two runs are polled, the third is not."""
     settings.SIMRUN_RESYNC_S = 60
-    memory = poll_memory.memory_of(fake)
-    assert memory is not None
-    now = memory.clock()
     stamped, tasked, _untouched = steady
     long_ago = timezone.now() - timedelta(hours=1)
     Run.objects.filter(pk=stamped.pk).update(
@@ -222,21 +232,17 @@ def test_a_change_no_pass_saw_is_found_at_the_resync_and_only_its_run_is_polled(
     Task.objects.filter(run=tasked, task_id="sweep").update(state=TaskState.DONE)
     poll(fake)
     assert statuses(fake) == []
-    memory.clock = lambda: now + 61  # every run's resync came: its row and tasks read again
+    clock[0] += 61  # every run's resync came: its row and tasks read again
     poll(fake)
     assert sorted(statuses(fake)) == sorted([stamped.workflow, tasked.workflow])
 
 
 def test_a_run_that_ended_unseen_is_forgotten_once_the_resync_walked_the_live_runs(
-    steady, fake, settings
+    steady, fake, settings, clock
 ):
     """A run ended by a write no pass read (stamped long before): the passes keep it among
     the running ones until the resync's walk ends without finding it among the live runs."""
     settings.SIMRUN_RESYNC_S = 60
-    memory = poll_memory.memory_of(fake)
-    assert memory is not None
-    clock = [memory.clock()]
-    memory.clock = lambda: clock[0]
     Run.objects.filter(pk=steady[0].pk).update(
         state=RunState.SUCCEEDED,
         ended_at=timezone.now(),
@@ -260,7 +266,7 @@ def test_a_run_that_ended_unseen_is_forgotten_once_the_resync_walked_the_live_ru
 
 
 def test_each_pass_reads_again_its_share_of_the_live_runs_so_all_within_the_interval(
-    launch, fake, settings, monkeypatch
+    launch, fake, settings, clock, read
 ):
     """Passes 10 s apart with a 60 s resync: each reads again a sixth of the live runs, the
     next ones in order, all of them in six passes, and polls none that did not change."""
@@ -271,18 +277,6 @@ def test_each_pass_reads_again_its_share_of_the_live_runs_so_all_within_the_inte
     poll(fake)
     poll(fake)
     statuses(fake)
-    memory = poll_memory.memory_of(fake)
-    assert memory is not None
-    clock = [memory.clock()]
-    memory.clock = lambda: clock[0]
-    read: list[str] = []
-
-    def rows(runs, limit=None):
-        found = live_rows(runs, limit)
-        read.extend(row.pk for row in found)
-        return found
-
-    monkeypatch.setattr(poll_memory, "live_rows", rows)
     shares = []
     with time_machine.travel(timezone.now() + 2 * poll_memory.WRITE_SLACK, tick=False):
         poll(fake)  # the window's last read of what the first passes wrote
