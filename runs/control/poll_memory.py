@@ -87,6 +87,10 @@ class PollMemory:
         """The runs whose rows and watched tasks the next pass reads again: those polled, and
         those whose resync came."""
         self._rereading: set[str] = set()
+        self._walk_parts: list[QuerySet[Run]] = []
+        self._walked_now: set[str] = set()
+        """The runs this pass read in the resync's walk (or, at first, every live run), as
+        queries: their tasks are read through them, not through a list of their ids."""
         self._resynced_at = 0.0
         """When the last pass read its share of the resync (``clock``)."""
         self._resync_from: tuple[datetime, str] | None = None
@@ -112,10 +116,12 @@ class PollMemory:
         clock = self.clock()
         if self._read_at is None:
             self._rows = {row.pk: row for row in live_rows(Run.objects.live())}
-            self._rereading = set(self._rows)
+            self._rereading = self._walked_now = set(self._rows)
+            self._walk_parts = [Run.objects.live()]
             self._resynced_at, self._resync_from, self._walked = clock, None, set()
         else:
             self._read_changed()
+            self._walk_parts = []
             self._rereading = self.reread | self._resync(clock)
         self._read_at, self.reread = now, set()
         return [
@@ -149,7 +155,7 @@ class PollMemory:
         self._resync_owed = min(len(self._rows), self._resync_owed + len(self._rows) * share)
         wanted = math.floor(self._resync_owed)
         self._resync_owed -= wanted
-        read: set[str] = set()
+        read = self._walked_now = set()
         while wanted > 0:
             runs = Run.objects.live()
             start = self._resync_from
@@ -157,6 +163,7 @@ class PollMemory:
                 at, pk = start
                 runs = runs.filter(Q(created_at__gt=at) | Q(created_at=at, pk__gt=pk))
             found = live_rows(runs, limit=wanted)
+            self._walk_parts.append(runs.order_by("created_at", "pk")[:wanted])
             for row in found:
                 read.add(row.pk)
                 self._keep(row)
@@ -238,7 +245,8 @@ class PollMemory:
             or r.pk in self._rereading
         }
         found: dict[str, tuple[bool, list[str]]] = {}
-        for run_id, task_id, state in _watched_tasks(stale, len(running)):
+        by_id = stale - self._walked_now if self._walk_parts else stale
+        for run_id, task_id, state in _watched_tasks(by_id, self._walk_parts, stale):
             pending, split = found.setdefault(run_id, (False, []))
             if state in FINAL_TASK_STATES:
                 found[run_id] = (True, split)
@@ -345,19 +353,23 @@ def memory_of(backend: Backend | None) -> PollMemory | None:
     return _memories[backend]
 
 
-def _watched_tasks(runs: set[str], running: int) -> list[tuple[str, str, str]]:
-    """(run id, task id, state) of these runs' tasks that make a poll needed or whose
-    progress a poll may read (``POLL_WATCHED``): by their ids, or, for most of the ``running``
-    runs (a process's first pass), those of every live run."""
-    if not runs:
-        return []
+def _watched_tasks(
+    runs: set[str], parts: list[QuerySet[Run]], wanted: set[str]
+) -> list[tuple[str, str, str]]:
+    """(run id, task id, state) of the ``wanted`` runs' tasks that make a poll needed or
+    whose progress a poll may read (``POLL_WATCHED``): of the runs by their ids, and of those
+    each query of ``parts`` selects."""
     rows = Task.objects.filter(POLL_WATCHED)
-    if len(runs) > running // 2:
-        found = rows.filter(run__in=Run.objects.live().values("pk"))
-    else:
-        found = rows.filter(run_id__in=runs)
-    listed = found.values_list("run_id", "task_id", "state")
-    return [row for row in listed.order_by("run_id", "position") if row[0] in runs]
+    queries = [rows.filter(run__in=part.values("pk")) for part in parts]
+    if runs:
+        queries.append(rows.filter(run_id__in=runs))
+    found = (
+        row
+        for query in queries
+        for row in query.values_list("run_id", "task_id", "state").order_by("run_id", "position")
+        if row[0] in wanted
+    )
+    return list(dict.fromkeys(found))  # a run two parts of a walk selected, once
 
 
 def _size(root: str, run_id: str, task_id: str) -> int:
