@@ -4,14 +4,31 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Hashable
 from typing import Any
 
 from django import template
+from django.template.loader import render_to_string
+from django.urls import get_script_prefix
+from django.utils.safestring import SafeString
 
+from runs.common.kept import Kept
 from runs.models import Task
 from runs.reads.shown import shown_state
 
 register = template.Library()
+
+PARTS: Kept[SafeString] = Kept(256)
+"""The parts of every page ``kept`` rendered: each (template, values) pair there is."""
+
+
+@register.simple_tag
+def kept(template_name: str, **values: Hashable) -> SafeString:
+    """``template_name`` rendered with ``values`` alone, once per process and site prefix:
+    for the parts of the layout that depend on nothing else (its links and assets), which
+    ``{% url %}`` and ``{% static %}`` would otherwise work out again at every page."""
+    key = (template_name, get_script_prefix(), *sorted(values.items()))
+    return PARTS.get(key, lambda: render_to_string(template_name, values))
 
 
 @register.filter

@@ -7,12 +7,15 @@ page does: a fragment can be asked for directly.
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Hashable
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -33,8 +36,8 @@ from runs.reads.listed_json import listed_page
 from runs.reads.listing import Listing
 from runs.reads.live_attempts import SPARK_HEIGHT, SPARK_WIDTH, live_figures
 from runs.reads.run_filters import filter_values
-from runs.reads.run_reads import rerun_ids
-from runs.reads.settled import KEPT, shown
+from runs.reads.run_page import PageRun, page_run_or_404
+from runs.reads.settled import KEPT, settled_key, shown
 from runs.reads.shown import shown_run_state
 from runs.web.dag import layout
 from runs.web.fragments import fragment
@@ -92,14 +95,31 @@ def run_list_table(request: HttpRequest) -> HttpResponse:
 
 BODIES: Kept[tuple[str, SafeString]] = Kept(KEPT)
 """The state shown and the body of settled runs' pages."""
+CONTENTS: Kept[str] = Kept(KEPT)
+"""The content of settled runs' pages (all of a page but its layout), written with
+``CSRF_SLOT`` where each request's CSRF token goes."""
+CONTENT = "runs/run_detail.html#content"
+CSRF_SLOT = f"csrf-slot-{secrets.token_hex(16)}"
+"""What a kept content's forms carry instead of a CSRF token: a secret of the process, so no
+text a user wrote can stand for it."""
 
 
 def _run_context(request: HttpRequest, run_id: str) -> dict[str, Any]:
     """A run's page: its head, and its body (the tasks' part) with the state its tasks make,
     kept once written for a settled run (``runs.reads.settled``), whose tasks are then not
     read again."""
-    run = run_or_404(request.user, run_id)
-    context = {"run": run, "live": not run.ended, "reruns": rerun_ids(request.user, run)}
+    return _page_context(request, page_run_or_404(request.user, run_id))
+
+
+def _page_context(request: HttpRequest, page: PageRun) -> dict[str, Any]:
+    """``_run_context`` of the run ``page`` read."""
+    run = page.run
+    context = {
+        "run": run,
+        "live": not run.ended,
+        "reruns": page.reruns,
+        "submitter": page.submitter,
+    }
 
     def write() -> tuple[str, SafeString]:
         tasks = list(with_tasks_for(request.user, run).tasks.all())
@@ -173,7 +193,38 @@ def _outputs(task: Any) -> tuple[list[dict[str, Any]], str]:
 @login_required
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     """A run: its DAG, per task progress, plan and why, attempts, outputs; cancel."""
-    return render(request, "runs/run_detail.html", _run_context(request, run_id))
+    page = page_run_or_404(request.user, run_id)
+    # One token for the page, as the template's lazy one is: masking it is not free.
+    token = get_token(request)
+    context = {"run": page.run, "content": _content(request, page, token), "csrf_token": token}
+    return render(request, "runs/run_detail.html", context)
+
+
+def _content(request: HttpRequest, page: PageRun, token: str) -> SafeString:
+    """All of a run's page but its layout, with the CSRF token ``token``: written at every
+    request for a live run; for a settled run, kept by what it shows (``content_key``)."""
+    key = content_key(request, page)
+    if key is None:
+        context = {**_page_context(request, page), "csrf_token": token}
+        return render_to_string(CONTENT, context, request)
+
+    def write() -> str:
+        context = {**_page_context(request, page), "csrf_token": CSRF_SLOT}
+        return render_to_string(CONTENT, context, request)
+
+    content = CONTENTS.get(key, write).replace(CSRF_SLOT, token)
+    return mark_safe(content)  # noqa: S308 - the template escapes; a token is letters
+
+
+def content_key(request: HttpRequest, page: PageRun) -> Hashable | None:
+    """What the content of a settled run's page depends on beyond its body's key: its re-runs,
+    the names of its owner and of who submitted it, and whether its viewer is staff (what
+    their forms offer); None for a live run's, not kept."""
+    body = settled_key(page.run, request)
+    if body is None:
+        return None
+    names = (page.run.owner.get_username(), page.submitter)
+    return (body, page.reruns, names, request.user.is_staff)
 
 
 @login_required
