@@ -84,13 +84,14 @@ class PollMemory:
         """The ``live_rows`` of the live runs, by id, oldest first, as last read."""
         self._read_at: datetime | None = None
         self.reread: set[str] = set()
-        """The runs whose rows and watched tasks the next pass reads again: those polled, and
-        those whose resync came."""
+        """The runs whose rows and watched tasks the next pass reads again: those polled."""
         self._rereading: set[str] = set()
+        """The runs whose watched tasks this pass reads again."""
         self._walk_parts: list[QuerySet[Run]] = []
-        self._walked_now: set[str] = set()
         """The runs this pass read in the resync's walk (or, at first, every live run), as
         queries: their tasks are read through them, not through a list of their ids."""
+        self._walked_now: set[str] = set()
+        """The ids of those runs."""
         self._resynced_at = 0.0
         """When the last pass read its share of the resync (``clock``)."""
         self._resync_from: tuple[datetime, str] | None = None
@@ -170,8 +171,10 @@ class PollMemory:
             self._walked |= read
             wanted -= len(found)
             if wanted == 0:
-                created = Run.objects.filter(pk=found[-1].pk).values_list("created_at", flat=True)
-                self._resync_from = (created.get(), found[-1].pk)
+                last = found[-1].pk
+                created = Run.objects.filter(pk=last).values_list("created_at", flat=True)
+                if (created_at := created.first()) is not None:  # else deleted: read on from before
+                    self._resync_from = (created_at, last)
                 break
             self._resync_from = None  # the end of the live runs: the walk begins again
             self._check_unwalked(read)
@@ -202,6 +205,8 @@ class PollMemory:
 
         One backend call (``versions``), a ``stat`` of each unfinished split task's progress,
         and one query of the tasks of the runs whose record changed or that are read again.
+        A run this process has not polled is remembered from its row's digest of a poll that
+        read what this pass reads (another process's, or this service's before a restart).
         """
         running = [r for r in runs if r.state == RunState.RUNNING and r.workflow]
         self.signatures = {}
@@ -211,27 +216,27 @@ class PollMemory:
         if isinstance(backend, ChangeSignal):
             versions = backend.versions([r.workflow for r in running])
         watched = self._watched_of(running)
-        root = str(store.root())
-        self.signatures = {
-            r.pk: Signature(
-                versions.get(r.workflow),
-                tuple([(task, _size(root, r.pk, task)) for task in watched[r.pk].split]),
-            )
-            for r in running
-        }
-        self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
-        self._adopt(running)
-        same = {
-            run.pk
-            for run in running
-            if not watched[run.pk].pending_logs
-            and run.pk not in self.logs_owed
-            and not run.waits
-            and (seen := self._seen.get(run.pk)) is not None
-            and seen.record == run.version
-            and seen.signature.workflow is not None
-            and seen.signature == self.signatures[run.pk]
-        }
+        if len(self._seen) > len(running):  # some ended: forget them
+            self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
+        root, seen_runs, signatures = str(store.root()), self._seen, self.signatures
+        same = set()
+        for run in running:  # one loop: a pass makes it for every running run
+            pk, tasks = run.pk, watched[run.pk]
+            progress = tuple([(task, _size(root, pk, task)) for task in tasks.split])
+            signature = signatures[pk] = Signature(versions.get(run.workflow), progress)
+            seen = seen_runs.get(pk)
+            if seen is None and run.polled and run.polled == digest(signature, run.version):
+                seen = seen_runs[pk] = Seen(signature, run.version)
+            if (
+                seen is not None
+                and seen.record == run.version
+                and seen.signature == signature
+                and signature.workflow is not None
+                and not tasks.pending_logs
+                and not run.waits
+                and pk not in self.logs_owed
+            ):
+                same.add(pk)
         return same
 
     def _watched_of(self, running: Sequence[Live]) -> dict[str, Watched]:
@@ -252,27 +257,13 @@ class PollMemory:
                 found[run_id] = (True, split)
             else:
                 split.append(task_id)
-        before, self._watched = self._watched, {}
         for r in running:
             if r.pk in stale:
                 pending, split = found.get(r.pk, (False, []))
                 self._watched[r.pk] = Watched(r.version, pending, tuple(split))
-            else:
-                self._watched[r.pk] = before[r.pk]
+        if len(self._watched) > len(running):  # some ended: forget them
+            self._watched = {r.pk: self._watched[r.pk] for r in running}
         return self._watched
-
-    def _adopt(self, running: Sequence[Live]) -> None:
-        """Remember the runs this process has not polled whose row holds the digest of a poll
-        that read what this pass reads (another process's, or this service's before a
-        restart)."""
-        for run in running:
-            signature = self.signatures[run.pk]
-            if (
-                run.pk not in self._seen
-                and run.polled
-                and run.polled == digest(signature, run.version)
-            ):
-                self._seen[run.pk] = Seen(signature, run.version)
 
     def owe_logs(self, run_id: str, owed: bool) -> None:
         """Note whether a run's poll left a log read to try again: such a run is not skipped."""
