@@ -45,16 +45,21 @@ def statuses(fake: FakeBackend) -> list[str]:
     return read
 
 
-@pytest.fixture
-def steady(launch, fake: FakeBackend) -> list[Run]:
-    """Three running runs, polled once since their last change."""
-    runs = [launch(PIPELINE) for _ in range(3)]
+def running_runs(launch, fake: FakeBackend, count: int) -> list[Run]:
+    """``count`` running runs, polled once since their last change; no status read since."""
+    runs = [launch(PIPELINE) for _ in range(count)]
     for run in runs:
         fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
     poll(fake)
     poll(fake)  # the first poll wrote the tasks running: its record changed
     statuses(fake)
     return [fresh(run) for run in runs]
+
+
+@pytest.fixture
+def steady(launch, fake: FakeBackend) -> list[Run]:
+    """Three running runs, polled once since their last change."""
+    return running_runs(launch, fake, 3)
 
 
 @pytest.fixture
@@ -88,12 +93,7 @@ def test_a_steady_pass_reads_no_status_and_no_task_whatever_the_number_of_runs(
     with CaptureQueriesContext(connection) as few:
         assert poll(fake) == 0
     assert statuses(fake) == []
-    more = [launch(PIPELINE) for _ in range(6)]
-    for run in more:
-        fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
-    poll(fake)
-    poll(fake)
-    statuses(fake)
+    running_runs(launch, fake, 6)
     with CaptureQueriesContext(connection) as many:
         assert poll(fake) == 0
     assert fake.calls == [("versions", [9])]
@@ -271,12 +271,7 @@ def test_each_pass_reads_again_its_share_of_the_live_runs_so_all_within_the_inte
     """Passes 10 s apart with a 60 s resync: each reads again a sixth of the live runs, the
     next ones in order, all of them in six passes, and polls none that did not change."""
     settings.SIMRUN_RESYNC_S = 60
-    runs = [launch(PIPELINE) for _ in range(12)]
-    for run in runs:
-        fake.set_nodes(run.workflow, {"sweep-w0": "Running"})
-    poll(fake)
-    poll(fake)
-    statuses(fake)
+    runs = running_runs(launch, fake, 12)
     shares = []
     with time_machine.travel(timezone.now() + 2 * poll_memory.WRITE_SLACK, tick=False):
         poll(fake)  # the window's last read of what the first passes wrote
