@@ -127,7 +127,8 @@ def reconcile_pass(*, backend: Backend | None = None, schedule: Schedule | None 
 def collector_paused() -> Iterator[None]:
     """Pause Python's cycle collector while a pass reads what changed: the few small objects
     it makes of every live run set off collections of the whole heap, a third of a steady
-    pass at 10,000 runs. They hold no cycles: reference counting frees them all the same."""
+    pass at 10,000 runs. Reference counting frees them all the same, and the collector takes
+    what cycles they hold once it runs again."""
     paused = gc.isenabled()
     gc.disable()
     try:
