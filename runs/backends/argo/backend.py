@@ -205,7 +205,7 @@ class ArgoBackend:
         first call in a process (``ChangeSignal``), which waits up to ``SYNC_WAIT_S`` for its
         first list: a restarted service's first pass then skips the runs whose rows hold their
         last poll, where a cache not yet listed would have each run's Workflow read by a GET.
-        None while no list went through."""
+        Empty while no list went through."""
         self._cache.wait_synced(SYNC_WAIT_S)
         return self._cache.versions(names)
 
