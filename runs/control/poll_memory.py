@@ -48,13 +48,13 @@ from runs.models import FINAL_TASK_STATES, LIVE, POLL_WATCHED, WAITS, Run, RunSt
 
 class Signature(NamedTuple):
     """What a poll of a run read, besides its record: its workflow's version and the sizes
-    of its unfinished split tasks' progress files (-1 for none). Split tasks not yet running
-    count too, so a task that starts does not change the signature by itself. A tuple: a
-    pass makes one for every running run (a frozen dataclass cost two and a half times as
-    much)."""
+    of its unfinished split tasks' progress files (-1 for none), in the order of ``split``.
+    Split tasks not yet running count too, so a task that starts does not change the
+    signature by itself. A tuple: a frozen dataclass cost two and a half times as much."""
 
     workflow: str | None
-    progress: tuple[tuple[str, int], ...]
+    split: tuple[str, ...]
+    sizes: tuple[int, ...]
 
 
 class Seen(NamedTuple):
@@ -208,7 +208,8 @@ class PollMemory:
         A run this process has not polled is remembered from its row's digest of a poll that
         read what this pass reads (another process's, or this service's before a restart).
         """
-        running = [r for r in runs if r.state == RunState.RUNNING and r.workflow]
+        state = RunState.RUNNING  # looked up once: an enum's member costs a lookup each time
+        running = [r for r in runs if r.state == state and r.workflow]
         self.signatures = {}
         if not running:
             return set()
@@ -219,24 +220,37 @@ class PollMemory:
         if len(self._seen) > len(running):  # some ended: forget them
             self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
         root, seen_runs, signatures = str(store.root()), self._seen, self.signatures
-        same = set()
+        logs_owed, same = self.logs_owed, set()
         for run in running:  # one loop: a pass makes it for every running run
             pk, tasks = run.pk, watched[run.pk]
-            progress = tuple([(task, _size(root, pk, task)) for task in tasks.split])
-            signature = signatures[pk] = Signature(versions.get(run.workflow), progress)
+            sizes = tuple([_size(root, pk, task) for task in tasks.split])
+            workflow = versions.get(run.workflow)
             seen = seen_runs.get(pk)
-            if seen is None and run.polled and run.polled == digest(signature, run.version):
-                seen = seen_runs[pk] = Seen(signature, run.version)
+            if (  # not as at its last poll here: a signature is made, else that one holds
+                seen is None
+                or seen.record != run.version
+                or (signature := seen.signature).workflow != workflow
+                or signature.sizes != sizes
+                or signature.split != tasks.split
+            ):
+                signature = Signature(workflow, tasks.split, sizes)
+                if (
+                    seen is not None
+                    or not run.polled
+                    or run.polled != digest(signature, run.version)
+                ):
+                    signatures[pk] = signature
+                    continue
+                seen_runs[pk] = Seen(signature, run.version)  # as another process polled it
             if (
-                seen is not None
-                and seen.record == run.version
-                and seen.signature == signature
-                and signature.workflow is not None
+                workflow is not None
                 and not tasks.pending_logs
                 and not run.waits
-                and pk not in self.logs_owed
+                and pk not in logs_owed
             ):
                 same.add(pk)
+            else:
+                signatures[pk] = signature
         return same
 
     def _watched_of(self, running: Sequence[Live]) -> dict[str, Watched]:
@@ -298,7 +312,8 @@ WRITE_SLACK = timedelta(seconds=30)
 
 def digest(signature: Signature, record: int) -> str:
     """What ``Run.polled`` holds: 16 hex digits of a poll's signature and the record's version."""
-    text = repr((signature.workflow, signature.progress, record)).encode()
+    progress = tuple(zip(signature.split, signature.sizes, strict=True))  # as ever written
+    text = repr((signature.workflow, progress, record)).encode()
     return hashlib.blake2b(text, digest_size=8).hexdigest()
 
 

@@ -32,6 +32,7 @@ from tests.service.controller_support import (  # noqa: F401 (fixtures)
     poll,
     sent,
     task_dir,
+    write_report,
 )
 
 pytestmark = pytest.mark.django_db
@@ -138,6 +139,20 @@ def test_a_run_waiting_for_a_report_is_polled_each_pass_beside_skipped_ones(stea
     poll(fake)
     poll(fake)
     assert statuses(fake) == [waiting.workflow, waiting.workflow]
+
+
+def test_the_pass_after_the_poll_that_ended_a_wait_leaves_the_run_alone(steady, fake):
+    """The poll that found the report wrote the run's record: what that poll read is kept
+    with the record it left, though the run waited, so the next pass skips the run."""
+    waiting = steady[2]
+    fake.fail_attempt(waiting.workflow, "sweep-w0", attempt=0, exit_code=137)
+    poll(fake)
+    write_report(fresh(waiting), "sweep-w0", 0, oom_kills=1)
+    poll(fake)
+    assert fresh(waiting).reports_pending == {}
+    statuses(fake)
+    poll(fake)
+    assert statuses(fake) == []
 
 
 def test_a_run_waiting_for_a_merge_marker_is_polled_each_pass(launch, fake):
