@@ -8,12 +8,12 @@ plugin tasks, two command tasks) in a database of its own (created when missing,
 first), gives each a running workflow in the fake backend and times passes: the first
 (every task state written), the second (the records as the first wrote them), steady ones
 once those writes are older than the slack a pass reads back (nothing changed lately: the
-common pass; their median is the figure), one where a tenth of the runs changed, a resync of
-every run (each run's resync comes once every 60 s, so a pass every 5 s carries a twelfth of
-what it costs beyond a steady pass, added to the steady pass for the mean pass; timed over
-the pass that finds them due and the next, which reads their rows and tasks again), and the
-first pass of a service that remembers none of its polls (a restarted one: what the runs'
-rows hold of their last polls decides, ``Run.polled``; before that, every run was polled).
+common pass; their median is the figure), one where a tenth of the runs changed, the passes
+of one resync interval (a pass every 5 s, each carrying its share of a resync of every run
+within 60 s, as in a service: the loop's clock moved on 5 s before each; their mean is the
+mean pass), and the first pass of a service that remembers none of its polls (a restarted
+one: what the runs' rows hold of their last polls decides, ``Run.polled``; before that,
+every run was polled).
 Prints seconds, milliseconds and database queries per run, and the backend's calls per
 pass (the fake counts them). With ``--argo`` the backend is the Argo backend against a
 Kubernetes API on loopback (tests/backends/kube_api.py, one Workflow per run) and the calls
@@ -39,8 +39,8 @@ os.environ.setdefault(
 os.environ.setdefault("SECRET_KEY", "bench-only")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "simrun_site.settings")
 os.environ["SIMRUN_BACKEND"] = "fake"
-# No resync within the timed passes (a slow first pass would make some due in the steady
-# ones); its share is measured by a resync of every run and added to the mean pass.
+# No resync within the steady passes (a slow first pass would make some due in them); the
+# passes of a resync interval are timed apart (``resync_interval``).
 os.environ["SIMRUN_RESYNC_S"] = "3600"
 RESYNC_S = 60.0
 POLL_S = 5.0
@@ -244,12 +244,6 @@ def timed_pass(side) -> tuple[float, int, int]:
     return seconds, queries, side.calls() - calls
 
 
-def two_passes(side) -> tuple[float, int, int]:
-    """Seconds, queries and backend calls of two reconciles in a row, summed."""
-    first, second = timed_pass(side), timed_pass(side)
-    return first[0] + second[0], first[1] + second[1], first[2] + second[2]
-
-
 def settle_writes() -> None:
     """Wait until the passes' writes are older than the slack a pass reads back
     (``poll_memory.WRITE_SLACK``), as in a service whose runs did not change lately: a steady
@@ -275,17 +269,28 @@ def verdict(what: str, seconds: float, count: int) -> str:
     return f"[{scaled}target ≤ {limit:g} s: {'met' if at_target <= limit else 'MISSED'}]"
 
 
-def resync_due(backend) -> bool:
-    """Make every run's resync due, as an hour passed; whether the loop has a poll memory."""
+def resync_interval(side) -> list[tuple[float, int, int]]:
+    """The passes of one resync interval (``RESYNC_S`` of passes every ``POLL_S``), each
+    carrying its share of the resync as in a service: the clock of the loop's memory is
+    moved on ``POLL_S`` before each. None timed for a loop without a poll memory."""
+    from django.conf import settings
+
     try:
         from runs.control import poll_memory
     except ImportError:
-        return False
-    memory = poll_memory.memory_of(backend)
+        return []
+    memory = poll_memory.memory_of(side.backend)
     if memory is None:
-        return False
-    memory.clock = lambda: time.monotonic() + 2 * float(os.environ["SIMRUN_RESYNC_S"])
-    return True
+        return []
+    start = time.monotonic()
+    memory.clock = lambda: start
+    timed_pass(side)  # the resync's clock starts here: no share owed from before
+    settings.SIMRUN_RESYNC_S = RESYNC_S
+    passes = []
+    for k in range(1, round(RESYNC_S / POLL_S) + 1):
+        memory.clock = lambda k=k: start + k * POLL_S
+        passes.append(timed_pass(side))
+    return passes
 
 
 def forget_polls() -> bool:
@@ -316,9 +321,8 @@ def bench(count: int, argo: bool) -> None:
         rows += [(f"steady pass {i + 1} (nothing changed)", s) for i, s in enumerate(steady)]
         side.change(names[::10])
         rows += [("a tenth of the runs changed", timed_pass(side))]
-        skips = resync_due(side.backend)
-        if skips:  # the pass that finds the resyncs due, and the next that reads the runs again
-            rows += [("resync (every run due), two passes", two_passes(side))]
+        interval = resync_interval(side)
+        rows += [(f"resync interval, pass {i + 1}", p) for i, p in enumerate(interval)]
         side.restart()
         forget_polls()
         rows += [("first pass after a restart", timed_pass(side))]
@@ -337,14 +341,13 @@ def bench(count: int, argo: bool) -> None:
     )
     restart = rows[-1][1][0]
     print(f"  first pass after a restart: {restart:.3f} s  {verdict('restart', restart, count)}")
-    if not skips:
+    if not interval:
         return
-    share = POLL_S / RESYNC_S
-    full_seconds, _, full_calls = rows[-2][1]
-    mean = seconds + share * (full_seconds - seconds)  # the resync's passes beyond a steady one
+    mean = sum(p[0] for p in interval) / len(interval)
+    calls = sum(p[2] for p in interval) / len(interval)
     print(
-        f"  mean pass with a {RESYNC_S:g} s resync (+ 1/{RESYNC_S / POLL_S:g} of a resync): "
-        f"{mean:.3f} s, {calls + share * full_calls:.0f} {what}/pass  "
+        f"  mean pass of a {RESYNC_S:g} s resync interval ({len(interval)} passes, "
+        f"every {POLL_S:g} s): {mean:.3f} s, {calls:.0f} {what}/pass  "
         f"{verdict('mean', mean, count)}"
     )
 
