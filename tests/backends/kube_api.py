@@ -49,6 +49,7 @@ from tests.backends import kube_policies, kube_rbac, kubelet, kueue
 from tests.backends.argo_pod_security import violations
 from tests.backends.argo_pods import ArgoInvalid, argo_pods, calls, template_pods
 from tests.backends.argo_workflows import fnv1a_32
+from tests.backends.kube_negotiation import negotiated
 from tests.backends.kube_rules import Cause, refusals
 
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows$")
@@ -91,6 +92,11 @@ STALL = -1
 """What ``KubeState.intercept`` returns to make the server read a request and never answer."""
 STALL_MAX_S = 30.0
 """The longest a stalled request is held (the server's shutdown ends it sooner)."""
+NOT_ACCEPTABLE = (
+    "only the following media types are accepted: application/json, application/yaml, "
+    "application/vnd.kubernetes.protobuf"
+)
+"""The API server's 406 when no range of ``Accept`` can be served (``kube_negotiation``)."""
 REASONS = {
     409: "AlreadyExists",
     429: "TooManyRequests",
@@ -125,6 +131,7 @@ class Request:
     authorization: str = ""
     sent: int = 0
     """The bytes of the answer's body (a watch's are not counted)."""
+    accept: str = ""
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -869,7 +876,10 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = (self.headers.get("Content-Type") or "").split(";")[0]
         body = json.loads(raw) if raw else None
         authorization = self.headers.get("Authorization") or ""
-        request = Request(method, url.path, query, content_type, body, authorization=authorization)
+        accept = self.headers.get("Accept") or ""
+        request = Request(
+            method, url.path, query, content_type, body, authorization=authorization, accept=accept
+        )
         state = self.server.state
         with state.lock:
             state.pod_events()
@@ -886,6 +896,7 @@ class _Handler(BaseHTTPRequestHandler):
             after = {"Retry-After": str(state.retry_after_s)} if answer == 429 else {}
             self._send(answer, _status(answer, reason, f"{reason} played by the test"), after)
             return
+        media = None  # JSON, unless the answer is negotiated otherwise
         try:
             authorize(state, request)
             watched = WORKFLOWS.match(url.path) or PODS.match(url.path)
@@ -895,12 +906,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self._watch(watched["ns"], query, url.path.rsplit("/", 1)[-1])
                 return
             code, body = self._route(method, url.path, query, content_type, request.body)
+            if method == "GET" and isinstance(body, dict):
+                answer = negotiated(accept, body)
+                if answer is None:
+                    raise ApiError(406, "NotAcceptable", NOT_ACCEPTABLE)
+                media, body = answer
         except ApiError as error:
             code, body = error.code, _status(error.code, error.reason, error.message)
             if error.details:
                 body["details"] = error.details
         request.status = code
-        self._send(code, body, request=request)
+        self._send(code, body, request=request, media=media)
 
     def _send(
         self,
@@ -909,13 +925,15 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str] | None = None,
         *,
         request: Request | None = None,
+        media: str | None = None,
     ) -> None:
-        """Answer with ``body`` (and ``headers``); the bytes of the body recorded in
-        ``request`` first, so a client that has the answer reads them counted."""
+        """Answer with ``body`` (and ``headers``) as ``media`` (JSON by default); the bytes of
+        the body recorded in ``request`` first, so a client that has the answer reads them
+        counted."""
         if isinstance(body, str):
             data, kind = body.encode(), "text/plain"
         else:
-            data, kind = json.dumps(body).encode(), "application/json"
+            data, kind = json.dumps(body).encode(), media or "application/json"
         if request is not None:
             request.sent = len(data)
         self.send_response(code)

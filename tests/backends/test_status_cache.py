@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client import CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
 
-from runs.backends.argo.backend import ArgoBackend
+from runs.backends.argo.backend import METADATA_LIST, ArgoBackend
 from runs.backends.base import ClusterConfig
 from tests.backends.argo_workflows import WF, Nodes, argo_pod, pod, workflow
 from tests.backends.kube_api import KubeApiServer, Request
@@ -19,6 +21,7 @@ from tests.polling import wait_for
 
 CLUSTER = ClusterConfig(namespace="simrun", queue="simrun")
 WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
+TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"
 
 
 @pytest.fixture
@@ -47,6 +50,11 @@ def lists(kube: KubeApiServer) -> list[Request]:
     ]
 
 
+def full_lists(kube: KubeApiServer) -> list[Request]:
+    """The lists of whole Workflows (the cache's), not of their metadata alone."""
+    return [r for r in lists(kube) if "PartialObjectMetadataList" not in r.accept]
+
+
 def watches(kube: KubeApiServer) -> list[Request]:
     return [r for r in kube.state.requests if r.query.get("watch") == "true"]
 
@@ -61,9 +69,11 @@ def per_workflow(kube: KubeApiServer) -> list[Request]:
 
 
 def synced(backend: ArgoBackend, wanted: list[str]) -> dict[str, str]:
-    """The versions of the wanted workflows, once the cache holds them all."""
+    """The versions of the wanted workflows, once the status cache holds them all (before,
+    ``versions`` may answer them from a list of their metadata alone)."""
+    backend.versions(wanted)  # starts the cache
     return wait_for(
-        lambda: (found := backend.versions(wanted)) and len(found) == len(wanted) and found,
+        lambda: (found := backend._cache.versions(wanted)) and len(found) == len(wanted) and found,
         10,
         "the status cache to hold every workflow",
     )
@@ -99,6 +109,54 @@ def test_a_new_process_first_pass_reads_its_workflows_from_one_list_not_one_by_o
 
     assert all(backend.status(name).phase == "Running" for name in wanted)
     assert per_workflow(kube) == [] and len(lists(kube)) == 1
+
+
+def test_a_first_list_of_many_pages_is_not_waited_for_the_versions_come_from_their_metadata(
+    backend: ArgoBackend, kube: KubeApiServer
+) -> None:
+    """A restarted service with more Workflows than a page: ``versions`` reads them from one
+    list of their metadata (its pages answered as PartialObjectMetadataList), not from the
+    cache's first list, whose second page fails here; a Workflow that changed is read by a
+    GET, the rest are not read at all."""
+    wanted = names(120)  # three pages of the cache's list
+    for name in wanted:
+        kube.state.put_workflow(named(name), "ADDED")
+
+    def fail_the_second_page(request: Request) -> int | None:
+        if "PartialObjectMetadataList" not in request.accept and request.query.get("continue"):
+            return 500
+        return None
+
+    kube.state.intercept = fail_the_second_page
+    versions = backend.versions(wanted)
+    assert backend.status(wanted[0]).phase == "Running"
+    kube.state.intercept = None
+    assert versions == {
+        name: kube.state.workflows[("simrun", name)]["metadata"]["resourceVersion"]
+        for name in wanted
+    }
+    metadata = [r for r in lists(kube) if r not in full_lists(kube)]
+    assert [r.status for r in metadata] == [200]
+    assert [r.path for r in per_workflow(kube)] == [f"{WORKFLOWS}/{wanted[0]}"]
+
+
+def test_the_metadata_of_a_list_is_all_the_server_answers_when_asked_so(
+    kube: KubeApiServer,
+) -> None:
+    """The stand-in answers as the API server does: items of metadata alone, and 406 when no
+    range of ``Accept`` can be served."""
+    kube.state.put_workflow(named(WF), "ADDED")
+    custom = CustomObjectsApi(kube.client())
+    page = custom.list_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", "simrun", "workflows", _headers={"Accept": METADATA_LIST}
+    )
+    assert page["kind"] == "PartialObjectMetadataList"
+    assert [set(item) for item in page["items"]] == [{"kind", "apiVersion", "metadata"}]
+    with pytest.raises(ApiException) as refused:
+        custom.list_namespaced_custom_object(
+            "argoproj.io", "v1alpha1", "simrun", "workflows", _headers={"Accept": TABLE}
+        )
+    assert refused.value.status == 406
 
 
 def test_a_change_the_watch_delivers_is_seen_with_a_new_version(
@@ -167,7 +225,7 @@ def test_a_failed_watch_makes_the_cache_answer_nothing_until_it_listed_again(
         if request.query.get("watch") == "true":
             return 500
         if request.path == WORKFLOWS:  # the list after the failure
-            answered.append(backend.versions([WF]))
+            answered.append(backend._cache.versions([WF]))
             failing["on"] = False
         return None
 
@@ -249,7 +307,7 @@ def test_the_cache_lists_every_workflow_over_pages(
 
     synced(backend, wanted)
 
-    pages = lists(kube)
+    pages = full_lists(kube)  # ``synced``'s reads list the versions alone meanwhile
     assert [r.query.get("continue") is None for r in pages] == [True, False, False]
 
 
@@ -271,7 +329,7 @@ def test_a_continue_token_that_expired_mid_list_lists_again_from_the_start(
 
     synced(backend, wanted)
 
-    assert [r.status for r in lists(kube)][:2] == [200, 410]
+    assert [r.status for r in full_lists(kube)][:2] == [200, 410]
 
 
 def test_a_compacted_watch_makes_the_cache_list_again_and_catch_up(

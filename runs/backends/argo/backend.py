@@ -62,6 +62,10 @@ WATCH_BACKOFF_S = 5.0
 REASONS_TTL_S = 60.0
 """How long the reasons of a workflow's pods read for its status are taken as known while the
 workflow does not change (the control loop's resync, ``SIMRUN_RESYNC_S``)."""
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""The ``Accept`` of a list of objects' metadata alone, as client-go's metadata client asks."""
+METADATA_PAGE_SIZE = 500
+"""Workflows per page of a list of their metadata: no node map, so a page stays small."""
 
 
 class ArgoBackend:
@@ -201,13 +205,21 @@ class ArgoBackend:
         return cached.reasons.model_copy(deep=True)
 
     def versions(self, names: list[str]) -> dict[str, str]:
-        """The ``resourceVersion`` of each named Workflow from the watch's cache, started by the
-        first call in a process (``ChangeSignal``), which waits up to ``SYNC_WAIT_S`` for its
-        first list: a restarted service's first pass then skips the runs whose rows hold their
-        last poll, where a cache not yet listed would have each run's Workflow read by a GET.
-        Empty while no list went through."""
-        self._cache.wait_synced(SYNC_WAIT_S)
-        return self._cache.versions(names)
+        """The ``resourceVersion`` of each named Workflow (``ChangeSignal``): from the watch's
+        cache, started by the first call in a process, once its first list went through
+        (waited for up to ``SYNC_WAIT_S`` while it is one page); until then from a list of
+        the Workflows' metadata alone, whose pages carry no node map. So a restarted
+        service's first pass skips the runs whose rows hold their last poll, where the cache's
+        first list of many large Workflows would be waited for or each read by a GET. Empty
+        when neither list went through."""
+        if self._cache.wait_one_page(SYNC_WAIT_S):
+            return self._cache.versions(names)
+        try:
+            listed = self._listed_versions()
+        except ApiException as error:
+            log.warning("listing the versions of the workflows failed: %s", error)
+            return {}
+        return {name: listed[name] for name in names if name in listed}
 
     def cancel(self, name: str) -> None:
         """Terminate a Workflow: no pod runs any more; KeyError when it is gone."""
@@ -351,6 +363,31 @@ class ArgoBackend:
                 _continue=token,
             ),
         )
+
+    def _listed_versions(self) -> dict[str, str]:
+        """The ``resourceVersion`` of every Workflow of the runs, by name, from a list of
+        their metadata alone (``PartialObjectMetadataList``), page by page."""
+        found: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            page = cast(
+                dict[str, Any],
+                self.clients.custom.list_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
+                    label_selector=runs_selector(self.cluster),
+                    limit=METADATA_PAGE_SIZE,
+                    _continue=token,
+                    _headers={"Accept": METADATA_LIST},
+                ),
+            )
+            for item in page.get("items") or []:
+                found[item["metadata"]["name"]] = str(item["metadata"]["resourceVersion"])
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return found
 
     def _watch_from(self, resource_version: str) -> Iterator[dict[str, Any]]:
         """The events of the Workflows of the runs since a version, for the status cache; the

@@ -73,6 +73,8 @@ class Informer(Generic[Kept]):
         self._synced = False
         self._tried = threading.Event()
         """Set once the first list went through or failed."""
+        self._paged = threading.Event()
+        """Set once a list showed a second page, or the first list went through or failed."""
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
@@ -100,7 +102,7 @@ class Informer(Generic[Kept]):
         # A fork's child: what the parent held is a copy no watch updates any more.
         self._lock = threading.Lock()
         self._items, self._synced, self._pid = {}, False, os.getpid()
-        self._tried = threading.Event()
+        self._tried, self._paged = threading.Event(), threading.Event()
         self._thread = threading.Thread(
             target=self._follow, name=f"simrun-argo-{self.kind}", daemon=True
         )
@@ -129,6 +131,14 @@ class Informer(Generic[Kept]):
         self.start()
         if not self.synced:
             self._tried.wait(timeout_s)
+        return self.synced
+
+    def wait_one_page(self, timeout_s: float) -> bool:
+        """As ``wait_synced``, but a list longer than a page is not waited for: a reader that
+        has another way to what it needs takes it rather than wait for many pages."""
+        self.start()
+        if not self.synced:
+            self._paged.wait(timeout_s)
         return self.synced
 
     def get(self, name: str) -> Kept | None:
@@ -182,6 +192,7 @@ class Informer(Generic[Kept]):
             return version, failures
         if version is None:
             self._tried.set()  # a list failed: its readers are not held for the next
+            self._paged.set()
         if failures == 0:
             log.info("the watch of %s failed: %s; trying again", self.kind, error)
             return version, 1
@@ -202,10 +213,12 @@ class Informer(Generic[Kept]):
             token = metadata.get("continue") or None
             if token is None:
                 break
+            self._paged.set()
         with self._lock:
             self._items, self._synced = items, True
         self.version = str(metadata["resourceVersion"])
         self._tried.set()
+        self._paged.set()
         return self.version
 
     def _apply(self, event: dict[str, Any]) -> str | None:
