@@ -27,7 +27,7 @@ from runs.planning.sizing import (
 from runs.planning.sizing_base import Sample
 
 GRID_MARGINS = (1.0, 1.1, 1.25, 1.5)
-GRID_DEFAULT_TYPES = (6, 12, 24)
+GRID_DEFAULT_TYPES = (6, 8, 12, 17, 24)
 GRID_FLOORS = (0.1, 0.25)
 RETRIES_BUDGET = 1.0
 """The first tasks' OOM retries per 100 tasks a point may cost on a trace: half the target

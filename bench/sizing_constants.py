@@ -42,7 +42,7 @@ CANDIDATES: dict[str, tuple[float, ...]] = {
     "near": (0.05, 0.1, 0.2),
     "feature_gain": (0.5, 0.7, 0.85),
     "prior_margin": (1.0, 1.25, 1.5),
-    "prior_default_types": (6, 12, 24),
+    "prior_default_types": (6, 8, 12, 17, 24),
     "prior_floor": (0.1, 0.25),
 }
 """Each constant's candidates (``Simrun``'s fields), in the order a pass takes them: those of

@@ -153,8 +153,8 @@ def test_simrun_starts_a_new_type_from_the_types_that_ended_before_it_was_submit
     capsys, tmp_path
 ):
     """A and B peak at 0.1 of their 4 GiB and end at 3,600 s. C, submitted at 4,000 s, gets
-    the prior of 2 types: 0.025 × 1.25 floored at 0.1, ^ (2/26 = 0.077) = 0.838 of 4 GiB =
-    3.352 GiB, which the planner rounds up to 3.4 GiB (2.4 over). D, submitted at 1,000 s
+    the prior of 2 types: 0.025 × 1.25 floored at 0.1, ^ (2/19 = 0.105) = 0.785 of 4 GiB =
+    3.14 GiB, which the planner rounds up to 3.15 GiB (2.15 over). D, submitted at 1,000 s
     before any task ended, gets its 4 GiB."""
     path = tmp_path / "p.csv"
     lines = [HEADER, row("A", 0, 0.1, 4), row("B", 0, 0.1, 4)]
@@ -162,18 +162,18 @@ def test_simrun_starts_a_new_type_from_the_types_that_ended_before_it_was_submit
     path.write_text("\n".join(lines) + "\n")
     result = run_json(capsys, path)["traces"]["p"]
     assert result["static"]["over_gbh"] == pytest.approx(3.9 + 3.9 + 3 + 3)
-    assert result["simrun"]["over_gbh"] == pytest.approx(3.9 + 3.9 + 2.4 + 3, abs=1e-3)
+    assert result["simrun"]["over_gbh"] == pytest.approx(3.9 + 3.9 + 2.15 + 3, abs=1e-3)
     assert result["simrun"]["retries_per_100"] == 0
 
 
 def test_a_miss_of_the_prior_costs_one_attempt_and_retries_at_twice_the_default(capsys, tmp_path):
-    """As above, but C peaks at 3.5 GiB: killed at 3.4 GiB (3.4 under), its retry at 2 × 4
+    """As above, but C peaks at 3.5 GiB: killed at 3.15 GiB (3.15 under), its retry at 2 × 4
     GiB fits (4.5 over); the task does not fail."""
     path = tmp_path / "q.csv"
     lines = [HEADER, row("A", 0, 0.1, 4), row("B", 0, 0.1, 4), row("C", 4000, 3.5, 4)]
     path.write_text("\n".join(lines) + "\n")
     simrun = run_json(capsys, path, policy="simrun")["traces"]["q"]["simrun"]
-    assert simrun["under_gbh"] == pytest.approx(3.4, abs=1e-3)
+    assert simrun["under_gbh"] == pytest.approx(3.15, abs=1e-3)
     assert simrun["over_gbh"] == pytest.approx(3.9 + 3.9 + 4.5, abs=1e-3)
     assert (simrun["failed_tasks"], simrun["retries_per_100"]) == (
         0,
