@@ -12,6 +12,7 @@ to a phone's width (the screen's, at 420 px, drew its labels 4 px tall).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -117,6 +118,14 @@ def _reused_bar(task: Task, y: int, x: float, until: float, phone: bool) -> Bar:
                False, title, task.task_id, phone)  # fmt: skip
 
 
+def _tick_step(span: float) -> int:
+    """Seconds between two ticks of an axis ``span`` seconds long: the first step that gives
+    at most ``TICKS`` of them; past the last step's, whole multiples of it (a run live for a
+    year has a tick every few weeks, not one a day)."""
+    found = next((s for s in TICK_STEPS_S if span / s <= TICKS), None)
+    return found or math.ceil(span / TICKS / TICK_STEPS_S[-1]) * TICK_STEPS_S[-1]
+
+
 def _row(height: int, phone: bool) -> int:
     return height + PHONE_LABEL_ROW if phone else height
 
@@ -174,10 +183,9 @@ def timeline(
                     note, task.task_id, phone)
             )  # fmt: skip
             y += _row(ATTEMPT_ROW, phone)
-    step = next((s for s in TICK_STEPS_S if span / s <= TICKS), TICK_STEPS_S[-1])
     ticks = [
         Tick(left + offset * scale, f"+{_short(offset)}")
-        for offset in range(0, int(span) + 1, step)
+        for offset in range(0, int(span) + 1, _tick_step(span))
     ]
     return Timeline(
         bars=bars,
