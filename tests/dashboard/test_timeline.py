@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.template.loader import render_to_string
 from django.test import Client
 from django.utils import timezone
 
 from runs.models import Attempt, Reuse, Run, RunState, Task
-from runs.web.timeline import LABEL_WIDTH, PLOT_WIDTH, timeline
+from runs.web.timeline import LABEL_WIDTH, PLOT_WIDTH, TICKS, Tick, Timeline, timeline
 from tests.factories import running, submitted
 
 pytestmark = pytest.mark.django_db
@@ -84,6 +85,28 @@ def test_an_ended_run_ends_its_axis_and_the_ticks_count_from_its_creation(owner)
     sweep = next(bar for bar in result.bars if bar.label == "sweep")
     assert sweep.x + sweep.width == pytest.approx(LABEL_WIDTH + PLOT_WIDTH)
     assert [t.label for t in result.ticks] == ["+0s", "+1m", "+2m", "+3m", "+4m", "+5m"]
+
+
+@pytest.mark.parametrize("days", [7, 30, 400])
+def test_a_run_live_for_weeks_has_as_few_ticks_as_a_short_one(owner, days):
+    run = running(submitted(owner), sweep="running")
+    created = run.created_at
+    for phone in (False, True):
+        ticks = timeline(run, tasks_of(run), now=created + timedelta(days=days), phone=phone).ticks
+        assert 2 <= len(ticks) <= TICKS + 1
+        assert ticks[0].label == "+0s"
+
+
+@pytest.mark.parametrize("drawing", ["runs/_timeline.html", "runs/_dag.html"])
+def test_the_drawings_numbers_are_plain_whatever_the_sites_number_format(drawing, settings):
+    settings.USE_THOUSAND_SEPARATOR = True
+    tick = Tick(x=1234.56, label="+1h")
+    drawn = Timeline(bars=[], ticks=[tick], width=1500, height=1200)
+    context = {"timeline": drawn, "dag": {"width": 1500, "height": 1200}}
+    svg = render_to_string(drawing, context)
+    assert 'width="1500"' in svg and 'height="1200"' in svg and "1,2" not in svg
+    if drawing == "runs/_timeline.html":
+        assert 'x="1234.6"' in svg
 
 
 def test_the_run_page_draws_the_timeline_and_polls_it_while_live(owner):
