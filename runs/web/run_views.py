@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
@@ -95,12 +95,13 @@ def run_list_table(request: HttpRequest) -> HttpResponse:
 
 BODIES: Kept[tuple[str, SafeString]] = Kept(KEPT)
 """The state shown and the body of settled runs' pages."""
-CONTENTS: Kept[str] = Kept(KEPT)
-"""The content of settled runs' pages (all of a page but its layout), written with
-``CSRF_SLOT`` where each request's CSRF token goes."""
+PAGES: Kept[str] = Kept(KEPT)
+"""Settled runs' pages whole, their layout too, written with ``CSRF_SLOT`` where each
+request's CSRF token goes."""
+PAGE = "runs/run_detail.html"
 CONTENT = "runs/run_detail.html#content"
 CSRF_SLOT = f"csrf-slot-{secrets.token_hex(16)}"
-"""What a kept content's forms carry instead of a CSRF token: a secret of the process, so no
+"""What a kept page's forms carry instead of a CSRF token: a secret of the process, so no
 text a user wrote can stand for it."""
 
 
@@ -196,35 +197,34 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     page = page_run_or_404(request.user, run_id)
     # One token for the page, as the template's lazy one is: masking it is not free.
     token = get_token(request)
-    context = {"run": page.run, "content": _content(request, page, token), "csrf_token": token}
-    return render(request, "runs/run_detail.html", context)
-
-
-def _content(request: HttpRequest, page: PageRun, token: str) -> SafeString:
-    """All of a run's page but its layout, with the CSRF token ``token``: written at every
-    request for a live run; for a settled run, kept by what it shows (``content_key``)."""
-    key = content_key(request, page)
+    key = page_key(request, page)
     if key is None:
-        context = {**_page_context(request, page), "csrf_token": token}
-        return render_to_string(CONTENT, context, request)
+        return HttpResponse(_page(request, page, token))
 
     def write() -> str:
-        context = {**_page_context(request, page), "csrf_token": CSRF_SLOT}
-        return render_to_string(CONTENT, context, request)
+        return _page(request, page, CSRF_SLOT)
 
-    content = CONTENTS.get(key, write).replace(CSRF_SLOT, token)
-    return mark_safe(content)  # noqa: S308 - the template escapes; a token is letters
+    return HttpResponse(PAGES.get(key, write).replace(CSRF_SLOT, token))
 
 
-def content_key(request: HttpRequest, page: PageRun) -> Hashable | None:
-    """What the content of a settled run's page depends on beyond its body's key: its re-runs,
-    the names of its owner and of who submitted it, and whether its viewer is staff (what
-    their forms offer); None for a live run's, not kept."""
+def _page(request: HttpRequest, page: PageRun, token: str) -> str:
+    """A run's page with the CSRF token ``token``: its content, then its layout."""
+    context = {**_page_context(request, page), "csrf_token": token}
+    content = mark_safe(render_to_string(CONTENT, context, request))  # noqa: S308 - escaped
+    frame = {"run": page.run, "content": content, "csrf_token": token}
+    return render_to_string(PAGE, frame, request)
+
+
+def page_key(request: HttpRequest, page: PageRun) -> Hashable | None:
+    """What a settled run's page depends on beyond its body's key: its re-runs, the names of
+    its owner and of who submitted it, and its viewer's name, whether they are staff (what
+    their forms and links offer) and the site's prefix (its links); None for a live run's
+    page, or one that shows messages (a redirect's notice, shown once): not kept."""
     body = settled_key(page.run, request)
-    if body is None:
+    if body is None or len(messages.get_messages(request)):
         return None
-    names = (page.run.owner.get_username(), page.submitter)
-    return (body, page.reruns, names, request.user.is_staff)
+    names = (page.run.owner.get_username(), page.submitter, request.user.get_username())
+    return (body, page.reruns, names, request.user.is_staff, get_script_prefix())
 
 
 @login_required

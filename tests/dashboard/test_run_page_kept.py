@@ -1,6 +1,6 @@
-"""A settled run's page is kept whole but for its layout (runs/web/run_views.py ``_content``),
-read in one statement with its owner and re-runs (runs/reads/run_page.py), and laid out with
-the layout's links rendered once per process (the ``kept`` template tag)."""
+"""A settled run's page is kept whole, its layout too (runs/web/run_views.py ``PAGES``), read
+in one statement with its owner and re-runs (runs/reads/run_page.py); the layout's links are
+rendered once per process (the ``kept`` template tag)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,26 @@ def test_a_settled_runs_page_seen_again_reads_its_session_its_user_and_its_run_o
         page_of(alice, run)
 
 
-def test_a_settled_runs_page_seen_again_renders_nothing_but_its_layout(alice, owner):
+def test_a_settled_runs_page_seen_again_renders_nothing(alice, owner):
+    run = ended(submitted(owner))
+    assert {"runs/run_detail.html", "base.html"} <= set(templates_of(alice, run))
+    assert templates_of(alice, run) == []
+
+
+def test_a_kept_page_still_shows_the_notice_of_the_action_that_led_to_it(alice, owner):
     run = ended(submitted(owner))
     page_of(alice, run)
-    assert templates_of(alice, run) == ["runs/run_detail.html", "base.html"]
+    answer = alice.post(f"/runs/{run.id}/cancel/", follow=True)
+    notices = answer.content.decode().split('class="messages"', 1)
+    assert len(notices) == 2 and "notice" in notices[1].split("</ul>", 1)[0]
+    assert 'class="messages"' not in page_of(alice, run), "a notice is shown once"
+
+
+def test_a_kept_page_names_its_viewer_as_they_are_named_now(operator, owner, staff):
+    run = ended(submitted(owner))
+    assert '<span>operator</span><span class="tag">staff</span>' in page_of(operator, run)
+    User.objects.filter(pk=staff.pk).update(username="op")
+    assert '<span>op</span><span class="tag">staff</span>' in page_of(operator, run)
 
 
 def test_a_live_runs_page_is_written_at_every_view(alice, owner, monkeypatch):
