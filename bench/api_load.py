@@ -8,7 +8,8 @@ it) with generated runs of 3 tasks each, unless it holds that many already; star
 server with the command ``simrun serve`` of the code under test gives it (``runs.cli.serve``)
 against it; then, for each page, ``--clients``
 threads call it for ``--seconds`` over keep-alive connections, each waiting for its answer
-before the next request (closed loop). Prints requests per second, p50, p95 and p99 in
+before the next request (closed loop) and sending back the cookies it was set, as a browser
+does. Prints requests per second, p50, p95 and p99 in
 milliseconds, and the server's CPU per request: the gunicorn workers' and their PostgreSQL
 backends' CPU time over the phase (from /proc) divided by the requests answered, a figure
 that other load on the machine disturbs far less than latency; the client's CPU per
@@ -497,6 +498,24 @@ def line(name: str, figures: dict[str, float]) -> str:
     )
 
 
+class Cookies:
+    """The headers a client sends, with the cookies the server set it since, as a browser
+    sends them back (the dashboard's CSRF cookie, set at the first page, is not set again)."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = dict(headers)
+        given = (c.partition("=") for c in headers.get("Cookie", "").split(";") if "=" in c)
+        self.jar = {name.strip(): value.strip() for name, _, value in given}
+
+    def keep(self, response: http.client.HTTPResponse) -> None:
+        found = response.headers.get_all("Set-Cookie") or []
+        for header in found:
+            name, _, value = header.split(";", 1)[0].partition("=")
+            self.jar[name.strip()] = value.strip()
+        if found:
+            self.headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.jar.items())
+
+
 def load(
     name: str, side: Side, paths: list[str], headers: dict[str, str], clients: int, seconds: float
 ) -> Result:
@@ -509,6 +528,7 @@ def load(
 
     def client(number: int) -> None:
         connection = http.client.HTTPConnection("127.0.0.1", side.port, timeout=30)
+        cookies = Cookies(headers)
         mine: list[float] = []
         errors = 0
         failure = ""
@@ -522,8 +542,9 @@ def load(
             i += 1
             began = time.perf_counter()
             try:
-                connection.request("GET", path, headers=headers)
+                connection.request("GET", path, headers=cookies.headers)
                 response = connection.getresponse()
+                cookies.keep(response)
                 body = response.read()
                 ok = response.status in (200, 286)
                 failed = f"{response.status} {body[:300]!r}"
