@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 os.environ.setdefault(
@@ -160,22 +161,34 @@ class Fake:
 
 
 class Argo:
-    """The Argo backend against a Kubernetes API on loopback, with a Workflow per run (the
-    nodes of ``NODES``, its pending extra worker with a pod); the requests counted."""
+    """The Argo backend against a Kubernetes API on loopback in a process of its own, as a
+    real API server is (in this process its threads would share the pass's interpreter), with
+    a Workflow per run (the nodes of ``NODES``, its pending extra worker with a pod); the
+    requests counted."""
 
     def __init__(self, names: list[str]) -> None:
         import json
+        import multiprocessing
 
         from django.conf import settings
+        from kubernetes.client import ApiClient, Configuration
 
         from runs.backends.argo.backend import ArgoBackend
         from runs.backends.base import ClusterConfig
         from tests.backends.argo_workflows import WF, Nodes, pod, workflow
-        from tests.backends.kube_api import KubeApiServer
+        from tests.backends.kube_api import token_of
 
-        self.server = KubeApiServer().__enter__()
+        self.api, child = multiprocessing.get_context("spawn").Pipe()
+        self.process = multiprocessing.get_context("spawn").Process(
+            target=serve_api, args=(child,), daemon=True
+        )
+        self.process.start()
+        child.close()  # so a server that died is an EOFError here, not a wait for ever
+        configuration = Configuration(host=self.api.recv())
+        configuration.api_key = {"authorization": token_of("simrun-worker")}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
         self.new_backend = lambda: ArgoBackend(
-            cluster=ClusterConfig(), api=self.server.client(), store=settings.SIMRUN_STORE
+            cluster=ClusterConfig(), api=ApiClient(configuration), store=settings.SIMRUN_STORE
         )
         self.backend = self.new_backend()
         nodes = Nodes()
@@ -186,32 +199,31 @@ class Argo:
         nodes.task("stats", "Running", [pod("Running")])
         self.changed = json.dumps(workflow(nodes))
         self.wf = WF
-        for name in names:
-            self.server.state.put_workflow(json.loads(self.template.replace(WF, name)), "ADDED")
+        self._ask("put", self.template, WF, names, "ADDED")
         self.names = names
 
+    def _ask(self, *command: object) -> Any:
+        self.api.send(command)
+        return self.api.recv()
+
     def calls(self) -> int:
-        return len(self.server.state.requests)
+        return int(self._ask("requests"))
 
     def settle(self) -> None:
-        """Wait until the watch's cache holds every workflow (a backend that has one)."""
-        if hasattr(self.backend, "versions"):
-            deadline = time.monotonic() + 600
-            while len(self.backend.versions(self.names)) < len(self.names):
-                assert time.monotonic() < deadline, "the status cache did not fill"
-                time.sleep(0.05)
+        """Wait until the watch's cache holds every workflow (before, ``versions`` may read
+        them from a list of their metadata)."""
+        deadline = time.monotonic() + 600
+        while len(self.backend._cache.versions(self.names)) < len(self.names):
+            assert time.monotonic() < deadline, "the status cache did not fill"
+            time.sleep(0.05)
 
     def change(self, names: list[str]) -> None:
-        import json
-
-        before = self.backend.versions(names) if hasattr(self.backend, "versions") else {}
-        for name in names:
-            self.server.state.put_workflow(json.loads(self.changed.replace(self.wf, name)))
-        if before:  # the watch delivers the changes before the pass is timed
-            deadline = time.monotonic() + 600
-            while set(self.backend.versions(names).values()) & set(before.values()):
-                assert time.monotonic() < deadline, "the watch did not deliver the changes"
-                time.sleep(0.05)
+        before = self.backend.versions(names)
+        self._ask("put", self.changed, self.wf, names, "MODIFIED")
+        deadline = time.monotonic() + 600  # the watch delivers them before the pass is timed
+        while set(self.backend.versions(names).values()) & set(before.values()):
+            assert time.monotonic() < deadline, "the watch did not deliver the changes"
+            time.sleep(0.05)
 
     def restart(self) -> None:
         """A new process's backend: its caches empty, the workflows listed at its first pass."""
@@ -220,7 +232,35 @@ class Argo:
 
     def close(self) -> None:
         self.backend.close()
-        self.server.__exit__(None, None, None)
+        self._ask("close")
+        self.process.join(timeout=10)
+
+
+def serve_api(conn: Any) -> None:
+    """Serve the Kubernetes API on loopback until told to close; its address goes first over
+    ``conn``, then each command's answer: ("put", a Workflow's JSON, the name in it, the names
+    to put it as, the watch's event), ("requests",) (how many it answered), ("close",)."""
+    import json
+
+    import django
+
+    django.setup()  # the stand-in reads the project's manifests and rules
+    from tests.backends.kube_api import KubeApiServer
+
+    with KubeApiServer() as server:
+        conn.send(server.url)
+        while True:
+            command, *args = conn.recv()
+            if command == "put":
+                text, named, names, event = args
+                for name in names:
+                    server.state.put_workflow(json.loads(text.replace(named, name)), event)
+                conn.send(None)
+            elif command == "requests":
+                conn.send(len(server.state.requests))
+            else:
+                conn.send(None)
+                return
 
 
 def timed_pass(side) -> tuple[float, int, int]:
