@@ -158,11 +158,8 @@ class PollMemory:
         self._resync_owed -= wanted
         read = self._walked_now = set()
         while wanted > 0:
-            runs = Run.objects.live()
             start = self._resync_from
-            if start is not None:  # the runs after the last one read, in the order read
-                at, pk = start
-                runs = runs.filter(Q(created_at__gt=at) | Q(created_at=at, pk__gt=pk))
+            runs = walk_after(start)
             found = live_rows(runs, limit=wanted)
             self._walk_parts.append(runs.order_by("created_at", "pk")[:wanted])
             for row in found:
@@ -357,6 +354,17 @@ def memory_of(backend: Backend | None) -> PollMemory | None:
     if backend not in _memories:
         _memories[backend] = PollMemory()
     return _memories[backend]
+
+
+def walk_after(start: tuple[datetime, str] | None) -> QuerySet[Run]:
+    """The live runs after ``start`` (a run's creation time and id; None: from the first) in
+    the resync's order. The range on the creation time lets the live runs' index start
+    there: the keyset's ``or`` alone had each share scan the walk from its first run."""
+    runs = Run.objects.live()
+    if start is None:
+        return runs
+    at, pk = start
+    return runs.filter(Q(created_at__gt=at) | Q(created_at=at, pk__gt=pk), created_at__gte=at)
 
 
 def _watched_tasks(

@@ -355,3 +355,17 @@ def test_a_run_that_ends_is_seen_at_once(steady, fake):
     poll(fake)
     assert fresh(run).state == RunState.SUCCEEDED
     assert statuses(fake) == [run.workflow]
+
+
+def test_a_share_of_the_resync_starts_at_its_place_in_the_live_runs_index(steady):
+    """Each pass reads its share from where the last one stopped: the live runs' index must
+    start there (an index condition), not scan every run created before and drop them."""
+    first = Run.objects.live().order_by("created_at", "pk").first()
+    assert first is not None
+    share = poll_memory.walk_after((first.created_at, first.pk)).order_by("created_at", "pk")
+    sql, params = share[:2].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a few rows: as with many
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "run_live_idx" in plan and "Index Cond: (created_at >=" in plan, plan
