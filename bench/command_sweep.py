@@ -19,6 +19,11 @@ The per-unit overhead is ``wall × cores / units`` less the program's CPU time: 
 costs beyond the program itself, on each side. The CPU seconds of each side (its processes',
 the programs' included) are printed beside it: on a loaded machine, the steadier figure.
 
+Every run writes into a folder of its own and nothing is removed before the bench ends: on
+ext4 without a journal (this machine's disk), each new file or folder skips the inodes freed
+in the last minute or more (``recently_deleted`` in the kernel), so a run started after the
+removal of the last one's 20,000 files and folders paid for it, at each of its own.
+
     .venv/bin/python bench/command_sweep.py [--repeat 5] [--only 10000x10] [--no-service]
         [--variant before=/tmp/old --variant after=]
 """
@@ -29,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -92,9 +96,7 @@ def parallel_run(
     program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path
 ) -> Timed:
     """Seconds of GNU parallel over the product of the axes, each job writing its result."""
-    out = folder / "parallel"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
+    out = Path(tempfile.mkdtemp(prefix="parallel-", dir=folder))  # removed at the end (docstring)
     command = ["parallel", "--will-cite", "-j", str(cores), str(program), f"{ms:g}"]
     command += ["{1}", "{2}", f"{out}/{{#}}.json"]
     command += [":::", *map(str, range(shape[0])), ":::", *map(str, range(shape[1]))]
@@ -129,8 +131,7 @@ def harness_run(
     program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path, pythonpath: str = ""
 ) -> Timed:
     """Seconds of ``simrun-worker`` as the coordinator alone, merging: the whole split task."""
-    store = folder / "store"
-    shutil.rmtree(store, ignore_errors=True)
+    store = Path(tempfile.mkdtemp(prefix="store-", dir=folder))  # removed at the end (docstring)
     task_dir = store / "runs" / "bench" / "tasks" / "sim"
     task_dir.mkdir(parents=True)
     task = {"run": "bench", "task": "sim", "kind": "split", "type": "sweep"}
@@ -139,7 +140,7 @@ def harness_run(
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIMRUN_")}
     env |= {
         "SIMRUN_TASK_DIR": str(task_dir),
-        "SIMRUN_SCRATCH": str(folder / "scratch"),
+        "SIMRUN_SCRATCH": str(store / "scratch"),
         "SIMRUN_ROLE": "base",
         "SIMRUN_CORES": str(cores),
         "SIMRUN_MEMORY_SOURCE": "process",
