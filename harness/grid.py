@@ -22,6 +22,7 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from functools import cached_property
 from typing import Any, Literal, TypeGuard
 
 AXIS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
@@ -84,7 +85,8 @@ class Axis:
             and not (self.kind == "range" and all(_integer(a) for a in self.args))
         )
 
-    @property
+    # Cached (as ``Grid.size``): a sweep's pool process asks for them at every unit.
+    @cached_property
     def size(self) -> int:
         """How many values it has (0 for an interval)."""
         if self.interval:
@@ -92,15 +94,19 @@ class Axis:
         if self.kind == "values":
             return len(self.args)
         if self.kind == "range":
-            return len(range(*(int(a) for a in self.args)))
+            return len(self._range)
         return int(self.args[2])
+
+    @cached_property
+    def _range(self) -> range:
+        return range(*(int(a) for a in self.args))
 
     def value(self, index: int) -> Value:
         """The value at ``index`` (0 to ``size - 1``)."""
         if self.kind == "values":
             return self.args[index]
         if self.kind == "range":
-            return range(*(int(a) for a in self.args))[index]
+            return self._range[index]
         start, stop, n = float(self.args[0]), float(self.args[1]), int(self.args[2])
         at = stop if index == n - 1 and n > 1 else start + (stop - start) * index / max(1, n - 1)
         return tidy(at if self.kind == "linspace" else 10.0**at)
@@ -168,7 +174,7 @@ class Grid:
     def names(self) -> list[str]:
         return [axis.name for axis in self.axes]
 
-    @property
+    @cached_property
     def size(self) -> int:
         """The number of combinations (units)."""
         if self.samples is not None:

@@ -124,13 +124,17 @@ class SweepSettings(BaseModel):
         self._templates = [parse(arg, known) for arg in self.command]
         return self
 
+    # Read from the private values directly: ``self._grid`` goes through pydantic's
+    # ``__getattr__`` after a failed lookup, some microseconds, and a unit reads them often.
     @property
     def grid(self) -> Grid:
-        return self._grid
+        grid: Grid = self.__pydantic_private__["_grid"]  # type: ignore[index]
+        return grid
 
     @property
     def templates(self) -> list[Template]:
-        return self._templates
+        templates: list[Template] = self.__pydantic_private__["_templates"]  # type: ignore[index]
+        return templates
 
 
 class UnitResult(NamedTuple):
@@ -373,10 +377,11 @@ def unit_row(settings: SweepSettings, unit: int, result: UnitResult) -> dict[str
     ``peak_gib``, its results' fields (one named like a column before it as
     ``results.<name>``) and, for a failed unit, ``error``: the last line of its stderr (a
     traceback's exception), its whole tail being in ``{out}/stderr``."""
-    taken = {*settings.grid.names, *HARNESS_COLUMNS}
+    axes = settings.grid.names
+    taken = {*axes, *HARNESS_COLUMNS}
     row: dict[str, Scalar] = {
         "unit": unit,
-        **{axis: result.values.get(axis) for axis in settings.grid.names},
+        **{axis: result.values.get(axis) for axis in axes},
         "exit_code": result.exit_code,
         "seconds": round(result.seconds, 6),
         "peak_gib": round(result.peak_bytes / 2**30, 6),
