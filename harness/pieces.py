@@ -52,7 +52,7 @@ def decode_piece(data: bytes, count: int) -> list[Any]:
             body = memoryview(data)[_PIECE_HEADER.size :]
             if len(body) != length or zlib.crc32(body) != crc:
                 raise ValueError(f"{len(body)} bytes, the header says {length}, or a bad CRC")
-            values = [pickle.loads(payload) for payload in pickle.loads(body)]
+            values = list(map(pickle.loads, pickle.loads(body)))
         else:
             values = pickle.loads(data)
     except ValueError:

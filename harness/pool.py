@@ -188,12 +188,14 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
     payloads: list[bytes] = []
     described = Described([], [])
     failed = storage = None
+    # Local names for what every unit calls: at 0.1 ms a unit, lookups are a visible share.
+    dumps, protocol, monotonic = pickle.dumps, pickle.HIGHEST_PROTOCOL, time.monotonic
     cpu = time.process_time()
-    flushed = time.monotonic()
+    flushed = monotonic()
     for unit in chain.from_iterable(ranges):
         if stop.value:
             break
-        began = time.monotonic()  # one clock for the slot and the unit's seconds
+        began = monotonic()  # one clock for the slot and the unit's seconds
         slots[at + 1], slots[at + 2] = unit, began
         try:
             if not _Process.ready:
@@ -201,7 +203,7 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
                     _Process.context = task_type.setup(settings)
                 _Process.ready = True
             result = compute(settings, _Process.context, unit)
-            payload = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
+            payload = dumps(result, protocol)
             if describes:
                 describe_unit(unit, result, described)
         except Interrupted:
@@ -214,7 +216,7 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
             break
         finally:
             slots[at + 2] = 0.0
-        ended = time.monotonic()
+        ended = monotonic()
         units.append(unit)
         payloads.append(payload)
         seconds.append(ended - began)

@@ -207,6 +207,18 @@ def test_progress_counts_distinct_units(tmp_path: Path) -> None:
     assert units_done(tmp_path / "elsewhere") == 0
 
 
+def test_progress_lines_are_json_whatever_the_worker_and_the_failure_say(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    why = 'exit 1: "100%" done\n\\ %s %d'
+    append_progress(progress, 'w-%d"1', [7, 8], [0.1234567, 12.5], [None, why])
+
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert lines == [
+        {"unit": 7, "worker": 'w-%d"1', "seconds": 0.123457},
+        {"unit": 8, "worker": 'w-%d"1', "seconds": 12.5, "failed": why},
+    ]
+
+
 def test_describe_shortens_long_lists_of_units() -> None:
     ranges = [range(i * 10, i * 10 + 2) for i in range(30)]
 
