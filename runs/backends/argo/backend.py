@@ -349,8 +349,27 @@ class ArgoBackend:
         return self._cache.alive
 
     def _list_page(self, token: str | None) -> dict[str, Any]:
+        """A page of the Workflows of the runs, for the status cache."""
+        return self._workflows_page(token, PAGE_SIZE)
+
+    def _listed_versions(self) -> dict[str, str]:
+        """The ``resourceVersion`` of every Workflow of the runs, by name, from a list of
+        their metadata alone (``PartialObjectMetadataList``), page by page."""
+        found: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            page = self._workflows_page(token, METADATA_PAGE_SIZE, {"Accept": METADATA_LIST})
+            for item in page.get("items") or []:
+                found[item["metadata"]["name"]] = str(item["metadata"]["resourceVersion"])
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return found
+
+    def _workflows_page(
+        self, token: str | None, limit: int, headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """A page of the Workflows of the runs (of this service's Argo controller:
-        ``runs_selector``), for the status cache."""
+        ``runs_selector``) from a ``continue`` token, as ``headers`` ask."""
         return cast(
             dict[str, Any],
             self.clients.custom.list_namespaced_custom_object(
@@ -359,35 +378,11 @@ class ArgoBackend:
                 self.namespace,
                 PLURAL,
                 label_selector=runs_selector(self.cluster),
-                limit=PAGE_SIZE,
+                limit=limit,
                 _continue=token,
+                _headers=headers,
             ),
         )
-
-    def _listed_versions(self) -> dict[str, str]:
-        """The ``resourceVersion`` of every Workflow of the runs, by name, from a list of
-        their metadata alone (``PartialObjectMetadataList``), page by page."""
-        found: dict[str, str] = {}
-        token: str | None = None
-        while True:
-            page = cast(
-                dict[str, Any],
-                self.clients.custom.list_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    PLURAL,
-                    label_selector=runs_selector(self.cluster),
-                    limit=METADATA_PAGE_SIZE,
-                    _continue=token,
-                    _headers={"Accept": METADATA_LIST},
-                ),
-            )
-            for item in page.get("items") or []:
-                found[item["metadata"]["name"]] = str(item["metadata"]["resourceVersion"])
-            token = (page.get("metadata") or {}).get("continue") or None
-            if token is None:
-                return found
 
     def _watch_from(self, resource_version: str) -> Iterator[dict[str, Any]]:
         """The events of the Workflows of the runs since a version, for the status cache; the
