@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import Watch
 
 from harness.tasktypes import TaskType
-from runs.backends.argo.api import CallPolicy
+from runs.backends.argo.api import CallPolicy, ClusterUnavailable
 from runs.backends.argo.capacity import CAPACITY_TTL_S, Capacity
 from runs.backends.argo.clients import api_client, clients, missing_as_key_error
 from runs.backends.argo.image_builds import BUILD_POLL_S, ImageBuilds
@@ -216,7 +216,7 @@ class ArgoBackend:
             return self._cache.versions(names)
         try:
             listed = self._listed_versions()
-        except ApiException as error:
+        except (ApiException, ClusterUnavailable) as error:  # as an empty cache: each is read
             log.warning("listing the versions of the workflows failed: %s", error)
             return {}
         return {name: listed[name] for name in names if name in listed}
