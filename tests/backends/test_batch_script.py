@@ -56,6 +56,7 @@ def test_two_jobs_with_one_id_on_one_host_each_have_a_scratch_of_their_own(tmp_p
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     gate, kept = tmp_path / "gate", tmp_path / "kept"
+    gate.touch()  # before the job starts: a job that found no gate would end at once
     first = start(
         script(
             tmp_path,
@@ -67,7 +68,6 @@ def test_two_jobs_with_one_id_on_one_host_each_have_a_scratch_of_their_own(tmp_p
         ),
         tmp,
     )
-    gate.touch()
     wait_for(
         lambda: any(p.is_dir() and (p / "mine").exists() for p in tmp.iterdir()),
         what="the first job's file",
