@@ -208,7 +208,10 @@ def test_a_slurmd_killed_mid_run_loses_nothing(served, folder):
     assert all(a["phase"] == "Succeeded" for a in task["attempts"] if not a["evicted"])
 
 
-@pytest.mark.parametrize("served", ["on"], indirect=True, ids=["acct"])
+# On the cluster without accounting: the one with it runs the longer half of this module.
+@pytest.mark.parametrize(
+    "served", [pytest.param("off", marks=pytest.mark.slurm_noacct)], indirect=True, ids=["noacct"]
+)
 def test_a_controller_stopped_for_a_while_loses_nothing_and_fails_nothing(served, folder):
     """``slurmctld`` stopped while the job runs: the serve's polls fail and back off to their
     longest period, the run stays running, and once the controller is back the run succeeds
