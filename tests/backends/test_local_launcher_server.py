@@ -30,9 +30,21 @@ def stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
 
 
+def descriptors(pid: int) -> dict[int, str]:
+    """What each descriptor of a process points at; one it closed while they were read (a
+    folder it counts, a file it reads now and then) is left out."""
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+    return found
+
+
 def held(pid: int) -> set[str]:
     """What the descriptors of a process point at."""
-    return {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    return set(descriptors(pid).values())
 
 
 def launcher_of(backend: LocalBackend, run_id: str) -> int:
@@ -64,10 +76,7 @@ def test_launchers_are_forked_by_one_server_each_alone_in_its_session_with_only_
             # stdin, stdout and stderr (the pipe of its log's capture), the log, the logs
             # folder (the launch file read and closed), its wake-up socket: nothing the
             # server holds.
-            fds = {
-                int(fd): os.readlink(f"/proc/{launcher}/fd/{fd}")
-                for fd in os.listdir(f"/proc/{launcher}/fd")
-            }
+            fds = descriptors(launcher)
             assert not (set(fds.values()) - {os.devnull}) & held(parent)
             assert fds[0] == os.devnull
             assert fds[1] == fds[2]
