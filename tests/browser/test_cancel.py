@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Page, Route, expect
 
 from runs.models import Run
+from tests.browser.test_results import log_in
 from tests.factories import running, submitted
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -18,16 +19,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def run(owner) -> Run:
     return running(submitted(owner), sweep="running")
-
-
-def log_in(page: Page, live_server, owner) -> None:
-    owner.set_password("cancel-password")
-    owner.save()
-    page.goto(live_server.url + "/login/")
-    page.fill("#id_username", owner.get_username())
-    page.fill("#id_password", "cancel-password")
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Runs")
 
 
 def until(page: Page, check: Callable[[], object]) -> None:
