@@ -73,6 +73,16 @@ class Watched(NamedTuple):
     split: tuple[str, ...]
 
 
+class Quiet(NamedTuple):
+    """A run the last pass left alone, and what it compared: its workflow's name and version
+    and its unfinished split tasks' progress files (their paths and sizes)."""
+
+    workflow: str
+    version: str
+    paths: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+
 class PollMemory:
     """The last poll of each live run of one backend, and the live runs' rows as last read,
     in this process."""
@@ -101,6 +111,11 @@ class PollMemory:
         self._walked: set[str] = set()
         """The runs the resync's walk read since it began."""
         self._watched: dict[str, Watched] = {}
+        self._quiet: dict[str, Quiet] = {}
+        """The runs the last pass left alone: the next compares only their workflows'
+        versions and progress sizes, unless their rows or tasks were read again."""
+        self._fresh: set[str] = set()
+        """The runs whose rows this pass read (or found gone)."""
         self.signatures: dict[str, Signature] = {}
         """What this pass read before its polls, by run id: kept by ``remember``."""
         self.logs_owed: set[str] = set()
@@ -115,8 +130,10 @@ class PollMemory:
         costs what changed. The tasks of the runs read again are read again too.
         """
         clock = self.clock()
+        self._fresh = set()
         if self._read_at is None:
             self._rows = {row.pk: row for row in live_rows(Run.objects.live())}
+            self._fresh = set(self._rows)
             self._rereading = self._walked_now = set(self._rows)
             self._walk_parts = [Run.objects.live()]
             self._resynced_at, self._resync_from, self._walked = clock, None, set()
@@ -144,6 +161,7 @@ class PollMemory:
             self._keep(row)
         for pk in self.reread - found:  # deleted
             self._rows.pop(pk, None)
+            self._fresh.add(pk)
 
     def _resync(self, clock: float) -> set[str]:
         """Read again the next live runs in order of creation, as many as the time since the
@@ -189,38 +207,69 @@ class PollMemory:
             self._keep(row)
         for pk in unwalked - {row.pk for row in found}:
             del self._rows[pk]
+            self._fresh.add(pk)
 
     def _keep(self, row: Any) -> None:
         """Keep a row read of a run, or forget the run if it is no longer live."""
+        self._fresh.add(row.pk)
         if row.is_live:
             self._rows[row.pk] = row
         else:
             self._rows.pop(row.pk, None)
 
     def unchanged(self, runs: Sequence[Live], backend: Backend) -> set[str]:
-        """The ids of the runs a pass may skip; reads the signature of every running run.
+        """The ids of the runs a pass may skip.
 
         One backend call (``versions``), a ``stat`` of each unfinished split task's progress,
         and one query of the tasks of the runs whose record changed or that are read again.
-        A run this process has not polled is remembered from its row's digest of a poll that
-        read what this pass reads (another process's, or this service's before a restart).
+        A run the last pass left alone whose row and tasks were not read again costs only
+        the comparison of its workflow's version and its progress sizes (``_still_quiet``);
+        the rest are decided in full (``_decide``).
         """
         state = RunState.RUNNING  # looked up once: an enum's member costs a lookup each time
         running = [r for r in runs if r.state == state and r.workflow]
         self.signatures = {}
         if not running:
+            self._quiet = {}
             return set()
         versions: dict[str, str] = {}
         if isinstance(backend, ChangeSignal):
             versions = backend.versions([r.workflow for r in running])
-        watched = self._watched_of(running)
+        calm = self._still_quiet(versions)
+        others = [r for r in running if r.pk not in calm]
         if len(self._seen) > len(running):  # some ended: forget them
             self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
+        same = self._decide(others, versions, self._watched_of(others, running))
+        self._quiet = {pk: self._quiet[pk] for pk in calm}
+        self._quiet.update(same)
+        return calm | same.keys()
+
+    def _still_quiet(self, versions: dict[str, str]) -> set[str]:
+        """The runs the last pass left alone whose rows and tasks were not read again and
+        whose workflows' versions and progress sizes are as then: a tight loop, since a
+        steady pass makes it for nearly every live run."""
+        touched = self._fresh | self._rereading | self.logs_owed
+        version_of, calm = versions.get, set()
+        for pk, (workflow, version, paths, sizes) in self._quiet.items():
+            if pk in touched or version_of(workflow) != version:
+                continue
+            if paths and tuple([_size(path) for path in paths]) != sizes:
+                continue
+            calm.add(pk)
+        return calm
+
+    def _decide(
+        self, runs: Sequence[Live], versions: dict[str, str], watched: dict[str, Watched]
+    ) -> dict[str, Quiet]:
+        """Of the running runs not still quiet, those as at their last poll (here, or as
+        their rows' digests say) and waiting for nothing; a signature for each of the
+        rest (``signatures``), which the pass polls."""
         root, seen_runs, signatures = str(store.root()), self._seen, self.signatures
-        logs_owed, same = self.logs_owed, set()
-        for run in running:  # one loop: a pass makes it for every running run
+        logs_owed, same = self.logs_owed, {}
+        for run in runs:
             pk, tasks = run.pk, watched[run.pk]
-            sizes = tuple([_size(root, pk, task) for task in tasks.split])
+            paths = tuple([_progress_path(root, pk, task) for task in tasks.split])
+            sizes = tuple([_size(path) for path in paths])
             workflow = versions.get(run.workflow)
             seen = seen_runs.get(pk)
             if (  # not as at its last poll here: a signature is made, else that one holds
@@ -245,17 +294,18 @@ class PollMemory:
                 and not run.waits
                 and pk not in logs_owed
             ):
-                same.add(pk)
+                same[pk] = Quiet(run.workflow, workflow, paths, sizes)
             else:
                 signatures[pk] = signature
         return same
 
-    def _watched_of(self, running: Sequence[Live]) -> dict[str, Watched]:
-        """The watched tasks of each running run: kept from an earlier pass while its record
-        is as then and it is not read again, else read (``_watched_tasks``)."""
+    def _watched_of(self, runs: Sequence[Live], running: Sequence[Live]) -> dict[str, Watched]:
+        """The watched tasks of each of ``runs``: kept from an earlier pass while its record
+        is as then and it is not read again, else read (``_watched_tasks``). Those of runs
+        no longer ``running`` are forgotten."""
         stale = {
             r.pk
-            for r in running
+            for r in runs
             if (known := self._watched.get(r.pk)) is None
             or known.version != r.version
             or r.pk in self._rereading
@@ -268,12 +318,12 @@ class PollMemory:
                 found[run_id] = (True, split)
             else:
                 split.append(task_id)
-        for r in running:
+        for r in runs:
             if r.pk in stale:
                 pending, split = found.get(r.pk, (False, []))
                 self._watched[r.pk] = Watched(r.version, pending, tuple(split))
         if len(self._watched) > len(running):  # some ended: forget them
-            self._watched = {r.pk: self._watched[r.pk] for r in running}
+            self._watched = {r.pk: w for r in running if (w := self._watched.get(r.pk))}
         return self._watched
 
     def owe_logs(self, run_id: str, owed: bool) -> None:
@@ -386,10 +436,14 @@ def _watched_tasks(
     return list(dict.fromkeys(found))  # a run two parts of a walk selected, once
 
 
-def _size(root: str, run_id: str, task_id: str) -> int:
-    """The size of a task's ``progress.jsonl`` (``store.task_dir``), -1 without one."""
+def _progress_path(root: str, run_id: str, task_id: str) -> str:
+    """The path of a task's ``progress.jsonl`` (``store.task_dir``)."""
+    return f"{root}/runs/{run_id}/tasks/{task_id}/progress.jsonl"
+
+
+def _size(path: str) -> int:
+    """The size of a progress file, -1 without one."""
     try:
-        path = f"{root}/runs/{run_id}/tasks/{task_id}/progress.jsonl"
         return os.stat(path, follow_symlinks=False).st_size  # the task may have planted a link
     except OSError:
         return -1

@@ -357,6 +357,19 @@ def test_a_run_that_ends_is_seen_at_once(steady, fake):
     assert statuses(fake) == [run.workflow]
 
 
+def test_a_workflow_the_backend_no_longer_knows_is_polled_and_its_run_ends(steady, fake):
+    """A skipped run whose row and tasks nothing wrote is still compared with its
+    workflow's version at each pass: one gone from the backend has none."""
+    run = steady[1]
+    with fake.state() as state:
+        del state.workflows[run.workflow]
+    poll(fake)
+    assert statuses(fake) == [run.workflow]
+    assert fresh(run).state == RunState.FAILED
+    assert poll(fake) == 0
+    assert statuses(fake) == []
+
+
 def test_a_share_of_the_resync_starts_at_its_place_in_the_live_runs_index(steady):
     """Each pass reads its share from where the last one stopped: the live runs' index must
     start there (an index condition), not scan every run created before and drop them."""
