@@ -52,6 +52,8 @@ from tests.backends.argo_workflows import fnv1a_32
 from tests.backends.kube_negotiation import negotiated
 from tests.backends.kube_rules import Cause, refusals
 
+KEPT_LISTS = 8
+"""The lists with pages still to read that the server keeps (``KubeState.keep_list``)."""
 WORKFLOWS = re.compile(r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows$")
 WORKFLOW = re.compile(
     r"^/apis/argoproj\.io/v1alpha1/namespaces/(?P<ns>[^/]+)/workflows/(?P<name>[^/]+)$"
@@ -466,6 +468,10 @@ class KubeState:
     _workloads_told: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     """Each Workload as the last Workload event told it (``pod_events``)."""
 
+    lists: dict[tuple[str | None, ...], list[dict[str, Any]]] = field(default_factory=dict)
+    """The items of the lists whose pages are still to be read, by their kind, namespace,
+    selectors and version: each page of a list is cut from the list at its version, as etcd
+    reads it (``keep_list``)."""
     compacted: int = 0
     """The resourceVersion etcd compacted up to: a watch or a continue token from before it
     is too old (410)."""
@@ -485,6 +491,13 @@ class KubeState:
     def version(self) -> str:
         self.latest = next(self._versions)
         return str(self.latest)
+
+    def keep_list(self, key: tuple[str | None, ...], items: list[dict[str, Any]]) -> None:
+        """Keep a list whose next page a ``continue`` token asks for; the last few only."""
+        with self.lock:
+            self.lists[key] = items
+            while len(self.lists) > KEPT_LISTS:
+                del self.lists[next(iter(self.lists))]
 
     def end_watches(self) -> None:
         """End every open watch, as an API server that restarts does: its clients watch again
@@ -1069,14 +1082,21 @@ class _Handler(BaseHTTPRequestHandler):
         query: dict[str, str],
         kind: str,
     ) -> dict[str, Any]:
-        items = [
-            obj
-            for (ns, _), obj in sorted(store.items())
-            if ns == namespace
-            and _labelled(obj, query.get("labelSelector"))
-            and field_matches(obj, query.get("fieldSelector"))
-        ]
-        return _page(self.server.state, kind, items, query)
+        state = self.server.state
+        key = (kind, namespace, query.get("labelSelector"), query.get("fieldSelector"))
+        items = state.lists.get((*key, _listed_version(query)))
+        if items is None:
+            items = [
+                obj
+                for (ns, _), obj in sorted(store.items())
+                if ns == namespace
+                and _labelled(obj, query.get("labelSelector"))
+                and field_matches(obj, query.get("fieldSelector"))
+            ]
+        body = _page(state, kind, items, query)
+        if "continue" in body["metadata"]:
+            state.keep_list((*key, body["metadata"]["resourceVersion"]), items)
+        return body
 
     def _item(
         self,
@@ -1339,6 +1359,15 @@ def _controller(version: str) -> dict[str, Any]:
 
 def _labelled(obj: dict[str, Any], selector: str | None) -> bool:
     return matches(obj["metadata"].get("labels") or {}, selector)
+
+
+def _listed_version(query: dict[str, str]) -> str | None:
+    """The version a ``continue`` token names, None without one (or a token ``_page``
+    refuses)."""
+    try:
+        return str(int(json.loads(base64.b64decode(query["continue"]))["rv"]))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _page(

@@ -598,6 +598,22 @@ def test_lists_come_in_pages_and_a_token_from_before_a_compaction_is_gone(
     assert (code, status["reason"]) == (410, "Expired")
 
 
+def test_the_pages_of_a_list_are_cut_from_the_list_at_its_version(kube: KubeApiServer) -> None:
+    """As etcd reads a continued list at the version of its first page: an object created
+    or deleted meanwhile neither shifts the pages nor shows in them."""
+    core = CoreV1Api(kube.client("cluster-admin"))
+    for index in range(5):
+        core.create_namespaced_config_map("simrun", config_map(f"c{index}"))
+
+    first = core.list_namespaced_config_map("simrun", limit=2)
+    core.delete_namespaced_config_map("c0", "simrun")
+    core.create_namespaced_config_map("simrun", config_map("c9"))
+    rest = core.list_namespaced_config_map("simrun", _continue=first.metadata._continue)
+
+    assert [c.metadata.name for c in first.items + rest.items] == ["c0", "c1", "c2", "c3", "c4"]
+    assert rest.metadata.resource_version == first.metadata.resource_version
+
+
 def raw_watch(kube: KubeApiServer, query: str, path: str = "") -> list[dict[str, Any]]:
     """The events of a watch (of workflows unless ``path`` says), read until the server ends it."""
     path = path or "/apis/argoproj.io/v1alpha1/namespaces/simrun/workflows"
