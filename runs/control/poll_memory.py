@@ -223,7 +223,7 @@ class PollMemory:
         One backend call (``versions``), a ``stat`` of each unfinished split task's progress,
         and one query of the tasks of the runs whose record changed or that are read again.
         A run the last pass left alone whose row and tasks were not read again costs only
-        the comparison of its workflow's version and its progress sizes (``_still_quiet``);
+        the comparison of its workflow's version and its progress sizes (``_keep_quiet``);
         the rest are decided in full (``_decide``).
         """
         state = RunState.RUNNING  # looked up once: an enum's member costs a lookup each time
@@ -235,33 +235,34 @@ class PollMemory:
         versions: dict[str, str] = {}
         if isinstance(backend, ChangeSignal):
             versions = backend.versions([r.workflow for r in running])
-        calm = self._still_quiet(versions)
-        others = [r for r in running if r.pk not in calm]
+        self._keep_quiet(versions)
+        quiet = self._quiet
+        others = [r for r in running if r.pk not in quiet]
         if len(self._seen) > len(running):  # some ended: forget them
             self._seen = {r.pk: self._seen[r.pk] for r in running if r.pk in self._seen}
-        same = self._decide(others, versions, self._watched_of(others, running))
-        self._quiet = {pk: self._quiet[pk] for pk in calm}
-        self._quiet.update(same)
-        return calm | same.keys()
+        quiet.update(self._decide(others, versions, self._watched_of(others, running)))
+        return set(quiet)
 
-    def _still_quiet(self, versions: dict[str, str]) -> set[str]:
-        """The runs the last pass left alone whose rows and tasks were not read again and
-        whose workflows' versions and progress sizes are as then: a tight loop, since a
-        steady pass makes it for nearly every live run."""
+    def _keep_quiet(self, versions: dict[str, str]) -> None:
+        """Keep of the runs the last pass left alone those whose rows and tasks were not
+        read again and whose workflows' versions and progress sizes are as then: a tight
+        loop, since a steady pass makes it for nearly every live run."""
         touched = self._fresh | self._rereading | self.logs_owed
-        version_of, calm = versions.get, set()
+        version_of, moved = versions.get, []
         for pk, (workflow, version, paths, sizes) in self._quiet.items():
-            if pk in touched or version_of(workflow) != version:
-                continue
-            if paths and tuple([_size(path) for path in paths]) != sizes:
-                continue
-            calm.add(pk)
-        return calm
+            if (
+                pk in touched
+                or version_of(workflow) != version
+                or (paths and tuple([_size(path) for path in paths]) != sizes)
+            ):
+                moved.append(pk)
+        for pk in moved:
+            del self._quiet[pk]
 
     def _decide(
         self, runs: Sequence[Live], versions: dict[str, str], watched: dict[str, Watched]
     ) -> dict[str, Quiet]:
-        """Of the running runs not still quiet, those as at their last poll (here, or as
+        """Of the running runs not kept quiet, those as at their last poll (here, or as
         their rows' digests say) and waiting for nothing; a signature for each of the
         rest (``signatures``), which the pass polls."""
         root, seen_runs, signatures = str(store.root()), self._seen, self.signatures
