@@ -186,10 +186,7 @@ class PollMemory:
             self._walked |= read
             wanted -= len(found)
             if wanted == 0:
-                last = found[-1].pk
-                created = Run.objects.filter(pk=last).values_list("created_at", flat=True)
-                if (created_at := created.first()) is not None:  # else deleted: read on from before
-                    self._resync_from = (created_at, last)
+                self._resync_from = (found[-1].created_at, found[-1].pk)
                 break
             self._resync_from = None  # the end of the live runs: the walk begins again
             self._check_unwalked(read)
@@ -374,12 +371,13 @@ class Live(Protocol):
     version: int
     polled: str
     reconcile_after: datetime | None
+    created_at: datetime
     is_live: bool
     waits: bool
     """Whether it waits for a merge marker or a report, or its last reconcile crashed."""
 
 
-FIELDS = ("pk", "state", "workflow", "version", "polled", "reconcile_after")
+FIELDS = ("pk", "state", "workflow", "version", "polled", "reconcile_after", "created_at")
 """The fields of a ``Live`` row: a pass reads these of every run it reads, the rest of those
 it polls."""
 
