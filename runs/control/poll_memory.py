@@ -310,7 +310,8 @@ class PollMemory:
         }
         found: dict[str, tuple[bool, list[str]]] = {}
         by_id = stale - self._walked_now if self._walk_parts else stale
-        for run_id, task_id, state in _watched_tasks(by_id, self._walk_parts, stale):
+        rows = _watched_tasks(by_id, self._walk_parts, stale) if stale else []
+        for run_id, task_id, state in rows:
             pending, split = found.setdefault(run_id, (False, []))
             if state in FINAL_TASK_STATES:
                 found[run_id] = (True, split)

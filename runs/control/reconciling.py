@@ -48,9 +48,7 @@ def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, 
     out, their tasks unread (``runs.control.poll_memory``): the rest is loaded only for those
     polled, which the next pass reads again.
     """
-    due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
-    found = due.defer("spec", "spec_text").order_by("created_at")
-    rows = Task.objects.filter(run__in=due.values("pk"))
+    polled: list[str] | None = None  # the ids of the runs to poll; None: every due run
     memory = poll_memory.memory_of(backend)
     if memory is not None and backend is not None:
         live = memory.due_rows(now)
@@ -58,10 +56,15 @@ def live_runs(now: datetime, backend: Backend | None = None) -> list[tuple[Run, 
         polled = [row.pk for row in live if row.pk not in skipped]
         memory.reread.update(polled)
         if not polled:
-            return []
-        if skipped:  # else every due run is polled: no list of ids to send
-            found = found.filter(pk__in=polled)
-            rows = Task.objects.filter(run_id__in=polled)
+            return []  # the common pass: no query of the runs or their tasks is even built
+        if not skipped:  # every due run is polled: no list of ids to send
+            polled = None
+    due = Run.objects.live().filter(Q(reconcile_after__isnull=True) | Q(reconcile_after__lte=now))
+    found = due.defer("spec", "spec_text").order_by("created_at")
+    rows = Task.objects.filter(run__in=due.values("pk"))
+    if polled is not None:
+        found = found.filter(pk__in=polled)
+        rows = Task.objects.filter(run_id__in=polled)
     runs = list(found)
     if not runs:
         return []
