@@ -89,9 +89,9 @@ def test_a_scientist_submits_watches_reads_logs_and_cancels(page: Page, service:
     )
     seen: list[int] = []
     deadline = time.monotonic() + RUN_TIMEOUT_MS / 1000
-    while page.get_attribute("#run-live", "data-state") != "succeeded":
+    while (state := page.get_attribute("#run-live", "data-state")) != "succeeded":
         assert time.monotonic() < deadline, f"the run did not succeed; progress seen: {seen}"
-        assert page.get_attribute("#run-live", "data-state") in {"submitting", "running"}
+        assert state in {"submitting", "running"}  # read once: a poll may swap it meanwhile
         seen.append(progress(page, "sweep"))
         if 0 < seen[-1] < 24 and seen.count(seen[-1]) == 1 and len(set(seen)) == 2:
             shoot("03-run-running")
