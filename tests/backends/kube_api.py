@@ -993,14 +993,18 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._item(state.config_maps, key, method, content_type, body, "configmaps")
             if m := EVENTS.match(path):
                 fields = query.get("fieldSelector")
-                items = [
-                    e
-                    for e in state.events
-                    if e["metadata"]["namespace"] == m["ns"]
-                    and field_matches(e, fields)
-                    and not state.expired(e)
-                ]
-                return 200, _page(state, "EventList", items, query)
+                namespace = m["ns"]
+
+                def events() -> list[dict[str, Any]]:
+                    return [
+                        e
+                        for e in state.events
+                        if e["metadata"]["namespace"] == namespace
+                        and field_matches(e, fields)
+                        and not state.expired(e)
+                    ]
+
+                return 200, _page(state, "EventList", (namespace, fields), events, query)
             if path.rstrip("/") == "/apis":
                 return 200, _api_groups(state.kueue_versions)
             if KUEUE_GROUP.match(path) and state.kueue_versions:
@@ -1016,7 +1020,8 @@ class _Handler(BaseHTTPRequestHandler):
             if (m := KUEUE_CREATE.match(path)) and not m["ns"] and method == "GET":
                 store = {"clusterqueues": state.cluster_queues, "cohorts": state.cohorts}
                 kind = KUEUE_KINDS[m["resource"]]
-                listed = _page(state, f"{kind}List", list(store[m["resource"]].values()), query)
+                every = store[m["resource"]]
+                listed = _page(state, f"{kind}List", (), lambda: list(every.values()), query)
                 listed["apiVersion"] = f"kueue.x-k8s.io/{m['version']}"
                 return 200, listed
             if m := LOCAL_QUEUE.match(path):
@@ -1026,8 +1031,14 @@ class _Handler(BaseHTTPRequestHandler):
             if (m := DEPLOYMENT.match(path)) and (m["ns"], m["name"]) == ARGO_CONTROLLER:
                 return 200, _controller(state.argo_version)
             if NODES.match(path):
-                items = [n for n in state.nodes.values() if _labelled(n, selector)]
-                return 200, _page(state, "NodeList", items, query)
+                nodes = state.nodes.values()
+                return 200, _page(
+                    state,
+                    "NodeList",
+                    (selector,),
+                    lambda: [n for n in nodes if _labelled(n, selector)],
+                    query,
+                )
             if m := NODE.match(path):
                 if method == "PATCH" and state.before_node_patch:
                     state.before_node_patch(m["name"])
@@ -1082,21 +1093,16 @@ class _Handler(BaseHTTPRequestHandler):
         query: dict[str, str],
         kind: str,
     ) -> dict[str, Any]:
-        state = self.server.state
-        key = (kind, namespace, query.get("labelSelector"), query.get("fieldSelector"))
-        items = state.lists.get((*key, _listed_version(query)))
-        if items is None:
-            items = [
+        labels, fields = query.get("labelSelector"), query.get("fieldSelector")
+
+        def listing() -> list[dict[str, Any]]:
+            return [
                 obj
                 for (ns, _), obj in sorted(store.items())
-                if ns == namespace
-                and _labelled(obj, query.get("labelSelector"))
-                and field_matches(obj, query.get("fieldSelector"))
+                if ns == namespace and _labelled(obj, labels) and field_matches(obj, fields)
             ]
-        body = _page(state, kind, items, query)
-        if "continue" in body["metadata"]:
-            state.keep_list((*key, body["metadata"]["resourceVersion"]), items)
-        return body
+
+        return _page(self.server.state, kind, (namespace, labels, fields), listing, query)
 
     def _item(
         self,
@@ -1361,20 +1367,18 @@ def _labelled(obj: dict[str, Any], selector: str | None) -> bool:
     return matches(obj["metadata"].get("labels") or {}, selector)
 
 
-def _listed_version(query: dict[str, str]) -> str | None:
-    """The version a ``continue`` token names, None without one (or a token ``_page``
-    refuses)."""
-    try:
-        return str(int(json.loads(base64.b64decode(query["continue"]))["rv"]))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def _page(
-    state: KubeState, kind: str, items: list[dict[str, Any]], query: dict[str, str]
+    state: KubeState,
+    kind: str,
+    scope: tuple[str | None, ...],
+    listing: Callable[[], list[dict[str, Any]]],
+    query: dict[str, str],
 ) -> dict[str, Any]:
     """A page of a list as ``limit`` and ``continue`` ask: a token names the list's version
-    and where the next page starts, and is refused (410) once that version is compacted."""
+    and where the next page starts, and is refused (410) once that version is compacted.
+    A continued page is cut from the list at its first page's version, as etcd reads it:
+    the list of ``kind`` in ``scope`` (its namespace, selectors) is kept while pages of it
+    are to read (``KubeState.keep_list``), else ``listing`` lists it anew."""
     version, start = state.version(), 0
     if token := query.get("continue"):
         try:
@@ -1390,6 +1394,10 @@ def _page(
                 "result. You can start a new list without the continue parameter.",
             )
         version = str(listed)
+    key = (kind, *scope, version)
+    items = state.lists.get(key) if token else None
+    if items is None:
+        items = listing()
     limit = int(query.get("limit") or 0)
     page = items[start : start + limit] if limit else items[start:]
     body = _list_body(kind, page, version)
@@ -1397,6 +1405,7 @@ def _page(
         following = {"rv": int(version), "start": start + limit}
         body["metadata"]["continue"] = base64.b64encode(json.dumps(following).encode()).decode()
         body["metadata"]["remainingItemCount"] = len(items) - start - limit
+        state.keep_list(key, items)
     return body
 
 
