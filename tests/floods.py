@@ -1,4 +1,5 @@
-"""Floods on a filesystem of the test's own: a small tmpfs (as root), and trees too deep to name.
+"""Floods on a filesystem of the test's own: a small tmpfs or ext4 (as root), and trees too deep
+to name.
 
 This machine's disk makes a folder in about a millisecond, so trees of thousands of entries go
 on a tmpfs, mounted for the test and always unmounted after it. Without root (no mount) the
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +31,24 @@ def tmpfs(path: Path, size_mb: int = 64, inodes: int = 200_000) -> Iterator[Path
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@contextlib.contextmanager
+def ext4(path: Path, size_mb: int, *mkfs_options: str) -> Iterator[Path]:
+    """An ext4 of ``size_mb`` (made with ``mkfs_options``) mounted on ``path`` for the block,
+    from an image in memory: a sync on this machine's disk can take seconds. Root only."""
+    image = Path(tempfile.mkdtemp(dir="/dev/shm")) / "disk.img"
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run(["truncate", "-s", f"{size_mb}M", str(image)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", *mkfs_options, str(image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(path)], check=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+    finally:
+        shutil.rmtree(image.parent, ignore_errors=True)
 
 
 def deep_tree(top: Path | int, levels: int, name: str = "d") -> None:

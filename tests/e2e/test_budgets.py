@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.e2e.service import SIMRUN, Service, logged_in, run_of, submit, wait_until_ended
+from tests.floods import ext4
 from tests.polling import wait_for
 
 pytestmark = [
@@ -47,27 +48,19 @@ def service() -> Iterator[Service]:
     """A serve whose home is a small ext4 disk of its own, which every task user may cross."""
     base = Path(tempfile.mkdtemp(dir="/tmp"))
     base.chmod(0o755)
-    # The image in memory: the database's every commit syncs it, which this machine's disk
-    # makes take seconds.
-    image, disk = Path(tempfile.mkdtemp(dir="/dev/shm")) / "disk.img", base / "disk"
-    disk.mkdir()
-    subprocess.run(["truncate", "-s", f"{DISK_MB}M", str(image)], check=True)
-    subprocess.run(
-        ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-N", str(INODES), str(image)], check=True
-    )
-    subprocess.run(["mount", "-o", "loop", str(image), str(disk)], check=True)
-    disk.chmod(0o755)
     env = {"SIMRUN_TASK_UID_BASE": str(UID_BASE), **BUDGETS}
-    service = Service(home=disk / "home", extra_env=env)
     try:
-        service.start()
-        yield service
+        with ext4(base / "disk", DISK_MB, "-O", "^has_journal", "-N", str(INODES)) as disk:
+            disk.chmod(0o755)
+            service = Service(home=disk / "home", extra_env=env)
+            try:
+                service.start()
+                yield service
+            finally:
+                if service.process is not None:
+                    service.stop()
     finally:
-        if service.process is not None:
-            service.stop()
-        subprocess.run(["umount", "-l", str(disk)], check=False)
         shutil.rmtree(base, ignore_errors=True)
-        shutil.rmtree(image.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

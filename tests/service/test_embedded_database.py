@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.floods import ext4
 from tests.service.test_embedded_broker import ROOT, embedded
 
 pytestmark = [
@@ -25,15 +25,9 @@ COMMITS = 100
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """A small ext4 of the test's own, mounted from an image in memory; its mount point and
-    the statistics of its block device (which count the disk's flushes)."""
-    image = Path(tempfile.mkdtemp(dir="/dev/shm")) / "disk.img"
-    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
-    try:
+    """A small ext4 of the test's own; its mount point and the statistics of its block device
+    (which count the disk's flushes)."""
+    with ext4(tmp_path / "disk", 64) as mount:
         device = subprocess.run(
             ["findmnt", "-n", "-o", "SOURCE", str(mount)],
             check=True,
@@ -41,10 +35,6 @@ def disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
             text=True,
         ).stdout.strip()
         yield mount, Path("/sys/block", Path(device).name, "stat")
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        image.unlink()
-        image.parent.rmdir()
 
 
 def test_a_hundred_commits_of_the_embedded_database_do_not_each_flush_the_disk(disk):
