@@ -184,7 +184,7 @@ def credentials(username: str) -> tuple[str, str]:
     from django.contrib.auth.models import User
     from django.contrib.sessions.backends.db import SessionStore
 
-    from runs.api.authentication import create_token, revoke_tokens
+    from runs.common.tokens import create_token, revoke_tokens
 
     user = User.objects.get(username=username)
     # One token, as a user has: knox reads every token of the user on each request.

@@ -11,9 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs.api.authentication import create_token
 from runs.api.schema import FIELD_ERRORS, LOCKED_OUT
 from runs.api.serializers import MeSerializer
+from runs.common.tokens import create_token
 
 
 @extend_schema(summary="You", responses={200: MeSerializer})

@@ -1,20 +1,14 @@
-"""API tokens: stored hashed (django-rest-knox), with an expiry, sent as ``Token`` or ``Bearer``.
-
-A token is shown once, when it is made (``simrun user``, ``simrun login``, ``serve --demo``,
-the admin); the database keeps only its digest, so a copy of the database gives no token.
-"""
+"""API tokens sent as ``Token`` or ``Bearer``, checked against their digests (django-rest-knox);
+made and revoked by ``runs.common.tokens``."""
 
 from __future__ import annotations
 
 import binascii
 from collections.abc import Iterator
-from datetime import timedelta
 from hmac import compare_digest
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import connections, router
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -113,28 +107,3 @@ class TokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-ca
             "scheme": "bearer",
             "description": "An API token: `Authorization: Bearer <token>` (or `Token <token>`).",
         }
-
-
-def create_token(user: AbstractBaseUser, days: int | None = None) -> tuple[AuthToken, str]:
-    """A new token of a user, expiring after ``days`` (``SIMRUN_TOKEN_DAYS`` by default; 0:
-    never): its record and the token itself, which only the caller ever sees."""
-    days = settings.SIMRUN_TOKEN_DAYS if days is None else days
-    record, token = AuthToken.objects.create(
-        user=user, expiry=timedelta(days=days) if days else None
-    )
-    return record, str(token)
-
-
-def revoke_tokens(user: AbstractBaseUser) -> int:
-    """Revoke every token of a user; how many there were."""
-    deleted, _ = AuthToken.objects.filter(user=user).delete()
-    return int(deleted)
-
-
-def revoke_access(user: AbstractBaseUser) -> int:
-    """End every way in of a user: their tokens, their password (made unusable, so no login
-    and no new token from ``/api/token/``) and with it their browser sessions, which Django
-    checks against the password on every request. How many tokens there were."""
-    user.set_unusable_password()
-    user.save(update_fields=["password"])
-    return revoke_tokens(user)

@@ -73,7 +73,7 @@ def ensure_user(
     """
     from django.contrib.auth.models import User
 
-    from runs.api.authentication import create_token
+    from runs.common.tokens import create_token
 
     if login and (problem := login_problem(login)):
         raise ValueError(f"--login {login}: {problem}")
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if args.revoke:
         from django.contrib.auth.models import User
 
-        from runs.api.authentication import revoke_access
+        from runs.common.tokens import revoke_access
 
         user = User.objects.filter(username=args.name).first()
         if user is None:

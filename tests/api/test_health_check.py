@@ -18,8 +18,8 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError, connection, transaction
 from django.db.backends.postgresql.base import DatabaseWrapper
 
-from runs.api.authentication import create_token
 from runs.common import prepared
+from runs.common.tokens import create_token
 from runs.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)

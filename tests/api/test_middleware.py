@@ -13,8 +13,8 @@ import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.test import Client
 
-from runs.api.authentication import create_token
 from runs.common import store
+from runs.common.tokens import create_token
 from runs.models import Run
 from runs.web import middleware
 

@@ -11,8 +11,8 @@ from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from runs import tasks
-from runs.api.authentication import create_token
 from runs.api.serializers import RunSerializer
+from runs.common.tokens import create_token
 from runs.models import Attempt, Run, RunState, Task
 from runs.reads.access import listed_rows, visible_runs, with_progress
 from runs.reads.listing import Listing

@@ -22,8 +22,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from runs.api.authentication import create_token
 from runs.api.schema import EXAMPLE_SPEC
+from runs.common.tokens import create_token
 from runs.models import RunState
 from runs.planning.snapshots import save_snapshot
 from tests.factories import ended, running, submitted

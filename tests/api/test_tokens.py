@@ -12,13 +12,9 @@ from django.test import Client
 from knox.models import AuthToken
 from rest_framework.test import APIClient, APIRequestFactory
 
-from runs.api.authentication import (
-    TokenAuthentication,
-    create_token,
-    revoke_access,
-    revoke_tokens,
-)
+from runs.api.authentication import TokenAuthentication
 from runs.cli.user import ensure_user, printed
+from runs.common.tokens import create_token, revoke_access, revoke_tokens
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runs import tasks
-from runs.api.authentication import create_token
+from runs.common.tokens import create_token
 from tests.e2e.service import CONFIGURATION, SIMRUN
 from tests.fake_cluster import FakeCluster
 

@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 
 from runs import tasks
-from runs.api.authentication import create_token
 from runs.client import Client
+from runs.common.tokens import create_token
 from tests.fake_cluster import FakeCluster, SquaresCluster
 
 
