@@ -96,6 +96,11 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
 
     python = sys.executable
     celery = [python, "-m", "celery", "--app", "simrun_site", "--quiet"]
+    # Celery runs Django's system checks at each start, whose URL checks import every view
+    # and the REST framework's schema: a quarter of a second of the worker's start, on the
+    # path to the first answer. The web server imports them anyway, and `manage.py check`
+    # (CI) checks the same code.
+    checked = {"CELERY_SKIP_CHECKS": "1"}
     found = [
         Child(
             "worker",
@@ -106,7 +111,7 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             + ["--prefetch-multiplier", "4"]
             + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             + ["--hostname", f"simrun-{os.getpid()}@%h"],
-            env={WORKER_READY: str(home / "worker-ready")},
+            env={WORKER_READY: str(home / "worker-ready"), **checked},
             quiet=True,
             first=True,
         ),
@@ -119,12 +124,14 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             + ["--concurrency", str(settings.SIMRUN_LEARNERS)]
             + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             + ["--hostname", f"simrun-learner-{os.getpid()}@%h"],
+            env=checked,
             quiet=True,
         ),
         Child(
             "beat",
             [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""]
             + ["--schedule", str(private_folder(Path(settings.CELERY_BEAT_SCHEDULE_FILENAME)))],
+            env=checked,
             quiet=True,
         ),
     ]
