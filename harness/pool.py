@@ -1,17 +1,17 @@
 """What runs in the pool processes of a worker: the setup once, then batches of units.
 
 A pool process stores the units it computed itself: every ``FLUSH_S`` (and at the end of a
-batch) it writes their piece to the ledger, their lines to ``progress.jsonl`` (and their
-rows to ``rows.jsonl`` where the task type gives them), so a SIGKILL
-of the process or of its worker loses at most the unit in flight and ``FLUSH_S`` of finished
-work. It ignores SIGTERM (the worker decides when its units stop), dies with its worker, and
-checks a shared stop flag between units, so a batch ends at the next unit boundary after a
-stop or a failure. It marks the unit it runs and since when in its slot of a shared array,
-where the worker finds a unit past its time limit and the process to kill. A unit may end
-its batch without a result: ``Interrupted`` (the stop reached the program it ran) leaves it
-to be computed again, ``Killed`` (its program was killed, by the OOM killer as a rule) kills
-the pool process once it stored its finished units, so the worker ends as for any pool
-process killed (137, retried with the retry memory after a kill for memory).
+batch) it writes their piece to the ledger, their lines to ``progress.jsonl`` (and their rows to
+``rows.jsonl`` where the task type gives them), from a thread of its own while a long unit runs,
+so a SIGKILL of the process or of its worker loses at most the unit in flight and ``FLUSH_S`` of
+finished work. It ignores SIGTERM (the worker decides when its units stop), dies with its
+worker, and checks a shared stop flag between units, so a batch ends at the next unit boundary
+after a stop or a failure. It marks the unit it runs and since when in its slot of a shared
+array, where the worker finds a unit past its time limit and the process to kill. A unit may end
+its batch without a result: ``Interrupted`` (the stop reached the program it ran) leaves it to
+be computed again, ``Killed`` (its program was killed, by the OOM killer as a rule) kills the
+pool process once it stored its finished units, so the worker ends as for any pool process
+killed (137, retried with the retry memory after a kill for memory).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import os
 import pickle
 import resource
 import signal
+import threading
 import time
 import traceback
 from array import array
@@ -139,37 +140,71 @@ class Described(NamedTuple):
     failures: list[str | None]
 
 
-def describe_unit(unit: int, result: Any, described: Described) -> None:
-    """Add a unit's row and failure, as its task type gives them (``TaskType.row`` and
-    ``failure``), to what the next store writes."""
+def describe_unit(unit: int, result: Any) -> tuple[bytes | None, str | None]:
+    """A unit's line of ``rows.jsonl`` and why it failed, as its task type gives them
+    (``TaskType.row`` and ``failure``; None where it gives none): what the store writes."""
     task_type, settings = _Process.task_type, _Process.settings
+    line = None
     if task_type.row is not None:
         row = {"unit": unit, "row": dict(task_type.row(settings, unit, result))}
-        described.rows.append(json.dumps(row, allow_nan=True).encode() + b"\n")
+        line = json.dumps(row, allow_nan=True).encode() + b"\n"
     why = task_type.failure(settings, unit, result) if task_type.failure is not None else None
-    described.failures.append(why)
+    return line, why
 
 
-def _store(
-    units: array[int], payloads: list[bytes], seconds: array[float], described: Described
-) -> str | None:
-    """Store units (their piece, their progress lines, their rows) and empty what it stored;
-    why it failed, None when it did not."""
-    store = _Process.store
-    try:
-        store_pieces(store.done, units, payloads)
-        if described.rows:
-            append_lines(store.progress.with_name(UNIT_ROWS), b"".join(described.rows))
-        append_progress(store.progress, store.worker, units, seconds, described.failures)
-    except OSError as error:
-        return str(error)
-    for kept in (units, payloads, seconds, described.rows, described.failures):
-        del kept[:]
-    return None
+class Unstored:
+    """The units a pool process computed and has not stored yet, shared by the batch's loop
+    and a thread that stores them once they are ``FLUSH_S`` old: the loop stores after a
+    unit, and a long unit after short ones would otherwise keep those from the store (and
+    from the service) for its whole length. Every change is made holding ``lock``."""
+
+    def __init__(self, described: Described) -> None:
+        self.lock = threading.Lock()
+        self.units: array[int] = array("q")
+        self.payloads: list[bytes] = []
+        self.seconds: array[float] = array("d")
+        self.described = described
+        self.stored: array[int] = array("q")
+        self.stored_seconds: array[float] = array("d")
+        self.flushed = time.monotonic()
+        self.storage: str | None = None
+        """Why the units could not be stored (an ``OSError``): nothing more is stored."""
+
+    def store(self, now: float) -> None:
+        """Store the units computed since the last store (their piece, their progress lines,
+        their rows); those of a write that failed are not counted as stored."""
+        if not self.units or self.storage is not None:
+            return
+        store = _Process.store
+        try:
+            store_pieces(store.done, self.units, self.payloads)
+            if self.described.rows:
+                append_lines(store.progress.with_name(UNIT_ROWS), b"".join(self.described.rows))
+            append_progress(
+                store.progress, store.worker, self.units, self.seconds, self.described.failures
+            )
+        except OSError as error:
+            self.storage = str(error)
+            return
+        self.stored += self.units
+        self.stored_seconds += self.seconds
+        for kept in (self.units, self.payloads, self.seconds):
+            del kept[:]
+        del self.described.rows[:], self.described.failures[:]
+        self.flushed = now
+
+    def store_while(self, running: threading.Event) -> None:
+        """While ``running`` is set (a thread's loop): store what is ``FLUSH_S`` old."""
+        while not running.wait(FLUSH_S / 2):
+            with self.lock:
+                now = time.monotonic()
+                if now - self.flushed >= FLUSH_S:
+                    self.store(now)
 
 
 def compute_batch(ranges: Sequence[range]) -> Batch:
-    """Compute units in order until done, stopped or failed, storing them every ``FLUSH_S``.
+    """Compute units in order until done, stopped or failed, storing them within
+    ``FLUSH_S`` of their end (``Unstored``).
 
     The setup runs in the first unit of the process. Anything a unit raises, ``SystemExit``
     (a command line's ``main``) included, fails it, but ``Interrupted`` (the batch ends
@@ -183,61 +218,73 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
     # The units' numbers are kept in arrays, not lists: thousands of int and float objects
     # kept alive until their store made the units themselves slower (by a few per cent for
     # the pure-Python units of 0.1 ms of bench/harness_throughput.py).
-    stored, stored_seconds = array("q"), array("d")
-    units, seconds = array("q"), array("d")
-    payloads: list[bytes] = []
     described = Described([], [])
-    failed = storage = None
+    unstored = Unstored(described)
+    units, payloads, seconds, lock = (
+        unstored.units,
+        unstored.payloads,
+        unstored.seconds,
+        unstored.lock,
+    )
+    failed = None
+    done = threading.Event()
+    storer = threading.Thread(target=unstored.store_while, args=(done,), daemon=True)
+    storer.start()
     # Local names for what every unit calls: at 0.1 ms a unit, lookups are a visible share.
     dumps, protocol, monotonic = pickle.dumps, pickle.HIGHEST_PROTOCOL, time.monotonic
     cpu = time.process_time()
-    flushed = monotonic()
-    for unit in chain.from_iterable(ranges):
-        if stop.value:
-            break
-        began = monotonic()  # one clock for the slot and the unit's seconds
-        slots[at + 1], slots[at + 2] = unit, began
-        try:
-            if not _Process.ready:
-                if task_type.setup is not None:
-                    _Process.context = task_type.setup(settings)
-                _Process.ready = True
-            result = compute(settings, _Process.context, unit)
-            payload = dumps(result, protocol)
-            if describes:
-                describe_unit(unit, result, described)
-        except Interrupted:
-            break
-        except Killed:
-            _store(units, payloads, seconds, described)
-            os.kill(os.getpid(), signal.SIGKILL)
-        except BaseException:
-            failed = (unit, traceback.format_exc())
-            break
-        finally:
-            slots[at + 2] = 0.0
-        ended = monotonic()
-        units.append(unit)
-        payloads.append(payload)
-        seconds.append(ended - began)
-        if ended - flushed >= FLUSH_S:
-            stored += units
-            stored_seconds += seconds
-            storage = _store(units, payloads, seconds, described)
-            flushed = ended
-            if storage is not None:
+    try:
+        for unit in chain.from_iterable(ranges):
+            if stop.value or unstored.storage is not None:
                 break
-    if units and storage is None:
-        stored += units
-        stored_seconds += seconds
-        storage = _store(units, payloads, seconds, described)
-    if storage is not None:  # the units of the failed write are not stored
-        del stored[len(stored) - len(units) :]
-        del stored_seconds[len(stored_seconds) - len(seconds) :]
+            began = monotonic()  # one clock for the slot and the unit's seconds
+            slots[at + 1], slots[at + 2] = unit, began
+            try:
+                if not _Process.ready:
+                    if task_type.setup is not None:
+                        _Process.context = task_type.setup(settings)
+                    _Process.ready = True
+                result = compute(settings, _Process.context, unit)
+                payload = dumps(result, protocol)
+                if describes:
+                    line, why = describe_unit(unit, result)
+            except Interrupted:
+                break
+            except Killed:
+                with lock:
+                    unstored.store(monotonic())
+                os.kill(os.getpid(), signal.SIGKILL)
+            except BaseException:
+                failed = (unit, traceback.format_exc())
+                break
+            finally:
+                slots[at + 2] = 0.0
+            ended = monotonic()
+            with lock:
+                if describes:
+                    if line is not None:
+                        described.rows.append(line)
+                    described.failures.append(why)
+                units.append(unit)
+                payloads.append(payload)
+                seconds.append(ended - began)
+                if ended - unstored.flushed >= FLUSH_S:
+                    unstored.store(ended)
+    finally:
+        done.set()
+        storer.join()
+    unstored.store(monotonic())
     slots[at + 1] = BETWEEN_BATCHES
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     spent = time.process_time() - cpu
-    return Batch(stored.tolist(), stored_seconds.tolist(), spent, failed, storage, children)
+    return Batch(
+        unstored.stored.tolist(),
+        unstored.stored_seconds.tolist(),
+        spent,
+        failed,
+        unstored.storage,
+        children,
+    )
 
 
 def stopping() -> bool:

@@ -5,7 +5,8 @@ program itself is what this module keeps small. ``posix_spawn`` (a ``vfork`` and
 in glibc) copies no page of the pool process and needs no Python in the child; ``wait4`` gives
 the exit status and the child's peak resident memory in one call. The working directory is
 the pool process's own for the instant of the spawn (``posix_spawn`` of Python 3.11 cannot
-set one), which a pool process, single-threaded, may change.
+set one), which a pool process may change: its only other thread, which stores finished
+units while one runs (``harness.pool.Unstored``), opens paths that are absolute.
 """
 
 from __future__ import annotations

@@ -302,3 +302,59 @@ def test_the_setup_runs_once_in_each_pool_process_and_its_result_reaches_every_u
     computing = {pid for _context, pid in results}
     assert all(context == pid for context, pid in results), "each unit got its process's setup"
     assert sorted(setups) == sorted(str(pid) for pid in computing), "one setup per process"
+
+
+class GatedSettings(SquaresSettings):
+    gate: str
+    """A file: the unit ``gated`` waits until it exists."""
+    gated: int
+
+
+def _gated(settings: GatedSettings, context: None, index: int) -> int:
+    while index == settings.gated and not Path(settings.gate).exists():
+        time.sleep(0.01)
+    return index * index
+
+
+GATED = TaskType(
+    name="gated",
+    settings=GatedSettings,
+    units=lambda settings: settings.n,
+    compute=_gated,
+    merge=SQUARES.merge,
+)
+
+
+def test_units_finished_before_a_long_one_are_stored_while_it_runs(
+    store: Path, tmp_path: Path
+) -> None:
+    """A pool process stores what it finished within ``FLUSH_S`` of its end, even while the
+    next unit of its batch runs for long: a kill then loses only that unit, and the service
+    shows the others. Before, they waited for the long unit's end (a cancelled sweep's table
+    missed a unit finished seconds before)."""
+    gate = tmp_path / "gate"
+    task_dir = make_task(store, "squares", {"n": 40})
+    settings = GatedSettings(n=40, gate=str(gate), gated=5)
+    options = {"cores": 1, "memory_bytes": None, "base_gb": 0.1, "per_worker_gb": 0.1}
+    seen: list[list[int]] = []
+
+    def open_the_gate_once_stored() -> None:
+        """The first batch is unit 0 alone; the next, of short units, holds 1 to 5 at least:
+        wait until 1 to 4 are stored, note what was, and let unit 5 end."""
+        deadline = time.monotonic() + 60
+        while not {1, 2, 3, 4} <= set(progress_units(task_dir)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append(progress_units(task_dir))
+        gate.touch()
+
+    watcher = threading.Thread(target=open_the_gate_once_stored)
+    watcher.start()
+    try:
+        report = worker.run_worker(
+            GATED, settings, TaskPaths(task_dir, store), "sweep-w1", **options
+        )  # type: ignore[arg-type]
+    finally:
+        gate.touch()
+        watcher.join()
+    assert {1, 2, 3, 4} <= set(seen[0]) and 5 not in seen[0], seen[0]
+    assert report.units_done == list(range(40))
