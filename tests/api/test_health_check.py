@@ -129,6 +129,7 @@ def test_a_connection_lost_between_dashboard_requests_is_replaced_without_an_err
 
 
 def test_a_failing_statement_on_a_sound_connection_is_raised_and_run_once(monkeypatch):
+    connection.close()  # a new one, far from its CONN_MAX_AGE
     backend_pid()
     connection.close_if_unusable_or_obsolete()  # a new request: its check is due
     runs: list[str] = []
@@ -145,6 +146,7 @@ def test_a_failing_statement_on_a_sound_connection_is_raised_and_run_once(monkey
 
 
 def test_inside_a_transaction_djangos_own_check_is_kept(checks):
+    connection.close()  # a new one: one older than CONN_MAX_AGE is closed below, unchecked
     kept = backend_pid()
     connection.close_if_unusable_or_obsolete()
     with transaction.atomic():

@@ -149,8 +149,10 @@ def test_the_workers_of_a_master_killed_outright_leave(tmp_path):
     """gunicorn's master killed outright (the OOM killer, a SIGKILL) stops no worker: they
     served on for ever, holding its port, with the code of before."""
     server, url = start_front(tmp_path / "home", workers=2)
+    # The first worker may answer before the master forks the second (gunicorn waits up to
+    # 0.1 s between two).
+    wait_for(lambda: len(workers_of(server.pid)) == 2, 60, "the master's two workers")
     workers = workers_of(server.pid)
-    assert len(workers) == 2
 
     server.kill()
     server.wait()
