@@ -193,9 +193,9 @@ class Unstored:
         del self.described.rows[:], self.described.failures[:]
         self.flushed = now
 
-    def store_while(self, running: threading.Event) -> None:
-        """While ``running`` is set (a thread's loop): store what is ``FLUSH_S`` old."""
-        while not running.wait(FLUSH_S / 2):
+    def store_until(self, done: threading.Event) -> None:
+        """Until ``done`` is set (a thread's loop): store what is ``FLUSH_S`` old."""
+        while not done.wait(FLUSH_S / 2):
             with self.lock:
                 now = time.monotonic()
                 if now - self.flushed >= FLUSH_S:
@@ -228,7 +228,7 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
     )
     failed = None
     done = threading.Event()
-    storer = threading.Thread(target=unstored.store_while, args=(done,), daemon=True)
+    storer = threading.Thread(target=unstored.store_until, args=(done,), daemon=True)
     storer.start()
     # Local names for what every unit calls: at 0.1 ms a unit, lookups are a visible share.
     dumps, protocol, monotonic = pickle.dumps, pickle.HIGHEST_PROTOCOL, time.monotonic
