@@ -158,12 +158,12 @@ class Unstored:
     unit, and a long unit after short ones would otherwise keep those from the store (and
     from the service) for its whole length. Every change is made holding ``lock``."""
 
-    def __init__(self, described: Described) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.units: array[int] = array("q")
         self.payloads: list[bytes] = []
         self.seconds: array[float] = array("d")
-        self.described = described
+        self.described = Described([], [])
         self.stored: array[int] = array("q")
         self.stored_seconds: array[float] = array("d")
         self.flushed = time.monotonic()
@@ -218,14 +218,9 @@ def compute_batch(ranges: Sequence[range]) -> Batch:
     # The units' numbers are kept in arrays, not lists: thousands of int and float objects
     # kept alive until their store made the units themselves slower (by a few per cent for
     # the pure-Python units of 0.1 ms of bench/harness_throughput.py).
-    described = Described([], [])
-    unstored = Unstored(described)
-    units, payloads, seconds, lock = (
-        unstored.units,
-        unstored.payloads,
-        unstored.seconds,
-        unstored.lock,
-    )
+    unstored = Unstored()
+    units, payloads, seconds = unstored.units, unstored.payloads, unstored.seconds
+    described, lock = unstored.described, unstored.lock
     failed = None
     done = threading.Event()
     storer = threading.Thread(target=unstored.store_until, args=(done,), daemon=True)
