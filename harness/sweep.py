@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Annotated, Any, NamedTuple
 
 from pydantic import (
@@ -280,7 +280,7 @@ def read_results(out: str, name: str) -> dict[str, Scalar]:
     """The fields of a unit's results file: a flat JSON object, or a CSV of a header and one
     row. ``ValueError`` saying what is wrong with it."""
     try:
-        data = untrusted.read_bytes(Path(out), name, RESULTS_CAP + 1)
+        data = untrusted.read_bytes(out, name, RESULTS_CAP + 1)
     except FileNotFoundError:
         raise ValueError(f"it wrote no {name}") from None
     except OSError as error:

@@ -36,6 +36,10 @@ WALK_ENTRIES = 10_000
 """The entries a walk looks at, at most; a tree with more is "too many"."""
 
 
+Relative = str | PurePosixPath | Sequence[str]
+"""A path below a trusted folder: text, a pure path, or its components."""
+
+
 class Refused(OSError):
     """A path that is not what it must be: a link, a FIFO, a device, a folder not the service's."""
 
@@ -43,7 +47,7 @@ class Refused(OSError):
         super().__init__(errno.EPERM, why, path)
 
 
-def parts_of(relative: str | PurePosixPath | Sequence[str]) -> tuple[str, ...]:
+def parts_of(relative: Relative) -> tuple[str, ...]:
     """The components of a relative path, refusing what could step out (``..``, absolute)."""
     if isinstance(relative, str | PurePosixPath):
         text = str(relative)
@@ -58,7 +62,7 @@ def parts_of(relative: str | PurePosixPath | Sequence[str]) -> tuple[str, ...]:
     return tuple(parts)
 
 
-def open_dir(base: Path | int, relative: str | PurePosixPath | Sequence[str] = ()) -> int:
+def open_dir(base: str | Path | int, relative: Relative = ()) -> int:
     """A descriptor of the directory ``relative`` below ``base`` (a trusted path or descriptor),
     walked without following any link; the caller closes it. The folders on the way are only
     crossed (``O_PATH``), so one that may be crossed but not listed (the store for a task's
@@ -82,9 +86,7 @@ def open_dir(base: Path | int, relative: str | PurePosixPath | Sequence[str] = (
 
 
 @contextmanager
-def directory(
-    base: Path | int, relative: str | PurePosixPath | Sequence[str] = ()
-) -> Iterator[int]:
+def directory(base: str | Path | int, relative: Relative = ()) -> Iterator[int]:
     """``open_dir`` as a context that closes the descriptor."""
     fd = open_dir(base, relative)
     try:
@@ -93,13 +95,34 @@ def directory(
         os.close(fd)
 
 
-def open_regular(dir_fd: int, name: str) -> BinaryIO:
-    """A regular file of a directory, opened for reading; ``Refused`` for anything else."""
-    parts_of([name])
+def _regular(name: str, dir_fd: int | None = None) -> int:
+    """A descriptor of the regular file ``name`` (of ``dir_fd``), opened for reading, its last
+    component not followed; ``Refused`` for anything else. The caller closes it."""
     fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise Refused(name, "not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _regular_below(base: str | Path | int, relative: Relative) -> int:
+    """``_regular`` of the file ``relative`` below ``base``. One directly in a trusted path
+    is opened by its joined path: one call, where the walk makes three."""
+    parts = parts_of(relative)
+    if not parts:
+        raise Refused("", "no file named")
+    if len(parts) == 1 and not isinstance(base, int):
+        return _regular(os.path.join(base, parts[0]))
+    with directory(base, parts[:-1]) as fd:
+        return _regular(parts[-1], fd)
+
+
+def _as_file(fd: int) -> BinaryIO:
+    """A file object that owns a descriptor of ``_regular``."""
+    try:
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -107,30 +130,28 @@ def open_regular(dir_fd: int, name: str) -> BinaryIO:
         raise
 
 
-def open_file(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> BinaryIO:
+def open_regular(dir_fd: int, name: str) -> BinaryIO:
+    """A regular file of a directory, opened for reading; ``Refused`` for anything else."""
+    parts_of([name])
+    return _as_file(_regular(name, dir_fd))
+
+
+def open_file(base: Path | int, relative: Relative) -> BinaryIO:
     """A regular file below ``base``, every component walked without links."""
-    parts = parts_of(relative)
-    if not parts:
-        raise Refused("", "no file named")
-    with directory(base, parts[:-1]) as fd:
-        return open_regular(fd, parts[-1])
+    return _as_file(_regular_below(base, relative))
 
 
-def read_bytes(
-    base: Path | int,
-    relative: str | PurePosixPath | Sequence[str],
-    cap: int,
-    *,
-    offset: int = 0,
-) -> bytes:
-    """At most ``cap`` bytes of a regular file below ``base``, from ``offset``."""
-    with open_file(base, relative) as file:
-        if offset:
-            file.seek(offset)
-        return file.read(max(0, cap))
+def read_bytes(base: str | Path | int, relative: Relative, cap: int, *, offset: int = 0) -> bytes:
+    """At most ``cap`` bytes of a regular file below ``base``, from ``offset``: one ``pread``
+    of the descriptor, without a file object (a sweep reads one a unit)."""
+    fd = _regular_below(base, relative)
+    try:
+        return os.pread(fd, max(0, cap), offset)  # a regular file reads short only at its end
+    finally:
+        os.close(fd)
 
 
-def file_size(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> int:
+def file_size(base: Path | int, relative: Relative) -> int:
     """The size of a regular file below ``base`` (a sparse file counts its apparent size)."""
     with open_file(base, relative) as file:
         return os.fstat(file.fileno()).st_size
@@ -178,9 +199,7 @@ def entries(dir_fd: int, limit: int = 100_000) -> list[Entry]:
     return found
 
 
-def list_dir(
-    base: Path | int, relative: str | PurePosixPath | Sequence[str], limit: int = 100_000
-) -> list[Entry]:
+def list_dir(base: Path | int, relative: Relative, limit: int = 100_000) -> list[Entry]:
     """The entries of a directory below ``base``; empty when it is missing or refused."""
     try:
         with directory(base, relative) as fd:
@@ -200,7 +219,7 @@ class Walk:
     empty when it saw everything."""
 
     base: Path | int
-    relative: str | PurePosixPath | Sequence[str] = ()
+    relative: Relative = ()
     depth: int = WALK_DEPTH
     limit: int = WALK_ENTRIES
     skip: frozenset[str] = frozenset()
@@ -261,7 +280,7 @@ class Usage:
 
 def usage(
     base: Path | int,
-    relative: str | PurePosixPath | Sequence[str] = (),
+    relative: Relative = (),
     *,
     depth: int = WALK_DEPTH,
     limit: int = WALK_ENTRIES,
@@ -280,7 +299,7 @@ REMOVE_BATCH = 1024
 """The entries of a folder read at once while removing a tree (and its folders remembered)."""
 
 
-def remove_tree(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> bool:
+def remove_tree(base: Path | int, relative: Relative) -> bool:
     """Remove a directory and everything below it, however deep or wide: one descriptor at a
     time, entered without links, climbing back by ``..`` only into the folder it came from
     (its device and inode checked), so neither depth nor a folder moved meanwhile (by another
@@ -370,7 +389,7 @@ def _clear_files(fd: int) -> list[str]:
             return folders
 
 
-def service_dir(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> int:
+def service_dir(base: Path | int, relative: Relative) -> int:
     """A descriptor of a directory of the service's own (its user, not writable by others)
     at ``relative``, made if missing; one a task put there instead is moved aside first."""
     parts = parts_of(relative)
@@ -440,9 +459,7 @@ def create_once_at(dir_fd: int, name: str, data: bytes | str, mode: int = 0o640)
     return False
 
 
-def make_dirs(
-    base: Path | int, relative: str | PurePosixPath | Sequence[str], mode: int = 0o755
-) -> int:
+def make_dirs(base: Path | int, relative: Relative, mode: int = 0o755) -> int:
     """A descriptor of the directory ``relative`` below ``base``, each missing component made
     (``mode``), none followed if it is a link; the caller closes it."""
     fd = open_dir(base)
@@ -459,7 +476,7 @@ def make_dirs(
     return fd
 
 
-def own_dir(base: Path | int, relative: str | PurePosixPath | Sequence[str]) -> int:
+def own_dir(base: Path | int, relative: Relative) -> int:
     """A descriptor of an existing directory of the service's own (its user, not writable by
     others), walked without links; ``Refused`` for one a task made or replaced."""
     fd = open_dir(base, relative)

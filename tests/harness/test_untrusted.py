@@ -35,10 +35,21 @@ def test_a_path_that_steps_out_is_refused_before_any_open(root: Path, relative: 
         untrusted.read_bytes(root, relative, 100)
 
 
-def test_a_link_as_the_file_is_not_followed(root: Path) -> None:
-    (root / "runs" / "r1" / "out" / "key").symlink_to(root.parent / "secret")
+FOLDERS = ["runs/r1/out", ""]
+"""Where a file is read: deep below the root (walked) and in it (opened by its joined path)."""
+
+
+def _below(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_link_as_the_file_is_not_followed(root: Path, folder: str) -> None:
+    (root / folder / "key").symlink_to(root.parent / "secret")
     with pytest.raises(OSError):
-        untrusted.read_bytes(root, "runs/r1/out/key", 100)
+        untrusted.read_bytes(root, _below(folder, "key"), 100)
+    with pytest.raises(OSError):
+        untrusted.open_file(root, _below(folder, "key"))
 
 
 @pytest.mark.parametrize("component", ["runs/r1/out", "runs/r1", "runs"])
@@ -52,14 +63,14 @@ def test_a_link_as_any_folder_on_the_way_is_not_followed(root: Path, component: 
     assert untrusted.list_dir(root, component) == []
 
 
-def test_a_fifo_is_refused_without_blocking(root: Path) -> None:
-    fifo = root / "runs" / "r1" / "out" / "report.json"
-    os.mkfifo(fifo)
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_fifo_is_refused_without_blocking(root: Path, folder: str) -> None:
+    os.mkfifo(root / folder / "report.json")
     outcome: list[BaseException] = []
 
     def read() -> None:
         try:
-            untrusted.read_bytes(root, "runs/r1/out/report.json", 100)
+            untrusted.read_bytes(root, _below(folder, "report.json"), 100)
         except BaseException as error:  # noqa: BLE001 - what the reader met is the result
             outcome.append(error)
 
@@ -75,6 +86,20 @@ def test_a_device_is_refused(root: Path) -> None:
     os.mknod(root / "runs" / "r1" / "out" / "zero", stat.S_IFCHR | 0o644, os.makedev(1, 5))
     with pytest.raises(untrusted.Refused):
         untrusted.read_bytes(root, "runs/r1/out/zero", 100)
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("offset", [0, 3, (1 << 20) + 7])
+def test_a_file_is_read_from_its_offset_up_to_its_cap(root: Path, folder: str, offset: int) -> None:
+    data = os.urandom((2 << 20) + 11)
+    (root / folder / "big.bin").write_bytes(data)
+    name = _below(folder, "big.bin")
+    assert untrusted.read_bytes(root, name, len(data) + 1, offset=offset) == data[offset:]
+    cap = (1 << 20) + 5
+    assert untrusted.read_bytes(root, name, cap, offset=offset) == data[offset : offset + cap]
+    assert untrusted.read_bytes(root, name, 0, offset=offset) == b""
+    with untrusted.open_file(root, name) as file:
+        assert file.read() == data
 
 
 def test_a_sparse_giant_is_read_only_up_to_its_cap(root: Path) -> None:
