@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -225,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     variants = dict(v.split("=", 1) for v in args.variant) or {"harness": ""}
+    if shutil.which("parallel") is None:
+        print("GNU parallel is not installed: apt-get install -y parallel", file=sys.stderr)
+        return 2
     version = subprocess.run(
         ["parallel", "--version"], capture_output=True, text=True, check=True
     ).stdout.splitlines()[0]
