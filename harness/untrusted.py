@@ -153,8 +153,11 @@ def read_bytes(base: str | Path | int, relative: Relative, cap: int, *, offset: 
 
 def file_size(base: Path | int, relative: Relative) -> int:
     """The size of a regular file below ``base`` (a sparse file counts its apparent size)."""
-    with open_file(base, relative) as file:
-        return os.fstat(file.fileno()).st_size
+    fd = _regular_below(base, relative)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)

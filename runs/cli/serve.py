@@ -100,7 +100,7 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
     # and the REST framework's schema: a quarter of a second of the worker's start, on the
     # path to the first answer. The web server imports them anyway, and `manage.py check`
     # (CI) checks the same code.
-    checked = {"CELERY_SKIP_CHECKS": "1"}
+    no_checks = {"CELERY_SKIP_CHECKS": "1"}
     found = [
         Child(
             "worker",
@@ -111,7 +111,7 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             + ["--prefetch-multiplier", "4"]
             + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             + ["--hostname", f"simrun-{os.getpid()}@%h"],
-            env={WORKER_READY: str(home / "worker-ready"), **checked},
+            env={WORKER_READY: str(home / "worker-ready"), **no_checks},
             quiet=True,
             first=True,
         ),
@@ -124,14 +124,14 @@ def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]
             + ["--concurrency", str(settings.SIMRUN_LEARNERS)]
             + ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             + ["--hostname", f"simrun-learner-{os.getpid()}@%h"],
-            env=checked,
+            env=no_checks,
             quiet=True,
         ),
         Child(
             "beat",
             [*celery, "beat", "--loglevel", "INFO", "--pidfile", ""]
             + ["--schedule", str(private_folder(Path(settings.CELERY_BEAT_SCHEDULE_FILENAME)))],
-            env=checked,
+            env=no_checks,
             quiet=True,
         ),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from harness.merge import MERGED_MARKER
 from harness.report import units_done
 from harness.tasktypes import TaskType
 from tests.harness.task_dirs import claims, make_task, progress_units, report_of
+from tests.polling import wait_for
 
 
 def squares_paths(store: Path, n: int, **settings: object) -> tuple[TaskPaths, SquaresSettings]:
@@ -341,9 +343,8 @@ def test_units_finished_before_a_long_one_are_stored_while_it_runs(
     def open_the_gate_once_stored() -> None:
         """The first batch is unit 0 alone; the next, of short units, holds 1 to 5 at least:
         wait until 1 to 4 are stored, note what was, and let unit 5 end."""
-        deadline = time.monotonic() + 60
-        while not {1, 2, 3, 4} <= set(progress_units(task_dir)) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        with contextlib.suppress(AssertionError):  # what was stored by then is asserted below
+            wait_for(lambda: {1, 2, 3, 4} <= set(progress_units(task_dir)), 60, interval_s=0.02)
         seen.append(progress_units(task_dir))
         gate.touch()
 
