@@ -8,7 +8,10 @@ its file; the harness runs it as a split task runs, the coordinator alone on all
 the per-unit ``{out}`` directories and the results table included). The two run as
 ``--repeat`` interleaved pairs (which goes first alternates) and the verdict is the median of
 the pairs' ratios (with ``--variant NAME=PYTHONPATH``, e.g. an export of an older commit, a
-round runs parallel and each variant of the harness, in an order that rotates); then the
+round runs parallel and each variant of the harness, in an order that rotates). Each round
+also runs the floor: ``cores`` bare Python loops of ``mkdir``, ``posix_spawn`` and ``wait4``,
+the least any pool in Python does a unit, so the harness's own share of a unit (its figure
+less the floor's, measured in the same minutes) reads apart from the machine's; then the
 sweep runs once through the whole service: a ``simrun serve`` in a temporary home (its
 defaults, SQLite and the filesystem broker), the sweep POSTed to its API and timed until the
 API says it succeeded (the planner, the controller, the local backend's launcher and step,
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -103,6 +107,35 @@ def parallel_run(
     command += [":::", *map(str, range(shape[0])), ":::", *map(str, range(shape[1]))]
     with Timer() as timer:
         subprocess.run(command, check=True, stdin=subprocess.DEVNULL)
+    assert len(os.listdir(out)) == shape[0] * shape[1]
+    return timer.timed
+
+
+def _bare_loop(
+    program: str, ms: str, out: str, shape: tuple[int, int], first: int, step: int
+) -> None:
+    """Every ``step``-th unit from ``first``: its folder, then its program to its end."""
+    for unit in range(first, shape[0] * shape[1], step):
+        a, b = divmod(unit, shape[1])
+        os.mkdir(f"{out}/{unit}")
+        argv = [program, ms, str(a), str(b), f"{out}/{unit}/result.json"]
+        os.wait4(os.posix_spawn(program, argv, os.environ), 0)
+
+
+def floor_run(program: Path, ms: float, shape: tuple[int, int], cores: int, folder: Path) -> Timed:
+    """Seconds of ``cores`` bare loops (forked processes) over the product of the axes."""
+    out = tempfile.mkdtemp(prefix="floor-", dir=folder)  # removed at the end (docstring)
+    fork = multiprocessing.get_context("fork")
+    loops = [
+        fork.Process(target=_bare_loop, args=(str(program), f"{ms:g}", out, shape, first, cores))
+        for first in range(cores)
+    ]
+    with Timer() as timer:
+        for loop in loops:
+            loop.start()
+        for loop in loops:
+            loop.join()
+    assert all(loop.exitcode == 0 for loop in loops)
     assert len(os.listdir(out)) == shape[0] * shape[1]
     return timer.timed
 
@@ -242,13 +275,15 @@ def main(argv: list[str] | None = None) -> int:
         for size in args.only or list(SIZES):
             units, ms, target = SIZES[size]
             shape = axes(units)
-            sides = ["parallel", *variants]
+            sides = ["parallel", "floor", *variants]
             runs: dict[str, list[Timed]] = {side: [] for side in sides}
             for index in range(args.repeat):
                 order = sides[index % len(sides) :] + sides[: index % len(sides)]
                 for side in order:
                     if side == "parallel":
                         timed = parallel_run(program, ms, shape, args.cores, folder)
+                    elif side == "floor":
+                        timed = floor_run(program, ms, shape, args.cores, folder)
                     else:
                         path = variants[side]
                         timed = harness_run(program, ms, shape, args.cores, folder, path)
@@ -280,6 +315,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"parallel {overhead['parallel']:.2f} ms, "
                     f"{side} {overhead[side]:.2f} ms   target ≤ {OVERHEAD_TARGET_MS} ms  {mark} "
                     f"(of CPU: {cpu['parallel']:.2f} ms, {cpu[side]:.2f} ms)"
+                )
+                shares = [
+                    (h.wall - f.wall) * args.cores / units * 1000
+                    for h, f in zip(runs[side], runs["floor"], strict=True)
+                ]
+                print(
+                    f"the floor (bare loops) {overhead['floor']:.2f} ms a unit "
+                    f"(of CPU: {cpu['floor']:.2f} ms); {side}'s own share, median of the "
+                    f"rounds: {statistics.median(shares):.2f} ms"
                 )
             if not args.no_service:
                 # Started after the pairs, stopped before the next size: its idle loops are
