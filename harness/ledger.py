@@ -29,6 +29,7 @@ coordinator saw it unchanged for ``stale_s`` by its own clock). Units are groupe
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -37,6 +38,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +90,11 @@ class Ledger:
         self._aside: set[str] = set()
         """Damaged pieces that could not be renamed (in ``reused/``, the service's): not listed
         again."""
+        self._listed: dict[str, set[str]] = {folder: set() for folder in PIECE_FOLDERS}
+        """The names of each folder a refresh looked at: the next one looks only at the others,
+        so a refresh costs its listing and what is new, not every piece again."""
         self._gaps: list[tuple[int, int]] = [(0, size)] if size else []
+        """The units no piece covers, as sorted, disjoint ``(start, end)`` pairs."""
         self._seen: dict[str, tuple[str | None, float]] = {}
         # Strings, not Paths: a batch of short units touches hundreds of claims.
         self._claims = os.path.join(directory, "claims")
@@ -147,7 +153,6 @@ class Ledger:
 
     def refresh(self) -> None:
         """Read the pieces written since the last refresh (a listing of ``done/``)."""
-        new = False
         for folder in PIECE_FOLDERS:
             try:
                 names = os.listdir(self.directory / folder)
@@ -155,25 +160,34 @@ class Ledger:
                 if folder == REUSED:
                     continue  # nothing was reused
                 raise
-            for name in names:
+            listed = self._listed[folder]
+            fresh = set(names).difference(listed)
+            listed.update(fresh)
+            for name in fresh:
                 piece = f"{folder}/{name}"
-                if name.startswith(".") or piece in self._pieces or piece in self._aside:
+                if name.startswith(".") or piece in self._aside:
                     continue
                 if (units := piece_units(name)) is not None:
                     self._pieces[piece] = units
-                    new = True
-        if new:
-            self._find_gaps()
+                    self._cover(*units)
+
+    def _cover(self, start: int, end: int) -> None:
+        """Take units ``start`` to ``end`` out of the gaps: a bisection and a splice, however
+        many pieces there are."""
+        gaps = self._gaps
+        first = bisect.bisect_right(gaps, start, key=itemgetter(1))
+        last = bisect.bisect_left(gaps, end, lo=first, key=itemgetter(0))
+        if first == last:
+            return
+        left = [(gaps[first][0], start)] if gaps[first][0] < start else []
+        right = [(end, gaps[last - 1][1])] if end < gaps[last - 1][1] else []
+        gaps[first:last] = left + right
 
     def _find_gaps(self) -> None:
-        self._gaps = []
-        position = 0
-        for start, end in sorted(self._pieces.values()):
-            if start > position:
-                self._gaps.append((position, min(start, self.size)))
-            position = max(position, end)
-        if position < self.size:
-            self._gaps.append((position, self.size))
+        """The gaps again from every piece (after one was set aside)."""
+        self._gaps = [(0, self.size)] if self.size else []
+        for start, end in self._pieces.values():
+            self._cover(start, end)
 
     def missing(self) -> list[range]:
         """The units no piece covers yet, as ranges (after a ``refresh``)."""
@@ -396,6 +410,7 @@ class Ledger:
             pass
         except PermissionError:
             self._aside.add(piece)
+        self._listed[folder].discard(name)  # a piece of its units written again is new
         self._pieces.pop(piece, None)
         self._find_gaps()
 

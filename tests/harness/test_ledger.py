@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,36 @@ def test_a_unit_computed_twice_merges_to_the_right_result(tmp_path: Path) -> Non
     ledger.write_piece([0, 1, 2, 3], [0, 1, 4, 9])  # and the same piece again
 
     assert Ledger.read(tmp_path).results() == [0, 1, 4, 9, 16, 25]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_units_not_done_are_those_no_piece_covers_however_the_pieces_arrive(
+    tmp_path: Path, seed: int
+) -> None:
+    """Pieces that overlap, repeat, touch, reach past the end, come in both folders and over
+    several refreshes: the units not done are always the maximal runs no piece covers."""
+    rng = random.Random(seed)
+    size = rng.randint(1, 80)
+    ledger = Ledger.open(tmp_path, size, "w1")
+    (tmp_path / "reused").mkdir()
+    covered: set[int] = set()
+    for _ in range(rng.randint(1, 6)):
+        for _ in range(rng.randint(0, 6)):
+            start = rng.randrange(size + 2)
+            end = start + rng.randint(1, 20)
+            folder = rng.choice(["done", "done", "reused"])
+            (tmp_path / folder / f"{start}-{end}").write_bytes(b"")
+            covered.update(range(start, end))
+        ledger.refresh()
+
+        runs: list[range] = []
+        for unit in (u for u in range(size) if u not in covered):
+            if runs and runs[-1].stop == unit:
+                runs[-1] = range(runs[-1].start, unit + 1)
+            else:
+                runs.append(range(unit, unit + 1))
+        assert ledger.missing() == runs
+        assert ledger.is_complete() == (not runs)
 
 
 def test_a_piece_is_written_per_contiguous_run_of_units(tmp_path: Path) -> None:
