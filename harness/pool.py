@@ -131,6 +131,24 @@ def initialize(
         _Process.slot, taken.value = taken.value, taken.value + 1
     slots[_Process.slot * SLOT] = os.getpid()
     slots[_Process.slot * SLOT + 1] = BETWEEN_BATCHES
+    bind(_Process.slot, len(slots) // SLOT)
+
+
+def bind(slot: int, processes: int) -> None:
+    """Keep this pool process, and the programs it starts, on a CPU of its own when the pool
+    has one process for each CPU it may use (as MPI and Slurm bind a rank to a core).
+
+    Unbound, the kernel placed a program on the idle CPU and woke its pool process, when it
+    ended, on the CPU where it ran before, behind another process's program, while the CPU of
+    its own stayed idle (``docs/sweeps.md``). With fewer processes than CPUs nothing is bound:
+    the CPUs may be shared with other tasks, whose pools would be bound to the same ones."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) != processes:
+        return
+    try:
+        os.sched_setaffinity(0, {cpus[slot % len(cpus)]})
+    except OSError:  # the CPU left the task's set meanwhile: run unbound
+        return
 
 
 class Described(NamedTuple):

@@ -156,6 +156,44 @@ def test_units_and_columns_follow_the_axes_of_the_spec_through_a_store_sorting_k
     assert found["v"].tolist() == [f"{t}{h}{a}" for t in (1, 2) for h in (3, 4, 5) for a in "xy"]
 
 
+CPUS = (
+    'printf \'{{"cpus": "%s"}}\' '
+    '"$(awk \'/^Cpus_allowed_list/ {{print $2}}\' /proc/self/status)" > "$1/result.json"'
+)
+"""A program of the sweeps below: writes the CPUs it may run on (``0-1``, ``1``) into its {out}."""
+
+
+def cpu_set(listed: str) -> set[int]:
+    """The CPUs of a list as the kernel writes it: ``0-2,5``."""
+    cpus: set[int] = set()
+    for part in listed.split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+@pytest.mark.parametrize("one_per_cpu", [True, False])
+def test_a_pool_of_one_process_per_cpu_binds_each_and_its_programs_to_one(sweep, one_per_cpu):
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("one CPU: a pool of one process per CPU and a smaller one are the same")
+    paths, settings = sweep(
+        ["sh", "-c", CPUS, "sh", "{out}"], {"n": {"range": [0, 12]}}, results="result.json"
+    )
+
+    report = run(paths, settings, cores=len(allowed) if one_per_cpu else len(allowed) - 1)
+    run_merge(SWEEP, settings, paths)
+
+    assert report.processes == (len(allowed) if one_per_cpu else len(allowed) - 1)
+    seen = [cpu_set(str(listed)) for listed in table(paths)["cpus"]]
+    assert len(seen) == 12
+    if one_per_cpu:
+        assert all(len(cpus) == 1 and cpus <= allowed for cpus in seen), seen
+    else:
+        assert all(cpus == allowed for cpus in seen), seen
+    assert os.sched_getaffinity(0) == allowed  # the worker itself is not bound
+
+
 def test_placeholders_are_filled_in_every_position_of_the_command(sweep, tmp_path):
     table_dir = tmp_path / "table"
     table_dir.mkdir()
