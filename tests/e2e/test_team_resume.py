@@ -21,10 +21,18 @@ pytestmark = [
 ]
 UID_BASE = 340000
 UNITS = 60
+FIRST = UNITS // 3
+FLAG = "flags/go"
+"""The flag's path in the store: the sweep's units from ``FIRST`` on wait for it, so the
+cancel always finds exactly the units below ``FIRST`` done, however slow the machine. The
+line reaches it through the task's folder: a file the line names by its path is part of the
+task's key, and the flag made between the runs would make the resumed task another."""
+FLAGGED = f'"$SIMRUN_TASK_DIR/../../../../{FLAG}"'
+WAIT = f"[ {{U}} -lt {FIRST} ] || until [ -e {FLAGGED} ]; do sleep 0.05; done"
 SWEEP = {
     "tasks": {
         "sim": {
-            "command": ["sh", "-c", 'sleep 0.05; echo "{{\\"v\\": $(({U}*{U}))}}" > {out}/r.json'],
+            "command": ["sh", "-c", WAIT + '; echo "{{\\"v\\": $(({U}*{U}))}}" > {out}/r.json'],
             "sweep": {"U": {"range": [0, UNITS]}},
             "results": "r.json",
             "cores": 1,
@@ -47,13 +55,16 @@ def progress(folder: Path) -> Counter[int]:
 
 
 def test_a_cancelled_sweep_resumed_under_task_users_computes_only_what_it_had_not(team):
+    flag = team.store / FLAG  # a task's /tmp is its own: the store stays visible
+    flag.parent.mkdir(mode=0o755)
     with team.client(team.user("alice")) as alice:
         source = submit(alice, SWEEP)
         folder = team.store / "runs" / source / "tasks" / "sim"
-        wait_for(lambda: len(progress(folder)) >= UNITS // 3, 120, "a third of the units")
+        wait_for(lambda: set(progress(folder)) == set(range(FIRST)), 120, "the first units")
         assert alice.post(f"runs/{source}/cancel/").status_code == 202
         assert wait_until_ended(alice, source)["state"] == "cancelled"
         wait_for(lambda: not list((folder / "logs").glob("*.pid")), 60, "its processes to end")
+        flag.touch()
 
         answer = alice.post("runs/", params={"resume_of": source})
         assert answer.status_code == 201, answer.text
@@ -62,7 +73,7 @@ def test_a_cancelled_sweep_resumed_under_task_users_computes_only_what_it_had_no
     assert run["state"] == "succeeded", (run["message"], run["tasks"])
     [task] = run["tasks"]
     reused = task["units_reused"]
-    assert task["reused_from"] == {"run": source, "task": "sim"} and 0 < reused < UNITS
+    assert task["reused_from"] == {"run": source, "task": "sim"} and reused == FIRST
     resumed = team.store / "runs" / run["id"] / "tasks" / "sim"
     computed = progress(resumed)
     assert len(computed) == UNITS - reused and set(computed.values()) == {1}
