@@ -30,4 +30,6 @@ class ContentNegotiation(DefaultContentNegotiation):
         first = chosen[0] if chosen and not overridden else None
         if first and "*" not in first.media_type and accept in (*ANY, first.media_type):
             return first, first.media_type
-        return super().select_renderer(request, chosen, format_suffix)  # type: ignore[no-any-return]
+        # Typed here: older stubs of the parent say it returns Any, newer ones say what.
+        selected: tuple[BaseRenderer, str] = super().select_renderer(request, chosen, format_suffix)
+        return selected
