@@ -11,6 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from runs.models import Attempt, Run, Task
+from tests.browser.layout import within_width
 from tests.factories import running, submitted
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -46,21 +47,12 @@ def log_in(page: Page, live_server, owner) -> None:
     expect(page.locator("h1")).to_have_text("Runs")
 
 
-def inside(page: Page, selector: str) -> None:
-    """Every element of ``selector`` is drawn within the viewport's width."""
-    boxes = [element.bounding_box() for element in page.locator(selector).all()]
-    assert boxes, selector
-    for box in boxes:
-        assert box and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH + 0.5, (selector, box)
-
-
 def test_the_run_list_shows_state_and_progress_at_a_phones_width(page, live_server, owner, run):
     log_in(page, live_server, owner)
     row = f'tr[data-run="{run.id}"]'
     expect(page.locator(row)).to_have_count(1)
-    inside(page, f"{row} td:nth-child(1)")
-    inside(page, f"{row} .badge")
-    inside(page, f"{row} .progress")
+    for part in ("td:nth-child(1)", ".badge", ".progress"):
+        within_width(page.locator(f"{row} {part}"), WIDTH)
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
 
 
@@ -100,11 +92,8 @@ def test_the_timelines_bars_and_labels_are_on_screen_and_readable_at_a_phones_wi
     expect(timeline).to_have_count(1)
     bars = timeline.locator("rect.bar")
     expect(bars).to_have_count(2)  # the task and its attempt
-    for bar in bars.all():
-        box = bar.bounding_box()
-        assert box and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH + 0.5, box
-    box = timeline.bounding_box()
-    assert box and box["x"] + box["width"] <= WIDTH + 0.5, box
+    within_width(bars, WIDTH)
+    within_width(timeline, WIDTH)
     sizes = drawn_sizes(page, "#timeline svg text")
     assert len(sizes) >= 3 and min(sizes) >= READABLE_PX, sizes  # two labels and a tick
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
@@ -120,8 +109,7 @@ def test_every_task_of_the_dag_is_on_screen_and_readable_at_a_phones_width(
     for task in ("sweep", "stats", "report"):
         node = dag.locator(f'[data-task="{task}"] rect.box')
         expect(node).to_have_count(1)
-        box = node.bounding_box()
-        assert box and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH + 0.5, (task, box)
+        within_width(node, WIDTH)
     assert dag.locator("path.edge").count() == 2
     sizes = drawn_sizes(page, ".dag-wrap svg text")
     assert min(sizes) >= READABLE_PX, sizes
