@@ -146,7 +146,7 @@ def bind(slot: int, processes: int) -> None:
     if len(cpus) != processes:
         return
     try:
-        os.sched_setaffinity(0, {cpus[slot % len(cpus)]})
+        os.sched_setaffinity(0, {cpus[slot]})
     except OSError:  # the CPU left the task's set meanwhile: run unbound
         return
 
