@@ -7,6 +7,8 @@ moment the command is started:
 - ``200``: the dashboard's login page first answers 200;
 - ``running``: the demo run first has a task ``running`` in the API (with the token the
   banner prints);
+- ``cpu``: the CPU seconds its processes had spent by then (serve, its children and theirs:
+  its session; the run's tasks have sessions of their own), no target;
 - ``stop``: then Ctrl-C (SIGINT to its process group) until the command exited, and the
   lines it printed meanwhile.
 
@@ -92,6 +94,7 @@ def first_start(pythonpath: str) -> dict[str, float | str]:
                     found["200"] = time.monotonic() - started
                 if token and "running" not in found and running(client, token):
                     found["running"] = time.monotonic() - started
+                    found["cpu"] = session_cpu(process.pid)
                 time.sleep(POLL_S)
         before = len(log.read_text(errors="replace").splitlines())
         stopping = time.monotonic()
@@ -108,6 +111,19 @@ def first_start(pythonpath: str) -> dict[str, float | str]:
             process.wait()
     shutil.rmtree(base, ignore_errors=True)
     return found
+
+
+def session_cpu(session: int) -> float:
+    """CPU seconds of the processes of a session, with those of their children they waited for."""
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except (OSError, NotADirectoryError):
+            continue
+        if int(fields[3]) == session:
+            ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def answers(client: httpx.Client) -> bool:
@@ -156,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, found in results.items():
         medians = {
             key: statistics.median(float(r[key]) for r in found)
-            for key in ("banner", "200", "running", "stop", "stop lines")
+            for key in ("banner", "200", "running", "cpu", "stop", "stop lines")
         }
         print(f"{name:>10} median: " + "  ".join(f"{k} {v:.2f}" for k, v in medians.items()))
         verdicts = [

@@ -6,9 +6,9 @@ and forks the workers from it: each starts without importing Django again (a sec
 apiece) and its first request is not seconds late. A worker that stopped leaves at once: the
 interpreter's teardown of a Django app takes seconds of garbage collection, past the graceful
 timeout on a busy machine, and the master then killed workers that had finished
-(``SIGKILL! Perhaps out of memory?``). The master, which holds the app too, leaves through
-that teardown (about a second; serve kills it after its own stop timeout). The workers are
-``simrun_site.front.Worker``.
+(``SIGKILL! Perhaps out of memory?``). The master, which holds the app too, leaves without
+it under ``simrun serve`` (a fork of serve's, ``runs.cli.processes``), through it elsewhere
+(about a second). The workers are ``simrun_site.front.Worker``.
 """
 
 from __future__ import annotations

@@ -36,8 +36,10 @@ STARTERS = {
     | {f"{kind}{how}" for kind in ("exec", "spawn") for how in ("v", "ve", "vp", "vpe")},
     "asyncio": {"create_subprocess_exec", "create_subprocess_shell"},
     "pty": {"spawn"},
+    "runpy": {"run_module", "run_path"},
 }
-"""The calls that start a process, by the module that has them."""
+"""The calls that start a process, by the module that has them; ``runpy``'s run a program in
+the process that calls them (a fork, as ``python -m`` would in a new one)."""
 RUNS_CODE = frozenset(
     {"sh", "bash", "dash", "zsh", "env", "python", "python3", "perl", "ruby", "node"}
     | {"docker", "podman", "kubectl", "sbatch", "srun", "salloc", "ssh", "su", "sudo", "xargs"}
@@ -53,7 +55,8 @@ ELSEWHERE = {
     "runs.backends.local.nodes": "docker version: the engine's version, asked of its CLI",
     "runs.backends.slurm.commands": "Slurm's commands: a job runs on the cluster's nodes, "
     "inside Slurm's cgroups, as its owner's login (docs/slurm.md)",
-    "runs.cli.serve": "serve's own children: the web, the worker, the broker",
+    "runs.cli.processes": "serve's own children, each a fork that runs its command line's "
+    "module as python -m would: the web server, Celery's worker, learner and beat, the step",
 }
 """The modules other than the wall that may start a process whose program is not their own,
 and why."""

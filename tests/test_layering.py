@@ -357,7 +357,7 @@ def test_the_start_checks_see_a_handed_argv_a_shell_and_a_harness_start_outside_
     )
     (tmp_path / "runs" / "control").mkdir()
     (tmp_path / "runs" / "control" / "sneaky.py").write_text(
-        "import os, subprocess as sp, sys\n"
+        "import os, runpy, subprocess as sp, sys\n"
         "from harness import tool\n"
         "from runs.backends.local import env\n"
         "LAUNCHER = 'x'\n"
@@ -368,6 +368,7 @@ def test_the_start_checks_see_a_handed_argv_a_shell_and_a_harness_start_outside_
         "    sp.run([sys.executable, str(LAUNCHER), cmd])\n"
         "    sp.run([sys.executable, '-c', cmd])\n"
         "    os.execvp(cmd[0], cmd)\n"
+        "    runpy.run_module(cmd[2])\n"
         "def g(cmd):\n"
         "    tool.indirect(cmd)\n"
         "def h(cmd):\n"
@@ -379,6 +380,7 @@ def test_the_start_checks_see_a_handed_argv_a_shell_and_a_harness_start_outside_
         "runs.control.sneaky:7 sp.run(['sh', '-c', cmd])",
         "runs.control.sneaky:10 sp.run([sys.executable, '-c', cmd])",
         "runs.control.sneaky:11 os.execvp(cmd[0], cmd)",
+        "runs.control.sneaky:12 runpy.run_module(cmd[2])",
     ]
     assert process_starts.unwalled_harness_starts(modules) == [
         "runs.control.sneaky.g -> harness.tool.indirect",

@@ -1,7 +1,8 @@
 """``simrun serve``: the whole service on this machine, started with one command.
 
 The web server (gunicorn), a Celery worker and beat, and the step of the local backend, as
-children of this process, with the embedded default when nothing is configured: SQLite,
+children of this process (forked once it has set Django up: ``runs.cli.processes``), with
+the embedded default when nothing is configured: SQLite,
 the store and kombu's filesystem broker under ``SIMRUN_HOME``, the local backend. With
 ``DATABASE_URL`` and ``CELERY_BROKER_URL`` set, they are PostgreSQL and Redis instead. The
 database is migrated at every start (nothing to do after the first); the worker and the web
@@ -16,54 +17,30 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from http.client import HTTPConnection
 from pathlib import Path
 
 from harness.lifecycle import SignalStop
 from runs.cli.listeners import listeners
+from runs.cli.processes import Child, start, stop_children, supervise
 
 NAME = "serve"
 HELP = "run the service on this machine: web server, Celery worker and beat, local backend"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-RESTARTS = 5
-"""A child that dies more often than this within ``RESTART_WINDOW_S`` stops the service."""
-RESTART_WINDOW_S = 60.0
-STOP_TIMEOUT_S = 20.0
-"""Seconds the children get to stop after SIGTERM before they are killed."""
 READY_TIMEOUT_S = 120.0
 WORKER_READY = "SIMRUN_WORKER_READY"
 """The file the Celery worker touches once it takes tasks (``simrun_site.celery``)."""
 GUNICORN_CONFIG = "python:simrun_site.gunicorn"
 WEB_WORKER = "simrun_site.front.Worker"
-PR_SET_PDEATHSIG = 1
 DEMO_SPEC = Path(__file__).resolve().parents[2] / "docs" / "examples" / "demo.yaml"
 DEMO_USER = "demo"
-
-
-@dataclass
-class Child:
-    """A process of the service: its name, its command, its restarts."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    quiet: bool = False
-    """Its standard output dropped (Celery prints its shutdown there; it logs to stderr)."""
-    first: bool = False
-    """Started at once; the others once the dashboard answers (``start_all``)."""
-    process: subprocess.Popen[bytes] | None = None
-    restarts: deque[float] = field(default_factory=deque)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,15 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the tasks as this service's user, not as users of their own (as root, "
         "where those cannot reach this Python or the home; docs/team.md)",
     )
-
-
-def _die_with_parent() -> None:
-    """In a child: receive SIGTERM when serve dies, even by SIGKILL; ignore the terminal's
-    Ctrl-C, which serve turns into SIGTERM (while a child starts, a SIGINT left a
-    ``KeyboardInterrupt`` traceback; gunicorn and Celery still set handlers of their own)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def children(args: argparse.Namespace, stepped: bool, home: Path) -> list[Child]:
@@ -163,17 +131,6 @@ def private_folder(path: Path) -> Path:
     path.parent.mkdir(mode=0o700, exist_ok=True)
     path.parent.chmod(0o700)
     return path
-
-
-def start(child: Child, home: Path) -> None:
-    child.process = subprocess.Popen(
-        child.argv,
-        cwd=home,
-        env={**os.environ, **child.env},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL if child.quiet else None,
-        preexec_fn=_die_with_parent,
-    )
 
 
 TASK_UID_BASE = "SIMRUN_TASK_UID_BASE"
@@ -280,7 +237,7 @@ def wait_until(ready: Callable[[], bool], child: Child, stop: threading.Event) -
     """Whether ``ready()`` came true before the child died, a stop or the time ran out."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline and not stop.is_set():
-        if child.process is None or child.process.poll() is not None:
+        if child.process is None or child.ended():
             return False
         if ready():
             return True
@@ -322,38 +279,6 @@ def banner(args: argparse.Namespace, home: Path, login: str | None) -> str:
     ]
     lines[3:3] = described[1:]
     return "\n".join(lines)
-
-
-def supervise(found: list[Child], home: Path, stop: threading.Event) -> int:
-    """Start again a child that died, until ``stop``; 1 when one dies too often."""
-    while not stop.wait(0.2):
-        for child in found:
-            if child.process is not None and child.process.poll() is not None:
-                now = time.monotonic()
-                while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
-                    child.restarts.popleft()
-                if len(child.restarts) >= RESTARTS:
-                    print(f"simrun: {child.name} died {RESTARTS} times in a minute; stopping")
-                    return 1
-                print(f"simrun: {child.name} ended ({child.process.returncode}); starting it again")
-                child.restarts.append(now)
-                start(child, home)
-    return 0
-
-
-def stop_children(found: list[Child]) -> None:
-    """SIGTERM every child, SIGKILL what still runs after ``STOP_TIMEOUT_S``."""
-    running = [c.process for c in found if c.process is not None and c.process.poll() is None]
-    for process in running:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    for process in running:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def task_users(args: argparse.Namespace, home: Path) -> str | None:
@@ -441,8 +366,8 @@ def start_all(
     """Start the worker and the web server and make the demo meanwhile; the web server takes
     no request before the worker takes tasks (``simrun_site.gunicorn``), so a run it accepts
     is taken at once. Once the dashboard answers, start the other children (each start
-    imports Django: on two cores, five at once doubled the wait for the first answer) and
-    print the banner. 1 if one did not start."""
+    still costs a fraction of a second of CPU, Celery's or gunicorn's own: on two cores, the
+    first answer does not wait for them) and print the banner. 1 if one did not start."""
     worker, web = found[0], found[-1]
     ready = Path(worker.env[WORKER_READY])
     ready.unlink(missing_ok=True)

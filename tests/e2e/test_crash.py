@@ -27,13 +27,16 @@ SWEEP = {"tasks": {"sq": {"type": "squares", "settings": {"n": 40, "delay_s": 0.
 def celery_worker(service: Service) -> int | None:
     """The main process of the Celery worker of a serve, None while it has none."""
     assert service.process is not None
+    # Its title names its host name (``serve.children``), whether Celery has set its own yet
+    # or not; the learner's is simrun-learner-PID.
+    name = f"simrun-{service.process.pid}@".encode()
     for pid in service_processes(service.process.pid):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             parent = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
         except OSError:
             continue
-        if b"worker" in cmdline and b"celery" in cmdline and parent == service.process.pid:
+        if name in cmdline and parent == service.process.pid:
             return pid
     return None
 
