@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import multiprocessing
 import os
 import runpy
@@ -61,6 +62,9 @@ def start(child: Child, home: Path) -> None:
     from django.db import connections
 
     connections.close_all()
+    # What serve holds by now (Django, its apps, the migrations' graph) is left out of every
+    # collection of the children's garbage: they would scan it, and copy each page they touch.
+    gc.freeze()
     # The multiprocessing's fork runs the libraries' after-fork hooks in the child (Celery's
     # app drops the broker connections it inherited) and leaves without the interpreter's
     # teardown, seconds of garbage collection of Django on a busy machine.
