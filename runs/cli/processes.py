@@ -65,16 +65,15 @@ def start(child: Child, home: Path) -> None:
     # What serve holds by now (Django, its apps, the migrations' graph) is left out of every
     # collection of the children's garbage: they would scan it, and copy each page they touch.
     gc.freeze()
-    # The multiprocessing's fork runs the libraries' after-fork hooks in the child (Celery's
+    # multiprocessing's fork runs the libraries' after-fork hooks in the child (Celery's
     # app drops the broker connections it inherited) and leaves without the interpreter's
     # teardown, seconds of garbage collection of Django on a busy machine.
-    child.process = FORK.Process(target=run_child, args=(child, home), name=child.name)
+    child.process = FORK.Process(target=run_child, args=(child, home, os.getpid()), name=child.name)
     child.process.start()
 
 
-def run_child(child: Child, home: Path) -> None:
-    """In the forked child: become the command ``child.argv`` and run it to its end."""
-    parent = os.getppid()
+def run_child(child: Child, home: Path, parent: int) -> None:
+    """In the forked child of ``parent``: become the command ``child.argv``, run it to its end."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # serve's handler only sets serve's stop
     die_with_parent()
     if os.getppid() != parent:  # serve died before the line above
