@@ -192,6 +192,14 @@ def service_processes(session: int) -> list[int]:
     return found
 
 
+def gone(pid: int) -> bool:
+    """Whether ``pid`` ended (a zombie too: reaped by init or not, it runs no more)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def run_processes(store: Path, run_id: str) -> list[int]:
     """Every live process of a run: launchers (by their launch file) and what they started."""
     mark = f"/runs/{run_id}/"

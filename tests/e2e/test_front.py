@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from runs.cli.serve import children
-from tests.e2e.service import CONFIGURATION, Service, free_port
+from tests.e2e.service import CONFIGURATION, Service, free_port, gone
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.slow
@@ -135,14 +135,6 @@ def workers_of(master: int) -> list[int]:
                 if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == master:
                     found.append(int(entry.name))
     return found
-
-
-def gone(pid: int) -> bool:
-    """Whether ``pid`` ended (a zombie too: reaped by init, it is no longer a worker)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def test_the_workers_of_a_master_killed_outright_leave(tmp_path):

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.e2e.service import CONFIGURATION
+from tests.e2e.service import CONFIGURATION, gone
 from tests.polling import wait_for
 
 PROBE = """\
@@ -87,14 +87,6 @@ def serve(tmp_path: Path, *modes: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
-
-
-def gone(pid: int) -> bool:
-    """Whether a process ended (a zombie no one reaped yet has)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def test_a_child_runs_its_module_as_python_m_would_with_its_line_as_its_title(tmp_path):
