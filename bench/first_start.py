@@ -37,6 +37,10 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.e2e.service import service_processes  # noqa: E402
+
 SIMRUN = str(Path(sys.executable).parent / "simrun")
 CONFIGURATION = ("SIMRUN_", "CELERY_", "DJANGO_", "DATABASE_URL", "SECRET_KEY", "DEBUG")
 TIMEOUT_S = 120.0
@@ -116,13 +120,12 @@ def first_start(pythonpath: str) -> dict[str, float | str]:
 def session_cpu(session: int) -> float:
     """CPU seconds of the processes of a session, with those of their children they waited for."""
     ticks = 0
-    for entry in Path("/proc").iterdir():
+    for pid in service_processes(session):
         try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except (OSError, NotADirectoryError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
             continue
-        if int(fields[3]) == session:
-            ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -9,7 +9,6 @@ environment, the home as its folder, no standard input, SIGTERM when serve dies.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import gc
 import multiprocessing
@@ -105,15 +104,14 @@ def supervise(found: list[Child], home: Path, stop: threading.Event) -> int:
     """Start again a child that died, until ``stop``; 1 when one dies too often."""
     while not stop.wait(0.2):
         for child in found:
-            if child.ended():
+            if child.process is not None and child.process.exitcode is not None:
                 now = time.monotonic()
                 while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
                     child.restarts.popleft()
                 if len(child.restarts) >= RESTARTS:
                     print(f"simrun: {child.name} died {RESTARTS} times in a minute; stopping")
                     return 1
-                code = child.process.exitcode if child.process else None
-                print(f"simrun: {child.name} ended ({code}); starting it again")
+                print(f"simrun: {child.name} ended ({child.process.exitcode}); starting it again")
                 child.restarts.append(now)
                 start(child, home)
     return 0
@@ -123,8 +121,7 @@ def stop_children(found: list[Child]) -> None:
     """SIGTERM every child, SIGKILL what still runs after ``STOP_TIMEOUT_S``."""
     running = [c.process for c in found if c.process is not None and c.process.exitcode is None]
     for process in running:
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
+        process.terminate()  # one that ended meanwhile is skipped (multiprocessing's own)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     for process in running:
         process.join(timeout=max(0.0, deadline - time.monotonic()))
