@@ -115,7 +115,7 @@ MIDDLEWARE = [
     "runs.web.middleware.BodyLimitMiddleware",
     "runs.web.middleware.StorageFullMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "simrun_site.static_files.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
